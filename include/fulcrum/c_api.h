@@ -1,0 +1,173 @@
+/* The fulcrum plugin ABI: one exported C symbol returning a versioned table.
+ *
+ * A plugin is a shared library that exports
+ *
+ *     const fulcrum_plugin_v1* fulcrum_get_plugin(void);
+ *
+ * The host dlopen()s it with RTLD_NOW | RTLD_LOCAL, calls that function once,
+ * and checks abi_major, struct_size and every required pointer before use.
+ *
+ * Rules for changing this file (read before editing):
+ *   1. Never reorder, remove, resize or retype a field of a shipped struct.
+ *   2. New fields go at the end of a struct, and bump FULCRUM_ABI_MINOR.
+ *      Readers check struct_size before touching a field past the v1.0 end,
+ *      so an old plugin (smaller table) keeps working with a new host.
+ *   3. Anything else (a changed meaning, a removed field) bumps
+ *      FULCRUM_ABI_MAJOR; hosts refuse plugins of another major version.
+ *   4. The static_asserts in plugin_sdk.h pin the v1.0 sizes and offsets;
+ *      update them only together with the version numbers.
+ *
+ * No C++ type, exception or allocator crosses this boundary. Every pointer
+ * field says who owns it and how long it lives. Strings are NUL-terminated
+ * UTF-8.
+ */
+#ifndef FULCRUM_C_API_H_
+#define FULCRUM_C_API_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FULCRUM_ABI_MAJOR 1
+#define FULCRUM_ABI_MINOR 0
+
+/* Name of the exported entry point, for dlsym. */
+#define FULCRUM_PLUGIN_ENTRY "fulcrum_get_plugin"
+
+#if defined(_WIN32)
+#define FULCRUM_PLUGIN_API __declspec(dllexport)
+#else
+#define FULCRUM_PLUGIN_API __attribute__((visibility("default")))
+#endif
+
+typedef enum fulcrum_status {
+  FULCRUM_OK = 0,
+  FULCRUM_INVALID_ARGUMENT = 1, /* malformed request */
+  FULCRUM_UNSUPPORTED = 2,      /* valid request this strategy cannot serve; host falls back */
+  FULCRUM_NOT_FOUND = 3,        /* unknown strategy name */
+  FULCRUM_INTERNAL = 4          /* anything else, including a caught exception */
+} fulcrum_status;
+
+typedef enum fulcrum_mask_kind {
+  FULCRUM_MASK_CAUSAL = 0,
+  FULCRUM_MASK_FULL = 1,
+  FULCRUM_MASK_SLIDING = 2,     /* mask_param = window W >= 1 */
+  FULCRUM_MASK_PREFIX = 3,      /* mask_param = prefix length L >= 0 */
+  FULCRUM_MASK_BLOCK_SPARSE = 4 /* sparse_* fields describe the allowed tiles */
+} fulcrum_mask_kind;
+
+typedef enum fulcrum_cost_kind {
+  FULCRUM_COST_TOKENS = 0,
+  FULCRUM_COST_ATTENTION = 1 /* attention_a * L + L^2 */
+} fulcrum_cost_kind;
+
+typedef enum fulcrum_log_level {
+  FULCRUM_LOG_DEBUG = 0,
+  FULCRUM_LOG_INFO = 1,
+  FULCRUM_LOG_WARNING = 2,
+  FULCRUM_LOG_ERROR = 3
+} fulcrum_log_level;
+
+/* Services the host lends to a plugin instance. Owned by the host; valid from
+ * create() until destroy() returns. Any function pointer may be NULL. */
+typedef struct fulcrum_host_services {
+  uint32_t struct_size;
+  void* user_data; /* passed back to every callback; opaque to the plugin */
+  void (*log)(void* user_data, int32_t level, const char* message);
+} fulcrum_host_services;
+
+/* One row of one micro-batch. Every pointer is borrowed from the host and
+ * valid only during the plan_cp call. */
+typedef struct fulcrum_cp_request {
+  uint32_t struct_size;
+  int32_t cp_size;                 /* P >= 1 */
+  int64_t tokens;                  /* N >= 1 */
+  int64_t block_size;              /* B >= 1 */
+  const int64_t* doc_lengths;      /* num_docs entries summing to N; may be NULL if num_docs == 0 */
+  int64_t num_docs;                /* 0 means one document of N tokens */
+  int32_t mask_kind;               /* fulcrum_mask_kind */
+  int32_t reserved0;               /* zero */
+  int64_t mask_param;              /* see fulcrum_mask_kind */
+  const int64_t* sparse_offsets;   /* ceil(N/B) + 1 entries, only for BLOCK_SPARSE */
+  const int64_t* sparse_kv_blocks; /* sparse_offsets[ceil(N/B)] entries */
+  const char* strategy;            /* requested strategy name */
+} fulcrum_cp_request;
+
+/* A plan written by the plugin. The host zero-initialises it and sets
+ * struct_size; the plugin fills the rest. Every pointer the plugin stores is
+ * owned by the plugin and stays valid until the host passes this struct to
+ * release_plan (which the host does exactly once for every FULCRUM_OK). */
+typedef struct fulcrum_cp_plan {
+  uint32_t struct_size;
+  int32_t cp_size;
+  int64_t shard_len;           /* tokens per rank, padding included */
+  int64_t* positions;          /* cp_size * shard_len entries, rank-major, -1 = pad */
+  int64_t padding;             /* number of -1 entries */
+  const char* strategy_used;   /* the strategy that produced the positions */
+  const char* fallback_reason; /* NULL when the requested strategy served */
+  const int64_t* rank_pairs;   /* cp_size entries, or NULL: the host computes work itself */
+  const int64_t* rank_tiles;   /* cp_size entries, or NULL */
+  void* plugin_data;           /* the plugin's own bookkeeping; the host never touches it */
+} fulcrum_cp_plan;
+
+/* A DP partition request. Pointers are borrowed, valid during the call. */
+typedef struct fulcrum_dp_request {
+  uint32_t struct_size;
+  int32_t num_ranks;      /* k >= 1 */
+  const int64_t* lengths; /* num_samples entries, each >= 1 */
+  int64_t num_samples;    /* n >= 1 */
+  int32_t cost_kind;      /* fulcrum_cost_kind */
+  int32_t equal_count;    /* nonzero: each rank gets floor(n/k) or ceil(n/k) samples */
+  double attention_a;     /* only for FULCRUM_COST_ATTENTION */
+  const char* strategy;
+} fulcrum_dp_request;
+
+/* The answer, written into buffers the host allocated and owns:
+ * samples[rank_offsets[r] .. rank_offsets[r+1]) are rank r's sample indices. */
+typedef struct fulcrum_dp_result {
+  uint32_t struct_size;
+  int32_t num_ranks;
+  int64_t* rank_offsets; /* host-owned, num_ranks + 1 entries */
+  int64_t* samples;      /* host-owned, num_samples entries: a permutation of [0, n) */
+} fulcrum_dp_result;
+
+/* The function table. Static storage in the plugin: valid until dlclose. */
+typedef struct fulcrum_plugin_v1 {
+  uint32_t struct_size; /* sizeof(fulcrum_plugin_v1) as the plugin was built */
+  uint16_t abi_major;   /* FULCRUM_ABI_MAJOR the plugin was built against */
+  uint16_t abi_minor;
+  const char* name;                 /* static */
+  const char* const* cp_strategies; /* static, num_cp_strategies entries */
+  int32_t num_cp_strategies;
+  int32_t num_dp_strategies;
+  const char* const* dp_strategies; /* static, num_dp_strategies entries */
+
+  /* Makes an instance. `host` is borrowed until destroy(). On FULCRUM_OK the
+   * plugin stores an instance handle in *instance, which the host passes to
+   * every other call and finally to destroy(). One instance is used by one
+   * thread at a time. */
+  fulcrum_status (*create)(const fulcrum_host_services* host, void** instance);
+  void (*destroy)(void* instance);
+
+  fulcrum_status (*plan_cp)(void* instance, const fulcrum_cp_request* request,
+                            fulcrum_cp_plan* plan);
+  void (*release_plan)(void* instance, fulcrum_cp_plan* plan);
+
+  fulcrum_status (*partition_dp)(void* instance, const fulcrum_dp_request* request,
+                                 fulcrum_dp_result* result);
+
+  /* One line describing the last failure on this instance. Owned by the
+   * plugin, valid until the next call on the instance. Never NULL. */
+  const char* (*last_error)(void* instance);
+} fulcrum_plugin_v1;
+
+typedef const fulcrum_plugin_v1* (*fulcrum_get_plugin_fn)(void);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* FULCRUM_C_API_H_ */

@@ -1,0 +1,55 @@
+// Workload validation, mask parsing and the per-query key ranges every work
+// computation is built on. Part of fulcrum::core (no LibTorch).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fulcrum/cp_types.h"
+#include "fulcrum/status.h"
+
+namespace fulcrum {
+
+// Checks a workload for everything a planner relies on: N >= 1, P >= 1,
+// B >= 1, document lengths >= 1 summing to N, mask parameters in range and a
+// well-formed block-sparse structure. The message names the field and value.
+Status validate_workload(const CpWorkload& workload);
+
+// "causal", "full", "sliding:W" (W >= 1) or "prefix:L" (L >= 0).
+Result<MaskSpec> parse_mask(std::string_view text);
+std::string mask_to_string(const MaskSpec& mask);
+
+// Document boundaries of a row: doc_start[d] .. doc_start[d+1].
+class RowLayout {
+ public:
+  explicit RowLayout(const CpWorkload& workload);
+
+  std::int64_t tokens() const { return doc_start_.back(); }
+  std::int64_t num_docs() const { return static_cast<std::int64_t>(doc_start_.size()) - 1; }
+  std::int64_t doc_begin(std::int64_t doc) const { return doc_start_[doc]; }
+  std::int64_t doc_end(std::int64_t doc) const { return doc_start_[doc + 1]; }
+  // Document holding position pos (binary search).
+  std::int64_t doc_of(std::int64_t pos) const;
+  const std::vector<std::int64_t>& starts() const { return doc_start_; }
+
+ private:
+  std::vector<std::int64_t> doc_start_;  // num_docs + 1 entries, last = N
+};
+
+// For every mask except block-sparse, the keys a query may see form one
+// contiguous range [lo, hi] (inclusive) of global positions inside its
+// document. Undefined for kBlockSparse.
+struct KeyRange {
+  std::int64_t lo = 0;
+  std::int64_t hi = -1;
+  std::int64_t size() const { return hi - lo + 1; }
+};
+
+KeyRange key_range(const MaskSpec& mask, std::int64_t doc_begin, std::int64_t doc_end,
+                   std::int64_t query);
+
+inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace fulcrum

@@ -1,0 +1,93 @@
+// YAML configuration, validated against a schema.
+//
+// Every key is "section.key" (nesting deeper is allowed: "balancer.cp.strategy").
+// Loading checks the file against the schema: an unknown key is an error with
+// file:line:column and the nearest known key ("did you mean cp_size?"), a wrong
+// type or out-of-range value names the key, the value and what is allowed.
+// Command-line overrides ("section.key=value") are checked the same way and
+// win over the file.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fulcrum/status.h"
+
+namespace fulcrum::host {
+
+enum class ValueType { kInt, kDouble, kBool, kString };
+
+struct KeySpec {
+  std::string key;  // dotted path
+  ValueType type = ValueType::kString;
+  std::string default_value;  // as it would be written in YAML
+  std::optional<double> min;  // inclusive, numbers only
+  std::optional<double> max;
+  std::vector<std::string> choices;  // strings only; empty = any
+  // Extra check for strings: returns what is wrong, or nullopt when fine.
+  std::function<std::optional<std::string>(const std::string&)> check;
+  std::string help;  // "what it is; what is allowed"
+};
+
+class ConfigSchema {
+ public:
+  void add(KeySpec spec);
+  const KeySpec* find(const std::string& key) const;
+  // The known key closest (edit distance on the whole dotted path and on the
+  // last component) to an unknown one, or "" when nothing is close.
+  std::string nearest(const std::string& key) const;
+  const std::vector<KeySpec>& keys() const { return keys_; }
+
+  // Every key fulcrum's tools and runtime read.
+  static const ConfigSchema& fulcrum();
+
+ private:
+  std::vector<KeySpec> keys_;
+};
+
+class Config {
+ public:
+  // Accessors for keys of the schema; a key absent from file and overrides
+  // yields its default. Asking for a key outside the schema, or with the wrong
+  // type, is a programming error (std::logic_error).
+  std::int64_t get_int(const std::string& key) const;
+  double get_double(const std::string& key) const;
+  bool get_bool(const std::string& key) const;
+  std::string get_string(const std::string& key) const;
+  // Where a key's value came from: "FILE:LINE:COL", "--set", or "default".
+  std::string origin(const std::string& key) const;
+  // True when the file or an override set the key.
+  bool is_set(const std::string& key) const;
+
+  const ConfigSchema& schema() const { return *schema_; }
+
+ private:
+  friend Result<Config> load_config(const std::string&, const std::vector<std::string>&,
+                                    const ConfigSchema&);
+  friend Result<Config> load_config_string(const std::string&, const std::string&,
+                                           const std::vector<std::string>&, const ConfigSchema&);
+  struct Entry {
+    std::string value;
+    std::string origin;
+  };
+  const KeySpec& spec(const std::string& key, ValueType type) const;
+  const ConfigSchema* schema_ = nullptr;
+  std::map<std::string, Entry> values_;
+};
+
+// Loads `path` (may be empty: defaults plus overrides) and applies overrides
+// of the form "section.key=value". Errors are one line: kInvalidArgument for
+// bad content, kNotFound for a missing file.
+Result<Config> load_config(const std::string& path, const std::vector<std::string>& overrides,
+                           const ConfigSchema& schema = ConfigSchema::fulcrum());
+
+// The same, from YAML text; `name` stands for the file in messages.
+Result<Config> load_config_string(const std::string& yaml, const std::string& name,
+                                  const std::vector<std::string>& overrides,
+                                  const ConfigSchema& schema = ConfigSchema::fulcrum());
+
+}  // namespace fulcrum::host

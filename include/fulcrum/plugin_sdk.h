@@ -1,0 +1,340 @@
+// Header-only plugin SDK: write an ordinary C++ class derived from
+// fulcrum::LoadBalancer, then export it with one macro:
+//
+//     class MyBalancer final : public fulcrum::LoadBalancer { ... };
+//     FULCRUM_EXPORT_PLUGIN(MyBalancer)
+//
+// The class is default-constructible or constructible from fulcrum::sdk::Host
+// (to log through the host). The adapter below turns it into the C function
+// table of c_api.h: it converts requests and answers, owns plan buffers until
+// the host releases them, and turns every exception into a status plus a
+// last_error line, so nothing C++ crosses the boundary.
+#pragma once
+
+#include <cstddef>
+#include <exception>
+#include <memory>
+#include <new>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "fulcrum/c_api.h"
+#include "fulcrum/load_balancer.h"
+
+// Pin the v1.0 layout: a change here is an ABI break (see c_api.h).
+static_assert(sizeof(void*) == 8, "the fulcrum ABI is defined for 64-bit targets");
+static_assert(sizeof(fulcrum_host_services) == 24);
+static_assert(sizeof(fulcrum_cp_request) == 80);
+static_assert(offsetof(fulcrum_cp_request, doc_lengths) == 24);
+static_assert(offsetof(fulcrum_cp_request, mask_param) == 48);
+static_assert(offsetof(fulcrum_cp_request, strategy) == 72);
+static_assert(sizeof(fulcrum_cp_plan) == 72);
+static_assert(offsetof(fulcrum_cp_plan, positions) == 16);
+static_assert(offsetof(fulcrum_cp_plan, plugin_data) == 64);
+static_assert(sizeof(fulcrum_dp_request) == 48);
+static_assert(offsetof(fulcrum_dp_request, attention_a) == 32);
+static_assert(sizeof(fulcrum_dp_result) == 24);
+static_assert(sizeof(fulcrum_plugin_v1) == 88);
+static_assert(offsetof(fulcrum_plugin_v1, create) == 40);
+static_assert(offsetof(fulcrum_plugin_v1, last_error) == 80);
+
+namespace fulcrum::sdk {
+
+// The host's services as a plugin sees them. Cheap to copy; valid while the
+// plugin instance lives.
+class Host {
+ public:
+  Host() = default;
+  explicit Host(const fulcrum_host_services* services) : services_(services) {}
+
+  void log(fulcrum_log_level level, const std::string& message) const {
+    if (services_ != nullptr && services_->log != nullptr) {
+      services_->log(services_->user_data, level, message.c_str());
+    }
+  }
+
+ private:
+  const fulcrum_host_services* services_ = nullptr;
+};
+
+// Converts a C request into the C++ workload, checking what the C side cannot:
+// null pointers paired with non-zero counts.
+inline Result<CpWorkload> workload_from_c(const fulcrum_cp_request& req) {
+  if (req.struct_size < sizeof(fulcrum_cp_request)) {
+    return invalid_argument("cp request struct_size " + std::to_string(req.struct_size) +
+                            " is smaller than the v1.0 size " +
+                            std::to_string(sizeof(fulcrum_cp_request)));
+  }
+  CpWorkload w;
+  w.tokens = req.tokens;
+  w.cp_size = req.cp_size;
+  w.block_size = req.block_size;
+  if (req.num_docs < 0 || (req.num_docs > 0 && req.doc_lengths == nullptr)) {
+    return invalid_argument("cp request has num_docs " + std::to_string(req.num_docs) +
+                            " but doc_lengths is null");
+  }
+  w.doc_lengths.assign(req.doc_lengths, req.doc_lengths + req.num_docs);
+  w.mask.kind = static_cast<MaskKind>(req.mask_kind);
+  w.mask.param = req.mask_param;
+  if (w.mask.kind == MaskKind::kBlockSparse) {
+    if (req.block_size < 1 || req.tokens < 1 || req.sparse_offsets == nullptr) {
+      return invalid_argument(
+          "block-sparse cp request needs tokens, block_size and sparse_offsets");
+    }
+    const std::int64_t blocks = (req.tokens + req.block_size - 1) / req.block_size;
+    w.mask.block_sparse.offsets.assign(req.sparse_offsets, req.sparse_offsets + blocks + 1);
+    const std::int64_t nnz = w.mask.block_sparse.offsets.back();
+    if (nnz < 0 || (nnz > 0 && req.sparse_kv_blocks == nullptr)) {
+      return invalid_argument("block-sparse cp request has " + std::to_string(nnz) +
+                              " kv blocks but sparse_kv_blocks is null");
+    }
+    w.mask.block_sparse.kv_blocks.assign(req.sparse_kv_blocks, req.sparse_kv_blocks + nnz);
+  }
+  return w;
+}
+
+inline Result<DpRequest> dp_request_from_c(const fulcrum_dp_request& req) {
+  if (req.struct_size < sizeof(fulcrum_dp_request)) {
+    return invalid_argument("dp request struct_size " + std::to_string(req.struct_size) +
+                            " is smaller than the v1.0 size " +
+                            std::to_string(sizeof(fulcrum_dp_request)));
+  }
+  if (req.num_samples < 0 || (req.num_samples > 0 && req.lengths == nullptr)) {
+    return invalid_argument("dp request has num_samples " + std::to_string(req.num_samples) +
+                            " but lengths is null");
+  }
+  DpRequest r;
+  r.lengths.assign(req.lengths, req.lengths + req.num_samples);
+  r.num_ranks = req.num_ranks;
+  r.cost.kind = static_cast<CostKind>(req.cost_kind);
+  r.cost.a = req.attention_a;
+  r.equal_count = req.equal_count != 0;
+  return r;
+}
+
+inline fulcrum_status to_c_status(StatusCode code) {
+  switch (code) {
+    case StatusCode::kOk:
+      return FULCRUM_OK;
+    case StatusCode::kInvalidArgument:
+      return FULCRUM_INVALID_ARGUMENT;
+    case StatusCode::kUnsupported:
+      return FULCRUM_UNSUPPORTED;
+    case StatusCode::kNotFound:
+      return FULCRUM_NOT_FOUND;
+    default:
+      return FULCRUM_INTERNAL;
+  }
+}
+
+template <typename Balancer>
+class PluginAdapter {
+  static_assert(std::is_base_of_v<LoadBalancer, Balancer>,
+                "FULCRUM_EXPORT_PLUGIN needs a class derived from fulcrum::LoadBalancer");
+
+  struct Instance {
+    std::unique_ptr<Balancer> balancer;
+    std::string last_error;
+  };
+
+  // Owns what a fulcrum_cp_plan points to, until release_plan.
+  struct PlanBuffers {
+    std::vector<std::int64_t> positions;
+    std::string strategy_used;
+    std::string fallback_reason;
+    std::vector<std::int64_t> pairs;
+    std::vector<std::int64_t> tiles;
+  };
+
+  static std::unique_ptr<Balancer> make(Host host) {
+    if constexpr (std::is_constructible_v<Balancer, Host>) {
+      return std::make_unique<Balancer>(host);
+    } else {
+      return std::make_unique<Balancer>();
+    }
+  }
+
+  // Runs body; turns a thrown exception into FULCRUM_INTERNAL and a message.
+  template <typename Body>
+  static fulcrum_status guarded(Instance* inst, Body&& body) noexcept {
+    try {
+      return body();
+    } catch (const std::bad_alloc&) {
+      inst->last_error = "out of memory";
+    } catch (const std::exception& e) {
+      try {
+        inst->last_error = std::string("exception: ") + e.what();
+      } catch (...) {
+      }
+    } catch (...) {
+      inst->last_error = "unknown exception";
+    }
+    return FULCRUM_INTERNAL;
+  }
+
+  static fulcrum_status fail(Instance* inst, const Status& s) {
+    inst->last_error = s.message();
+    return to_c_status(s.code());
+  }
+
+  static fulcrum_status create(const fulcrum_host_services* host, void** out) noexcept {
+    if (out == nullptr) return FULCRUM_INVALID_ARGUMENT;
+    *out = nullptr;
+    try {
+      auto inst = std::make_unique<Instance>();
+      inst->balancer = make(Host(host));
+      *out = inst.release();
+      return FULCRUM_OK;
+    } catch (...) {
+      return FULCRUM_INTERNAL;
+    }
+  }
+
+  static void destroy(void* instance) noexcept { delete static_cast<Instance*>(instance); }
+
+  static fulcrum_status plan_cp(void* instance, const fulcrum_cp_request* req,
+                                fulcrum_cp_plan* plan) noexcept {
+    auto* inst = static_cast<Instance*>(instance);
+    if (inst == nullptr) return FULCRUM_INVALID_ARGUMENT;
+    return guarded(inst, [&]() -> fulcrum_status {
+      if (req == nullptr || plan == nullptr || req->strategy == nullptr) {
+        return fail(inst, invalid_argument("plan_cp called with a null request, plan or strategy"));
+      }
+      if (plan->struct_size < sizeof(fulcrum_cp_plan)) {
+        return fail(inst, invalid_argument("cp plan struct_size too small"));
+      }
+      auto workload = workload_from_c(*req);
+      if (!workload) return fail(inst, workload.status());
+      auto result = inst->balancer->plan_cp(req->strategy, *workload);
+      if (!result) return fail(inst, result.status());
+      auto buffers = std::make_unique<PlanBuffers>();
+      ShardPlan& p = *result;
+      buffers->positions = std::move(p.positions);
+      buffers->strategy_used = std::move(p.strategy_used);
+      buffers->fallback_reason = std::move(p.fallback_reason);
+      if (static_cast<std::int32_t>(p.work.size()) == p.cp_size) {
+        for (const RankWork& w : p.work) {
+          buffers->pairs.push_back(w.pairs);
+          buffers->tiles.push_back(w.tiles);
+        }
+      }
+      plan->cp_size = p.cp_size;
+      plan->shard_len = p.shard_len;
+      plan->positions = buffers->positions.data();
+      plan->padding = p.padding;
+      plan->strategy_used = buffers->strategy_used.c_str();
+      plan->fallback_reason =
+          buffers->fallback_reason.empty() ? nullptr : buffers->fallback_reason.c_str();
+      plan->rank_pairs = buffers->pairs.empty() ? nullptr : buffers->pairs.data();
+      plan->rank_tiles = buffers->tiles.empty() ? nullptr : buffers->tiles.data();
+      plan->plugin_data = buffers.release();
+      return FULCRUM_OK;
+    });
+  }
+
+  static void release_plan(void* /*instance*/, fulcrum_cp_plan* plan) noexcept {
+    if (plan == nullptr) return;
+    delete static_cast<PlanBuffers*>(plan->plugin_data);
+    plan->plugin_data = nullptr;
+    plan->positions = nullptr;
+    plan->strategy_used = nullptr;
+    plan->fallback_reason = nullptr;
+    plan->rank_pairs = nullptr;
+    plan->rank_tiles = nullptr;
+  }
+
+  static fulcrum_status partition_dp(void* instance, const fulcrum_dp_request* req,
+                                     fulcrum_dp_result* out) noexcept {
+    auto* inst = static_cast<Instance*>(instance);
+    if (inst == nullptr) return FULCRUM_INVALID_ARGUMENT;
+    return guarded(inst, [&]() -> fulcrum_status {
+      if (req == nullptr || out == nullptr || req->strategy == nullptr ||
+          out->rank_offsets == nullptr || out->samples == nullptr) {
+        return fail(inst, invalid_argument("partition_dp called with a null argument"));
+      }
+      auto request = dp_request_from_c(*req);
+      if (!request) return fail(inst, request.status());
+      auto result = inst->balancer->partition_dp(req->strategy, *request);
+      if (!result) return fail(inst, result.status());
+      const DpPartition& part = *result;
+      if (static_cast<std::int32_t>(part.ranks.size()) != req->num_ranks) {
+        return fail(inst, internal_error("partition has " + std::to_string(part.ranks.size()) +
+                                         " ranks, expected " + std::to_string(req->num_ranks)));
+      }
+      std::int64_t at = 0;
+      out->num_ranks = req->num_ranks;
+      for (std::size_t r = 0; r < part.ranks.size(); ++r) {
+        out->rank_offsets[r] = at;
+        for (std::int64_t s : part.ranks[r]) {
+          if (at >= req->num_samples) {
+            return fail(inst, internal_error("partition lists more samples than requested"));
+          }
+          out->samples[at++] = s;
+        }
+      }
+      out->rank_offsets[part.ranks.size()] = at;
+      return FULCRUM_OK;
+    });
+  }
+
+  static const char* last_error(void* instance) noexcept {
+    auto* inst = static_cast<Instance*>(instance);
+    return inst == nullptr ? "null plugin instance" : inst->last_error.c_str();
+  }
+
+ public:
+  // The table exported by FULCRUM_EXPORT_PLUGIN. Built once; static storage.
+  static const fulcrum_plugin_v1* table() noexcept {
+    static const Names names = [] {
+      Names n;
+      try {
+        auto probe = make(Host());
+        n.name = probe->name();
+        n.cp = probe->cp_strategies();
+        n.dp = probe->dp_strategies();
+      } catch (...) {
+        n.ok = false;
+      }
+      for (const auto& s : n.cp) n.cp_c.push_back(s.c_str());
+      for (const auto& s : n.dp) n.dp_c.push_back(s.c_str());
+      return n;
+    }();
+    if (!names.ok) return nullptr;
+    static const fulcrum_plugin_v1 t = {
+        sizeof(fulcrum_plugin_v1),
+        FULCRUM_ABI_MAJOR,
+        FULCRUM_ABI_MINOR,
+        names.name.c_str(),
+        names.cp_c.data(),
+        static_cast<int32_t>(names.cp_c.size()),
+        static_cast<int32_t>(names.dp_c.size()),
+        names.dp_c.data(),
+        &create,
+        &destroy,
+        &plan_cp,
+        &release_plan,
+        &partition_dp,
+        &last_error,
+    };
+    return &t;
+  }
+
+ private:
+  struct Names {
+    bool ok = true;
+    std::string name;
+    std::vector<std::string> cp, dp;
+    std::vector<const char*> cp_c, dp_c;
+  };
+};
+
+}  // namespace fulcrum::sdk
+
+// Exports `Class` (derived from fulcrum::LoadBalancer) as this library's plugin.
+// Use once per shared library, at namespace scope.
+#define FULCRUM_EXPORT_PLUGIN(Class)                                                \
+  extern "C" FULCRUM_PLUGIN_API const fulcrum_plugin_v1* fulcrum_get_plugin(void) { \
+    return ::fulcrum::sdk::PluginAdapter<Class>::table();                           \
+  }

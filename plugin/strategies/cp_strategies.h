@@ -1,0 +1,48 @@
+// Every CP strategy of the fulcrum plugin. Each planner validates its workload,
+// returns kUnsupported with a reason when its applicability rule fails, and
+// otherwise returns a valid plan with per-rank work filled in.
+#pragma once
+
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "fulcrum/cp_types.h"
+#include "fulcrum/status.h"
+
+namespace fulcrum::cp {
+
+using Planner = Result<ShardPlan> (*)(const CpWorkload&);
+
+struct StrategyInfo {
+  std::string_view name;
+  Planner plan;
+  std::string_view summary;  // one line for --help and docs
+};
+
+// In the order tables and --compare print them.
+std::span<const StrategyInfo> strategies();
+const StrategyInfo* find_strategy(std::string_view name);
+
+// Why `name` cannot serve this (valid) workload, or nullopt when it can.
+// head_tail: N % 2P == 0; ptrr: N % (P*B) == 0 and not block-sparse with
+// unequal block sizes. Unknown names yield nullopt (the planner reports them).
+std::optional<std::string> inapplicable_reason(std::string_view name, const CpWorkload& workload);
+
+// Plans with `name`; kNotFound for an unknown name.
+Result<ShardPlan> plan(std::string_view name, const CpWorkload& workload);
+
+Result<ShardPlan> plan_contiguous(const CpWorkload& workload);
+Result<ShardPlan> plan_head_tail(const CpWorkload& workload);
+Result<ShardPlan> plan_striped(const CpWorkload& workload);
+Result<ShardPlan> plan_per_document(const CpWorkload& workload);         // padding-free
+Result<ShardPlan> plan_per_document_padded(const CpWorkload& workload);  // Megatron/TE THD
+Result<ShardPlan> plan_ptrr(const CpWorkload& workload);
+Result<ShardPlan> plan_balanced(const CpWorkload& workload);
+Result<ShardPlan> plan_auto(const CpWorkload& workload);
+
+// Fills plan.work and plan.padding from the work model; used by every planner.
+void finish_plan(const CpWorkload& workload, ShardPlan& plan);
+
+}  // namespace fulcrum::cp

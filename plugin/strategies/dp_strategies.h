@@ -1,0 +1,43 @@
+// Every DP strategy of the fulcrum plugin, plus the windowed dispatcher and the
+// length-bucketed sampler that feed the data loader.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "fulcrum/dp_types.h"
+#include "fulcrum/status.h"
+
+namespace fulcrum::dp {
+
+using Partitioner = Result<DpPartition> (*)(const DpRequest&);
+
+struct StrategyInfo {
+  std::string_view name;
+  Partitioner partition;
+  std::string_view summary;
+};
+
+std::span<const StrategyInfo> strategies();
+const StrategyInfo* find_strategy(std::string_view name);
+
+// Checks n >= 1, every length >= 1, k >= 1, cost parameters finite and >= 0.
+Status validate_request(const DpRequest& request);
+
+// Partitions with `name`; kNotFound for an unknown name.
+Result<DpPartition> partition(std::string_view name, const DpRequest& request);
+
+Result<DpPartition> partition_round_robin(const DpRequest& request);
+Result<DpPartition> partition_lpt(const DpRequest& request);             // capped at ceil(n/k)
+Result<DpPartition> partition_karmarkar_karp(const DpRequest& request);  // honours equal_count
+Result<DpPartition> partition_auto(const DpRequest& request);
+
+// max(largest cost, total / k), tightened when equal_count holds.
+double lower_bound(const DpRequest& request);
+
+// Fills cost, imbalance and lower_bound of a partition whose ranks are set.
+void finish_partition(const DpRequest& request, DpPartition& partition);
+
+}  // namespace fulcrum::dp

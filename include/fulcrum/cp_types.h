@@ -29,7 +29,7 @@ enum class MaskKind : std::int32_t {
 // allowed, subject to the document boundary.
 struct BlockSparseMask {
   std::vector<std::int64_t> offsets;    // num_query_blocks + 1 entries, non-decreasing
-  std::vector<std::int64_t> kv_blocks;  // each in [0, num_blocks)
+  std::vector<std::int64_t> kv_blocks;  // each in [0, num_blocks), strictly increasing per row
 };
 
 struct MaskSpec {

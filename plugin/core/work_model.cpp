@@ -26,7 +26,7 @@ std::int64_t run_pairs(const MaskSpec& mask, std::int64_t len, std::int64_t ia, 
     case MaskKind::kSliding: {
       // size(i) = min(i + 1, W): grows until i = W - 1, then stays W.
       const std::int64_t w = mask.param;
-      const std::int64_t grow_end = std::min(ib, w - 1);
+      const std::int64_t grow_end = std::min(ib, w - 2);
       const std::int64_t flat_begin = std::max(ia, w - 1);
       return sum_plus_one(ia, grow_end) + (ib >= flat_begin ? (ib - flat_begin + 1) * w : 0);
     }

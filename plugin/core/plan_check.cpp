@@ -27,19 +27,20 @@ Status validate_plan(const CpWorkload& w, const ShardPlan& plan) {
   std::int64_t pads = 0;
   for (std::int64_t i = 0; i < expected; ++i) {
     const std::int64_t pos = plan.positions[i];
-    const std::int64_t rank = plan.shard_len > 0 ? i / plan.shard_len : 0;
-    const std::string where =
-        "rank " + str(rank) + " index " + str(plan.shard_len > 0 ? i % plan.shard_len : 0);
     if (pos == kPadPosition) {
       ++pads;
       continue;
     }
+    // Built only on the error paths: this loop runs for every token of every row.
+    const auto where = [&] {
+      return "rank " + str(i / plan.shard_len) + " index " + str(i % plan.shard_len);
+    };
     if (pos < 0 || pos >= w.tokens) {
-      return invalid_argument("plan " + where + " holds position " + str(pos) + ", outside [0, " +
+      return invalid_argument("plan " + where() + " holds position " + str(pos) + ", outside [0, " +
                               str(w.tokens) + ") and not -1 padding");
     }
     if (seen[pos]) {
-      return invalid_argument("plan " + where + " repeats position " + str(pos));
+      return invalid_argument("plan " + where() + " repeats position " + str(pos));
     }
     seen[pos] = true;
   }

@@ -38,6 +38,32 @@ Result<DpPartition> partition_auto(const DpRequest& request);
 double lower_bound(const DpRequest& request);
 
 // Fills cost, imbalance and lower_bound of a partition whose ranks are set.
+// Under equal_count, a partition whose counts break the rule (capped LPT can
+// leave a rank below floor(n/k)) gets the bound computed without the rule.
 void finish_partition(const DpRequest& request, DpPartition& partition);
+
+// Building blocks the strategies share so that "auto" sorts and costs a
+// request once instead of once per candidate. Not a stable interface; inputs
+// are assumed valid (see validate_request).
+namespace detail {
+
+using Assignment = std::vector<std::vector<std::int64_t>>;  // sample indices per rank
+
+// A request's per-sample costs, and its samples by cost, largest first, ties
+// by index. Cost is strictly increasing in length, so this is a length sort.
+struct CostOrder {
+  std::vector<double> cost;
+  std::vector<std::int64_t> descending;
+};
+CostOrder order_by_cost(const DpRequest& request);
+
+Assignment assign_round_robin(std::size_t num_samples, std::size_t num_ranks);
+Assignment assign_lpt(const CostOrder& order, std::size_t num_ranks);
+Assignment assign_karmarkar_karp(const CostOrder& order, std::size_t num_ranks, bool equal_count);
+
+// lower_bound() of a request given its order.
+double lower_bound(const CostOrder& order, std::size_t num_ranks, bool equal_count);
+
+}  // namespace detail
 
 }  // namespace fulcrum::dp

@@ -1,1 +1,644 @@
-// placeholder
+// Loading a balancer plugin and presenting it as a fulcrum::LoadBalancer.
+//
+// Trust boundary: a plugin runs in every rank, so the loader refuses a file
+// anyone but its owner may write, checks the table before calling through it,
+// and validates every answer before the host uses it. Nothing C++ crosses the
+// C table: requests are built into plain structs, answers are copied out and
+// plan buffers are handed back with release_plan exactly once.
+#include "fulcrum/host/plugin_loader.h"
+
+#include <dlfcn.h>
+#include <sys/stat.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <filesystem>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "fulcrum/c_api.h"
+#include "fulcrum/core/plan_check.h"
+#include "fulcrum/core/work_model.h"
+#include "fulcrum/core/workload.h"
+#include "partition_summary.h"
+#include "plugin_loader_internal.h"
+
+#ifndef FULCRUM_PLUGIN_SUBDIR
+#define FULCRUM_PLUGIN_SUBDIR "lib/fulcrum"
+#endif
+
+namespace fulcrum::host {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The v1.0 end of the table: later minor versions append after it, so this,
+// not sizeof, is the smallest table the host accepts.
+constexpr std::uint32_t kTableV1Size =
+    offsetof(fulcrum_plugin_v1, last_error) + sizeof(fulcrum_plugin_v1::last_error);
+// struct_size, abi_major and abi_minor open every version of the table.
+constexpr std::uint32_t kTableHeaderSize =
+    offsetof(fulcrum_plugin_v1, abi_minor) + sizeof(fulcrum_plugin_v1::abi_minor);
+// More strategies than this means the count field is garbage.
+constexpr std::int32_t kMaxStrategies = 4096;
+
+// ---------------------------------------------------------------------------
+// Shared library handles: one per canonical path while any balancer uses it.
+
+using LibraryHandle = std::shared_ptr<void>;
+
+struct LibraryCache {
+  std::mutex mutex;
+  std::map<std::string, std::weak_ptr<void>> by_path;
+};
+
+LibraryCache& library_cache() {
+  // Never destroyed: balancers held in static storage may outlive it otherwise.
+  static auto* cache = new LibraryCache;
+  return *cache;
+}
+
+Result<LibraryHandle> open_library(const std::string& path) {
+  LibraryCache& cache = library_cache();
+  std::lock_guard<std::mutex> lock(cache.mutex);
+  for (auto it = cache.by_path.begin(); it != cache.by_path.end();) {
+    it = it->second.expired() ? cache.by_path.erase(it) : std::next(it);
+  }
+  if (auto found = cache.by_path.find(path); found != cache.by_path.end()) {
+    if (LibraryHandle shared = found->second.lock()) return shared;
+  }
+  dlerror();  // clear a stale error
+  void* raw = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (raw == nullptr) {
+    const char* why = dlerror();
+    return internal_error("cannot load plugin " + path + ": " +
+                          (why != nullptr ? why : "dlopen failed without a message") +
+                          "; check that it is a fulcrum plugin built for this platform and that "
+                          "its dependencies resolve (ldd " +
+                          path + ")");
+  }
+  LibraryHandle handle(raw, [](void* h) { dlclose(h); });
+  cache.by_path[path] = handle;
+  return handle;
+}
+
+// ---------------------------------------------------------------------------
+// Finding the file and deciding whether to trust it.
+
+std::string join(const std::vector<std::string>& items, const char* separator) {
+  std::string out;
+  for (const std::string& item : items) {
+    if (!out.empty()) out += separator;
+    out += item;
+  }
+  return out;
+}
+
+std::string library_file_name(std::string_view name) {
+  if (name.size() > 3 && name.substr(name.size() - 3) == ".so") return std::string(name);
+  return "lib" + std::string(name) + ".so";
+}
+
+Result<std::string> resolve_plugin_path(std::string_view name_or_path,
+                                        const LoaderOptions& options) {
+  std::error_code ec;
+  if (name_or_path.empty()) {
+    return invalid_argument(
+        "empty plugin name; give a name such as 'fulcrum_balancer' or a path to a .so file");
+  }
+  fs::path path;
+  if (name_or_path.find('/') != std::string_view::npos) {
+    path = fs::path(name_or_path);
+    if (!fs::exists(path, ec)) {
+      return not_found("plugin file " + path.string() +
+                       " does not exist; check the path, or give a plugin name to search "
+                       "FULCRUM_PLUGIN_PATH and the install directories");
+    }
+  } else {
+    const std::string file = library_file_name(name_or_path);
+    const std::vector<std::string> dirs =
+        options.search_dirs.empty() ? default_search_dirs() : options.search_dirs;
+    for (const std::string& dir : dirs) {
+      fs::path candidate = fs::path(dir) / file;
+      if (fs::exists(candidate, ec)) {
+        path = std::move(candidate);
+        break;
+      }
+    }
+    if (path.empty()) {
+      return not_found("plugin '" + std::string(name_or_path) + "' not found: no " + file + " in " +
+                       (dirs.empty() ? std::string("(no search directories)") : join(dirs, ", ")) +
+                       "; install it there, add its directory to FULCRUM_PLUGIN_PATH, or give "
+                       "the plugin's path");
+    }
+  }
+  fs::path canonical = fs::canonical(path, ec);
+  if (ec) {
+    return not_found("cannot resolve plugin path " + path.string() + ": " + ec.message());
+  }
+  if (!fs::is_regular_file(canonical, ec)) {
+    return invalid_argument("plugin path " + canonical.string() +
+                            " is not a regular file; give the path of the plugin's .so file");
+  }
+  return canonical.string();
+}
+
+std::string octal_mode(mode_t mode) {
+  char text[8];
+  std::snprintf(text, sizeof text, "%04o", static_cast<unsigned>(mode & 07777));
+  return text;
+}
+
+// Anyone who can write the file, or replace it in its directory, can run code
+// in every rank that loads it.
+Status check_permissions(const std::string& plugin_path) {
+  const std::string dir = fs::path(plugin_path).parent_path().string();
+  const std::pair<const std::string*, const char*> checks[] = {
+      {&plugin_path, "the file"},
+      {&dir, "its directory"},
+  };
+  for (const auto& [path, what] : checks) {
+    struct stat st {};
+    if (stat(path->c_str(), &st) != 0) {
+      return not_found("cannot stat " + *path + " while checking plugin " + plugin_path);
+    }
+    if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+      return Status(StatusCode::kPermission,
+                    "refusing plugin " + plugin_path + ": " + what + " " + *path + " has mode " +
+                        octal_mode(st.st_mode) +
+                        ", writable by group or others, who could then run code in every rank; "
+                        "run `chmod go-w " +
+                        *path + "`");
+    }
+  }
+  return Status::ok();
+}
+
+// Everything the host relies on before calling through the table.
+Status check_table(const fulcrum_plugin_v1* table, const std::string& path) {
+  if (table == nullptr) {
+    return internal_error("plugin " + path + ": " + FULCRUM_PLUGIN_ENTRY +
+                          "() returned no function table (the plugin failed to initialise); "
+                          "run it under its own tests or rebuild it");
+  }
+  if (table->struct_size < kTableHeaderSize) {
+    return internal_error("plugin " + path + " has a function table of " +
+                          std::to_string(table->struct_size) +
+                          " bytes, too small to hold its ABI version; rebuild it against this "
+                          "fulcrum");
+  }
+  if (table->abi_major != FULCRUM_ABI_MAJOR) {
+    return internal_error("plugin " + path + " was built for ABI major " +
+                          std::to_string(table->abi_major) + ", this host speaks " +
+                          std::to_string(FULCRUM_ABI_MAJOR) + "; rebuild it against this fulcrum");
+  }
+  if (table->struct_size < kTableV1Size) {
+    return internal_error("plugin " + path + " has a function table of struct_size " +
+                          std::to_string(table->struct_size) + " bytes, smaller than the " +
+                          std::to_string(kTableV1Size) +
+                          " bytes of ABI v1.0; it was built against a broken c_api.h, rebuild it "
+                          "against this fulcrum");
+  }
+  const std::pair<bool, const char*> required[] = {
+      {table->create != nullptr, "create"},
+      {table->destroy != nullptr, "destroy"},
+      {table->plan_cp != nullptr, "plan_cp"},
+      {table->release_plan != nullptr, "release_plan"},
+      {table->partition_dp != nullptr, "partition_dp"},
+      {table->last_error != nullptr, "last_error"},
+  };
+  for (const auto& [present, field] : required) {
+    if (!present) {
+      return internal_error("plugin " + path + ": required function '" + field +
+                            "' is null in its table; the plugin is incomplete, implement it and "
+                            "rebuild");
+    }
+  }
+  if (table->name == nullptr || table->name[0] == '\0') {
+    return internal_error("plugin " + path +
+                          " has no name in its table; set fulcrum_plugin_v1::name and rebuild");
+  }
+  const struct {
+    const char* const* names;
+    std::int32_t count;
+    const char* field;
+  } lists[] = {{table->cp_strategies, table->num_cp_strategies, "cp_strategies"},
+               {table->dp_strategies, table->num_dp_strategies, "dp_strategies"}};
+  for (const auto& list : lists) {
+    if (list.count < 0 || list.count > kMaxStrategies) {
+      return internal_error("plugin " + path + " lists " + std::to_string(list.count) + " " +
+                            list.field + "; expected 0 to " + std::to_string(kMaxStrategies) +
+                            ", its table is corrupt");
+    }
+    if (list.count > 0 && list.names == nullptr) {
+      return internal_error("plugin " + path + ": " + list.field + " is null but its count is " +
+                            std::to_string(list.count) + "; fix the table and rebuild");
+    }
+    for (std::int32_t i = 0; i < list.count; ++i) {
+      if (list.names[i] == nullptr) {
+        return internal_error("plugin " + path + ": " + list.field + "[" + std::to_string(i) +
+                              "] is null; fix the table and rebuild");
+      }
+    }
+  }
+  return Status::ok();
+}
+
+LogLevel to_log_level(std::int32_t level) {
+  switch (level) {
+    case FULCRUM_LOG_DEBUG:
+      return LogLevel::kDebug;
+    case FULCRUM_LOG_INFO:
+      return LogLevel::kInfo;
+    case FULCRUM_LOG_ERROR:
+      return LogLevel::kError;
+    default:
+      return LogLevel::kWarning;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// The loaded plugin as a LoadBalancer.
+
+// Destroys a plugin instance through its table.
+struct InstanceDeleter {
+  void (*destroy)(void*) = nullptr;
+  void operator()(void* instance) const noexcept {
+    if (instance != nullptr && destroy != nullptr) destroy(instance);
+  }
+};
+using Instance = std::unique_ptr<void, InstanceDeleter>;
+
+// Hands a FULCRUM_OK plan back to the plugin when the copy is done.
+class PlanRelease {
+ public:
+  PlanRelease(const fulcrum_plugin_v1* table, void* instance, fulcrum_cp_plan* plan)
+      : table_(table), instance_(instance), plan_(plan) {}
+  PlanRelease(const PlanRelease&) = delete;
+  PlanRelease& operator=(const PlanRelease&) = delete;
+  ~PlanRelease() { table_->release_plan(instance_, plan_); }
+
+ private:
+  const fulcrum_plugin_v1* table_;
+  void* instance_;
+  fulcrum_cp_plan* plan_;
+};
+
+class PluginBalancer final : public LoadBalancer {
+ public:
+  PluginBalancer(LibraryHandle library, const fulcrum_plugin_v1* table, std::string path, LogFn log)
+      : library_(std::move(library)),
+        table_(table),
+        path_(std::move(path)),
+        name_(table->name),
+        log_(std::move(log)) {
+    for (std::int32_t i = 0; i < table_->num_cp_strategies; ++i) {
+      cp_names_.emplace_back(table_->cp_strategies[i]);
+    }
+    for (std::int32_t i = 0; i < table_->num_dp_strategies; ++i) {
+      dp_names_.emplace_back(table_->dp_strategies[i]);
+    }
+    services_.struct_size = sizeof(services_);
+    services_.user_data = this;
+    services_.log = &PluginBalancer::forward_log;
+  }
+
+  // The instance goes before the library handle can: destroy() is code in
+  // the library.
+  ~PluginBalancer() override { instance_.reset(); }
+
+  PluginBalancer(const PluginBalancer&) = delete;
+  PluginBalancer& operator=(const PluginBalancer&) = delete;
+
+  Status create_instance() {
+    void* raw = nullptr;
+    const fulcrum_status status = table_->create(&services_, &raw);
+    if (status != FULCRUM_OK || raw == nullptr) {
+      if (status == FULCRUM_OK) {
+        return internal_error("plugin '" + name_ + "' (" + path_ +
+                              ") returned no instance from create(); fix the plugin");
+      }
+      // A failed create() owns nothing the host could safely destroy.
+      return internal_error("plugin '" + name_ + "' (" + path_ +
+                            ") failed to create an instance (status " + std::to_string(status) +
+                            "); see its log above, or run its own tests");
+    }
+    instance_ = Instance(raw, InstanceDeleter{table_->destroy});
+    return Status::ok();
+  }
+
+  std::string name() const override { return name_; }
+  std::vector<std::string> cp_strategies() const override { return cp_names_; }
+  std::vector<std::string> dp_strategies() const override { return dp_names_; }
+
+  Result<ShardPlan> plan_cp(std::string_view strategy, const CpWorkload& workload) override {
+    // The plugin reads the request's arrays at the sizes N, B and the mask
+    // imply; only a valid workload is safe to hand over.
+    if (Status s = validate_workload(workload); !s) return s;
+    const std::string name(strategy);
+
+    fulcrum_cp_request request{};
+    request.struct_size = sizeof(request);
+    request.cp_size = workload.cp_size;
+    request.tokens = workload.tokens;
+    request.block_size = workload.block_size;
+    request.doc_lengths = workload.doc_lengths.empty() ? nullptr : workload.doc_lengths.data();
+    request.num_docs = static_cast<std::int64_t>(workload.doc_lengths.size());
+    request.mask_kind = static_cast<std::int32_t>(workload.mask.kind);
+    request.mask_param = workload.mask.param;
+    if (workload.mask.kind == MaskKind::kBlockSparse) {
+      const BlockSparseMask& sparse = workload.mask.block_sparse;
+      request.sparse_offsets = sparse.offsets.data();
+      request.sparse_kv_blocks = sparse.kv_blocks.empty() ? nullptr : sparse.kv_blocks.data();
+    }
+    request.strategy = name.c_str();
+
+    ShardPlan plan;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      fulcrum_cp_plan answer{};
+      answer.struct_size = sizeof(answer);
+      const fulcrum_status status = table_->plan_cp(instance_.get(), &request, &answer);
+      if (status != FULCRUM_OK) return plugin_failure(status, name);
+      // Handed back exactly once, however the copy below ends.
+      const PlanRelease release{table_, instance_.get(), &answer};
+      if (Status s = copy_plan(answer, workload, name, plan); !s) return s;
+    }
+    if (Status s = validate_plan(workload, plan); !s) {
+      return internal_error("plugin '" + name_ + "' strategy '" + name +
+                            "' returned an invalid plan: " + s.message());
+    }
+    if (plan.work.empty()) plan.work = compute_work(workload, plan);
+    return plan;
+  }
+
+  Result<DpPartition> partition_dp(std::string_view strategy, const DpRequest& request) override {
+    const std::string name(strategy);
+    if (request.num_ranks < 1) {
+      return invalid_argument("DP request has num_ranks " + std::to_string(request.num_ranks) +
+                              "; it must be at least 1");
+    }
+    if (request.lengths.empty()) {
+      return invalid_argument("DP request has no samples; give at least one length");
+    }
+    const auto k = static_cast<std::size_t>(request.num_ranks);
+    const auto n = static_cast<std::int64_t>(request.lengths.size());
+    std::vector<std::int64_t> offsets(k + 1, 0);
+    std::vector<std::int64_t> samples(static_cast<std::size_t>(n), -1);
+
+    fulcrum_dp_request c_request{};
+    c_request.struct_size = sizeof(c_request);
+    c_request.num_ranks = request.num_ranks;
+    c_request.lengths = request.lengths.data();
+    c_request.num_samples = n;
+    c_request.cost_kind = static_cast<std::int32_t>(request.cost.kind);
+    c_request.equal_count = request.equal_count ? 1 : 0;
+    c_request.attention_a = request.cost.a;
+    c_request.strategy = name.c_str();
+
+    fulcrum_dp_result result{};
+    result.struct_size = sizeof(result);
+    result.num_ranks = request.num_ranks;
+    result.rank_offsets = offsets.data();
+    result.samples = samples.data();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      const fulcrum_status status = table_->partition_dp(instance_.get(), &c_request, &result);
+      if (status != FULCRUM_OK) return plugin_failure(status, name);
+    }
+
+    const std::string bad =
+        "plugin '" + name_ + "' strategy '" + name + "' returned an invalid partition: ";
+    if (result.num_ranks != request.num_ranks) {
+      return internal_error(bad + "it has " + std::to_string(result.num_ranks) +
+                            " ranks, the request asked for " + std::to_string(request.num_ranks));
+    }
+    if (offsets[0] != 0 || offsets[k] != n) {
+      return internal_error(bad + "rank offsets span [" + std::to_string(offsets[0]) + ", " +
+                            std::to_string(offsets[k]) + "), expected [0, " + std::to_string(n) +
+                            ")");
+    }
+    const std::int64_t fewest = n / request.num_ranks;
+    const std::int64_t most = (n + request.num_ranks - 1) / request.num_ranks;
+    std::vector<std::int32_t> owner(static_cast<std::size_t>(n), -1);
+    DpPartition partition;
+    partition.strategy = name;
+    partition.ranks.resize(k);
+    for (std::size_t r = 0; r < k; ++r) {
+      const std::int64_t begin = offsets[r];
+      const std::int64_t end = offsets[r + 1];
+      if (end < begin) {
+        return internal_error(bad + "rank " + std::to_string(r + 1) + " starts at offset " +
+                              std::to_string(end) + ", before rank " + std::to_string(r) +
+                              "'s offset " + std::to_string(begin));
+      }
+      if (request.equal_count && (end - begin < fewest || end - begin > most)) {
+        return internal_error(bad + "rank " + std::to_string(r) + " has " +
+                              std::to_string(end - begin) +
+                              " samples under equal_count, expected " + std::to_string(fewest) +
+                              " or " + std::to_string(most));
+      }
+      for (std::int64_t i = begin; i < end; ++i) {
+        const std::int64_t sample = samples[static_cast<std::size_t>(i)];
+        if (sample < 0 || sample >= n) {
+          return internal_error(bad + "rank " + std::to_string(r) + " lists sample " +
+                                std::to_string(sample) + ", outside [0, " + std::to_string(n) +
+                                ")");
+        }
+        std::int32_t& seen = owner[static_cast<std::size_t>(sample)];
+        if (seen >= 0) {
+          return internal_error(bad + "sample " + std::to_string(sample) +
+                                " is listed twice (ranks " + std::to_string(seen) + " and " +
+                                std::to_string(r) + ")");
+        }
+        seen = static_cast<std::int32_t>(r);
+        partition.ranks[r].push_back(sample);
+      }
+    }
+    // offsets[k] == n and no sample twice: every sample is listed exactly once.
+    detail::summarize_partition(request, partition);
+    return partition;
+  }
+
+ private:
+  static void forward_log(void* user_data, std::int32_t level, const char* message) noexcept {
+    const auto* self = static_cast<const PluginBalancer*>(user_data);
+    if (self == nullptr || message == nullptr || !self->log_) return;
+    try {
+      self->log_(to_log_level(level), "plugin '" + self->name_ + "': " + message);
+    } catch (...) {
+      // A throwing log sink must not unwind through the plugin's C frames.
+    }
+  }
+
+  // Call with mutex_ held: last_error describes the instance's latest call.
+  Status plugin_failure(fulcrum_status status, const std::string& strategy) const {
+    const char* text = table_->last_error(instance_.get());
+    std::string message = "plugin '" + name_ + "' strategy '" + strategy + "': " +
+                          (text != nullptr && text[0] != '\0' ? text : "failed without a message");
+    switch (status) {
+      case FULCRUM_INVALID_ARGUMENT:
+        return invalid_argument(std::move(message));
+      case FULCRUM_UNSUPPORTED:
+        return unsupported(std::move(message));
+      case FULCRUM_NOT_FOUND:
+        return not_found(std::move(message));
+      case FULCRUM_INTERNAL:
+        return internal_error(std::move(message));
+      default:
+        return internal_error(message + " (unknown status " +
+                              std::to_string(static_cast<int>(status)) + ")");
+    }
+  }
+
+  // Copies what the plugin owns into host memory; checks only what the copy
+  // itself needs (validate_plan judges the rest).
+  Status copy_plan(const fulcrum_cp_plan& answer, const CpWorkload& workload,
+                   const std::string& strategy, ShardPlan& plan) const {
+    const std::string bad =
+        "plugin '" + name_ + "' strategy '" + strategy + "' returned an invalid plan: ";
+    if (answer.cp_size != workload.cp_size) {
+      return internal_error(bad + "cp_size " + std::to_string(answer.cp_size) +
+                            ", the workload has cp_size " + std::to_string(workload.cp_size));
+    }
+    if (answer.shard_len < 0 ||
+        answer.shard_len > std::numeric_limits<std::int64_t>::max() / answer.cp_size) {
+      return internal_error(bad + "shard_len " + std::to_string(answer.shard_len) +
+                            " is out of range");
+    }
+    const std::int64_t total = answer.shard_len * answer.cp_size;
+    if (total > 0 && answer.positions == nullptr) {
+      return internal_error(bad + "positions is null with shard_len " +
+                            std::to_string(answer.shard_len));
+    }
+    plan.cp_size = answer.cp_size;
+    plan.shard_len = answer.shard_len;
+    plan.positions.assign(answer.positions, answer.positions + total);
+    plan.padding = answer.padding;
+    plan.strategy_used = answer.strategy_used != nullptr ? answer.strategy_used : strategy;
+    plan.fallback_reason = answer.fallback_reason != nullptr ? answer.fallback_reason : "";
+    if (answer.rank_pairs != nullptr && answer.rank_tiles != nullptr) {
+      plan.work.resize(static_cast<std::size_t>(answer.cp_size));
+      for (std::int32_t r = 0; r < answer.cp_size; ++r) {
+        RankWork& w = plan.work[static_cast<std::size_t>(r)];
+        w.pairs = answer.rank_pairs[r];
+        w.tiles = answer.rank_tiles[r];
+        for (const std::int64_t* p = plan.rank_begin(r); p != plan.rank_end(r); ++p) {
+          if (*p != kPadPosition) ++w.tokens;
+        }
+      }
+    }
+    return Status::ok();
+  }
+
+  // Declaration order is destruction order in reverse: instance_ goes first,
+  // library_ last.
+  LibraryHandle library_;
+  const fulcrum_plugin_v1* table_;
+  std::string path_;
+  std::string name_;
+  std::vector<std::string> cp_names_;
+  std::vector<std::string> dp_names_;
+  LogFn log_;
+  fulcrum_host_services services_{};
+  std::mutex mutex_;  // one thread at a time per instance (c_api.h)
+  Instance instance_;
+};
+
+}  // namespace
+
+std::vector<std::string> default_search_dirs() {
+  std::vector<std::string> dirs;
+  auto add = [&dirs](std::string dir) {
+    if (dir.empty()) return;
+    for (const std::string& known : dirs) {
+      if (known == dir) return;
+    }
+    dirs.push_back(std::move(dir));
+  };
+  if (const char* env = std::getenv("FULCRUM_PLUGIN_PATH"); env != nullptr) {
+    std::string_view rest(env);
+    while (!rest.empty()) {
+      const std::size_t colon = rest.find(':');
+      add(std::string(rest.substr(0, colon)));
+      if (colon == std::string_view::npos) break;
+      rest.remove_prefix(colon + 1);
+    }
+  }
+  // Build and install trees alike: <prefix>/bin/<exe> and <prefix>/<libdir>/fulcrum.
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec && exe.has_parent_path()) {
+    const fs::path prefix = exe.parent_path().parent_path();
+    add((prefix / "lib" / "fulcrum").lexically_normal().string());
+    add((prefix / FULCRUM_PLUGIN_SUBDIR).lexically_normal().string());
+  }
+  return dirs;
+}
+
+Result<std::shared_ptr<LoadBalancer>> load_plugin(std::string_view name_or_path,
+                                                  const LoaderOptions& options) {
+  Result<std::string> resolved = resolve_plugin_path(name_or_path, options);
+  if (!resolved) return resolved.status();
+  const std::string& path = *resolved;
+  if (options.check_permissions) {
+    if (Status s = check_permissions(path); !s) return s;
+  }
+  Result<LibraryHandle> library = open_library(path);
+  if (!library) return library.status();
+
+  dlerror();
+  void* entry = dlsym(library->get(), FULCRUM_PLUGIN_ENTRY);
+  if (entry == nullptr) {
+    const char* why = dlerror();
+    return internal_error("plugin " + path + " does not export " + FULCRUM_PLUGIN_ENTRY + " (" +
+                          (why != nullptr ? why : "symbol is null") +
+                          "); is it a fulcrum plugin? Export one with FULCRUM_EXPORT_PLUGIN");
+  }
+  const fulcrum_plugin_v1* table = nullptr;
+  try {
+    table = reinterpret_cast<fulcrum_get_plugin_fn>(entry)();
+  } catch (...) {
+    return internal_error("plugin " + path + ": " + FULCRUM_PLUGIN_ENTRY +
+                          "() threw an exception; it must not, fix the plugin");
+  }
+  if (Status s = check_table(table, path); !s) return s;
+
+  auto balancer = std::make_shared<PluginBalancer>(*library, table, path, options.log);
+  if (Status s = balancer->create_instance(); !s) return s;
+  if (options.log) {
+    std::string message = "loaded plugin '" + balancer->name() + "' (ABI " +
+                          std::to_string(table->abi_major) + "." +
+                          std::to_string(table->abi_minor) + ") from " + path;
+    if (table->abi_minor > FULCRUM_ABI_MINOR) {
+      message += "; it is newer than this host's ABI " + std::to_string(FULCRUM_ABI_MAJOR) + "." +
+                 std::to_string(FULCRUM_ABI_MINOR) + ", so its newer functions go unused";
+    }
+    options.log(LogLevel::kDebug, message);
+  }
+  return std::shared_ptr<LoadBalancer>(std::move(balancer));
+}
+
+namespace detail {
+
+long library_use_count(const std::string& path) {
+  std::error_code ec;
+  const fs::path canonical = fs::canonical(path, ec);
+  if (ec) return 0;
+  LibraryCache& cache = library_cache();
+  std::lock_guard<std::mutex> lock(cache.mutex);
+  const auto found = cache.by_path.find(canonical.string());
+  return found == cache.by_path.end() ? 0 : found->second.use_count();
+}
+
+}  // namespace detail
+}  // namespace fulcrum::host

@@ -1,1 +1,550 @@
-// placeholder
+// The plugin loader against the real plugin, the deliberately broken ones and
+// files it must refuse.
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "../host/plugin_loader_internal.h"
+#include "fulcrum/core/plan_check.h"
+#include "fulcrum/core/work_model.h"
+#include "fulcrum/host/plugin_loader.h"
+
+// With the strategies library linked in, plans through the plugin are compared
+// with the direct call; without it, with the layouts the strategies promise.
+#if __has_include("strategies/cp_strategies.h")
+#include "strategies/cp_strategies.h"
+#define FULCRUM_TEST_DIRECT_STRATEGIES 1
+#endif
+
+#ifndef FULCRUM_PLUGIN_PATH
+#error "FULCRUM_PLUGIN_PATH must name the built libfulcrum_balancer.so"
+#endif
+#ifndef FULCRUM_BROKEN_PLUGIN_DIR
+#error "FULCRUM_BROKEN_PLUGIN_DIR must name the directory of the broken test plugins"
+#endif
+
+namespace fulcrum::host {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Message checks: the haystack first, as it reads.
+#define EXPECT_HAS(text, part) \
+  EXPECT_PRED_FORMAT2(::testing::IsSubstring, std::string(part), std::string(text))
+
+struct LogLine {
+  LogLevel level;
+  std::string text;
+};
+
+// Loader options that record the log, and skip the permission check: the
+// build directory's mode depends on the umask, and only the permission tests
+// below are about that.
+struct Captured {
+  std::vector<LogLine> lines;
+  LoaderOptions options() {
+    LoaderOptions o;
+    o.check_permissions = false;
+    o.log = [this](LogLevel level, const std::string& text) { lines.push_back({level, text}); };
+    return o;
+  }
+  bool any_at_least(LogLevel level) const {
+    return std::any_of(lines.begin(), lines.end(),
+                       [level](const LogLine& l) { return l.level >= level; });
+  }
+};
+
+std::string broken_plugin(const std::string& kind) {
+  return std::string(FULCRUM_BROKEN_PLUGIN_DIR) + "/libfulcrum_broken_" + kind + ".so";
+}
+
+// A missing broken plugin would pass as "refused"; make it fail as missing.
+#define ASSERT_BUILT(kind)                                                         \
+  ASSERT_TRUE(fs::exists(broken_plugin(kind)))                                     \
+      << broken_plugin(kind) << " is missing: build the fulcrum_broken_" << (kind) \
+      << " target (fulcrum_host_tests does not depend on it)"
+
+// A fresh directory (mode 0700) removed with everything in it.
+class TempDir {
+ public:
+  TempDir() {
+    std::string templ = (fs::temp_directory_path() / "fulcrum_loader_XXXXXX").string();
+    char* made = mkdtemp(templ.data());
+    if (made == nullptr) throw std::runtime_error("mkdtemp failed for " + templ);
+    path_ = made;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::permissions(path_, fs::perms::owner_all, ec);
+    fs::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+CpWorkload causal_row(std::int64_t tokens, std::int32_t cp_size) {
+  CpWorkload w;
+  w.tokens = tokens;
+  w.cp_size = cp_size;
+  return w;
+}
+
+// Rank r holds [r*S, min((r+1)*S, N)), S = ceil(N/P), padded with -1.
+std::vector<std::int64_t> expected_contiguous(std::int64_t n, std::int64_t p) {
+  const std::int64_t s = (n + p - 1) / p;
+  std::vector<std::int64_t> out(static_cast<std::size_t>(s * p), kPadPosition);
+  for (std::int64_t i = 0; i < n; ++i) out[static_cast<std::size_t>(i)] = i;
+  return out;
+}
+
+// Rank r of a head-tail plan holds chunks r and 2P-1-r of 2P equal chunks (in
+// an order the strategy chooses): the sorted positions of every rank.
+std::vector<std::vector<std::int64_t>> head_tail_rank_sets(std::int64_t n, std::int64_t p) {
+  const std::int64_t c = n / (2 * p);
+  std::vector<std::vector<std::int64_t>> ranks(static_cast<std::size_t>(p));
+  for (std::int64_t r = 0; r < p; ++r) {
+    for (std::int64_t chunk : {r, 2 * p - 1 - r}) {
+      for (std::int64_t i = 0; i < c; ++i) ranks[r].push_back(chunk * c + i);
+    }
+    std::sort(ranks[r].begin(), ranks[r].end());
+  }
+  return ranks;
+}
+
+std::vector<std::vector<std::int64_t>> sorted_rank_sets(const ShardPlan& plan) {
+  std::vector<std::vector<std::int64_t>> ranks;
+  for (std::int32_t r = 0; r < plan.cp_size; ++r) {
+    ranks.emplace_back(plan.rank_begin(r), plan.rank_end(r));
+    std::sort(ranks.back().begin(), ranks.back().end());
+  }
+  return ranks;
+}
+
+// What the plugin must answer for these two strategies.
+void expect_plan_of(const std::string& strategy, const CpWorkload& w, const ShardPlan& plan) {
+#ifdef FULCRUM_TEST_DIRECT_STRATEGIES
+  auto direct = cp::plan(strategy, w);
+  ASSERT_TRUE(direct.is_ok()) << direct.status().message();
+  EXPECT_EQ(plan.positions, direct->positions);
+  EXPECT_EQ(plan.shard_len, direct->shard_len);
+  EXPECT_EQ(plan.padding, direct->padding);
+#endif
+  if (strategy == "contiguous") {
+    EXPECT_EQ(plan.positions, expected_contiguous(w.tokens, w.cp_size));
+  } else {
+    EXPECT_EQ(sorted_rank_sets(plan), head_tail_rank_sets(w.tokens, w.cp_size));
+  }
+}
+
+std::shared_ptr<LoadBalancer> load_real(Captured& captured) {
+  auto loaded = load_plugin(FULCRUM_PLUGIN_PATH, captured.options());
+  EXPECT_TRUE(loaded.is_ok()) << loaded.status().message();
+  return loaded.is_ok() ? *loaded : nullptr;
+}
+
+// --- the real plugin -------------------------------------------------------
+
+TEST(LoaderTest, LoadsTheRealPluginByPath) {
+  Captured captured;
+  auto balancer = load_real(captured);
+  ASSERT_NE(balancer, nullptr);
+  EXPECT_EQ(balancer->name(), "fulcrum");
+  const auto cp = balancer->cp_strategies();
+  EXPECT_NE(std::find(cp.begin(), cp.end(), "contiguous"), cp.end());
+  EXPECT_NE(std::find(cp.begin(), cp.end(), "head_tail"), cp.end());
+  const auto dp = balancer->dp_strategies();
+  EXPECT_NE(std::find(dp.begin(), dp.end(), "round_robin"), dp.end());
+  // Loading says so at debug level only; the plugin itself logs nothing.
+  ASSERT_EQ(captured.lines.size(), 1u);
+  EXPECT_EQ(captured.lines[0].level, LogLevel::kDebug);
+  EXPECT_HAS(captured.lines[0].text, "loaded plugin 'fulcrum'");
+}
+
+TEST(LoaderTest, LoadsByNameFromSearchDirs) {
+  Captured captured;
+  LoaderOptions options = captured.options();
+  TempDir empty;
+  options.search_dirs = {empty.path().string(), fs::path(FULCRUM_PLUGIN_PATH).parent_path()};
+  auto loaded = load_plugin("fulcrum_balancer", options);
+  ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
+  EXPECT_EQ((*loaded)->name(), "fulcrum");
+  // The file name works as well as the short name.
+  auto by_file = load_plugin("libfulcrum_balancer.so", options);
+  ASSERT_TRUE(by_file.is_ok()) << by_file.status().message();
+}
+
+TEST(LoaderTest, DefaultSearchDirsHonourTheEnvironment) {
+  const char* saved = std::getenv("FULCRUM_PLUGIN_PATH");
+  const std::string saved_value = saved != nullptr ? saved : "";
+  ASSERT_EQ(setenv("FULCRUM_PLUGIN_PATH", "/opt/a::/opt/b", 1), 0);
+  const std::vector<std::string> dirs = default_search_dirs();
+  if (saved != nullptr) {
+    setenv("FULCRUM_PLUGIN_PATH", saved_value.c_str(), 1);
+  } else {
+    unsetenv("FULCRUM_PLUGIN_PATH");
+  }
+  ASSERT_GE(dirs.size(), 3u);
+  EXPECT_EQ(dirs[0], "/opt/a");
+  EXPECT_EQ(dirs[1], "/opt/b");
+  // Then the directories beside the executable, e.g. <build>/bin/../lib/fulcrum.
+  EXPECT_HAS(dirs[2], "fulcrum");
+}
+
+// The build tree mirrors the install tree (bin/ beside lib/fulcrum/), so a
+// plugin name resolves with no configuration at all.
+TEST(LoaderTest, DefaultSearchDirsFindTheBuiltPlugin) {
+  const char* saved = std::getenv("FULCRUM_PLUGIN_PATH");
+  const std::string saved_value = saved != nullptr ? saved : "";
+  unsetenv("FULCRUM_PLUGIN_PATH");
+  const std::vector<std::string> dirs = default_search_dirs();
+  LoaderOptions options;
+  options.check_permissions = false;
+  options.log = nullptr;
+  auto loaded = load_plugin("fulcrum_balancer", options);
+  if (saved != nullptr) setenv("FULCRUM_PLUGIN_PATH", saved_value.c_str(), 1);
+
+  const std::string plugin_dir = fs::path(FULCRUM_PLUGIN_PATH).parent_path().lexically_normal();
+  EXPECT_NE(std::find(dirs.begin(), dirs.end(), plugin_dir), dirs.end()) << plugin_dir;
+  ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
+  EXPECT_EQ((*loaded)->name(), "fulcrum");
+}
+
+TEST(LoaderTest, ContiguousAndHeadTailPlansMatchTheStrategies) {
+  Captured captured;
+  auto balancer = load_real(captured);
+  ASSERT_NE(balancer, nullptr);
+  struct Case {
+    const char* strategy;
+    std::int64_t n;
+    std::int32_t p;
+  };
+  for (const Case& c :
+       {Case{"contiguous", 1000, 4}, Case{"contiguous", 1001, 4}, Case{"contiguous", 7, 8},
+        Case{"head_tail", 4096, 4}, Case{"head_tail", 48, 3}}) {
+    SCOPED_TRACE(std::string(c.strategy) + " N=" + std::to_string(c.n) +
+                 " P=" + std::to_string(c.p));
+    const CpWorkload w = causal_row(c.n, c.p);
+    auto plan = balancer->plan_cp(c.strategy, w);
+    ASSERT_TRUE(plan.is_ok()) << plan.status().message();
+    EXPECT_TRUE(validate_plan(w, *plan).is_ok());
+    EXPECT_EQ(plan->strategy_used, c.strategy);
+    EXPECT_TRUE(plan->fallback_reason.empty());
+    ASSERT_EQ(plan->work.size(), static_cast<std::size_t>(c.p));
+    std::int64_t tokens = 0;
+    for (const RankWork& rw : plan->work) tokens += rw.tokens;
+    EXPECT_EQ(tokens, c.n);
+    expect_plan_of(c.strategy, w, *plan);
+  }
+  EXPECT_FALSE(captured.any_at_least(LogLevel::kInfo));
+}
+
+TEST(LoaderTest, PluginStatusesComeBackWithPluginAndStrategy) {
+  Captured captured;
+  auto balancer = load_real(captured);
+  ASSERT_NE(balancer, nullptr);
+
+  auto unsupported = balancer->plan_cp("head_tail", causal_row(1001, 4));
+  ASSERT_FALSE(unsupported.is_ok());
+  EXPECT_EQ(unsupported.status().code(), StatusCode::kUnsupported);
+  EXPECT_HAS(unsupported.status().message(), "plugin 'fulcrum' strategy 'head_tail': ");
+
+  auto unknown = balancer->plan_cp("no_such_strategy", causal_row(1024, 4));
+  ASSERT_FALSE(unknown.is_ok());
+  EXPECT_EQ(unknown.status().code(), StatusCode::kNotFound);
+  EXPECT_HAS(unknown.status().message(), "plugin 'fulcrum' strategy 'no_such_strategy': ");
+
+  auto unknown_dp = balancer->partition_dp("no_such_strategy", DpRequest{{1, 2, 3}, 2, {}, false});
+  ASSERT_FALSE(unknown_dp.is_ok());
+  EXPECT_EQ(unknown_dp.status().code(), StatusCode::kNotFound);
+
+  // An invalid workload never reaches the plugin.
+  auto invalid = balancer->plan_cp("contiguous", causal_row(0, 4));
+  ASSERT_FALSE(invalid.is_ok());
+  EXPECT_EQ(invalid.status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(LoaderTest, DocumentsAndMasksCrossTheBoundary) {
+  Captured captured;
+  auto balancer = load_real(captured);
+  ASSERT_NE(balancer, nullptr);
+  CpWorkload w = causal_row(3000, 4);
+  w.doc_lengths = {1000, 17, 1983};
+  w.mask = MaskSpec::sliding(256);
+  w.block_size = 64;
+  auto plan = balancer->plan_cp("contiguous", w);
+  ASSERT_TRUE(plan.is_ok()) << plan.status().message();
+  EXPECT_TRUE(validate_plan(w, *plan).is_ok());
+  // The plugin's work figures, computed from the documents and mask it was
+  // sent, agree with the host's own.
+  const std::vector<RankWork> host_work = compute_work(w, *plan);
+  ASSERT_EQ(plan->work.size(), host_work.size());
+  for (std::size_t r = 0; r < host_work.size(); ++r) {
+    EXPECT_EQ(plan->work[r].pairs, host_work[r].pairs) << "rank " << r;
+    EXPECT_EQ(plan->work[r].tiles, host_work[r].tiles) << "rank " << r;
+    EXPECT_EQ(plan->work[r].tokens, host_work[r].tokens) << "rank " << r;
+  }
+}
+
+TEST(LoaderTest, DpPartitionIsAnExactCover) {
+  Captured captured;
+  auto balancer = load_real(captured);
+  ASSERT_NE(balancer, nullptr);
+  DpRequest request;
+  request.lengths = {5, 1, 9, 3, 3, 7, 2, 8, 4, 6};
+  request.num_ranks = 3;
+  auto part = balancer->partition_dp("round_robin", request);
+  ASSERT_TRUE(part.is_ok()) << part.status().message();
+  EXPECT_EQ(part->strategy, "round_robin");
+  ASSERT_EQ(part->ranks.size(), 3u);
+  std::vector<std::int64_t> all;
+  for (const auto& rank : part->ranks) all.insert(all.end(), rank.begin(), rank.end());
+  std::sort(all.begin(), all.end());
+  std::vector<std::int64_t> expected(request.lengths.size());
+  for (std::size_t i = 0; i < expected.size(); ++i) expected[i] = static_cast<std::int64_t>(i);
+  EXPECT_EQ(all, expected);
+  // Costs are recomputed by the host: the C ABI does not carry them.
+  ASSERT_EQ(part->cost.size(), 3u);
+  double total = 0;
+  for (double c : part->cost) total += c;
+  EXPECT_DOUBLE_EQ(total, 48.0);
+  EXPECT_GE(part->imbalance, 1.0);
+  EXPECT_DOUBLE_EQ(part->lower_bound, 16.0);  // max(9, 48/3)
+}
+
+// --- finding the file ------------------------------------------------------
+
+TEST(LoaderTest, MissingPluginIsNotFoundAndNamesTheSearchedDirs) {
+  Captured captured;
+  LoaderOptions options = captured.options();
+  TempDir a;
+  TempDir b;
+  options.search_dirs = {a.path().string(), b.path().string()};
+  auto loaded = load_plugin("no_such_plugin", options);
+  ASSERT_FALSE(loaded.is_ok());
+  EXPECT_EQ(loaded.status().code(), StatusCode::kNotFound);
+  EXPECT_HAS(loaded.status().message(), "libno_such_plugin.so");
+  EXPECT_HAS(loaded.status().message(), a.path().string());
+  EXPECT_HAS(loaded.status().message(), b.path().string());
+  EXPECT_HAS(loaded.status().message(), "FULCRUM_PLUGIN_PATH");
+
+  auto by_path = load_plugin((a.path() / "libmissing.so").string(), options);
+  ASSERT_FALSE(by_path.is_ok());
+  EXPECT_EQ(by_path.status().code(), StatusCode::kNotFound);
+  EXPECT_HAS(by_path.status().message(), (a.path() / "libmissing.so").string());
+}
+
+TEST(LoaderTest, FileThatIsNotALibraryIsRefusedWithTheLoaderError) {
+  Captured captured;
+  TempDir dir;
+  const fs::path junk = dir.path() / "libjunk.so";
+  {
+    std::FILE* f = std::fopen(junk.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs("not an ELF file\n", f);
+    std::fclose(f);
+  }
+  auto loaded = load_plugin(junk.string(), captured.options());
+  ASSERT_FALSE(loaded.is_ok());
+  EXPECT_EQ(loaded.status().code(), StatusCode::kInternal);
+  EXPECT_HAS(loaded.status().message(), "cannot load plugin " + junk.string());
+}
+
+TEST(LoaderTest, LibraryWithoutTheEntryPointIsRefused) {
+  Captured captured;
+  // Any shared library that is not a plugin: the plugin of this very test
+  // suite's broken set would not do, they all export the entry point.
+  Dl_info info{};
+  ASSERT_NE(dladdr(reinterpret_cast<void*>(&dlopen), &info), 0);
+  ASSERT_NE(info.dli_fname, nullptr);
+  auto loaded = load_plugin(fs::canonical(info.dli_fname).string(), captured.options());
+  ASSERT_FALSE(loaded.is_ok());
+  EXPECT_EQ(loaded.status().code(), StatusCode::kInternal);
+  EXPECT_HAS(loaded.status().message(), "does not export fulcrum_get_plugin");
+}
+
+// --- permissions -----------------------------------------------------------
+
+TEST(LoaderPermissionTest, WritableFileOrDirectoryIsRefusedWithTheFix) {
+  TempDir dir;
+  fs::permissions(dir.path(), fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                                  fs::perms::others_read | fs::perms::others_exec);
+  const fs::path copy = dir.path() / "libfulcrum_balancer.so";
+  fs::copy_file(FULCRUM_PLUGIN_PATH, copy);
+  LoaderOptions options;
+  options.log = nullptr;
+  ASSERT_TRUE(options.check_permissions);
+
+  ASSERT_EQ(chmod(copy.c_str(), 0664), 0);
+  auto group_writable = load_plugin(copy.string(), options);
+  ASSERT_FALSE(group_writable.is_ok());
+  EXPECT_EQ(group_writable.status().code(), StatusCode::kPermission);
+  EXPECT_HAS(group_writable.status().message(), copy.string());
+  EXPECT_HAS(group_writable.status().message(), "0664");
+  EXPECT_HAS(group_writable.status().message(), "`chmod go-w " + copy.string() + "`");
+
+  ASSERT_EQ(chmod(copy.c_str(), 0646), 0);
+  auto other_writable = load_plugin(copy.string(), options);
+  ASSERT_FALSE(other_writable.is_ok());
+  EXPECT_EQ(other_writable.status().code(), StatusCode::kPermission);
+  EXPECT_HAS(other_writable.status().message(), "0646");
+
+  // What the message says to do fixes it.
+  ASSERT_EQ(chmod(copy.c_str(), 0644), 0);
+  auto fixed = load_plugin(copy.string(), options);
+  ASSERT_TRUE(fixed.is_ok()) << fixed.status().message();
+
+  // The directory counts too: whoever can write it can swap the file.
+  ASSERT_EQ(chmod(dir.path().c_str(), 0777), 0);
+  auto open_dir = load_plugin(copy.string(), options);
+  ASSERT_FALSE(open_dir.is_ok());
+  EXPECT_EQ(open_dir.status().code(), StatusCode::kPermission);
+  EXPECT_HAS(open_dir.status().message(), "0777");
+  EXPECT_HAS(open_dir.status().message(), "`chmod go-w " + dir.path().string() + "`");
+
+  ASSERT_EQ(chmod(dir.path().c_str(), 0755), 0);
+  auto fixed_dir = load_plugin(copy.string(), options);
+  ASSERT_TRUE(fixed_dir.is_ok()) << fixed_dir.status().message();
+
+  // Found by name through a search directory, the same check applies.
+  ASSERT_EQ(chmod(copy.c_str(), 0666), 0);
+  options.search_dirs = {dir.path().string()};
+  auto by_name = load_plugin("fulcrum_balancer", options);
+  ASSERT_FALSE(by_name.is_ok());
+  EXPECT_EQ(by_name.status().code(), StatusCode::kPermission);
+}
+
+// --- the shared library handle ---------------------------------------------
+
+TEST(LoaderTest, BalancersFromOneFileShareOneHandle) {
+  Captured captured;
+  const std::string path = FULCRUM_PLUGIN_PATH;
+  ASSERT_EQ(detail::library_use_count(path), 0);
+
+  auto first = load_plugin(path, captured.options());
+  ASSERT_TRUE(first.is_ok()) << first.status().message();
+  EXPECT_EQ(detail::library_use_count(path), 1);
+  // The same file under another spelling is the same library.
+  const std::string other_spelling =
+      (fs::path(path).parent_path() / "." / fs::path(path).filename()).string();
+  auto second = load_plugin(other_spelling, captured.options());
+  ASSERT_TRUE(second.is_ok()) << second.status().message();
+  EXPECT_EQ(detail::library_use_count(path), 2);
+
+  std::shared_ptr<LoadBalancer> gone = std::move(*first);
+  std::shared_ptr<LoadBalancer> survivor = std::move(*second);
+  ASSERT_EQ(detail::library_use_count(path), 2);
+  gone.reset();
+  EXPECT_EQ(detail::library_use_count(path), 1);
+
+  // The library stays loaded and usable for the balancer that is left.
+  const CpWorkload w = causal_row(4096, 8);
+  auto plan = survivor->plan_cp("head_tail", w);
+  ASSERT_TRUE(plan.is_ok()) << plan.status().message();
+  EXPECT_TRUE(validate_plan(w, *plan).is_ok());
+  expect_plan_of("head_tail", w, *plan);
+
+  survivor.reset();
+  EXPECT_EQ(detail::library_use_count(path), 0);
+  // And it loads again after everything was released.
+  auto again = load_plugin(path, captured.options());
+  ASSERT_TRUE(again.is_ok()) << again.status().message();
+  EXPECT_EQ(detail::library_use_count(path), 1);
+}
+
+// --- broken plugins --------------------------------------------------------
+
+TEST(BrokenPluginTest, WrongAbiMajorIsRefused) {
+  Captured captured;
+  ASSERT_BUILT("wrong_major");
+  auto loaded = load_plugin(broken_plugin("wrong_major"), captured.options());
+  ASSERT_FALSE(loaded.is_ok());
+  EXPECT_EQ(loaded.status().code(), StatusCode::kInternal);
+  EXPECT_HAS(loaded.status().message(), fs::canonical(broken_plugin("wrong_major")).string());
+  EXPECT_HAS(loaded.status().message(),
+             "was built for ABI major 2, this host speaks 1; rebuild it against this "
+             "fulcrum");
+}
+
+TEST(BrokenPluginTest, ShortTableIsRefused) {
+  Captured captured;
+  ASSERT_BUILT("short_table");
+  auto loaded = load_plugin(broken_plugin("short_table"), captured.options());
+  ASSERT_FALSE(loaded.is_ok());
+  EXPECT_EQ(loaded.status().code(), StatusCode::kInternal);
+  EXPECT_HAS(loaded.status().message(), "struct_size 72 bytes");
+  EXPECT_HAS(loaded.status().message(), "smaller than the 88 bytes of ABI v1.0");
+}
+
+TEST(BrokenPluginTest, NullRequiredPointerIsRefusedByName) {
+  Captured captured;
+  ASSERT_BUILT("null_pointer");
+  auto loaded = load_plugin(broken_plugin("null_pointer"), captured.options());
+  ASSERT_FALSE(loaded.is_ok());
+  EXPECT_EQ(loaded.status().code(), StatusCode::kInternal);
+  EXPECT_HAS(loaded.status().message(), "required function 'plan_cp' is null");
+}
+
+TEST(BrokenPluginTest, ThrowingPluginIsReportedNotFatal) {
+  Captured captured;
+  ASSERT_BUILT("throwing");
+  auto loaded = load_plugin(broken_plugin("throwing"), captured.options());
+  ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
+  auto balancer = *loaded;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto plan = balancer->plan_cp("contiguous", causal_row(64, 2));
+    ASSERT_FALSE(plan.is_ok());
+    EXPECT_EQ(plan.status().code(), StatusCode::kInternal);
+    EXPECT_HAS(plan.status().message(),
+               "plugin 'broken_throwing' strategy 'contiguous': exception: "
+               "broken_throwing plan_cp always throws");
+  }
+  auto part = balancer->partition_dp("round_robin", DpRequest{{1, 2, 3}, 2, {}, false});
+  ASSERT_FALSE(part.is_ok());
+  EXPECT_EQ(part.status().code(), StatusCode::kInternal);
+  EXPECT_HAS(part.status().message(), "partition_dp always throws");
+  // The plugin's own log line reached the host's log, named.
+  const bool logged = std::any_of(captured.lines.begin(), captured.lines.end(), [](const auto& l) {
+    return l.level == LogLevel::kWarning &&
+           l.text == "plugin 'broken_throwing': about to throw from plan_cp";
+  });
+  EXPECT_TRUE(logged);
+}
+
+TEST(BrokenPluginTest, NonPermutationPlanAndPartitionAreRejected) {
+  Captured captured;
+  ASSERT_BUILT("non_permutation");
+  auto loaded = load_plugin(broken_plugin("non_permutation"), captured.options());
+  ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
+  auto balancer = *loaded;
+  auto plan = balancer->plan_cp("contiguous", causal_row(100, 4));
+  ASSERT_FALSE(plan.is_ok());
+  EXPECT_EQ(plan.status().code(), StatusCode::kInternal);
+  EXPECT_HAS(plan.status().message(),
+             "plugin 'broken_non_permutation' strategy 'contiguous' returned an "
+             "invalid plan: ");
+
+  auto part = balancer->partition_dp("round_robin", DpRequest{{4, 4, 4, 4, 4}, 2, {}, false});
+  ASSERT_FALSE(part.is_ok());
+  EXPECT_EQ(part.status().code(), StatusCode::kInternal);
+  EXPECT_HAS(part.status().message(),
+             "plugin 'broken_non_permutation' strategy 'round_robin' returned an "
+             "invalid partition: sample 0 is listed twice");
+}
+
+}  // namespace
+}  // namespace fulcrum::host

@@ -1,1 +1,362 @@
-// placeholder
+#include "cli_common.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <new>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <utility>
+
+#include "fulcrum/host/plugin_loader.h"
+
+namespace fulcrum::cli {
+
+namespace po = boost::program_options;
+
+namespace {
+
+void print_error(std::string_view command, std::string_view message) {
+  // One write, so the line is never interleaved with other output.
+  const std::string line = "fulcrum " + std::string(command) + ": " + one_line(message) + "\n";
+  std::fwrite(line.data(), 1, line.size(), stderr);
+  std::fflush(stderr);
+}
+
+std::string quote(std::string_view text) {
+  std::string shown(text.substr(0, 60));
+  if (text.size() > 60) shown += "...";
+  // Appending (not "'" + string) also sidesteps a GCC 12 -Wrestrict false
+  // positive on prepending a literal to a temporary.
+  std::string out = "'";
+  out += one_line(shown);
+  out += "'";
+  return out;
+}
+
+std::string_view trim(std::string_view text) {
+  while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
+  while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) text.remove_suffix(1);
+  return text;
+}
+
+constexpr std::string_view kLengthListHint =
+    "give comma-separated positive integers, e.g. 4096,812,77";
+constexpr std::string_view kLengthFileHint =
+    "give a file holding a JSON list of positive integers, e.g. [4096, 812, 77]";
+
+}  // namespace
+
+std::string one_line(std::string_view text) {
+  std::string out(text);
+  for (char& c : out) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
+  }
+  return out;
+}
+
+int run_command(std::string_view command, const std::function<int()>& body) noexcept {
+  try {
+    return body();
+  } catch (const UsageError& e) {
+    print_error(command, e.what());
+    return kExitUsage;
+  } catch (const std::bad_alloc&) {
+    print_error(command, "out of memory; try a shorter row or fewer ranks");
+    return kExitInternal;
+  } catch (const std::exception& e) {
+    print_error(command, std::string("internal error: ") + e.what() + "; please report this");
+    return kExitInternal;
+  } catch (...) {
+    print_error(command, "internal error: unknown exception; please report this");
+    return kExitInternal;
+  }
+}
+
+std::int64_t parse_int(std::string_view text, std::string_view option, std::int64_t min,
+                       std::int64_t max, std::string_view hint) {
+  std::int64_t value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || value < min ||
+      value > max) {
+    std::string range =
+        max == std::numeric_limits<std::int64_t>::max()
+            ? "an integer >= " + std::to_string(min)
+            : "an integer from " + std::to_string(min) + " to " + std::to_string(max);
+    throw UsageError(std::string(option) + " must be " + range + ", got " + quote(text) + "; " +
+                     std::string(hint));
+  }
+  return value;
+}
+
+std::uint64_t parse_seed(std::string_view text, std::string_view option) {
+  std::uint64_t value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
+    throw UsageError(std::string(option) + " must be an integer from 0 to " +
+                     std::to_string(std::numeric_limits<std::uint64_t>::max()) + ", got " +
+                     quote(text) + "; give a seed, e.g. " + std::string(option) + " 1");
+  }
+  return value;
+}
+
+std::vector<std::int64_t> parse_length_list(std::string_view text, std::string_view option) {
+  std::vector<std::int64_t> lengths;
+  if (trim(text).empty()) {
+    throw UsageError(std::string(option) + " is empty; " + std::string(kLengthListHint));
+  }
+  std::size_t index = 0;
+  while (true) {
+    const std::size_t comma = text.find(',');
+    const std::string_view item = trim(text.substr(0, comma));
+    std::int64_t value = 0;
+    const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
+    if (item.empty() || ec != std::errc() || end != item.data() + item.size() || value < 1) {
+      throw UsageError(std::string(option) + ": item " + std::to_string(index + 1) + " is " +
+                       (item.empty() ? std::string("empty") : quote(item)) +
+                       ", not a positive integer; " + std::string(kLengthListHint));
+    }
+    lengths.push_back(value);
+    ++index;
+    if (comma == std::string_view::npos) break;
+    text.remove_prefix(comma + 1);
+  }
+  return lengths;
+}
+
+std::vector<std::int64_t> read_length_file(const std::string& path, std::string_view option) {
+  namespace fs = std::filesystem;
+  const std::string what = std::string(option) + " " + quote(path);
+  std::error_code ec;
+  const fs::file_status status = fs::status(path, ec);
+  if (!fs::exists(status)) {
+    throw UsageError(what + " not found; " + std::string(kLengthFileHint));
+  }
+  if (fs::is_directory(status)) {
+    throw UsageError(what + " is a directory; " + std::string(kLengthFileHint));
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in.is_open()) {
+    throw UsageError(what + " could not be opened; check its permissions");
+  }
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    // what() reads "[json.exception.parse_error.101] parse error at line 1,
+    // column 4: ..."; keep the part after the tag and add the byte offset.
+    std::string reason = e.what();
+    if (const auto tag = reason.find("] "); tag != std::string::npos) reason.erase(0, tag + 2);
+    throw UsageError(what + " is not valid JSON at byte " + std::to_string(e.byte) + " (" + reason +
+                     "); " + std::string(kLengthFileHint));
+  }
+  if (!json.is_array()) {
+    throw UsageError(what + " holds a JSON " + std::string(json.type_name()) + ", not a list; " +
+                     std::string(kLengthFileHint));
+  }
+  if (json.empty()) {
+    throw UsageError(what + " holds an empty list; " + std::string(kLengthFileHint));
+  }
+  std::vector<std::int64_t> lengths;
+  lengths.reserve(json.size());
+  for (std::size_t i = 0; i < json.size(); ++i) {
+    const nlohmann::json& item = json[i];
+    // Floats (even 3.0), booleans and integers past int64 are refused: a
+    // length is a count of tokens, and a silently rounded one is a bug.
+    bool ok = false;
+    std::int64_t value = 0;
+    if (item.is_number_unsigned()) {
+      const auto u = item.get<std::uint64_t>();
+      ok = u >= 1 && u <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+      value = static_cast<std::int64_t>(u);
+    } else if (item.is_number_integer()) {
+      value = item.get<std::int64_t>();
+      ok = value >= 1;
+    }
+    if (!ok) {
+      throw UsageError(what + ": item " + std::to_string(i + 1) + " is " + quote(item.dump()) +
+                       ", not a positive integer; " + std::string(kLengthFileHint));
+    }
+    lengths.push_back(value);
+  }
+  return lengths;
+}
+
+std::int64_t total_tokens(const std::vector<std::int64_t>& lengths, std::string_view option) {
+  std::int64_t total = 0;
+  for (std::int64_t length : lengths) {
+    if (length > kMaxTokens - total) {
+      throw UsageError(std::string(option) + " adds up to more than " + std::to_string(kMaxTokens) +
+                       " tokens, the longest row fulcrum plans; give a shorter row");
+    }
+    total += length;
+  }
+  return total;
+}
+
+void add_common_options(po::options_description& options, CommonOptions& common) {
+  options.add_options()                                                               //
+      ("config", po::value(&common.config_path)->value_name("FILE.yaml"),             //
+       "YAML config supplying defaults (explicit flags win)")                         //
+      ("set", po::value(&common.overrides)->value_name("KEY=VALUE")->composing(),     //
+       "override one config key, e.g. --set balancer.cp.block_size=64 (repeatable)")  //
+      ("plugin", po::value(&common.plugin)->value_name("NAME_OR_PATH"),
+       "balancer plugin: a name searched in the plugin directories, a path to a .so, or "
+       "'builtin' (default: balancer.plugin)");
+}
+
+po::variables_map parse_command_line(const std::vector<std::string>& args,
+                                     const po::options_description& options,
+                                     std::string_view command) {
+  po::variables_map values;
+  try {
+    // No abbreviations: "--s" silently meaning "--strategy" today would mean
+    // something else once another option starts with "s".
+    const int style = po::command_line_style::unix_style & ~po::command_line_style::allow_guessing;
+    // An empty positional description makes a stray word an error; without
+    // it Boost drops such words silently.
+    const po::positional_options_description no_positionals;
+    po::store(po::command_line_parser(args)
+                  .options(options)
+                  .positional(no_positionals)
+                  .style(style)
+                  .run(),
+              values);
+    po::notify(values);
+  } catch (const po::error& e) {
+    throw UsageError(std::string(e.what()) + "; run 'fulcrum " + std::string(command) +
+                     " --help' to see the options");
+  }
+  return values;
+}
+
+host::Config load_config_or_throw(const CommonOptions& common) {
+  auto config = host::load_config(common.config_path, common.overrides);
+  if (!config) {
+    // Config messages name the place, the key and what is allowed; the CLI's
+    // convention also ends every error with what to do.
+    std::string message = config.status().message();
+    if (message.find("; ") == std::string::npos) {
+      message += message.rfind("--set", 0) == 0 ? "; correct the --set value"
+                                                : "; correct the config file";
+    }
+    throw UsageError(message);
+  }
+  return std::move(config).value();
+}
+
+LoadedBalancer load_balancer(const CommonOptions& common, const host::Config& config,
+                             const host::LogFn& log) {
+  const std::string name =
+      common.plugin.empty() ? config.get_string("balancer.plugin") : common.plugin;
+  if (name == "builtin") return {host::builtin_balancer(), true, ""};
+
+  host::LoaderOptions options;
+  options.check_permissions = config.get_bool("balancer.check_permissions");
+  options.log = log;
+  // balancer.plugin_dirs first, so a job's own directory wins over the
+  // environment and the install; then the usual places.
+  std::string_view dirs = config.get_string("balancer.plugin_dirs");
+  const std::string dirs_text(dirs);
+  dirs = dirs_text;
+  while (!dirs.empty()) {
+    const std::size_t colon = dirs.find(':');
+    if (colon != 0) options.search_dirs.emplace_back(dirs.substr(0, colon));
+    if (colon == std::string_view::npos) break;
+    dirs.remove_prefix(colon + 1);
+  }
+  for (std::string& dir : host::default_search_dirs())
+    options.search_dirs.push_back(std::move(dir));
+
+  auto loaded = host::load_plugin(name, options);
+  if (loaded) return {std::move(loaded).value(), false, ""};
+  const std::string failure = loaded.status().message();
+  if (log) {
+    log(host::LogLevel::kWarning, "could not load plugin '" + name + "': " + failure +
+                                      "; using the built-in balancer (contiguous sharding only)");
+  }
+  return {host::builtin_balancer(), true, failure};
+}
+
+host::LogFn deduplicating_log() {
+  auto seen = std::make_shared<std::set<std::string>>();
+  return [seen](host::LogLevel level, const std::string& message) {
+    if (seen->insert(message).second) host::log_to_stderr(level, one_line(message));
+  };
+}
+
+std::string join(const std::vector<std::string>& items, std::string_view separator) {
+  std::string out;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (i != 0) out += separator;
+    out += items[i];
+  }
+  return out;
+}
+
+std::string fixed(double value, int decimals) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.*f", decimals, value);
+  return buffer;
+}
+
+std::string number(double value) {
+  if (std::isfinite(value) && std::nearbyint(value) == value && std::fabs(value) < 1e15) {
+    return std::to_string(static_cast<long long>(value));
+  }
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.6g", value);
+  return buffer;
+}
+
+std::string render_table(const std::vector<std::vector<std::string>>& rows) {
+  if (rows.empty()) return "";
+  std::size_t columns = 0;
+  for (const auto& row : rows) columns = std::max(columns, row.size());
+  std::vector<std::size_t> width(columns, 0);
+  // A column is numeric when it holds at least one number and nothing but
+  // numbers and "-" placeholders.
+  std::vector<int> numbers(columns, 0);
+  std::vector<bool> text(columns, false);
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    for (std::size_t c = 0; c < rows[r].size(); ++c) {
+      const std::string& cell = rows[r][c];
+      width[c] = std::max(width[c], cell.size());
+      if (r == 0 || cell == "-") continue;
+      double ignored = 0;
+      const auto [end, ec] = std::from_chars(cell.data(), cell.data() + cell.size(), ignored);
+      if (ec == std::errc() && end == cell.data() + cell.size()) {
+        ++numbers[c];
+      } else {
+        text[c] = true;
+      }
+    }
+  }
+  std::vector<bool> numeric(columns);
+  for (std::size_t c = 0; c < columns; ++c) numeric[c] = numbers[c] > 0 && !text[c];
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line;
+    for (std::size_t c = 0; c < row.size(); ++c) {
+      const std::string& cell = row[c];
+      const std::string pad(width[c] - cell.size(), ' ');
+      if (c != 0) line += "  ";
+      // The last column is left ragged when it is text: no trailing blanks.
+      const bool last = c + 1 == row.size();
+      line += numeric[c] ? pad + cell : (last ? cell : cell + pad);
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
+}  // namespace fulcrum::cli

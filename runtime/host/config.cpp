@@ -1,1 +1,458 @@
-// placeholder
+// Loading YAML configuration against a ConfigSchema, and command-line
+// overrides ("--set section.key=value").
+//
+// Every error is one line a user can act on: where (FILE:LINE:COL or --set),
+// which key, the offending value and what is allowed. Values are checked once,
+// at load time, and stored normalised, so the typed accessors cannot fail on
+// user input; they only reject programming errors (a key outside the schema).
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "fulcrum/host/config.h"
+
+namespace fulcrum::host {
+namespace {
+
+// Numbers in messages: integral bounds print as integers ("1", not "1.000000").
+std::string number_text(double value) {
+  if (std::nearbyint(value) == value && std::fabs(value) < 1e15) {
+    return std::to_string(static_cast<long long>(value));
+  }
+  char buffer[64];
+  const auto [end, ec] = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  return ec == std::errc() ? std::string(buffer, end) : std::to_string(value);
+}
+
+std::string join(const std::vector<std::string>& items, std::string_view separator) {
+  std::string out;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (i != 0) out += separator;
+    out += items[i];
+  }
+  return out;
+}
+
+// A value as quoted in a message: one line, bounded length.
+std::string quote_value(std::string_view value) {
+  std::string out = "'";
+  for (char c : value.substr(0, 80)) {
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r' || c == '\t') {
+      out += ' ';
+    } else {
+      out += c;
+    }
+  }
+  if (value.size() > 80) out += "...";
+  return out + "'";
+}
+
+// What a key accepts, as in "parallel.cp_size must be <this>".
+std::string describe(const KeySpec& spec) {
+  switch (spec.type) {
+    case ValueType::kInt:
+    case ValueType::kDouble: {
+      std::string what = spec.type == ValueType::kInt ? "an integer" : "a number";
+      if (spec.min && spec.max) {
+        return what + " in [" + number_text(*spec.min) + ", " + number_text(*spec.max) + "]";
+      }
+      if (spec.min) return what + (spec.min_exclusive ? " > " : " >= ") + number_text(*spec.min);
+      if (spec.max) return what + " <= " + number_text(*spec.max);
+      return what;
+    }
+    case ValueType::kBool:
+      return "true or false";
+    case ValueType::kString:
+      if (!spec.choices.empty()) return "one of " + join(spec.choices, ", ");
+      // The help text is "what it is; what is allowed".
+      if (const auto semicolon = spec.help.find("; "); semicolon != std::string::npos) {
+        return spec.help.substr(semicolon + 2);
+      }
+      return "a string";
+  }
+  return "a value";
+}
+
+std::optional<std::int64_t> parse_int(std::string_view text) {
+  if (!text.empty() && text.front() == '+') text.remove_prefix(1);
+  std::int64_t value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+std::optional<double> parse_double(std::string_view text) {
+  if (!text.empty() && text.front() == '+') text.remove_prefix(1);
+  double value = 0.0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size() ||
+      !std::isfinite(value)) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+std::optional<bool> parse_bool(std::string_view text) {
+  std::string lower(text);
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  // YAML 1.2 spells booleans true/false; yes/no/on/off are YAML 1.1 spellings
+  // people still write, and they are unambiguous here.
+  if (lower == "true" || lower == "yes" || lower == "on") return true;
+  if (lower == "false" || lower == "no" || lower == "off") return false;
+  return std::nullopt;
+}
+
+bool in_range(const KeySpec& spec, double value) {
+  if (spec.min && (spec.min_exclusive ? value <= *spec.min : value < *spec.min)) return false;
+  if (spec.max && value > *spec.max) return false;
+  return true;
+}
+
+// Checks `raw` against `spec`; returns the normalised value or the message
+// (without its location prefix).
+Result<std::string> check_value(const KeySpec& spec, const std::string& raw) {
+  const auto wrong = [&](const std::string& detail = "") -> Status {
+    return invalid_argument(spec.key + " must be " + describe(spec) + ", got " + quote_value(raw) +
+                            detail);
+  };
+  switch (spec.type) {
+    case ValueType::kInt: {
+      const auto value = parse_int(raw);
+      if (!value || !in_range(spec, static_cast<double>(*value))) return wrong();
+      return std::to_string(*value);
+    }
+    case ValueType::kDouble: {
+      const auto value = parse_double(raw);
+      if (!value || !in_range(spec, *value)) return wrong();
+      return raw.front() == '+' ? raw.substr(1) : raw;
+    }
+    case ValueType::kBool: {
+      const auto value = parse_bool(raw);
+      if (!value) return wrong();
+      return std::string(*value ? "true" : "false");
+    }
+    case ValueType::kString: {
+      if (!spec.choices.empty() &&
+          std::find(spec.choices.begin(), spec.choices.end(), raw) == spec.choices.end()) {
+        return wrong();
+      }
+      if (spec.check) {
+        if (auto problem = spec.check(raw)) {
+          // When the schema says what is allowed, that is the clearer line;
+          // otherwise the check's own "what is wrong" (without its "what to
+          // do") is all there is to go on.
+          if (spec.help.find("; ") != std::string::npos) return wrong();
+          std::string detail = *problem;
+          if (const auto cut = detail.find("; "); cut != std::string::npos) detail.resize(cut);
+          return wrong(" (" + detail + ")");
+        }
+      }
+      return raw;
+    }
+  }
+  return wrong();
+}
+
+bool is_section(const ConfigSchema& schema, const std::string& path) {
+  const std::string prefix = path + ".";
+  return std::any_of(schema.keys().begin(), schema.keys().end(), [&](const KeySpec& s) {
+    return s.key.compare(0, prefix.size(), prefix) == 0;
+  });
+}
+
+// Direct children of a section ("" = the top level), in schema order.
+std::vector<std::string> children(const ConfigSchema& schema, const std::string& section) {
+  const std::string prefix = section.empty() ? "" : section + ".";
+  std::vector<std::string> names;
+  for (const auto& spec : schema.keys()) {
+    if (spec.key.compare(0, prefix.size(), prefix) != 0) continue;
+    std::string rest = spec.key.substr(prefix.size());
+    rest = rest.substr(0, rest.find('.'));
+    if (std::find(names.begin(), names.end(), rest) == names.end()) names.push_back(rest);
+  }
+  return names;
+}
+
+Status unknown_key(const std::string& where, const std::string& path, const ConfigSchema& schema) {
+  std::string message = where + ": unknown key '" + path + "'";
+  const std::string suggestion = schema.nearest(path);
+  if (!suggestion.empty()) {
+    message += "; did you mean '" + suggestion + "'?";
+  } else {
+    const auto dot = path.rfind('.');
+    const std::string section = dot == std::string::npos ? "" : path.substr(0, dot);
+    const auto known = children(schema, is_section(schema, section) ? section : "");
+    message += "; known keys " +
+               std::string(section.empty() || !is_section(schema, section) ? "at the top level"
+                                                                           : "of " + section) +
+               ": " + join(known, ", ");
+  }
+  return invalid_argument(message);
+}
+
+const char* node_kind(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Map:
+      return "a mapping";
+    case YAML::NodeType::Sequence:
+      return "a sequence";
+    case YAML::NodeType::Null:
+      return "an empty value";
+    default:
+      return "a scalar";
+  }
+}
+
+struct Value {
+  std::string value;
+  std::string origin;
+};
+using Values = std::map<std::string, Value>;
+
+class YamlWalker {
+ public:
+  YamlWalker(const std::string& name, const ConfigSchema& schema, Values& out)
+      : name_(name), schema_(schema), out_(out) {}
+
+  Status walk_top(const YAML::Node& root) {
+    if (root.IsNull()) return Status::ok();  // an empty file: all defaults
+    if (!root.IsMap()) {
+      return invalid_argument(where(root.Mark()) + ": the config must be a mapping of sections (" +
+                              join(children(schema_, ""), ", ") + "), got " + node_kind(root));
+    }
+    return walk_map(root, "");
+  }
+
+ private:
+  std::string where(const YAML::Mark& mark) const {
+    if (mark.line < 0 || mark.column < 0) return name_;
+    return name_ + ":" + std::to_string(mark.line + 1) + ":" + std::to_string(mark.column + 1);
+  }
+
+  // A null value node ("key:" with nothing after it) carries no mark, or the
+  // mark of whatever follows it; point at its key then.
+  std::string where(const YAML::Node& value, const YAML::Node& key) const {
+    const YAML::Mark mark = value.Mark();
+    return where(mark.line < 0 || value.IsNull() ? key.Mark() : mark);
+  }
+
+  Status walk_map(const YAML::Node& map, const std::string& prefix) {
+    for (auto it = map.begin(); it != map.end(); ++it) {
+      const YAML::Node key = it->first;
+      const YAML::Node value = it->second;
+      if (!key.IsScalar()) {
+        return invalid_argument(where(key.Mark()) + ": keys must be plain names, got " +
+                                node_kind(key));
+      }
+      const std::string path = prefix.empty() ? key.Scalar() : prefix + "." + key.Scalar();
+      const std::string here = where(key.Mark());
+      if (auto [previous, fresh] = seen_.emplace(path, here); !fresh) {
+        return invalid_argument(here + ": duplicate key '" + path + "' (first set at " +
+                                previous->second + "); keep one of them");
+      }
+      if (const KeySpec* spec = schema_.find(path)) {
+        if (Status s = take_leaf(*spec, key, value); !s) return s;
+      } else if (is_section(schema_, path)) {
+        if (value.IsNull()) continue;  // "data:" with nothing under it
+        if (!value.IsMap()) {
+          std::string got = node_kind(value);
+          if (value.IsScalar()) got += " " + quote_value(value.Scalar());
+          return invalid_argument(where(value, key) + ": " + path +
+                                  " must be a mapping of its keys (" +
+                                  join(children(schema_, path), ", ") + "), got " + got);
+        }
+        if (Status s = walk_map(value, path); !s) return s;
+      } else {
+        return unknown_key(here, path, schema_);
+      }
+    }
+    return Status::ok();
+  }
+
+  Status take_leaf(const KeySpec& spec, const YAML::Node& key, const YAML::Node& value) {
+    std::string raw;
+    if (value.IsScalar()) {
+      raw = value.Scalar();
+    } else if (value.IsNull() && spec.type == ValueType::kString) {
+      raw = "";  // "path:" reads naturally as an empty string
+    } else {
+      return invalid_argument(where(value, key) + ": " + spec.key + " must be " + describe(spec) +
+                              ", got " + node_kind(value));
+    }
+    auto checked = check_value(spec, raw);
+    if (!checked) return invalid_argument(where(value, key) + ": " + checked.status().message());
+    out_[spec.key] = Value{std::move(checked).value(), where(value, key)};
+    return Status::ok();
+  }
+
+  const std::string& name_;
+  const ConfigSchema& schema_;
+  Values& out_;
+  std::map<std::string, std::string> seen_;  // path -> where it was set
+};
+
+Status apply_override(const std::string& text, const ConfigSchema& schema, Values& out) {
+  constexpr const char* kOrigin = "--set";
+  const auto equals = text.find('=');
+  std::string key = equals == std::string::npos ? "" : text.substr(0, equals);
+  while (!key.empty() && std::isspace(static_cast<unsigned char>(key.back()))) key.pop_back();
+  while (!key.empty() && std::isspace(static_cast<unsigned char>(key.front()))) key.erase(0, 1);
+  if (key.empty()) {
+    return invalid_argument(std::string(kOrigin) + ": " + quote_value(text) +
+                            " is not KEY=VALUE; write it like --set parallel.cp_size=4");
+  }
+  const std::string value = text.substr(equals + 1);
+  const KeySpec* spec = schema.find(key);
+  if (spec == nullptr) {
+    if (is_section(schema, key)) {
+      return invalid_argument(std::string(kOrigin) + ": '" + key +
+                              "' is a section, not a key; set one of its keys (" +
+                              join(children(schema, key), ", ") + "), e.g. --set " + key + "." +
+                              children(schema, key).front() + "=...");
+    }
+    return unknown_key(kOrigin, key, schema);
+  }
+  auto checked = check_value(*spec, value);
+  if (!checked) return invalid_argument(std::string(kOrigin) + ": " + checked.status().message());
+  out[spec->key] = Value{std::move(checked).value(), kOrigin};
+  return Status::ok();
+}
+
+}  // namespace
+
+const KeySpec& Config::spec(const std::string& key, ValueType type) const {
+  const KeySpec* found = schema_ != nullptr ? schema_->find(key) : nullptr;
+  if (found == nullptr) {
+    throw std::logic_error("config: key '" + key + "' is not in the schema");
+  }
+  if (found->type != type) {
+    throw std::logic_error("config: key '" + key + "' read with the wrong type");
+  }
+  return *found;
+}
+
+namespace {
+template <typename Map>
+const std::string& stored_or_default(const Map& values, const KeySpec& spec) {
+  const auto it = values.find(spec.key);
+  return it == values.end() ? spec.default_value : it->second.value;
+}
+}  // namespace
+
+std::int64_t Config::get_int(const std::string& key) const {
+  const KeySpec& s = spec(key, ValueType::kInt);
+  const auto value = parse_int(stored_or_default(values_, s));
+  if (!value) throw std::logic_error("config: default of '" + key + "' is not an integer");
+  return *value;
+}
+
+double Config::get_double(const std::string& key) const {
+  const KeySpec& s = spec(key, ValueType::kDouble);
+  const auto value = parse_double(stored_or_default(values_, s));
+  if (!value) throw std::logic_error("config: default of '" + key + "' is not a number");
+  return *value;
+}
+
+bool Config::get_bool(const std::string& key) const {
+  const KeySpec& s = spec(key, ValueType::kBool);
+  const auto value = parse_bool(stored_or_default(values_, s));
+  if (!value) throw std::logic_error("config: default of '" + key + "' is not a boolean");
+  return *value;
+}
+
+std::string Config::get_string(const std::string& key) const {
+  return stored_or_default(values_, spec(key, ValueType::kString));
+}
+
+std::string Config::origin(const std::string& key) const {
+  if (schema_ == nullptr || schema_->find(key) == nullptr) {
+    throw std::logic_error("config: key '" + key + "' is not in the schema");
+  }
+  const auto it = values_.find(key);
+  return it == values_.end() ? "default" : it->second.origin;
+}
+
+bool Config::is_set(const std::string& key) const {
+  if (schema_ == nullptr || schema_->find(key) == nullptr) {
+    throw std::logic_error("config: key '" + key + "' is not in the schema");
+  }
+  return values_.count(key) != 0;
+}
+
+Result<Config> load_config_string(const std::string& yaml, const std::string& name,
+                                  const std::vector<std::string>& overrides,
+                                  const ConfigSchema& schema) {
+  const std::string file = name.empty() ? "<config>" : name;
+  Values values;
+  try {
+    const std::vector<YAML::Node> documents = YAML::LoadAll(yaml);
+    if (documents.size() > 1) {
+      const YAML::Mark mark = documents[1].Mark();
+      return invalid_argument(file + (mark.line >= 0 ? ":" + std::to_string(mark.line + 1) : "") +
+                              ": the file holds " + std::to_string(documents.size()) +
+                              " YAML documents; keep one (remove the extra '---')");
+    }
+    if (!documents.empty()) {
+      YamlWalker walker(file, schema, values);
+      if (Status s = walker.walk_top(documents.front()); !s) return s;
+    }
+  } catch (const YAML::Exception& e) {
+    // yaml-cpp's what() spans a "yaml-cpp: error at line..." prefix; rebuild
+    // the line in our own FILE:LINE:COL form from its mark and bare message.
+    std::string where = file;
+    if (e.mark.line >= 0) {
+      where += ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1);
+    }
+    return invalid_argument(where + ": malformed YAML: " + e.msg +
+                            "; fix the syntax (indent with spaces, 'key: value')");
+  }
+  for (const auto& text : overrides) {
+    if (Status s = apply_override(text, schema, values); !s) return s;
+  }
+  Config config;
+  config.schema_ = &schema;
+  for (auto& [key, value] : values) {
+    config.values_[key] = Config::Entry{std::move(value.value), std::move(value.origin)};
+  }
+  return config;
+}
+
+Result<Config> load_config(const std::string& path, const std::vector<std::string>& overrides,
+                           const ConfigSchema& schema) {
+  if (path.empty()) return load_config_string("", "", overrides, schema);
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (!std::filesystem::exists(status)) {
+    return not_found("config file '" + path +
+                     "' not found; check the path, or leave out --config to use the defaults");
+  }
+  if (std::filesystem::is_directory(status)) {
+    return invalid_argument("config file '" + path + "' is a directory; give a YAML file");
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in.is_open()) {
+    return invalid_argument("config file '" + path +
+                            "' could not be opened; check its permissions");
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  return load_config_string(text.str(), path, overrides, schema);
+}
+
+}  // namespace fulcrum::host

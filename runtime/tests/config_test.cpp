@@ -1,1 +1,302 @@
-// placeholder
+// Tests of the YAML configuration: schema, loader, overrides and the one-line
+// error messages users see.
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "fulcrum/host/config.h"
+
+namespace fulcrum::host {
+namespace {
+
+// Substring checks without gmock (the test links gtest only).
+testing::AssertionResult Contains(const std::string& text, const std::string& part) {
+  if (text.find(part) != std::string::npos) return testing::AssertionSuccess();
+  return testing::AssertionFailure() << "'" << text << "' does not contain '" << part << "'";
+}
+testing::AssertionResult Lacks(const std::string& text, const std::string& part) {
+  if (text.find(part) == std::string::npos) return testing::AssertionSuccess();
+  return testing::AssertionFailure() << "'" << text << "' contains '" << part << "'";
+}
+
+Config load_ok(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+  auto config = load_config_string(yaml, "test.yaml", overrides);
+  EXPECT_TRUE(config.is_ok()) << config.status().message();
+  if (!config) return Config();
+  return std::move(config).value();
+}
+
+std::string load_error(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+  auto config = load_config_string(yaml, "test.yaml", overrides);
+  EXPECT_FALSE(config.is_ok()) << "expected an error for:\n" << yaml;
+  if (config) return "";
+  EXPECT_EQ(config.status().code(), StatusCode::kInvalidArgument);
+  const std::string message = config.status().message();
+  EXPECT_EQ(message.find('\n'), std::string::npos) << "not one line: " << message;
+  return message;
+}
+
+TEST(ConfigSchemaTest, EveryDefaultPassesItsOwnCheck) {
+  // Each default, set explicitly, must load: a bad default would otherwise
+  // only surface when someone reads the key.
+  for (const auto& spec : ConfigSchema::fulcrum().keys()) {
+    auto config = load_config_string("", "x", {spec.key + "=" + spec.default_value});
+    EXPECT_TRUE(config.is_ok()) << spec.key << ": " << config.status().message();
+    EXPECT_FALSE(spec.help.empty()) << spec.key;
+  }
+}
+
+TEST(ConfigSchemaTest, NearestSuggestsCloseKeysOnly) {
+  const auto& schema = ConfigSchema::fulcrum();
+  EXPECT_EQ(schema.nearest("parallel.cp_sise"), "parallel.cp_size");
+  EXPECT_EQ(schema.nearest("parallel.dp_szie"), "parallel.dp_size");
+  EXPECT_EQ(schema.nearest("paralel"), "parallel");
+  // The right word in the wrong section.
+  EXPECT_EQ(schema.nearest("train.block_size"), "balancer.cp.block_size");
+  EXPECT_EQ(schema.nearest("data.seq_len"), "data.seq_length");
+  // A swap of two letters is one edit.
+  EXPECT_EQ(schema.nearest("balancer.cp.stratgey"), "balancer.cp.strategy");
+  // A shared section prefix does not make unrelated words close.
+  EXPECT_EQ(schema.nearest("balancer.cp.mode"), "");
+  EXPECT_EQ(schema.nearest("completely.unrelated"), "");
+  EXPECT_EQ(schema.nearest("zzz"), "");
+}
+
+TEST(ConfigTest, DefaultsWithoutFileOrOverrides) {
+  auto config = load_config("", {});
+  ASSERT_TRUE(config.is_ok()) << config.status().message();
+  EXPECT_EQ(config->get_int("parallel.dp_size"), 1);
+  EXPECT_EQ(config->get_int("parallel.cp_size"), 1);
+  EXPECT_EQ(config->get_string("balancer.plugin"), "fulcrum_balancer");
+  EXPECT_EQ(config->get_string("balancer.plugin_dirs"), "");
+  EXPECT_TRUE(config->get_bool("balancer.check_permissions"));
+  EXPECT_EQ(config->get_string("balancer.cp.strategy"), "auto");
+  EXPECT_EQ(config->get_string("balancer.cp.fallback"), "contiguous");
+  EXPECT_EQ(config->get_int("balancer.cp.block_size"), 128);
+  EXPECT_EQ(config->get_string("balancer.cp.mask"), "causal");
+  EXPECT_EQ(config->get_string("balancer.dp.cost"), "tokens");
+  EXPECT_FALSE(config->get_bool("balancer.dp.equal_count"));
+  EXPECT_EQ(config->get_string("data.source"), "synthetic");
+  EXPECT_EQ(config->get_int("data.seq_length"), 4096);
+  EXPECT_EQ(config->get_string("train.dtype"), "float32");
+  EXPECT_DOUBLE_EQ(config->get_double("train.lr"), 1e-3);
+  EXPECT_EQ(config->origin("parallel.cp_size"), "default");
+  EXPECT_FALSE(config->is_set("parallel.cp_size"));
+}
+
+TEST(ConfigTest, FileValuesAndOrigins) {
+  const Config config = load_ok(
+      "parallel:\n"
+      "  cp_size: 8\n"
+      "  dp_size: 2\n"
+      "balancer:\n"
+      "  cp:\n"
+      "    strategy: head_tail\n"
+      "    mask: sliding:512\n"
+      "  dp:\n"
+      "    cost: attention:1000\n"
+      "    equal_count: true\n"
+      "train:\n"
+      "  lr: 3e-4\n"
+      "  dtype: float64\n");
+  EXPECT_EQ(config.get_int("parallel.cp_size"), 8);
+  EXPECT_EQ(config.get_int("parallel.dp_size"), 2);
+  EXPECT_EQ(config.get_string("balancer.cp.strategy"), "head_tail");
+  EXPECT_EQ(config.get_string("balancer.cp.mask"), "sliding:512");
+  EXPECT_EQ(config.get_string("balancer.dp.cost"), "attention:1000");
+  EXPECT_TRUE(config.get_bool("balancer.dp.equal_count"));
+  EXPECT_DOUBLE_EQ(config.get_double("train.lr"), 3e-4);
+  EXPECT_EQ(config.get_string("train.dtype"), "float64");
+  EXPECT_EQ(config.origin("parallel.cp_size"), "test.yaml:2:12");
+  EXPECT_EQ(config.origin("balancer.cp.strategy"), "test.yaml:6:15");
+  EXPECT_TRUE(config.is_set("parallel.cp_size"));
+  EXPECT_EQ(config.origin("data.seq_length"), "default");
+  EXPECT_EQ(config.get_int("data.seq_length"), 4096);
+}
+
+TEST(ConfigTest, DottedKeysAndEmptySectionsAreAccepted) {
+  const Config config = load_ok("parallel.cp_size: 4\nbalancer.cp: {block_size: 64}\ndata:\n");
+  EXPECT_EQ(config.get_int("parallel.cp_size"), 4);
+  EXPECT_EQ(config.get_int("balancer.cp.block_size"), 64);
+}
+
+TEST(ConfigTest, EmptyFileMeansDefaults) {
+  const Config config = load_ok("");
+  EXPECT_EQ(config.get_int("parallel.cp_size"), 1);
+  const Config comments = load_ok("# nothing here\n");
+  EXPECT_EQ(comments.get_int("parallel.dp_size"), 1);
+}
+
+TEST(ConfigTest, UnknownKeySuggestsNearestWithLineAndColumn) {
+  EXPECT_EQ(load_error("parallel:\n  dp_size: 2\n  cp_sise: 4\n"),
+            "test.yaml:3:3: unknown key 'parallel.cp_sise'; did you mean 'parallel.cp_size'?");
+  EXPECT_EQ(load_error("paralel:\n  cp_size: 4\n"),
+            "test.yaml:1:1: unknown key 'paralel'; did you mean 'parallel'?");
+}
+
+TEST(ConfigTest, UnknownKeyFarFromEverythingListsKnownKeys) {
+  const std::string message = load_error("parallel:\n  frobnicate: 4\n");
+  EXPECT_TRUE(Contains(message, "test.yaml:2:3: unknown key 'parallel.frobnicate'"));
+  EXPECT_TRUE(Lacks(message, "did you mean"));
+  EXPECT_TRUE(Contains(message, "dp_size, cp_size"));
+}
+
+TEST(ConfigTest, WrongTypeNamesKeyValueAndWhatIsAllowed) {
+  EXPECT_EQ(load_error("parallel:\n  cp_size: abc\n"),
+            "test.yaml:2:12: parallel.cp_size must be an integer >= 1, got 'abc'");
+  EXPECT_EQ(load_error("parallel:\n  cp_size: 12abc\n"),
+            "test.yaml:2:12: parallel.cp_size must be an integer >= 1, got '12abc'");
+  EXPECT_EQ(load_error("parallel:\n  cp_size: 2.5\n"),
+            "test.yaml:2:12: parallel.cp_size must be an integer >= 1, got '2.5'");
+  EXPECT_EQ(load_error("balancer:\n  check_permissions: maybe\n"),
+            "test.yaml:2:22: balancer.check_permissions must be true or false, got 'maybe'");
+  EXPECT_EQ(load_error("train:\n  lr: fast\n"),
+            "test.yaml:2:7: train.lr must be a number > 0, got 'fast'");
+}
+
+TEST(ConfigTest, IntegerOverflowIsAnErrorNotAWrap) {
+  EXPECT_TRUE(Contains(load_error("parallel:\n  cp_size: 99999999999999999999999\n"),
+                       "parallel.cp_size must be an integer >= 1"));
+}
+
+TEST(ConfigTest, OutOfRange) {
+  EXPECT_EQ(load_error("parallel:\n  cp_size: 0\n"),
+            "test.yaml:2:12: parallel.cp_size must be an integer >= 1, got '0'");
+  EXPECT_EQ(load_error("train:\n  lr: 0\n"),
+            "test.yaml:2:7: train.lr must be a number > 0, got '0'");
+  EXPECT_EQ(load_error("train:\n  checkpoint_every: -1\n"),
+            "test.yaml:2:21: train.checkpoint_every must be an integer >= 0, got '-1'");
+}
+
+TEST(ConfigTest, NotOneOfTheChoices) {
+  EXPECT_EQ(load_error("data:\n  source: csv\n"),
+            "test.yaml:2:11: data.source must be one of synthetic, jsonl, megatron, got 'csv'");
+  EXPECT_EQ(load_error("train:\n  dtype: float16\n"),
+            "test.yaml:2:10: train.dtype must be one of float32, float64, got 'float16'");
+}
+
+TEST(ConfigTest, CheckFunctionsRejectBadMaskAndCost) {
+  EXPECT_EQ(load_error("balancer:\n  cp:\n    mask: diagonal\n"),
+            "test.yaml:3:11: balancer.cp.mask must be causal, full, sliding:W with W >= 1, or "
+            "prefix:L with L >= 0, got 'diagonal'");
+  EXPECT_TRUE(Contains(load_error("balancer:\n  cp:\n    mask: sliding:0\n"), "got 'sliding:0'"));
+  EXPECT_TRUE(Contains(load_error("balancer:\n  dp:\n    cost: attention:-1\n"),
+                       "test.yaml:3:11: balancer.dp.cost must be tokens, attention or "
+                       "attention:A with A >= 0, got 'attention:-1'"));
+  EXPECT_TRUE(Contains(load_error("balancer:\n  dp:\n    cost: flops\n"), "got 'flops'"));
+}
+
+TEST(ConfigTest, MappingWhereScalarExpectedAndViceVersa) {
+  EXPECT_EQ(load_error("parallel:\n  cp_size:\n    a: 1\n"),
+            "test.yaml:3:5: parallel.cp_size must be an integer >= 1, got a mapping");
+  EXPECT_EQ(load_error("parallel:\n  cp_size: [1, 2]\n"),
+            "test.yaml:2:12: parallel.cp_size must be an integer >= 1, got a sequence");
+  EXPECT_EQ(load_error("parallel: 4\n"),
+            "test.yaml:1:11: parallel must be a mapping of its keys (dp_size, cp_size), got a "
+            "scalar '4'");
+  EXPECT_TRUE(Contains(load_error("- a\n- b\n"),
+                       "test.yaml:1:1: the config must be a mapping of sections (parallel, "
+                       "balancer, data, model, train), got a sequence"));
+  // A key with no value points at the key, not at whatever follows it.
+  EXPECT_EQ(load_error("parallel:\n  cp_size:\nmodel:\n  num_layers: 2\n"),
+            "test.yaml:2:3: parallel.cp_size must be an integer >= 1, got an empty value");
+}
+
+TEST(ConfigTest, DuplicateKeyIsAnError) {
+  EXPECT_TRUE(Contains(load_error("parallel:\n  cp_size: 2\nparallel.cp_size: 4\n"),
+                       "test.yaml:3:1: duplicate key 'parallel.cp_size' (first set at "
+                       "test.yaml:2:3)"));
+}
+
+TEST(ConfigTest, OverridesWinOverFileAndDefaults) {
+  const Config config =
+      load_ok("parallel:\n  cp_size: 8\n", {"parallel.cp_size=4", "balancer.cp.strategy=ptrr",
+                                            "balancer.dp.equal_count=yes", "data.path="});
+  EXPECT_EQ(config.get_int("parallel.cp_size"), 4);
+  EXPECT_EQ(config.origin("parallel.cp_size"), "--set");
+  EXPECT_EQ(config.get_string("balancer.cp.strategy"), "ptrr");
+  EXPECT_TRUE(config.get_bool("balancer.dp.equal_count"));
+  EXPECT_EQ(config.get_string("data.path"), "");
+  EXPECT_TRUE(config.is_set("data.path"));
+  // The last of two overrides of one key wins.
+  const Config twice = load_ok("", {"parallel.dp_size=2", "parallel.dp_size=3"});
+  EXPECT_EQ(twice.get_int("parallel.dp_size"), 3);
+}
+
+TEST(ConfigTest, OverridesAreCheckedLikeTheFile) {
+  EXPECT_EQ(load_error("", {"parallel.cp_size=abc"}),
+            "--set: parallel.cp_size must be an integer >= 1, got 'abc'");
+  EXPECT_EQ(load_error("", {"parallel.cp_sise=4"}),
+            "--set: unknown key 'parallel.cp_sise'; did you mean 'parallel.cp_size'?");
+  EXPECT_TRUE(Contains(load_error("", {"parallel=4"}), "--set: 'parallel' is a section"));
+}
+
+TEST(ConfigTest, MalformedOverride) {
+  EXPECT_EQ(load_error("", {"foo"}),
+            "--set: 'foo' is not KEY=VALUE; write it like --set parallel.cp_size=4");
+  EXPECT_TRUE(Contains(load_error("", {"=4"}), "is not KEY=VALUE"));
+}
+
+TEST(ConfigTest, MalformedYamlReportsLineAndColumn) {
+  const std::string message = load_error("parallel:\n  cp_size: [1, 2\n");
+  EXPECT_TRUE(Contains(message, "test.yaml:"));
+  EXPECT_TRUE(Contains(message, "malformed YAML"));
+  const std::string tabs = load_error("parallel:\n  cp_size: 1\n dp_size: 2\n");
+  EXPECT_TRUE(Contains(tabs, "test.yaml:3:"));
+}
+
+TEST(ConfigTest, MissingFileIsNotFound) {
+  auto config = load_config("/nonexistent/x.yaml", {});
+  ASSERT_FALSE(config.is_ok());
+  EXPECT_EQ(config.status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(Contains(config.status().message(), "config file '/nonexistent/x.yaml' not found"));
+}
+
+TEST(ConfigTest, LoadsFromAFile) {
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("fulcrum_config_test_" + std::to_string(::getpid()) + ".yaml");
+  {
+    std::ofstream out(path);
+    out << "parallel:\n  cp_size: 2\n";
+  }
+  auto config = load_config(path.string(), {"parallel.dp_size=4"});
+  std::filesystem::remove(path);
+  ASSERT_TRUE(config.is_ok()) << config.status().message();
+  EXPECT_EQ(config->get_int("parallel.cp_size"), 2);
+  EXPECT_EQ(config->origin("parallel.cp_size"), path.string() + ":2:12");
+  EXPECT_EQ(config->get_int("parallel.dp_size"), 4);
+}
+
+TEST(ConfigTest, AccessorMisuseIsALogicError) {
+  const Config config = load_ok("");
+  EXPECT_THROW(config.get_int("parallel.nope"), std::logic_error);
+  EXPECT_THROW(config.get_string("parallel.cp_size"), std::logic_error);
+}
+
+TEST(CostModelTest, ParsesAndPrints) {
+  auto tokens = parse_cost_model("tokens");
+  ASSERT_TRUE(tokens.is_ok());
+  EXPECT_EQ(tokens->kind, CostKind::kTokens);
+  auto attention = parse_cost_model("attention");
+  ASSERT_TRUE(attention.is_ok());
+  EXPECT_EQ(attention->kind, CostKind::kAttention);
+  EXPECT_DOUBLE_EQ(attention->a, kDefaultAttentionA);
+  auto custom = parse_cost_model("attention:0");
+  ASSERT_TRUE(custom.is_ok());
+  EXPECT_DOUBLE_EQ(custom->a, 0.0);
+  EXPECT_EQ(cost_model_to_string(*custom), "attention:0");
+  EXPECT_EQ(cost_model_to_string(*attention), "attention:24576");
+  for (const char* bad : {"", "attention:", "attention:-1", "attention:x", "attention:1e999",
+                          "Tokens", "attention:nan"}) {
+    EXPECT_FALSE(parse_cost_model(bad).is_ok()) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace fulcrum::host

@@ -13,8 +13,10 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "fulcrum/dp_types.h"
 #include "fulcrum/status.h"
 
 namespace fulcrum::host {
@@ -27,6 +29,7 @@ struct KeySpec {
   std::string default_value;  // as it would be written in YAML
   std::optional<double> min;  // inclusive, numbers only
   std::optional<double> max;
+  bool min_exclusive = false;        // min is a strict bound: "a number > 0"
   std::vector<std::string> choices;  // strings only; empty = any
   // Extra check for strings: returns what is wrong, or nullopt when fine.
   std::function<std::optional<std::string>(const std::string&)> check;
@@ -89,5 +92,10 @@ Result<Config> load_config(const std::string& path, const std::vector<std::strin
 Result<Config> load_config_string(const std::string& yaml, const std::string& name,
                                   const std::vector<std::string>& overrides,
                                   const ConfigSchema& schema = ConfigSchema::fulcrum());
+
+// DP cost model as written in balancer.dp.cost and on the command line:
+// "tokens", "attention" (a = kDefaultAttentionA) or "attention:A" with A >= 0.
+Result<CostModel> parse_cost_model(std::string_view text);
+std::string cost_model_to_string(const CostModel& cost);
 
 }  // namespace fulcrum::host

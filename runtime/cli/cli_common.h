@@ -1,0 +1,111 @@
+// Pieces shared by the fulcrum subcommands: strict parsing of numbers and
+// length lists, the --config/--set/--plugin options, loading the balancer,
+// and the one-line error convention.
+#pragma once
+
+#include <boost/program_options.hpp>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fulcrum/host/config.h"
+#include "fulcrum/host/log.h"
+#include "fulcrum/load_balancer.h"
+
+namespace fulcrum::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitInternal = 1;
+inline constexpr int kExitUsage = 2;
+
+// Largest row the CLI plans. A plan stores 8 bytes per position, so a row of
+// 2^31 tokens already needs 16 GiB; anything longer is a typo, not a workload.
+inline constexpr std::int64_t kMaxTokens = std::int64_t{1} << 31;
+// Largest CP or DP group; far beyond any real job, small enough that a plan's
+// padding (up to P-1 positions) stays cheap.
+inline constexpr std::int64_t kMaxRanks = std::int64_t{1} << 20;
+
+// Bad input: printed as "fulcrum <command>: <message>" with exit code 2. The
+// message says what is wrong and what to do. Thrown only inside the CLI and
+// caught by run_command, so parsing code deep in a command can stop at the
+// first problem without threading a Status through every helper.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Runs a command body, turning every failure into one stderr line and an exit
+// code: UsageError -> 2, anything else -> 1. Never throws.
+int run_command(std::string_view command, const std::function<int()>& body) noexcept;
+
+// One line: control characters (newlines from a parser's context, say)
+// become spaces, so every error stays one line.
+std::string one_line(std::string_view text);
+
+// Strict integer parsing: the whole text, decimal, no sign games, no
+// overflow. Throws UsageError "OPTION must be an integer from MIN to MAX, got
+// 'TEXT'; HINT".
+std::int64_t parse_int(std::string_view text, std::string_view option, std::int64_t min,
+                       std::int64_t max, std::string_view hint);
+std::uint64_t parse_seed(std::string_view text, std::string_view option);
+
+// "a,b,c" of positive integers (spaces around commas allowed).
+std::vector<std::int64_t> parse_length_list(std::string_view text, std::string_view option);
+// A file holding a JSON list of positive integers.
+std::vector<std::int64_t> read_length_file(const std::string& path, std::string_view option);
+// Sum of lengths, as a row length: at most kMaxTokens.
+std::int64_t total_tokens(const std::vector<std::int64_t>& lengths, std::string_view option);
+
+// The options every subcommand shares.
+struct CommonOptions {
+  std::string config_path;
+  std::vector<std::string> overrides;  // --set key=value
+  std::string plugin;                  // --plugin, empty = from the config
+};
+void add_common_options(boost::program_options::options_description& options,
+                        CommonOptions& common);
+
+// Parses argv-style arguments against `options`; a Boost error becomes a
+// UsageError that points at --help.
+boost::program_options::variables_map parse_command_line(
+    const std::vector<std::string>& args,
+    const boost::program_options::options_description& options, std::string_view command);
+
+host::Config load_config_or_throw(const CommonOptions& common);
+
+struct LoadedBalancer {
+  std::shared_ptr<LoadBalancer> balancer;
+  // The host's own balancer serves: chosen with "builtin", or because the
+  // plugin could not be loaded (then `load_failure` says why).
+  bool is_builtin = false;
+  std::string load_failure;
+};
+
+// The plugin named by --plugin or balancer.plugin, searched in --plugin's own
+// path, balancer.plugin_dirs and then host::default_search_dirs(). A plugin
+// that cannot be loaded is a warning, not an error: the built-in balancer
+// serves, as it would in a training job.
+LoadedBalancer load_balancer(const CommonOptions& common, const host::Config& config,
+                             const host::LogFn& log);
+
+// A log function that writes each distinct message once: planning repeats
+// the same call for timing and should not repeat its warnings.
+host::LogFn deduplicating_log();
+
+std::string join(const std::vector<std::string>& items, std::string_view separator);
+
+// Numbers for tables: fixed decimals; integers and large values without
+// exponent noise.
+std::string fixed(double value, int decimals);
+std::string number(double value);
+
+// Column-aligned plain-text table; the first row is the header. Numeric
+// columns (every cell but the header parses as a number or is "-") are
+// right-aligned.
+std::string render_table(const std::vector<std::vector<std::string>>& rows);
+
+}  // namespace fulcrum::cli

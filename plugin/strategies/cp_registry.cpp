@@ -1,1 +1,96 @@
-// placeholder
+// The table of CP strategies, name lookup, applicability rules and the common
+// last step of every planner (padding count and per-rank work).
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "fulcrum/core/work_model.h"
+#include "fulcrum/cp_types.h"
+#include "fulcrum/status.h"
+#include "strategies/cp_strategies.h"
+
+namespace fulcrum::cp {
+namespace {
+
+// Order matters: tables and --compare print strategies in this order, anchors
+// first (the baselines every result is compared with), fulcrum's own last.
+constexpr std::array<StrategyInfo, 8> kStrategies = {{
+    {"contiguous", &plan_contiguous,
+     "rank r takes the r-th contiguous slice; under a causal mask the last rank does the most "
+     "work"},
+    {"head_tail", &plan_head_tail,
+     "zigzag: rank r takes chunks r and 2P-1-r of 2P equal chunks; needs N % 2P == 0"},
+    {"striped", &plan_striped, "token i goes to rank i % P"},
+    {"per_document_padded", &plan_per_document_padded,
+     "Megatron/TE THD: every document padded to a multiple of 2P, then head-tail per document"},
+    {"per_document", &plan_per_document,
+     "head-tail within every document without per-document padding (fewer than P pad tokens)"},
+    {"ptrr", &plan_ptrr,
+     "PTRR: query blocks sorted by non-empty KV tiles, dealt to ranks in snake order; needs "
+     "N % (P*B) == 0"},
+    {"balanced", &plan_balanced,
+     "fulcrum: work-aware sharding that balances attention pairs and kernel tiles together"},
+    {"auto", &plan_auto, "fulcrum: picks the best applicable strategy for each workload"},
+}};
+
+std::string known_names() {
+  std::string names;
+  for (const StrategyInfo& info : kStrategies) {
+    if (!names.empty()) names += ", ";
+    names += info.name;
+  }
+  return names;
+}
+
+}  // namespace
+
+std::span<const StrategyInfo> strategies() { return kStrategies; }
+
+const StrategyInfo* find_strategy(std::string_view name) {
+  const auto it = std::find_if(kStrategies.begin(), kStrategies.end(),
+                               [name](const StrategyInfo& info) { return info.name == name; });
+  return it == kStrategies.end() ? nullptr : &*it;
+}
+
+std::optional<std::string> inapplicable_reason(std::string_view name, const CpWorkload& workload) {
+  // A malformed workload is the planner's to report (kInvalidArgument); the
+  // guard only keeps the divisions below defined.
+  if (workload.cp_size < 1 || workload.block_size < 1) return std::nullopt;
+  const std::int64_t n = workload.tokens;
+  const std::int64_t p = workload.cp_size;
+  if (name == "head_tail") {
+    if (n % (2 * p) != 0) {
+      return "N=" + std::to_string(n) + " is not a multiple of 2*cp_size=" + std::to_string(2 * p);
+    }
+  } else if (name == "ptrr") {
+    // PTRR also needs equal query and KV block sizes; a CpWorkload has a
+    // single block_size for both (block-sparse masks included), so only the
+    // divisibility rule can fail here.
+    const std::int64_t unit = p * workload.block_size;
+    if (n % unit != 0) {
+      return "N=" + std::to_string(n) +
+             " is not a multiple of cp_size*block_size=" + std::to_string(unit);
+    }
+  }
+  return std::nullopt;
+}
+
+Result<ShardPlan> plan(std::string_view name, const CpWorkload& workload) {
+  const StrategyInfo* info = find_strategy(name);
+  if (info == nullptr) {
+    return not_found("unknown CP strategy '" + std::string(name) +
+                     "'; use one of: " + known_names());
+  }
+  return info->plan(workload);
+}
+
+void finish_plan(const CpWorkload& workload, ShardPlan& plan) {
+  plan.padding = std::count(plan.positions.begin(), plan.positions.end(), kPadPosition);
+  plan.work = compute_work(workload, plan);
+}
+
+}  // namespace fulcrum::cp

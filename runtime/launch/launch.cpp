@@ -1,0 +1,683 @@
+// The launcher: fork + exec of N workers, a poll loop relaying their output,
+// and the teardown that keeps one failed rank from leaving the others hanging.
+#include "launch/launch.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "launch/unique_fd.h"
+
+extern char** environ;
+
+namespace fulcrum::launch {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A line longer than this without a newline is relayed in pieces, so a worker
+// printing a progress bar or binary data cannot grow the launcher's memory
+// without bound.
+constexpr std::size_t kMaxLineBytes = 1 << 20;
+
+// The variables the launcher owns; inherited values are replaced, so a
+// launcher started inside another job does not leak that job's identity.
+constexpr std::string_view kOwnedVariables[] = {
+    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"};
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+// Moves a descriptor to >= 3 (close-on-exec), so that dup2 onto 0, 1, 2 in the
+// child never clobbers another of our descriptors even when the launcher was
+// started with some of its standard streams closed.
+Result<UniqueFd> above_stdio(int fd, const char* what) {
+  UniqueFd owned(fd);
+  if (fd > 2) return owned;
+  int moved = ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
+  if (moved < 0) {
+    return internal_error(std::string("cannot move the ") + what +
+                          " descriptor above stdio: " + errno_text(errno));
+  }
+  return UniqueFd(moved);
+}
+
+struct Pipe {
+  UniqueFd read;
+  UniqueFd write;
+};
+
+Result<Pipe> make_pipe(const char* what) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) {
+    return internal_error(std::string("cannot create the ") + what + " pipe: " + errno_text(errno) +
+                          "; raise the open-file limit (ulimit -n)");
+  }
+  UniqueFd r(fds[0]), w(fds[1]);
+  auto r3 = above_stdio(r.release(), what);
+  if (!r3) return r3.status();
+  auto w3 = above_stdio(w.release(), what);
+  if (!w3) return w3.status();
+  return Pipe{std::move(r3).value(), std::move(w3).value()};
+}
+
+// A descriptor that polls readable when `pid` exits, or -1 on kernels before
+// 5.3. Called through syscall(): glibc 2.36's <sys/pidfd.h> lacks extern "C".
+int open_pidfd(pid_t pid) {
+#ifdef SYS_pidfd_open
+  return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+#else
+  (void)pid;
+  return -1;
+#endif
+}
+
+void set_nonblocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
+
+// --- signals ----------------------------------------------------------------
+
+// The handler can only touch lock-free atomics and write(); it passes the
+// signal number through a self-pipe that the poll loop watches.
+std::atomic<int> g_signal_pipe{-1};
+std::atomic<bool> g_launch_active{false};
+static_assert(std::atomic<int>::is_always_lock_free);
+
+extern "C" void forward_signal_handler(int sig) {
+  const int saved_errno = errno;
+  const int fd = g_signal_pipe.load(std::memory_order_relaxed);
+  if (fd >= 0) {
+    const unsigned char byte = static_cast<unsigned char>(sig);
+    [[maybe_unused]] ssize_t n = ::write(fd, &byte, 1);
+  }
+  errno = saved_errno;
+}
+
+constexpr int kForwardedSignals[] = {SIGINT, SIGTERM};
+
+// Catches SIGINT and SIGTERM while a launch runs and restores the previous
+// dispositions after. A signal the launcher was started with ignored (a
+// background job's SIGINT) stays ignored: the user asked for that.
+class SignalScope {
+ public:
+  static Result<SignalScope> enter() {
+    if (g_launch_active.exchange(true)) {
+      return invalid_argument(
+          "another launch is already running in this process; run one job at a time");
+    }
+    SignalScope scope;
+    scope.active_ = true;
+    auto pipe = make_pipe("signal");
+    if (!pipe) return pipe.status();
+    set_nonblocking(pipe->read.get());
+    set_nonblocking(pipe->write.get());
+    scope.pipe_ = std::move(pipe).value();
+    g_signal_pipe.store(scope.pipe_.write.get());
+    for (std::size_t i = 0; i < std::size(kForwardedSignals); ++i) {
+      struct sigaction old_action {};
+      ::sigaction(kForwardedSignals[i], nullptr, &old_action);
+      scope.old_[i] = old_action;
+      if (old_action.sa_handler == SIG_IGN) continue;
+      struct sigaction action {};
+      action.sa_handler = forward_signal_handler;
+      sigemptyset(&action.sa_mask);
+      action.sa_flags = SA_RESTART;
+      ::sigaction(kForwardedSignals[i], &action, nullptr);
+      scope.installed_[i] = true;
+    }
+    return scope;
+  }
+
+  SignalScope(SignalScope&& other) noexcept
+      : pipe_(std::move(other.pipe_)),
+        old_(other.old_),
+        installed_(other.installed_),
+        active_(std::exchange(other.active_, false)) {}
+  SignalScope& operator=(SignalScope&&) = delete;
+  ~SignalScope() {
+    if (!active_) return;
+    for (std::size_t i = 0; i < std::size(kForwardedSignals); ++i) {
+      if (installed_[i]) ::sigaction(kForwardedSignals[i], &old_[i], nullptr);
+    }
+    g_signal_pipe.store(-1);
+    g_launch_active.store(false);
+  }
+
+  int read_fd() const { return pipe_.read.get(); }
+
+  // Signals received since the last call, in order.
+  std::vector<int> take() {
+    std::vector<int> out;
+    unsigned char buf[64];
+    for (;;) {
+      ssize_t n = ::read(pipe_.read.get(), buf, sizeof buf);
+      if (n <= 0) break;
+      out.insert(out.end(), buf, buf + n);
+    }
+    return out;
+  }
+
+ private:
+  SignalScope() = default;
+  Pipe pipe_;
+  std::array<struct sigaction, std::size(kForwardedSignals)> old_{};
+  std::array<bool, std::size(kForwardedSignals)> installed_{};
+  bool active_ = false;
+};
+
+// Blocks SIGINT/SIGTERM around fork, so the child cannot run the launcher's
+// handler (and write into the launcher's signal pipe) before it has reset it.
+class BlockForwardedSignals {
+ public:
+  BlockForwardedSignals() {
+    sigset_t set;
+    sigemptyset(&set);
+    for (int sig : kForwardedSignals) sigaddset(&set, sig);
+    ::pthread_sigmask(SIG_BLOCK, &set, &old_);
+  }
+  ~BlockForwardedSignals() { ::pthread_sigmask(SIG_SETMASK, &old_, nullptr); }
+  BlockForwardedSignals(const BlockForwardedSignals&) = delete;
+  BlockForwardedSignals& operator=(const BlockForwardedSignals&) = delete;
+
+ private:
+  sigset_t old_;
+};
+
+// --- workers ----------------------------------------------------------------
+
+struct OutputChannel {
+  UniqueFd fd;
+  std::string partial;  // bytes after the last newline
+};
+
+struct Worker {
+  int rank = 0;
+  pid_t pid = -1;
+  UniqueFd pidfd;  // readable when the worker exits; invalid on kernels without pidfd
+  OutputChannel out, err;
+  bool reaped = false;
+  WorkerExit exit;
+};
+
+class LineRelay {
+ public:
+  explicit LineRelay(const LaunchOptions& options) : options_(options) {}
+
+  void emit(int rank, OutputStream stream, std::string_view line) {
+    if (options_.on_line) {
+      options_.on_line(rank, stream, line);
+      return;
+    }
+    std::string text = "[rank " + std::to_string(rank) + "] ";
+    text.append(line);
+    text.push_back('\n');
+    const int fd = stream == OutputStream::kStdout ? STDOUT_FILENO : STDERR_FILENO;
+    const char* p = text.data();
+    std::size_t left = text.size();
+    while (left > 0) {
+      ssize_t n = ::write(fd, p, left);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return;  // our own output is gone; keep running the job
+      p += n;
+      left -= static_cast<std::size_t>(n);
+    }
+  }
+
+  // Reads what is available without blocking; relays complete lines. Closes
+  // the channel at end of file, relaying a final unterminated line.
+  void pump(int rank, OutputStream stream, OutputChannel& channel) {
+    if (!channel.fd.valid()) return;
+    char buf[65536];
+    for (;;) {
+      ssize_t n = ::read(channel.fd.get(), buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+        break;  // treat a read error as end of file
+      }
+      if (n == 0) break;
+      channel.partial.append(buf, static_cast<std::size_t>(n));
+      std::size_t start = 0;
+      for (;;) {
+        std::size_t nl = channel.partial.find('\n', start);
+        if (nl == std::string::npos) break;
+        emit(rank, stream, std::string_view(channel.partial).substr(start, nl - start));
+        start = nl + 1;
+      }
+      channel.partial.erase(0, start);
+      while (channel.partial.size() >= kMaxLineBytes) {
+        emit(rank, stream, std::string_view(channel.partial).substr(0, kMaxLineBytes));
+        channel.partial.erase(0, kMaxLineBytes);
+      }
+    }
+    if (!channel.partial.empty()) emit(rank, stream, channel.partial);
+    channel.partial.clear();
+    channel.fd.reset();
+  }
+
+ private:
+  const LaunchOptions& options_;
+};
+
+// Signals a worker together with everything it started: it leads its own
+// process group. Falls back to the worker alone if it moved itself to another
+// group (setsid), where the group no longer exists.
+void signal_worker(const Worker& worker, int sig) {
+  if (worker.reaped || worker.pid <= 0) return;
+  if (::kill(-worker.pid, sig) != 0) ::kill(worker.pid, sig);
+}
+
+Result<std::string> resolve_program(const std::string& program) {
+  auto executable = [](const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+           ::access(path.c_str(), X_OK) == 0;
+  };
+  if (program.find('/') != std::string::npos) {
+    if (!executable(program)) {
+      return not_found("worker program '" + program +
+                       "' is not an executable file; check the path and its x permission");
+    }
+    return program;
+  }
+  const char* env_path = std::getenv("PATH");
+  const std::string path = env_path != nullptr ? env_path : "/usr/local/bin:/usr/bin:/bin";
+  std::size_t begin = 0;
+  for (;;) {
+    std::size_t end = path.find(':', begin);
+    std::string dir =
+        path.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+    if (dir.empty()) dir = ".";
+    std::string candidate = dir + "/" + program;
+    if (executable(candidate)) return candidate;
+    if (end == std::string::npos) break;
+    begin = end + 1;
+  }
+  return not_found("worker program '" + program + "' is not in PATH (" + path +
+                   "); give its full path");
+}
+
+std::vector<std::string> worker_environment(const LaunchOptions& options, int rank, int port) {
+  std::vector<std::string> env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    std::string_view entry(*e);
+    std::string_view name = entry.substr(0, entry.find('='));
+    if (std::find(std::begin(kOwnedVariables), std::end(kOwnedVariables), name) !=
+        std::end(kOwnedVariables)) {
+      continue;
+    }
+    env.emplace_back(entry);
+  }
+  // A single host: local and global identities coincide.
+  env.push_back("RANK=" + std::to_string(rank));
+  env.push_back("WORLD_SIZE=" + std::to_string(options.nproc));
+  env.push_back("LOCAL_RANK=" + std::to_string(rank));
+  env.push_back("LOCAL_WORLD_SIZE=" + std::to_string(options.nproc));
+  env.push_back("MASTER_ADDR=" + options.master_addr);
+  env.push_back("MASTER_PORT=" + std::to_string(port));
+  for (const std::string& extra : options.extra_env) env.push_back(extra);
+  return env;
+}
+
+std::vector<char*> as_argv(std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  out.reserve(strings.size() + 1);
+  for (std::string& s : strings) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+// In the child between fork and exec: async-signal-safe calls only. Reports
+// a failure to the parent as an errno through `report_fd` (close-on-exec, so a
+// successful exec reports nothing and the parent reads end of file).
+[[noreturn]] void exec_worker(pid_t launcher, const char* path, char* const* argv,
+                              char* const* envp, int stdin_fd, int out_fd, int err_fd,
+                              int report_fd) {
+  auto fail = [report_fd](int err) {
+    [[maybe_unused]] ssize_t n = ::write(report_fd, &err, sizeof err);
+    ::_exit(127);
+  };
+  if (::setpgid(0, 0) != 0) fail(errno);
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) fail(errno);
+  // The launcher may have died before prctl took effect; then nobody would
+  // ever kill us.
+  if (::getppid() != launcher) ::_exit(127);
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  for (int sig : kForwardedSignals) ::sigaction(sig, &dfl, nullptr);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  if (::dup2(stdin_fd, STDIN_FILENO) < 0 || ::dup2(out_fd, STDOUT_FILENO) < 0 ||
+      ::dup2(err_fd, STDERR_FILENO) < 0) {
+    fail(errno);
+  }
+  ::execve(path, argv, envp);
+  fail(errno);
+  ::_exit(127);  // not reached
+}
+
+Status validate(const LaunchOptions& o) {
+  if (o.nproc < 1 || o.nproc > 4096) {
+    return invalid_argument("--nproc is " + std::to_string(o.nproc) +
+                            "; give a number of workers from 1 to 4096");
+  }
+  if (o.program.empty()) return invalid_argument("no worker program given; name the executable");
+  if (o.master_addr.empty())
+    return invalid_argument("MASTER_ADDR is empty; give a host or address");
+  if (o.master_port < 0 || o.master_port > 65535) {
+    return invalid_argument("master port " + std::to_string(o.master_port) +
+                            " is out of range; give 1..65535, or 0 to pick a free one");
+  }
+  if (!std::isfinite(o.failure_grace_s) || o.failure_grace_s < 0) {
+    return invalid_argument("failure grace period " + std::to_string(o.failure_grace_s) +
+                            " s is not a finite number >= 0");
+  }
+  for (const std::string& e : o.extra_env) {
+    if (e.find('=') == std::string::npos || e.front() == '=') {
+      return invalid_argument("extra environment entry '" + e + "' is not NAME=value");
+    }
+  }
+  return Status::ok();
+}
+
+class Job {
+ public:
+  Job(const LaunchOptions& options, SignalScope& signals)
+      : options_(options), signals_(signals), relay_(options) {}
+
+  // Stops and reaps whatever was started: the launcher must not return while
+  // a worker it created is still running.
+  ~Job() {
+    for (Worker& w : workers_) {
+      if (w.reaped) continue;
+      signal_worker(w, SIGKILL);
+      int st = 0;
+      while (::waitpid(w.pid, &st, 0) < 0 && errno == EINTR) {
+      }
+      w.reaped = true;
+    }
+  }
+
+  Status spawn_all(int port) {
+    auto path = resolve_program(options_.program);
+    if (!path) return path.status();
+    const int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (devnull < 0) return internal_error("cannot open /dev/null: " + errno_text(errno));
+    auto stdin_fd = above_stdio(devnull, "/dev/null");
+    if (!stdin_fd) return stdin_fd.status();
+
+    std::vector<std::string> argv_strings;
+    argv_strings.push_back(options_.program);
+    argv_strings.insert(argv_strings.end(), options_.args.begin(), options_.args.end());
+    std::vector<char*> argv = as_argv(argv_strings);
+
+    workers_.reserve(static_cast<std::size_t>(options_.nproc));
+    for (int rank = 0; rank < options_.nproc; ++rank) {
+      if (Status s = spawn(rank, path.value(), argv.data(), stdin_fd->get(), port); !s) return s;
+    }
+    return Status::ok();
+  }
+
+  LaunchReport run(int port) {
+    LaunchReport report;
+    report.master_port = port;
+    std::optional<Clock::time_point> kill_at;  // set once teardown starts
+    bool killed = false;
+
+    auto start_teardown = [&](int sig) {
+      for (Worker& w : workers_) signal_worker(w, sig);
+      kill_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                   std::chrono::duration<double>(options_.failure_grace_s));
+    };
+
+    while (live() > 0) {
+      std::vector<pollfd> fds;
+      fds.push_back({signals_.read_fd(), POLLIN, 0});
+      bool have_all_pidfds = true;
+      for (Worker& w : workers_) {
+        if (w.out.fd.valid()) fds.push_back({w.out.fd.get(), POLLIN, 0});
+        if (w.err.fd.valid()) fds.push_back({w.err.fd.get(), POLLIN, 0});
+        if (!w.reaped) {
+          if (w.pidfd.valid()) {
+            fds.push_back({w.pidfd.get(), POLLIN, 0});
+          } else {
+            have_all_pidfds = false;
+          }
+        }
+      }
+      // Without pidfds, exits are noticed by polling waitpid every 50 ms.
+      int timeout_ms = have_all_pidfds ? -1 : 50;
+      if (kill_at && !killed) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*kill_at - Clock::now());
+        int left_ms = static_cast<int>(std::max<std::int64_t>(left.count() + 1, 0));
+        timeout_ms = timeout_ms < 0 ? left_ms : std::min(timeout_ms, left_ms);
+      }
+      if (::poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) {
+        // poll failing is a bug or a resource exhaustion; stop the job rather
+        // than spin.
+        if (!kill_at) start_teardown(SIGKILL);
+      }
+
+      for (int sig : signals_.take()) {
+        if (report.interrupted_by == 0 && !report.failed_rank) {
+          report.interrupted_by = sig;
+          start_teardown(sig);
+        } else if (!killed) {
+          // A second Ctrl-C means "now".
+          for (Worker& w : workers_) signal_worker(w, SIGKILL);
+          killed = true;
+        }
+      }
+
+      for (Worker& w : workers_) {
+        relay_.pump(w.rank, OutputStream::kStdout, w.out);
+        relay_.pump(w.rank, OutputStream::kStderr, w.err);
+      }
+
+      for (Worker& w : workers_) {
+        if (w.reaped || !reap(w)) continue;
+        if (!w.exit.ok() && !report.failed_rank && report.interrupted_by == 0) {
+          report.failed_rank = w.rank;
+          start_teardown(SIGTERM);
+        }
+      }
+
+      if (kill_at && !killed && Clock::now() >= *kill_at) {
+        for (Worker& w : workers_) signal_worker(w, SIGKILL);
+        killed = true;
+      }
+    }
+
+    for (Worker& w : workers_) report.workers.push_back(w.exit);
+    if (report.failed_rank) {
+      const WorkerExit& e = report.workers[static_cast<std::size_t>(*report.failed_rank)];
+      if (e.signal != 0) {
+        report.exit_code = 128 + e.signal;
+        report.summary = "fulcrum: rank " + std::to_string(e.rank) + " killed by signal " +
+                         signal_name(e.signal);
+      } else {
+        report.exit_code = e.exit_status;
+        report.summary = "fulcrum: rank " + std::to_string(e.rank) + " failed with exit status " +
+                         std::to_string(e.exit_status);
+      }
+    } else if (report.interrupted_by != 0) {
+      report.exit_code = 128 + report.interrupted_by;
+      report.summary = "fulcrum: interrupted by " + signal_name(report.interrupted_by) +
+                       "; forwarded it to the workers and stopped them";
+    }
+    return report;
+  }
+
+ private:
+  std::size_t live() const {
+    return static_cast<std::size_t>(
+        std::count_if(workers_.begin(), workers_.end(), [](const Worker& w) { return !w.reaped; }));
+  }
+
+  Status spawn(int rank, const std::string& path, char* const* argv, int stdin_fd, int port) {
+    auto out = make_pipe("stdout");
+    if (!out) return out.status();
+    auto err = make_pipe("stderr");
+    if (!err) return err.status();
+    auto report = make_pipe("exec report");
+    if (!report) return report.status();
+    std::vector<std::string> env_strings = worker_environment(options_, rank, port);
+    std::vector<char*> envp = as_argv(env_strings);
+
+    const pid_t launcher = ::getpid();
+    pid_t pid;
+    {
+      BlockForwardedSignals blocked;
+      pid = ::fork();
+      if (pid == 0) {
+        exec_worker(launcher, path.c_str(), argv, envp.data(), stdin_fd, out->write.get(),
+                    err->write.get(), report->write.get());
+      }
+    }
+    if (pid < 0) {
+      return internal_error("cannot fork worker " + std::to_string(rank) + ": " +
+                            errno_text(errno) + "; check the process limit (ulimit -u)");
+    }
+    // Also set here: whichever of parent and child runs first, the group
+    // exists before the parent might signal it.
+    ::setpgid(pid, pid);
+
+    Worker w;
+    w.rank = rank;
+    w.pid = pid;
+    w.exit.rank = rank;
+    w.exit.pid = pid;
+    w.pidfd.reset(open_pidfd(pid));
+    out->write.reset();
+    err->write.reset();
+    report->write.reset();
+    set_nonblocking(out->read.get());
+    set_nonblocking(err->read.get());
+    w.out.fd = std::move(out->read);
+    w.err.fd = std::move(err->read);
+    workers_.push_back(std::move(w));
+    if (options_.on_spawn) options_.on_spawn(rank, pid);
+
+    // Blocks until exec succeeds (end of file) or fails (an errno arrives).
+    int child_errno = 0;
+    ssize_t n;
+    do {
+      n = ::read(report->read.get(), &child_errno, sizeof child_errno);
+    } while (n < 0 && errno == EINTR);
+    if (n == static_cast<ssize_t>(sizeof child_errno)) {
+      return invalid_argument("cannot start worker " + std::to_string(rank) + " ('" + path +
+                              "'): " + errno_text(child_errno));
+    }
+    return Status::ok();
+  }
+
+  // Reaps `w` if it exited. Before reaping, while its pid still pins the
+  // process group id, kills whatever it left running in its group: those
+  // processes would hold our pipes open and outlive the launcher.
+  bool reap(Worker& w) {
+    siginfo_t info{};
+    if (::waitid(P_PID, static_cast<id_t>(w.pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0 ||
+        info.si_pid == 0) {
+      return false;
+    }
+    ::kill(-w.pid, SIGKILL);
+    int st = 0;
+    pid_t got;
+    do {
+      got = ::waitpid(w.pid, &st, 0);
+    } while (got < 0 && errno == EINTR);
+    w.reaped = true;
+    w.pidfd.reset();
+    if (WIFSIGNALED(st)) {
+      w.exit.signal = WTERMSIG(st);
+    } else if (WIFEXITED(st)) {
+      w.exit.exit_status = WEXITSTATUS(st);
+    }
+    // What it wrote before exiting is still in the pipes.
+    relay_.pump(w.rank, OutputStream::kStdout, w.out);
+    relay_.pump(w.rank, OutputStream::kStderr, w.err);
+    w.out.fd.reset();
+    w.err.fd.reset();
+    return true;
+  }
+
+  const LaunchOptions& options_;
+  SignalScope& signals_;
+  LineRelay relay_;
+  std::vector<Worker> workers_;
+};
+
+}  // namespace
+
+std::string signal_name(int signal) {
+  const char* abbrev = ::sigabbrev_np(signal);
+  if (abbrev == nullptr) return "signal " + std::to_string(signal);
+  return std::string("SIG") + abbrev;
+}
+
+Result<int> pick_free_port() {
+  UniqueFd sock(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!sock.valid()) return internal_error("cannot create a TCP socket: " + errno_text(errno));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  if (::bind(sock.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    return internal_error("cannot bind a TCP socket on 127.0.0.1: " + errno_text(errno) +
+                          "; set the master port explicitly");
+  }
+  socklen_t len = sizeof addr;
+  if (::getsockname(sock.get(), reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    return internal_error("cannot read back the bound port: " + errno_text(errno));
+  }
+  return static_cast<int>(ntohs(addr.sin_port));
+}
+
+Result<LaunchReport> run_workers(const LaunchOptions& options) {
+  if (Status s = validate(options); !s) return s;
+  int port = options.master_port;
+  if (port == 0) {
+    auto picked = pick_free_port();
+    if (!picked) return picked.status();
+    port = *picked;
+  }
+  auto signals = SignalScope::enter();
+  if (!signals) return signals.status();
+  Job job(options, *signals);
+  if (Status s = job.spawn_all(port); !s) return s;  // ~Job stops what was started
+  return job.run(port);
+}
+
+int launch_workers(const LaunchOptions& options) {
+  auto report = run_workers(options);
+  if (!report) {
+    std::fprintf(stderr, "fulcrum: %s\n", report.status().message().c_str());
+    return 2;
+  }
+  if (!report->summary.empty()) std::fprintf(stderr, "%s\n", report->summary.c_str());
+  return report->exit_code;
+}
+
+}  // namespace fulcrum::launch

@@ -1,0 +1,57 @@
+// One rank's blocked (flash-style) attention: its local queries against the
+// whole row's keys in global order, computing only the tiles its
+// TileSchedule lists. No communication; cp_attention.h wraps it with the
+// all-gather and reduce-scatter of the CP group.
+//
+// Shapes: q [S, H, D] (S = schedule.shard_len, plan order), k and v
+// [N, H, D] (global order); float32 or float64; every head shares the mask.
+// Scores are scaled by 1/sqrt(D).
+//
+// Forward keeps, per query row, a running max m, a running sum l and an
+// accumulator rescaled as the max grows (online softmax), so no row of the
+// score matrix is ever materialised beyond one chunk. Backward recomputes the
+// probabilities of each tile from the saved log-sum-exp L = m + log(l):
+//   P = exp(S - L), dV += P^T dO, dP = dO V^T, dS = P * (dP - rowsum(dO * O)),
+//   dQ += scale * dS K, dK += scale * dS^T Q.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+
+#include "attention/tile_schedule.h"
+
+namespace fulcrum::attention {
+
+struct KernelOptions {
+  // Keys one matmul covers: consecutive key blocks of one run are computed
+  // together, up to this many keys (at least one block). Wider chunks
+  // amortise per-call overhead on CPU; the tiles computed are the same.
+  std::int64_t chunk_keys = 512;
+};
+
+struct LocalForward {
+  at::Tensor out;          // [S, H, D]; zero on pad rows and on rows that see no key
+  at::Tensor lse;          // [S, H]; log-sum-exp of the scaled scores, -inf where a row sees no key
+  std::int64_t tiles = 0;  // (query block, key block) tiles computed, each for every head
+};
+
+struct LocalGrads {
+  at::Tensor dq;  // [S, H, D]
+  at::Tensor dk;  // [N, H, D], global order: this rank's queries' share of every key's gradient
+  at::Tensor dv;  // [N, H, D]
+  std::int64_t tiles = 0;
+};
+
+// Throw std::invalid_argument (one line: the tensor, its shape, what is
+// expected) on mismatched shapes or dtypes.
+LocalForward local_attention_forward(const TileSchedule& schedule, const at::Tensor& q,
+                                     const at::Tensor& k, const at::Tensor& v,
+                                     const KernelOptions& options = {});
+
+LocalGrads local_attention_backward(const TileSchedule& schedule, const at::Tensor& q,
+                                    const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+                                    const at::Tensor& lse, const at::Tensor& dout,
+                                    const KernelOptions& options = {});
+
+}  // namespace fulcrum::attention

@@ -1,0 +1,35 @@
+// CP attention across real processes over Gloo: the all-gather and
+// reduce-scatter plumbing on c10d, against dense attention.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+
+#include "spawn.h"
+
+namespace fulcrum::attention {
+namespace {
+
+using namespace std::chrono_literals;
+
+void run_job(const std::string& mask, int dp, int cp) {
+  const int port = fulcrum::testing::free_port();
+  ASSERT_GT(port, 0);
+  const auto results = fulcrum::testing::run_children(
+      fulcrum::testing::rank_children(FULCRUM_GLOO_ATTENTION_WORKER,
+                                      {mask, std::to_string(dp), std::to_string(cp)}, dp * cp,
+                                      port),
+      60s);
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    EXPECT_EQ(results[i].exit_code, 0)
+        << "rank " << i << (results[i].timed_out ? " (killed at the deadline)" : "") << "\n"
+        << results[i].output;
+  }
+}
+
+TEST(GlooCpAttention, CausalPackedDocumentsOnThreeRanks) { run_job("causal", 1, 3); }
+
+TEST(GlooCpAttention, SlidingWindowOnTwoCpGroupsOfTwo) { run_job("sliding:9", 2, 2); }
+
+}  // namespace
+}  // namespace fulcrum::attention

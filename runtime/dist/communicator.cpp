@@ -1,0 +1,119 @@
+#include "dist/communicator.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace fulcrum::dist {
+
+std::string format_timeout(Timeout timeout) {
+  const auto ms = timeout.count();
+  if (ms < 1000) return std::to_string(ms) + " ms";
+  char text[32];
+  if (ms % 1000 == 0) {
+    std::snprintf(text, sizeof(text), "%lld s", static_cast<long long>(ms / 1000));
+  } else {
+    std::snprintf(text, sizeof(text), "%.3g s", static_cast<double>(ms) / 1000.0);
+  }
+  return text;
+}
+
+std::string timeout_message(const std::string& op, const std::string& group, Timeout timeout) {
+  return op + " on group " + group + " timed out after " + format_timeout(timeout);
+}
+
+std::string first_line(const std::exception& error) {
+  // c10::Error::what() appends a multi-line backtrace; the message is what a
+  // user can act on.
+  const auto* c10_error = dynamic_cast<const c10::Error*>(&error);
+  std::string text = c10_error != nullptr ? c10_error->what_without_backtrace() : error.what();
+  const auto newline = text.find('\n');
+  if (newline != std::string::npos) text.resize(newline);
+  // Our messages go on after it: drop its closing period and spaces.
+  while (!text.empty() && (text.back() == ' ' || text.back() == '\r' || text.back() == '.')) {
+    text.pop_back();
+  }
+  return text;
+}
+
+void Communicator::fail(const std::string& op, const std::string& what) const {
+  throw CommError(op + " on group " + name_ + ": " + what);
+}
+
+std::vector<at::Tensor> Communicator::all_gather(const at::Tensor& input, OptTimeout timeout) {
+  if (!input.defined()) fail("all_gather", "the input tensor is undefined");
+  return do_all_gather(input, resolve(timeout));
+}
+
+at::Tensor Communicator::all_gather_cat(const at::Tensor& input, OptTimeout timeout) {
+  if (!input.defined()) fail("all_gather", "the input tensor is undefined");
+  if (input.dim() == 0) fail("all_gather", "a 0-dim tensor cannot be concatenated along dim 0");
+  return at::cat(do_all_gather(input, resolve(timeout)), 0);
+}
+
+void Communicator::all_reduce_sum(std::vector<at::Tensor>& tensors, OptTimeout timeout) {
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    if (!tensors[i].defined()) {
+      fail("all_reduce_sum", "tensor " + std::to_string(i) + " of " +
+                                 std::to_string(tensors.size()) + " is undefined");
+    }
+  }
+  if (tensors.empty()) return;
+  do_all_reduce_sum(tensors, resolve(timeout));
+}
+
+void Communicator::all_reduce_sum(at::Tensor& tensor, OptTimeout timeout) {
+  std::vector<at::Tensor> one{tensor};
+  all_reduce_sum(one, timeout);
+}
+
+at::Tensor Communicator::reduce_scatter_sum(const at::Tensor& input, OptTimeout timeout) {
+  if (!input.defined()) fail("reduce_scatter_sum", "the input tensor is undefined");
+  if (input.dim() == 0 || input.size(0) % size() != 0) {
+    fail("reduce_scatter_sum",
+         "the input's first dimension (" +
+             (input.dim() == 0 ? std::string("0-dim tensor") : std::to_string(input.size(0))) +
+             ") must be a multiple of the group size " + std::to_string(size()));
+  }
+  return do_reduce_scatter_sum(input, resolve(timeout));
+}
+
+void Communicator::broadcast(at::Tensor& tensor, int root, OptTimeout timeout) {
+  if (!tensor.defined()) fail("broadcast", "the tensor is undefined");
+  if (root < 0 || root >= size()) {
+    fail("broadcast",
+         "root " + std::to_string(root) + " is outside [0, " + std::to_string(size()) + ")");
+  }
+  do_broadcast(tensor, root, resolve(timeout));
+}
+
+void Communicator::barrier(OptTimeout timeout) { do_barrier(resolve(timeout)); }
+
+std::vector<std::vector<std::uint8_t>> Communicator::all_gather_bytes(
+    const std::vector<std::uint8_t>& bytes, OptTimeout timeout) {
+  const Timeout t = resolve(timeout);
+  // Two rounds: the lengths, then the payloads padded to the longest, because
+  // the collectives below need equal shapes on every rank.
+  const auto i64 = at::TensorOptions().dtype(at::kLong);
+  at::Tensor length = at::full({1}, static_cast<std::int64_t>(bytes.size()), i64);
+  std::vector<at::Tensor> lengths = do_all_gather(length, t);
+  std::int64_t longest = 0;
+  for (const at::Tensor& l : lengths) longest = std::max(longest, l.item<std::int64_t>());
+  at::Tensor payload = at::zeros({std::max<std::int64_t>(longest, 1)}, at::kByte);
+  if (!bytes.empty()) std::memcpy(payload.data_ptr<std::uint8_t>(), bytes.data(), bytes.size());
+  std::vector<at::Tensor> payloads = do_all_gather(payload, t);
+  std::vector<std::vector<std::uint8_t>> result(payloads.size());
+  for (std::size_t r = 0; r < payloads.size(); ++r) {
+    const at::Tensor p = payloads[r].contiguous();
+    const auto* data = p.data_ptr<std::uint8_t>();
+    result[r].assign(data, data + lengths[r].item<std::int64_t>());
+  }
+  return result;
+}
+
+}  // namespace fulcrum::dist

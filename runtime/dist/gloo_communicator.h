@@ -1,0 +1,45 @@
+// Process groups over c10d's ProcessGroupGloo (CPU tensors), rendezvous over
+// c10d's TCPStore hosted by rank 0 at MASTER_ADDR:MASTER_PORT. Callers see
+// only Communicator; the c10d headers stay inside gloo_communicator.cpp.
+#pragma once
+
+#include <chrono>
+#include <string>
+
+#include "dist/communicator.h"
+#include "fulcrum/status.h"
+
+namespace fulcrum::dist {
+
+struct GlooOptions {
+  int rank = 0;
+  int world_size = 1;
+  int dp_size = 1;  // dp_size * cp_size == world_size
+  int cp_size = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  // How long a rank waits for the others to join (store and every group)
+  // before it gives up with an error naming master_addr:master_port.
+  Timeout rendezvous_timeout = std::chrono::seconds(300);
+  // The default deadline of every collective; also Gloo's own I/O timeout, so
+  // a stuck transfer ends by then even after the caller has given up on it.
+  Timeout op_timeout = std::chrono::seconds(300);
+  // Network interface for Gloo (GLOO_SOCKET_IFNAME); empty = the loopback
+  // device when master_addr is a loopback address, else this host's address.
+  std::string interface;
+  int threads = 2;  // Gloo worker threads per group
+
+  // RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (torchrun); SLURM_PROCID /
+  // SLURM_NTASKS and OMPI_COMM_WORLD_RANK / OMPI_COMM_WORLD_SIZE when RANK is
+  // unset; GLOO_SOCKET_IFNAME. No variables at all means a single process.
+  // The message names the variable and its value.
+  static Result<GlooOptions> from_env(int dp_size, int cp_size);
+};
+
+// Builds WORLD, then this rank's CP group, then its DP group (every rank in
+// the same order, so group construction cannot deadlock). Size-1 groups are
+// LocalCommunicators; world_size 1 needs no store at all. Throws CommError
+// with one line naming the address on a rendezvous failure or timeout.
+ProcessGroups init_gloo_process_groups(const GlooOptions& options);
+
+}  // namespace fulcrum::dist

@@ -1,0 +1,95 @@
+// The Gloo communicator across real processes on 127.0.0.1: collectives on
+// the world, CP and DP groups, and the two ways a job fails to meet
+// (rendezvous and collective timeouts), which must end with a one-line error,
+// never a hang. Each child is killed past its deadline.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+
+#include "spawn.h"
+
+namespace fulcrum::dist {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::free_port;
+using testing::rank_children;
+using testing::run_children;
+
+const std::string kWorker = FULCRUM_GLOO_WORKER;
+
+std::string describe(const std::vector<testing::ChildResult>& results) {
+  std::string text;
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    text += "--- child " + std::to_string(i) + " exit " + std::to_string(results[i].exit_code) +
+            (results[i].timed_out ? " (killed at the deadline)" : "") + "\n" + results[i].output;
+  }
+  return text;
+}
+
+TEST(Gloo, CollectivesOnWorldCpAndDpGroups) {
+  // world 4 = dp 2 x cp 2: every group has two or four members.
+  const int port = free_port();
+  ASSERT_GT(port, 0);
+  const auto results = run_children(
+      rank_children(kWorker, {"collectives", "2", "2", "20000", "20000"}, 4, port), 60s);
+  for (const auto& r : results) ASSERT_EQ(r.exit_code, 0) << describe(results);
+}
+
+TEST(Gloo, CollectivesWithOnlyCp) {
+  const int port = free_port();
+  ASSERT_GT(port, 0);
+  const auto results = run_children(
+      rank_children(kWorker, {"collectives", "1", "3", "20000", "20000"}, 3, port), 60s);
+  for (const auto& r : results) ASSERT_EQ(r.exit_code, 0) << describe(results);
+}
+
+TEST(Gloo, AClientAloneTimesOutNamingTheAddress) {
+  // Rank 1 of 2 with nobody hosting the store.
+  const int port = free_port();
+  ASSERT_GT(port, 0);
+  const auto start = std::chrono::steady_clock::now();
+  const auto results = run_children(
+      rank_children(kWorker, {"rendezvous", "1", "2", "1500", "5000"}, 2, port, 1), 30s);
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_FALSE(results[0].timed_out) << describe(results);
+  EXPECT_EQ(results[0].exit_code, 2) << describe(results);
+  EXPECT_NE(results[0].output.find("127.0.0.1:" + std::to_string(port)), std::string::npos)
+      << describe(results);
+  EXPECT_NE(results[0].output.find("rendezvous"), std::string::npos) << describe(results);
+  EXPECT_LT(elapsed, 20s);
+}
+
+TEST(Gloo, TheHostAloneTimesOutNamingTheAddress) {
+  // Rank 0 of 2 hosts the store and waits for a rank that never comes.
+  const int port = free_port();
+  ASSERT_GT(port, 0);
+  const auto results = run_children(
+      rank_children(kWorker, {"rendezvous", "1", "2", "1500", "5000"}, 2, port, 0), 30s);
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_FALSE(results[0].timed_out) << describe(results);
+  EXPECT_EQ(results[0].exit_code, 2) << describe(results);
+  EXPECT_NE(results[0].output.find("rendezvous at 127.0.0.1:" + std::to_string(port) +
+                                   " timed out after 1.5 s for rank 0 of 2: 1 of 2 ranks joined"),
+            std::string::npos)
+      << describe(results);
+}
+
+TEST(Gloo, ACollectiveTimesOutNamingTheOperationAndGroup) {
+  const int port = free_port();
+  ASSERT_GT(port, 0);
+  const auto results =
+      run_children(rank_children(kWorker, {"op_timeout", "1", "2", "20000", "2000"}, 2, port), 30s);
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_FALSE(results[0].timed_out) << describe(results);
+  EXPECT_EQ(results[0].exit_code, 2) << describe(results);
+  EXPECT_NE(results[0].output.find("all_reduce_sum on group world timed out after 1 s"),
+            std::string::npos)
+      << describe(results);
+  EXPECT_EQ(results[1].exit_code, 0) << describe(results);
+}
+
+}  // namespace
+}  // namespace fulcrum::dist

@@ -1,0 +1,127 @@
+// One rank of a multi-process Gloo test, launched by gloo_test.cpp with
+// torchrun-style variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT).
+//
+//   fulcrum_gloo_worker <scenario> <dp_size> <cp_size> <rendezvous_ms> <op_ms>
+//
+// Exit codes: 0 the scenario held, 1 a check failed (a "FAIL:" line says
+// which), 2 a CommError (an "ERROR:" line holds its message), 3 bad usage.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dist/communicator.h"
+#include "dist/gloo_communicator.h"
+
+namespace {
+
+using fulcrum::dist::CommError;
+using fulcrum::dist::Communicator;
+using fulcrum::dist::GroupSpec;
+
+int g_rank = -1;
+
+void check(bool ok, const std::string& what) {
+  if (ok) return;
+  std::fprintf(stderr, "FAIL: rank %d: %s\n", g_rank, what.c_str());
+  std::fflush(stderr);
+  std::exit(1);
+}
+
+// Every collective of one group against values each member can predict.
+void check_group(Communicator& c, const GroupSpec& spec) {
+  const std::string where = " on " + c.name();
+  check(c.size() == spec.size() && c.rank() == spec.group_rank, "group size/rank" + where);
+
+  // all_gather of global ranks yields the group's member list.
+  const at::Tensor ranks = c.all_gather_cat(at::full({1}, g_rank, at::kLong));
+  for (int i = 0; i < spec.size(); ++i) {
+    check(ranks[i].item<std::int64_t>() == spec.ranks[i], "all_gather order" + where);
+  }
+
+  std::int64_t rank_sum = 0;
+  for (int r : spec.ranks) rank_sum += r;
+  std::vector<at::Tensor> tensors{at::full({3}, static_cast<double>(g_rank), at::kDouble),
+                                  at::ones({2, 2}, at::kLong),
+                                  at::full({5}, 0.5f * static_cast<float>(g_rank), at::kFloat)};
+  c.all_reduce_sum(tensors);
+  check(tensors[0].equal(at::full({3}, static_cast<double>(rank_sum), at::kDouble)),
+        "all_reduce_sum double" + where);
+  check(tensors[1].equal(at::full({2, 2}, spec.size(), at::kLong)), "all_reduce_sum long" + where);
+  check(tensors[2].allclose(at::full({5}, 0.5f * static_cast<float>(rank_sum), at::kFloat)),
+        "all_reduce_sum float" + where);
+
+  // Row i of every member holds 100 * global_rank + i.
+  const std::int64_t rows = 2 * spec.size();
+  const at::Tensor input = at::arange(rows, at::kDouble).view({rows, 1}) + 100.0 * g_rank;
+  const at::Tensor chunk = c.reduce_scatter_sum(input);
+  const at::Tensor expected =
+      at::arange(2 * spec.group_rank, 2 * spec.group_rank + 2, at::kDouble).view({2, 1}) *
+          spec.size() +
+      100.0 * static_cast<double>(rank_sum);
+  check(chunk.equal(expected), "reduce_scatter_sum" + where);
+
+  at::Tensor b = at::full({4}, static_cast<double>(g_rank), at::kDouble);
+  c.broadcast(b, spec.size() - 1);
+  check(b.equal(at::full({4}, static_cast<double>(spec.ranks.back()), at::kDouble)),
+        "broadcast" + where);
+
+  c.barrier();
+  const auto bytes = c.all_gather_bytes(
+      std::vector<std::uint8_t>(spec.group_rank + 1, static_cast<std::uint8_t>(g_rank)));
+  for (int i = 0; i < spec.size(); ++i) {
+    check(bytes[i] == std::vector<std::uint8_t>(i + 1, static_cast<std::uint8_t>(spec.ranks[i])),
+          "all_gather_bytes" + where);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 6) {
+    std::fprintf(stderr, "usage: %s <scenario> <dp> <cp> <rendezvous_ms> <op_ms>\n", argv[0]);
+    return 3;
+  }
+  const std::string scenario = argv[1];
+  at::set_num_threads(1);
+  auto options = fulcrum::dist::GlooOptions::from_env(std::atoi(argv[2]), std::atoi(argv[3]));
+  if (!options) {
+    std::fprintf(stderr, "ERROR: %s\n", options.status().message().c_str());
+    return 3;
+  }
+  options->rendezvous_timeout = std::chrono::milliseconds(std::atol(argv[4]));
+  options->op_timeout = std::chrono::milliseconds(std::atol(argv[5]));
+  g_rank = options->rank;
+  try {
+    const fulcrum::dist::ProcessGroups groups = fulcrum::dist::init_gloo_process_groups(*options);
+    if (scenario == "collectives") {
+      check_group(*groups.world, groups.layout.world);
+      check_group(*groups.cp, groups.layout.cp);
+      check_group(*groups.dp, groups.layout.dp);
+      groups.world->barrier();
+      return 0;
+    }
+    if (scenario == "op_timeout") {
+      // Rank 1 skips the collective; rank 0's all-reduce must end with a
+      // timeout error after 1 s, not hang.
+      if (g_rank != 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(3000));
+        return 0;
+      }
+      at::Tensor t = at::ones({4});
+      groups.world->all_reduce_sum(t, std::chrono::milliseconds(1000));
+      check(false, "all_reduce_sum returned although rank 1 never joined");
+    }
+    check(false, "unknown scenario or rendezvous unexpectedly succeeded: " + scenario);
+  } catch (const CommError& e) {
+    std::fprintf(stderr, "ERROR: %s\n", e.what());
+    std::fflush(stderr);
+    return 2;
+  }
+  return 1;
+}

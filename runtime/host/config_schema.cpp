@@ -109,21 +109,33 @@ ConfigSchema build_fulcrum_schema() {
   s.add(string_key("data.path", "", {}, {}, "JSONL file or Megatron dataset prefix (without .bin/.idx)"));
   s.add(int_key("data.seq_length", 4096, 1, kNoMax, "tokens per packed row; an integer >= 1"));
   s.add(bool_key("data.packing", true, "pack documents into rows with document boundaries"));
-  s.add(int_key("data.global_batch_size", 8, 1, kNoMax, "rows per global batch; an integer >= 1"));
+  s.add(int_key("data.global_batch_size", 8, 1, kNoMax, "samples per global batch, over all DP ranks; an integer >= 1"));
   s.add(int_key("data.micro_batch_size", 1, 1, kNoMax, "rows per micro-batch; an integer >= 1"));
   s.add(int_key("data.num_samples", 1024, 1, kNoMax, "synthetic documents generated; an integer >= 1"));
   s.add(int_key("data.seed", 1, 0, kNoMax, "seed of the synthetic data and the sampler; an integer >= 0"));
+  s.add(int_key("data.max_length", 4096, 1, kNoMax, "longest synthetic document when data.path names no lengths file; an integer >= 1"));
+  s.add(bool_key("data.shuffle", true, "shuffle the samples every epoch (seeded by data.seed); false keeps dataset order"));
   // model: a small GPT-style model.
   s.add(int_key("model.hidden_size", 64, 1, kNoMax, "model width; an integer >= 1"));
   s.add(int_key("model.num_layers", 2, 1, kNoMax, "transformer blocks; an integer >= 1"));
   s.add(int_key("model.num_heads", 4, 1, kNoMax, "attention heads; an integer >= 1"));
   s.add(int_key("model.vocab_size", 1024, 1, kNoMax, "vocabulary size; an integer >= 1"));
+  s.add(int_key("model.ffn_size", 0, 0, kNoMax, "MLP inner width, 0 = 4 x hidden_size; an integer >= 0"));
+  s.add(string_key("model.position", "rope", {"rope", "learned"}, {}, "position encoding, from each token's position in its document"));
+  s.add(double_key("model.rope_base", "10000", 0.0, /*exclusive=*/true, "rotary embedding base; a number > 0"));
   // train: the loop.
   s.add(int_key("train.steps", 10, 1, kNoMax, "optimizer steps; an integer >= 1"));
   s.add(int_key("train.seed", 1234, 0, kNoMax, "seed of the model initialisation; an integer >= 0"));
   s.add(string_key("train.dtype", "float32", {"float32", "float64"}, {}, "parameter and activation dtype"));
   s.add(double_key("train.lr", "1e-3", 0.0, /*exclusive=*/true, "AdamW learning rate; a number > 0"));
   s.add(int_key("train.checkpoint_every", 0, 0, kNoMax, "steps between checkpoints, 0 = never; an integer >= 0"));
+  s.add(double_key("train.weight_decay", "0.01", 0.0, /*exclusive=*/false, "AdamW decoupled weight decay; a number >= 0"));
+  s.add(int_key("train.threads", 0, 0, kNoMax, "intra-op threads per worker, 0 = the cores divided among this host's workers; an integer >= 0"));
+  s.add(bool_key("train.log_samples", false, "add every micro-batch's document pieces to the metrics (exactly-once audits)"));
+  // dist: rendezvous and collectives.
+  s.add(double_key("dist.timeout_s", "60", 0.0, /*exclusive=*/true, "seconds a worker waits for the others at rendezvous; a number > 0"));
+  s.add(double_key("dist.op_timeout_s", "300", 0.0, /*exclusive=*/true, "seconds any one collective may take; a number > 0"));
+  s.add(int_key("dist.master_port", 0, 0, 65535, "rendezvous port fulcrum train hands its workers, 0 = a free one; an integer in [0, 65535]"));
   // clang-format on
   return s;
 }

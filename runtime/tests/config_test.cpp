@@ -202,7 +202,7 @@ TEST(ConfigTest, MappingWhereScalarExpectedAndViceVersa) {
             "scalar '4'");
   EXPECT_TRUE(Contains(load_error("- a\n- b\n"),
                        "test.yaml:1:1: the config must be a mapping of sections (parallel, "
-                       "balancer, data, model, train), got a sequence"));
+                       "balancer, data, model, train, dist), got a sequence"));
   // A key with no value points at the key, not at whatever follows it.
   EXPECT_EQ(load_error("parallel:\n  cp_size:\nmodel:\n  num_layers: 2\n"),
             "test.yaml:2:3: parallel.cp_size must be an integer >= 1, got an empty value");

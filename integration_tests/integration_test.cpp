@@ -1,0 +1,568 @@
+// Multi-process integration scenarios: every test starts real worker
+// processes (through `fulcrum train` or the launcher), under a deadline, and
+// checks what they report. No LibTorch here: the processes under test carry
+// it, this driver only reads their output, metrics and parameter files.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using std::chrono::seconds;
+
+struct RunResult {
+  int exit_code = -1;  // 128 + signal when killed
+  bool timed_out = false;
+  std::string output;  // stdout and stderr together
+  double wall_s = 0.0;
+};
+
+std::ostream& operator<<(std::ostream& out, const RunResult& r) {
+  return out << "exit " << r.exit_code << (r.timed_out ? " (timed out)" : "") << " after "
+             << r.wall_s << " s; output:\n"
+             << r.output;
+}
+
+// Runs argv[0] with its output captured, in its own process group. Past the
+// deadline it gets SIGTERM (the launcher forwards it and stops its workers),
+// then SIGKILL; a test can fail but never hang.
+RunResult run(const std::vector<std::string>& argv, seconds deadline,
+              const std::vector<std::string>& env = {}) {
+  RunResult result;
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) {
+    result.output = "pipe failed";
+    return result;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    ::dup2(fds[1], STDOUT_FILENO);
+    ::dup2(fds[1], STDERR_FILENO);
+    for (const std::string& kv : env) ::putenv(const_cast<char*>(kv.c_str()));
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    std::fprintf(stderr, "exec %s failed: %s\n", args[0], std::strerror(errno));
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  const auto end = start + deadline;
+  bool terminated = false;
+  auto kill_at = end + seconds(5);
+  char buffer[4096];
+  while (true) {
+    const auto now = std::chrono::steady_clock::now();
+    if (!terminated && now >= end) {
+      result.timed_out = true;
+      terminated = true;
+      ::kill(-pid, SIGTERM);
+    }
+    if (terminated && now >= kill_at) {
+      ::kill(-pid, SIGKILL);
+      kill_at = now + seconds(3600);
+    }
+    pollfd p{fds[0], POLLIN, 0};
+    if (::poll(&p, 1, 200) > 0) {
+      const ssize_t n = ::read(fds[0], buffer, sizeof(buffer));
+      if (n <= 0) break;
+      result.output.append(buffer, static_cast<std::size_t>(n));
+    }
+  }
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "fulcrum_it_XXXXXX").string();
+    path_ = ::mkdtemp(pattern.data()) ? fs::path(pattern) : fs::path();
+  }
+  ~TempDir() {
+    std::error_code ec;
+    if (!path_.empty() && std::getenv("FULCRUM_KEEP_TEST_DIRS") == nullptr) {
+      fs::remove_all(path_, ec);
+    }
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+  std::string write(const std::string& name, const std::string& text) const {
+    std::ofstream(file(name)) << text;
+    return file(name);
+  }
+
+ private:
+  fs::path path_;
+};
+
+std::vector<json> read_metrics(const std::string& path) {
+  std::vector<json> lines;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty()) lines.push_back(json::parse(line));
+  }
+  return lines;
+}
+
+std::vector<json> step_records(const std::vector<json>& metrics) {
+  std::vector<json> out;
+  for (const json& j : metrics) {
+    if (j.contains("loss")) out.push_back(j);
+  }
+  return out;
+}
+
+std::vector<json> micro_batch_records(const std::vector<json>& metrics) {
+  std::vector<json> out;
+  for (const json& j : metrics) {
+    if (j.contains("microbatch")) out.push_back(j);
+  }
+  return out;
+}
+
+// The --save-params format: "name numel" lines, a blank line, float64s.
+std::map<std::string, std::vector<double>> read_params(const std::string& path) {
+  std::map<std::string, std::vector<double>> params;
+  std::ifstream in(path, std::ios::binary);
+  std::vector<std::pair<std::string, std::int64_t>> layout;
+  std::string line;
+  while (std::getline(in, line) && !line.empty()) {
+    std::istringstream fields(line);
+    std::string name;
+    std::int64_t n = 0;
+    fields >> name >> n;
+    layout.emplace_back(name, n);
+  }
+  for (const auto& [name, n] : layout) {
+    std::vector<double> values(static_cast<std::size_t>(n));
+    in.read(reinterpret_cast<char*>(values.data()), n * static_cast<std::int64_t>(sizeof(double)));
+    params[name] = std::move(values);
+  }
+  return params;
+}
+
+std::vector<std::string> train_command(const std::string& config,
+                                       const std::vector<std::string>& sets,
+                                       const std::string& metrics = "",
+                                       const std::string& params = "") {
+  std::vector<std::string> argv = {FULCRUM_BIN, "train", "--config", config};
+  for (const std::string& s : sets) {
+    argv.push_back("--set");
+    argv.push_back(s);
+  }
+  if (!metrics.empty()) argv.insert(argv.end(), {"--metrics", metrics});
+  if (!params.empty()) argv.insert(argv.end(), {"--save-params", params});
+  return argv;
+}
+
+std::string source_file(const std::string& relative) {
+  return (fs::path(FULCRUM_SOURCE_DIR) / relative).string();
+}
+
+// (b) ---------------------------------------------------------------------
+
+// Samples fit a row (no packing, seq_length above the longest), so every
+// layout trains on exactly the same token sequences; only who computes what
+// differs. float64 leaves summation order as the only source of difference.
+constexpr const char* kEquivalenceConfig = R"(
+parallel: {dp_size: 1, cp_size: 1}
+balancer:
+  cp: {strategy: auto, fallback: contiguous, block_size: 16, mask: causal}
+  dp: {strategy: auto, cost: attention}
+data:
+  source: synthetic
+  num_samples: 24
+  max_length: 150
+  seq_length: 160
+  packing: false
+  global_batch_size: 8
+  micro_batch_size: 2
+  seed: 3
+model: {hidden_size: 32, num_layers: 2, num_heads: 2, vocab_size: 96}
+train: {steps: 3, dtype: float64, lr: 1.0e-2, seed: 7}
+dist: {timeout_s: 60, op_timeout_s: 60}
+)";
+
+struct Trained {
+  std::vector<double> losses;
+  std::map<std::string, std::vector<double>> params;
+};
+
+Trained train_layout(const TempDir& dir, const std::string& config, int dp, int cp,
+                     const std::vector<std::string>& extra = {}) {
+  const std::string tag = "dp" + std::to_string(dp) + "cp" + std::to_string(cp);
+  std::vector<std::string> sets = {"parallel.dp_size=" + std::to_string(dp),
+                                   "parallel.cp_size=" + std::to_string(cp)};
+  sets.insert(sets.end(), extra.begin(), extra.end());
+  const RunResult r =
+      run(train_command(config, sets, dir.file(tag + ".jsonl"), dir.file(tag + ".params")),
+          seconds(150));
+  EXPECT_EQ(r.exit_code, 0) << tag << ": " << r;
+  Trained t;
+  for (const json& s : step_records(read_metrics(dir.file(tag + ".jsonl")))) {
+    t.losses.push_back(s.at("loss").get<double>());
+  }
+  t.params = read_params(dir.file(tag + ".params"));
+  EXPECT_FALSE(t.params.empty()) << tag;
+  return t;
+}
+
+void expect_same(const Trained& expected, const Trained& got, const std::string& what) {
+  ASSERT_EQ(expected.losses.size(), got.losses.size()) << what;
+  for (std::size_t i = 0; i < expected.losses.size(); ++i) {
+    EXPECT_NEAR(got.losses[i], expected.losses[i], 1e-10 * std::abs(expected.losses[i]))
+        << what << " step " << i + 1;
+  }
+  ASSERT_EQ(expected.params.size(), got.params.size()) << what;
+  double worst = 0.0;
+  std::string where;
+  for (const auto& [name, values] : expected.params) {
+    const auto it = got.params.find(name);
+    ASSERT_NE(it, got.params.end()) << what << ": no parameter " << name;
+    ASSERT_EQ(it->second.size(), values.size()) << what << " " << name;
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      const double d = std::abs(it->second[i] - values[i]);
+      if (!(d <= worst)) {
+        worst = d;
+        where = name + "[" + std::to_string(i) + "]";
+      }
+    }
+  }
+  EXPECT_LT(worst, 1e-9) << what << ": parameters differ most at " << where;
+}
+
+TEST(LayoutEquivalence, DpCpLayoutsMatchOneProcess) {
+  TempDir dir;
+  const std::string config = dir.write("equivalence.yaml", kEquivalenceConfig);
+  const Trained single = train_layout(dir, config, 1, 1);
+  ASSERT_EQ(single.losses.size(), 3u);
+  // Training must have moved: equal losses of an idle model prove nothing.
+  EXPECT_NE(single.losses.front(), single.losses.back());
+  expect_same(single, train_layout(dir, config, 2, 2), "DP2xCP2");
+  expect_same(single, train_layout(dir, config, 1, 4), "DP1xCP4");
+  expect_same(single, train_layout(dir, config, 4, 1), "DP4xCP1");
+}
+
+TEST(LayoutEquivalence, LearnedPositionsSlidingMaskMatchOneProcess) {
+  TempDir dir;
+  const std::string config = dir.write("equivalence.yaml", kEquivalenceConfig);
+  const std::vector<std::string> extra = {"model.position=learned", "balancer.cp.mask=sliding:20",
+                                          "balancer.cp.strategy=head_tail"};
+  const Trained single = train_layout(dir, config, 1, 1, extra);
+  expect_same(single, train_layout(dir, config, 2, 2, extra), "DP2xCP2 learned sliding");
+}
+
+TEST(LayoutEquivalence, IdleDpRanksNeitherDeadlockNorChangeTheResult) {
+  // Three samples per step over four DP ranks: one rank has no micro-batch
+  // at all, yet every rank must meet in the same collectives.
+  TempDir dir;
+  const std::string config = dir.write("equivalence.yaml", kEquivalenceConfig);
+  const std::vector<std::string> extra = {"data.global_batch_size=3", "train.steps=2"};
+  const Trained single = train_layout(dir, config, 1, 1, extra);
+  expect_same(single, train_layout(dir, config, 4, 1, extra), "DP4xCP1 with an idle rank");
+  bool idle = false;
+  for (const json& s : step_records(read_metrics(dir.file("dp4cp1.jsonl")))) {
+    for (const json& count : s.at("micro_batches")) idle = idle || count.get<int>() == 0;
+  }
+  EXPECT_TRUE(idle) << "no DP rank was idle; the scenario does not test what it claims";
+}
+
+// (c) ---------------------------------------------------------------------
+
+TEST(VariableLength, HeadTailFallsBackOnIndivisibleLengthsAndReturns) {
+  TempDir dir;
+  const std::string metrics = dir.file("variable.jsonl");
+  const RunResult r =
+      run(train_command(source_file("configs/variable_length.yaml"), {"train.steps=4"}, metrics),
+          seconds(150));
+  ASSERT_EQ(r.exit_code, 0) << r;
+  const std::vector<json> mbs = micro_batch_records(read_metrics(metrics));
+  ASSERT_FALSE(mbs.empty());
+  int head_tail = 0, fallback = 0, returned = 0;
+  std::map<int, bool> fell_back;  // per DP rank: a fallback seen in its stream
+  for (const json& m : mbs) {
+    const std::int64_t cp = static_cast<std::int64_t>(m.at("pairs").size());
+    ASSERT_EQ(m.at("tokens").size(), 1u) << m.dump();  // one sample per micro-batch
+    const std::int64_t n = m.at("tokens")[0].get<std::int64_t>();
+    const int dp = m.at("dp_rank").get<int>();
+    if (n % (2 * cp) == 0) {
+      EXPECT_EQ(m.at("cp_strategy"), "head_tail") << m.dump();
+      EXPECT_TRUE(m.at("cp_fallback_reason").is_null()) << m.dump();
+      ++head_tail;
+      if (fell_back[dp]) ++returned;
+    } else {
+      EXPECT_EQ(m.at("cp_strategy"), "contiguous") << m.dump();
+      ASSERT_TRUE(m.at("cp_fallback_reason").is_string()) << m.dump();
+      EXPECT_NE(m.at("cp_fallback_reason").get<std::string>().find("N=" + std::to_string(n)),
+                std::string::npos)
+          << m.dump();
+      ++fallback;
+      fell_back[dp] = true;
+    }
+  }
+  EXPECT_GT(head_tail, 0);
+  EXPECT_GT(fallback, 0);
+  EXPECT_GT(returned, 0) << "no divisible length followed a fallback";
+}
+
+// (d) ---------------------------------------------------------------------
+
+const std::vector<std::string> kSmallQuickstart = {"train.steps=2", "data.seq_length=256",
+                                                   "data.max_length=300"};
+
+TEST(Plugin, MissingPluginFallsBackToContiguousWithWarning) {
+  TempDir dir;
+  const std::string metrics = dir.file("missing.jsonl");
+  std::vector<std::string> sets = kSmallQuickstart;
+  sets.push_back("balancer.plugin=fulcrum_no_such_plugin");
+  const RunResult r =
+      run(train_command(source_file("configs/quickstart.yaml"), sets, metrics), seconds(150));
+  ASSERT_EQ(r.exit_code, 0) << r;
+  EXPECT_NE(r.output.find("warning"), std::string::npos) << r;
+  EXPECT_NE(r.output.find("fulcrum_no_such_plugin"), std::string::npos) << r;
+  const std::vector<json> mbs = micro_batch_records(read_metrics(metrics));
+  ASSERT_FALSE(mbs.empty());
+  for (const json& m : mbs) EXPECT_EQ(m.at("cp_strategy"), "contiguous") << m.dump();
+  for (const json& s : step_records(read_metrics(metrics))) {
+    EXPECT_EQ(s.at("dp_strategy"), "round_robin") << s.dump();
+  }
+}
+
+TEST(Plugin, BrokenPluginIsAClearError) {
+  const std::vector<std::string> sets = {"balancer.plugin=" FULCRUM_BROKEN_PLUGIN};
+  const RunResult r = run(train_command(source_file("configs/quickstart.yaml"), sets), seconds(60));
+  EXPECT_EQ(r.exit_code, 2) << r;
+  EXPECT_NE(r.output.find("cannot use balancer plugin"), std::string::npos) << r;
+  EXPECT_NE(r.output.find("ABI"), std::string::npos) << r;
+  EXPECT_EQ(r.output.find("[rank"), std::string::npos) << "no worker should start: " << r;
+
+  // A worker started by another launcher checks the plugin itself.
+  TempDir dir;
+  const std::string config =
+      dir.write("broken.yaml", std::string("balancer: {plugin: ") + FULCRUM_BROKEN_PLUGIN + "}\n");
+  const RunResult w = run({FULCRUM_WORKER, "--config", config}, seconds(60));
+  EXPECT_EQ(w.exit_code, 2) << w;
+  EXPECT_NE(w.output.find("cannot use balancer plugin"), std::string::npos) << w;
+}
+
+// Launch-time checks that need no worker.
+TEST(Launch, WrongProcessCountAndBadConfigExitTwo) {
+  const RunResult n = run(
+      {FULCRUM_BIN, "train", "--config", source_file("configs/quickstart.yaml"), "--nproc", "3"},
+      seconds(30));
+  EXPECT_EQ(n.exit_code, 2) << n;
+  EXPECT_NE(n.output.find("--nproc 3 does not match"), std::string::npos) << n;
+
+  TempDir dir;
+  const std::string bad = dir.write("bad.yaml", "parallel:\n  cp_sise: 2\n");
+  const RunResult c = run({FULCRUM_BIN, "train", "--config", bad}, seconds(30));
+  EXPECT_EQ(c.exit_code, 2) << c;
+  EXPECT_NE(c.output.find("bad.yaml:2"), std::string::npos) << c;
+  EXPECT_NE(c.output.find("cp_size"), std::string::npos) << c;
+}
+
+TEST(Launch, RendezvousTimeoutNamesTheAddress) {
+  // Rank 1 of 2 whose rank 0 never comes: it must give up after
+  // dist.timeout_s and say where it was waiting.
+  TempDir dir;
+  const std::string config = dir.write(
+      "lonely.yaml", "parallel: {dp_size: 2}\nbalancer: {plugin: builtin}\ndist: {timeout_s: 3}\n");
+  const RunResult r =
+      run({FULCRUM_WORKER, "--config", config}, seconds(60),
+          {"RANK=1", "WORLD_SIZE=2", "LOCAL_RANK=1", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=1"});
+  EXPECT_FALSE(r.timed_out) << r;
+  EXPECT_NE(r.exit_code, 0) << r;
+  EXPECT_NE(r.output.find("127.0.0.1:1"), std::string::npos) << r;
+  EXPECT_LT(r.wall_s, 45.0) << r;
+}
+
+// (a) ---------------------------------------------------------------------
+
+class CpAttentionEquality : public ::testing::TestWithParam<int> {};
+
+TEST_P(CpAttentionEquality, EveryStrategyAndMaskMatchesDenseAttention) {
+  const int p = GetParam();
+  const RunResult r = run(
+      {FULCRUM_IT_LAUNCH, std::to_string(p), FULCRUM_IT_ATTENTION, FULCRUM_PLUGIN}, seconds(200));
+  EXPECT_EQ(r.exit_code, 0) << r;
+  EXPECT_EQ(r.output.find("FAIL"), std::string::npos) << r;
+  EXPECT_NE(r.output.find(" 0 failed"), std::string::npos) << r;
+}
+
+INSTANTIATE_TEST_SUITE_P(P, CpAttentionEquality, ::testing::Values(2, 3, 4));
+
+// (e) ---------------------------------------------------------------------
+
+// Token ids of sample i, from a seed: the test knows every sample exactly.
+std::vector<std::int64_t> sample_tokens(std::size_t i, std::int64_t length, std::int64_t vocab) {
+  std::mt19937_64 rng(1000 + i);
+  std::vector<std::int64_t> t(static_cast<std::size_t>(length));
+  for (auto& x : t) x = static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(vocab));
+  return t;
+}
+
+std::int64_t checksum(const std::vector<std::int64_t>& tokens, std::int64_t b, std::int64_t e) {
+  std::int64_t s = 0;
+  for (std::int64_t t = b; t < e; ++t) s += (t + 1) * tokens[static_cast<std::size_t>(t)];
+  return s;
+}
+
+// Every token of every non-empty sample was trained on exactly once (the
+// pieces tile [0, length) without overlap) and is the token written.
+void expect_exactly_once(const std::vector<json>& mbs,
+                         const std::vector<std::vector<std::int64_t>>& samples) {
+  std::map<std::int64_t, std::vector<std::array<std::int64_t, 2>>> seen;
+  for (const json& m : mbs) {
+    ASSERT_TRUE(m.contains("pieces")) << m.dump();
+    for (const json& piece : m.at("pieces")) {
+      const std::int64_t s = piece[0], b = piece[1], e = piece[2];
+      ASSERT_GE(s, 0);
+      ASSERT_LT(s, static_cast<std::int64_t>(samples.size()));
+      const auto& tokens = samples[static_cast<std::size_t>(s)];
+      ASSERT_LE(e, static_cast<std::int64_t>(tokens.size())) << "sample " << s;
+      EXPECT_EQ(piece[3].get<std::int64_t>(), checksum(tokens, b, e))
+          << "sample " << s << " tokens [" << b << ", " << e << ") differ from what was written";
+      seen[s].push_back({b, e});
+    }
+  }
+  for (std::size_t s = 0; s < samples.size(); ++s) {
+    auto ranges = seen[static_cast<std::int64_t>(s)];
+    if (samples[s].empty()) {
+      EXPECT_TRUE(ranges.empty()) << "empty sample " << s << " was trained on";
+      continue;
+    }
+    std::sort(ranges.begin(), ranges.end());
+    std::int64_t next = 0;
+    for (const auto& [b, e] : ranges) {
+      EXPECT_EQ(b, next) << "sample " << s << ": tokens from " << next
+                         << (b > next ? " skipped" : " repeated");
+      next = e;
+    }
+    EXPECT_EQ(next, static_cast<std::int64_t>(samples[s].size())) << "sample " << s;
+  }
+}
+
+TEST(ExactlyOnce, EpochWithDpBalancingTrainsEveryTokenOnce) {
+  TempDir dir;
+  // 37 samples, lengths from 1 to 300 (plus one empty): with seq_length 96
+  // and packing, long samples split across rows and rank boundaries.
+  std::vector<std::vector<std::int64_t>> samples;
+  std::ofstream jsonl(dir.file("tokens.jsonl"));
+  std::mt19937_64 rng(42);
+  for (std::size_t i = 0; i < 38; ++i) {
+    const std::int64_t length = i == 17 ? 0 : 1 + static_cast<std::int64_t>(rng() % 300);
+    samples.push_back(sample_tokens(i, length, 200));
+    jsonl << json(samples.back()).dump() << "\n";
+  }
+  jsonl.close();
+  const std::string config = dir.write("once.yaml", R"(
+parallel: {dp_size: 2, cp_size: 2}
+balancer:
+  cp: {strategy: auto, block_size: 16}
+  dp: {strategy: auto, cost: attention}
+data: {source: jsonl, path: tokens.jsonl, seq_length: 96, packing: true,
+       global_batch_size: 8, micro_batch_size: 2, seed: 5}
+model: {hidden_size: 16, num_layers: 1, num_heads: 2, vocab_size: 200}
+train: {steps: 5, log_samples: true}
+)");
+  const std::string metrics = dir.file("once.jsonl");
+  const RunResult r = run(train_command(config, {}, metrics), seconds(150));
+  ASSERT_EQ(r.exit_code, 0) << r;
+  const std::vector<json> all = read_metrics(metrics);
+  // 37 non-empty samples / 8 per step: steps 1-5 are exactly one epoch.
+  std::int64_t served = 0;
+  for (const json& s : step_records(all)) {
+    served += s.at("samples").get<std::int64_t>();
+    EXPECT_NE(s.at("dp_strategy"), "round_robin") << "DP balancing was not in use";
+  }
+  EXPECT_EQ(served, 37);
+  expect_exactly_once(micro_batch_records(all), samples);
+}
+
+// (f) ---------------------------------------------------------------------
+
+// A Megatron MMIDIDX pair written from the published layout, independently of
+// fulcrum's reader: header, int32 sizes, int64 byte pointers, int64 document
+// index; uint16 tokens (dtype code 8) in the .bin.
+void write_megatron(const std::string& prefix, const std::vector<std::vector<std::int64_t>>& seqs) {
+  std::ofstream bin(prefix + ".bin", std::ios::binary);
+  std::vector<std::int64_t> pointers;
+  std::int64_t offset = 0;
+  for (const auto& seq : seqs) {
+    pointers.push_back(offset);
+    for (std::int64_t t : seq) {
+      const std::uint16_t v = static_cast<std::uint16_t>(t);
+      const unsigned char le[2] = {static_cast<unsigned char>(v & 0xff),
+                                   static_cast<unsigned char>(v >> 8)};
+      bin.write(reinterpret_cast<const char*>(le), 2);
+    }
+    offset += 2 * static_cast<std::int64_t>(seq.size());
+  }
+  std::ofstream idx(prefix + ".idx", std::ios::binary);
+  auto put = [&idx](std::uint64_t value, int bytes) {
+    for (int i = 0; i < bytes; ++i) idx.put(static_cast<char>((value >> (8 * i)) & 0xff));
+  };
+  idx.write("MMIDIDX\0\0", 9);
+  put(1, 8);                // version
+  put(8, 1);                // dtype: uint16
+  put(seqs.size(), 8);      // sequences
+  put(seqs.size() + 1, 8);  // document index entries
+  for (const auto& seq : seqs) put(seq.size(), 4);
+  for (std::int64_t p : pointers) put(static_cast<std::uint64_t>(p), 8);
+  for (std::size_t d = 0; d <= seqs.size(); ++d) put(d, 8);
+}
+
+TEST(Megatron, IndexedDatasetIsReadBackExactlyInTraining) {
+  TempDir dir;
+  std::vector<std::vector<std::int64_t>> seqs;
+  for (std::size_t i = 0; i < 12; ++i) {
+    seqs.push_back(sample_tokens(i, 20 + static_cast<std::int64_t>(i) * 17, 500));
+  }
+  write_megatron(dir.file("corpus_text_document"), seqs);
+  const std::string config = dir.write("megatron.yaml", R"(
+parallel: {dp_size: 2, cp_size: 2}
+balancer: {cp: {block_size: 16}}
+data: {source: megatron, path: corpus_text_document, seq_length: 256, packing: false,
+       global_batch_size: 4, seed: 9}
+model: {hidden_size: 16, num_layers: 1, num_heads: 2, vocab_size: 500}
+train: {steps: 3, log_samples: true}
+)");
+  const std::string metrics = dir.file("megatron.jsonl");
+  const RunResult r = run(train_command(config, {}, metrics), seconds(150));
+  ASSERT_EQ(r.exit_code, 0) << r;
+  expect_exactly_once(micro_batch_records(read_metrics(metrics)), seqs);
+}
+
+}  // namespace

@@ -1,0 +1,215 @@
+// fulcrum train: checks the configuration, then launches one fulcrum-worker
+// per rank on this host (fulcrum::launch) with the same arguments. This file
+// stays free of LibTorch: the training itself lives in fulcrum-worker, found
+// next to this executable.
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+#include "cli_common.h"
+#include "commands.h"
+#include "fulcrum/host/plugin_loader.h"
+#include "launch/launch.h"
+
+namespace fulcrum::cli {
+namespace {
+
+namespace po = boost::program_options;
+namespace fs = std::filesystem;
+
+constexpr const char* kUsage =
+    "Usage: fulcrum train --config FILE.yaml [--nproc N] [--set KEY=VALUE ...]\n"
+    "                     [--metrics FILE.jsonl] [--save-params FILE]\n"
+    "\n"
+    "Trains the configured model with balanced context and data parallelism: starts\n"
+    "N = parallel.dp_size x parallel.cp_size worker processes on this host, each\n"
+    "line of their output prefixed with its rank. Workers started by torchrun, srun\n"
+    "or mpirun run 'fulcrum-worker' with the same options instead.\n";
+
+constexpr const char* kWorkerName = "fulcrum-worker";
+constexpr const char* kProgressPrefix = "@progress ";  // what workers print in protocol mode
+
+struct TrainFlags {
+  std::string config_path;
+  std::vector<std::string> overrides;
+  std::string nproc;
+  std::string metrics;
+  std::string save_params;
+  bool help = false;
+};
+
+po::options_description train_options(TrainFlags& f) {
+  po::options_description options("Options");
+  options.add_options()  //
+      ("config", po::value(&f.config_path)->value_name("FILE.yaml"),
+       "the training configuration (required; see docs/CONFIGS.md)")  //
+      ("nproc", po::value(&f.nproc)->value_name("N"),
+       "worker processes; must equal parallel.dp_size x parallel.cp_size (the default)")  //
+      ("set", po::value(&f.overrides)->value_name("KEY=VALUE")->composing(),
+       "override one config key, e.g. --set train.steps=5 (repeatable)")  //
+      ("metrics", po::value(&f.metrics)->value_name("FILE.jsonl"),
+       "write per-step and per-micro-batch metrics as JSON lines (rank 0)")  //
+      ("save-params", po::value(&f.save_params)->value_name("FILE"),
+       "write the final parameters (names, then float64 values) for comparing runs")  //
+      ("help,h", po::bool_switch(&f.help), "show this help");
+  return options;
+}
+
+[[maybe_unused]] fs::path worker_path() {
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? fs::path(kWorkerName) : self.parent_path() / kWorkerName;
+}
+
+// A plugin that exists but cannot be used is a configuration error: refuse
+// it here, once, before any worker starts. A missing plugin is left to the
+// workers, whose fallback (the built-in balancer, with a warning) is the
+// documented behaviour.
+[[maybe_unused]] void check_plugin(const host::Config& config) {
+  const std::string name = config.get_string("balancer.plugin");
+  if (name == "builtin") return;
+  host::LoaderOptions options;
+  options.check_permissions = config.get_bool("balancer.check_permissions");
+  options.log = [](host::LogLevel, const std::string&) {};
+  std::string_view dirs = config.get_string("balancer.plugin_dirs");
+  const std::string dirs_text(dirs);
+  dirs = dirs_text;
+  while (!dirs.empty()) {
+    const std::size_t colon = dirs.find(':');
+    if (colon != 0) options.search_dirs.emplace_back(dirs.substr(0, colon));
+    if (colon == std::string_view::npos) break;
+    dirs.remove_prefix(colon + 1);
+  }
+  for (std::string& dir : host::default_search_dirs()) options.search_dirs.push_back(dir);
+  auto loaded = host::load_plugin(name, options);
+  if (loaded || loaded.status().code() == StatusCode::kNotFound) return;
+  throw UsageError("cannot use balancer plugin '" + name + "': " + loaded.status().message() +
+                   "; fix or rebuild the plugin, or set balancer.plugin: builtin");
+}
+
+// Worker output on a terminal: rank 0's progress lines become one bar
+// redrawn in place; every other line is printed as the launcher would,
+// "[rank N] line", after clearing the bar and before redrawing it.
+class TerminalRelay {
+ public:
+  void line(int rank, launch::OutputStream stream, std::string_view text) {
+    const std::string_view prefix = kProgressPrefix;
+    if (text.substr(0, prefix.size()) == prefix || text == prefix.substr(0, prefix.size() - 1)) {
+      // Prefix and text: redraw the bar. The prefix alone (with or without
+      // its space) ends it: the bar keeps its line, what follows goes below.
+      const std::string next(text.size() > prefix.size() ? text.substr(prefix.size()) : "");
+      if (next.empty()) {
+        finish();
+      } else {
+        bar_ = next;
+        draw();
+      }
+      return;
+    }
+    if (!bar_.empty()) std::fputs("\r\x1b[K", stdout);
+    std::fflush(stdout);
+    const std::string out = "[rank " + std::to_string(rank) + "] " + std::string(text) + "\n";
+    FILE* file = stream == launch::OutputStream::kStdout ? stdout : stderr;
+    std::fwrite(out.data(), 1, out.size(), file);
+    std::fflush(file);
+    draw();
+  }
+  void finish() {
+    if (!bar_.empty()) std::fputs("\n", stdout);
+    bar_.clear();
+    std::fflush(stdout);
+  }
+
+ private:
+  void draw() {
+    if (bar_.empty()) return;
+    std::fputs(("\r\x1b[K" + bar_).c_str(), stdout);
+    std::fflush(stdout);
+  }
+  std::string bar_;
+};
+
+int train_body(const std::vector<std::string>& args) {
+  TrainFlags f;
+  const po::options_description options = train_options(f);
+  parse_command_line(args, options, "train");
+  if (f.help) {
+    std::cout << kUsage << "\n" << options;
+    return kExitOk;
+  }
+#ifndef FULCRUM_HAVE_TRAINER
+  throw UsageError(
+      "this fulcrum was built without LibTorch, so it has no training runtime; install "
+      "LibTorch (Debian: libtorch-dev) and rebuild to use fulcrum train");
+#else
+  if (f.config_path.empty()) {
+    throw UsageError("--config is required; e.g. fulcrum train --config configs/quickstart.yaml");
+  }
+  CommonOptions common;
+  common.config_path = f.config_path;
+  common.overrides = f.overrides;
+  const host::Config config = load_config_or_throw(common);
+
+  const std::int64_t dp = config.get_int("parallel.dp_size");
+  const std::int64_t cp = config.get_int("parallel.cp_size");
+  const std::int64_t world = dp * cp;
+  const std::int64_t nproc =
+      f.nproc.empty() ? world : parse_int(f.nproc, "--nproc", 1, kMaxRanks, "");
+  if (nproc != world) {
+    throw UsageError("--nproc " + std::to_string(nproc) +
+                     " does not match parallel.dp_size x parallel.cp_size = " + std::to_string(dp) +
+                     " x " + std::to_string(cp) + " = " + std::to_string(world) +
+                     "; pass --nproc " + std::to_string(world) +
+                     " or change parallel.dp_size / parallel.cp_size");
+  }
+  check_plugin(config);
+
+  const fs::path worker = worker_path();
+  if (::access(worker.c_str(), X_OK) != 0) {
+    throw UsageError(worker.string() +
+                     " is missing or not executable; build the fulcrum-worker target (it needs "
+                     "LibTorch) or reinstall fulcrum");
+  }
+
+  launch::LaunchOptions launch;
+  launch.nproc = static_cast<int>(nproc);
+  launch.program = worker.string();
+  launch.args = {"--config", f.config_path};
+  for (const std::string& o : f.overrides) {
+    launch.args.push_back("--set");
+    launch.args.push_back(o);
+  }
+  if (!f.metrics.empty()) launch.args.insert(launch.args.end(), {"--metrics", f.metrics});
+  if (!f.save_params.empty()) {
+    launch.args.insert(launch.args.end(), {"--save-params", f.save_params});
+  }
+  launch.master_port = static_cast<int>(config.get_int("dist.master_port"));
+  TerminalRelay relay;
+  if (::isatty(STDOUT_FILENO)) {
+    launch.extra_env.push_back("FULCRUM_PROGRESS=protocol");
+    launch.on_line = [&relay](int rank, launch::OutputStream stream, std::string_view text) {
+      relay.line(rank, stream, text);
+    };
+  } else {
+    launch.extra_env.push_back("FULCRUM_PROGRESS=lines");
+  }
+  const int code = launch::launch_workers(launch);
+  relay.finish();
+  return code;
+#endif
+}
+
+}  // namespace
+
+int run_train(const std::vector<std::string>& args) {
+  return run_command("train", [&] { return train_body(args); });
+}
+
+}  // namespace fulcrum::cli

@@ -1,0 +1,361 @@
+#include "train/metrics.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <sstream>
+#include <string>
+#include <utility>
+
+namespace fulcrum::train {
+namespace {
+
+// ordered: "step" and "loss" lead each line, as a reader expects.
+using json = nlohmann::ordered_json;
+
+json to_json(const MicroBatchFigures& m) {
+  json pieces = json::array();
+  for (const auto& p : m.pieces) pieces.push_back({p[0], p[1], p[2], p[3]});
+  return {{"dp", m.dp_rank},
+          {"cp", m.cp_rank},
+          {"mb", m.microbatch},
+          {"n", m.row_tokens},
+          {"s", m.strategies},
+          {"f", m.fallback_reasons},
+          {"p", m.pairs},
+          {"t", m.tiles},
+          {"cp_p", m.contiguous_pairs},
+          {"cp_t", m.contiguous_tiles},
+          {"ms", m.attention_ms},
+          {"cms", m.attention_comm_ms},
+          {"pieces", pieces}};
+}
+
+MicroBatchFigures from_json(const json& j) {
+  MicroBatchFigures m;
+  m.dp_rank = j.at("dp").get<int>();
+  m.cp_rank = j.at("cp").get<int>();
+  m.microbatch = j.at("mb").get<std::int64_t>();
+  m.row_tokens = j.at("n").get<std::vector<std::int64_t>>();
+  m.strategies = j.at("s").get<std::vector<std::string>>();
+  m.fallback_reasons = j.at("f").get<std::vector<std::string>>();
+  m.pairs = j.at("p").get<std::vector<std::int64_t>>();
+  m.tiles = j.at("t").get<std::vector<std::int64_t>>();
+  m.contiguous_pairs = j.at("cp_p").get<std::vector<std::int64_t>>();
+  m.contiguous_tiles = j.at("cp_t").get<std::vector<std::int64_t>>();
+  m.attention_ms = j.at("ms").get<double>();
+  m.attention_comm_ms = j.at("cms").get<double>();
+  for (const json& p : j.at("pieces")) {
+    m.pieces.push_back({p.at(0).get<std::int64_t>(), p.at(1).get<std::int64_t>(),
+                        p.at(2).get<std::int64_t>(), p.at(3).get<std::int64_t>()});
+  }
+  return m;
+}
+
+// Milliseconds to the microsecond: more digits are noise and bloat the file.
+double round_ms(double ms) { return std::round(ms * 1000.0) / 1000.0; }
+double round4(double x) { return std::round(x * 10000.0) / 10000.0; }
+
+template <typename T>
+double max_over_mean(const std::vector<T>& v) {
+  if (v.empty()) return 1.0;
+  const double total = std::accumulate(v.begin(), v.end(), 0.0);
+  const double mean = total / static_cast<double>(v.size());
+  const double top = static_cast<double>(*std::max_element(v.begin(), v.end()));
+  return mean > 0.0 ? top / mean : 1.0;
+}
+
+template <typename T>
+std::pair<double, double> max_and_mean(const std::vector<T>& v) {
+  if (v.empty()) return {0.0, 0.0};
+  const double total = std::accumulate(v.begin(), v.end(), 0.0);
+  return {static_cast<double>(*std::max_element(v.begin(), v.end())),
+          total / static_cast<double>(v.size())};
+}
+
+// A micro-batch's strategy in one word: the rows' common strategy, or the
+// distinct ones in row order ("head_tail,contiguous") when rows differ.
+std::string combined(const std::vector<std::string>& names) {
+  std::string out;
+  std::vector<std::string> seen;
+  for (const std::string& n : names) {
+    if (std::find(seen.begin(), seen.end(), n) != seen.end()) continue;
+    seen.push_back(n);
+    out += (out.empty() ? "" : ",") + n;
+  }
+  return out;
+}
+
+json nullable(const std::string& text) { return text.empty() ? json(nullptr) : json(text); }
+
+std::string fixed(double value, int decimals) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof(buffer), "%.*f", decimals, value);
+  return buffer;
+}
+
+// The micro-batches of one step, merged across the ranks of each CP group:
+// keyed by (dp_rank, microbatch), the figures of each CP rank.
+std::map<std::pair<int, std::int64_t>, std::vector<const MicroBatchFigures*>> merge(
+    const std::vector<RankStepFigures>& ranks, int cp_size) {
+  std::map<std::pair<int, std::int64_t>, std::vector<const MicroBatchFigures*>> merged;
+  for (const RankStepFigures& r : ranks) {
+    for (const MicroBatchFigures& m : r.micro_batches) {
+      auto& slot = merged[{m.dp_rank, m.microbatch}];
+      slot.resize(static_cast<std::size_t>(cp_size), nullptr);
+      if (m.cp_rank >= 0 && m.cp_rank < cp_size) slot[static_cast<std::size_t>(m.cp_rank)] = &m;
+    }
+  }
+  return merged;
+}
+
+}  // namespace
+
+std::vector<std::uint8_t> encode_figures(const RankStepFigures& figures) {
+  json mbs = json::array();
+  for (const auto& m : figures.micro_batches) mbs.push_back(to_json(m));
+  const json j = {{"rank", figures.rank},
+                  {"step_ms", figures.step_ms},
+                  {"plan_ms", figures.plan_ms},
+                  {"shard_ms", figures.shard_ms},
+                  {"mbs", mbs}};
+  const std::string text = j.dump();
+  return {text.begin(), text.end()};
+}
+
+Result<RankStepFigures> decode_figures(const std::vector<std::uint8_t>& bytes) {
+  try {
+    const json j = json::parse(bytes.begin(), bytes.end());
+    RankStepFigures f;
+    f.rank = j.at("rank").get<int>();
+    f.step_ms = j.at("step_ms").get<double>();
+    f.plan_ms = j.at("plan_ms").get<double>();
+    f.shard_ms = j.at("shard_ms").get<double>();
+    for (const json& m : j.at("mbs")) f.micro_batches.push_back(from_json(m));
+    return f;
+  } catch (const std::exception& e) {
+    return internal_error(std::string("step figures from a rank do not decode: ") + e.what());
+  }
+}
+
+std::vector<std::string> metrics_lines(const StepReport& step,
+                                       const std::vector<RankStepFigures>& ranks, int dp_size,
+                                       int cp_size) {
+  std::vector<std::string> lines;
+  std::vector<std::int64_t> micro_batches(static_cast<std::size_t>(dp_size), 0);
+  for (const auto& [key, per_rank] : merge(ranks, cp_size)) {
+    const MicroBatchFigures* base = nullptr;
+    for (const MicroBatchFigures* m : per_rank) base = base ? base : m;
+    if (base == nullptr) continue;
+    if (key.first >= 0 && key.first < dp_size) ++micro_batches[static_cast<std::size_t>(key.first)];
+    json ms = json::array();
+    json comm = json::array();
+    for (const MicroBatchFigures* m : per_rank) {
+      ms.push_back(m ? json(round_ms(m->attention_ms)) : json(nullptr));
+      comm.push_back(m ? json(round_ms(m->attention_comm_ms)) : json(nullptr));
+    }
+    std::string reason;
+    for (const std::string& r : base->fallback_reasons) reason = reason.empty() ? r : reason;
+    json record = {
+        {"step", step.step},
+        {"dp_rank", key.first},
+        {"microbatch", key.second},
+        {"tokens", base->row_tokens},
+        {"cp_strategy", combined(base->strategies)},
+        {"cp_fallback_reason", nullable(reason)},
+        {"pairs", base->pairs},
+        {"tiles", base->tiles},
+        {"attention_ms", ms},
+        {"attention_comm_ms", comm},
+        {"imbalance",
+         {{"pairs", round4(max_over_mean(base->pairs))},
+          {"tiles", round4(max_over_mean(base->tiles))}}},
+        {"contiguous_imbalance",
+         {{"pairs", round4(max_over_mean(base->contiguous_pairs))},
+          {"tiles", round4(max_over_mean(base->contiguous_tiles))}}},
+    };
+    if (base->strategies.size() > 1) record["row_strategies"] = base->strategies;
+    if (!base->pieces.empty()) {
+      json pieces = json::array();
+      for (const auto& p : base->pieces) pieces.push_back({p[0], p[1], p[2], p[3]});
+      record["pieces"] = pieces;
+    }
+    lines.push_back(record.dump());
+  }
+  double plan_ms = 0, shard_ms = 0;
+  for (const RankStepFigures& r : ranks) {
+    plan_ms = std::max(plan_ms, r.plan_ms);
+    shard_ms = std::max(shard_ms, r.shard_ms);
+  }
+  const json record = {
+      {"step", step.step},
+      {"loss", step.loss},
+      {"tokens", step.loss_tokens},
+      {"samples", step.samples},
+      {"micro_batches", micro_batches},
+      {"dp_strategy", step.dp_strategy},
+      {"dp_fallback_reason", nullable(step.dp_fallback_reason)},
+      {"dp_imbalance", round4(step.dp_imbalance)},
+      {"dp_round_robin_imbalance", round4(step.dp_round_robin_imbalance)},
+      {"step_ms", round_ms(step.wall_ms)},
+      {"plan_ms", round_ms(plan_ms)},
+      {"shard_ms", round_ms(shard_ms)},
+  };
+  lines.push_back(record.dump());
+  return lines;
+}
+
+Result<std::unique_ptr<MetricsFile>> MetricsFile::open(const std::string& path) {
+  auto file = std::unique_ptr<MetricsFile>(new MetricsFile());
+  file->path_ = path;
+  file->out_.open(path, std::ios::out | std::ios::trunc);
+  if (!file->out_) {
+    return invalid_argument("cannot write the metrics file " + path + ": " + std::strerror(errno) +
+                            "; check --metrics and the directory");
+  }
+  return file;
+}
+
+void MetricsFile::write(const std::vector<std::string>& lines) {
+  for (const std::string& line : lines) out_ << line << '\n';
+  out_.flush();
+}
+
+void RunSummary::add(const StepReport& step, const std::vector<RankStepFigures>& ranks,
+                     int cp_size) {
+  ++steps_;
+  losses_.push_back(step.loss);
+  tokens_ += step.loss_tokens;
+  dp_imbalance_ += step.dp_imbalance;
+  dp_round_robin_ += step.dp_round_robin_imbalance;
+  ++dp_strategies_[step.dp_strategy];
+  step_ms_ += step.wall_ms;
+  double overhead = 0;
+  for (const RankStepFigures& r : ranks) overhead = std::max(overhead, r.plan_ms + r.shard_ms);
+  overhead_ms_ += overhead;
+
+  for (const auto& [key, per_rank] : merge(ranks, cp_size)) {
+    const MicroBatchFigures* base = nullptr;
+    std::vector<double> ms;
+    for (const MicroBatchFigures* m : per_rank) {
+      if (m == nullptr) continue;
+      base = base ? base : m;
+      ms.push_back(m->attention_ms);
+    }
+    if (base == nullptr) continue;
+    for (std::size_t i = 0; i < base->strategies.size(); ++i) {
+      ++strategy_rows_[base->strategies[i]];
+      if (!base->fallback_reasons[i].empty()) {
+        ++fallback_rows_;
+        if (first_fallback_.empty()) first_fallback_ = base->fallback_reasons[i];
+      }
+    }
+    auto accumulate = [](const auto& v, double& top, double& mean) {
+      const auto [a, b] = max_and_mean(v);
+      top += a;
+      mean += b;
+    };
+    accumulate(base->tiles, tiles_max_, tiles_mean_);
+    accumulate(base->pairs, pairs_max_, pairs_mean_);
+    accumulate(base->contiguous_tiles, ctiles_max_, ctiles_mean_);
+    accumulate(base->contiguous_pairs, cpairs_max_, cpairs_mean_);
+    accumulate(ms, ms_max_, ms_mean_);
+  }
+}
+
+std::string RunSummary::render(const std::string& header, double wall_s) const {
+  auto ratio = [](double top, double mean) { return mean > 0 ? top / mean : 1.0; };
+  std::ostringstream out;
+  out << "fulcrum train: " << header << ": " << steps_ << (steps_ == 1 ? " step" : " steps")
+      << " in " << fixed(wall_s, 1) << " s, " << tokens_ << " trained tokens ("
+      << fixed(wall_s > 0 ? static_cast<double>(tokens_) / wall_s : 0.0, 0) << " tokens/s)\n";
+  if (!losses_.empty()) {
+    out << "  loss           " << fixed(losses_.front(), 4) << " at step 1 -> "
+        << fixed(losses_.back(), 4) << " at step " << losses_.size() << "\n";
+  }
+  std::string strategies;
+  for (const auto& [name, rows] : strategy_rows_) {
+    strategies += (strategies.empty() ? "" : ", ") + name + " " + std::to_string(rows);
+  }
+  out << "  CP strategies  " << (strategies.empty() ? "(no rows)" : strategies) << " rows";
+  if (fallback_rows_ > 0) {
+    out << "; " << fallback_rows_ << " fell back (first: " << first_fallback_ << ")";
+  }
+  out << "\n";
+  out << "  CP imbalance   tiles " << fixed(ratio(tiles_max_, tiles_mean_), 3)
+      << " (contiguous would give " << fixed(ratio(ctiles_max_, ctiles_mean_), 3) << "), pairs "
+      << fixed(ratio(pairs_max_, pairs_mean_), 3) << " (contiguous "
+      << fixed(ratio(cpairs_max_, cpairs_mean_), 3) << "), measured attention time "
+      << fixed(ratio(ms_max_, ms_mean_), 3)
+      << "  [sum of per-micro-batch max / mean over CP ranks]\n";
+  std::string dp;
+  for (const auto& [name, count] : dp_strategies_) {
+    dp += (dp.empty() ? "" : ", ") + name +
+          (dp_strategies_.size() > 1 ? " " + std::to_string(count) : "");
+  }
+  const double n = steps_ > 0 ? static_cast<double>(steps_) : 1.0;
+  out << "  DP imbalance   " << fixed(dp_imbalance_ / n, 3) << " with " << dp
+      << " (round_robin would give " << fixed(dp_round_robin_ / n, 3)
+      << ")  [mean over steps of max / mean rank cost]\n";
+  out << "  overhead       planning + sharding " << fixed(overhead_ms_ / n, 2) << " ms per step, "
+      << fixed(step_ms_ > 0 ? 100.0 * overhead_ms_ / step_ms_ : 0.0, 2) << "% of step time\n";
+  return out.str();
+}
+
+Progress::Mode Progress::detect() {
+  if (const char* mode = std::getenv(kProgressEnv)) {
+    const std::string m = mode;
+    if (m == "protocol") return Mode::kProtocol;
+    if (m == "bar") return Mode::kBar;
+    if (m == "lines") return Mode::kLines;
+  }
+  return ::isatty(STDOUT_FILENO) ? Mode::kBar : Mode::kLines;
+}
+
+std::string render_progress_bar(std::int64_t step, std::int64_t steps, double loss,
+                                double elapsed_s, int width) {
+  const double done = steps > 0 ? static_cast<double>(step) / static_cast<double>(steps) : 1.0;
+  const int filled = static_cast<int>(std::lround(done * width));
+  std::string bar = "[" + std::string(static_cast<std::size_t>(filled), '#') +
+                    std::string(static_cast<std::size_t>(width - filled), '.') + "]";
+  return bar + " step " + std::to_string(step) + "/" + std::to_string(steps) + "  loss " +
+         fixed(loss, 4) + "  " + fixed(elapsed_s, 1) + " s";
+}
+
+void Progress::update(const StepReport& step, double elapsed_s) {
+  switch (mode_) {
+    case Mode::kBar:
+      std::cout << "\r\x1b[K" << render_progress_bar(step.step, steps_, step.loss, elapsed_s)
+                << std::flush;
+      drawn_ = true;
+      break;
+    case Mode::kProtocol:
+      std::cout << kProgressPrefix << render_progress_bar(step.step, steps_, step.loss, elapsed_s)
+                << std::endl;
+      break;
+    case Mode::kLines:
+      std::cout << "step " << step.step << "/" << steps_ << "  loss " << fixed(step.loss, 4)
+                << "  tokens " << step.loss_tokens << "  dp " << step.dp_strategy << " "
+                << fixed(step.dp_imbalance, 3) << "  " << fixed(step.wall_ms, 1) << " ms"
+                << std::endl;
+      break;
+  }
+}
+
+void Progress::finish() {
+  if (drawn_) std::cout << "\n" << std::flush;
+  // An empty progress line tells `fulcrum train` the bar is complete, so
+  // the summary that follows is not interleaved with redraws of it.
+  if (mode_ == Mode::kProtocol) std::cout << kProgressPrefix << std::endl;
+  drawn_ = false;
+}
+
+}  // namespace fulcrum::train

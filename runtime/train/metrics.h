@@ -1,0 +1,141 @@
+// What a training run reports: per-rank figures of every step, gathered to
+// rank 0 once per step; the --metrics JSON lines; the progress display; and
+// the end-of-run summary. No LibTorch.
+//
+// Metrics file, one JSON object per line (docs/CONFIGS.md lists every field):
+//   per micro-batch  {"step", "dp_rank", "microbatch", "tokens", "cp_strategy",
+//                     "cp_fallback_reason", "pairs", "tiles", "attention_ms",
+//                     "imbalance": {"pairs", "tiles"}, "contiguous_imbalance": {...}}
+//                    with the per-rank arrays over the micro-batch's CP group;
+//   per step         {"step", "loss", "tokens", "dp_strategy", "dp_imbalance", ...}
+//                    written after the step's micro-batches.
+// Steps count from 1, micro-batches from 0 within their DP rank's step.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fulcrum/status.h"
+
+namespace fulcrum::train {
+
+// One micro-batch as one CP rank saw it. The plan figures (pairs, tiles, the
+// contiguous baseline) cover every rank of the CP group: plans are replicated.
+struct MicroBatchFigures {
+  int dp_rank = 0;
+  int cp_rank = 0;
+  std::int64_t microbatch = 0;
+  std::vector<std::int64_t> row_tokens;        // N of every row
+  std::vector<std::string> strategies;         // strategy_used of every row
+  std::vector<std::string> fallback_reasons;   // of every row; "" = none
+  std::vector<std::int64_t> pairs;             // per CP rank, summed over rows
+  std::vector<std::int64_t> tiles;             // per CP rank, summed over rows
+  std::vector<std::int64_t> contiguous_pairs;  // the same under contiguous sharding
+  std::vector<std::int64_t> contiguous_tiles;
+  double attention_ms = 0.0;       // this rank: forward + backward kernels, all layers and rows
+  double attention_comm_ms = 0.0;  // this rank: all-gather + reduce-scatter, with reordering
+  // With train.log_samples: (sample, begin, end, checksum) of every document
+  // piece, checksum = sum over the piece of (offset in sample + 1) * token.
+  std::vector<std::array<std::int64_t, 4>> pieces;
+};
+
+// What one rank sends to rank 0 after a step.
+struct RankStepFigures {
+  int rank = 0;
+  double step_ms = 0.0;
+  double plan_ms = 0.0;   // the CP selector, for every row
+  double shard_ms = 0.0;  // sharding the row buffers by the plans
+  std::vector<MicroBatchFigures> micro_batches;
+};
+
+std::vector<std::uint8_t> encode_figures(const RankStepFigures& figures);
+Result<RankStepFigures> decode_figures(const std::vector<std::uint8_t>& bytes);
+
+// The step as a whole, known on rank 0 after the gradient all-reduce.
+struct StepReport {
+  std::int64_t step = 0;  // from 1
+  double loss = 0.0;      // summed token loss / loss_tokens, over the global batch
+  std::int64_t loss_tokens = 0;
+  std::int64_t samples = 0;  // in the global batch
+  std::string dp_strategy;
+  std::string dp_fallback_reason;
+  double dp_imbalance = 1.0;
+  double dp_round_robin_imbalance = 1.0;  // sample i to rank i % dp_size, same cost model
+  double wall_ms = 0.0;                   // rank 0's step time
+};
+
+// The metrics JSON lines of one step. `ranks` is indexed by global rank.
+std::vector<std::string> metrics_lines(const StepReport& step,
+                                       const std::vector<RankStepFigures>& ranks, int dp_size,
+                                       int cp_size);
+
+class MetricsFile {
+ public:
+  // Truncates `path`; an error names the path and the system's reason.
+  static Result<std::unique_ptr<MetricsFile>> open(const std::string& path);
+  // Appends and flushes, so a crashed run keeps its complete steps.
+  void write(const std::vector<std::string>& lines);
+
+ private:
+  std::ofstream out_;
+  std::string path_;
+};
+
+// Accumulates the run for the closing summary.
+class RunSummary {
+ public:
+  void add(const StepReport& step, const std::vector<RankStepFigures>& ranks, int cp_size);
+  // A few lines; `header` says what ran (layout, dtype).
+  std::string render(const std::string& header, double wall_s) const;
+
+ private:
+  std::vector<double> losses_;
+  std::int64_t tokens_ = 0;
+  std::map<std::string, std::int64_t> strategy_rows_;
+  std::int64_t fallback_rows_ = 0;
+  std::string first_fallback_;
+  // Sums over micro-batches of the max and the mean over CP ranks.
+  double tiles_max_ = 0, tiles_mean_ = 0, pairs_max_ = 0, pairs_mean_ = 0;
+  double ctiles_max_ = 0, ctiles_mean_ = 0, cpairs_max_ = 0, cpairs_mean_ = 0;
+  double ms_max_ = 0, ms_mean_ = 0;
+  double dp_imbalance_ = 0, dp_round_robin_ = 0;
+  std::map<std::string, std::int64_t> dp_strategies_;
+  double step_ms_ = 0, overhead_ms_ = 0;
+  std::int64_t steps_ = 0;
+};
+
+// Progress of rank 0: a bar redrawn in place when it writes to a terminal;
+// "@progress" lines that `fulcrum train` turns into a bar on its own terminal
+// (FULCRUM_PROGRESS=protocol, set by it); otherwise one plain line per step.
+class Progress {
+ public:
+  enum class Mode { kBar, kProtocol, kLines };
+  // From the environment and whether stdout is a terminal.
+  static Mode detect();
+
+  Progress(Mode mode, std::int64_t steps) : mode_(mode), steps_(steps) {}
+  void update(const StepReport& step, double elapsed_s);
+  // Ends a bar's line before other output follows.
+  void finish();
+
+ private:
+  Mode mode_;
+  std::int64_t steps_;
+  bool drawn_ = false;
+};
+
+// "[#########.........] step 3/10  loss 6.9123  1.2 s". In protocol mode a
+// line is kProgressPrefix + this text: `fulcrum train` redraws it in place
+// without knowing how it was made; kProgressPrefix alone ends the bar.
+std::string render_progress_bar(std::int64_t step, std::int64_t steps, double loss,
+                                double elapsed_s, int width = 30);
+inline constexpr const char* kProgressPrefix = "@progress ";
+inline constexpr const char* kProgressEnv = "FULCRUM_PROGRESS";  // "protocol", "bar" or "lines"
+
+}  // namespace fulcrum::train

@@ -1,0 +1,158 @@
+#include "train/options.h"
+
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "fulcrum/core/workload.h"
+
+namespace fulcrum::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+// "<key> = <value> (set at <origin>)": the prefix of every message here, so
+// the user can find the line to change.
+std::string where(const host::Config& config, const std::string& key, const std::string& value) {
+  return key + " = " + value + " (" +
+         (config.is_set(key) ? "set at " + config.origin(key) : std::string("the default")) + ")";
+}
+
+// The file a value came from, when it came from one: origin() is
+// "FILE:LINE:COL", and FILE may itself hold colons.
+std::optional<fs::path> origin_file(const host::Config& config, const std::string& key) {
+  if (!config.is_set(key)) return std::nullopt;
+  std::string origin = config.origin(key);
+  for (int i = 0; i < 2; ++i) {
+    const auto colon = origin.rfind(':');
+    if (colon == std::string::npos) return std::nullopt;
+    origin.resize(colon);
+  }
+  if (origin.empty()) return std::nullopt;
+  return fs::path(origin);
+}
+
+// A path written in a config file means "next to this file", so a config and
+// its data can move together; on the command line it means the working
+// directory, as in any shell command.
+std::string resolve_path(const host::Config& config, const std::string& key) {
+  const std::string text = config.get_string(key);
+  if (text.empty()) return text;
+  fs::path path(text);
+  if (path.is_relative()) {
+    if (std::optional<fs::path> file = origin_file(config, key)) {
+      path = fs::absolute(*file).parent_path() / path;
+    } else {
+      path = fs::absolute(path);
+    }
+  }
+  return path.lexically_normal().string();
+}
+
+std::vector<std::string> split_dirs(const std::string& text) {
+  std::vector<std::string> dirs;
+  std::string_view rest = text;
+  while (!rest.empty()) {
+    const auto colon = rest.find(':');
+    if (colon != 0) dirs.emplace_back(rest.substr(0, colon));
+    if (colon == std::string_view::npos) break;
+    rest.remove_prefix(colon + 1);
+  }
+  return dirs;
+}
+
+std::chrono::milliseconds seconds_to_ms(double seconds) {
+  return std::chrono::milliseconds(static_cast<std::int64_t>(std::llround(seconds * 1000.0)));
+}
+
+}  // namespace
+
+const char* dtype_name(Dtype dtype) { return dtype == Dtype::kFloat64 ? "float64" : "float32"; }
+
+Result<TrainOptions> train_options_from_config(const host::Config& config) {
+  TrainOptions o;
+  o.dp_size = static_cast<int>(config.get_int("parallel.dp_size"));
+  o.cp_size = static_cast<int>(config.get_int("parallel.cp_size"));
+
+  o.plugin = config.get_string("balancer.plugin");
+  o.plugin_dirs = split_dirs(config.get_string("balancer.plugin_dirs"));
+  o.check_permissions = config.get_bool("balancer.check_permissions");
+  o.cp_strategy = config.get_string("balancer.cp.strategy");
+  o.cp_fallback = config.get_string("balancer.cp.fallback");
+  o.block_size = config.get_int("balancer.cp.block_size");
+  Result<MaskSpec> mask = parse_mask(config.get_string("balancer.cp.mask"));
+  if (!mask) return invalid_argument(mask.status().message());
+  o.mask = *mask;
+  o.dp_strategy = config.get_string("balancer.dp.strategy");
+  Result<CostModel> cost = host::parse_cost_model(config.get_string("balancer.dp.cost"));
+  if (!cost) return invalid_argument(cost.status().message());
+  o.dp_cost = *cost;
+  o.dp_equal_count = config.get_bool("balancer.dp.equal_count");
+  o.dp_window = config.get_int("balancer.dp.window");
+
+  const std::string source = config.get_string("data.source");
+  o.source = source == "jsonl"      ? DataSource::kJsonl
+             : source == "megatron" ? DataSource::kMegatron
+                                    : DataSource::kSynthetic;
+  o.data_path = resolve_path(config, "data.path");
+  if (o.source != DataSource::kSynthetic && o.data_path.empty()) {
+    return invalid_argument(
+        "data.source = " + source + " needs data.path: the " +
+        (o.source == DataSource::kJsonl ? "JSONL file" : "Megatron dataset prefix") + " to read");
+  }
+  o.seq_length = config.get_int("data.seq_length");
+  o.packing = config.get_bool("data.packing");
+  o.global_batch_size = config.get_int("data.global_batch_size");
+  o.micro_batch_size = config.get_int("data.micro_batch_size");
+  o.num_samples = config.get_int("data.num_samples");
+  o.num_samples_set = config.is_set("data.num_samples");
+  o.max_length = config.get_int("data.max_length");
+  o.data_seed = static_cast<std::uint64_t>(config.get_int("data.seed"));
+  o.shuffle = config.get_bool("data.shuffle");
+
+  ModelOptions& m = o.model;
+  m.hidden_size = config.get_int("model.hidden_size");
+  m.num_layers = config.get_int("model.num_layers");
+  m.num_heads = config.get_int("model.num_heads");
+  m.vocab_size = config.get_int("model.vocab_size");
+  m.ffn_size = config.get_int("model.ffn_size");
+  if (m.ffn_size == 0) m.ffn_size = 4 * m.hidden_size;
+  m.position = config.get_string("model.position") == "learned" ? PositionKind::kLearned
+                                                                : PositionKind::kRope;
+  m.rope_base = config.get_double("model.rope_base");
+  if (m.hidden_size % m.num_heads != 0) {
+    return invalid_argument(
+        where(config, "model.hidden_size", std::to_string(m.hidden_size)) +
+        " is not divisible by model.num_heads = " + std::to_string(m.num_heads) +
+        "; every head needs the same width, so pick a multiple");
+  }
+  if (m.position == PositionKind::kRope && (m.hidden_size / m.num_heads) % 2 != 0) {
+    return invalid_argument(
+        "rotary positions rotate pairs of channels, but the head size "
+        "model.hidden_size / model.num_heads = " +
+        std::to_string(m.hidden_size / m.num_heads) +
+        " is odd; make it even or set model.position: learned");
+  }
+
+  o.steps = config.get_int("train.steps");
+  o.seed = static_cast<std::uint64_t>(config.get_int("train.seed"));
+  o.dtype = config.get_string("train.dtype") == "float64" ? Dtype::kFloat64 : Dtype::kFloat32;
+  o.lr = config.get_double("train.lr");
+  o.weight_decay = config.get_double("train.weight_decay");
+  o.threads = static_cast<int>(config.get_int("train.threads"));
+  o.log_samples = config.get_bool("train.log_samples");
+  o.checkpoint_every = config.get_int("train.checkpoint_every");
+
+  o.rendezvous_timeout = seconds_to_ms(config.get_double("dist.timeout_s"));
+  o.op_timeout = seconds_to_ms(config.get_double("dist.op_timeout_s"));
+  if (o.rendezvous_timeout.count() < 1 || o.op_timeout.count() < 1) {
+    return invalid_argument("dist.timeout_s and dist.op_timeout_s must be at least 0.001 s; got " +
+                            std::to_string(config.get_double("dist.timeout_s")) + " and " +
+                            std::to_string(config.get_double("dist.op_timeout_s")));
+  }
+  return o;
+}
+
+}  // namespace fulcrum::train

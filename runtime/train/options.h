@@ -1,0 +1,88 @@
+// Everything a training worker reads from its configuration, checked and
+// resolved once (paths made absolute, masks and cost models parsed), so the
+// training loop itself never fails on a setting. No LibTorch.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fulcrum/cp_types.h"
+#include "fulcrum/dp_types.h"
+#include "fulcrum/host/config.h"
+#include "fulcrum/status.h"
+
+namespace fulcrum::train {
+
+enum class DataSource { kSynthetic, kJsonl, kMegatron };
+enum class PositionKind { kRope, kLearned };
+enum class Dtype { kFloat32, kFloat64 };
+
+struct ModelOptions {
+  std::int64_t hidden_size = 64;
+  std::int64_t num_layers = 2;
+  std::int64_t num_heads = 4;
+  std::int64_t vocab_size = 1024;
+  std::int64_t ffn_size = 256;
+  PositionKind position = PositionKind::kRope;
+  double rope_base = 10000.0;
+  // Learned positions only: rows of the table. The trainer sets it to the
+  // largest position the data can hold.
+  std::int64_t max_positions = 0;
+};
+
+struct TrainOptions {
+  // parallel
+  int dp_size = 1;
+  int cp_size = 1;
+  // balancer
+  std::string plugin = "fulcrum_balancer";
+  std::vector<std::string> plugin_dirs;  // searched before the defaults
+  bool check_permissions = true;
+  std::string cp_strategy = "auto";
+  std::string cp_fallback = "contiguous";
+  std::int64_t block_size = kDefaultBlockSize;
+  MaskSpec mask;
+  std::string dp_strategy = "auto";
+  CostModel dp_cost;
+  bool dp_equal_count = false;
+  std::int64_t dp_window = 1;  // not implemented by the trainer: warned about when > 1
+  // data
+  DataSource source = DataSource::kSynthetic;
+  std::string data_path;  // absolute, or empty (synthetic lengths)
+  std::int64_t seq_length = 4096;
+  bool packing = true;
+  std::int64_t global_batch_size = 8;
+  std::int64_t micro_batch_size = 1;
+  std::int64_t num_samples = 1024;  // synthetic: documents, or the lengths file's first ones
+  bool num_samples_set = false;     // with a lengths file, unset = all of it
+  std::int64_t max_length = 4096;
+  std::uint64_t data_seed = 1;
+  bool shuffle = true;
+  // model and loop
+  ModelOptions model;
+  std::int64_t steps = 10;
+  std::uint64_t seed = 1234;
+  Dtype dtype = Dtype::kFloat32;
+  double lr = 1e-3;
+  double weight_decay = 0.01;
+  int threads = 0;  // 0 = automatic
+  bool log_samples = false;
+  std::int64_t checkpoint_every = 0;
+  // dist
+  std::chrono::milliseconds rendezvous_timeout{60000};
+  std::chrono::milliseconds op_timeout{300000};
+};
+
+// Reads and cross-checks the keys (hidden_size divisible by num_heads, an
+// even head size for rotary positions, a path for file sources, ...).
+// Relative paths are resolved against the directory of the file that set
+// them, or the working directory for --set and defaults. Errors are one line
+// naming the key, its value, where it was set and what to do.
+Result<TrainOptions> train_options_from_config(const host::Config& config);
+
+const char* dtype_name(Dtype dtype);
+
+}  // namespace fulcrum::train

@@ -1,0 +1,618 @@
+#include "train/trainer.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "attention/cp_attention.h"
+#include "attention/sharding.h"
+#include "data/indexed_dataset.h"
+#include "data/jsonl_dataset.h"
+#include "data/loader.h"
+#include "data/synthetic_dataset.h"
+#include "dist/gloo_communicator.h"
+#include "fulcrum/core/workload.h"
+#include "fulcrum/host/config.h"
+#include "fulcrum/host/log.h"
+#include "fulcrum/host/plugin_loader.h"
+#include "fulcrum/host/selection.h"
+#include "launch/worker_env.h"
+#include "train/metrics.h"
+#include "train/model.h"
+#include "train/options.h"
+
+namespace fulcrum::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+// Bad input found while training (a token outside the vocabulary): exit 2,
+// like a configuration error, not 1 like a crash.
+class InputError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Where this process's messages come from; set once the rank is known.
+std::string g_who = "fulcrum-worker";
+
+void print_error(const std::string& message) {
+  std::string line = g_who + ": " + message;
+  std::replace(line.begin(), line.end(), '\n', ' ');
+  line += "\n";
+  std::fwrite(line.data(), 1, line.size(), stderr);
+  std::fflush(stderr);
+}
+
+// Host warnings, each distinct message once per process and only where
+// `enabled`: replicated decisions (a missing plugin, a fallback of a row that
+// every CP rank planned alike) would otherwise be printed by every rank.
+host::LogFn make_log(bool enabled) {
+  auto seen = std::make_shared<std::set<std::string>>();
+  return [seen, enabled](host::LogLevel level, const std::string& message) {
+    if (!enabled || !seen->insert(message).second) return;
+    host::log_to_stderr(level, message);
+  };
+}
+
+struct Balancer {
+  std::shared_ptr<LoadBalancer> plugin;  // null: the host's built-in balancer serves
+  std::string description;
+};
+
+// The plugin, or the built-in balancer when there is no plugin to load. A
+// plugin that exists but cannot be used (wrong ABI, unsafe permissions, a
+// failing create) is an error: training on a silently different balancer
+// would make every figure of the run misleading.
+Result<Balancer> load_balancer(const TrainOptions& o, const host::LogFn& log) {
+  if (o.plugin == "builtin") return Balancer{nullptr, "builtin (contiguous CP, round_robin DP)"};
+  host::LoaderOptions options;
+  options.search_dirs = o.plugin_dirs;
+  for (std::string& dir : host::default_search_dirs()) options.search_dirs.push_back(dir);
+  options.check_permissions = o.check_permissions;
+  options.log = log;
+  Result<std::shared_ptr<LoadBalancer>> loaded = host::load_plugin(o.plugin, options);
+  if (loaded) return Balancer{*loaded, (*loaded)->name()};
+  if (loaded.status().code() == StatusCode::kNotFound) {
+    log(host::LogLevel::kWarning,
+        loaded.status().message() +
+            "; training with the host's built-in balancer (contiguous CP sharding, round_robin "
+            "DP); set balancer.plugin or balancer.plugin_dirs to use the plugin");
+    return Balancer{nullptr, "builtin (plugin '" + o.plugin + "' not found)"};
+  }
+  return invalid_argument("cannot use balancer plugin '" + o.plugin +
+                          "': " + loaded.status().message() +
+                          "; fix or rebuild the plugin, or set balancer.plugin: builtin");
+}
+
+Result<std::unique_ptr<data::TokenDataset>> open_dataset(const TrainOptions& o) {
+  switch (o.source) {
+    case DataSource::kJsonl: {
+      Result<data::JsonlDataset> d = data::JsonlDataset::open(o.data_path);
+      if (!d) return d.status();
+      return std::unique_ptr<data::TokenDataset>(
+          std::make_unique<data::JsonlDataset>(std::move(d).value()));
+    }
+    case DataSource::kMegatron: {
+      Result<data::IndexedDataset> d = data::IndexedDataset::open(o.data_path);
+      if (!d) return d.status();
+      return std::unique_ptr<data::TokenDataset>(
+          std::make_unique<data::IndexedDataset>(std::move(d).value()));
+    }
+    case DataSource::kSynthetic:
+      break;
+  }
+  data::SyntheticOptions s;
+  s.lengths_file = o.data_path;
+  s.num_samples = o.data_path.empty() || o.num_samples_set ? o.num_samples : 0;
+  s.seed = o.data_seed;
+  s.max_length = o.max_length;
+  s.vocab_size = o.model.vocab_size;
+  Result<data::SyntheticDataset> d = data::SyntheticDataset::create(s);
+  if (!d) return d.status();
+  return std::unique_ptr<data::TokenDataset>(
+      std::make_unique<data::SyntheticDataset>(std::move(d).value()));
+}
+
+int default_threads(const launch::WorkerIdentity& id) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int local = id.local_world_size.value_or(id.world_size);
+  return std::max(1, cores / std::max(1, local));
+}
+
+// The sequence buffers of one row as columns of one int64 tensor, so that a
+// single shard() call moves all of them the same way: tokens, positions,
+// labels, loss mask, document ids.
+enum Column { kTokens = 0, kPositions, kLabels, kLossMask, kDocIds, kColumns };
+
+at::Tensor row_buffers(const data::PackedRow& row) {
+  const std::int64_t n = row.size();
+  at::Tensor t = at::empty({n, kColumns}, at::kLong);
+  auto a = t.accessor<std::int64_t, 2>();
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto u = static_cast<std::size_t>(i);
+    a[i][kTokens] = row.tokens[u];
+    a[i][kPositions] = row.positions[u];
+    a[i][kLabels] = row.labels[u];
+    a[i][kLossMask] = row.loss_mask[u];
+    a[i][kDocIds] = row.document_ids[u];
+  }
+  return t;
+}
+
+// Out-of-vocabulary tokens would index past the embedding table (a crash
+// deep in ATen); refuse them with the sample that holds them.
+void check_vocabulary(const data::PackedRow& row, std::int64_t vocab,
+                      const data::TokenDataset& dataset) {
+  for (std::size_t i = 0; i < row.tokens.size(); ++i) {
+    if (row.tokens[i] >= 0 && row.tokens[i] < vocab) continue;
+    throw InputError("token " + std::to_string(row.tokens[i]) + " of sample " +
+                     std::to_string(row.document_ids[i]) + " in " + dataset.describe() +
+                     " is outside model.vocab_size = " + std::to_string(vocab) +
+                     "; raise model.vocab_size above the largest token id");
+  }
+}
+
+// (offset + 1)-weighted token sum of a piece: catches lost, repeated and
+// reordered tokens, which a plain sum would not.
+std::int64_t piece_checksum(const data::PackedRow& row, std::size_t start,
+                            const data::TokenRange& piece) {
+  std::int64_t sum = 0;
+  for (std::int64_t t = piece.begin; t < piece.end; ++t) {
+    sum += (t + 1) * row.tokens[start + static_cast<std::size_t>(t - piece.begin)];
+  }
+  return sum;
+}
+
+double round_robin_imbalance(const std::vector<std::int64_t>& samples,
+                             const data::TokenDataset& dataset, const CostModel& cost, int dp) {
+  std::vector<double> rank(static_cast<std::size_t>(dp), 0.0);
+  double total = 0.0;
+  for (std::size_t i = 0; i < samples.size(); ++i) {
+    const double c = cost(dataset.length(samples[i]));
+    rank[i % rank.size()] += c;
+    total += c;
+  }
+  const double mean = total / static_cast<double>(dp);
+  return mean > 0 ? *std::max_element(rank.begin(), rank.end()) / mean : 1.0;
+}
+
+Status save_parameters(const std::string& path, const GptModel& model) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) {
+    return invalid_argument("cannot write parameters to " + path + ": " + std::strerror(errno));
+  }
+  for (std::size_t i = 0; i < model.parameters().size(); ++i) {
+    out << model.parameter_names()[i] << ' ' << model.parameters()[i].numel() << '\n';
+  }
+  out << '\n';
+  for (const at::Tensor& p : model.parameters()) {
+    const at::Tensor d = p.detach().to(at::kDouble).contiguous();
+    out.write(reinterpret_cast<const char*>(d.data_ptr<double>()),
+              static_cast<std::streamsize>(d.numel() * sizeof(double)));
+  }
+  if (!out) return invalid_argument("writing parameters to " + path + " failed");
+  return Status::ok();
+}
+
+class Worker {
+ public:
+  Worker(TrainOptions options, launch::WorkerIdentity id, WorkerArgs args)
+      : o_(std::move(options)), id_(std::move(id)), args_(std::move(args)) {}
+
+  // Everything that can be checked locally, before meeting the other ranks,
+  // so bad input fails fast instead of after a rendezvous.
+  Status prepare();
+  void connect();
+  void train();
+
+ private:
+  struct StepResult {
+    RankStepFigures figures;
+    double loss_sum = 0.0;
+    std::int64_t loss_tokens = 0;
+  };
+  StepResult run_micro_batches(const data::StepBatch& batch);
+  MicroBatchFigures run_micro_batch(const data::MicroBatch& mb, std::int64_t index,
+                                    at::Tensor& loss_sum, std::int64_t& loss_tokens,
+                                    RankStepFigures& step);
+  void reduce_and_step(double& loss_sum, std::int64_t& loss_tokens);
+  void check_replicas();
+  std::string header() const;
+
+  TrainOptions o_;
+  launch::WorkerIdentity id_;
+  WorkerArgs args_;
+  int dp_rank_ = 0;
+  int cp_rank_ = 0;
+  Balancer balancer_;
+  std::unique_ptr<data::TokenDataset> dataset_;
+  std::optional<data::DataLoader> loader_;
+  std::unique_ptr<host::CpSelector> selector_;
+  std::unique_ptr<GptModel> model_;
+  std::unique_ptr<AdamW> optimizer_;
+  dist::ProcessGroups groups_;
+  std::unique_ptr<MetricsFile> metrics_;
+};
+
+Status Worker::prepare() {
+  cp_rank_ = id_.rank % o_.cp_size;
+  dp_rank_ = id_.rank / o_.cp_size;
+  const bool rank0 = id_.rank == 0;
+
+  Result<Balancer> balancer = load_balancer(o_, make_log(rank0));
+  if (!balancer) return balancer.status();
+  balancer_ = std::move(balancer).value();
+  LoadBalancer& dp_balancer = balancer_.plugin ? *balancer_.plugin : *host::builtin_balancer();
+  if (!balancer_.plugin) {
+    const auto offered = dp_balancer.dp_strategies();
+    if (std::find(offered.begin(), offered.end(), o_.dp_strategy) == offered.end()) {
+      if (rank0) {
+        host::log_to_stderr(host::LogLevel::kWarning,
+                            "DP strategy '" + o_.dp_strategy +
+                                "' needs the fulcrum plugin, which is not loaded; using "
+                                "round_robin");
+      }
+      o_.dp_strategy = "round_robin";
+    }
+  }
+  if (o_.dp_window > 1 && rank0) {
+    host::log_to_stderr(host::LogLevel::kWarning,
+                        "balancer.dp.window = " + std::to_string(o_.dp_window) +
+                            " is not used by the trainer: each global batch is partitioned on "
+                            "its own (window 1)");
+  }
+  if (o_.checkpoint_every > 0 && rank0) {
+    host::log_to_stderr(host::LogLevel::kWarning,
+                        "train.checkpoint_every is set but this trainer does not write "
+                        "checkpoints yet; the run continues without them");
+  }
+
+  Result<std::unique_ptr<data::TokenDataset>> dataset = open_dataset(o_);
+  if (!dataset) return dataset.status();
+  dataset_ = std::move(dataset).value();
+
+  data::LoaderOptions lo;
+  lo.global_batch_size = o_.global_batch_size;
+  lo.micro_batch_size = o_.micro_batch_size;
+  lo.seq_length = o_.seq_length;
+  lo.packing = o_.packing;
+  lo.dp_size = o_.dp_size;
+  lo.dp_rank = dp_rank_;
+  lo.seed = o_.data_seed;
+  lo.shuffle = o_.shuffle;
+  lo.num_epochs = std::nullopt;  // train.steps decides when to stop, epochs wrap
+  lo.dp_strategy = o_.dp_strategy;
+  lo.cost = o_.dp_cost;
+  lo.equal_count = o_.dp_equal_count;
+  Result<data::DataLoader> loader = data::DataLoader::create(*dataset_, dp_balancer, lo);
+  if (!loader) return loader.status();
+  loader_.emplace(std::move(loader).value());
+
+  host::SelectorOptions so;
+  so.preferred = o_.cp_strategy;
+  so.fallback = o_.cp_fallback;
+  so.log = make_log(cp_rank_ == 0);
+  selector_ = std::make_unique<host::CpSelector>(balancer_.plugin, so);
+
+  if (o_.model.position == PositionKind::kLearned) {
+    // A position is an offset within a document (continuing across a split
+    // piece) or within the padding: below the longest sample and below
+    // seq_length.
+    std::int64_t longest = o_.seq_length;
+    for (std::int64_t i = 0; i < dataset_->size(); ++i) {
+      longest = std::max(longest, dataset_->length(i));
+    }
+    o_.model.max_positions = longest;
+  }
+  model_ = std::make_unique<GptModel>(o_.model, o_.dtype, o_.seed);
+  AdamW::Options ao;
+  ao.lr = o_.lr;
+  ao.weight_decay = o_.weight_decay;
+  optimizer_ = std::make_unique<AdamW>(model_->parameters(), ao);
+
+  if (rank0 && !args_.metrics_path.empty()) {
+    Result<std::unique_ptr<MetricsFile>> file = MetricsFile::open(args_.metrics_path);
+    if (!file) return file.status();
+    metrics_ = std::move(file).value();
+  }
+  return Status::ok();
+}
+
+void Worker::connect() {
+  dist::GlooOptions g;
+  g.rank = id_.rank;
+  g.world_size = id_.world_size;
+  g.dp_size = o_.dp_size;
+  g.cp_size = o_.cp_size;
+  g.master_addr = id_.master_addr;
+  g.master_port = id_.master_port;
+  g.rendezvous_timeout = o_.rendezvous_timeout;
+  g.op_timeout = o_.op_timeout;
+  groups_ = dist::init_gloo_process_groups(g);
+}
+
+std::string Worker::header() const {
+  return "DP " + std::to_string(o_.dp_size) + " x CP " + std::to_string(o_.cp_size) + ", " +
+         dtype_name(o_.dtype) + ", " + std::to_string(model_->num_parameters()) +
+         " parameters, mask " + mask_to_string(o_.mask) + ", balancer " + balancer_.description;
+}
+
+MicroBatchFigures Worker::run_micro_batch(const data::MicroBatch& mb, std::int64_t index,
+                                          at::Tensor& loss_sum, std::int64_t& loss_tokens,
+                                          RankStepFigures& step) {
+  const auto p = static_cast<std::size_t>(o_.cp_size);
+  MicroBatchFigures f;
+  f.dp_rank = dp_rank_;
+  f.cp_rank = cp_rank_;
+  f.microbatch = index;
+  f.pairs.assign(p, 0);
+  f.tiles.assign(p, 0);
+  f.contiguous_pairs.assign(p, 0);
+  f.contiguous_tiles.assign(p, 0);
+
+  std::vector<std::shared_ptr<attention::CpAttention>> used;
+  at::Tensor mb_loss;
+  for (const data::PackedRow& row : mb.rows) {
+    check_vocabulary(row, o_.model.vocab_size, *dataset_);
+    CpWorkload w;
+    w.tokens = row.size();
+    w.doc_lengths = row.doc_lengths;
+    w.mask = o_.mask;
+    w.block_size = o_.block_size;
+    w.cp_size = o_.cp_size;
+
+    const auto plan_start = Clock::now();
+    Result<ShardPlan> plan = selector_->plan(w);
+    step.plan_ms += ms_since(plan_start);
+    if (!plan)
+      throw std::runtime_error("planning a row of " + std::to_string(w.tokens) +
+                               " tokens failed: " + plan.status().message());
+    // What contiguous sharding would have cost this row: the baseline of
+    // the summary, from the work model (no extra attention is run).
+    std::vector<RankWork> contiguous = plan->work;
+    if (plan->strategy_used != "contiguous") {
+      host::PreferenceScope scope(*selector_, "contiguous");
+      Result<ShardPlan> base = selector_->plan(w);
+      if (base) contiguous = base->work;
+    }
+    for (std::size_t r = 0; r < p; ++r) {
+      f.pairs[r] += plan->work[r].pairs;
+      f.tiles[r] += plan->work[r].tiles;
+      f.contiguous_pairs[r] += contiguous[r].pairs;
+      f.contiguous_tiles[r] += contiguous[r].tiles;
+    }
+    f.row_tokens.push_back(w.tokens);
+    f.strategies.push_back(plan->strategy_used);
+    f.fallback_reasons.push_back(plan->fallback_reason);
+    if (o_.log_samples && cp_rank_ == 0) {
+      std::size_t start = 0;
+      for (const data::TokenRange& piece : row.pieces) {
+        f.pieces.push_back(
+            {piece.sample, piece.begin, piece.end, piece_checksum(row, start, piece)});
+        start += static_cast<std::size_t>(piece.end - piece.begin);
+      }
+    }
+
+    const auto shard_start = Clock::now();
+    const at::Tensor local = attention::shard(row_buffers(row), *plan, cp_rank_);
+    step.shard_ms += ms_since(shard_start);
+
+    std::vector<std::shared_ptr<attention::CpAttention>> layers;
+    for (std::int64_t l = 0; l < o_.model.num_layers; ++l) {
+      Result<std::shared_ptr<attention::CpAttention>> a =
+          attention::CpAttention::create(w, *plan, groups_.cp);
+      if (!a) throw std::runtime_error("cp attention: " + a.status().message());
+      layers.push_back(*a);
+      used.push_back(*a);
+    }
+    const at::Tensor logits =
+        model_->forward(local.select(1, kTokens), local.select(1, kPositions), layers);
+    const at::Tensor mask = local.select(1, kLossMask);
+    const at::Tensor row_loss = model_->loss_sum(logits, local.select(1, kLabels), mask);
+    loss_tokens += mask.sum().item<std::int64_t>();
+    mb_loss = mb_loss.defined() ? mb_loss + row_loss : row_loss;
+  }
+  if (mb_loss.defined()) {
+    mb_loss.backward();
+    loss_sum = loss_sum.defined() ? loss_sum + mb_loss.detach() : mb_loss.detach();
+  }
+  for (const auto& a : used) {
+    f.attention_ms += a->last_forward().compute_ms + a->last_backward().compute_ms;
+    f.attention_comm_ms += a->last_forward().comm_ms + a->last_backward().comm_ms;
+  }
+  return f;
+}
+
+void Worker::reduce_and_step(double& loss_sum, std::int64_t& loss_tokens) {
+  // One float64 buffer for every gradient plus the loss and its token count:
+  // a single collective per step, exact counts, and no float32 rounding in
+  // the cross-rank sum.
+  std::vector<at::Tensor> pieces;
+  for (const at::Tensor& p : model_->parameters()) {
+    pieces.push_back(p.grad().defined() ? p.grad().to(at::kDouble).reshape({-1})
+                                        : at::zeros({p.numel()}, at::kDouble));
+  }
+  pieces.push_back(at::tensor({loss_sum, static_cast<double>(loss_tokens)}, at::kDouble));
+  at::Tensor flat = at::cat(pieces);
+  groups_.world->all_reduce_sum(flat);
+
+  const std::int64_t n = flat.numel();
+  loss_sum = flat[n - 2].item<double>();
+  loss_tokens = static_cast<std::int64_t>(flat[n - 1].item<double>());
+  const double scale = loss_tokens > 0 ? 1.0 / static_cast<double>(loss_tokens) : 0.0;
+  std::int64_t offset = 0;
+  for (const at::Tensor& p : model_->parameters()) {
+    at::Tensor g = flat.narrow(0, offset, p.numel()).view(p.sizes()) * scale;
+    p.mutable_grad() = g.to(p.scalar_type());
+    offset += p.numel();
+  }
+  optimizer_->step();
+  for (const at::Tensor& p : model_->parameters()) p.mutable_grad() = at::Tensor();
+}
+
+// Every rank applies the same update to the same parameters, so they stay
+// bitwise equal; a difference means a rank trained on something else.
+void Worker::check_replicas() {
+  at::Tensor sum = at::zeros({1}, at::kDouble);
+  std::int64_t i = 0;
+  for (const at::Tensor& p : model_->parameters()) {
+    sum += p.detach().to(at::kDouble).sum() * static_cast<double>(++i);
+  }
+  const std::vector<at::Tensor> all = groups_.world->all_gather(sum);
+  if (id_.rank != 0) return;
+  for (std::size_t r = 1; r < all.size(); ++r) {
+    if (!at::equal(all[r], all[0])) {
+      host::log_to_stderr(host::LogLevel::kWarning,
+                          "the parameters of rank " + std::to_string(r) +
+                              " differ from rank 0's after training; the replicas diverged");
+      return;
+    }
+  }
+}
+
+void Worker::train() {
+  const bool rank0 = id_.rank == 0;
+  Progress progress(Progress::detect(), o_.steps);
+  RunSummary summary;
+  const auto start = Clock::now();
+  for (std::int64_t step = 1; step <= o_.steps; ++step) {
+    const auto step_start = Clock::now();
+    std::optional<data::StepBatch> batch = loader_->next_step();
+    if (!batch) throw std::runtime_error("the data loader ended although epochs are unbounded");
+
+    RankStepFigures figures;
+    figures.rank = id_.rank;
+    at::Tensor loss = at::zeros({}, at::kDouble);
+    std::int64_t tokens = 0;
+    for (std::size_t m = 0; m < batch->micro_batches.size(); ++m) {
+      at::Tensor mb_loss;
+      figures.micro_batches.push_back(run_micro_batch(
+          batch->micro_batches[m], static_cast<std::int64_t>(m), mb_loss, tokens, figures));
+      if (mb_loss.defined()) loss = loss + mb_loss.to(at::kDouble);
+    }
+    double loss_sum = loss.item<double>();
+    reduce_and_step(loss_sum, tokens);
+    figures.step_ms = ms_since(step_start);
+
+    const std::vector<std::vector<std::uint8_t>> gathered =
+        groups_.world->all_gather_bytes(encode_figures(figures));
+    if (!rank0) continue;
+    std::vector<RankStepFigures> ranks;
+    for (const auto& bytes : gathered) {
+      Result<RankStepFigures> decoded = decode_figures(bytes);
+      if (!decoded) throw std::runtime_error(decoded.status().message());
+      ranks.push_back(std::move(decoded).value());
+    }
+    StepReport report;
+    report.step = step;
+    report.loss = tokens > 0 ? loss_sum / static_cast<double>(tokens) : 0.0;
+    report.loss_tokens = tokens;
+    report.samples = static_cast<std::int64_t>(batch->global_samples.size());
+    report.dp_strategy = batch->stats.strategy;
+    report.dp_fallback_reason = batch->stats.fallback_reason;
+    report.dp_imbalance = batch->stats.imbalance;
+    report.dp_round_robin_imbalance =
+        round_robin_imbalance(batch->global_samples, *dataset_, o_.dp_cost, o_.dp_size);
+    report.wall_ms = figures.step_ms;
+    if (metrics_) metrics_->write(metrics_lines(report, ranks, o_.dp_size, o_.cp_size));
+    summary.add(report, ranks, o_.cp_size);
+    progress.update(report, std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  const double wall_s = std::chrono::duration<double>(Clock::now() - start).count();
+  check_replicas();
+  if (!rank0) return;
+  progress.finish();
+  std::string text = summary.render(header(), wall_s);
+  if (o_.source == DataSource::kSynthetic) {
+    // Without this, a flat loss reads as a broken trainer.
+    text +=
+        "  note           synthetic tokens are uniform random: the loss cannot fall below "
+        "ln(model.vocab_size) = " +
+        std::to_string(std::log(static_cast<double>(o_.model.vocab_size))) + "\n";
+  }
+  std::fputs(text.c_str(), stdout);
+  std::fflush(stdout);
+  if (!args_.save_params_path.empty()) {
+    if (Status s = save_parameters(args_.save_params_path, *model_); !s) {
+      throw InputError(s.message());
+    }
+  }
+}
+
+}  // namespace
+
+int run_worker(const WorkerArgs& args) noexcept {
+  try {
+    Result<launch::WorkerIdentity> id = launch::detect_worker_identity();
+    if (!id) {
+      print_error(id.status().message() + "; check the launcher's environment variables");
+      return 2;
+    }
+    g_who = "fulcrum-worker: rank " + std::to_string(id->rank);
+    Result<host::Config> config = host::load_config(args.config_path, args.overrides);
+    if (!config) {
+      print_error(config.status().message());
+      return 2;
+    }
+    Result<TrainOptions> options = train_options_from_config(*config);
+    if (!options) {
+      print_error(options.status().message());
+      return 2;
+    }
+    const int world = options->dp_size * options->cp_size;
+    if (id->world_size != world) {
+      print_error(
+          "the launcher started " + std::to_string(id->world_size) + " workers (" +
+          launch::launcher_kind_name(id->launcher) +
+          ") but parallel.dp_size x parallel.cp_size = " + std::to_string(options->dp_size) +
+          " x " + std::to_string(options->cp_size) + " = " + std::to_string(world) + "; start " +
+          std::to_string(world) + " workers or change the config");
+      return 2;
+    }
+    at::set_num_threads(options->threads > 0 ? options->threads : default_threads(*id));
+
+    Worker worker(std::move(options).value(), *id, args);
+    if (Status s = worker.prepare(); !s) {
+      print_error(s.message());
+      return 2;
+    }
+    worker.connect();
+    worker.train();
+    return 0;
+  } catch (const InputError& e) {
+    print_error(e.what());
+    return 2;
+  } catch (const dist::CommError& e) {
+    print_error(dist::first_line(e));
+    return 1;
+  } catch (const std::exception& e) {
+    // c10 errors carry a backtrace after the first line.
+    print_error("internal error: " + dist::first_line(e));
+    return 1;
+  } catch (...) {
+    print_error("internal error: unknown exception");
+    return 1;
+  }
+}
+
+}  // namespace fulcrum::train

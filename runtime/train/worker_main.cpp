@@ -1,0 +1,58 @@
+// fulcrum-worker: one rank of a training job. `fulcrum train` starts one per
+// rank with torchrun-style variables; torchrun, srun and mpirun can start it
+// directly with the same arguments:
+//
+//   fulcrum-worker --config FILE.yaml [--set section.key=value ...]
+//                  [--metrics FILE.jsonl] [--save-params FILE]
+#include <cstdio>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "train/trainer.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: fulcrum-worker --config FILE.yaml [--set section.key=value ...] "
+    "[--metrics FILE.jsonl] [--save-params FILE]\n";
+
+int usage_error(const std::string& message) {
+  const std::string line = "fulcrum-worker: " + message + "\n" + kUsage;
+  std::fputs(line.c_str(), stderr);
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  fulcrum::train::WorkerArgs args;
+  const std::vector<std::string> in(argv + 1, argv + argc);
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    std::string name = in[i];
+    std::string value;
+    bool has_value = false;
+    if (const auto eq = name.find('='); name.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name.resize(eq);
+      has_value = true;
+    }
+    if (name == "--help" || name == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (name != "--config" && name != "--set" && name != "--metrics" && name != "--save-params") {
+      return usage_error("unknown argument '" + in[i] + "'");
+    }
+    if (!has_value) {
+      if (i + 1 >= in.size()) return usage_error(name + " needs a value");
+      value = in[++i];
+    }
+    if (name == "--config") args.config_path = value;
+    if (name == "--set") args.overrides.push_back(value);
+    if (name == "--metrics") args.metrics_path = value;
+    if (name == "--save-params") args.save_params_path = value;
+  }
+  if (args.config_path.empty()) return usage_error("--config is required");
+  return fulcrum::train::run_worker(args);
+}

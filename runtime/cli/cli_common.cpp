@@ -359,4 +359,26 @@ std::string render_table(const std::vector<std::vector<std::string>>& rows) {
   return out;
 }
 
+void require_table_or_json(const std::string& format) {
+  if (format != "table" && format != "json") {
+    throw UsageError("--format must be table or json, got '" + one_line(format) +
+                     "'; use --format json for machine-readable output");
+  }
+}
+
+std::int32_t rank_count(const boost::program_options::variables_map& given, const std::string& flag,
+                        const std::string& flag_value, const host::Config& config,
+                        const std::string& key, const std::string& hint) {
+  if (given.count(flag) != 0) {
+    return static_cast<std::int32_t>(parse_int(flag_value, "--" + flag, 1, kMaxRanks, hint));
+  }
+  const std::int64_t n = config.get_int(key);
+  if (n > kMaxRanks) {
+    throw UsageError(key + " is " + std::to_string(n) + " (" + config.origin(key) +
+                     "), more than " + std::to_string(kMaxRanks) + " ranks; give a smaller --" +
+                     flag);
+  }
+  return static_cast<std::int32_t>(n);
+}
+
 }  // namespace fulcrum::cli

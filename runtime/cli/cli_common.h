@@ -77,6 +77,15 @@ boost::program_options::variables_map parse_command_line(
 
 host::Config load_config_or_throw(const CommonOptions& common);
 
+// Refuses a --format other than table or json.
+void require_table_or_json(const std::string& format);
+
+// A rank count: the flag's value when the flag was given, else the config
+// key's; either way within [1, kMaxRanks]. `hint` says what to pass instead.
+std::int32_t rank_count(const boost::program_options::variables_map& given, const std::string& flag,
+                        const std::string& flag_value, const host::Config& config,
+                        const std::string& key, const std::string& hint);
+
 struct LoadedBalancer {
   std::shared_ptr<LoadBalancer> balancer;
   // The host's own balancer serves: chosen with "builtin", or because the

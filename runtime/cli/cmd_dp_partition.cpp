@@ -111,21 +111,11 @@ int dp_main(const std::vector<std::string>& args) {
   }
   const host::Config config = load_config_or_throw(f.common);
 
-  if (f.format != "table" && f.format != "json") {
-    throw UsageError("--format must be table or json, got '" + one_line(f.format) +
-                     "'; use --format json for machine-readable output");
-  }
+  require_table_or_json(f.format);
 
   DpRequest request;
-  const std::int64_t k = given.count("dp") ? parse_int(f.dp, "--dp", 1, kMaxRanks,
-                                                       "give the number of DP ranks, e.g. --dp 8")
-                                           : config.get_int("parallel.dp_size");
-  if (k > kMaxRanks) {
-    throw UsageError("parallel.dp_size is " + std::to_string(k) + " (" +
-                     config.origin("parallel.dp_size") + "), more than " +
-                     std::to_string(kMaxRanks) + " ranks; give a smaller --dp");
-  }
-  request.num_ranks = static_cast<std::int32_t>(k);
+  request.num_ranks = rank_count(given, "dp", f.dp, config, "parallel.dp_size",
+                                 "give the number of DP ranks, e.g. --dp 8");
   request.equal_count = f.equal_count || config.get_bool("balancer.dp.equal_count");
   const std::string cost_text =
       given.count("cost") ? f.cost : config.get_string("balancer.dp.cost");

@@ -269,21 +269,11 @@ int plan_main(const std::vector<std::string>& args) {
   }
   const host::Config config = load_config_or_throw(f.common);
 
-  if (f.format != "table" && f.format != "json") {
-    throw UsageError("--format must be table or json, got '" + one_line(f.format) +
-                     "'; use --format json for machine-readable output");
-  }
+  require_table_or_json(f.format);
 
   CpWorkload workload;
-  const std::int64_t cp = given.count("cp") ? parse_int(f.cp, "--cp", 1, kMaxRanks,
-                                                        "give the number of CP ranks, e.g. --cp 8")
-                                            : config.get_int("parallel.cp_size");
-  if (cp > kMaxRanks) {
-    throw UsageError("parallel.cp_size is " + std::to_string(cp) + " (" +
-                     config.origin("parallel.cp_size") + "), more than " +
-                     std::to_string(kMaxRanks) + " ranks; give a smaller --cp");
-  }
-  workload.cp_size = static_cast<std::int32_t>(cp);
+  workload.cp_size = rank_count(given, "cp", f.cp, config, "parallel.cp_size",
+                                "give the number of CP ranks, e.g. --cp 8");
   workload.block_size =
       given.count("block-size")
           ? parse_int(f.block_size, "--block-size", 1, kMaxTokens, "give the tile edge, e.g. 128")

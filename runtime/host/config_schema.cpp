@@ -129,6 +129,9 @@ ConfigSchema build_fulcrum_schema() {
   s.add(string_key("train.dtype", "float32", {"float32", "float64"}, {}, "parameter and activation dtype"));
   s.add(double_key("train.lr", "1e-3", 0.0, /*exclusive=*/true, "AdamW learning rate; a number > 0"));
   s.add(int_key("train.checkpoint_every", 0, 0, kNoMax, "steps between checkpoints, 0 = never; an integer >= 0"));
+  s.add(string_key("train.checkpoint_dir", "", {}, {}, "directory of the checkpoint files (step-N.ckpt); needed by train.checkpoint_every and train.resume: auto"));
+  s.add(int_key("train.checkpoint_keep", 2, 1, kNoMax, "newest checkpoints kept in train.checkpoint_dir; an integer >= 1"));
+  s.add(string_key("train.resume", "none", {}, check_not_empty, "none (start at step 1), auto (the newest intact checkpoint in train.checkpoint_dir, if any) or a checkpoint file"));
   s.add(double_key("train.weight_decay", "0.01", 0.0, /*exclusive=*/false, "AdamW decoupled weight decay; a number >= 0"));
   s.add(int_key("train.threads", 0, 0, kNoMax, "intra-op threads per worker, 0 = the cores divided among this host's workers; an integer >= 0"));
   s.add(bool_key("train.log_samples", false, "add every micro-batch's document pieces to the metrics (exactly-once audits)"));
@@ -136,6 +139,7 @@ ConfigSchema build_fulcrum_schema() {
   s.add(double_key("dist.timeout_s", "60", 0.0, /*exclusive=*/true, "seconds a worker waits for the others at rendezvous; a number > 0"));
   s.add(double_key("dist.op_timeout_s", "300", 0.0, /*exclusive=*/true, "seconds any one collective may take; a number > 0"));
   s.add(int_key("dist.master_port", 0, 0, 65535, "rendezvous port fulcrum train hands its workers, 0 = a free one; an integer in [0, 65535]"));
+  s.add(bool_key("dist.plan_consensus", true, "all-gather a fingerprint of every CP plan and DP partition, and of the workload it came from, before the collectives that use them; a divergence ends the job with an error naming the ranks"));
   // clang-format on
   return s;
 }

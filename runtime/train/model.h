@@ -83,6 +83,21 @@ class AdamW {
   // counts as zero.
   void step();
 
+  // The moment estimates and the step count, for checkpoints: a resumed run
+  // must continue the bias correction and the moments exactly. `m` and `v`
+  // are empty before the first step, else one tensor per parameter, shaped
+  // and typed like it. set_state trusts its caller to have checked that.
+  struct State {
+    std::int64_t step = 0;
+    std::vector<at::Tensor> m, v;
+  };
+  State state() const { return {t_, m_, v_}; }
+  void set_state(State state) {
+    t_ = state.step;
+    m_ = std::move(state.m);
+    v_ = std::move(state.v);
+  }
+
  private:
   std::vector<at::Tensor> params_;
   Options options_;

@@ -1,16 +1,20 @@
 #include "train/trainer.h"
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
+#include <c10/core/GradMode.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cinttypes>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <stdexcept>
@@ -32,6 +36,8 @@
 #include "fulcrum/host/plugin_loader.h"
 #include "fulcrum/host/selection.h"
 #include "launch/worker_env.h"
+#include "train/checkpoint.h"
+#include "train/consensus.h"
 #include "train/metrics.h"
 #include "train/model.h"
 #include "train/options.h"
@@ -48,6 +54,14 @@ double ms_since(Clock::time_point start) {
 // Bad input found while training (a token outside the vocabulary): exit 2,
 // like a configuration error, not 1 like a crash.
 class InputError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Writing a checkpoint failed (disk full, permissions changed): exit 1, as a
+// runtime failure, with the checkpoint's own message rather than "internal
+// error".
+class CheckpointError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
@@ -214,16 +228,161 @@ Status save_parameters(const std::string& path, const GptModel& model) {
   return Status::ok();
 }
 
+// A tensor as a checkpoint blob (see checkpoint.h): the raw contiguous
+// elements, so a float64 value comes back bitwise.
+std::string tensor_to_blob(const at::Tensor& tensor) {
+  const at::Tensor t = tensor.detach().contiguous();
+  TensorBlob blob;
+  switch (t.scalar_type()) {
+    case at::kFloat:
+      blob.dtype = BlobDtype::kFloat32;
+      break;
+    case at::kDouble:
+      blob.dtype = BlobDtype::kFloat64;
+      break;
+    case at::kByte:
+      blob.dtype = BlobDtype::kUint8;
+      break;
+    case at::kLong:
+      blob.dtype = BlobDtype::kInt64;
+      break;
+    default:
+      throw std::logic_error(std::string("no checkpoint dtype for ") +
+                             at::toString(t.scalar_type()));
+  }
+  blob.shape = t.sizes().vec();
+  blob.data.assign(static_cast<const char*>(t.data_ptr()), t.nbytes());
+  return encode_tensor_blob(blob);
+}
+
+at::ScalarType scalar_type_of(BlobDtype dtype) {
+  switch (dtype) {
+    case BlobDtype::kFloat32:
+      return at::kFloat;
+    case BlobDtype::kFloat64:
+      return at::kDouble;
+    case BlobDtype::kUint8:
+      return at::kByte;
+    case BlobDtype::kInt64:
+      return at::kLong;
+  }
+  return at::kDouble;
+}
+
+// Blob `name` of checkpoint `source` as a tensor shaped and typed like
+// `like`.
+Result<at::Tensor> blob_to_tensor(const Checkpoint& checkpoint, const std::string& name,
+                                  const std::string& source, const at::Tensor& like) {
+  const std::string* bytes = checkpoint.find(name);
+  if (bytes == nullptr) {
+    return invalid_argument("checkpoint " + source + " has no '" + name +
+                            "' entry; it was not written for this model");
+  }
+  Result<TensorBlob> blob = decode_tensor_blob(*bytes, name, source);
+  if (!blob) return blob.status();
+  const at::ScalarType type = scalar_type_of(blob->dtype);
+  if (type != like.scalar_type() || blob->shape != like.sizes().vec()) {
+    auto shape = [](const std::vector<std::int64_t>& dims) {
+      std::string text;
+      for (std::int64_t d : dims) text += (text.empty() ? "" : ", ") + std::to_string(d);
+      return "[" + text + "]";
+    };
+    return invalid_argument("checkpoint " + source + " entry '" + name + "' is " +
+                            blob_dtype_name(blob->dtype) + " " + shape(blob->shape) +
+                            ", this run's is " + at::toString(like.scalar_type()) + " " +
+                            shape(like.sizes().vec()) + "; resume with the model it was made for");
+  }
+  at::Tensor t = at::empty(blob->shape, at::TensorOptions().dtype(type));
+  if (!blob->data.empty()) std::memcpy(t.data_ptr(), blob->data.data(), blob->data.size());
+  return t;
+}
+
+std::string exact(double value) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.17g", value);
+  return text;
+}
+
+// What a checkpoint's meaning rests on: the model, the optimizer's settings,
+// the mask and everything that decides which samples each step trains on.
+// Its FNV-1a hash is the header's config fingerprint; a resumed run must
+// match it. Not here: train.steps (a run may be extended), the layout (see
+// layout_settings) and settings that change no number (threads, timeouts,
+// paths of the plugin).
+std::string trajectory_settings(const TrainOptions& o, std::int64_t loader_samples) {
+  const ModelOptions& m = o.model;
+  std::string t;
+  auto line = [&t](const std::string& key, const std::string& value) {
+    t += key + "=" + value + "\n";
+  };
+  line("model.hidden_size", std::to_string(m.hidden_size));
+  line("model.num_layers", std::to_string(m.num_layers));
+  line("model.num_heads", std::to_string(m.num_heads));
+  line("model.vocab_size", std::to_string(m.vocab_size));
+  line("model.ffn_size", std::to_string(m.ffn_size));
+  line("model.position", m.position == PositionKind::kLearned ? "learned" : "rope");
+  line("model.rope_base", exact(m.rope_base));
+  line("model.max_positions", std::to_string(m.max_positions));
+  line("train.seed", std::to_string(o.seed));
+  line("train.dtype", dtype_name(o.dtype));
+  line("train.lr", exact(o.lr));
+  line("train.weight_decay", exact(o.weight_decay));
+  line("balancer.cp.mask", mask_to_string(o.mask));
+  line("data.source", o.source == DataSource::kJsonl      ? "jsonl"
+                      : o.source == DataSource::kMegatron ? "megatron"
+                                                          : "synthetic");
+  line("data.path", o.data_path);
+  line("data.samples", std::to_string(loader_samples));
+  const bool synthetic = o.source == DataSource::kSynthetic;
+  line("data.num_samples", synthetic ? std::to_string(o.num_samples) : "-");
+  line("data.max_length", synthetic ? std::to_string(o.max_length) : "-");
+  line("data.seed", std::to_string(o.data_seed));
+  line("data.shuffle", o.shuffle ? "true" : "false");
+  line("data.seq_length", std::to_string(o.seq_length));
+  line("data.packing", o.packing ? "true" : "false");
+  line("data.global_batch_size", std::to_string(o.global_batch_size));
+  return t;
+}
+
+// How the work is spread: a run may resume under another layout or
+// balancer and still train every sample exactly once, but rows are formed
+// and sums taken in another order, so its losses are no longer bitwise those
+// of the uninterrupted run. Differences are warned about, not refused.
+std::string layout_settings(const TrainOptions& o, const std::string& balancer) {
+  std::string t;
+  auto line = [&t](const std::string& key, const std::string& value) {
+    t += key + "=" + value + "\n";
+  };
+  line("parallel.dp_size", std::to_string(o.dp_size));
+  line("parallel.cp_size", std::to_string(o.cp_size));
+  line("balancer", balancer);
+  line("balancer.dp.strategy", o.dp_strategy);
+  line("balancer.dp.cost", host::cost_model_to_string(o.dp_cost));
+  line("balancer.dp.equal_count", o.dp_equal_count ? "true" : "false");
+  line("balancer.cp.strategy", o.cp_strategy);
+  line("balancer.cp.fallback", o.cp_fallback);
+  line("balancer.cp.block_size", std::to_string(o.block_size));
+  line("data.micro_batch_size", std::to_string(o.micro_batch_size));
+  return t;
+}
+
 class Worker {
  public:
-  Worker(TrainOptions options, launch::WorkerIdentity id, WorkerArgs args)
-      : o_(std::move(options)), id_(std::move(id)), args_(std::move(args)) {}
+  Worker(TrainOptions options, CheckpointOptions checkpoints, launch::WorkerIdentity id,
+         WorkerArgs args)
+      : o_(std::move(options)),
+        ck_(std::move(checkpoints)),
+        id_(std::move(id)),
+        args_(std::move(args)) {}
 
   // Everything that can be checked locally, before meeting the other ranks,
   // so bad input fails fast instead of after a rendezvous.
   Status prepare();
   void connect();
   void train();
+
+  // Plan consensus and test-only faults (consensus.h); set by run_worker.
+  ReliabilityHooks reliability;
 
  private:
   struct StepResult {
@@ -238,8 +397,13 @@ class Worker {
   void reduce_and_step(double& loss_sum, std::int64_t& loss_tokens);
   void check_replicas();
   std::string header() const;
+  Status restore_checkpoint();
+  Status apply_checkpoint(const Checkpoint& checkpoint, const std::string& path);
+  void check_same_checkpoint();
+  void write_checkpoint(std::int64_t step);
 
   TrainOptions o_;
+  CheckpointOptions ck_;
   launch::WorkerIdentity id_;
   WorkerArgs args_;
   int dp_rank_ = 0;
@@ -252,6 +416,13 @@ class Worker {
   std::unique_ptr<AdamW> optimizer_;
   dist::ProcessGroups groups_;
   std::unique_ptr<MetricsFile> metrics_;
+  // Checkpoints: the settings texts (computed once the loader exists), the
+  // step training resumes after (0 = from the start) and the resumed file's
+  // payload CRC, which every rank must agree on.
+  std::string trajectory_text_;
+  std::string layout_text_;
+  std::int64_t start_step_ = 0;
+  std::uint32_t resumed_crc_ = 0;
 };
 
 Status Worker::prepare() {
@@ -280,11 +451,6 @@ Status Worker::prepare() {
                         "balancer.dp.window = " + std::to_string(o_.dp_window) +
                             " is not used by the trainer: each global batch is partitioned on "
                             "its own (window 1)");
-  }
-  if (o_.checkpoint_every > 0 && rank0) {
-    host::log_to_stderr(host::LogLevel::kWarning,
-                        "train.checkpoint_every is set but this trainer does not write "
-                        "checkpoints yet; the run continues without them");
   }
 
   Result<std::unique_ptr<data::TokenDataset>> dataset = open_dataset(o_);
@@ -330,6 +496,10 @@ Status Worker::prepare() {
   ao.weight_decay = o_.weight_decay;
   optimizer_ = std::make_unique<AdamW>(model_->parameters(), ao);
 
+  trajectory_text_ = trajectory_settings(o_, loader_->num_samples());
+  layout_text_ = layout_settings(o_, balancer_.description);
+  if (Status s = restore_checkpoint(); !s) return s;
+
   if (rank0 && !args_.metrics_path.empty()) {
     Result<std::unique_ptr<MetricsFile>> file = MetricsFile::open(args_.metrics_path);
     if (!file) return file.status();
@@ -348,7 +518,10 @@ void Worker::connect() {
   g.master_port = id_.master_port;
   g.rendezvous_timeout = o_.rendezvous_timeout;
   g.op_timeout = o_.op_timeout;
+  reliability.before_rendezvous();
   groups_ = dist::init_gloo_process_groups(g);
+  reliability.connect(consensus_group(groups_.world, groups_.layout.world),
+                      consensus_group(groups_.cp, groups_.layout.cp));
 }
 
 std::string Worker::header() const {
@@ -380,6 +553,7 @@ MicroBatchFigures Worker::run_micro_batch(const data::MicroBatch& mb, std::int64
     w.mask = o_.mask;
     w.block_size = o_.block_size;
     w.cp_size = o_.cp_size;
+    reliability.begin_row(w);
 
     const auto plan_start = Clock::now();
     Result<ShardPlan> plan = selector_->plan(w);
@@ -387,6 +561,7 @@ MicroBatchFigures Worker::run_micro_batch(const data::MicroBatch& mb, std::int64
     if (!plan)
       throw std::runtime_error("planning a row of " + std::to_string(w.tokens) +
                                " tokens failed: " + plan.status().message());
+    if (!reliability.check_row(w, *plan)) break;  // this CP group diverged: see end_step
     // What contiguous sharding would have cost this row: the baseline of
     // the summary, from the work model (no extra attention is run).
     std::vector<RankWork> contiguous = plan->work;
@@ -490,15 +665,217 @@ void Worker::check_replicas() {
   }
 }
 
+// Chooses the checkpoint to resume from (train.resume) and restores it. Every
+// rank reads the file itself (train.checkpoint_dir must be visible to all
+// ranks); check_same_checkpoint() then proves they read the same one.
+Status Worker::restore_checkpoint() {
+  const bool rank0 = id_.rank == 0;
+  using Resume = CheckpointOptions::Resume;
+  if (ck_.every > 0) {
+    if (Status s = prepare_checkpoint_dir(ck_.dir); !s) return s;
+  }
+  if (ck_.resume == Resume::kNo) {
+    if (ck_.every == 0) return Status::ok();
+    // Writing into a directory that holds another run's checkpoints would
+    // interleave the two runs' files, and a later resume could pick the
+    // wrong one.
+    Result<std::vector<CheckpointFile>> files = list_checkpoints(ck_.dir);
+    if (!files) return files.status();
+    if (!files->empty()) {
+      return invalid_argument("train.checkpoint_dir " + ck_.dir +
+                              " already holds checkpoints (the newest: " + files->front().path +
+                              "); set train.resume=auto to continue that run, or choose an empty "
+                              "directory");
+    }
+    return Status::ok();
+  }
+  if (ck_.resume == Resume::kPath) {
+    Result<Checkpoint> read = read_checkpoint(ck_.resume_path);
+    if (!read) {
+      return invalid_argument(read.status().message() +
+                              "; set train.resume to an intact checkpoint, or to auto for the "
+                              "newest intact one in train.checkpoint_dir");
+    }
+    return apply_checkpoint(*read, ck_.resume_path);
+  }
+  Result<std::optional<ResumePoint>> point = latest_good_checkpoint(ck_.dir);
+  if (!point) return point.status();
+  if (!point->has_value()) {
+    if (rank0) {
+      host::log_to_stderr(host::LogLevel::kInfo, "train.resume = auto: no checkpoint in " +
+                                                     ck_.dir + " yet; training from step 1");
+    }
+    return Status::ok();
+  }
+  const ResumePoint& p = **point;
+  if (rank0) {
+    for (const std::string& refused : p.refused) {
+      host::log_to_stderr(host::LogLevel::kWarning,
+                          refused + "; refused it, resuming from the older " + p.path);
+    }
+  }
+  return apply_checkpoint(p.checkpoint, p.path);
+}
+
+Status Worker::apply_checkpoint(const Checkpoint& c, const std::string& path) {
+  const bool rank0 = id_.rank == 0;
+  const std::string* trajectory = c.find("config");
+  if (trajectory == nullptr || c.header.config_fingerprint != fnv1a64(trajectory_text_)) {
+    const std::string what = trajectory == nullptr
+                                 ? std::string("it holds no settings")
+                                 : describe_difference(*trajectory, trajectory_text_);
+    return invalid_argument("checkpoint " + path + " was made with other settings (" + what +
+                            "); resume with the settings it was made with, or start a new run "
+                            "with another train.checkpoint_dir");
+  }
+  const std::string* layout = c.find("layout");
+  const std::string layout_change = layout ? describe_difference(*layout, layout_text_) : "";
+  if (rank0 && !layout_change.empty()) {
+    host::log_to_stderr(
+        host::LogLevel::kWarning,
+        "resuming " + path + " (made by DP " + std::to_string(c.header.dp_size) + " x CP " +
+            std::to_string(c.header.cp_size) + ") with another layout: " + layout_change +
+            "; every sample is still trained exactly once, but rows are formed and summed in "
+            "another order, so losses will not be bitwise those of an uninterrupted run");
+  }
+
+  // Read everything before changing anything: a refused checkpoint must
+  // leave the fresh model as it was.
+  const std::vector<at::Tensor>& params = model_->parameters();
+  const std::vector<std::string>& names = model_->parameter_names();
+  std::vector<at::Tensor> values;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    Result<at::Tensor> t = blob_to_tensor(c, "model/" + names[i], path, params[i]);
+    if (!t) return t.status();
+    values.push_back(*t);
+  }
+  Result<std::vector<std::int64_t>> optim_step = c.i64s("optim/step", 1, path);
+  if (!optim_step) return optim_step.status();
+  AdamW::State state;
+  state.step = (*optim_step)[0];
+  if (state.step > 0) {
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      Result<at::Tensor> m = blob_to_tensor(c, "optim/m/" + names[i], path, params[i]);
+      if (!m) return m.status();
+      Result<at::Tensor> v = blob_to_tensor(c, "optim/v/" + names[i], path, params[i]);
+      if (!v) return v.status();
+      state.m.push_back(*m);
+      state.v.push_back(*v);
+    }
+  }
+  at::Generator generator = at::detail::getDefaultCPUGenerator();
+  Result<at::Tensor> rng = [&]() -> Result<at::Tensor> {
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    return blob_to_tensor(c, "rng/torch_cpu", path, generator.get_state());
+  }();
+  if (!rng) return rng.status();
+  Result<std::vector<std::int64_t>> position = c.i64s("loader/position", 2, path);
+  if (!position) return position.status();
+  if (Status s = loader_->seek({(*position)[0], (*position)[1]}); !s) {
+    return invalid_argument("checkpoint " + path + ": " + s.message());
+  }
+
+  {
+    c10::NoGradGuard no_grad;
+    for (std::size_t i = 0; i < params.size(); ++i) params[i].copy_(values[i]);
+  }
+  optimizer_->set_state(std::move(state));
+  {
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(*rng);
+  }
+  start_step_ = c.header.step;
+  resumed_crc_ = c.header.payload_crc32;
+  if (rank0) {
+    host::log_to_stderr(host::LogLevel::kInfo,
+                        "resuming from " + path + ": step " + std::to_string(start_step_) +
+                            " done, data at epoch " + std::to_string((*position)[0]) + " step " +
+                            std::to_string((*position)[1]));
+  }
+  return Status::ok();
+}
+
+// Ranks that resumed from different files (a checkpoint_dir that is not
+// shared, a file replaced between two ranks' reads) would train diverging
+// replicas; compare before the first collective that depends on the state.
+void Worker::check_same_checkpoint() {
+  if (ck_.resume == CheckpointOptions::Resume::kNo) return;
+  char mine[64];
+  std::snprintf(mine, sizeof(mine), "step %" PRId64 " (payload CRC-32 0x%08x)", start_step_,
+                static_cast<unsigned>(resumed_crc_));
+  const std::string text = start_step_ == 0 ? std::string("no checkpoint") : std::string(mine);
+  const std::vector<std::vector<std::uint8_t>> all =
+      groups_.world->all_gather_bytes(std::vector<std::uint8_t>(text.begin(), text.end()));
+  for (std::size_t r = 1; r < all.size(); ++r) {
+    if (all[r] == all[0]) continue;
+    throw InputError("rank " + std::to_string(r) + " resumed from " +
+                     std::string(all[r].begin(), all[r].end()) + " but rank 0 from " +
+                     std::string(all[0].begin(), all[0].end()) +
+                     "; every rank must read the same checkpoint: put train.checkpoint_dir on a "
+                     "file system all ranks share");
+  }
+}
+
+// Rank 0 writes one file for the whole job: parameters, optimizer state,
+// RNG and loader position are replicated on every rank (the DP partition and
+// the CP plans are recomputed from them), so one copy is the complete state.
+void Worker::write_checkpoint(std::int64_t step) {
+  Checkpoint c;
+  c.header.step = step;
+  c.header.dp_size = o_.dp_size;
+  c.header.cp_size = o_.cp_size;
+  c.header.config_fingerprint = fnv1a64(trajectory_text_);
+  c.add("config", trajectory_text_);
+  c.add("layout", layout_text_);
+  // The loader's only state: its shuffle is a pure function of (data.seed,
+  // epoch) and its DP partition of the global batch, so the position is all
+  // it needs. The balancer keeps nothing between steps (the plugin is
+  // deterministic and stateless, the CP selector's preference is restored by
+  // scope), and the trainer partitions every global batch on its own
+  // (balancer.dp.window is not used), so no dispatcher holds samples.
+  const data::LoaderPosition position = loader_->position();
+  c.add_i64s("loader/position", {position.epoch, position.step});
+  {
+    // Unused by training today (no dropout); saved so that a model that
+    // draws from it resumes the same stream.
+    at::Generator generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    c.add("rng/torch_cpu", tensor_to_blob(generator.get_state()));
+  }
+  const std::vector<std::string>& names = model_->parameter_names();
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    c.add("model/" + names[i], tensor_to_blob(model_->parameters()[i]));
+  }
+  const AdamW::State state = optimizer_->state();
+  c.add_i64s("optim/step", {state.step});
+  for (std::size_t i = 0; i < state.m.size(); ++i) {
+    c.add("optim/m/" + names[i], tensor_to_blob(state.m[i]));
+    c.add("optim/v/" + names[i], tensor_to_blob(state.v[i]));
+  }
+  Result<std::string> path = save_checkpoint(ck_.dir, c, ck_.keep);
+  if (!path) {
+    throw CheckpointError("checkpoint of step " + std::to_string(step) + ": " +
+                          path.status().message());
+  }
+}
+
 void Worker::train() {
   const bool rank0 = id_.rank == 0;
   Progress progress(Progress::detect(), o_.steps);
   RunSummary summary;
   const auto start = Clock::now();
-  for (std::int64_t step = 1; step <= o_.steps; ++step) {
+  check_same_checkpoint();
+  if (rank0 && start_step_ >= o_.steps) {
+    host::log_to_stderr(host::LogLevel::kInfo,
+                        "the checkpoint is at step " + std::to_string(start_step_) +
+                            ", train.steps = " + std::to_string(o_.steps) +
+                            ": nothing left to train; raise train.steps to continue");
+  }
+  for (std::int64_t step = start_step_ + 1; step <= o_.steps; ++step) {
     const auto step_start = Clock::now();
     std::optional<data::StepBatch> batch = loader_->next_step();
     if (!batch) throw std::runtime_error("the data loader ended although epochs are unbounded");
+    reliability.begin_step(step, *batch, *dataset_);
 
     RankStepFigures figures;
     figures.rank = id_.rank;
@@ -511,6 +888,7 @@ void Worker::train() {
       if (mb_loss.defined()) loss = loss + mb_loss.to(at::kDouble);
     }
     double loss_sum = loss.item<double>();
+    reliability.end_step();
     reduce_and_step(loss_sum, tokens);
     figures.step_ms = ms_since(step_start);
 
@@ -537,13 +915,17 @@ void Worker::train() {
     if (metrics_) metrics_->write(metrics_lines(report, ranks, o_.dp_size, o_.cp_size));
     summary.add(report, ranks, o_.cp_size);
     progress.update(report, std::chrono::duration<double>(Clock::now() - start).count());
+    // After the step's metrics: a crash while writing loses no record.
+    if (ck_.every > 0 && step % ck_.every == 0) write_checkpoint(step);
   }
   const double wall_s = std::chrono::duration<double>(Clock::now() - start).count();
   check_replicas();
   if (!rank0) return;
   progress.finish();
-  std::string text = summary.render(header(), wall_s);
-  if (o_.source == DataSource::kSynthetic) {
+  // A resumed run with no step left has nothing to summarise (the info line
+  // above said so); an all-zero summary would read as a broken run.
+  std::string text = start_step_ < o_.steps ? summary.render(header(), wall_s) : "";
+  if (o_.source == DataSource::kSynthetic && !text.empty()) {
     // Without this, a flat loss reads as a broken trainer.
     text +=
         "  note           synthetic tokens are uniform random: the loss cannot fall below "
@@ -591,7 +973,18 @@ int run_worker(const WorkerArgs& args) noexcept {
     }
     at::set_num_threads(options->threads > 0 ? options->threads : default_threads(*id));
 
-    Worker worker(std::move(options).value(), *id, args);
+    Result<CheckpointOptions> checkpoints = checkpoint_options_from_config(*config);
+    if (!checkpoints) {
+      print_error(checkpoints.status().message());
+      return 2;
+    }
+    Result<ReliabilityOptions> reliability = reliability_options(*config, id->world_size);
+    if (!reliability) {
+      print_error(reliability.status().message());
+      return 2;
+    }
+    Worker worker(std::move(options).value(), std::move(checkpoints).value(), *id, args);
+    worker.reliability = ReliabilityHooks(std::move(reliability).value(), id->rank);
     if (Status s = worker.prepare(); !s) {
       print_error(s.message());
       return 2;
@@ -602,6 +995,12 @@ int run_worker(const WorkerArgs& args) noexcept {
   } catch (const InputError& e) {
     print_error(e.what());
     return 2;
+  } catch (const CheckpointError& e) {
+    print_error(e.what());
+    return 1;
+  } catch (const ConsensusError& e) {
+    print_error(e.what());
+    return 1;
   } catch (const dist::CommError& e) {
     print_error(dist::first_line(e));
     return 1;

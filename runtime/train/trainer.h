@@ -14,7 +14,11 @@
 //   3. all-reduces gradients, the summed token loss and the loss-token count
 //      over WORLD in one collective, divides the gradients by the global
 //      count (so the result does not depend on the layout), and steps AdamW;
-//   4. sends its figures to rank 0, which writes metrics and progress.
+//   4. sends its figures to rank 0, which writes metrics and progress;
+//   5. every train.checkpoint_every steps, rank 0 writes one checkpoint for
+//      the job (everything in it is replicated; checkpoint.h has the file,
+//      docs/RELIABILITY.md the guarantees). train.resume restores one on
+//      every rank before the first step.
 //
 // Collectives never depend on how many micro-batches a DP rank got: within a
 // CP group every rank has the same rows (same loader, same dp_rank), and

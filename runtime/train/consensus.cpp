@@ -1,0 +1,745 @@
+#include "train/consensus.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <numeric>
+#include <thread>
+#include <utility>
+
+#include "fulcrum/host/log.h"
+
+namespace fulcrum::train {
+namespace {
+
+// MurmurHash3's 64-bit finaliser: a bijection, every input bit flips each
+// output bit with probability ~1/2.
+std::uint64_t fmix64(std::uint64_t k) {
+  k ^= k >> 33;
+  k *= 0xff51afd7ed558ccdull;
+  k ^= k >> 33;
+  k *= 0xc4ceb9fe1a85ec53ull;
+  k ^= k >> 33;
+  return k;
+}
+
+std::string hex(std::uint64_t value) {
+  char buffer[24];
+  std::snprintf(buffer, sizeof buffer, "0x%016llx", static_cast<unsigned long long>(value));
+  return buffer;
+}
+
+// --- records ----------------------------------------------------------------
+//
+// What ranks exchange: little-endian 64-bit words and length-prefixed
+// strings, led by a tag naming the record, so that a rank that reached a
+// different check (a bug, or another fulcrum build) is reported as such
+// rather than misread.
+
+constexpr std::uint64_t kStepTag = 0x31504554532d4346ull;     // "FC-STEP1"
+constexpr std::uint64_t kRowTag = 0x31574f522d2d4346ull;      // "FC--ROW1"
+constexpr std::uint64_t kVerdictTag = 0x3144524556244346ull;  // "FC$VERD1"
+
+class Writer {
+ public:
+  Writer& u64(std::uint64_t v) {
+    for (int i = 0; i < 8; ++i) bytes_.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+    return *this;
+  }
+  Writer& i64(std::int64_t v) { return u64(static_cast<std::uint64_t>(v)); }
+  Writer& str(std::string_view s) {
+    u64(s.size());
+    bytes_.insert(bytes_.end(), s.begin(), s.end());
+    return *this;
+  }
+  Writer& list(const std::vector<std::int64_t>& v) {
+    u64(v.size());
+    for (std::int64_t x : v) i64(x);
+    return *this;
+  }
+  Bytes take() { return std::move(bytes_); }
+
+ private:
+  Bytes bytes_;
+};
+
+// Reads what Writer wrote; any overrun sets !ok() and yields zeros, so a
+// short or garbled record is reported once, by the caller.
+class Reader {
+ public:
+  explicit Reader(const Bytes& bytes) : bytes_(bytes) {}
+  std::uint64_t u64() {
+    if (pos_ > bytes_.size() || bytes_.size() - pos_ < 8) {
+      ok_ = false;
+      pos_ = bytes_.size();
+      return 0;
+    }
+    std::uint64_t v = 0;
+    for (int i = 0; i < 8; ++i) v |= std::uint64_t{bytes_[pos_ + i]} << (8 * i);
+    pos_ += 8;
+    return v;
+  }
+  std::int64_t i64() { return static_cast<std::int64_t>(u64()); }
+  std::string str() {
+    const std::uint64_t n = u64();
+    if (!ok_ || n > bytes_.size() - pos_) {
+      ok_ = false;
+      return {};
+    }
+    std::string s(bytes_.begin() + static_cast<std::ptrdiff_t>(pos_),
+                  bytes_.begin() + static_cast<std::ptrdiff_t>(pos_ + n));
+    pos_ += n;
+    return s;
+  }
+  std::vector<std::int64_t> list() {
+    const std::uint64_t n = u64();
+    if (!ok_ || n > (bytes_.size() - pos_) / 8) {
+      ok_ = false;
+      return {};
+    }
+    std::vector<std::int64_t> v(n);
+    for (auto& x : v) x = i64();
+    return v;
+  }
+  bool ok() const { return ok_ && pos_ == bytes_.size(); }
+
+ private:
+  const Bytes& bytes_;
+  std::size_t pos_ = 0;
+  bool ok_ = true;
+};
+
+struct StepRecord {
+  std::int64_t step = 0;
+  std::uint64_t lengths = 0;    // the global batch: sample ids and lengths
+  std::uint64_t partition = 0;  // strategy, samples and tokens per DP rank
+  std::uint64_t share = 0;      // this rank's samples, in packing order
+  std::int64_t dp_rank = 0;
+  std::int64_t samples = 0;  // in the global batch
+  std::int64_t tokens = 0;   // in the global batch
+  std::int64_t share_samples = 0;
+  std::string strategy;
+  std::vector<std::int64_t> rank_samples;  // per DP rank, as this rank's partition says
+};
+
+struct RowRecord {
+  std::int64_t step = 0;
+  std::int64_t row = 0;
+  std::uint64_t workload = 0;
+  std::uint64_t plan = 0;
+  std::int64_t tokens = 0;
+  std::int64_t documents = 0;
+  std::int64_t shard_len = 0;
+  std::string strategy;
+};
+
+struct VerdictRecord {
+  std::int64_t step = 0;
+  std::string failure;  // "" = this rank's CP group agreed on every row
+};
+
+Bytes encode(const StepRecord& r) {
+  return Writer()
+      .u64(kStepTag)
+      .i64(r.step)
+      .u64(r.lengths)
+      .u64(r.partition)
+      .u64(r.share)
+      .i64(r.dp_rank)
+      .i64(r.samples)
+      .i64(r.tokens)
+      .i64(r.share_samples)
+      .str(r.strategy)
+      .list(r.rank_samples)
+      .take();
+}
+
+Bytes encode(const RowRecord& r) {
+  return Writer()
+      .u64(kRowTag)
+      .i64(r.step)
+      .i64(r.row)
+      .u64(r.workload)
+      .u64(r.plan)
+      .i64(r.tokens)
+      .i64(r.documents)
+      .i64(r.shard_len)
+      .str(r.strategy)
+      .take();
+}
+
+Bytes encode(const VerdictRecord& r) {
+  return Writer().u64(kVerdictTag).i64(r.step).str(r.failure).take();
+}
+
+[[noreturn]] void malformed(const ConsensusGroup& group, std::size_t member, std::size_t size,
+                            const char* expected) {
+  throw ConsensusError("plan consensus on group " + group.name + ": rank " +
+                       std::to_string(group.ranks[member]) + " sent a record of " +
+                       std::to_string(size) + " bytes that is not a " + expected +
+                       "; every rank must run the same fulcrum build and reach the same check");
+}
+
+bool decode(const Bytes& bytes, StepRecord& r) {
+  Reader in(bytes);
+  if (in.u64() != kStepTag) return false;
+  r.step = in.i64();
+  r.lengths = in.u64();
+  r.partition = in.u64();
+  r.share = in.u64();
+  r.dp_rank = in.i64();
+  r.samples = in.i64();
+  r.tokens = in.i64();
+  r.share_samples = in.i64();
+  r.strategy = in.str();
+  r.rank_samples = in.list();
+  return in.ok();
+}
+
+bool decode(const Bytes& bytes, RowRecord& r) {
+  Reader in(bytes);
+  if (in.u64() != kRowTag) return false;
+  r.step = in.i64();
+  r.row = in.i64();
+  r.workload = in.u64();
+  r.plan = in.u64();
+  r.tokens = in.i64();
+  r.documents = in.i64();
+  r.shard_len = in.i64();
+  r.strategy = in.str();
+  return in.ok();
+}
+
+bool decode(const Bytes& bytes, VerdictRecord& r) {
+  Reader in(bytes);
+  if (in.u64() != kVerdictTag) return false;
+  r.step = in.i64();
+  r.failure = in.str();
+  return in.ok();
+}
+
+// Gathers `mine` over `group` and decodes every member's record.
+template <class Record>
+std::vector<Record> exchange(const ConsensusGroup& group, const Record& mine, const char* what) {
+  const std::vector<Bytes> all = group.gather(encode(mine));
+  if (all.size() != group.ranks.size()) {
+    throw ConsensusError("plan consensus on group " + group.name + ": gathered " +
+                         std::to_string(all.size()) + " records from a group of " +
+                         std::to_string(group.ranks.size()) +
+                         " ranks; this is a bug in the communicator, please report it");
+  }
+  std::vector<Record> records(all.size());
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    if (!decode(all[i], records[i])) malformed(group, i, all[i].size(), what);
+  }
+  return records;
+}
+
+// --- messages ----------------------------------------------------------------
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    out += (i == 0 ? "" : ", ") + std::to_string(ranks[i]);
+  }
+  return out;
+}
+
+// The members (as indices into `records`) grouped by equal key; the largest
+// class first, as the reference the others are said to differ from (ties:
+// the class holding the lowest rank, i.e. the first member).
+template <class Record, class KeyFn>
+std::vector<std::vector<std::size_t>> classes_of(const std::vector<Record>& records, KeyFn key) {
+  std::vector<std::vector<std::size_t>> classes;
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    auto it = std::find_if(classes.begin(), classes.end(), [&](const auto& c) {
+      return key(records[c.front()]) == key(records[i]);
+    });
+    if (it == classes.end()) {
+      classes.push_back({i});
+    } else {
+      it->push_back(i);
+    }
+  }
+  std::stable_sort(classes.begin(), classes.end(),
+                   [](const auto& a, const auto& b) { return a.size() > b.size(); });
+  return classes;
+}
+
+// With a strict majority, "<what> of rank 1 (<desc>) differs from that of
+// ranks 0, 2, 3 (<desc>)": the ranks that differ first, then the majority.
+// Without one (two ranks of a CP group of two), nobody can tell which side
+// is wrong: "<what> differs between rank 0 (<desc>) and rank 1 (<desc>)".
+template <class Record, class DescribeFn>
+std::string differs(const std::string& what, const ConsensusGroup& group,
+                    const std::vector<Record>& records,
+                    const std::vector<std::vector<std::size_t>>& classes, DescribeFn describe) {
+  auto ranks_of = [&](const std::vector<std::size_t>& c) {
+    std::vector<int> ranks;
+    for (std::size_t i : c) ranks.push_back(group.ranks[i]);
+    return rank_list(ranks);
+  };
+  auto entry = [&](const std::vector<std::size_t>& c) {
+    return ranks_of(c) + " (" + describe(records[c.front()]) + ")";
+  };
+  std::string out = what;
+  if (classes.size() > 1 && classes[0].size() == classes[1].size()) {
+    std::vector<std::vector<std::size_t>> by_rank = classes;
+    std::sort(by_rank.begin(), by_rank.end());
+    out += " differs between ";
+    for (std::size_t k = 0; k < by_rank.size(); ++k) {
+      out += (k == 0 ? "" : k + 1 == by_rank.size() ? " and " : ", ") + entry(by_rank[k]);
+    }
+    return out;
+  }
+  for (std::size_t k = 1; k < classes.size(); ++k) {
+    out += std::string(k == 1 ? " of " : " and of ") + entry(classes[k]);
+  }
+  return out + " differs from that of " + entry(classes[0]);
+}
+
+std::string describe_position(const StepRecord& r) { return "step " + std::to_string(r.step); }
+std::string describe_position(const RowRecord& r) {
+  return "step " + std::to_string(r.step) + ", row " + std::to_string(r.row);
+}
+std::string describe_position(const VerdictRecord& r) {
+  return "step " + std::to_string(r.step) + ", end";
+}
+
+// All members at the same point of training, or a ConsensusError: records
+// of different steps mean the ranks' control flow already diverged.
+template <class Record>
+void check_in_step(const ConsensusGroup& group, const std::vector<Record>& records) {
+  auto classes = classes_of(records, [](const Record& r) { return describe_position(r); });
+  if (classes.size() == 1) return;
+  throw ConsensusError(
+      "plan consensus failed on group " + group.name + ": " +
+      differs("the point of training", group, records, classes,
+              [](const Record& r) { return describe_position(r); }) +
+      "; the ranks' control flow diverged, so their inputs or builds differ: check that every "
+      "rank runs the same fulcrum build with the same configuration and data");
+}
+
+std::string plural(std::int64_t n, const char* one, const char* many) {
+  return std::to_string(n) + " " + (n == 1 ? one : many);
+}
+
+std::string list_text(const std::vector<std::int64_t>& v) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < v.size(); ++i) out += (i == 0 ? "" : ", ") + std::to_string(v[i]);
+  return out + "]";
+}
+
+// --- options -----------------------------------------------------------------
+
+constexpr const char* kTestOnly =
+    "it is a test-only variable (docs/RELIABILITY.md): unset it outside fulcrum's tests";
+
+Result<std::int64_t> env_integer(const EnvFn& env, const char* name, std::int64_t min,
+                                 std::int64_t max, std::int64_t fallback) {
+  const std::optional<std::string> text = env(name);
+  if (!text) return fallback;
+  std::int64_t value = 0;
+  const auto [end, ec] = std::from_chars(text->data(), text->data() + text->size(), value);
+  if (text->empty() || ec != std::errc() || end != text->data() + text->size() || value < min ||
+      value > max) {
+    return invalid_argument(std::string(name) + "='" + *text + "' is not an integer from " +
+                            std::to_string(min) + " to " + std::to_string(max) + "; " + kTestOnly);
+  }
+  return value;
+}
+
+template <class Kind>
+struct TestVariable {
+  Kind kind;
+  int rank = 0;
+  std::int64_t step = 1;
+};
+
+// "<PREFIX>" names the kind; "<PREFIX>_RANK" and "<PREFIX>_STEP" where and
+// when. Rank and step without the kind are refused: a test that forgot the
+// kind would otherwise pass without any fault.
+template <class Kind>
+Result<std::optional<TestVariable<Kind>>> parse_test_variable(
+    const EnvFn& env, const std::string& prefix,
+    const std::vector<std::pair<std::string, Kind>>& kinds, int world_size, std::int64_t min_step) {
+  const std::string rank_name = prefix + "_RANK";
+  const std::string step_name = prefix + "_STEP";
+  const std::optional<std::string> kind_text = env(prefix);
+  if (!kind_text) {
+    for (const std::string& name : {rank_name, step_name}) {
+      if (env(name)) {
+        return invalid_argument(name + " is set but " + prefix + " is not; " + kTestOnly);
+      }
+    }
+    return std::optional<TestVariable<Kind>>();
+  }
+  std::string names;
+  std::optional<Kind> kind;
+  for (const auto& [name, k] : kinds) {
+    names += (names.empty() ? "" : ", ") + name;
+    if (*kind_text == name) kind = k;
+  }
+  if (!kind) {
+    return invalid_argument(prefix + "='" + *kind_text + "' is not one of " + names + "; " +
+                            kTestOnly);
+  }
+  Result<std::int64_t> rank = env_integer(env, rank_name.c_str(), 0, world_size - 1, 0);
+  if (!rank) return rank.status();
+  Result<std::int64_t> step =
+      env_integer(env, step_name.c_str(), min_step, std::int64_t{1} << 62, 1);
+  if (!step) return step.status();
+  return std::optional<TestVariable<Kind>>(
+      TestVariable<Kind>{*kind, static_cast<int>(*rank), *step});
+}
+
+const char* fault_name(FaultKind kind) {
+  switch (kind) {
+    case FaultKind::kKill:
+      return "kill";
+    case FaultKind::kThrow:
+      return "throw";
+    case FaultKind::kStall:
+      return "stall";
+  }
+  return "?";
+}
+
+const char* perturb_name(PerturbKind kind) {
+  switch (kind) {
+    case PerturbKind::kCpWorkload:
+      return "cp";
+    case PerturbKind::kCpPlan:
+      return "plan";
+    case PerturbKind::kDpLengths:
+      return "dp";
+  }
+  return "?";
+}
+
+}  // namespace
+
+// --- fingerprints ------------------------------------------------------------
+
+Fingerprint& Fingerprint::add(std::uint64_t word) {
+  state_ = fmix64(state_ ^ word);
+  return *this;
+}
+
+Fingerprint& Fingerprint::add(const std::vector<std::int64_t>& words) {
+  add(static_cast<std::uint64_t>(words.size()));
+  for (std::int64_t w : words) add(w);
+  return *this;
+}
+
+Fingerprint& Fingerprint::add(std::string_view text) {
+  add(static_cast<std::uint64_t>(text.size()));
+  for (std::size_t i = 0; i < text.size(); i += 8) {
+    std::uint64_t word = 0;
+    for (std::size_t j = 0; j < 8 && i + j < text.size(); ++j) {
+      word |= std::uint64_t{static_cast<unsigned char>(text[i + j])} << (8 * j);
+    }
+    add(word);
+  }
+  return *this;
+}
+
+std::uint64_t workload_fingerprint(const CpWorkload& w) {
+  Fingerprint f;
+  f.add(w.tokens)
+      .add(w.doc_lengths)
+      .add(static_cast<std::int64_t>(w.mask.kind))
+      .add(w.mask.param)
+      .add(w.mask.block_sparse.offsets)
+      .add(w.mask.block_sparse.kv_blocks)
+      .add(w.block_size)
+      .add(static_cast<std::int64_t>(w.cp_size));
+  return f.value();
+}
+
+std::uint64_t plan_fingerprint(const ShardPlan& plan) {
+  Fingerprint f;
+  f.add(std::string_view(plan.strategy_used))
+      .add(static_cast<std::int64_t>(plan.cp_size))
+      .add(plan.shard_len)
+      .add(plan.positions);
+  return f.value();
+}
+
+// --- options -----------------------------------------------------------------
+
+std::optional<std::string> process_environment(std::string_view name) {
+  const char* value = std::getenv(std::string(name).c_str());
+  if (value == nullptr) return std::nullopt;
+  return std::string(value);
+}
+
+Result<ReliabilityOptions> reliability_options(const host::Config& config, int world_size,
+                                               const EnvFn& env) {
+  ReliabilityOptions o;
+  o.plan_consensus = config.get_bool("dist.plan_consensus");
+  auto fault = parse_test_variable<FaultKind>(
+      env, "FULCRUM_TEST_FAULT",
+      {{"kill", FaultKind::kKill}, {"throw", FaultKind::kThrow}, {"stall", FaultKind::kStall}},
+      world_size, /*min_step=*/0);
+  if (!fault) return fault.status();
+  if (*fault) o.fault = FaultSpec{(*fault)->kind, (*fault)->rank, (*fault)->step};
+  auto perturb = parse_test_variable<PerturbKind>(env, "FULCRUM_TEST_PERTURB",
+                                                  {{"cp", PerturbKind::kCpWorkload},
+                                                   {"plan", PerturbKind::kCpPlan},
+                                                   {"dp", PerturbKind::kDpLengths}},
+                                                  world_size, /*min_step=*/1);
+  if (!perturb) return perturb.status();
+  if (*perturb) {
+    o.perturb = PerturbSpec{(*perturb)->kind, (*perturb)->rank, (*perturb)->step};
+  }
+  return o;
+}
+
+// --- hooks ------------------------------------------------------------------
+
+ReliabilityHooks::ReliabilityHooks(ReliabilityOptions options, int rank)
+    : options_(std::move(options)), rank_(rank) {
+  // Said once, by rank 0, so that a variable left set by accident is seen.
+  if (rank_ != 0) return;
+  if (options_.fault) {
+    host::log_to_stderr(host::LogLevel::kWarning,
+                        std::string("test-only FULCRUM_TEST_FAULT=") +
+                            fault_name(options_.fault->kind) + " is set (rank " +
+                            std::to_string(options_.fault->rank) + ", step " +
+                            std::to_string(options_.fault->step) + "): this run fails on purpose");
+  }
+  if (options_.perturb) {
+    host::log_to_stderr(host::LogLevel::kWarning,
+                        std::string("test-only FULCRUM_TEST_PERTURB=") +
+                            perturb_name(options_.perturb->kind) + " is set (rank " +
+                            std::to_string(options_.perturb->rank) + ", step " +
+                            std::to_string(options_.perturb->step) +
+                            "): that rank's inputs are altered on purpose");
+  }
+}
+
+void ReliabilityHooks::before_rendezvous() { maybe_fault(0); }
+
+void ReliabilityHooks::connect(ConsensusGroup world, ConsensusGroup cp) {
+  world_ = std::move(world);
+  cp_ = std::move(cp);
+}
+
+bool ReliabilityHooks::armed(const std::optional<PerturbSpec>& p, PerturbKind kind) const {
+  return p && p->kind == kind && p->rank == rank_ && p->step == step_;
+}
+
+void ReliabilityHooks::maybe_fault(std::int64_t step) {
+  const std::optional<FaultSpec>& f = options_.fault;
+  if (!f || fault_fired_ || f->rank != rank_ || f->step != step) return;
+  fault_fired_ = true;
+  switch (f->kind) {
+    case FaultKind::kKill:
+      // As the OOM killer would: no message, no unwinding.
+      ::kill(::getpid(), SIGKILL);
+      std::abort();  // not reached
+    case FaultKind::kThrow:
+      throw std::runtime_error("injected failure (test-only FULCRUM_TEST_FAULT=throw) in step " +
+                               std::to_string(step));
+    case FaultKind::kStall:
+      // Silent, as a rank stuck in I/O or a dead lock would be; only the
+      // others' timeouts and the launcher can end it.
+      for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+  }
+}
+
+void ReliabilityHooks::begin_step(std::int64_t step, const data::StepBatch& batch,
+                                  const data::TokenDataset& dataset) {
+  step_ = step;
+  row_ = 0;
+  had_row_ = false;
+  failure_.clear();
+  if (!enabled() || !world_ || world_->ranks.size() < 2) return;
+
+  StepRecord mine;
+  mine.step = step;
+  std::vector<std::int64_t> lengths;
+  lengths.reserve(batch.global_samples.size());
+  for (std::int64_t s : batch.global_samples) lengths.push_back(dataset.length(s));
+  if (armed(options_.perturb, PerturbKind::kDpLengths) && !lengths.empty()) ++lengths.front();
+  mine.lengths = Fingerprint().add(batch.global_samples).add(lengths).value();
+  mine.samples = static_cast<std::int64_t>(lengths.size());
+  mine.tokens = std::accumulate(lengths.begin(), lengths.end(), std::int64_t{0});
+  mine.partition = Fingerprint()
+                       .add(std::string_view(batch.stats.strategy))
+                       .add(batch.stats.rank_samples)
+                       .add(batch.stats.rank_tokens)
+                       .value();
+  mine.strategy = batch.stats.strategy;
+  mine.rank_samples = batch.stats.rank_samples;
+  mine.share = Fingerprint().add(batch.samples).value();
+  mine.share_samples = static_cast<std::int64_t>(batch.samples.size());
+  const int cp_size = cp_ ? static_cast<int>(cp_->ranks.size()) : 1;
+  mine.dp_rank = rank_ / std::max(1, cp_size);
+
+  const ConsensusGroup& g = *world_;
+  const std::vector<StepRecord> all = exchange(g, mine, "step check");
+  check_in_step(g, all);
+  const std::string at =
+      "plan consensus failed at step " + std::to_string(step) + " on group " + g.name + ": ";
+
+  auto lengths_classes = classes_of(all, [](const StepRecord& r) { return r.lengths; });
+  if (lengths_classes.size() > 1) {
+    throw ConsensusError(
+        at +
+        differs("the DP workload (the global batch's sample ids and lengths)", g, all,
+                lengths_classes,
+                [](const StepRecord& r) {
+                  return plural(r.samples, "sample", "samples") + ", " +
+                         plural(r.tokens, "token", "tokens") + ", fingerprint " + hex(r.lengths);
+                }) +
+        "; every rank must read the same dataset with the same data.* settings: check that "
+        "all ranks see identical data files");
+  }
+  auto partition_classes = classes_of(all, [](const StepRecord& r) { return r.partition; });
+  if (partition_classes.size() > 1) {
+    throw ConsensusError(
+        at +
+        differs("the DP partition", g, all, partition_classes,
+                [](const StepRecord& r) {
+                  return "strategy " + r.strategy + ", samples per DP rank " +
+                         list_text(r.rank_samples) + ", fingerprint " + hex(r.partition);
+                }) +
+        "; the balancer split the same batch differently: run the same plugin build and "
+        "balancer.dp settings on every rank");
+  }
+  // The CP ranks of one DP rank train the same samples; and each share must
+  // be the size the agreed partition gives its DP rank.
+  std::map<std::int64_t, std::vector<std::size_t>> by_dp;
+  for (std::size_t i = 0; i < all.size(); ++i) by_dp[all[i].dp_rank].push_back(i);
+  for (const auto& [dp_rank, members] : by_dp) {
+    std::vector<StepRecord> sub;
+    ConsensusGroup sub_group{g.name, {}, nullptr};
+    for (std::size_t i : members) {
+      sub.push_back(all[i]);
+      sub_group.ranks.push_back(g.ranks[i]);
+    }
+    auto share_classes = classes_of(sub, [](const StepRecord& r) { return r.share; });
+    if (share_classes.size() > 1) {
+      throw ConsensusError(
+          at +
+          differs("the share of DP rank " + std::to_string(dp_rank), sub_group, sub, share_classes,
+                  [](const StepRecord& r) {
+                    return plural(r.share_samples, "sample", "samples") + ", fingerprint " +
+                           hex(r.share);
+                  }) +
+          "; the CP ranks of one DP rank must train the same samples: run the same loader "
+          "settings on every rank");
+    }
+    const auto& rank_samples = all.front().rank_samples;
+    const StepRecord& r = sub.front();
+    if (dp_rank < 0 || static_cast<std::size_t>(dp_rank) >= rank_samples.size() ||
+        rank_samples[static_cast<std::size_t>(dp_rank)] != r.share_samples) {
+      throw ConsensusError(at + rank_list(sub_group.ranks) + " (DP rank " +
+                           std::to_string(dp_rank) + ") hold " +
+                           plural(r.share_samples, "sample", "samples") +
+                           " but the agreed partition " + list_text(rank_samples) +
+                           " gives that DP rank another count; the loader's share does not match "
+                           "its partition, which is a bug in fulcrum: please report it");
+    }
+  }
+}
+
+void ReliabilityHooks::begin_row(CpWorkload& workload) {
+  const bool first = !had_row_;
+  had_row_ = true;
+  maybe_fault(step_);
+  if (first && armed(options_.perturb, PerturbKind::kCpWorkload) && workload.tokens >= 2) {
+    // Another split of the same N: the shapes stay equal, so without the
+    // check this rank would silently plan (and attend) differently.
+    std::vector<std::int64_t>& d = workload.doc_lengths;
+    if (d.size() <= 1) {
+      d = {1, workload.tokens - 1};
+    } else {
+      d[1] += d[0];
+      d.erase(d.begin());
+    }
+  }
+}
+
+bool ReliabilityHooks::check_row(const CpWorkload& workload, const ShardPlan& plan) {
+  if (!failure_.empty()) return false;
+  const std::int64_t row = row_++;
+  if (!enabled() || !cp_ || cp_->ranks.size() < 2) return true;
+
+  RowRecord mine;
+  mine.step = step_;
+  mine.row = row;
+  mine.workload = workload_fingerprint(workload);
+  if (row == 0 && armed(options_.perturb, PerturbKind::kCpPlan) && plan.positions.size() >= 2) {
+    ShardPlan other = plan;
+    std::swap(other.positions[0], other.positions[1]);
+    mine.plan = plan_fingerprint(other);
+  } else {
+    mine.plan = plan_fingerprint(plan);
+  }
+  mine.tokens = workload.tokens;
+  mine.documents =
+      workload.doc_lengths.empty() ? 1 : static_cast<std::int64_t>(workload.doc_lengths.size());
+  mine.shard_len = plan.shard_len;
+  mine.strategy = plan.strategy_used;
+
+  const ConsensusGroup& g = *cp_;
+  const std::vector<RowRecord> all = exchange(g, mine, "row check");
+  check_in_step(g, all);
+  const std::string at = "plan consensus failed at step " + std::to_string(step_) + ", row " +
+                         std::to_string(row) + " of group " + g.name + ": ";
+  std::string failure;
+  auto workload_classes = classes_of(all, [](const RowRecord& r) { return r.workload; });
+  auto plan_classes = classes_of(all, [](const RowRecord& r) { return r.plan; });
+  if (workload_classes.size() > 1) {
+    failure = at +
+              differs("the CP workload", g, all, workload_classes,
+                      [](const RowRecord& r) {
+                        return "N=" + std::to_string(r.tokens) + ", " +
+                               plural(r.documents, "document", "documents") + ", fingerprint " +
+                               hex(r.workload);
+                      }) +
+              "; the ranks of a CP group must build the same rows from replicated inputs: check "
+              "that every rank reads the same data and configuration";
+  } else if (plan_classes.size() > 1) {
+    failure = at + "the CP workload agrees (N=" + std::to_string(all.front().tokens) + ", " +
+              plural(all.front().documents, "document", "documents") + ") but " +
+              differs("the plan", g, all, plan_classes,
+                      [](const RowRecord& r) {
+                        return "strategy " + r.strategy + ", shard " + std::to_string(r.shard_len) +
+                               ", fingerprint " + hex(r.plan);
+                      }) +
+              "; the balancer answered the same workload differently: run the same plugin "
+              "build and balancer.cp settings on every rank";
+  }
+  if (failure.empty()) return true;
+  // The whole job is this CP group: everyone already knows.
+  if (!world_ || world_->ranks.size() == g.ranks.size()) throw ConsensusError(failure);
+  failure_ = std::move(failure);
+  return false;
+}
+
+void ReliabilityHooks::end_step() {
+  // A rank without rows in the faulty step fails here instead.
+  maybe_fault(step_);
+  if (!enabled() || !world_ || !cp_ || cp_->ranks.size() < 2 ||
+      world_->ranks.size() == cp_->ranks.size()) {
+    return;
+  }
+  const ConsensusGroup& g = *world_;
+  const std::vector<VerdictRecord> all = exchange(g, VerdictRecord{step_, failure_}, "verdict");
+  check_in_step(g, all);
+  for (const VerdictRecord& r : all) {
+    if (!r.failure.empty()) throw ConsensusError(r.failure);
+  }
+}
+
+}  // namespace fulcrum::train

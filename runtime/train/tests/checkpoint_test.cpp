@@ -1,0 +1,434 @@
+// The checkpoint container: its byte layout, round trips, and that every
+// truncation, every flipped bit and every malformed table is refused with one
+// line naming the file. No LibTorch.
+#include "train/checkpoint.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+namespace fulcrum::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "fulcrum_ckpt_XXXXXX").string();
+    if (::mkdtemp(pattern.data()) != nullptr) path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    if (!path_.empty()) fs::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string path(const std::string& name = "") const {
+    return name.empty() ? path_.string() : (path_ / name).string();
+  }
+
+ private:
+  fs::path path_;
+};
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void write_all(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+template <typename T>
+T load(const std::string& bytes, std::size_t offset) {
+  T value;
+  std::memcpy(&value, bytes.data() + offset, sizeof(T));
+  return value;
+}
+
+template <typename T>
+void store(std::string& bytes, std::size_t offset, T value) {
+  std::memcpy(bytes.data() + offset, &value, sizeof(T));
+}
+
+// Recomputes both CRCs after a deliberate edit, so a test can reach the
+// checks behind them.
+void reseal(std::string& bytes) {
+  store<std::uint64_t>(bytes, 40, bytes.size() - kCheckpointHeaderSize);
+  store<std::uint32_t>(bytes, 48, crc32(std::string_view(bytes).substr(kCheckpointHeaderSize)));
+  store<std::uint32_t>(bytes, 52, crc32(std::string_view(bytes).substr(0, 52)));
+}
+
+Checkpoint sample(std::int64_t step = 7) {
+  Checkpoint c;
+  c.header.step = step;
+  c.header.dp_size = 2;
+  c.header.cp_size = 4;
+  c.header.config_fingerprint = 0x0123456789abcdefULL;
+  c.add("config", "model.hidden_size=32\n");
+  c.add("empty", "");
+  c.add("binary", std::string("\0\xff\x01\x80", 4));
+  c.add_i64s("loader/position", {3, -1});
+  return c;
+}
+
+std::string decode_error(std::string_view bytes) {
+  Result<Checkpoint> c = decode_checkpoint(bytes, "F.ckpt");
+  if (c) return "";
+  const std::string message = c.status().message();
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  EXPECT_NE(message.find("F.ckpt"), std::string::npos) << "does not name the file: " << message;
+  return message;
+}
+
+TEST(CheckpointChecksums, KnownValues) {
+  // The standard check values of CRC-32/ISO-HDLC and FNV-1a 64.
+  EXPECT_EQ(crc32("123456789"), 0xCBF43926u);
+  EXPECT_EQ(crc32(""), 0u);
+  EXPECT_EQ(crc32("56789", crc32("1234")), 0xCBF43926u);
+  EXPECT_EQ(fnv1a64(""), 0xcbf29ce484222325ULL);
+  EXPECT_EQ(fnv1a64("a"), 0xaf63dc4c8601ec8cULL);
+}
+
+TEST(CheckpointContainer, RoundTripKeepsHeaderAndBlobsInOrder) {
+  const Checkpoint c = sample();
+  Result<Checkpoint> back = decode_checkpoint(encode_checkpoint(c), "F.ckpt");
+  ASSERT_TRUE(back) << back.status().message();
+  EXPECT_EQ(back->header.version, kCheckpointFormatVersion);
+  EXPECT_EQ(back->header.step, 7);
+  EXPECT_EQ(back->header.dp_size, 2);
+  EXPECT_EQ(back->header.cp_size, 4);
+  EXPECT_EQ(back->header.config_fingerprint, 0x0123456789abcdefULL);
+  EXPECT_EQ(back->blobs(), c.blobs());
+  Result<std::vector<std::int64_t>> position = back->i64s("loader/position", 2, "F.ckpt");
+  ASSERT_TRUE(position);
+  EXPECT_EQ(*position, (std::vector<std::int64_t>{3, -1}));
+  EXPECT_FALSE(back->i64s("loader/position", 3, "F.ckpt"));
+  EXPECT_FALSE(back->i64s("missing", 1, "F.ckpt"));
+  EXPECT_EQ(back->find("missing"), nullptr);
+}
+
+TEST(CheckpointContainer, ByteLayoutIsTheDocumentedOne) {
+  const std::string bytes = encode_checkpoint(sample());
+  ASSERT_GT(bytes.size(), kCheckpointHeaderSize);
+  EXPECT_EQ(bytes.substr(0, 8), "FULCCKPT");
+  EXPECT_EQ(load<std::uint32_t>(bytes, 8), kCheckpointFormatVersion);
+  EXPECT_EQ(load<std::uint32_t>(bytes, 12), 0u);
+  EXPECT_EQ(load<std::int64_t>(bytes, 16), 7);
+  EXPECT_EQ(load<std::int32_t>(bytes, 24), 2);
+  EXPECT_EQ(load<std::int32_t>(bytes, 28), 4);
+  EXPECT_EQ(load<std::uint64_t>(bytes, 32), 0x0123456789abcdefULL);
+  EXPECT_EQ(load<std::uint64_t>(bytes, 40), bytes.size() - kCheckpointHeaderSize);
+  EXPECT_EQ(load<std::uint32_t>(bytes, 48), crc32(std::string_view(bytes).substr(56)));
+  EXPECT_EQ(load<std::uint32_t>(bytes, 52), crc32(std::string_view(bytes).substr(0, 52)));
+  // Payload: blob count, then the first blob "config".
+  EXPECT_EQ(load<std::uint32_t>(bytes, 56), 4u);
+  EXPECT_EQ(load<std::uint32_t>(bytes, 60), 6u);
+  EXPECT_EQ(bytes.substr(64, 6), "config");
+  EXPECT_EQ(load<std::uint64_t>(bytes, 70), 21u);
+}
+
+TEST(CheckpointContainer, EveryTruncationIsRefusedAsTruncated) {
+  const std::string bytes = encode_checkpoint(sample());
+  for (std::size_t n = 0; n < bytes.size(); ++n) {
+    const std::string message = decode_error(std::string_view(bytes).substr(0, n));
+    EXPECT_NE(message.find("truncated"), std::string::npos) << "length " << n << ": " << message;
+  }
+}
+
+TEST(CheckpointContainer, EveryFlippedBitIsRefused) {
+  const std::string bytes = encode_checkpoint(sample());
+  for (std::size_t i = 0; i < bytes.size(); ++i) {
+    for (int bit = 0; bit < 8; ++bit) {
+      std::string bad = bytes;
+      bad[i] = static_cast<char>(bad[i] ^ (1 << bit));
+      const std::string message = decode_error(bad);
+      ASSERT_FALSE(message.empty()) << "byte " << i << " bit " << bit << " went unnoticed";
+      const char* expected = i < 8                       ? "not a fulcrum checkpoint"
+                             : i < kCheckpointHeaderSize ? "corrupt header"
+                                                         : "payload CRC-32";
+      EXPECT_NE(message.find(expected), std::string::npos)
+          << "byte " << i << " bit " << bit << ": " << message;
+    }
+  }
+}
+
+TEST(CheckpointContainer, TrailingBytesForeignFilesAndOtherVersionsAreRefused) {
+  const std::string bytes = encode_checkpoint(sample());
+  EXPECT_NE(decode_error(bytes + "x").find("1 unexpected bytes after"), std::string::npos);
+  EXPECT_NE(decode_error("GIF89a....").find("not a fulcrum checkpoint"), std::string::npos);
+
+  std::string newer = bytes;
+  store<std::uint32_t>(newer, 8, 2);
+  EXPECT_NE(decode_error(newer).find("unknown format version 2"), std::string::npos);
+  reseal(newer);  // a well-formed version-2 file
+  EXPECT_NE(decode_error(newer).find("format version 2; this build reads version 1"),
+            std::string::npos);
+
+  std::string impossible = bytes;
+  store<std::int32_t>(impossible, 24, 0);
+  reseal(impossible);
+  EXPECT_NE(decode_error(impossible).find("impossible header"), std::string::npos);
+}
+
+TEST(CheckpointContainer, MalformedBlobTablesAreRefusedEvenWithGoodChecksums) {
+  const std::string bytes = encode_checkpoint(sample());
+  // Blob 0's data length claims more than the payload holds.
+  std::string past = bytes;
+  store<std::uint64_t>(past, 70, 1u << 20);
+  reseal(past);
+  EXPECT_NE(decode_error(past).find("runs past the payload"), std::string::npos);
+  // More blobs announced than present.
+  std::string count = bytes;
+  store<std::uint32_t>(count, 56, 5);
+  reseal(count);
+  EXPECT_NE(decode_error(count).find("malformed blob table"), std::string::npos);
+  // Fewer announced: bytes left after the last one.
+  std::string fewer = bytes;
+  store<std::uint32_t>(fewer, 56, 3);
+  reseal(fewer);
+  EXPECT_NE(decode_error(fewer).find("after the last blob"), std::string::npos);
+  // A zero-length name.
+  std::string unnamed = bytes;
+  store<std::uint32_t>(unnamed, 60, 0);
+  reseal(unnamed);
+  EXPECT_NE(decode_error(unnamed).find("bad name"), std::string::npos);
+  // The same name twice: rename "binary" (6 bytes) to "config".
+  std::string twice = bytes;
+  const auto at = twice.find("binary");
+  ASSERT_NE(at, std::string::npos);
+  twice.replace(at, 6, "config");
+  reseal(twice);
+  EXPECT_NE(decode_error(twice).find("appears twice"), std::string::npos);
+}
+
+TEST(CheckpointContainer, AddRefusesDuplicateAndBadNames) {
+  Checkpoint c;
+  c.add("a", "1");
+  EXPECT_THROW(c.add("a", "2"), std::logic_error);
+  EXPECT_THROW(c.add("", "2"), std::logic_error);
+  EXPECT_THROW(c.add(std::string(256, 'n'), "2"), std::logic_error);
+}
+
+TEST(CheckpointTensorBlobs, RoundTripAndEveryMismatchRefused) {
+  TensorBlob t;
+  t.dtype = BlobDtype::kFloat64;
+  t.shape = {2, 3};
+  const double values[6] = {1.0, -0.0, 1e-300, 3.5, -2.25, 0.1};
+  t.data.assign(reinterpret_cast<const char*>(values), sizeof(values));
+  const std::string bytes = encode_tensor_blob(t);
+  Result<TensorBlob> back = decode_tensor_blob(bytes, "model/w", "F.ckpt");
+  ASSERT_TRUE(back) << back.status().message();
+  EXPECT_EQ(back->dtype, t.dtype);
+  EXPECT_EQ(back->shape, t.shape);
+  EXPECT_EQ(back->data, t.data);
+
+  TensorBlob scalar;  // zero dimensions: one element
+  scalar.dtype = BlobDtype::kUint8;
+  scalar.data = "x";
+  EXPECT_TRUE(decode_tensor_blob(encode_tensor_blob(scalar), "s", "F.ckpt"));
+
+  auto error = [](const std::string& b) {
+    Result<TensorBlob> r = decode_tensor_blob(b, "model/w", "F.ckpt");
+    EXPECT_FALSE(r);
+    const std::string m = r ? "" : r.status().message();
+    EXPECT_NE(m.find("'model/w'"), std::string::npos) << m;
+    EXPECT_NE(m.find("F.ckpt"), std::string::npos) << m;
+    return m;
+  };
+  EXPECT_NE(error(bytes.substr(0, bytes.size() - 1)).find("data bytes"), std::string::npos);
+  EXPECT_NE(error(bytes + "x").find("data bytes"), std::string::npos);
+  EXPECT_NE(error("").find("too short"), std::string::npos);
+  std::string dtype = bytes;
+  dtype[0] = 9;
+  EXPECT_NE(error(dtype).find("unknown dtype"), std::string::npos);
+  std::string dims = bytes;
+  dims[1] = 9;
+  EXPECT_NE(error(dims).find("dimensions"), std::string::npos);
+  std::string negative = bytes;
+  store<std::int64_t>(negative, 2, -2);
+  EXPECT_NE(error(negative).find("impossible dimension"), std::string::npos);
+  std::string huge = bytes;
+  store<std::int64_t>(huge, 2, std::int64_t{1} << 62);
+  EXPECT_NE(error(huge).find("impossible dimension"), std::string::npos);
+}
+
+TEST(CheckpointFiles, NamesAndTheirSteps) {
+  EXPECT_EQ(checkpoint_file_name(42), "step-00000042.ckpt");
+  EXPECT_EQ(checkpoint_file_name(123456789), "step-123456789.ckpt");
+  EXPECT_EQ(checkpoint_step_of("step-00000042.ckpt"), 42);
+  EXPECT_EQ(checkpoint_step_of("step-123456789.ckpt"), 123456789);
+  EXPECT_FALSE(checkpoint_step_of(".step-00000042.ckpt.tmp"));
+  EXPECT_FALSE(checkpoint_step_of("step-.ckpt"));
+  EXPECT_FALSE(checkpoint_step_of("step-12a.ckpt"));
+  EXPECT_FALSE(checkpoint_step_of("step--1.ckpt"));
+  EXPECT_FALSE(checkpoint_step_of("step-99999999999999999999.ckpt"));
+  EXPECT_FALSE(checkpoint_step_of("notes.txt"));
+}
+
+TEST(CheckpointFiles, SaveWritesAtomicallyAndKeepsTheNewest) {
+  TempDir dir;
+  const std::string ckpts = dir.path("run/ckpt");  // created on demand
+  // A temporary file left by a writer that crashed.
+  fs::create_directories(ckpts);
+  write_all(ckpts + "/.step-00000009.ckpt.tmp", "half");
+  write_all(ckpts + "/notes.txt", "the user's");
+  for (std::int64_t step = 1; step <= 5; ++step) {
+    Result<std::string> path = save_checkpoint(ckpts, sample(step), 2);
+    ASSERT_TRUE(path) << path.status().message();
+    EXPECT_EQ(*path, ckpts + "/" + checkpoint_file_name(step));
+  }
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(ckpts)) names.push_back(e.path().filename());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"notes.txt", "step-00000004.ckpt", "step-00000005.ckpt"}));
+  Result<Checkpoint> back = read_checkpoint(ckpts + "/step-00000005.ckpt");
+  ASSERT_TRUE(back) << back.status().message();
+  EXPECT_EQ(back->header.step, 5);
+  EXPECT_EQ(back->blobs(), sample(5).blobs());
+
+  // Files of later steps (an abandoned attempt) are not pruned away.
+  ASSERT_TRUE(save_checkpoint(ckpts, sample(2), 2));
+  ASSERT_TRUE(save_checkpoint(ckpts, sample(3), 2));
+  Result<std::vector<CheckpointFile>> files = list_checkpoints(ckpts);
+  ASSERT_TRUE(files);
+  std::vector<std::int64_t> steps;
+  for (const CheckpointFile& f : *files) steps.push_back(f.step);
+  EXPECT_EQ(steps, (std::vector<std::int64_t>{5, 4, 3, 2}));
+}
+
+TEST(CheckpointFiles, AtomicWriteFailsCleanly) {
+  TempDir dir;
+  const Status s = write_file_atomically(dir.path("missing/x.ckpt"), "bytes");
+  EXPECT_FALSE(s);
+  EXPECT_NE(s.message().find("missing"), std::string::npos) << s.message();
+  EXPECT_TRUE(fs::is_empty(dir.path()));
+  ASSERT_TRUE(write_file_atomically(dir.path("x.ckpt"), "bytes"));
+  EXPECT_EQ(read_all(dir.path("x.ckpt")), "bytes");
+  ASSERT_TRUE(write_file_atomically(dir.path("x.ckpt"), "other"));
+  EXPECT_EQ(read_all(dir.path("x.ckpt")), "other");
+  std::size_t files = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir.path())) ++files;
+  EXPECT_EQ(files, 1u) << "a temporary file stayed behind";
+}
+
+TEST(CheckpointFiles, PrepareDirCreatesOrRefuses) {
+  TempDir dir;
+  EXPECT_TRUE(prepare_checkpoint_dir(dir.path("a/b")));
+  EXPECT_TRUE(fs::is_directory(dir.path("a/b")));
+  write_all(dir.path("file"), "x");
+  const Status s = prepare_checkpoint_dir(dir.path("file"));
+  EXPECT_FALSE(s);
+  EXPECT_NE(s.message().find("train.checkpoint_dir"), std::string::npos) << s.message();
+}
+
+TEST(CheckpointFiles, LatestGoodSkipsCorruptAndTruncatedNewerOnes) {
+  TempDir dir;
+  const std::string d = dir.path();
+  Result<std::optional<ResumePoint>> none = latest_good_checkpoint(dir.path("absent"));
+  ASSERT_TRUE(none);
+  EXPECT_FALSE(none->has_value());
+
+  ASSERT_TRUE(save_checkpoint(d, sample(2), 3));
+  ASSERT_TRUE(save_checkpoint(d, sample(4), 3));
+  ASSERT_TRUE(save_checkpoint(d, sample(6), 3));
+  const std::string four = d + "/step-00000004.ckpt";
+  const std::string six = d + "/step-00000006.ckpt";
+  std::string bytes = read_all(six);
+  bytes[bytes.size() - 3] ^= 0x10;
+  write_all(six, bytes);
+  write_all(four, read_all(four).substr(0, 100));
+
+  Result<std::optional<ResumePoint>> point = latest_good_checkpoint(d);
+  ASSERT_TRUE(point) << point.status().message();
+  ASSERT_TRUE(point->has_value());
+  EXPECT_EQ((*point)->path, d + "/step-00000002.ckpt");
+  EXPECT_EQ((*point)->checkpoint.header.step, 2);
+  ASSERT_EQ((*point)->refused.size(), 2u);
+  EXPECT_NE((*point)->refused[0].find(six), std::string::npos);
+  EXPECT_NE((*point)->refused[0].find("payload CRC-32"), std::string::npos);
+  EXPECT_NE((*point)->refused[1].find(four), std::string::npos);
+  EXPECT_NE((*point)->refused[1].find("truncated"), std::string::npos);
+
+  write_all(d + "/step-00000002.ckpt", "");
+  Result<std::optional<ResumePoint>> nothing = latest_good_checkpoint(d);
+  ASSERT_FALSE(nothing);
+  EXPECT_NE(nothing.status().message().find("none of the 3 checkpoints"), std::string::npos)
+      << nothing.status().message();
+}
+
+TEST(CheckpointFiles, ARenamedCheckpointIsRefused) {
+  TempDir dir;
+  ASSERT_TRUE(save_checkpoint(dir.path(), sample(2), 2));
+  fs::copy_file(dir.path("step-00000002.ckpt"), dir.path("step-00000006.ckpt"));
+  Result<Checkpoint> c = read_checkpoint(dir.path("step-00000006.ckpt"));
+  ASSERT_FALSE(c);
+  EXPECT_NE(c.status().message().find("its name says step 6"), std::string::npos);
+  Result<Checkpoint> missing = read_checkpoint(dir.path("nope.ckpt"));
+  ASSERT_FALSE(missing);
+  EXPECT_NE(missing.status().message().find("nope.ckpt"), std::string::npos);
+}
+
+TEST(CheckpointSettings, DifferencesAreNamed) {
+  EXPECT_EQ(describe_difference("a=1\nb=2\n", "a=1\nb=2\n"), "");
+  EXPECT_EQ(describe_difference("a=1\nb=2\n", "a=1\nb=3\n"), "b is 2 in the checkpoint and 3 now");
+  EXPECT_EQ(describe_difference("a=1\n", "a=1\nc=\n"), "c = '' is not in the checkpoint");
+  EXPECT_EQ(describe_difference("a=1\nd=4\n", "a=2\n"),
+            "a is 1 in the checkpoint and 2 now, d is 4 in the checkpoint and unknown now");
+}
+
+TEST(CheckpointSettings, OptionsAreCheckedAndPathsResolved) {
+  TempDir dir;
+  const std::string yaml = dir.path("run.yaml");
+  write_all(yaml, "train:\n  checkpoint_every: 3\n  checkpoint_dir: ckpts\n");
+  Result<host::Config> config = host::load_config(yaml, {});
+  ASSERT_TRUE(config) << config.status().message();
+  Result<CheckpointOptions> o = checkpoint_options_from_config(*config);
+  ASSERT_TRUE(o) << o.status().message();
+  EXPECT_EQ(o->every, 3);
+  EXPECT_EQ(o->keep, 2);
+  EXPECT_EQ(o->dir, dir.path("ckpts"));  // next to the file that set it
+  EXPECT_EQ(o->resume, CheckpointOptions::Resume::kNo);
+
+  Result<host::Config> set =
+      host::load_config(yaml, {"train.resume=some/step-00000003.ckpt", "train.checkpoint_keep=5"});
+  ASSERT_TRUE(set);
+  o = checkpoint_options_from_config(*set);
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->resume, CheckpointOptions::Resume::kPath);
+  EXPECT_EQ(o->resume_path, (fs::current_path() / "some/step-00000003.ckpt").string());
+  EXPECT_EQ(o->keep, 5);
+
+  Result<host::Config> no_dir =
+      host::load_config_string("train: {checkpoint_every: 2}\n", "t.yaml", {});
+  ASSERT_TRUE(no_dir);
+  Result<CheckpointOptions> bad = checkpoint_options_from_config(*no_dir);
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.status().message().find("needs train.checkpoint_dir"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("t.yaml:1"), std::string::npos) << bad.status().message();
+
+  Result<host::Config> auto_no_dir = host::load_config_string("", "t.yaml", {"train.resume=auto"});
+  ASSERT_TRUE(auto_no_dir);
+  bad = checkpoint_options_from_config(*auto_no_dir);
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.status().message().find("train.resume = auto"), std::string::npos)
+      << bad.status().message();
+
+  EXPECT_FALSE(host::load_config_string("", "t.yaml", {"train.checkpoint_keep=0"}));
+  EXPECT_FALSE(host::load_config_string("", "t.yaml", {"train.resume="}));
+}
+
+}  // namespace
+}  // namespace fulcrum::train

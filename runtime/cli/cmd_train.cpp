@@ -139,7 +139,7 @@ class TerminalRelay {
 int train_body(const std::vector<std::string>& args) {
   TrainFlags f;
   const po::options_description options = train_options(f);
-  parse_command_line(args, options, "train");
+  [[maybe_unused]] const po::variables_map given = parse_command_line(args, options, "train");
   if (f.help) {
     std::cout << kUsage << "\n" << options;
     return kExitOk;
@@ -160,8 +160,12 @@ int train_body(const std::vector<std::string>& args) {
   const std::int64_t dp = config.get_int("parallel.dp_size");
   const std::int64_t cp = config.get_int("parallel.cp_size");
   const std::int64_t world = dp * cp;
+  // An empty --nproc is a mistake (an unset shell variable), not "the default".
   const std::int64_t nproc =
-      f.nproc.empty() ? world : parse_int(f.nproc, "--nproc", 1, kMaxRanks, "");
+      given.count("nproc") == 0
+          ? world
+          : parse_int(f.nproc, "--nproc", 1, kMaxRanks,
+                      "pass parallel.dp_size x parallel.cp_size = " + std::to_string(world));
   if (nproc != world) {
     throw UsageError("--nproc " + std::to_string(nproc) +
                      " does not match parallel.dp_size x parallel.cp_size = " + std::to_string(dp) +

@@ -1,0 +1,722 @@
+// Faults and bad input, end to end: real workers, started by `fulcrum train`
+// or directly as torchrun would, fail on purpose through the test-only
+// FULCRUM_TEST_* variables (runtime/train/consensus.h). Every scenario checks
+// what a user would see: the exit code, the one line that names the cause,
+// how long it took, and that no worker outlived the job.
+//
+// Every child runs under a deadline and carries a per-run marker variable,
+// so a test can fail but never hang, and can find (and clean up) any process
+// its run left behind by scanning /proc.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using std::chrono::seconds;
+
+constexpr const char* kMarkerVariable = "FULCRUM_TEST_RUN_ID";
+
+// A marker no other run of this binary (or another test binary) uses.
+std::string new_marker() {
+  static std::atomic<int> counter{0};
+  return "fault-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+}
+
+struct Line {
+  double at_s = 0.0;  // since the run started
+  std::string text;
+};
+
+struct Child {
+  std::vector<std::string> argv;  // argv[0] is a path
+  std::vector<std::string> env;   // "NAME=value", over the test's environment
+};
+
+struct ChildResult {
+  int exit_code = -1;  // 128 + signal when killed
+  bool timed_out = false;
+  std::string out, err;
+  std::vector<Line> lines;  // both streams, in arrival order
+  double wall_s = 0.0;
+
+  // When the first line holding `text` arrived; nullopt = never.
+  std::optional<double> seen_at(const std::string& text) const {
+    for (const Line& l : lines) {
+      if (l.text.find(text) != std::string::npos) return l.at_s;
+    }
+    return std::nullopt;
+  }
+};
+
+std::ostream& operator<<(std::ostream& o, const ChildResult& r) {
+  o << "exit " << r.exit_code << (r.timed_out ? " (TIMED OUT)" : "") << " after " << r.wall_s
+    << " s\n--- stdout\n"
+    << r.out << "--- stderr\n"
+    << r.err;
+  return o;
+}
+
+struct Stream {
+  int fd = -1;
+  std::string* sink = nullptr;
+  std::string partial;
+};
+
+// Starts every child in one new process group (so a deadline kill reaches
+// them all, and nothing else), relays nothing, and waits for all of them.
+// Past `deadline` the group gets SIGTERM, 3 s later SIGKILL.
+std::vector<ChildResult> run_all(const std::vector<Child>& children, seconds deadline) {
+  std::vector<ChildResult> results(children.size());
+  std::vector<pid_t> pids(children.size(), -1);
+  std::vector<Stream> streams;
+  const auto start = Clock::now();
+  pid_t group = 0;
+  for (std::size_t i = 0; i < children.size(); ++i) {
+    int out[2], err[2];
+    if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
+      results[i].err = "pipe failed";
+      continue;
+    }
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::setpgid(0, group);
+      ::dup2(out[1], STDOUT_FILENO);
+      ::dup2(err[1], STDERR_FILENO);
+      const int devnull = ::open("/dev/null", O_RDONLY);
+      ::dup2(devnull, STDIN_FILENO);
+      for (const std::string& kv : children[i].env) ::putenv(const_cast<char*>(kv.c_str()));
+      std::vector<char*> argv;
+      for (const std::string& a : children[i].argv) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      std::fprintf(stderr, "exec %s: %s\n", argv[0], std::strerror(errno));
+      ::_exit(127);
+    }
+    ::setpgid(pid, group);
+    if (group == 0) group = pid;
+    pids[i] = pid;
+    ::close(out[1]);
+    ::close(err[1]);
+    streams.push_back({out[0], &results[i].out, {}});
+    streams.push_back({err[0], &results[i].err, {}});
+  }
+  auto owner = [&](const Stream& s) {
+    for (std::size_t i = 0; i < results.size(); ++i) {
+      if (s.sink == &results[i].out || s.sink == &results[i].err) return i;
+    }
+    return std::size_t{0};
+  };
+  bool terminated = false;
+  auto kill_at = Clock::now() + deadline + seconds(3);
+  std::size_t open_streams = streams.size();
+  while (open_streams > 0) {
+    const auto now = Clock::now();
+    if (!terminated && now >= start + deadline) {
+      terminated = true;
+      for (ChildResult& r : results) r.timed_out = true;
+      if (group > 0) ::kill(-group, SIGTERM);
+    }
+    if (terminated && now >= kill_at) {
+      if (group > 0) ::kill(-group, SIGKILL);
+      kill_at = now + seconds(3600);
+    }
+    std::vector<pollfd> fds;
+    for (const Stream& s : streams) fds.push_back({s.fd, POLLIN, 0});
+    if (::poll(fds.data(), fds.size(), 100) <= 0) continue;
+    for (std::size_t k = 0; k < streams.size(); ++k) {
+      Stream& s = streams[k];
+      if (s.fd < 0 || (fds[k].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+      char buffer[8192];
+      const ssize_t n = ::read(s.fd, buffer, sizeof buffer);
+      const double at = std::chrono::duration<double>(Clock::now() - start).count();
+      ChildResult& r = results[owner(s)];
+      if (n <= 0) {
+        if (!s.partial.empty()) r.lines.push_back({at, s.partial});
+        ::close(s.fd);
+        s.fd = -1;
+        --open_streams;
+        // Both of its streams closed: the child (and whatever inherited
+        // them) is gone; close enough to its exit for timings.
+        r.wall_s = at;
+        continue;
+      }
+      s.sink->append(buffer, static_cast<std::size_t>(n));
+      s.partial.append(buffer, static_cast<std::size_t>(n));
+      for (std::size_t nl; (nl = s.partial.find('\n')) != std::string::npos;) {
+        r.lines.push_back({at, s.partial.substr(0, nl)});
+        s.partial.erase(0, nl + 1);
+      }
+    }
+    std::erase_if(streams, [](const Stream& s) { return s.fd < 0; });
+  }
+  for (std::size_t i = 0; i < pids.size(); ++i) {
+    if (pids[i] <= 0) continue;
+    int status = 0;
+    ::waitpid(pids[i], &status, 0);
+    results[i].exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  return results;
+}
+
+ChildResult run_one(const std::vector<std::string>& argv, seconds deadline,
+                    const std::vector<std::string>& env = {}) {
+  return run_all({Child{argv, env}}, deadline).front();
+}
+
+// Live processes whose environment holds `marker`: what a run left behind.
+std::vector<pid_t> processes_with(const std::string& marker) {
+  const std::string needle = std::string(kMarkerVariable) + "=" + marker;
+  std::vector<pid_t> found;
+  std::error_code ec;
+  for (const fs::directory_entry& entry : fs::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || !std::all_of(name.begin(), name.end(), ::isdigit)) continue;
+    std::ifstream environ_file(entry.path() / "environ", std::ios::binary);
+    std::string environ_text((std::istreambuf_iterator<char>(environ_file)),
+                             std::istreambuf_iterator<char>());
+    std::size_t at = 0;
+    while ((at = environ_text.find(needle, at)) != std::string::npos) {
+      const bool starts = at == 0 || environ_text[at - 1] == '\0';
+      const std::size_t end = at + needle.size();
+      if (starts && (end == environ_text.size() || environ_text[end] == '\0')) {
+        found.push_back(static_cast<pid_t>(std::stol(name)));
+        break;
+      }
+      at = end;
+    }
+  }
+  return found;
+}
+
+// No process of the run survives it. PR_SET_PDEATHSIG and the launcher's own
+// teardown act within milliseconds; 3 s of grace covers a loaded machine.
+// Anything still there is reported and killed, so one failure does not
+// leak into the next test.
+void expect_no_orphans(const std::string& marker) {
+  std::vector<pid_t> left;
+  const auto until = Clock::now() + seconds(3);
+  do {
+    left = processes_with(marker);
+    if (left.empty()) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  } while (Clock::now() < until);
+  std::string pids;
+  for (pid_t p : left) {
+    pids += ' ';
+    pids += std::to_string(p);
+    ::kill(p, SIGKILL);
+  }
+  ADD_FAILURE() << "processes of run " << marker << " outlived it:" << pids;
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "fulcrum_fault_XXXXXX").string();
+    if (::mkdtemp(pattern.data()) != nullptr) path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    if (!path_.empty()) fs::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string write(const std::string& name, const std::string& text) const {
+    const std::string file = (path_ / name).string();
+    std::ofstream(file) << text;
+    return file;
+  }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  fs::path path_;
+};
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  int port = 0;
+  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  if (fd >= 0) ::close(fd);
+  return port;
+}
+
+// DP 2 x CP 2, packed rows of a few documents, a model small enough that a
+// step takes milliseconds: a fault's cost is then all timeout and teardown.
+// Short deadlines (rendezvous 5 s, 3 s where a test waits for it;
+// collectives 3 s) keep the file fast.
+constexpr double kOpTimeoutS = 3;
+constexpr double kRendezvousTimeoutS = 3;
+constexpr const char* kConfig = R"(
+parallel: {dp_size: 2, cp_size: 2}
+balancer:
+  cp: {strategy: auto, block_size: 16}
+  dp: {strategy: auto, cost: attention}
+data: {source: synthetic, num_samples: 64, max_length: 120, seq_length: 64, packing: true,
+       global_batch_size: 4, micro_batch_size: 1, seed: 3}
+model: {hidden_size: 16, num_layers: 1, num_heads: 2, vocab_size: 64}
+train: {steps: 3, threads: 1}
+dist: {timeout_s: 5, op_timeout_s: 3}
+)";
+
+struct Job {
+  TempDir dir;
+  std::string config = dir.write("job.yaml", kConfig);
+  std::string marker = new_marker();
+
+  std::vector<std::string> env(std::vector<std::string> extra) const {
+    extra.push_back(std::string(kMarkerVariable) + "=" + marker);
+    return extra;
+  }
+  // `fulcrum train` with the job's config.
+  ChildResult train(const std::vector<std::string>& extra_env,
+                    const std::vector<std::string>& sets = {}) const {
+    std::vector<std::string> argv = {FULCRUM_BIN, "train", "--config", config};
+    for (const std::string& s : sets) argv.insert(argv.end(), {"--set", s});
+    return run_one(argv, seconds(60), env(extra_env));
+  }
+  // The four ranks started directly, as torchrun would: each rank's own
+  // output and exit code, with no launcher to stop the others early.
+  std::vector<ChildResult> ranks(const std::vector<std::string>& extra_env) const {
+    const int port = free_port();
+    std::vector<Child> children;
+    for (int r = 0; r < 4; ++r) {
+      std::vector<std::string> e = env(extra_env);
+      e.insert(e.end(), {"RANK=" + std::to_string(r), "WORLD_SIZE=4",
+                         "LOCAL_RANK=" + std::to_string(r), "LOCAL_WORLD_SIZE=4",
+                         "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port)});
+      children.push_back({{FULCRUM_WORKER, "--config", config}, e});
+    }
+    return run_all(children, seconds(60));
+  }
+};
+
+bool contains(const std::string& text, const std::string& what) {
+  return text.find(what) != std::string::npos;
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  return lines;
+}
+
+// The launcher's verdict is its last stderr line.
+std::string last_line(const std::string& text) {
+  std::string t = text;
+  while (!t.empty() && t.back() == '\n') t.pop_back();
+  const auto nl = t.rfind('\n');
+  return nl == std::string::npos ? t : t.substr(nl + 1);
+}
+
+// --- faults ------------------------------------------------------------------
+
+// From the end of step 1 (rank 0's progress line) to the launcher's exit.
+double seconds_after_step_one(const ChildResult& r) {
+  const std::optional<double> at = r.seen_at("[rank 0] step 1/3");
+  return at ? r.wall_s - *at : 1e9;
+}
+
+TEST(Fault, KilledWorkerEndsTheJobAtOnce) {
+  Job job;
+  const ChildResult r = job.train(
+      {"FULCRUM_TEST_FAULT=kill", "FULCRUM_TEST_FAULT_RANK=1", "FULCRUM_TEST_FAULT_STEP=2"});
+  EXPECT_FALSE(r.timed_out) << r;
+  EXPECT_EQ(r.exit_code, 128 + SIGKILL) << r;
+  EXPECT_EQ(last_line(r.err), "fulcrum: rank 1 killed by signal SIGKILL") << r;
+  // Rank 1 died in step 2: the launcher saw it at once, without waiting for
+  // any collective to time out.
+  EXPECT_LT(seconds_after_step_one(r), kOpTimeoutS) << r;
+  expect_no_orphans(job.marker);
+  std::printf("[ figure ] kill: launcher exit %.2f s after step 1, %.2f s in all\n",
+              seconds_after_step_one(r), r.wall_s);
+}
+
+TEST(Fault, ThrowingWorkerEndsTheJobWithItsMessage) {
+  Job job;
+  const ChildResult r = job.train(
+      {"FULCRUM_TEST_FAULT=throw", "FULCRUM_TEST_FAULT_RANK=2", "FULCRUM_TEST_FAULT_STEP=2"});
+  EXPECT_FALSE(r.timed_out) << r;
+  EXPECT_EQ(r.exit_code, 1) << r;
+  // The launcher names the first rank to exit. Rank 2 unwinds (closing its
+  // connections) before it prints, so a peer that lost the connection may
+  // exit first; the root cause is the one line that is not a communication
+  // error (docs/RELIABILITY.md, "Attribution").
+  EXPECT_TRUE(contains(last_line(r.err), " failed with exit status 1")) << r;
+  EXPECT_TRUE(contains(r.err,
+                       "[rank 2] fulcrum-worker: rank 2: internal error: injected failure "
+                       "(test-only FULCRUM_TEST_FAULT=throw) in step 2"))
+      << r;
+  for (int peer : {0, 1, 3}) {
+    const std::string prefix =
+        "[rank " + std::to_string(peer) + "] fulcrum-worker: rank " + std::to_string(peer) + ": ";
+    for (const std::string& l : lines_of(r.err)) {
+      if (l.rfind(prefix, 0) == 0) {
+        EXPECT_TRUE(contains(l, "failed: ") && contains(l, "a peer rank may have exited"))
+            << "rank " << peer << " reported something other than the lost peer: " << l;
+      }
+    }
+  }
+  EXPECT_LT(seconds_after_step_one(r), kOpTimeoutS) << r;
+  expect_no_orphans(job.marker);
+  std::printf("[ figure ] throw: launcher exit %.2f s after step 1, %.2f s in all\n",
+              seconds_after_step_one(r), r.wall_s);
+}
+
+TEST(Fault, StalledWorkerIsEndedByTheCollectiveTimeout) {
+  Job job;
+  const ChildResult r = job.train(
+      {"FULCRUM_TEST_FAULT=stall", "FULCRUM_TEST_FAULT_RANK=3", "FULCRUM_TEST_FAULT_STEP=2"});
+  EXPECT_FALSE(r.timed_out) << r;
+  EXPECT_EQ(r.exit_code, 1) << r;
+  // Rank 3 never answers: its CP peer (rank 2) times out in the row's plan
+  // check on cp[dp=1]; ranks 0 and 1 in the step's verdict on world. The
+  // first to give up is named by the launcher, which then stops the rest,
+  // rank 3 included.
+  EXPECT_TRUE(contains(r.err, "on group cp[dp=1] timed out after 3 s") ||
+              contains(r.err, "on group world timed out after 3 s"))
+      << r;
+  EXPECT_TRUE(contains(last_line(r.err), "fulcrum: rank ")) << r;
+  EXPECT_TRUE(contains(last_line(r.err), " failed with exit status 1")) << r;
+  EXPECT_FALSE(contains(r.err, "[rank 3] fulcrum-worker")) << "rank 3 stalled silently: " << r;
+  const double after = seconds_after_step_one(r);
+  EXPECT_GT(after, kOpTimeoutS - 0.5) << r;
+  EXPECT_LT(after, kOpTimeoutS + 5) << r;
+  expect_no_orphans(job.marker);
+  std::printf(
+      "[ figure ] stall: launcher exit %.2f s after step 1 (op timeout %.0f s), %.2f s in all\n",
+      after, kOpTimeoutS, r.wall_s);
+}
+
+TEST(Fault, WorkerStalledBeforeTheRendezvousIsEndedByItsTimeout) {
+  Job job;
+  const ChildResult r = job.train(
+      {"FULCRUM_TEST_FAULT=stall", "FULCRUM_TEST_FAULT_RANK=1", "FULCRUM_TEST_FAULT_STEP=0"},
+      {"dist.timeout_s=" + std::to_string(static_cast<int>(kRendezvousTimeoutS))});
+  EXPECT_FALSE(r.timed_out) << r;
+  EXPECT_EQ(r.exit_code, 1) << r;
+  EXPECT_TRUE(contains(r.err, "rendezvous at 127.0.0.1:")) << r;
+  EXPECT_TRUE(contains(r.err, "timed out after 3 s")) << r;
+  // Rank 0 hosts the store and counts who came.
+  EXPECT_TRUE(contains(r.err, "3 of 4 ranks joined")) << r;
+  EXPECT_LT(r.wall_s, kRendezvousTimeoutS + 10) << r;
+  expect_no_orphans(job.marker);
+  std::printf("[ figure ] stall before rendezvous: launcher exit after %.2f s (timeout %.0f s)\n",
+              r.wall_s, kRendezvousTimeoutS);
+}
+
+// --- plan consensus -----------------------------------------------------------
+
+// Each rank's stderr holds the error, once, as its last line.
+void expect_every_rank(const std::vector<ChildResult>& ranks, const std::string& what) {
+  ASSERT_EQ(ranks.size(), 4u);
+  std::string first;
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    const ChildResult& c = ranks[r];
+    EXPECT_FALSE(c.timed_out) << "rank " << r << ": " << c;
+    EXPECT_EQ(c.exit_code, 1) << "rank " << r << ": " << c;
+    const std::string line = last_line(c.err);
+    EXPECT_TRUE(contains(line, "fulcrum-worker: rank " + std::to_string(r) + ": " + what))
+        << "rank " << r << ": " << c;
+    // The same cause on every rank, whoever noticed it first.
+    const std::string cause = line.substr(std::min(line.size(), line.find("plan consensus")));
+    if (r == 0) first = cause;
+    EXPECT_EQ(cause, first) << "rank " << r;
+  }
+}
+
+TEST(Consensus, OneRankWithOtherDocumentLengthsFailsEveryRank) {
+  Job job;
+  const std::vector<ChildResult> ranks = job.ranks(
+      {"FULCRUM_TEST_PERTURB=cp", "FULCRUM_TEST_PERTURB_RANK=1", "FULCRUM_TEST_PERTURB_STEP=2"});
+  // Rank 1's first row of step 2 holds the same tokens split into other
+  // documents. Its CP group sees it before the attention; ranks 2 and 3
+  // learn it at the step's verdict: nobody waits for a timeout.
+  expect_every_rank(ranks,
+                    "plan consensus failed at step 2, row 0 of group cp[dp=0]: the CP workload "
+                    "differs between rank 0 (N=64, ");
+  for (const ChildResult& c : ranks) {
+    EXPECT_TRUE(contains(c.err, ") and rank 1 (N=64, ")) << c;
+    EXPECT_LT(c.wall_s, kOpTimeoutS + 20) << c;
+  }
+  expect_no_orphans(job.marker);
+}
+
+TEST(Consensus, OneRankWithOtherSampleLengthsFailsEveryRankAtTheDpCheck) {
+  Job job;
+  const std::vector<ChildResult> ranks =
+      job.ranks({"FULCRUM_TEST_PERTURB=dp", "FULCRUM_TEST_PERTURB_RANK=3"});
+  expect_every_rank(ranks,
+                    "plan consensus failed at step 1 on group world: the DP workload (the global "
+                    "batch's sample ids and lengths) of rank 3 (4 samples, ");
+  for (const ChildResult& c : ranks)
+    EXPECT_TRUE(contains(c.err, "from that of ranks 0, 1, 2")) << c;
+  expect_no_orphans(job.marker);
+}
+
+TEST(Consensus, DivergentPlanEndsTheJobThroughTheLauncher) {
+  Job job;
+  const ChildResult r = job.train({"FULCRUM_TEST_PERTURB=plan", "FULCRUM_TEST_PERTURB_RANK=2"});
+  EXPECT_FALSE(r.timed_out) << r;
+  EXPECT_EQ(r.exit_code, 1) << r;
+  EXPECT_TRUE(contains(r.err,
+                       "plan consensus failed at step 1, row 0 of group cp[dp=1]: the CP "
+                       "workload agrees"))
+      << r;
+  EXPECT_TRUE(contains(r.err, "but the plan differs between rank 2 (strategy ")) << r;
+  EXPECT_TRUE(contains(last_line(r.err), " failed with exit status 1")) << r;
+  EXPECT_LT(r.wall_s, kOpTimeoutS + 20) << r;
+  expect_no_orphans(job.marker);
+}
+
+TEST(Consensus, CanBeSwitchedOff) {
+  Job job;
+  // The DP perturbation changes only what the check hashes: with the check
+  // off, nothing differs and the run completes.
+  const ChildResult r = job.train({"FULCRUM_TEST_PERTURB=dp", "FULCRUM_TEST_PERTURB_RANK=3"},
+                                  {"dist.plan_consensus=false"});
+  EXPECT_EQ(r.exit_code, 0) << r;
+  EXPECT_FALSE(contains(r.err, "plan consensus")) << r;
+  expect_no_orphans(job.marker);
+}
+
+// --- bad input ---------------------------------------------------------------
+
+// One rank, the host's own balancer: nothing to warn about, so a refusal is
+// the only line a worker prints.
+constexpr const char* kOneRank = "balancer: {plugin: builtin, dp: {strategy: round_robin}}\n";
+
+struct BadInput {
+  std::string name;
+  std::vector<std::string> argv;
+  std::vector<std::string> env;
+  std::string expected;     // in the first stderr line
+  bool usage_line = false;  // the worker's usage follows its error line
+};
+
+// Each refusal: exit 2, fast, nothing on stdout, one line on stderr (plus
+// the usage for the worker's own flag errors) holding the expected text,
+// no crash, no worker left behind. Cases run two at a time: most of a
+// refused worker's second is spent loading LibTorch.
+void expect_refused(const std::vector<BadInput>& cases, const std::string& marker) {
+  // Two at a time: more only queue on a small machine's cores.
+  std::vector<ChildResult> results;
+  for (std::size_t first = 0; first < cases.size(); first += 2) {
+    std::vector<Child> children;
+    for (std::size_t i = first; i < std::min(cases.size(), first + 2); ++i) {
+      std::vector<std::string> env = cases[i].env;
+      env.push_back(std::string(kMarkerVariable) + "=" + marker);
+      children.push_back({cases[i].argv, env});
+    }
+    for (ChildResult& r : run_all(children, seconds(30))) results.push_back(std::move(r));
+  }
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const BadInput& c = cases[i];
+    const ChildResult& r = results[i];
+    EXPECT_EQ(r.exit_code, 2) << c.name << ": " << r;
+    EXPECT_FALSE(r.timed_out) << c.name;
+    EXPECT_LT(r.wall_s, 10.0) << c.name << ": " << r;
+    EXPECT_EQ(r.out, "") << c.name << ": " << r;
+    const std::vector<std::string> lines = lines_of(r.err);
+    if (lines.empty()) {
+      ADD_FAILURE() << c.name << ": nothing on stderr: " << r;
+      continue;
+    }
+    EXPECT_EQ(lines.size(), c.usage_line ? 2u : 1u) << c.name << ": " << r;
+    EXPECT_TRUE(contains(lines[0], c.expected)) << c.name << ": " << r;
+    for (const char* crash :
+         {"terminate called", "what()", "Segmentation", "Aborted", "core dumped"}) {
+      EXPECT_FALSE(contains(r.err, crash)) << c.name << ": " << r;
+    }
+    std::printf("[ refused ] %-34s %s\n", c.name.c_str(), lines[0].c_str());
+  }
+}
+
+// The launch variables a worker reads, end to end: one case per kind of
+// mistake. Every variable and value form is covered, without starting a
+// process, by runtime/launch/tests/worker_env_test.cpp; docs/RELIABILITY.md
+// lists the messages.
+std::vector<BadInput> worker_environment_cases(const std::string& config) {
+  const std::vector<std::string> w = {FULCRUM_WORKER, "--config", config};
+  return {
+      {"RANK not a number",
+       w,
+       {"RANK=abc", "WORLD_SIZE=2"},
+       "RANK='abc' is not a non-negative decimal integer"},
+      {"RANK not below WORLD_SIZE",
+       w,
+       {"RANK=2", "WORLD_SIZE=2"},
+       "RANK='2' is not below WORLD_SIZE='2'"},
+      {"WORLD_SIZE zero", w, {"RANK=0", "WORLD_SIZE=0"}, "WORLD_SIZE='0' is not a world size"},
+      {"WORLD_SIZE not the config's",
+       w,
+       {"RANK=0", "WORLD_SIZE=3"},
+       "the launcher started 3 workers (torchrun) but parallel.dp_size x parallel.cp_size"},
+      {"MASTER_PORT not a number", w, {"MASTER_PORT=http"}, "MASTER_PORT='http' is not a TCP port"},
+      {"MASTER_ADDR empty", w, {"MASTER_ADDR="}, "MASTER_ADDR='' is not a host name or address"},
+      {"SLURM_PROCID not a number", w, {"SLURM_PROCID=x", "SLURM_NTASKS=2"}, "SLURM_PROCID='x'"},
+      {"FULCRUM_TEST_FAULT unknown",
+       w,
+       {"FULCRUM_TEST_FAULT=explode"},
+       "FULCRUM_TEST_FAULT='explode' is not one of kill, throw, stall"},
+  };
+}
+
+TEST(BadInput, WorkerEnvironmentIsRefusedInOneLine) {
+  TempDir dir;
+  // A one-rank job, so a variable that is fine lets the worker go on: the
+  // case then fails on its exit code instead of training for long.
+  const std::string config = dir.write("one.yaml", kOneRank);
+  const std::string marker = new_marker();
+  expect_refused(worker_environment_cases(config), marker);
+  expect_no_orphans(marker);
+}
+
+TEST(BadInput, WorkerFlagsAreRefused) {
+  TempDir dir;
+  const std::string config = dir.write("one.yaml", kOneRank);
+  const std::string marker = new_marker();
+  const std::string w = FULCRUM_WORKER;
+  const std::vector<BadInput> cases = {
+      {"worker: no --config", {w}, {}, "fulcrum-worker: --config is required", true},
+      {"worker: unknown flag",
+       {w, "--config", config, "--nproc", "2"},
+       {},
+       "unknown argument '--nproc'",
+       true},
+      {"worker: missing config file", {w, "--config", dir.file("absent.yaml")}, {}, "absent.yaml"},
+      {"worker: --set unknown key",
+       {w, "--config", config, "--set", "train.stpes=3"},
+       {},
+       "train.steps"},
+      {"worker: metrics unwritable",
+       {w, "--config", config, "--metrics", dir.file("no/dir/m.jsonl")},
+       {},
+       "no/dir/m.jsonl"},
+  };
+  expect_refused(cases, marker);
+  expect_no_orphans(marker);
+}
+
+TEST(BadInput, TrainFlagsAreRefusedBeforeAnyWorkerStarts) {
+  TempDir dir;
+  const std::string config = dir.write("job.yaml", kConfig);
+  const std::string marker = new_marker();
+  const std::string f = FULCRUM_BIN;
+  auto train = [&](std::vector<std::string> args) {
+    std::vector<std::string> argv = {f, "train"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return argv;
+  };
+  const std::vector<BadInput> cases = {
+      {"--nproc not a number",
+       train({"--config", config, "--nproc", "four"}),
+       {},
+       "fulcrum train: --nproc must be an integer from 1 to"},
+      {"--nproc zero", train({"--config", config, "--nproc", "0"}), {}, "--nproc must be"},
+      {"--nproc negative", train({"--config", config, "--nproc", "-4"}), {}, "--nproc"},
+      {"--nproc overflows",
+       train({"--config", config, "--nproc", "99999999999999999999"}),
+       {},
+       "--nproc must be"},
+      {"--nproc not the config's",
+       train({"--config", config, "--nproc", "3"}),
+       {},
+       "--nproc 3 does not match parallel.dp_size x parallel.cp_size = 2 x 2 = 4"},
+      {"--nproc without value", train({"--config", config, "--nproc"}), {}, "--nproc"},
+      {"no --config", train({}), {}, "--config is required"},
+      {"missing config file", train({"--config", dir.file("absent.yaml")}), {}, "absent.yaml"},
+      {"config is a directory", train({"--config", dir.file("")}), {}, "fulcrum train"},
+      {"config not YAML",
+       train({"--config", dir.write("bad.yaml", "parallel: [1, 2\n")}),
+       {},
+       "bad.yaml"},
+      {"unknown flag", train({"--config", config, "--steps", "3"}), {}, "--steps"},
+      {"stray argument", train({"--config", config, "extra"}), {}, "too many positional options"},
+      {"--set without '='", train({"--config", config, "--set", "train.steps"}), {}, "train.steps"},
+      {"--set unknown key",
+       train({"--config", config, "--set", "dist.op_timeout=3"}),
+       {},
+       "dist.op_timeout_s"},
+      {"--set timeout not a number",
+       train({"--config", config, "--set", "dist.timeout_s=soon"}),
+       {},
+       "dist.timeout_s"},
+      {"--set timeout zero",
+       train({"--config", config, "--set", "dist.op_timeout_s=0"}),
+       {},
+       "dist.op_timeout_s"},
+      {"--set plan_consensus not a bool",
+       train({"--config", config, "--set", "dist.plan_consensus=maybe"}),
+       {},
+       "dist.plan_consensus"},
+      {"--set master_port too large",
+       train({"--config", config, "--set", "dist.master_port=70000"}),
+       {},
+       "dist.master_port"},
+  };
+  expect_refused(cases, marker);
+  expect_no_orphans(marker);
+}
+
+// An empty --nproc (an unset shell variable, say) is refused, not read as
+// "not given".
+TEST(BadInput, TrainEmptyNprocIsRefused) {
+  TempDir dir;
+  const std::string marker = new_marker();
+  expect_refused(
+      {{"--nproc empty",
+        {FULCRUM_BIN, "train", "--config", dir.write("job.yaml", kConfig), "--nproc", ""},
+        {},
+        "--nproc must be"}},
+      marker);
+  expect_no_orphans(marker);
+}
+
+TEST(BadInput, TrainReplacesTheLaunchVariablesItInherits) {
+  // `fulcrum train` is the launcher: garbage in the variables it sets for
+  // its workers (a shell left over from another job) is replaced, not read.
+  TempDir dir;
+  const std::string config = dir.write("one.yaml",
+                                       "balancer: {plugin: builtin}\n"
+                                       "data: {num_samples: 8, max_length: 40, seq_length: 32}\n"
+                                       "model: {hidden_size: 8, num_layers: 1, num_heads: 2, "
+                                       "vocab_size: 32}\ntrain: {steps: 1}\n");
+  const std::string marker = new_marker();
+  const ChildResult r =
+      run_one({FULCRUM_BIN, "train", "--config", config}, seconds(60),
+              {"RANK=abc", "WORLD_SIZE=-1", "LOCAL_RANK=x", "MASTER_ADDR=", "MASTER_PORT=http",
+               std::string(kMarkerVariable) + "=" + marker});
+  EXPECT_EQ(r.exit_code, 0) << r;
+  expect_no_orphans(marker);
+}
+
+}  // namespace

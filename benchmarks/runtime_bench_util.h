@@ -1,0 +1,85 @@
+// Small pieces the LibTorch benchmarks share: pinning the math libraries to
+// one thread, medians, and a line describing the machine, so every figure
+// in docs/RESULTS_RUNTIME.md says where and under which load it was taken.
+#pragma once
+
+#include <ATen/Parallel.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace fulcrum::bench {
+
+using BenchClock = std::chrono::steady_clock;
+
+inline double ms_since(BenchClock::time_point start) {
+  return std::chrono::duration<double, std::milli>(BenchClock::now() - start).count();
+}
+
+// CPU time of the calling thread. With ATen and OpenBLAS pinned to one
+// thread all the work runs here, and unlike the wall clock it does not count
+// the time other processes of a shared machine hold the core.
+inline double thread_cpu_ms() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_nsec) * 1e-6;
+}
+
+// One core, as the tile model assumes for a rank. at::set_num_threads covers
+// OpenMP (and MKL), but the system OpenBLAS (pthreads build) keeps its own
+// pool, sized at load time from OPENBLAS_NUM_THREADS or the core count, which
+// this LibTorch's set_num_threads does not reach. Looked up dynamically so a
+// build against another BLAS still runs. Returns a line saying what was set.
+inline std::string use_one_core() {
+  at::set_num_threads(1);
+  std::string blas = "openblas_set_num_threads not found (BLAS is not OpenBLAS?)";
+  using SetThreads = void (*)(int);
+  if (auto* set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) {
+    set(1);
+    blas = "OpenBLAS threads 1";
+    using GetConfig = char* (*)();
+    if (auto* config = reinterpret_cast<GetConfig>(dlsym(RTLD_DEFAULT, "openblas_get_config"))) {
+      blas += std::string(" (") + config() + ")";
+    }
+  }
+  return "threads: ATen " + std::to_string(at::get_num_threads()) + ", " + blas;
+}
+
+inline double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+inline std::string load_average() {
+  std::ifstream in("/proc/loadavg");
+  std::string one, five, fifteen;
+  in >> one >> five >> fifteen;
+  return one.empty() ? std::string("n/a") : one + " " + five + " " + fifteen;
+}
+
+// "CPU model, N hardware threads, load averages": the benchmarks run on a
+// shared, noisy machine, and the load says how noisy a run was.
+inline std::string machine_line() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line, model = "unknown CPU";
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos) model = line.substr(colon + 2);
+      break;
+    }
+  }
+  return model + ", " + std::to_string(std::thread::hardware_concurrency()) +
+         " hardware threads, load average " + load_average();
+}
+
+}  // namespace fulcrum::bench

@@ -83,7 +83,10 @@ inline Result<CpWorkload> workload_from_c(const fulcrum_cp_request& req) {
       return invalid_argument(
           "block-sparse cp request needs tokens, block_size and sparse_offsets");
     }
-    const std::int64_t blocks = (req.tokens + req.block_size - 1) / req.block_size;
+    // ceil(N/B) without forming N + B - 1, which overflows for a B near
+    // int64's end (found by fuzz/).
+    const std::int64_t blocks =
+        req.tokens / req.block_size + (req.tokens % req.block_size != 0 ? 1 : 0);
     w.mask.block_sparse.offsets.assign(req.sparse_offsets, req.sparse_offsets + blocks + 1);
     const std::int64_t nnz = w.mask.block_sparse.offsets.back();
     if (nnz < 0 || (nnz > 0 && req.sparse_kv_blocks == nullptr)) {

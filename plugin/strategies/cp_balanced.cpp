@@ -779,7 +779,9 @@ std::vector<RankWork> run_work(const CpWorkload& workload, const RowLayout& layo
       std::int64_t doc = layout.doc_of(run.begin);
       w.tokens += run.length;
       for (std::int64_t x = run.begin; x < end;) {
-        const std::int64_t piece_end = std::min(end, x + (block - used));
+        // Not min(end, x + (block - used)): that overflows for a B near
+        // int64's end (found by fuzz/).
+        const std::int64_t piece_end = x + std::min(end - x, block - used);
         for (std::int64_t y = x; y < piece_end;) {
           const std::int64_t db = layout.doc_begin(doc);
           const std::int64_t de = layout.doc_end(doc);

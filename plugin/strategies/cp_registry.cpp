@@ -70,10 +70,14 @@ std::optional<std::string> inapplicable_reason(std::string_view name, const CpWo
     // PTRR also needs equal query and KV block sizes; a CpWorkload has a
     // single block_size for both (block-sparse masks included), so only the
     // divisibility rule can fail here.
-    const std::int64_t unit = p * workload.block_size;
-    if (n % unit != 0) {
-      return "N=" + std::to_string(n) +
-             " is not a multiple of cp_size*block_size=" + std::to_string(unit);
+    // P*B overflows for a B near int64's end (validate_workload has no upper
+    // bound; found by fuzz/); such a unit exceeds any N, so N is no multiple.
+    std::int64_t unit = 0;
+    const bool overflow = __builtin_mul_overflow(p, workload.block_size, &unit);
+    if (overflow || n % unit != 0) {
+      return "N=" + std::to_string(n) + " is not a multiple of cp_size*block_size=" +
+             (overflow ? std::to_string(p) + "*" + std::to_string(workload.block_size)
+                       : std::to_string(unit));
     }
   }
   return std::nullopt;

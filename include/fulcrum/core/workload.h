@@ -50,6 +50,8 @@ struct KeyRange {
 KeyRange key_range(const MaskSpec& mask, std::int64_t doc_begin, std::int64_t doc_end,
                    std::int64_t query);
 
-inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+// ceil(a / b) for b >= 1. Not (a + b - 1) / b: that overflows for a B or N
+// near int64's end, which validate_workload accepts (found by fuzz/).
+inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return a / b + (a % b > 0 ? 1 : 0); }
 
 }  // namespace fulcrum

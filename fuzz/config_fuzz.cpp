@@ -31,7 +31,7 @@ constexpr std::string_view kOverrideMarker = "#--set\n";
 // Known bug, not ours to hide: yaml-cpp 0.7 (Debian 12) YAML::LoadAll, which
 // load_config_string calls, never returns on some malformed streams (a file
 // holding just ","), allocating an empty document per turn until memory
-// runs out: jbeder/yaml-cpp#1040, fixed upstream by #1319 (0.8.1). Its
+// runs out: jbeder/yaml-cpp#1040, fixed upstream by #1319 (after 0.8.0). Its
 // parser then reports document after document starting at the same mark.
 // Such inputs are skipped here so that the fuzz run stays a test of our
 // code; docs/RELIABILITY.md records the finding and its reproducer

@@ -17,6 +17,7 @@
 #include "commands.h"
 #include "fulcrum/host/plugin_loader.h"
 #include "launch/launch.h"
+#include "launch/preflight.h"
 
 namespace fulcrum::cli {
 namespace {
@@ -27,6 +28,7 @@ namespace fs = std::filesystem;
 constexpr const char* kUsage =
     "Usage: fulcrum train --config FILE.yaml [--nproc N] [--set KEY=VALUE ...]\n"
     "                     [--metrics FILE.jsonl] [--save-params FILE]\n"
+    "                     [--resume auto|CHECKPOINT]\n"
     "\n"
     "Trains the configured model with balanced context and data parallelism: starts\n"
     "N = parallel.dp_size x parallel.cp_size worker processes on this host, each\n"
@@ -42,6 +44,7 @@ struct TrainFlags {
   std::string nproc;
   std::string metrics;
   std::string save_params;
+  std::string resume;
   bool help = false;
 };
 
@@ -58,6 +61,9 @@ po::options_description train_options(TrainFlags& f) {
        "write per-step and per-micro-batch metrics as JSON lines (rank 0)")  //
       ("save-params", po::value(&f.save_params)->value_name("FILE"),
        "write the final parameters (names, then float64 values) for comparing runs")  //
+      ("resume", po::value(&f.resume)->value_name("auto|CHECKPOINT"),
+       "continue from the newest intact checkpoint in train.checkpoint_dir (auto) or from "
+       "one file; the same as --set train.resume=...")  //
       ("help,h", po::bool_switch(&f.help), "show this help");
   return options;
 }
@@ -92,6 +98,30 @@ po::options_description train_options(TrainFlags& f) {
   if (loaded || loaded.status().code() == StatusCode::kNotFound) return;
   throw UsageError("cannot use balancer plugin '" + name + "': " + loaded.status().message() +
                    "; fix or rebuild the plugin, or set balancer.plugin: builtin");
+}
+
+// Every path the run will write or read, checked before any worker starts:
+// a mistake here would otherwise surface at the end of training
+// (--save-params) or once per rank.
+[[maybe_unused]] void check_paths(const host::Config& config, const TrainFlags& f) {
+  const auto refuse_if = [](const Status& status) {
+    if (!status) throw UsageError(status.message());
+  };
+  if (!f.metrics.empty()) refuse_if(launch::check_output_file(f.metrics, "--metrics"));
+  if (!f.save_params.empty()) {
+    refuse_if(launch::check_output_file(f.save_params, "--save-params"));
+  }
+  const std::string resume(config.get_string("train.resume"));
+  const std::string dir(config.get_string("train.checkpoint_dir"));
+  if (resume != "none" && resume != "auto") {
+    refuse_if(launch::check_input_file(
+        resume, "checkpoint (train.resume)",
+        "give an existing checkpoint file, or auto for the newest intact one in "
+        "train.checkpoint_dir"));
+  }
+  if (config.get_int("train.checkpoint_every") > 0 && !dir.empty()) {
+    refuse_if(launch::check_output_dir(dir, "train.checkpoint_dir"));
+  }
 }
 
 // Worker output on a terminal: rank 0's progress lines become one bar
@@ -154,6 +184,8 @@ int train_body(const std::vector<std::string>& args) {
   }
   CommonOptions common;
   common.config_path = f.config_path;
+  // --resume is a --set that wins over any other train.resume.
+  if (given.count("resume") != 0) f.overrides.push_back("train.resume=" + f.resume);
   common.overrides = f.overrides;
   const host::Config config = load_config_or_throw(common);
 
@@ -174,6 +206,7 @@ int train_body(const std::vector<std::string>& args) {
                      " or change parallel.dp_size / parallel.cp_size");
   }
   check_plugin(config);
+  check_paths(config, f);
 
   const fs::path worker = worker_path();
   if (::access(worker.c_str(), X_OK) != 0) {

@@ -4,21 +4,25 @@
 //
 //   fulcrum-worker --config FILE.yaml [--set section.key=value ...]
 //                  [--metrics FILE.jsonl] [--save-params FILE]
+//                  [--resume auto|CHECKPOINT]
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "launch/preflight.h"
+#include "launch/worker_env.h"
 #include "train/trainer.h"
 
 namespace {
 
 constexpr const char* kUsage =
     "usage: fulcrum-worker --config FILE.yaml [--set section.key=value ...] "
-    "[--metrics FILE.jsonl] [--save-params FILE]\n";
+    "[--metrics FILE.jsonl] [--save-params FILE] [--resume auto|CHECKPOINT]\n";
 
 int usage_error(const std::string& message) {
-  const std::string line = "fulcrum-worker: " + message + "\n" + kUsage;
+  const std::string line = "fulcrum-worker: " + message + "; see fulcrum-worker --help\n";
   std::fputs(line.c_str(), stderr);
   return 2;
 }
@@ -27,6 +31,7 @@ int usage_error(const std::string& message) {
 
 int main(int argc, char** argv) {
   fulcrum::train::WorkerArgs args;
+  std::optional<std::string> resume;
   const std::vector<std::string> in(argv + 1, argv + argc);
   for (std::size_t i = 0; i < in.size(); ++i) {
     std::string name = in[i];
@@ -41,7 +46,8 @@ int main(int argc, char** argv) {
       std::fputs(kUsage, stdout);
       return 0;
     }
-    if (name != "--config" && name != "--set" && name != "--metrics" && name != "--save-params") {
+    if (name != "--config" && name != "--set" && name != "--metrics" && name != "--save-params" &&
+        name != "--resume") {
       return usage_error("unknown argument '" + in[i] + "'");
     }
     if (!has_value) {
@@ -52,7 +58,23 @@ int main(int argc, char** argv) {
     if (name == "--set") args.overrides.push_back(value);
     if (name == "--metrics") args.metrics_path = value;
     if (name == "--save-params") args.save_params_path = value;
+    if (name == "--resume") resume = value;
   }
   if (args.config_path.empty()) return usage_error("--config is required");
+  // Last, so that it wins over any --set train.resume.
+  if (resume) args.overrides.push_back("train.resume=" + *resume);
+  // Rank 0 writes the parameters at the end: refuse a path it cannot write
+  // now, not after the run. (An unknown identity is reported by the worker.)
+  if (!args.save_params_path.empty()) {
+    const auto identity = fulcrum::launch::detect_worker_identity();
+    if (identity && identity->rank == 0) {
+      const fulcrum::Status s =
+          fulcrum::launch::check_output_file(args.save_params_path, "--save-params");
+      if (!s) {
+        std::fputs(("fulcrum-worker: " + s.message() + "\n").c_str(), stderr);
+        return 2;
+      }
+    }
+  }
   return fulcrum::train::run_worker(args);
 }

@@ -721,6 +721,16 @@ TEST(BadInput, TrainFlagsAreRefusedBeforeAnyWorkerStarts) {
               "train.checkpoint_dir=" + config + "/ckpt"}),
        {},
        "train.checkpoint_dir"},
+      // Sizes no host holds: refused by the memory bound, not by
+      // std::bad_alloc in every worker or hours of swapping.
+      {"data.seq_length beyond any host",
+       train({"--config", config, "--set", "data.seq_length=100000000000"}),
+       {},
+       "fulcrum train: the job needs at least"},
+      {"data.num_samples beyond any host",
+       train({"--config", config, "--set", "data.num_samples=100000000000"}),
+       {},
+       "sample index"},
   };
   expect_refused(cases, marker);
   expect_no_orphans(marker);

@@ -124,6 +124,27 @@ po::options_description train_options(TrainFlags& f) {
   }
 }
 
+// Sizes no host could hold are refused now, not by std::bad_alloc in every
+// worker (or by hours of swapping).
+[[maybe_unused]] void check_sizes(const host::Config& config, int nproc) {
+  const auto number = [&config](const char* key) {
+    return static_cast<double>(config.get_int(key));
+  };
+  launch::MemoryInputs in;
+  in.vocab_size = number("model.vocab_size");
+  in.hidden_size = number("model.hidden_size");
+  in.ffn_size = number("model.ffn_size");
+  in.num_layers = number("model.num_layers");
+  in.seq_length = number("data.seq_length");
+  in.micro_batch_size = number("data.micro_batch_size");
+  in.cp_size = number("parallel.cp_size");
+  in.num_samples = config.get_string("data.source") == "synthetic" ? number("data.num_samples") : 0;
+  in.dtype_bytes = config.get_string("train.dtype") == "float64" ? 8 : 4;
+  const Status fits =
+      launch::check_memory(launch::minimum_memory(in), nproc, launch::host_memory_bytes());
+  if (!fits) throw UsageError(fits.message());
+}
+
 // Worker output on a terminal: rank 0's progress lines become one bar
 // redrawn in place; every other line is printed as the launcher would,
 // "[rank N] line", after clearing the bar and before redrawing it.
@@ -207,6 +228,7 @@ int train_body(const std::vector<std::string>& args) {
   }
   check_plugin(config);
   check_paths(config, f);
+  check_sizes(config, static_cast<int>(nproc));
 
   const fs::path worker = worker_path();
   if (::access(worker.c_str(), X_OK) != 0) {

@@ -2,7 +2,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <system_error>
@@ -11,6 +15,17 @@ namespace fulcrum::launch {
 namespace {
 
 namespace fs = std::filesystem;
+
+std::string gib(double bytes) {
+  constexpr double kMiB = 1024.0 * 1024.0;
+  char text[48];
+  if (bytes < 1024 * kMiB) {
+    std::snprintf(text, sizeof text, "%.1f MiB", bytes / kMiB);
+  } else {
+    std::snprintf(text, sizeof text, "%.1f GiB", bytes / (1024 * kMiB));
+  }
+  return text;
+}
 
 bool writable_dir(const fs::path& dir) {
   return ::access(dir.empty() ? "." : dir.c_str(), W_OK | X_OK) == 0;
@@ -93,6 +108,41 @@ Status check_output_dir(const std::string& path, std::string_view what) {
                             "); choose another directory or fix its mode");
   }
   return Status::ok();
+}
+
+MemoryNeed minimum_memory(const MemoryInputs& in) {
+  const double h = in.hidden_size;
+  const double f = in.ffn_size > 0 ? in.ffn_size : 4 * h;
+  // Token embedding and LM head, then per block the attention projections
+  // (4 h^2) and the MLP (2 h f); biases and norms only add to it.
+  const double parameters = 2 * in.vocab_size * h + in.num_layers * (4 * h * h + 2 * h * f);
+  MemoryNeed need;
+  need.state_bytes = 4 * parameters * in.dtype_bytes;
+  // This rank's share of a micro-batch's rows: backward needs at least every
+  // block's input, and the loss the logits.
+  const double tokens = in.micro_batch_size * std::ceil(in.seq_length / std::max(1.0, in.cp_size));
+  need.activation_bytes = tokens * (in.num_layers * h + in.vocab_size) * in.dtype_bytes;
+  need.index_bytes = in.num_samples * 2 * sizeof(std::int64_t);  // offset and length
+  return need;
+}
+
+double host_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
+}
+
+Status check_memory(const MemoryNeed& need, int ranks, double host_bytes) {
+  const double job = need.total() * ranks;
+  if (host_bytes <= 0 || job <= host_bytes) return Status::ok();
+  return invalid_argument(
+      "the job needs at least " + gib(job) + " of memory, " + std::to_string(ranks) + " ranks x " +
+      gib(need.total()) + " (parameters, gradients and AdamW state " + gib(need.state_bytes) +
+      ": model.*; one micro-batch's activations " + gib(need.activation_bytes) +
+      ": data.seq_length, data.micro_batch_size, model.*; sample "
+      "index " +
+      gib(need.index_bytes) + ": data.num_samples), but this host has " + gib(host_bytes) +
+      "; make the model, the rows or the dataset smaller, or run on a larger host");
 }
 
 }  // namespace fulcrum::launch

@@ -76,5 +76,58 @@ TEST_F(Preflight, OutputDirectoryMayExistOrBeCreatable) {
   expect_refused(check_output_dir("", "train.checkpoint_dir"), "train.checkpoint_dir is empty");
 }
 
+// The bound, recounted by hand for a small model: v = 100, h = 8, f = 32,
+// L = 2 layers, float32; rows of 64 tokens over CP 2, micro-batch 3.
+TEST(MinimumMemory, CountsStateActivationsAndIndex) {
+  MemoryInputs in;
+  in.vocab_size = 100;
+  in.hidden_size = 8;
+  in.ffn_size = 32;
+  in.num_layers = 2;
+  in.seq_length = 64;
+  in.micro_batch_size = 3;
+  in.cp_size = 2;
+  in.num_samples = 10;
+  in.dtype_bytes = 4;
+  const MemoryNeed need = minimum_memory(in);
+  const double parameters = 2 * 100 * 8 + 2 * (4 * 8 * 8 + 2 * 8 * 32);  // 3,136
+  EXPECT_DOUBLE_EQ(need.state_bytes, 4 * parameters * 4);
+  EXPECT_DOUBLE_EQ(need.activation_bytes, 3 * 32 * (2 * 8 + 100) * 4.0);
+  EXPECT_DOUBLE_EQ(need.index_bytes, 10 * 16.0);
+  EXPECT_DOUBLE_EQ(need.total(), need.state_bytes + need.activation_bytes + need.index_bytes);
+  // ffn_size 0 means 4 x hidden, as in the model.
+  in.ffn_size = 0;
+  EXPECT_DOUBLE_EQ(minimum_memory(in).state_bytes, need.state_bytes);
+  // An odd row splits with the larger share counted.
+  in.seq_length = 65;
+  EXPECT_DOUBLE_EQ(minimum_memory(in).activation_bytes, 3 * 33 * (2 * 8 + 100) * 4.0);
+}
+
+TEST(MinimumMemory, RefusesOnlyWhatCannotFit) {
+  MemoryNeed need;
+  need.state_bytes = 1e9;
+  need.activation_bytes = 2e9;
+  need.index_bytes = 1e9;
+  EXPECT_TRUE(check_memory(need, 4, 16e9));
+  EXPECT_TRUE(check_memory(need, 4, 0));  // unknown host size: not refused
+  const Status s = check_memory(need, 4, 15e9);
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("4 ranks x"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("data.seq_length"), std::string::npos) << s.message();
+  EXPECT_EQ(s.message().find('\n'), std::string::npos) << s.message();
+  // A quickstart-sized job fits on any machine that runs the tests.
+  MemoryInputs small;
+  small.vocab_size = 1024;
+  small.hidden_size = 64;
+  small.num_layers = 2;
+  small.seq_length = 4096;
+  small.micro_batch_size = 1;
+  small.cp_size = 2;
+  small.num_samples = 1024;
+  EXPECT_LT(minimum_memory(small).total(), 16e6);
+  EXPECT_GT(host_memory_bytes(), 64e6);
+}
+
 }  // namespace
 }  // namespace fulcrum::launch

@@ -510,4 +510,73 @@ TEST(CheckpointResume, AnotherLayoutResumesWithAWarningAndTrainsEverySampleOnce)
   expect_exactly_once(first, 2, second, job.samples());
 }
 
+// balancer.dp.window = 3 on DP 2: the checkpoint of step 4 falls in the
+// middle of the second window (steps 4-6), so the dispatcher's batches of
+// steps 5 and 6 are in it. Stopped after step 5 (its update lost), resumed:
+// steps 5 and 6 and the final parameters are bitwise the uninterrupted run's,
+// every sample is trained once across the interruption, and a checkpoint of
+// one window or DP size is refused by a run of another.
+TEST(CheckpointResume, StoppedRunInTheMiddleOfADpWindowResumesBitwise) {
+  Job job(2, 1);
+  const std::vector<std::string> windowed = {"balancer.dp.window=3"};
+  std::vector<std::string> ref_sets = windowed;
+  const RunResult u = job.train("ref", ref_sets);
+  ASSERT_EQ(u.exit_code, 0) << u;
+  EXPECT_EQ(u.output.find("balancer.dp.window"), std::string::npos)
+      << "the window is used, not warned about: " << u;
+  const Record ref = read_record(job.metrics("ref"), job.params("ref"));
+  ASSERT_EQ(ref.loss.size(), 6u);
+  expect_exactly_once(ref, 6, ref, job.samples());
+
+  // The window changes which samples share a step: the run is not window 1's.
+  const RunResult plain = job.train("plain", {});
+  ASSERT_EQ(plain.exit_code, 0) << plain;
+  const Record one = read_record(job.metrics("plain"));
+  bool differs = false;
+  for (std::int64_t step = 1; step <= 6; ++step) {
+    differs = differs || one.pieces.at(step) != ref.pieces.at(step);
+  }
+  EXPECT_TRUE(differs) << "window 3 served the same steps as window 1; the test proves nothing";
+
+  const std::string dir = job.path("ckpt");
+  std::vector<std::string> sets = windowed;
+  sets.insert(sets.end(), {"train.checkpoint_every=2", "train.checkpoint_dir=" + dir});
+  std::vector<std::string> stop = sets;
+  stop.push_back("train.steps=5");
+  const RunResult a = job.train("a", stop);
+  ASSERT_EQ(a.exit_code, 0) << a;
+  const Record first = read_record(job.metrics("a"));
+  expect_same_losses(ref, first, {1, 2, 3, 4, 5}, "run with checkpoints");
+
+  std::vector<std::string> resume = sets;
+  resume.push_back("train.resume=auto");
+  const RunResult b = job.train("b", resume);
+  ASSERT_EQ(b.exit_code, 0) << b;
+  EXPECT_NE(b.output.find("resuming from " + dir + "/step-00000004.ckpt"), std::string::npos) << b;
+  const Record second = read_record(job.metrics("b"), job.params("b"));
+  EXPECT_EQ(second.loss.size(), 2u) << "the resumed run must train steps 5-6 only";
+  expect_same_losses(ref, second, {5, 6}, "resumed in the middle of a window");
+  expect_same_params(ref, second, "resumed in the middle of a window");
+  for (std::int64_t step = 5; step <= 6; ++step) {
+    EXPECT_EQ(second.pieces.at(step), ref.pieces.at(step)) << "step " << step;
+  }
+  expect_exactly_once(first, 4, second, job.samples());
+
+  // Another window, or another DP size, cannot continue the window's
+  // dispatched batches: one line, exit 2.
+  auto expect_refusal = [&](const std::vector<std::string>& extra, const std::string& text) {
+    std::vector<std::string> r = resume;
+    r.insert(r.end(), extra.begin(), extra.end());
+    const RunResult x = job.train("refused", r);
+    EXPECT_EQ(x.exit_code, 2) << x;
+    EXPECT_NE(x.output.find(text), std::string::npos) << "expected '" << text << "' in: " << x;
+  };
+  expect_refusal({"balancer.dp.window=2"},
+                 "checkpoint " + dir +
+                     "/step-00000006.ckpt: it was made with balancer.dp.window = 3 and this run "
+                     "has 2; resume with balancer.dp.window: 3");
+  expect_refusal({"parallel.dp_size=1", "parallel.cp_size=2"},
+                 "batches split over 2 DP ranks and this run has 1");
+}
+
 }  // namespace

@@ -86,7 +86,7 @@ TEST(WindowedDispatcher, EverySampleExactlyOnceInWindowOrder) {
   for (const DispatchOptions& options : configs) {
     SCOPED_TRACE("k=" + std::to_string(options.num_ranks) + " w=" + std::to_string(options.window) +
                  " b=" + std::to_string(options.batch_size) + " " + options.strategy);
-    Result<WindowedDispatcher> made = WindowedDispatcher::create(options);
+    Result<WindowedDispatcher> made = make_windowed_dispatcher(options);
     ASSERT_TRUE(made.is_ok()) << made.status().message();
     WindowedDispatcher& dispatcher = *made;
     const std::size_t capacity =
@@ -124,7 +124,7 @@ TEST(WindowedDispatcher, EverySampleExactlyOnceInWindowOrder) {
 }
 
 TEST(WindowedDispatcher, FlushOfAPartialWindow) {
-  Result<WindowedDispatcher> made = WindowedDispatcher::create({4, 4, 10, {}, "auto"});
+  Result<WindowedDispatcher> made = make_windowed_dispatcher({4, 4, 10, {}, "auto"});
   ASSERT_TRUE(made.is_ok());
   EXPECT_TRUE(made->flush().is_ok());  // nothing buffered: nothing happens
   EXPECT_FALSE(made->next().has_value());
@@ -151,7 +151,7 @@ TEST(WindowedDispatcher, WindowsBalanceBetterThanSingleBatches) {
   for (auto& l : lengths) l = heavy_tailed_length(rng);
   auto mean_excess = [&](std::int32_t window) {
     Result<WindowedDispatcher> made =
-        WindowedDispatcher::create({8, window, 64, {CostKind::kTokens}, "auto"});
+        make_windowed_dispatcher({8, window, 64, {CostKind::kTokens}, "auto"});
     EXPECT_TRUE(made.is_ok());
     double excess = 0.0;
     int batches = 0;
@@ -172,7 +172,7 @@ TEST(WindowedDispatcher, WindowsBalanceBetterThanSingleBatches) {
 
 TEST(WindowedDispatcher, SnapshotResumesTheSameStream) {
   const DispatchOptions options{4, 2, 6, {CostKind::kAttention}, "auto"};
-  Result<WindowedDispatcher> original = WindowedDispatcher::create(options);
+  Result<WindowedDispatcher> original = make_windowed_dispatcher(options);
   ASSERT_TRUE(original.is_ok());
   std::mt19937_64 rng(11);
   std::vector<std::int64_t> lengths(100);
@@ -183,7 +183,7 @@ TEST(WindowedDispatcher, SnapshotResumesTheSameStream) {
   EXPECT_EQ(snapshot.buffered.size(), 7u);
   EXPECT_EQ(snapshot.pending.size(), 3u);
 
-  Result<WindowedDispatcher> resumed = WindowedDispatcher::create(options);
+  Result<WindowedDispatcher> resumed = make_windowed_dispatcher(options);
   ASSERT_TRUE(resumed.is_ok());
   ASSERT_TRUE(resumed->restore_state(snapshot).is_ok());
   EXPECT_EQ(resumed->buffered(), 7u);
@@ -205,7 +205,7 @@ TEST(WindowedDispatcher, SnapshotResumesTheSameStream) {
   EXPECT_GT(batches, 10);
 
   // A snapshot from other options is refused and changes nothing.
-  Result<WindowedDispatcher> other = WindowedDispatcher::create({3, 1, 4, {}, "auto"});
+  Result<WindowedDispatcher> other = make_windowed_dispatcher({3, 1, 4, {}, "auto"});
   ASSERT_TRUE(other.is_ok());
   const Status refused = other->restore_state(snapshot);
   EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
@@ -230,17 +230,59 @@ TEST(WindowedDispatcher, BadOptionsAndSamples) {
   };
   for (const Case& c : cases) {
     Result<WindowedDispatcher> made =
-        WindowedDispatcher::create({c.num_ranks, c.window, c.batch_size, c.cost, c.strategy});
+        make_windowed_dispatcher({c.num_ranks, c.window, c.batch_size, c.cost, c.strategy});
     ASSERT_FALSE(made.is_ok()) << c.part;
     EXPECT_EQ(made.status().code(), c.code) << c.part;
     EXPECT_NE(made.status().message().find(c.part), std::string::npos) << made.status().message();
   }
-  Result<WindowedDispatcher> made = WindowedDispatcher::create({2, 1, 4, {}, "auto"});
+  Result<WindowedDispatcher> made = make_windowed_dispatcher({2, 1, 4, {}, "auto"});
   ASSERT_TRUE(made.is_ok());
   const Status refused = made->push(42, 0);
   EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(refused.message().find("42"), std::string::npos) << refused.message();
   EXPECT_EQ(made->buffered(), 0u);
+}
+
+// The core dispatcher with an injected partition function (as the runtime's
+// loader gives it the loaded balancer): it asks for w * k equal-count groups,
+// and refuses an answer that loses or repeats a sample instead of passing it
+// on.
+TEST(WindowedDispatcher, InjectedPartitionFunctionIsAskedAndChecked) {
+  std::vector<DpRequest> asked;
+  auto recording = [&](const DpRequest& request) {
+    asked.push_back(request);
+    return partition("lpt", request);
+  };
+  Result<WindowedDispatcher> made =
+      WindowedDispatcher::create({3, 2, 5, {CostKind::kTokens}, "lpt"}, recording);
+  ASSERT_TRUE(made.is_ok()) << made.status().message();
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(made->push(i, 10 + i).is_ok());
+  ASSERT_EQ(asked.size(), 1u);
+  EXPECT_EQ(asked[0].num_ranks, 6);
+  EXPECT_TRUE(asked[0].equal_count);
+  EXPECT_EQ(asked[0].lengths.size(), 10u);
+  auto batch = made->next();
+  ASSERT_TRUE(batch.has_value());
+  EXPECT_EQ(batch->strategy, "lpt");
+
+  auto repeating = [](const DpRequest& request) -> Result<DpPartition> {
+    DpPartition part;
+    part.ranks.assign(static_cast<std::size_t>(request.num_ranks), {});
+    part.ranks[0] = {0, 0};
+    return part;
+  };
+  Result<WindowedDispatcher> lied_to =
+      WindowedDispatcher::create({2, 1, 2, {CostKind::kTokens}, "x"}, repeating);
+  ASSERT_TRUE(lied_to.is_ok());
+  ASSERT_TRUE(lied_to->push(7, 3).is_ok());
+  const Status refused = lied_to->push(8, 4);
+  EXPECT_EQ(refused.code(), StatusCode::kInternal);
+  EXPECT_NE(refused.message().find("more than once"), std::string::npos) << refused.message();
+  EXPECT_FALSE(lied_to->next().has_value());
+
+  Result<WindowedDispatcher> none = WindowedDispatcher::create({2, 1, 2, {}, "x"}, nullptr);
+  ASSERT_FALSE(none.is_ok());
+  EXPECT_NE(none.status().message().find("no partition function"), std::string::npos);
 }
 
 // --- LengthBucketedSampler --------------------------------------------------

@@ -36,16 +36,29 @@
 //
 // Samples of length 0 have nothing to train on and are left out of the
 // epoch order (num_samples() counts the rest).
+//
+// With dp_window = w > 1 the DP partition spans w global batches: when no
+// dispatched batch is left, the loader reads the next w global batches of the
+// epoch order (fewer at the end of the epoch: a window never crosses into the
+// next epoch) into a WindowedDispatcher (fulcrum/core/dp_dispatch.h), which
+// partitions all of them at once with the balancer's partition_dp (always
+// with equal counts) and deals them out as w steps of near-equal size, each
+// split over the DP ranks. Every sample is still served exactly once per
+// epoch and the number of steps per epoch is unchanged, but a step's samples
+// may come from any global batch of its window. The dispatched batches not
+// yet served are the loader's state beyond its position: window_state().
 #pragma once
 
 #include <compare>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "data/token_dataset.h"
+#include "fulcrum/core/dp_dispatch.h"
 #include "fulcrum/dp_types.h"
 #include "fulcrum/load_balancer.h"
 #include "fulcrum/status.h"
@@ -68,7 +81,10 @@ struct LoaderOptions {
   std::string dp_strategy = "round_robin";  // a DP strategy the balancer offers
   CostModel cost;                           // what the partition balances
   bool equal_count = false;                 // every rank gets floor or ceil of n/k samples
-  std::int64_t pad_token = 0;               // token (and label) id written in padding
+  // Global batches partitioned together (balancer.dp.window); > 1 always
+  // partitions with equal counts.
+  std::int32_t dp_window = 1;
+  std::int64_t pad_token = 0;  // token (and label) id written in padding
 };
 
 // Where the loader stands: the next step it will serve. Saved with a
@@ -115,12 +131,14 @@ struct StepStats {
 };
 
 struct StepBatch {
-  LoaderPosition position;                   // of this step
-  std::vector<std::int64_t> global_samples;  // the global batch, in epoch order
-  std::vector<std::int64_t> samples;         // this rank's share, in packing order
-  std::vector<MicroBatch> micro_batches;     // empty when this rank got no sample
-  std::int64_t tokens = 0;                   // this rank's tokens, padding excluded
-  std::int64_t padding = 0;                  // this rank's pad tokens
+  LoaderPosition position;  // of this step
+  // The global batch: in epoch order; with dp_window > 1 the step's share of
+  // its window, in dataset order.
+  std::vector<std::int64_t> global_samples;
+  std::vector<std::int64_t> samples;      // this rank's share, in packing order
+  std::vector<MicroBatch> micro_batches;  // empty when this rank got no sample
+  std::int64_t tokens = 0;                // this rank's tokens, padding excluded
+  std::int64_t padding = 0;               // this rank's pad tokens
   StepStats stats;
 };
 
@@ -139,8 +157,21 @@ class DataLoader {
 
   LoaderPosition position() const { return position_; }
   // Continues from `position` (as position() returned it, e.g. from a
-  // checkpoint). Refuses a step beyond the epoch.
+  // checkpoint). Refuses a step beyond the epoch. With dp_window > 1 it
+  // drops the dispatched batches not yet served (and starts the window
+  // count afresh): restore_window_state() brings back those of a checkpoint.
   Status seek(LoaderPosition position);
+
+  // With dp_window > 1: the dispatcher's state (window count, buffered
+  // samples, dispatched batches not yet served) with the position, window,
+  // DP size and batch size it belongs to, as bytes for a checkpoint. Empty
+  // with dp_window = 1, whose position is its whole state.
+  std::string window_state() const;
+  // Restores window_state() bytes after seek() to the position saved with
+  // them. Refuses, changing nothing, bytes of another window, DP size or
+  // batch size, of another position, malformed bytes, and batches that are
+  // not exactly the samples the epoch order has next.
+  Status restore_window_state(std::string_view bytes);
 
   std::int64_t steps_per_epoch() const;
   std::int64_t num_samples() const { return static_cast<std::int64_t>(samples_.size()); }
@@ -157,7 +188,11 @@ class DataLoader {
   // Sample ids of each DP rank for one global batch, plus the stats.
   std::vector<std::vector<std::int64_t>> partition(const std::vector<std::int64_t>& batch,
                                                    StepStats& stats) const;
+  // dp_window > 1: the next dispatched batch's shares, plus the stats and
+  // the step's samples; reads the next window first when none is left.
+  std::vector<std::vector<std::int64_t>> dispatch(StepBatch& step);
   std::vector<PackedRow> pack(const std::vector<std::int64_t>& samples) const;
+  void load_order();
 
   const TokenDataset* dataset_;
   LoadBalancer* balancer_;
@@ -166,6 +201,7 @@ class DataLoader {
   LoaderPosition position_;
   std::int64_t order_epoch_ = -1;  // epoch whose order is cached
   std::vector<std::int64_t> order_;
+  std::optional<dp::WindowedDispatcher> dispatcher_;  // dp_window > 1 only
 };
 
 }  // namespace fulcrum::data

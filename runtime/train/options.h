@@ -48,7 +48,7 @@ struct TrainOptions {
   std::string dp_strategy = "auto";
   CostModel dp_cost;
   bool dp_equal_count = false;
-  std::int64_t dp_window = 1;  // not implemented by the trainer: warned about when > 1
+  std::int64_t dp_window = 1;  // global batches whose DP partition is balanced together
   // data
   DataSource source = DataSource::kSynthetic;
   std::string data_path;  // absolute, or empty (synthetic lengths)

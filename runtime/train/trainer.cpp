@@ -446,13 +446,6 @@ Status Worker::prepare() {
       o_.dp_strategy = "round_robin";
     }
   }
-  if (o_.dp_window > 1 && rank0) {
-    host::log_to_stderr(host::LogLevel::kWarning,
-                        "balancer.dp.window = " + std::to_string(o_.dp_window) +
-                            " is not used by the trainer: each global batch is partitioned on "
-                            "its own (window 1)");
-  }
-
   Result<std::unique_ptr<data::TokenDataset>> dataset = open_dataset(o_);
   if (!dataset) return dataset.status();
   dataset_ = std::move(dataset).value();
@@ -470,6 +463,7 @@ Status Worker::prepare() {
   lo.dp_strategy = o_.dp_strategy;
   lo.cost = o_.dp_cost;
   lo.equal_count = o_.dp_equal_count;
+  lo.dp_window = static_cast<std::int32_t>(o_.dp_window);  // bounded by options.cpp
   Result<data::DataLoader> loader = data::DataLoader::create(*dataset_, dp_balancer, lo);
   if (!loader) return loader.status();
   loader_.emplace(std::move(loader).value());
@@ -728,6 +722,20 @@ Status Worker::apply_checkpoint(const Checkpoint& c, const std::string& path) {
                             "); resume with the settings it was made with, or start a new run "
                             "with another train.checkpoint_dir");
   }
+  // The loader first: a window state that does not fit this run is refused
+  // before the layout warning could promise an exactly-once resume.
+  Result<std::vector<std::int64_t>> position = c.i64s("loader/position", 2, path);
+  if (!position) return position.status();
+  if (Status s = loader_->seek({(*position)[0], (*position)[1]}); !s) {
+    return invalid_argument("checkpoint " + path + ": " + s.message());
+  }
+  // The windowed DP dispatcher's batches not yet served (balancer.dp.window
+  // > 1); refused when they do not fit this run's window and DP size.
+  const std::string* window = c.find("loader/dp_window");
+  if (Status s = loader_->restore_window_state(window ? *window : std::string_view()); !s) {
+    return invalid_argument("checkpoint " + path + ": " + s.message());
+  }
+
   const std::string* layout = c.find("layout");
   const std::string layout_change = layout ? describe_difference(*layout, layout_text_) : "";
   if (rank0 && !layout_change.empty()) {
@@ -769,12 +777,6 @@ Status Worker::apply_checkpoint(const Checkpoint& c, const std::string& path) {
     return blob_to_tensor(c, "rng/torch_cpu", path, generator.get_state());
   }();
   if (!rng) return rng.status();
-  Result<std::vector<std::int64_t>> position = c.i64s("loader/position", 2, path);
-  if (!position) return position.status();
-  if (Status s = loader_->seek({(*position)[0], (*position)[1]}); !s) {
-    return invalid_argument("checkpoint " + path + ": " + s.message());
-  }
-
   {
     c10::NoGradGuard no_grad;
     for (std::size_t i = 0; i < params.size(); ++i) params[i].copy_(values[i]);
@@ -827,14 +829,19 @@ void Worker::write_checkpoint(std::int64_t step) {
   c.header.config_fingerprint = fnv1a64(trajectory_text_);
   c.add("config", trajectory_text_);
   c.add("layout", layout_text_);
-  // The loader's only state: its shuffle is a pure function of (data.seed,
-  // epoch) and its DP partition of the global batch, so the position is all
-  // it needs. The balancer keeps nothing between steps (the plugin is
-  // deterministic and stateless, the CP selector's preference is restored by
-  // scope), and the trainer partitions every global batch on its own
-  // (balancer.dp.window is not used), so no dispatcher holds samples.
+  // The loader's state: its shuffle is a pure function of (data.seed,
+  // epoch), so with balancer.dp.window = 1 (each global batch partitioned on
+  // its own) the position is all it needs. With a window > 1 the windowed
+  // DP dispatcher holds the window's dispatched batches not yet served (and
+  // its window count, which rotates the ranks): they are one more entry,
+  // replicated like the rest. The balancer keeps nothing between steps (the
+  // plugin is deterministic and stateless, the CP selector's preference is
+  // restored by scope).
   const data::LoaderPosition position = loader_->position();
   c.add_i64s("loader/position", {position.epoch, position.step});
+  if (std::string window = loader_->window_state(); !window.empty()) {
+    c.add("loader/dp_window", std::move(window));
+  }
   {
     // Unused by training today (no dropout); saved so that a model that
     // draws from it resumes the same stream.

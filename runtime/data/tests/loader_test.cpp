@@ -460,5 +460,272 @@ TEST(DataLoader, RefusesBadOptions) {
   EXPECT_HAS(r.status().message(), "nothing to train on");
 }
 
+// --- balancer.dp.window > 1: the windowed DP dispatcher -------------------
+
+TEST(DataLoaderWindow, ExactlyOncePerEpochWithWindows) {
+  TracedDataset ds(kLengths);
+  auto plugin = real_plugin();
+  ASSERT_TRUE(plugin);
+  auto builtin = host::builtin_balancer();
+  // 21 samples in batches of 5: 5 steps per epoch, so windows of 2, 3 and 4
+  // all end in a partial window that must be flushed, not dropped.
+  for (std::int32_t window : {2, 3, 4, 7}) {
+    for (std::int32_t dp = 1; dp <= 4; dp += 1) {
+      for (bool packing : {true, false}) {
+        LoaderOptions o = base_options();
+        o.dp_size = dp;
+        o.packing = packing;
+        o.dp_window = window;
+        o.dp_strategy = "auto";
+        o.cost = CostModel{CostKind::kAttention, 16.0};
+        SCOPED_TRACE("window " + std::to_string(window));
+        check_epoch(ds, *plugin, o);
+        o.dp_strategy = "round_robin";
+        check_epoch(ds, *builtin, o);
+      }
+    }
+  }
+}
+
+// Several epochs in one loader: every epoch serves every sample once, the
+// same number of steps as window 1, and the ranks agree on everything.
+TEST(DataLoaderWindow, EveryEpochServesEverySampleOnceOnEveryRank) {
+  TracedDataset ds(kLengths);
+  auto plugin = real_plugin();
+  ASSERT_TRUE(plugin);
+  LoaderOptions o = base_options();
+  o.dp_size = 3;
+  o.dp_window = 3;
+  o.dp_strategy = "karmarkar_karp";
+  o.num_epochs = 4;
+  std::vector<DataLoader> ranks;
+  for (std::int32_t r = 0; r < o.dp_size; ++r) {
+    o.dp_rank = r;
+    auto loader = DataLoader::create(ds, *plugin, o);
+    ASSERT_TRUE(loader) << loader.status().message();
+    ranks.push_back(std::move(loader).value());
+  }
+  std::map<std::int64_t, std::vector<std::int64_t>> served;  // epoch -> samples
+  std::map<std::int64_t, std::int64_t> steps;
+  for (;;) {
+    std::vector<StepBatch> step;
+    for (DataLoader& l : ranks) {
+      if (auto b = l.next_step()) step.push_back(std::move(*b));
+    }
+    if (step.empty()) break;
+    ASSERT_EQ(step.size(), ranks.size());
+    for (std::size_t r = 0; r < step.size(); ++r) {
+      ASSERT_EQ(step[r].position, step[0].position);
+      ASSERT_EQ(step[r].global_samples, step[0].global_samples);
+      ASSERT_EQ(step[r].stats.rank_samples, step[0].stats.rank_samples);
+      ASSERT_EQ(step[r].stats.rank_cost, step[0].stats.rank_cost);
+      EXPECT_EQ(step[r].stats.strategy, "karmarkar_karp");
+      // Equal counts within the step.
+      const auto [lo, hi] =
+          std::minmax_element(step[r].stats.rank_samples.begin(), step[r].stats.rank_samples.end());
+      EXPECT_LE(*hi - *lo, 1);
+      auto& epoch = served[step[r].position.epoch];
+      epoch.insert(epoch.end(), step[r].samples.begin(), step[r].samples.end());
+    }
+    ++steps[step[0].position.epoch];
+  }
+  ASSERT_EQ(served.size(), 4u);
+  for (auto& [epoch, samples] : served) {
+    EXPECT_EQ(steps[epoch], ranks[0].steps_per_epoch()) << "epoch " << epoch;
+    std::sort(samples.begin(), samples.end());
+    std::vector<std::int64_t> expected = ranks[0].epoch_order(epoch);
+    std::sort(expected.begin(), expected.end());
+    EXPECT_EQ(samples, expected) << "epoch " << epoch;
+  }
+}
+
+// The window is a pure function of the replicated inputs: two loaders of the
+// same options serve the same steps; the window's samples come from its own
+// global batches only, and a window of 1 is today's loader.
+TEST(DataLoaderWindow, DeterministicAndWithinItsWindow) {
+  TracedDataset ds(kLengths);
+  auto plugin = real_plugin();
+  ASSERT_TRUE(plugin);
+  LoaderOptions o = base_options();
+  o.dp_size = 2;
+  o.dp_rank = 1;
+  o.num_epochs = 3;
+  o.dp_strategy = "auto";
+  o.dp_window = 2;
+  auto a = DataLoader::create(ds, *plugin, o);
+  auto b = DataLoader::create(ds, *plugin, o);
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(all_samples(*a), all_samples(*b));
+
+  auto c = DataLoader::create(ds, *plugin, o);
+  ASSERT_TRUE(c);
+  for (std::int64_t epoch = 0; epoch < 3; ++epoch) {
+    const std::vector<std::int64_t> order = c->epoch_order(epoch);
+    for (std::int64_t step = 0; step < c->steps_per_epoch(); ++step) {
+      auto batch = c->next_step();
+      ASSERT_TRUE(batch);
+      const std::int64_t first = step / 2 * 2 * o.global_batch_size;
+      const std::int64_t last = std::min<std::int64_t>(static_cast<std::int64_t>(order.size()),
+                                                       (step / 2 * 2 + 2) * o.global_batch_size);
+      for (std::int64_t s : batch->global_samples) {
+        const auto at = std::find(order.begin(), order.end(), s) - order.begin();
+        EXPECT_GE(at, first) << "sample " << s << " of step " << step
+                             << " is from an earlier window";
+        EXPECT_LT(at, last) << "sample " << s << " of step " << step << " is from a later window";
+      }
+    }
+  }
+
+  o.dp_window = 1;
+  o.dp_strategy = "karmarkar_karp";
+  auto one = DataLoader::create(ds, *plugin, o);
+  ASSERT_TRUE(one);
+  EXPECT_TRUE(one->window_state().empty()) << "window 1 has no state beyond its position";
+  const std::vector<std::int64_t> order = one->epoch_order(0);
+  for (std::int64_t step = 0; step < one->steps_per_epoch(); ++step) {
+    auto x = one->next_step();
+    ASSERT_TRUE(x);
+    // Window 1 is the plain partition of the epoch-order batch.
+    const auto begin = static_cast<std::size_t>(step * o.global_batch_size);
+    const auto end = std::min(order.size(), begin + static_cast<std::size_t>(o.global_batch_size));
+    const std::vector<std::int64_t> expected(order.begin() + static_cast<std::ptrdiff_t>(begin),
+                                             order.begin() + static_cast<std::ptrdiff_t>(end));
+    EXPECT_EQ(x->global_samples, expected);
+  }
+}
+
+// Stopped in the middle of a window: the saved state (position plus the
+// window's batches not yet served) continues exactly like the loader that
+// never stopped, on every rank, through the next epochs.
+TEST(DataLoaderWindow, StateRestoredInTheMiddleOfAWindowContinuesIdentically) {
+  TracedDataset ds(kLengths);
+  auto plugin = real_plugin();
+  ASSERT_TRUE(plugin);
+  LoaderOptions o = base_options();
+  o.dp_size = 3;
+  o.num_epochs = 3;
+  o.dp_window = 3;
+  o.dp_strategy = "auto";
+  o.cost = CostModel{CostKind::kAttention, 16.0};
+  for (int stop_after : {1, 2, 4, 6, 7}) {
+    SCOPED_TRACE("stopped after " + std::to_string(stop_after) + " steps");
+    for (std::int32_t r = 0; r < o.dp_size; ++r) {
+      o.dp_rank = r;
+      auto original = DataLoader::create(ds, *plugin, o);
+      ASSERT_TRUE(original);
+      for (int i = 0; i < stop_after; ++i) ASSERT_TRUE(original->next_step());
+      const LoaderPosition saved = original->position();
+      const std::string state = original->window_state();
+      ASSERT_FALSE(state.empty());
+
+      auto resumed = DataLoader::create(ds, *plugin, o);
+      ASSERT_TRUE(resumed);
+      ASSERT_TRUE(resumed->seek(saved));
+      const Status restored = resumed->restore_window_state(state);
+      ASSERT_TRUE(restored) << restored.message();
+      EXPECT_EQ(resumed->window_state(), state);
+      int steps = 0;
+      for (;; ++steps) {
+        auto x = original->next_step();
+        auto y = resumed->next_step();
+        ASSERT_EQ(x.has_value(), y.has_value());
+        if (!x) break;
+        ASSERT_EQ(x->position, y->position);
+        ASSERT_EQ(x->samples, y->samples);
+        ASSERT_EQ(x->global_samples, y->global_samples);
+        ASSERT_EQ(x->stats.rank_cost, y->stats.rank_cost);
+        ASSERT_EQ(x->micro_batches.size(), y->micro_batches.size());
+        for (std::size_t m = 0; m < x->micro_batches.size(); ++m) {
+          ASSERT_EQ(x->micro_batches[m].rows.size(), y->micro_batches[m].rows.size());
+          for (std::size_t i = 0; i < x->micro_batches[m].rows.size(); ++i) {
+            ASSERT_EQ(x->micro_batches[m].rows[i].tokens, y->micro_batches[m].rows[i].tokens);
+          }
+        }
+      }
+      EXPECT_EQ(steps, 15 - stop_after);
+
+      // Without the state, the seeked loader starts a new window here and
+      // serves other steps: the state is what makes the resume exact.
+      if (saved.step % 3 != 0) {
+        auto plain = DataLoader::create(ds, *plugin, o);
+        auto again = DataLoader::create(ds, *plugin, o);
+        ASSERT_TRUE(plain && again);
+        for (int i = 0; i < stop_after; ++i) ASSERT_TRUE(again->next_step());
+        ASSERT_TRUE(plain->seek(saved));
+        std::vector<std::vector<std::int64_t>> with, without;
+        for (int i = 0; i < 3; ++i) {
+          auto p = plain->next_step();
+          auto q = again->next_step();
+          ASSERT_TRUE(p && q);
+          with.push_back(q->global_samples);
+          without.push_back(p->global_samples);
+        }
+        EXPECT_NE(with, without);
+      }
+    }
+  }
+}
+
+TEST(DataLoaderWindow, RefusesStateThatDoesNotFit) {
+  TracedDataset ds(kLengths);
+  auto plugin = real_plugin();
+  ASSERT_TRUE(plugin);
+  LoaderOptions o = base_options();
+  o.dp_size = 2;
+  o.num_epochs = 2;
+  o.dp_window = 3;
+  o.dp_strategy = "auto";
+  auto original = DataLoader::create(ds, *plugin, o);
+  ASSERT_TRUE(original);
+  ASSERT_TRUE(original->next_step());
+  const LoaderPosition saved = original->position();
+  const std::string state = original->window_state();
+
+  auto refused = [&](LoaderOptions options, LoaderPosition at, const std::string& bytes,
+                     const std::string& part) {
+    auto loader = DataLoader::create(ds, *plugin, options);
+    ASSERT_TRUE(loader) << loader.status().message();
+    ASSERT_TRUE(loader->seek(at));
+    const std::string before = loader->window_state();
+    const Status s = loader->restore_window_state(bytes);
+    ASSERT_FALSE(s) << "accepted a state that should fail with '" << part << "'";
+    EXPECT_HAS(s.message(), part);
+    EXPECT_EQ(s.message().find('\n'), std::string::npos) << "one line";
+    EXPECT_EQ(loader->window_state(), before) << "a refused state changes nothing";
+  };
+  LoaderOptions other = o;
+  other.dp_window = 2;
+  refused(other, saved, state,
+          "made with balancer.dp.window = 3 and this run has 2; resume with "
+          "balancer.dp.window: 3");
+  other = o;
+  other.dp_window = 1;
+  refused(other, saved, state, "made with balancer.dp.window = 3 and this run has 1");
+  other = o;
+  other.dp_size = 3;
+  refused(other, saved, state,
+          "batches split over 2 DP ranks and this run has 3 (balancer.dp.window = 3); resume "
+          "with parallel.dp_size: 2");
+  // A window-1 checkpoint (no state) resumed with a window.
+  refused(o, saved, "", "it was made with balancer.dp.window = 1 and this run has 3");
+  // Another position than the one saved with it.
+  refused(o, {0, 2}, state, "belongs to epoch 0 step 1");
+  // Every truncation, and trailing bytes.
+  for (std::size_t n = 1; n < state.size(); n += 7) {
+    refused(o, saved, state.substr(0, n), "the checkpoint is corrupt");
+  }
+  refused(o, saved, state + std::string(8, '\0'), "the checkpoint is corrupt");
+  // The window's samples replaced by another epoch's: not the rest of the
+  // current window.
+  auto later = DataLoader::create(ds, *plugin, o);
+  ASSERT_TRUE(later);
+  ASSERT_TRUE(later->seek({1, 0}));
+  ASSERT_TRUE(later->next_step());
+  std::string foreign = later->window_state();
+  // Same layout, but claims epoch 0 step 1: patch the epoch field (5th int64).
+  foreign.replace(4 * 8, 8, std::string(8, '\0'));
+  refused(o, saved, foreign, "not the rest of the current window of epoch 0");
+}
+
 }  // namespace
 }  // namespace fulcrum::data

@@ -243,7 +243,14 @@ class Job {
                   const std::function<bool()>& stop_when = {}) const {
     std::vector<std::string> argv = {FULCRUM_BIN, "train", "--config", config_};
     for (const std::string& s : layout_) argv.insert(argv.end(), {"--set", s});
-    for (const std::string& s : sets) argv.insert(argv.end(), {"--set", s});
+    // KEY=VALUE goes through --set; a flag ("--resume=auto") as it is.
+    for (const std::string& s : sets) {
+      if (s.rfind("--", 0) == 0) {
+        argv.push_back(s);
+      } else {
+        argv.insert(argv.end(), {"--set", s});
+      }
+    }
     argv.insert(argv.end(), {"--metrics", metrics(tag), "--save-params", params(tag)});
     return run(argv, seconds(120), stop_when);
   }
@@ -361,7 +368,7 @@ TEST(CheckpointResume, StoppedRunResumesBitwiseAndTrainsEverySampleOnce) {
   expect_same_losses(ref, first, {1, 2, 3, 4}, "run with checkpoints");
 
   std::vector<std::string> resume = sets;
-  resume.push_back("train.resume=auto");
+  resume.push_back("--resume=auto");  // fulcrum train's flag for train.resume
   const RunResult b = job.train("b", resume);
   ASSERT_EQ(b.exit_code, 0) << b;
   EXPECT_NE(b.output.find("resuming from " + dir + "/step-00000003.ckpt"), std::string::npos) << b;

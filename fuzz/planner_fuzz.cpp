@@ -25,6 +25,11 @@ bool bounded(const CpWorkload& w) {
   return w.tokens >= 1 && w.tokens <= kMaxTokens && w.cp_size >= 1 && w.cp_size <= kMaxCpSize;
 }
 
+// Beyond validate_workload's documented bounds (workload.h).
+bool beyond_limits(const CpWorkload& w) {
+  return w.tokens > kMaxRowTokens || w.cp_size > kMaxGroupSize || w.block_size > kMaxBlockSize;
+}
+
 std::string describe(const CpWorkload& w, std::string_view strategy) {
   return std::string(strategy) + " on N=" + std::to_string(w.tokens) +
          " P=" + std::to_string(w.cp_size) + " B=" + std::to_string(w.block_size) +
@@ -94,11 +99,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (corrupt) fuzz::corrupt_workload(in, w);
   const bool known = cp::find_strategy(name) != nullptr;
 
-  // A corrupted N or P can still validate: validate_workload has no upper
-  // bound. Planning such a row asks for more memory than exists (and the
-  // work model's int64 sums overflow past ~2^32 tokens), so it is left out;
-  // docs/RELIABILITY.md (Fuzzing) records this as a finding.
-  if (validate_workload(w).is_ok() && !fuzz::bounded(w)) return 0;
+  // N, P and B beyond validate_workload's bounds (2^31, 2^20, 2^31) must be
+  // refused, and are sent: check_error expects kInvalidArgument for them. A
+  // corrupted N or P between the fuzz bounds and those (N = 2^31 - 1 or
+  // 2^31, P = 2^20) is a valid row that takes gigabytes to plan: not sent.
+  const bool valid = validate_workload(w).is_ok();
+  FUZZ_CHECK(!valid || !fuzz::beyond_limits(w),
+             "validate_workload accepted a workload beyond its bounds: " + fuzz::describe(w, name));
+  if (valid && !fuzz::bounded(w)) return 0;
   const Result<ShardPlan> first = cp::plan(name, w);
   if (fuzz::verbose()) {
     std::fprintf(

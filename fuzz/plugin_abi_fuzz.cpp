@@ -147,6 +147,19 @@ bool bounded(const CpWorkload& w) {
   return w.tokens >= 1 && w.tokens <= kMaxTokens && w.cp_size >= 1 && w.cp_size <= kMaxCpSize;
 }
 
+// Beyond validate_workload's documented bounds (workload.h).
+bool beyond_limits(const CpWorkload& w) {
+  return w.tokens > kMaxRowTokens || w.cp_size > kMaxGroupSize || w.block_size > kMaxBlockSize;
+}
+
+bool listed(const char* name, const char* const* names, std::int32_t count) {
+  if (name == nullptr) return false;
+  for (std::int32_t i = 0; i < count; ++i) {
+    if (std::strcmp(name, names[i]) == 0) return true;
+  }
+  return false;
+}
+
 void fuzz_plan_cp(FuzzInput& in, void* instance) {
   const fulcrum_plugin_v1& t = table();
   // Start from a plausible workload, then lie in the C fields.
@@ -219,10 +232,10 @@ void fuzz_plan_cp(FuzzInput& in, void* instance) {
   std::string name_storage;
   req.strategy = strategy_name(in, t.cp_strategies, t.num_cp_strategies, name_storage);
 
-  // validate_workload has no upper bound on N or P: a nonsense N that still
-  // validates makes every planner ask for more memory than exists, which
-  // ASan reports as a crash (in production it is FULCRUM_INTERNAL, "out of
-  // memory"). Such requests are not sent; docs/RELIABILITY.md records it.
+  // A request beyond validate_workload's bounds (N or B over 2^31, P over
+  // 2^20) is sent and must be refused as FULCRUM_INVALID_ARGUMENT (checked
+  // below). One between the fuzz bounds and those (N = 2^31 - 1 or 2^31) is
+  // valid and takes gigabytes to plan: not sent.
   const std::optional<CpWorkload> sent = described(req, docs.get(), offsets.get(), kv.get());
   if (sent && validate_workload(*sent).is_ok() && !bounded(*sent)) return;
 
@@ -251,6 +264,13 @@ void fuzz_plan_cp(FuzzInput& in, void* instance) {
     if (status == FULCRUM_INTERNAL && sent && plan_init.struct_size >= sizeof(fulcrum_cp_plan)) {
       FUZZ_CHECK(false, std::string("plan_cp: FULCRUM_INTERNAL on a bounded request: ") +
                             t.last_error(instance));
+    }
+    // A known strategy refuses a row beyond the bounds as the caller's error.
+    if (sent && beyond_limits(*sent) &&
+        listed(req.strategy, t.cp_strategies, t.num_cp_strategies)) {
+      FUZZ_CHECK(status == FULCRUM_INVALID_ARGUMENT,
+                 "plan_cp: status " + std::to_string(status) +
+                     " for a request beyond the bounds: " + t.last_error(instance));
     }
     return;
   }

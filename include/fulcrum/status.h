@@ -7,7 +7,9 @@
 #pragma once
 
 #include <cassert>
+#include <cstddef>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 
@@ -49,6 +51,34 @@ inline Status unsupported(std::string message) {
 inline Status not_found(std::string message) { return {StatusCode::kNotFound, std::move(message)}; }
 inline Status internal_error(std::string message) {
   return {StatusCode::kInternal, std::move(message)};
+}
+
+// User-supplied text (a name, a key, a value) as quoted in a message:
+// 'text', with line breaks, tabs and every other control character escaped
+// (\n, \r, \t, \xHH) so that the message stays one line, and cut after
+// max_bytes with "...".
+inline std::string quote_text(std::string_view text, std::size_t max_bytes = 80) {
+  constexpr char kHex[] = "0123456789abcdef";
+  std::string out = "'";
+  for (const char c : text.substr(0, max_bytes)) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (byte < 0x20 || byte == 0x7f) {
+      out += "\\x";
+      out += kHex[byte >> 4];
+      out += kHex[byte & 0xf];
+    } else {
+      out += c;
+    }
+  }
+  if (text.size() > max_bytes) out += "...";
+  out += "'";
+  return out;
 }
 
 template <typename T>

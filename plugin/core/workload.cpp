@@ -14,8 +14,8 @@ Result<std::int64_t> parse_int(std::string_view text, std::string_view what) {
   const auto* end = text.data() + text.size();
   const auto [ptr, ec] = std::from_chars(text.data(), end, value);
   if (text.empty() || ec != std::errc() || ptr != end) {
-    return invalid_argument("mask " + std::string(what) + " '" + std::string(text) +
-                            "' is not an integer");
+    return invalid_argument("mask " + std::string(what) + " " + quote_text(text) +
+                            " is not an integer");
   }
   return value;
 }
@@ -69,11 +69,27 @@ Status validate_workload(const CpWorkload& w) {
   if (w.tokens < 1) {
     return invalid_argument("row has " + str(w.tokens) + " tokens; a row needs at least 1 token");
   }
+  if (w.tokens > kMaxRowTokens) {
+    return invalid_argument("row has " + str(w.tokens) + " tokens, more than the " +
+                            str(kMaxRowTokens) +
+                            " (2^31) fulcrum plans; split it into rows of at most 2^31 tokens");
+  }
   if (w.cp_size < 1) {
     return invalid_argument("cp_size is " + str(w.cp_size) + "; it must be at least 1");
   }
+  if (w.cp_size > kMaxGroupSize) {
+    return invalid_argument("cp_size is " + str(w.cp_size) + ", more than the " +
+                            str(kMaxGroupSize) +
+                            " (2^20) ranks fulcrum plans for; use a smaller "
+                            "CP group");
+  }
   if (w.block_size < 1) {
     return invalid_argument("block_size is " + str(w.block_size) + "; it must be at least 1");
+  }
+  if (w.block_size > kMaxBlockSize) {
+    return invalid_argument("block_size is " + str(w.block_size) + ", more than " +
+                            str(kMaxBlockSize) +
+                            " (2^31); use the attention kernel's tile edge, e.g. 128");
   }
   if (!w.doc_lengths.empty()) {
     std::int64_t sum = 0;
@@ -126,19 +142,19 @@ Result<MaskSpec> parse_mask(std::string_view text) {
     if (!value) return value.status();
     if (head == "sliding") {
       if (*value < 1) {
-        return invalid_argument("mask '" + std::string(text) + "' has window " + str(*value) +
+        return invalid_argument("mask " + quote_text(text) + " has window " + str(*value) +
                                 "; use sliding:W with W >= 1");
       }
       return MaskSpec::sliding(*value);
     }
     if (*value < 0) {
-      return invalid_argument("mask '" + std::string(text) + "' has prefix length " + str(*value) +
+      return invalid_argument("mask " + quote_text(text) + " has prefix length " + str(*value) +
                               "; use prefix:L with L >= 0");
     }
     return MaskSpec::prefix(*value);
   }
-  return invalid_argument("unknown mask '" + std::string(text) +
-                          "'; use causal, full, sliding:W or prefix:L");
+  return invalid_argument("unknown mask " + quote_text(text) +
+                          "; use causal, full, sliding:W or prefix:L");
 }
 
 std::string mask_to_string(const MaskSpec& mask) {

@@ -86,8 +86,7 @@ std::optional<std::string> inapplicable_reason(std::string_view name, const CpWo
 Result<ShardPlan> plan(std::string_view name, const CpWorkload& workload) {
   const StrategyInfo* info = find_strategy(name);
   if (info == nullptr) {
-    return not_found("unknown CP strategy '" + std::string(name) +
-                     "'; use one of: " + known_names());
+    return not_found("unknown CP strategy " + quote_text(name) + "; use one of: " + known_names());
   }
   return info->plan(workload);
 }

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "fulcrum/core/workload.h"
 #include "strategies/dp_strategies.h"
 
 namespace fulcrum::dp {
@@ -68,10 +69,23 @@ Status validate_request(const DpRequest& request) {
                               std::to_string(request.lengths[i]) +
                               "; every sample length must be >= 1 token");
     }
+    if (request.lengths[i] > kMaxRowTokens) {
+      return invalid_argument("dp request: lengths[" + std::to_string(i) + "] is " +
+                              std::to_string(request.lengths[i]) + ", more than the " +
+                              std::to_string(kMaxRowTokens) +
+                              " (2^31) tokens of the longest row fulcrum plans; split or "
+                              "truncate the sample");
+    }
   }
   if (request.num_ranks < 1) {
     return invalid_argument("dp request: num_ranks is " + std::to_string(request.num_ranks) +
                             "; pass at least one data-parallel rank");
+  }
+  if (request.num_ranks > kMaxGroupSize) {
+    return invalid_argument("dp request: num_ranks is " + std::to_string(request.num_ranks) +
+                            ", more than the " + std::to_string(kMaxGroupSize) +
+                            " (2^20) ranks fulcrum partitions for; use a smaller "
+                            "data-parallel group");
   }
   if (request.cost.kind != CostKind::kTokens && request.cost.kind != CostKind::kAttention) {
     return invalid_argument("dp request: cost kind " +
@@ -90,8 +104,8 @@ Status validate_request(const DpRequest& request) {
 Result<DpPartition> partition(std::string_view name, const DpRequest& request) {
   const StrategyInfo* info = find_strategy(name);
   if (info == nullptr) {
-    return not_found("dp strategy '" + std::string(name) +
-                     "' does not exist; known: " + known_names());
+    return not_found("dp strategy " + quote_text(name) +
+                     " does not exist; known: " + known_names());
   }
   return info->partition(request);
 }

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 #include <random>
 
@@ -117,6 +118,50 @@ TEST(Workload, RejectsBadFieldsWithTheValue) {
   EXPECT_TRUE(validate_workload(w).is_ok());
 }
 
+// The documented bounds (workload.h): N and B up to 2^31, P up to 2^20. Past
+// them a 2^33-token causal row overflowed the work model's pair count and
+// planners asked for more memory than exists; now the caller hears why.
+TEST(Workload, RefusesRowsAndGroupsBeyondTheBounds) {
+  EXPECT_EQ(kMaxRowTokens, std::int64_t{1} << 31);
+  EXPECT_EQ(kMaxBlockSize, std::int64_t{1} << 31);
+  EXPECT_EQ(kMaxGroupSize, std::int64_t{1} << 20);
+
+  // Validation only: nothing of the row's size is allocated.
+  auto w = row(std::int64_t{1} << 33, {}, MaskSpec::causal(), 128, 8);
+  Status s = validate_workload(w);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            "row has 8589934592 tokens, more than the 2147483648 (2^31) fulcrum plans; split it "
+            "into rows of at most 2^31 tokens");
+  w.doc_lengths = {std::int64_t{1} << 32, std::int64_t{1} << 32};  // consistent documents too
+  EXPECT_EQ(validate_workload(w).code(), StatusCode::kInvalidArgument);
+  w = row(kMaxRowTokens + 1, {}, MaskSpec::full(), 128, 8);
+  EXPECT_NE(validate_workload(w).message().find("2147483649 tokens"), std::string::npos);
+  w = row(kMaxRowTokens, {}, MaskSpec::causal(), 128, 8);
+  EXPECT_TRUE(validate_workload(w).is_ok()) << validate_workload(w).message();
+
+  w = row(1024, {}, MaskSpec::causal(), 128, static_cast<std::int32_t>(kMaxGroupSize + 1));
+  s = validate_workload(w);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("cp_size is 1048577, more than the 1048576 (2^20)"), std::string::npos)
+      << s.message();
+  w.cp_size = std::numeric_limits<std::int32_t>::max();
+  EXPECT_EQ(validate_workload(w).code(), StatusCode::kInvalidArgument);
+  w.cp_size = static_cast<std::int32_t>(kMaxGroupSize);
+  EXPECT_TRUE(validate_workload(w).is_ok());
+
+  w = row(1024, {}, MaskSpec::causal(), kMaxBlockSize + 1, 2);
+  s = validate_workload(w);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("block_size is 2147483649, more than 2147483648 (2^31)"),
+            std::string::npos)
+      << s.message();
+  w.block_size = std::numeric_limits<std::int64_t>::max();
+  EXPECT_EQ(validate_workload(w).code(), StatusCode::kInvalidArgument);
+  w.block_size = kMaxBlockSize;
+  EXPECT_TRUE(validate_workload(w).is_ok());
+}
+
 TEST(Workload, RejectsMalformedBlockSparse) {
   auto w = row(8, {}, MaskSpec::causal(), 4, 2);
   w.mask.kind = MaskKind::kBlockSparse;
@@ -143,6 +188,26 @@ TEST(Mask, ParsesEveryKindAndRejectsTheRest) {
     EXPECT_FALSE(m.is_ok()) << bad;
   }
   EXPECT_EQ(mask_to_string(*parse_mask("sliding:7")), "sliding:7");
+}
+
+TEST(Mask, QuotesWhatItRefusesOnOneLine) {
+  auto m = parse_mask("cau\nsal");
+  ASSERT_FALSE(m.is_ok());
+  EXPECT_EQ(m.status().message(),
+            "unknown mask 'cau\\nsal'; use causal, full, sliding:W or prefix:L");
+  m = parse_mask("sliding:1\r\n");
+  ASSERT_FALSE(m.is_ok());
+  EXPECT_EQ(m.status().message(), "mask window '1\\r\\n' is not an integer");
+}
+
+TEST(QuoteText, EscapesControlCharactersAndCutsLongText) {
+  EXPECT_EQ(quote_text("balanced"), "'balanced'");
+  EXPECT_EQ(quote_text(""), "''");
+  EXPECT_EQ(quote_text("a\nb\rc\td"), "'a\\nb\\rc\\td'");
+  EXPECT_EQ(quote_text(std::string("x\0y\x1b\x7f", 5)), "'x\\x00y\\x1b\\x7f'");
+  EXPECT_EQ(quote_text("caf\xc3\xa9"), "'caf\xc3\xa9'");  // UTF-8 passes through
+  EXPECT_EQ(quote_text("abcdef", 3), "'abc...'");
+  EXPECT_EQ(quote_text(std::string(200, '\n')).find('\n'), std::string::npos);
 }
 
 TEST(WorkModel, MatchesBruteForceOnRandomPlans) {

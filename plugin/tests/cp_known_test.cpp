@@ -76,6 +76,33 @@ TEST(CpRegistryTest, UnknownNameIsNotFoundAndListsTheKnownNames) {
   }
 }
 
+TEST(CpRegistryTest, UnknownNameIsQuotedOnOneLine) {
+  const Result<ShardPlan> plan = cp::plan("bal\nanced", causal_row(16, 2));
+  ASSERT_FALSE(plan.is_ok());
+  EXPECT_EQ(plan.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(plan.status().message().find('\n'), std::string::npos);
+  EXPECT_EQ(plan.status().message().rfind("unknown CP strategy 'bal\\nanced'; use one of: ", 0), 0u)
+      << plan.status().message();
+}
+
+// Every strategy refuses a row beyond validate_workload's bounds with a
+// Result, before allocating anything: one causal document of 2^33 tokens
+// once overflowed the pair count, and longer rows threw std::bad_alloc.
+TEST(CpRegistryTest, RowsBeyondTheBoundsAreRefusedByEveryStrategy) {
+  CpWorkload w = causal_row(std::int64_t{1} << 33, 8, 128);
+  for (const StrategyInfo& info : strategies()) {
+    const Result<ShardPlan> plan = cp::plan(info.name, w);
+    ASSERT_FALSE(plan.is_ok()) << info.name;
+    EXPECT_EQ(plan.status().code(), StatusCode::kInvalidArgument) << info.name;
+    EXPECT_NE(plan.status().message().find("8589934592 tokens"), std::string::npos)
+        << info.name << ": " << plan.status().message();
+  }
+  w = causal_row(1024, 8, std::int64_t{1} << 40);
+  for (const StrategyInfo& info : strategies()) {
+    EXPECT_EQ(cp::plan(info.name, w).status().code(), StatusCode::kInvalidArgument) << info.name;
+  }
+}
+
 TEST(CpRegistryTest, PlanDispatchesByName) {
   const CpWorkload w = causal_row(64, 4, 16);
   for (const StrategyInfo& info : strategies()) {

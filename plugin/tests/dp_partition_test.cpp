@@ -430,6 +430,27 @@ std::vector<BadInput> bad_inputs() {
   DpRequest negative_ranks = no_ranks;
   negative_ranks.num_ranks = -3;
   cases.push_back({"negative ranks", negative_ranks, StatusCode::kInvalidArgument, {"-3"}});
+  // The bounds shared with CP workloads (fulcrum/core/workload.h).
+  DpRequest long_sample;
+  long_sample.lengths = {4, (std::int64_t{1} << 31) + 1};
+  cases.push_back({"sample longer than 2^31",
+                   long_sample,
+                   StatusCode::kInvalidArgument,
+                   {"lengths[1] is 2147483649", "2147483648 (2^31)"}});
+  DpRequest huge_sample = long_sample;
+  huge_sample.lengths[1] = std::numeric_limits<std::int64_t>::max();
+  cases.push_back(
+      {"sample of int64 max", huge_sample, StatusCode::kInvalidArgument, {"9223372036854775807"}});
+  DpRequest many_ranks;
+  many_ranks.lengths = {1, 2};
+  many_ranks.num_ranks = (1 << 20) + 1;
+  cases.push_back({"more ranks than 2^20",
+                   many_ranks,
+                   StatusCode::kInvalidArgument,
+                   {"num_ranks is 1048577", "1048576 (2^20)"}});
+  DpRequest int32_ranks = many_ranks;
+  int32_ranks.num_ranks = std::numeric_limits<std::int32_t>::max();
+  cases.push_back({"int32 max ranks", int32_ranks, StatusCode::kInvalidArgument, {"2147483647"}});
   DpRequest nan_a;
   nan_a.lengths = {1, 2};
   nan_a.cost = {CostKind::kAttention, std::nan("")};
@@ -459,6 +480,41 @@ TEST(DpPartition, BadInputsAreRefusedWithTheValue) {
       EXPECT_EQ(result.status().message().find('\n'), std::string::npos);
     }
   }
+}
+
+TEST(DpPartition, TheBoundsThemselvesAreAccepted) {
+  DpRequest request;
+  request.lengths = {std::int64_t{1} << 31, 1, std::int64_t{1} << 31};
+  request.num_ranks = 2;
+  request.cost = {CostKind::kAttention, kDefaultAttentionA};
+  EXPECT_TRUE(validate_request(request).is_ok());
+  for (const char* name : kAllStrategies) {
+    Result<DpPartition> result = partition(name, request);
+    ASSERT_TRUE(result.is_ok()) << name << ": " << result.status().message();
+    ASSERT_EQ(result->ranks.size(), 2u) << name;
+    std::vector<std::int64_t> samples;
+    double total = 0.0;
+    for (std::size_t r = 0; r < 2; ++r) {
+      samples.insert(samples.end(), result->ranks[r].begin(), result->ranks[r].end());
+      EXPECT_TRUE(std::isfinite(result->cost[r])) << name;
+      total += result->cost[r];
+    }
+    std::sort(samples.begin(), samples.end());
+    EXPECT_EQ(samples, (std::vector<std::int64_t>{0, 1, 2})) << name;
+    EXPECT_DOUBLE_EQ(total, 2 * request.cost(std::int64_t{1} << 31) + request.cost(1)) << name;
+  }
+}
+
+TEST(DpPartition, UnknownStrategyNameIsQuotedOnOneLine) {
+  DpRequest request;
+  request.lengths = {1};
+  Result<DpPartition> result = partition("l\npt", request);
+  ASSERT_FALSE(result.is_ok());
+  EXPECT_EQ(result.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(result.status().message().find('\n'), std::string::npos);
+  EXPECT_NE(result.status().message().find("dp strategy 'l\\npt' does not exist"),
+            std::string::npos)
+      << result.status().message();
 }
 
 TEST(DpPartition, UnknownStrategyListsTheKnownOnes) {

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "fulcrum/core/workload.h"
 #include "fulcrum/host/config.h"
 #include "fulcrum/host/log.h"
 #include "fulcrum/load_balancer.h"
@@ -22,12 +23,15 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitInternal = 1;
 inline constexpr int kExitUsage = 2;
 
-// Largest row the CLI plans. A plan stores 8 bytes per position, so a row of
-// 2^31 tokens already needs 16 GiB; anything longer is a typo, not a workload.
-inline constexpr std::int64_t kMaxTokens = std::int64_t{1} << 31;
-// Largest CP or DP group; far beyond any real job, small enough that a plan's
-// padding (up to P-1 positions) stays cheap.
-inline constexpr std::int64_t kMaxRanks = std::int64_t{1} << 20;
+// Largest row (and block size) the CLI plans: validate_workload's bound. A
+// plan stores 8 bytes per position, so a row of 2^31 tokens already needs
+// 16 GiB; anything longer is a typo, not a workload.
+inline constexpr std::int64_t kMaxTokens = kMaxRowTokens;
+static_assert(kMaxBlockSize == kMaxTokens, "--block-size is parsed with the row bound");
+// Largest CP or DP group (validate_workload's and the DP check's bound); far
+// beyond any real job, small enough that a plan's padding (up to P-1
+// positions) stays cheap.
+inline constexpr std::int64_t kMaxRanks = kMaxGroupSize;
 
 // Bad input: printed as "fulcrum <command>: <message>" with exit code 2. The
 // message says what is wrong and what to do. Thrown only inside the CLI and

@@ -144,14 +144,14 @@ int dp_main(const std::vector<std::string>& args) {
           given.count("strategy")
               ? ""
               : " (balancer.dp.strategy, " + config.origin("balancer.dp.strategy") + ")";
-      throw UsageError("unknown DP strategy '" + one_line(strategy) + "'" + from + "; balancer '" +
+      throw UsageError("unknown DP strategy " + quote_text(strategy) + from + "; balancer '" +
                        loaded.balancer->name() + "' offers " + join(strategies, ", "));
     }
     // The built-in balancer: what it has stands in for what was asked, as
     // the CP selector does; "auto" with no plugin simply means that.
     if (strategy != "auto") {
-      log(host::LogLevel::kWarning, "DP strategy '" + strategy +
-                                        "' needs the fulcrum plugin, which is not loaded; using " +
+      log(host::LogLevel::kWarning, "DP strategy " + quote_text(strategy) +
+                                        " needs the fulcrum plugin, which is not loaded; using " +
                                         strategies.front());
     }
     strategy = strategies.front();
@@ -163,7 +163,8 @@ int dp_main(const std::vector<std::string>& args) {
     if (code == StatusCode::kInvalidArgument || code == StatusCode::kNotFound) {
       throw UsageError(result.status().message());
     }
-    throw std::runtime_error("DP strategy '" + strategy + "' failed: " + result.status().message());
+    throw std::runtime_error("DP strategy " + quote_text(strategy) +
+                             " failed: " + result.status().message());
   }
   DpPartition part = std::move(result).value();
   if (part.strategy.empty()) part.strategy = strategy;

@@ -331,7 +331,7 @@ int plan_main(const std::vector<std::string>& args) {
           given.count("strategy")
               ? ""
               : " (balancer.cp.strategy, " + config.origin("balancer.cp.strategy") + ")";
-      throw UsageError("unknown CP strategy '" + one_line(strategy) + "'" + from + "; balancer '" +
+      throw UsageError("unknown CP strategy " + quote_text(strategy) + from + "; balancer '" +
                        loaded.balancer->name() + "' offers " + known);
     }
     if (!contains(strategies, fallback)) {

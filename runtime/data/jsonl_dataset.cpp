@@ -40,6 +40,14 @@ Result<JsonlDataset> JsonlDataset::open(const std::string& path) {
       return invalid_argument(where + ":" + std::to_string(e.byte) + ": invalid JSON (" +
                               parse_error_reason(e.what()) +
                               "); expected a list of token ids like [1, 2, 3]");
+    } catch (const nlohmann::json::exception& e) {
+      // A number too large for a double (e.g. 1E400) is out_of_range, not a
+      // parse_error (found by fuzz/).
+      const std::string what = e.what();
+      const auto tag_end = what.find("] ");
+      return invalid_argument(where + ": invalid JSON (" +
+                              (tag_end == std::string::npos ? what : what.substr(tag_end + 2)) +
+                              "); expected a list of token ids like [1, 2, 3]");
     }
     if (!value.is_array()) {
       return invalid_argument(where + ": found a JSON " + std::string(value.type_name()) +

@@ -26,8 +26,8 @@ class BuiltinBalancer final : public LoadBalancer {
 
   Result<ShardPlan> plan_cp(std::string_view strategy, const CpWorkload& workload) override {
     if (strategy != kContiguous) {
-      return not_found("the built-in balancer has no CP strategy '" + std::string(strategy) +
-                       "'; it knows only 'contiguous' (load the fulcrum plugin for more)");
+      return not_found("the built-in balancer has no CP strategy " + quote_text(strategy) +
+                       "; it knows only 'contiguous' (load the fulcrum plugin for more)");
     }
     if (Status s = validate_workload(workload); !s) return s;
 
@@ -49,8 +49,8 @@ class BuiltinBalancer final : public LoadBalancer {
 
   Result<DpPartition> partition_dp(std::string_view strategy, const DpRequest& request) override {
     if (strategy != kRoundRobin) {
-      return not_found("the built-in balancer has no DP strategy '" + std::string(strategy) +
-                       "'; it knows only 'round_robin' (load the fulcrum plugin for more)");
+      return not_found("the built-in balancer has no DP strategy " + quote_text(strategy) +
+                       "; it knows only 'round_robin' (load the fulcrum plugin for more)");
     }
     if (request.num_ranks < 1) {
       return invalid_argument("DP request has num_ranks " + std::to_string(request.num_ranks) +

@@ -6,6 +6,7 @@
 // at load time, and stored normalised, so the typed accessors cannot fail on
 // user input; they only reject programming errors (a key outside the schema).
 
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -46,20 +47,16 @@ std::string join(const std::vector<std::string>& items, std::string_view separat
   return out;
 }
 
-// A value as quoted in a message: one line, bounded length.
-std::string quote_value(std::string_view value) {
-  std::string out = "'";
-  for (char c : value.substr(0, 80)) {
-    if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\r' || c == '\t') {
-      out += ' ';
-    } else {
-      out += c;
-    }
-  }
-  if (value.size() > 80) out += "...";
-  return out + "'";
+// A value as quoted in a message: one line (control characters escaped),
+// bounded length.
+std::string quote_value(std::string_view value) { return quote_text(value); }
+
+// Text shown unquoted in a message (a file name before ":LINE:COL", a
+// yaml-cpp message that may carry a character of the input): escaped the same
+// way, never cut.
+std::string one_line(std::string_view text) {
+  const std::string quoted = quote_text(text, text.size());
+  return quoted.substr(1, quoted.size() - 2);
 }
 
 // What a key accepts, as in "parallel.cp_size must be <this>".
@@ -190,7 +187,7 @@ std::vector<std::string> children(const ConfigSchema& schema, const std::string&
 }
 
 Status unknown_key(const std::string& where, const std::string& path, const ConfigSchema& schema) {
-  std::string message = where + ": unknown key '" + path + "'";
+  std::string message = where + ": unknown key " + quote_value(path);
   const std::string suggestion = schema.nearest(path);
   if (!suggestion.empty()) {
     message += "; did you mean '" + suggestion + "'?";
@@ -219,6 +216,71 @@ const char* node_kind(const YAML::Node& node) {
   }
 }
 
+// FILE:LINE:COL of a mark, or FILE when the mark is unknown.
+std::string where(const std::string& file, const YAML::Mark& mark) {
+  if (mark.line < 0 || mark.column < 0) return file;
+  return file + ":" + std::to_string(mark.line + 1) + ":" + std::to_string(mark.column + 1);
+}
+
+// Where each document of a stream starts, from the parser's events alone
+// (no nodes are built).
+class DocumentStarts final : public YAML::EventHandler {
+ public:
+  std::vector<YAML::Mark> marks;
+  void OnDocumentStart(const YAML::Mark& mark) override { marks.push_back(mark); }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
+struct DocumentCount {
+  std::size_t count = 0;
+  bool stuck = false;  // the parser stopped consuming input at `mark`
+  YAML::Mark mark;     // where the second document starts, or where it stuck
+};
+
+// How many documents a stream holds. yaml-cpp 0.7 (Debian 12) cannot get
+// past some malformed streams (a file holding just ","): its parser then
+// reports one empty document after another, all starting at the same mark,
+// and YAML::LoadAll collects them until memory runs out (jbeder/yaml-cpp#1040,
+// fixed upstream after 0.8.0). Here a document that starts where the
+// previous one did ends the count as `stuck`. Throws YAML::Exception on a
+// syntax error, as YAML::Load would.
+DocumentCount count_documents(const std::string& yaml) {
+  std::istringstream stream(yaml);
+  YAML::Parser parser(stream);
+  DocumentStarts starts;
+  DocumentCount result;
+  // Every document that makes progress consumes at least one byte, so a
+  // stream of n bytes holds at most n + 1 of them; the bound is a second
+  // guard against a parser that loops.
+  while (starts.marks.size() <= yaml.size() + 1 && parser.HandleNextDocument(starts)) {
+    const auto& m = starts.marks;
+    if (m.size() >= 2 && m[m.size() - 1].pos == m[m.size() - 2].pos) {
+      result.count = m.size() - 1;
+      result.stuck = true;
+      result.mark = m.back();
+      return result;
+    }
+  }
+  result.count = starts.marks.size();
+  if (result.count > yaml.size() + 1) {
+    result.stuck = true;
+    result.mark = starts.marks.back();
+  } else if (result.count > 1) {
+    result.mark = starts.marks[1];
+  }
+  return result;
+}
+
 struct Value {
   std::string value;
   std::string origin;
@@ -240,10 +302,7 @@ class YamlWalker {
   }
 
  private:
-  std::string where(const YAML::Mark& mark) const {
-    if (mark.line < 0 || mark.column < 0) return name_;
-    return name_ + ":" + std::to_string(mark.line + 1) + ":" + std::to_string(mark.column + 1);
-  }
+  std::string where(const YAML::Mark& mark) const { return host::where(name_, mark); }
 
   // A null value node ("key:" with nothing after it) carries no mark, or the
   // mark of whatever follows it; point at its key then.
@@ -263,7 +322,7 @@ class YamlWalker {
       const std::string path = prefix.empty() ? key.Scalar() : prefix + "." + key.Scalar();
       const std::string here = where(key.Mark());
       if (auto [previous, fresh] = seen_.emplace(path, here); !fresh) {
-        return invalid_argument(here + ": duplicate key '" + path + "' (first set at " +
+        return invalid_argument(here + ": duplicate key " + quote_value(path) + " (first set at " +
                                 previous->second + "); keep one of them");
       }
       if (const KeySpec* spec = schema_.find(path)) {
@@ -398,28 +457,32 @@ bool Config::is_set(const std::string& key) const {
 Result<Config> load_config_string(const std::string& yaml, const std::string& name,
                                   const std::vector<std::string>& overrides,
                                   const ConfigSchema& schema) {
-  const std::string file = name.empty() ? "<config>" : name;
+  const std::string file = name.empty() ? "<config>" : one_line(name);
   Values values;
   try {
-    const std::vector<YAML::Node> documents = YAML::LoadAll(yaml);
-    if (documents.size() > 1) {
-      const YAML::Mark mark = documents[1].Mark();
-      return invalid_argument(file + (mark.line >= 0 ? ":" + std::to_string(mark.line + 1) : "") +
-                              ": the file holds " + std::to_string(documents.size()) +
+    // Never YAML::LoadAll on user text: see count_documents.
+    const DocumentCount documents = count_documents(yaml);
+    if (documents.stuck) {
+      const std::size_t at = documents.mark.pos;
+      const bool comma = at < yaml.size() && yaml[at] == ',';
+      return invalid_argument(where(file, documents.mark) + ": malformed YAML: " +
+                              (comma ? std::string("',' outside a flow collection ([...] or {...})")
+                                     : std::string("a document that the parser cannot read past")) +
+                              "; fix the syntax (indent with spaces, 'key: value')");
+    }
+    if (documents.count > 1) {
+      return invalid_argument(where(file, documents.mark) + ": the file holds " +
+                              std::to_string(documents.count) +
                               " YAML documents; keep one (remove the extra '---')");
     }
-    if (!documents.empty()) {
+    if (documents.count == 1) {
       YamlWalker walker(file, schema, values);
-      if (Status s = walker.walk_top(documents.front()); !s) return s;
+      if (Status s = walker.walk_top(YAML::Load(yaml)); !s) return s;
     }
   } catch (const YAML::Exception& e) {
     // yaml-cpp's what() spans a "yaml-cpp: error at line..." prefix; rebuild
     // the line in our own FILE:LINE:COL form from its mark and bare message.
-    std::string where = file;
-    if (e.mark.line >= 0) {
-      where += ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1);
-    }
-    return invalid_argument(where + ": malformed YAML: " + e.msg +
+    return invalid_argument(where(file, e.mark) + ": malformed YAML: " + one_line(e.msg) +
                             "; fix the syntax (indent with spaces, 'key: value')");
   }
   for (const auto& text : overrides) {
@@ -439,16 +502,17 @@ Result<Config> load_config(const std::string& path, const std::vector<std::strin
   std::error_code ec;
   const auto status = std::filesystem::status(path, ec);
   if (!std::filesystem::exists(status)) {
-    return not_found("config file '" + path +
-                     "' not found; check the path, or leave out --config to use the defaults");
+    return not_found("config file " + quote_text(path, path.size()) +
+                     " not found; check the path, or leave out --config to use the defaults");
   }
   if (std::filesystem::is_directory(status)) {
-    return invalid_argument("config file '" + path + "' is a directory; give a YAML file");
+    return invalid_argument("config file " + quote_text(path, path.size()) +
+                            " is a directory; give a YAML file");
   }
   std::ifstream in(path, std::ios::binary);
   if (!in.is_open()) {
-    return invalid_argument("config file '" + path +
-                            "' could not be opened; check its permissions");
+    return invalid_argument("config file " + quote_text(path, path.size()) +
+                            " could not be opened; check its permissions");
   }
   std::ostringstream text;
   text << in.rdbuf();

@@ -263,12 +263,12 @@ Result<CostModel> parse_cost_model(std::string_view text) {
     const auto [end, ec] = std::from_chars(number.data(), number.data() + number.size(), a);
     if (number.empty() || ec != std::errc() || end != number.data() + number.size() ||
         !std::isfinite(a) || a < 0.0) {
-      return invalid_argument("cost model '" + std::string(text) +
-                              "' needs a number A >= 0 after 'attention:'" + what);
+      return invalid_argument("cost model " + quote_text(text) +
+                              " needs a number A >= 0 after 'attention:'" + what);
     }
     return CostModel{CostKind::kAttention, a};
   }
-  return invalid_argument("unknown cost model '" + std::string(text) + "'" + what);
+  return invalid_argument("unknown cost model " + quote_text(text) + what);
 }
 
 std::string cost_model_to_string(const CostModel& cost) {

@@ -374,8 +374,8 @@ class PluginBalancer final : public LoadBalancer {
       if (Status s = copy_plan(answer, workload, name, plan); !s) return s;
     }
     if (Status s = validate_plan(workload, plan); !s) {
-      return internal_error("plugin '" + name_ + "' strategy '" + name +
-                            "' returned an invalid plan: " + s.message());
+      return internal_error("plugin '" + name_ + "' strategy " + quote_text(name) +
+                            " returned an invalid plan: " + s.message());
     }
     if (plan.work.empty()) plan.work = compute_work(workload, plan);
     return plan;
@@ -417,7 +417,7 @@ class PluginBalancer final : public LoadBalancer {
     }
 
     const std::string bad =
-        "plugin '" + name_ + "' strategy '" + name + "' returned an invalid partition: ";
+        "plugin '" + name_ + "' strategy " + quote_text(name) + " returned an invalid partition: ";
     if (result.num_ranks != request.num_ranks) {
       return internal_error(bad + "it has " + std::to_string(result.num_ranks) +
                             " ranks, the request asked for " + std::to_string(request.num_ranks));
@@ -483,8 +483,14 @@ class PluginBalancer final : public LoadBalancer {
   // Call with mutex_ held: last_error describes the instance's latest call.
   Status plugin_failure(fulcrum_status status, const std::string& strategy) const {
     const char* text = table_->last_error(instance_.get());
-    std::string message = "plugin '" + name_ + "' strategy '" + strategy + "': " +
-                          (text != nullptr && text[0] != '\0' ? text : "failed without a message");
+    // The plugin's text is quoted unchecked elsewhere; keep it one line here.
+    std::string said = "failed without a message";
+    if (text != nullptr && text[0] != '\0') {
+      const std::string_view view(text);
+      said = quote_text(view, view.size());
+      said = said.substr(1, said.size() - 2);
+    }
+    std::string message = "plugin '" + name_ + "' strategy " + quote_text(strategy) + ": " + said;
     switch (status) {
       case FULCRUM_INVALID_ARGUMENT:
         return invalid_argument(std::move(message));
@@ -505,7 +511,7 @@ class PluginBalancer final : public LoadBalancer {
   Status copy_plan(const fulcrum_cp_plan& answer, const CpWorkload& workload,
                    const std::string& strategy, ShardPlan& plan) const {
     const std::string bad =
-        "plugin '" + name_ + "' strategy '" + strategy + "' returned an invalid plan: ";
+        "plugin '" + name_ + "' strategy " + quote_text(strategy) + " returned an invalid plan: ";
     if (answer.cp_size != workload.cp_size) {
       return internal_error(bad + "cp_size " + std::to_string(answer.cp_size) +
                             ", the workload has cp_size " + std::to_string(workload.cp_size));

@@ -38,7 +38,8 @@ void warn(const LogFn& log, const std::string& message) {
 Status finish_plan(const CpWorkload& workload, const std::string& asked, ShardPlan& plan) {
   if (plan.strategy_used.empty()) plan.strategy_used = asked;
   if (Status s = validate_plan(workload, plan); !s) {
-    return internal_error("strategy '" + asked + "' returned an invalid plan: " + s.message());
+    return internal_error("strategy " + quote_text(asked) +
+                          " returned an invalid plan: " + s.message());
   }
   if (plan.work.size() != static_cast<std::size_t>(plan.cp_size)) {
     plan.work = compute_work(workload, plan);
@@ -112,10 +113,10 @@ Result<ShardPlan> CpSelector::plan(const CpWorkload& workload) {
       }
       failure = finished.message();
     }
-    warn(options_.log, "fallback CP strategy '" + fallback + "' failed: " + failure +
+    warn(options_.log, "fallback CP strategy " + quote_text(fallback) + " failed: " + failure +
                            "; serving this batch with the built-in contiguous sharding (check "
                            "the fallback setting)");
-    return serve_builtin(reason + "; fallback '" + fallback + "' failed: " + failure);
+    return serve_builtin(reason + "; fallback " + quote_text(fallback) + " failed: " + failure);
   };
 
   const std::string preferred = options_.preferred;
@@ -134,16 +135,16 @@ Result<ShardPlan> CpSelector::plan(const CpWorkload& workload) {
       if (balancer_ == builtin_) {
         // No plugin is loaded (its loader already said why): a fulcrum
         // strategy name is not a user error here, only unavailable.
-        return serve_builtin("strategy '" + preferred +
-                             "' needs the fulcrum plugin, which is not loaded");
+        return serve_builtin("strategy " + quote_text(preferred) +
+                             " needs the fulcrum plugin, which is not loaded");
       }
-      return invalid_argument("unknown CP strategy '" + preferred + "' for balancer '" +
+      return invalid_argument("unknown CP strategy " + quote_text(preferred) + " for balancer '" +
                               balancer_->name() +
                               "'; known strategies: " + join(balancer_->cp_strategies()));
     default:
       break;
   }
-  warn(options_.log, "CP strategy '" + preferred + "' of balancer '" + balancer_->name() +
+  warn(options_.log, "CP strategy " + quote_text(preferred) + " of balancer '" + balancer_->name() +
                          "' failed: " + failure.message() +
                          "; serving this batch with the built-in contiguous sharding");
   return serve_builtin("plugin failed: " + failure.message());

@@ -251,6 +251,62 @@ TEST(ConfigTest, MalformedYamlReportsLineAndColumn) {
   EXPECT_TRUE(Contains(tabs, "test.yaml:3:"));
 }
 
+// yaml-cpp 0.7's YAML::LoadAll never returns on some of these (a file
+// holding just ",": jbeder/yaml-cpp#1040, one empty document after another
+// until memory runs out); the loader must answer each at once, in one line.
+TEST(ConfigTest, DegenerateStreamsAreRefusedOrReadAsEmpty) {
+  const std::string fix = "; fix the syntax (indent with spaces, 'key: value')";
+  const std::string comma = "malformed YAML: ',' outside a flow collection ([...] or {...})";
+  EXPECT_EQ(load_error(","), "test.yaml:1:1: " + comma + fix);
+  EXPECT_EQ(load_error(",,"), "test.yaml:1:1: " + comma + fix);
+  EXPECT_EQ(load_error("---\n---\n,"), "test.yaml:3:1: " + comma + fix);
+  EXPECT_EQ(load_error("- a\n,"), "test.yaml:2:1: " + comma + fix);
+  EXPECT_EQ(load_error("parallel: {cp_size: 2}\n...\n,\n"), "test.yaml:3:1: " + comma + fix);
+  EXPECT_EQ(load_error("]"), "test.yaml:1:1: malformed YAML: illegal flow end" + fix);
+  EXPECT_EQ(load_error("{"), "test.yaml:1:1: malformed YAML: end of map flow not found" + fix);
+  EXPECT_EQ(load_error("- ,"), "test.yaml:1:3: malformed YAML: end of sequence not found" + fix);
+  // Nothing, a comment or an empty document: all defaults.
+  for (const char* empty : {"", "# only a comment\n", "...", "---\n", "---\n...\n"}) {
+    const Config config = load_ok(empty);
+    EXPECT_EQ(config.get_int("parallel.cp_size"), 1) << empty;
+    EXPECT_EQ(config.origin("parallel.cp_size"), "default") << empty;
+  }
+  // The overrides still apply after an empty document.
+  EXPECT_EQ(load_ok("...", {"parallel.cp_size=4"}).get_int("parallel.cp_size"), 4);
+}
+
+TEST(ConfigTest, MoreThanOneDocumentIsRefusedAtTheSecond) {
+  EXPECT_EQ(load_error("parallel: {cp_size: 2}\n---\nparallel: {cp_size: 4}\n"),
+            "test.yaml:2:1: the file holds 2 YAML documents; keep one (remove the extra '---')");
+  EXPECT_EQ(load_error("---\n---\n---\n"),
+            "test.yaml:2:1: the file holds 3 YAML documents; keep one (remove the extra '---')");
+  // The one document is read as before.
+  EXPECT_EQ(load_ok("---\nparallel: {cp_size: 2}\n...\n").get_int("parallel.cp_size"), 2);
+}
+
+// Keys and values are quoted with their control characters escaped, so a
+// refusal stays one line whatever the user typed.
+TEST(ConfigTest, UserTextWithLineBreaksIsQuotedOnOneLine) {
+  EXPECT_EQ(load_error("\"par\\nallel\": 1\n"),
+            "test.yaml:1:1: unknown key 'par\\nallel'; did you mean 'parallel'?");
+  EXPECT_EQ(load_error("", {"par\nallel.cp_size=2"}),
+            "--set: unknown key 'par\\nallel.cp_size'; did you mean 'parallel.cp_size'?");
+  EXPECT_EQ(load_error("\"data\\x01\": {}\n"),
+            "test.yaml:1:1: unknown key 'data\\x01'; did you mean 'data'?");
+  EXPECT_TRUE(Contains(load_error("parallel: \"a\\tb\"\n"), "got a scalar 'a\\tb'"));
+  EXPECT_EQ(load_error("", {"parallel.cp_size=2\r"}),
+            "--set: parallel.cp_size must be an integer >= 1, got '2\\r'");
+  const std::string mask = load_error("", {"balancer.cp.mask=sliding:\x1b[2J"});
+  EXPECT_TRUE(Contains(mask, "'sliding:\\x1b[2J'")) << mask;
+  const std::string cost = load_error("balancer: {dp: {cost: \"atten\\ntion\"}}\n");
+  EXPECT_TRUE(Contains(cost, "'atten\\ntion'")) << cost;
+  for (const std::string& message : {mask, cost}) {
+    EXPECT_TRUE(Lacks(message, "\n"));
+    EXPECT_TRUE(Lacks(message, "\r"));
+    EXPECT_TRUE(Lacks(message, "\x1b"));
+  }
+}
+
 TEST(ConfigTest, MissingFileIsNotFound) {
   auto config = load_config("/nonexistent/x.yaml", {});
   ASSERT_FALSE(config.is_ok());

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <string>
 #include <utility>
@@ -16,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include "../host/plugin_loader_internal.h"
+#include "fulcrum/c_api.h"
 #include "fulcrum/core/plan_check.h"
 #include "fulcrum/core/work_model.h"
 #include "fulcrum/host/plugin_loader.h"
@@ -276,6 +278,64 @@ TEST(LoaderTest, PluginStatusesComeBackWithPluginAndStrategy) {
   auto invalid = balancer->plan_cp("contiguous", causal_row(0, 4));
   ASSERT_FALSE(invalid.is_ok());
   EXPECT_EQ(invalid.status().code(), StatusCode::kInvalidArgument);
+}
+
+// The plugin's own C entry points, without the host's checks in front:
+// requests beyond validate_workload's bounds (2^31 tokens or block size,
+// 2^20 ranks, 2^31-token samples) are the caller's error, not an internal
+// one (they were FULCRUM_INTERNAL, "out of memory", or overflowed).
+TEST(LoaderTest, RealPluginRefusesRequestsBeyondTheBoundsAsInvalidArgument) {
+  void* library = dlopen(FULCRUM_PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(library, nullptr) << dlerror();
+  using GetPlugin = const fulcrum_plugin_v1* (*)();
+  const auto get = reinterpret_cast<GetPlugin>(dlsym(library, "fulcrum_get_plugin"));
+  ASSERT_NE(get, nullptr);
+  const fulcrum_plugin_v1& table = *get();
+  void* instance = nullptr;
+  ASSERT_EQ(table.create(nullptr, &instance), FULCRUM_OK);
+
+  const auto plan = [&](std::int64_t tokens, std::int32_t cp_size, std::int64_t block_size) {
+    fulcrum_cp_request request{};
+    request.struct_size = sizeof request;
+    request.cp_size = cp_size;
+    request.tokens = tokens;
+    request.block_size = block_size;
+    request.mask_kind = FULCRUM_MASK_CAUSAL;
+    request.strategy = "balanced";
+    fulcrum_cp_plan answer{};
+    answer.struct_size = sizeof answer;
+    const fulcrum_status status = table.plan_cp(instance, &request, &answer);
+    if (status == FULCRUM_OK) table.release_plan(instance, &answer);
+    return status;
+  };
+  EXPECT_EQ(plan(std::int64_t{1} << 33, 8, 128), FULCRUM_INVALID_ARGUMENT);
+  EXPECT_HAS(table.last_error(instance), "row has 8589934592 tokens");
+  EXPECT_EQ(plan(std::numeric_limits<std::int64_t>::max(), 8, 128), FULCRUM_INVALID_ARGUMENT);
+  EXPECT_EQ(plan(4096, std::numeric_limits<std::int32_t>::max(), 128), FULCRUM_INVALID_ARGUMENT);
+  EXPECT_HAS(table.last_error(instance), "cp_size is 2147483647");
+  EXPECT_EQ(plan(4096, 8, std::int64_t{1} << 40), FULCRUM_INVALID_ARGUMENT);
+  EXPECT_EQ(plan(4096, 8, 128), FULCRUM_OK);
+
+  const std::int64_t lengths[] = {100, (std::int64_t{1} << 31) + 1};
+  std::int64_t offsets[3] = {};
+  std::int64_t samples[2] = {};
+  fulcrum_dp_request request{};
+  request.struct_size = sizeof request;
+  request.num_ranks = 2;
+  request.lengths = lengths;
+  request.num_samples = 2;
+  request.cost_kind = FULCRUM_COST_TOKENS;
+  request.strategy = "lpt";
+  fulcrum_dp_result result{};
+  result.struct_size = sizeof result;
+  result.num_ranks = 2;
+  result.rank_offsets = offsets;
+  result.samples = samples;
+  EXPECT_EQ(table.partition_dp(instance, &request, &result), FULCRUM_INVALID_ARGUMENT);
+  EXPECT_HAS(table.last_error(instance), "lengths[1] is 2147483649");
+
+  table.destroy(instance);
+  dlclose(library);
 }
 
 TEST(LoaderTest, DocumentsAndMasksCrossTheBoundary) {

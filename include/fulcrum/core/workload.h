@@ -12,9 +12,22 @@
 
 namespace fulcrum {
 
-// Checks a workload for everything a planner relies on: N >= 1, P >= 1,
-// B >= 1, document lengths >= 1 summing to N, mask parameters in range and a
-// well-formed block-sparse structure. The message names the field and value.
+// Upper bounds of what fulcrum plans, shared by validate_workload, the DP
+// request check and the CLI. Far beyond any real row or group, and small
+// enough that every count the work model and the planners form fits in
+// int64 (pairs up to N^2 <= 2^62, P * B <= 2^51) and that a plan (8 bytes
+// per position: 16 GiB at N = 2^31) is at least imaginable. Beyond them a
+// 2^33-token causal row overflowed the pair count, and larger rows or groups
+// made planners ask for more memory than exists (found by fuzz/).
+inline constexpr std::int64_t kMaxRowTokens = std::int64_t{1} << 31;  // N; a DP sample length
+inline constexpr std::int64_t kMaxBlockSize = std::int64_t{1} << 31;  // B
+inline constexpr std::int64_t kMaxGroupSize = std::int64_t{1} << 20;  // P; DP num_ranks
+
+// Checks a workload for everything a planner relies on: 1 <= N <=
+// kMaxRowTokens, 1 <= P <= kMaxGroupSize, 1 <= B <= kMaxBlockSize, document
+// lengths >= 1 summing to N, mask parameters in range and a well-formed
+// block-sparse structure. The message names the field, the value, the bound
+// and what to do.
 Status validate_workload(const CpWorkload& workload);
 
 // "causal", "full", "sliding:W" (W >= 1) or "prefix:L" (L >= 0).

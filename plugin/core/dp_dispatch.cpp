@@ -95,8 +95,8 @@ Result<WindowedDispatcher> WindowedDispatcher::create(DispatchOptions options,
                             "; pass a finite value >= 0 (default 24576)");
   }
   if (!partition) {
-    return invalid_argument("dispatcher: no partition function for dp strategy '" +
-                            options.strategy + "'; pass one");
+    return invalid_argument("dispatcher: no partition function for dp strategy " +
+                            quote_text(options.strategy) + "; pass one");
   }
   return WindowedDispatcher(std::move(options), std::move(partition));
 }
@@ -145,7 +145,7 @@ Status WindowedDispatcher::form_window(std::size_t num_batches) {
   Result<DpPartition> split = partition_(request);
   if (!split) return split.status();
   if (split->ranks.size() != num_groups) {
-    return internal_error("dispatcher: strategy '" + options_.strategy + "' returned " +
+    return internal_error("dispatcher: strategy " + quote_text(options_.strategy) + " returned " +
                           std::to_string(split->ranks.size()) + " groups, expected " +
                           std::to_string(num_groups));
   }
@@ -160,17 +160,17 @@ Status WindowedDispatcher::form_window(std::size_t num_batches) {
     for (std::int64_t position : groups[g].members) {
       if (position < 0 || static_cast<std::size_t>(position) >= buffered_.size() ||
           placed[static_cast<std::size_t>(position)]++ != 0) {
-        return internal_error("dispatcher: strategy '" + options_.strategy + "' placed sample " +
-                              std::to_string(position) + " of a window of " +
+        return internal_error("dispatcher: strategy " + quote_text(options_.strategy) +
+                              " placed sample " + std::to_string(position) + " of a window of " +
                               std::to_string(buffered_.size()) + " out of range or more than once");
       }
       groups[g].cost += options_.cost(buffered_[static_cast<std::size_t>(position)].length);
     }
   }
   if (const auto missing = std::find(placed.begin(), placed.end(), 0); missing != placed.end()) {
-    return internal_error("dispatcher: strategy '" + options_.strategy + "' left out sample " +
-                          std::to_string(missing - placed.begin()) + " of a window of " +
-                          std::to_string(buffered_.size()));
+    return internal_error("dispatcher: strategy " + quote_text(options_.strategy) +
+                          " left out sample " + std::to_string(missing - placed.begin()) +
+                          " of a window of " + std::to_string(buffered_.size()));
   }
   const std::vector<std::vector<std::size_t>> batches = groups_per_batch(groups, num_batches, k);
 

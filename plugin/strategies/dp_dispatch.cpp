@@ -42,8 +42,8 @@ void fisher_yates(std::vector<T>& values, std::mt19937_64& rng) {
 
 Result<WindowedDispatcher> make_windowed_dispatcher(DispatchOptions options) {
   if (find_strategy(options.strategy) == nullptr) {
-    return not_found("dispatcher: dp strategy '" + options.strategy +
-                     "' does not exist; pick one of round_robin, lpt, karmarkar_karp, auto");
+    return not_found("dispatcher: dp strategy " + quote_text(options.strategy) +
+                     " does not exist; pick one of round_robin, lpt, karmarkar_karp, auto");
   }
   std::string strategy = options.strategy;
   return WindowedDispatcher::create(std::move(options),

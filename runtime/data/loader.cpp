@@ -147,8 +147,9 @@ Result<DataLoader> DataLoader::create(const TokenDataset& dataset, LoadBalancer&
   if (std::find(offered.begin(), offered.end(), options.dp_strategy) == offered.end()) {
     std::string list;
     for (const std::string& s : offered) list += (list.empty() ? "" : ", ") + s;
-    return not_found("DP strategy '" + options.dp_strategy + "' is not offered by balancer '" +
-                     balancer.name() + "' (it offers: " + list + ")");
+    return not_found("DP strategy " + quote_text(options.dp_strategy) +
+                     " is not offered by balancer " + quote_text(balancer.name()) +
+                     " (it offers: " + list + ")");
   }
 
   DataLoader loader(dataset, balancer, std::move(options));
@@ -188,9 +189,9 @@ Result<DataLoader> DataLoader::create(const TokenDataset& dataset, LoadBalancer&
       DpPartition fallback;
       fallback.ranks = round_robin_positions(request.lengths.size(),
                                              static_cast<std::size_t>(request.num_ranks));
-      fallback.strategy = std::string("round_robin") + kFallbackMark + "balancer '" + b->name() +
-                          "' DP strategy '" + strategy + "' failed on this step's window (" +
-                          problem + "); used round_robin";
+      fallback.strategy = std::string("round_robin") + kFallbackMark + "balancer " +
+                          quote_text(b->name()) + " DP strategy " + quote_text(strategy) +
+                          " failed on this step's window (" + problem + "); used round_robin";
       return fallback;
     };
     Result<dp::WindowedDispatcher> dispatcher =
@@ -298,8 +299,8 @@ std::vector<std::vector<std::int64_t>> DataLoader::partition(const std::vector<s
     // every rank falls back the same way and they still agree.
     positions = round_robin_positions(batch.size(), k);
     stats.strategy = "round_robin";
-    stats.fallback_reason = "balancer '" + balancer_->name() + "' DP strategy '" +
-                            options_.dp_strategy + "' failed on this step (" + problem +
+    stats.fallback_reason = "balancer " + quote_text(balancer_->name()) + " DP strategy " +
+                            quote_text(options_.dp_strategy) + " failed on this step (" + problem +
                             "); used round_robin";
   }
 

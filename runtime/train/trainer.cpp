@@ -439,8 +439,8 @@ Status Worker::prepare() {
     if (std::find(offered.begin(), offered.end(), o_.dp_strategy) == offered.end()) {
       if (rank0) {
         host::log_to_stderr(host::LogLevel::kWarning,
-                            "DP strategy '" + o_.dp_strategy +
-                                "' needs the fulcrum plugin, which is not loaded; using "
+                            "DP strategy " + quote_text(o_.dp_strategy) +
+                                " needs the fulcrum plugin, which is not loaded; using "
                                 "round_robin");
       }
       o_.dp_strategy = "round_robin";

@@ -162,6 +162,22 @@ TEST(Workload, RefusesRowsAndGroupsBeyondTheBounds) {
   EXPECT_TRUE(validate_workload(w).is_ok());
 }
 
+// ceil_div never forms a + b - 1: the fuzzers found that overflowing for a
+// block size near int64's end, which validate_workload now refuses before
+// any planner runs; the helper itself stays exact over the whole range.
+TEST(CeilDiv, ExactToTheEndOfInt64) {
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+  EXPECT_EQ(ceil_div(1, kMax), 1);
+  EXPECT_EQ(ceil_div(kMax, kMax), 1);
+  EXPECT_EQ(ceil_div(kMax - 1, kMax), 1);
+  EXPECT_EQ(ceil_div(kMax, 1), kMax);
+  EXPECT_EQ(ceil_div(kMax, 2), kMax / 2 + 1);
+  EXPECT_EQ(ceil_div(0, kMax), 0);
+  for (std::int64_t a = 0; a < 50; ++a) {
+    for (std::int64_t b = 1; b < 12; ++b) EXPECT_EQ(ceil_div(a, b), (a + b - 1) / b);
+  }
+}
+
 TEST(Workload, RejectsMalformedBlockSparse) {
   auto w = row(8, {}, MaskSpec::causal(), 4, 2);
   w.mask.kind = MaskKind::kBlockSparse;

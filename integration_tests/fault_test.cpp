@@ -391,29 +391,77 @@ TEST(Fault, ThrowingWorkerEndsTheJobWithItsMessage) {
               seconds_after_step_one(r), r.wall_s);
 }
 
-TEST(Fault, StalledWorkerIsEndedByTheCollectiveTimeout) {
-  Job job;
-  const ChildResult r = job.train(
-      {"FULCRUM_TEST_FAULT=stall", "FULCRUM_TEST_FAULT_RANK=3", "FULCRUM_TEST_FAULT_STEP=2"});
+// The launcher's verdict on a stall of `rank` in step 2 (the others wait in
+// the row's plan check on its CP group and in the step's verdict on world),
+// and the timing and cleanup of every fault.
+void expect_stall_named(const ChildResult& r, const Job& job, int rank) {
   EXPECT_FALSE(r.timed_out) << r;
   EXPECT_EQ(r.exit_code, 1) << r;
-  // Rank 3 never answers: its CP peer (rank 2) times out in the row's plan
-  // check on cp[dp=1]; ranks 0 and 1 in the step's verdict on world. The
-  // first to give up is named by the launcher, which then stops the rest,
-  // rank 3 included.
-  EXPECT_TRUE(contains(r.err, "on group cp[dp=1] timed out after 3 s") ||
-              contains(r.err, "on group world timed out after 3 s"))
+  const std::string cp_group = "cp[dp=" + std::to_string(rank / 2) + "]";
+  std::vector<int> others;
+  for (int o = 0; o < 4; ++o) {
+    if (o != rank) others.push_back(o);
+  }
+  std::string others_text;
+  for (int o : others) others_text += (others_text.empty() ? "" : ", ") + std::to_string(o);
+  // The final line names the stalled rank, whoever gave up first; then the
+  // ranks that waited, where, and which of them timed out.
+  const std::string last = last_line(r.err);
+  EXPECT_EQ(last.rfind("fulcrum: rank " + std::to_string(rank) + " stalled (ranks " + others_text +
+                           " were waiting for it in ",
+                       0),
+            0u)
       << r;
-  EXPECT_TRUE(contains(last_line(r.err), "fulcrum: rank ")) << r;
-  EXPECT_TRUE(contains(last_line(r.err), " failed with exit status 1")) << r;
-  EXPECT_FALSE(contains(r.err, "[rank 3] fulcrum-worker")) << "rank 3 stalled silently: " << r;
+  EXPECT_TRUE(contains(last, "all_gather on group " + cp_group)) << r;
+  EXPECT_TRUE(contains(last, "all_gather on group world")) << r;
+  EXPECT_TRUE(contains(last, " timed out after 3 s); stopped all ranks")) << r;
+  // The first rank to give up said it in its own line too: the CP peer in
+  // the plan check, or a rank of the other CP group in the verdict.
+  const std::string who = "rank " + std::to_string(rank);
+  bool named = false;
+  for (const std::string& l : lines_of(r.err)) {
+    if (contains(l, "timed out after 3 s") &&
+        (contains(l, who + " never entered it (last seen in ") ||
+         contains(l, who + " was last seen in ")) &&
+        contains(l, who + " has stopped entering collectives")) {
+      named = true;
+    }
+  }
+  EXPECT_TRUE(named) << r;
+  EXPECT_FALSE(contains(r.err, "[rank " + std::to_string(rank) + "] fulcrum-worker"))
+      << "rank " << rank << " stalled silently: " << r;
   const double after = seconds_after_step_one(r);
   EXPECT_GT(after, kOpTimeoutS - 0.5) << r;
   EXPECT_LT(after, kOpTimeoutS + 5) << r;
   expect_no_orphans(job.marker);
+}
+
+TEST(Fault, StalledWorkerIsEndedByTheCollectiveTimeout) {
+  Job job;
+  const ChildResult r = job.train(
+      {"FULCRUM_TEST_FAULT=stall", "FULCRUM_TEST_FAULT_RANK=3", "FULCRUM_TEST_FAULT_STEP=2"});
+  // Rank 3 never answers: its CP peer (rank 2) times out in the row's plan
+  // check on cp[dp=1], ranks 0 and 1 in the step's verdict on world. Each
+  // reads the others' progress from the store, follows who waits for whom
+  // to rank 3, and the launcher names it.
+  expect_stall_named(r, job, 3);
   std::printf(
       "[ figure ] stall: launcher exit %.2f s after step 1 (op timeout %.0f s), %.2f s in all\n",
-      after, kOpTimeoutS, r.wall_s);
+      seconds_after_step_one(r), kOpTimeoutS, r.wall_s);
+  std::printf("[ figure ] stall: %s\n", last_line(r.err).c_str());
+}
+
+TEST(Fault, StalledStoreHostIsNamedToo) {
+  // Rank 0 hosts the store. Its training thread stalls, but the store runs
+  // on a thread of its own and still answers the others' reads.
+  Job job;
+  const ChildResult r = job.train(
+      {"FULCRUM_TEST_FAULT=stall", "FULCRUM_TEST_FAULT_RANK=0", "FULCRUM_TEST_FAULT_STEP=2"});
+  expect_stall_named(r, job, 0);
+  std::printf(
+      "[ figure ] stall of rank 0: launcher exit %.2f s after step 1 (op timeout %.0f s), %.2f s "
+      "in all\n",
+      seconds_after_step_one(r), kOpTimeoutS, r.wall_s);
 }
 
 TEST(Fault, WorkerStalledBeforeTheRendezvousIsEndedByItsTimeout) {
@@ -431,6 +479,30 @@ TEST(Fault, WorkerStalledBeforeTheRendezvousIsEndedByItsTimeout) {
   expect_no_orphans(job.marker);
   std::printf("[ figure ] stall before rendezvous: launcher exit after %.2f s (timeout %.0f s)\n",
               r.wall_s, kRendezvousTimeoutS);
+}
+
+// Not a fault but the one input only the workers check: the Gloo interface.
+// Every rank refuses it before the rendezvous, with exit status 2.
+TEST(Fault, UnknownGlooSocketIfnameIsRefusedBeforeTheRendezvous) {
+  Job job;
+  const ChildResult r = job.train({"GLOO_SOCKET_IFNAME=fulcrum-bogus0"});
+  EXPECT_FALSE(r.timed_out) << r;
+  EXPECT_EQ(r.exit_code, 2) << r;
+  EXPECT_TRUE(contains(last_line(r.err), " failed with exit status 2")) << r;
+  int refusals = 0;
+  for (const std::string& l : lines_of(r.err)) {
+    if (contains(l,
+                 "GLOO_SOCKET_IFNAME='fulcrum-bogus0' is not a network interface of this "
+                 "host; this host has lo")) {
+      ++refusals;
+    }
+  }
+  EXPECT_GE(refusals, 1) << r;
+  EXPECT_FALSE(contains(r.out, "step 1/3")) << r;
+  // Start-up time only (about a second; a loaded VM may take several): no
+  // rank waits at the rendezvous for one that refused.
+  EXPECT_LT(r.wall_s, 15) << r;
+  expect_no_orphans(job.marker);
 }
 
 // --- plan consensus -----------------------------------------------------------

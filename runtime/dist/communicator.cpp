@@ -9,19 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "dist/progress.h"
+
 namespace fulcrum::dist {
 
-std::string format_timeout(Timeout timeout) {
-  const auto ms = timeout.count();
-  if (ms < 1000) return std::to_string(ms) + " ms";
-  char text[32];
-  if (ms % 1000 == 0) {
-    std::snprintf(text, sizeof(text), "%lld s", static_cast<long long>(ms / 1000));
-  } else {
-    std::snprintf(text, sizeof(text), "%.3g s", static_cast<double>(ms) / 1000.0);
-  }
-  return text;
-}
+std::string format_timeout(Timeout timeout) { return format_duration_ms(timeout.count()); }
 
 std::string timeout_message(const std::string& op, const std::string& group, Timeout timeout) {
   return op + " on group " + group + " timed out after " + format_timeout(timeout);

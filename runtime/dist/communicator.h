@@ -38,6 +38,14 @@ class CommError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A setting of this rank's own (an environment variable such as
+// GLOO_SOCKET_IFNAME) makes communication impossible; found before the
+// rendezvous. Input to fix, not a fault of the job: workers exit with 2.
+class ConfigError : public CommError {
+ public:
+  using CommError::CommError;
+};
+
 // "30 s", "1.5 s", "250 ms".
 std::string format_timeout(Timeout timeout);
 // "<op> on group <group> timed out after <timeout>".

@@ -7,10 +7,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -18,6 +22,8 @@
 #include <vector>
 
 #include "dist/local_communicator.h"
+#include "dist/progress.h"
+#include "dist/socket_interface.h"
 
 namespace fulcrum::dist {
 namespace {
@@ -29,18 +35,218 @@ bool mentions_timeout(const std::string& text) {
          text.find("Timed out") != std::string::npos || text.find("timeout") != std::string::npos;
 }
 
+// How long a rank whose collective timed out spends reading its peers'
+// progress. The store is hosted by rank 0, which may be the stalled rank (its
+// store thread still answers then) or already gone (reads fail at once); a
+// host that does not answer at all costs this much, never a hang.
+constexpr auto kProgressReadDeadline = std::chrono::milliseconds(1000);
+
+std::string progress_key(int rank) { return "fulcrum/progress/" + std::to_string(rank); }
+
+std::vector<std::uint8_t> as_bytes(const std::string& text) {
+  return std::vector<std::uint8_t>(text.begin(), text.end());
+}
+
+// How often at most a rank's progress is written to the store. A rank that
+// waits in a collective has published it within this long, far below any
+// collective timeout; one that went on has a record at most this stale,
+// which does not change who is found stalled (progress.h).
+constexpr auto kPublishInterval = std::chrono::milliseconds(20);
+
+// This rank's progress in the store, shared by its groups' communicators.
+// The training thread only updates the record in memory (a lock and a
+// counter); a publisher thread writes it to the store, at most once per
+// kPublishInterval, so collectives never wait for the store.
+class ProgressBoard {
+ public:
+  ProgressBoard(c10::intrusive_ptr<c10d::Store> store, const GlooOptions& o, std::string report_dir)
+      : store_(std::move(store)),
+        rank_(o.rank),
+        world_size_(o.world_size),
+        members_of_(job_groups(o.world_size, o.dp_size, o.cp_size)),
+        report_dir_(std::move(report_dir)),
+        shared_(std::make_shared<Shared>()) {
+    shared_->dirty = true;  // "entered nothing yet", as opposed to "unknown"
+    publisher_ = std::thread(publish_loop, shared_, store_, progress_key(rank_));
+  }
+
+  ~ProgressBoard() {
+    {
+      std::lock_guard<std::mutex> lock(shared_->mutex);
+      shared_->stop = true;
+    }
+    shared_->wake.notify_all();
+    // After a failed collective the process is ending and the store may not
+    // answer: do not wait for a write in flight (the thread owns its state).
+    if (abandoned_) {
+      publisher_.detach();
+    } else {
+      publisher_.join();
+    }
+  }
+  ProgressBoard(const ProgressBoard&) = delete;
+  ProgressBoard& operator=(const ProgressBoard&) = delete;
+
+  // Called as this rank enters collective `op` on `group`; returns its
+  // sequence number there.
+  std::int64_t enter(const std::string& group, const std::string& op) {
+    std::int64_t seq;
+    bool was_clean;
+    {
+      std::lock_guard<std::mutex> lock(shared_->mutex);
+      seq = shared_->record.enter(group, op);
+      was_clean = !shared_->dirty;
+      shared_->dirty = true;
+    }
+    if (was_clean) shared_->wake.notify_one();
+    return seq;
+  }
+
+  // What the error line of a timed-out collective adds, e.g. "; rank 3 never
+  // entered it (last seen in ...)"; also writes the report for the launcher.
+  // Empty when nothing could be learnt.
+  std::string explain_timeout(const CollectiveRef& collective, const std::vector<int>& members,
+                              Timeout timeout) {
+    abandoned_ = true;
+    std::vector<std::optional<ProgressRecord>> records = read_all();
+    {
+      std::lock_guard<std::mutex> lock(shared_->mutex);
+      records[static_cast<std::size_t>(rank_)] = shared_->record;  // ours is the freshest
+    }
+    const StallAnalysis analysis = analyse_stall(rank_, collective, members, records, members_of_);
+    if (!analysis.stalled.empty()) {
+      StallReport report;
+      report.reporter = rank_;
+      report.timeout_ms = timeout.count();
+      report.timed_out = collective;
+      report.stalled = analysis.stalled;
+      report.waiting = analysis.waiting;
+      write_report(report);
+    }
+    return describe_stall(analysis);
+  }
+
+  // A collective failed: the process is ending.
+  void abandon() { abandoned_ = true; }
+  bool abandoned() const { return abandoned_; }
+
+  // A collective failed because a peer went away: tells the launcher that
+  // this failure is a consequence, so that a stall another rank reported
+  // is named rather than this rank.
+  void note_lost_peer() const {
+    if (report_dir_.empty()) return;
+    std::ofstream(report_dir_ + "/" + lost_peer_note_name(rank_)) << "fulcrum-lost-peer 1\n";
+  }
+
+ private:
+  struct Shared {
+    std::mutex mutex;
+    std::condition_variable wake;
+    ProgressRecord record;
+    bool dirty = false;
+    bool stop = false;
+  };
+
+  static void publish_loop(std::shared_ptr<Shared> shared, c10::intrusive_ptr<c10d::Store> store,
+                           std::string key) {
+    std::unique_lock<std::mutex> lock(shared->mutex);
+    for (;;) {
+      shared->wake.wait(lock, [&] { return shared->dirty || shared->stop; });
+      if (shared->stop) return;
+      const std::string text = shared->record.encode();
+      shared->dirty = false;
+      lock.unlock();
+      try {
+        store->set(key, as_bytes(text));
+      } catch (const std::exception&) {
+        // The store is gone (rank 0 exited): the collectives will say so.
+        return;
+      }
+      lock.lock();
+      shared->wake.wait_for(lock, kPublishInterval, [&] { return shared->stop; });
+    }
+  }
+
+  // Every rank's record, read on a helper thread so that a store that does
+  // not answer costs kProgressReadDeadline, not a hang. A thread still
+  // blocked then is left behind: the process is about to exit.
+  std::vector<std::optional<ProgressRecord>> read_all() {
+    struct Shared {
+      std::mutex mutex;
+      std::condition_variable done_cv;
+      bool done = false;
+      std::vector<std::optional<ProgressRecord>> records;
+    };
+    auto shared = std::make_shared<Shared>();
+    shared->records.resize(static_cast<std::size_t>(world_size_));
+    std::thread([shared, store = store_, n = world_size_] {
+      for (int r = 0; r < n; ++r) {
+        std::optional<ProgressRecord> record;
+        try {
+          const std::string key = progress_key(r);
+          if (store->check({key})) {
+            const std::vector<std::uint8_t> bytes = store->get(key);
+            Result<ProgressRecord> decoded =
+                ProgressRecord::decode(std::string(bytes.begin(), bytes.end()));
+            if (decoded) record = std::move(decoded).value();
+          }
+        } catch (const std::exception&) {
+          break;  // the store is gone: every later read would fail too
+        }
+        std::lock_guard<std::mutex> lock(shared->mutex);
+        shared->records[static_cast<std::size_t>(r)] = std::move(record);
+      }
+      std::lock_guard<std::mutex> lock(shared->mutex);
+      shared->done = true;
+      shared->done_cv.notify_all();
+    }).detach();
+    std::unique_lock<std::mutex> lock(shared->mutex);
+    shared->done_cv.wait_for(lock, kProgressReadDeadline, [&] { return shared->done; });
+    return shared->records;
+  }
+
+  // Written whole under a temporary name and renamed, so the launcher never
+  // reads half a report.
+  void write_report(const StallReport& report) const {
+    if (report_dir_.empty()) return;
+    const std::string final_path = report_dir_ + "/" + stall_report_name(rank_);
+    const std::string temp_path = report_dir_ + "/." + stall_report_name(rank_) + ".tmp";
+    {
+      std::ofstream out(temp_path, std::ios::trunc);
+      out << report.encode();
+      if (!out.flush()) return;
+    }
+    std::rename(temp_path.c_str(), final_path.c_str());
+  }
+
+  c10::intrusive_ptr<c10d::Store> store_;
+  int rank_;
+  int world_size_;
+  MembersOf members_of_;
+  std::string report_dir_;
+  std::shared_ptr<Shared> shared_;
+  std::thread publisher_;
+  bool abandoned_ = false;
+};
+
 class GlooCommunicator final : public Communicator {
  public:
-  GlooCommunicator(c10::intrusive_ptr<c10d::ProcessGroupGloo> group, std::string name,
-                   Timeout timeout)
-      : Communicator(std::move(name), timeout), group_(std::move(group)) {}
+  GlooCommunicator(c10::intrusive_ptr<c10d::ProcessGroupGloo> group, const GroupSpec& spec,
+                   Timeout timeout, std::shared_ptr<ProgressBoard> board)
+      : Communicator(spec.name, timeout),
+        group_(std::move(group)),
+        members_(spec.ranks),
+        board_(std::move(board)) {}
 
   // A group whose collective failed is abandoned, not destroyed: its Gloo
   // worker thread may still be blocked in I/O until Gloo's own deadline, and
   // ~ProcessGroupGloo joins that thread, which would hang the exit the
   // caller is heading for. The process is ending; the leak is deliberate.
+  // The rank's other groups are kept too: destroying them would close their
+  // connections while the error unwinds, and a peer waiting on one would
+  // fail (and exit) before this rank, taking the blame in the launcher.
   ~GlooCommunicator() override {
-    if (failed_) static_cast<void>(group_.release());
+    if (failed_ || (board_ && board_->abandoned())) static_cast<void>(group_.release());
   }
 
   int rank() const override { return group_->getRank(); }
@@ -121,24 +327,35 @@ class GlooCommunicator final : public Communicator {
   // the same one-line CommError.
   void run(const std::string& op, Timeout timeout,
            const std::function<c10::intrusive_ptr<c10d::Work>()>& launch) {
+    const std::int64_t seq = board_ ? board_->enter(name(), op) : 0;
     const auto start = Clock::now();
     try {
       c10::intrusive_ptr<c10d::Work> work = launch();
       work->wait(timeout);
     } catch (const std::exception& e) {
       failed_ = true;
+      if (board_) board_->abandon();
       const std::string what = first_line(e);
       const auto elapsed = Clock::now() - start;
       if (mentions_timeout(what) || elapsed >= timeout) {
+        const std::string stall =
+            board_ ? board_->explain_timeout({op, seq, name()}, members_, timeout) : "";
+        if (!stall.empty()) {
+          throw CommError(timeout_message(op, name(), timeout) + " (collective #" +
+                          std::to_string(seq) + " of the group)" + stall);
+        }
         throw CommError(timeout_message(op, name(), timeout) + " (" + what +
                         "); a peer rank failed, exited or skipped this collective");
       }
+      if (board_) board_->note_lost_peer();
       throw CommError(op + " on group " + name() + " failed: " + what +
                       "; a peer rank may have exited, check its log");
     }
   }
 
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;
+  std::vector<int> members_;  // global ranks, group-rank order
+  std::shared_ptr<ProgressBoard> board_;
   bool failed_ = false;
 };
 
@@ -146,12 +363,47 @@ bool is_loopback(const std::string& addr) {
   return addr == "localhost" || addr == "::1" || addr.rfind("127.", 0) == 0;
 }
 
-std::shared_ptr<::gloo::transport::Device> make_device(const GlooOptions& o) {
-  if (!o.interface.empty()) return c10d::ProcessGroupGloo::createDeviceForInterface(o.interface);
-  if (is_loopback(o.master_addr)) {
-    return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+std::optional<std::string> env_text(const char* name) {
+  const char* text = std::getenv(name);
+  if (text == nullptr) return std::nullopt;
+  return std::string(text);
+}
+
+// The interfaces to bind: o.interface, else GLOO_SOCKET_IFNAME; none = choose.
+std::optional<std::vector<std::string>> chosen_interfaces(const GlooOptions& o) {
+  const std::optional<std::string> text =
+      o.interface.empty() ? env_text(kSocketIfnameVariable) : o.interface;
+  Result<std::optional<std::vector<std::string>>> names =
+      parse_socket_ifname(text, host_interfaces());
+  if (!names) throw ConfigError(names.status().message());
+  return *names;
+}
+
+// One device per interface named (torch does the same); otherwise one.
+std::vector<std::shared_ptr<::gloo::transport::Device>> make_devices(
+    const GlooOptions& o, const std::optional<std::vector<std::string>>& interfaces,
+    const std::string& who) {
+  std::vector<std::shared_ptr<::gloo::transport::Device>> devices;
+  std::string current = "the default device";
+  try {
+    if (interfaces) {
+      for (const std::string& name : *interfaces) {
+        current = "interface '" + name + "' (" + std::string(kSocketIfnameVariable) + ")";
+        devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(name));
+      }
+    } else if (is_loopback(o.master_addr)) {
+      current = "the loopback device";
+      devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    } else {
+      current = "the address of this host's name";
+      devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+    }
+  } catch (const std::exception& e) {
+    throw ConfigError("gloo could not open a network device for " + who + " on " + current + ": " +
+                      first_line(e) + "; set " + kSocketIfnameVariable +
+                      " to an interface with an address that reaches MASTER_ADDR " + o.master_addr);
   }
-  return c10d::ProcessGroupGloo::createDefaultDevice();
+  return devices;
 }
 
 // Reads an integer environment variable; nullopt when unset.
@@ -239,7 +491,8 @@ Result<GlooOptions> GlooOptions::from_env(int dp_size, int cp_size) {
     }
     o.master_port = static_cast<int>(**port);
   }
-  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname != nullptr) {
+  // Checked (against this host's interfaces) by init_gloo_process_groups.
+  if (const char* ifname = std::getenv(kSocketIfnameVariable); ifname != nullptr) {
     o.interface = ifname;
   }
   Result<GroupLayout> layout = make_group_layout(o.rank, o.world_size, o.dp_size, o.cp_size);
@@ -265,6 +518,11 @@ ProcessGroups init_gloo_process_groups(const GlooOptions& o) {
   const std::string where = o.master_addr + ":" + std::to_string(o.master_port);
   const std::string who = "rank " + std::to_string(o.rank) + " of " + std::to_string(o.world_size);
 
+  // Local settings first: a wrong interface is this rank's input error, found
+  // before it makes the others wait at the rendezvous.
+  const std::vector<std::shared_ptr<::gloo::transport::Device>> devices =
+      make_devices(o, chosen_interfaces(o), who);
+
   c10::intrusive_ptr<c10d::Store> store;
   try {
     c10d::TCPStoreOptions so;
@@ -286,13 +544,11 @@ ProcessGroups init_gloo_process_groups(const GlooOptions& o) {
 
   join_store(*store, o, where, who);
 
-  std::shared_ptr<::gloo::transport::Device> device;
-  try {
-    device = make_device(o);
-  } catch (const std::exception& e) {
-    throw CommError("gloo could not open a network device for " + who + " (interface '" +
-                    o.interface + "', master " + where + "): " + first_line(e) +
-                    "; set GLOO_SOCKET_IFNAME to a working interface");
+  std::shared_ptr<ProgressBoard> board;
+  if (o.record_progress) {
+    std::string report_dir = o.stall_report_dir;
+    if (report_dir.empty()) report_dir = env_text(kStallReportDirVariable).value_or("");
+    board = std::make_shared<ProgressBoard>(store, o, std::move(report_dir));
   }
 
   auto make_group = [&](const GroupSpec& spec) -> std::shared_ptr<Communicator> {
@@ -305,12 +561,12 @@ ProcessGroups init_gloo_process_groups(const GlooOptions& o) {
     // op_timeout (Work::wait in GlooCommunicator::run).
     auto options =
         c10d::ProcessGroupGloo::Options::create(std::max(o.rendezvous_timeout, o.op_timeout));
-    options->devices.push_back(device);
+    options->devices = devices;
     options->threads = o.threads;
     try {
       auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, spec.group_rank,
                                                                spec.size(), options);
-      return std::make_shared<GlooCommunicator>(std::move(group), spec.name, o.op_timeout);
+      return std::make_shared<GlooCommunicator>(std::move(group), spec, o.op_timeout, board);
     } catch (const std::exception& e) {
       throw CommError("rendezvous of group " + spec.name + " at " + where + " failed for " + who +
                       " within " + format_timeout(o.rendezvous_timeout) + ": " + first_line(e) +

@@ -24,10 +24,20 @@ struct GlooOptions {
   // The default deadline of every collective; also Gloo's own I/O timeout, so
   // a stuck transfer ends by then even after the caller has given up on it.
   Timeout op_timeout = std::chrono::seconds(300);
-  // Network interface for Gloo (GLOO_SOCKET_IFNAME); empty = the loopback
-  // device when master_addr is a loopback address, else this host's address.
+  // Network interface(s) for Gloo, comma-separated (socket_interface.h);
+  // empty = GLOO_SOCKET_IFNAME when set (as torch reads it), else the
+  // loopback device when master_addr is a loopback address, else this host's
+  // address. Checked before the rendezvous: a name this host does not have is
+  // a ConfigError naming the variable, its value and the host's interfaces.
   std::string interface;
   int threads = 2;  // Gloo worker threads per group
+  // Publish, at every collective, how many collectives this rank entered per
+  // group (progress.h), so that a rank whose collective times out can name
+  // the rank that never came. Costs one small store write per collective.
+  bool record_progress = true;
+  // Where a rank whose collective timed out writes its StallReport for the
+  // launcher; empty = FULCRUM_STALL_REPORT_DIR when set, else nowhere.
+  std::string stall_report_dir;
 
   // RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (torchrun); SLURM_PROCID /
   // SLURM_NTASKS and OMPI_COMM_WORLD_RANK / OMPI_COMM_WORLD_SIZE when RANK is
@@ -38,8 +48,9 @@ struct GlooOptions {
 
 // Builds WORLD, then this rank's CP group, then its DP group (every rank in
 // the same order, so group construction cannot deadlock). Size-1 groups are
-// LocalCommunicators; world_size 1 needs no store at all. Throws CommError
-// with one line naming the address on a rendezvous failure or timeout.
+// LocalCommunicators; world_size 1 needs no store at all. Throws ConfigError
+// for an interface that cannot be used (before the rendezvous), CommError with
+// one line naming the address on a rendezvous failure or timeout.
 ProcessGroups init_gloo_process_groups(const GlooOptions& options);
 
 }  // namespace fulcrum::dist

@@ -23,11 +23,15 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "dist/progress.h"
 #include "launch/unique_fd.h"
 
 extern char** environ;
@@ -44,8 +48,13 @@ constexpr std::size_t kMaxLineBytes = 1 << 20;
 
 // The variables the launcher owns; inherited values are replaced, so a
 // launcher started inside another job does not leak that job's identity.
-constexpr std::string_view kOwnedVariables[] = {
-    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"};
+constexpr std::string_view kOwnedVariables[] = {"RANK",
+                                                "WORLD_SIZE",
+                                                "LOCAL_RANK",
+                                                "LOCAL_WORLD_SIZE",
+                                                "MASTER_ADDR",
+                                                "MASTER_PORT",
+                                                dist::kStallReportDirVariable};
 
 std::string errno_text(int err) { return std::strerror(err); }
 
@@ -203,6 +212,67 @@ class BlockForwardedSignals {
   sigset_t old_;
 };
 
+// --- stall reports --------------------------------------------------------------
+
+// A private directory where a worker whose collective timed out leaves a
+// StallReport (dist/progress.h) naming the rank it waited for; removed with
+// everything in it when the launch ends. Without one (mkdtemp failed) the
+// launch runs as before and names the first rank to exit.
+class ReportDir {
+ public:
+  ReportDir() {
+    std::error_code ec;
+    std::string pattern = (std::filesystem::temp_directory_path(ec) / "fulcrum-launch-XXXXXX");
+    if (ec) pattern = "/tmp/fulcrum-launch-XXXXXX";
+    if (::mkdtemp(pattern.data()) != nullptr) path_ = pattern;
+  }
+  ~ReportDir() {
+    std::error_code ec;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
+  }
+  ReportDir(const ReportDir&) = delete;
+  ReportDir& operator=(const ReportDir&) = delete;
+
+  const std::string& path() const { return path_; }
+
+  // The reports present, `first`'s first; nullopt unless `first` wrote one
+  // (its failure was a timeout) or noted that it lost a peer in a collective
+  // (its failure was a consequence: a rank that timed out may have closed
+  // its connections first, and its report names the cause).
+  std::optional<std::vector<dist::StallReport>> read(int first) const {
+    if (path_.empty()) return std::nullopt;
+    std::vector<dist::StallReport> reports;
+    bool have_first = false;
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(path_, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.size() < 7 || name.compare(name.size() - 6, 6, ".stall") != 0 || name[0] == '.') {
+        continue;
+      }
+      std::ifstream in(entry.path());
+      std::stringstream text;
+      text << in.rdbuf();
+      Result<dist::StallReport> report = dist::StallReport::decode(text.str());
+      if (!report) continue;
+      if (report->reporter == first) {
+        have_first = true;
+        reports.insert(reports.begin(), std::move(report).value());
+      } else {
+        reports.push_back(std::move(report).value());
+      }
+    }
+    if (reports.empty()) return std::nullopt;
+    if (!have_first && !std::filesystem::exists(
+                           std::filesystem::path(path_) / dist::lost_peer_note_name(first), ec)) {
+      return std::nullopt;
+    }
+    return reports;
+  }
+
+ private:
+  std::string path_;
+};
+
 // --- workers ----------------------------------------------------------------
 
 struct OutputChannel {
@@ -317,7 +387,8 @@ Result<std::string> resolve_program(const std::string& program) {
                    "); give its full path");
 }
 
-std::vector<std::string> worker_environment(const LaunchOptions& options, int rank, int port) {
+std::vector<std::string> worker_environment(const LaunchOptions& options, int rank, int port,
+                                            const std::string& report_dir) {
   std::vector<std::string> env;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     std::string_view entry(*e);
@@ -335,6 +406,9 @@ std::vector<std::string> worker_environment(const LaunchOptions& options, int ra
   env.push_back("LOCAL_WORLD_SIZE=" + std::to_string(options.nproc));
   env.push_back("MASTER_ADDR=" + options.master_addr);
   env.push_back("MASTER_PORT=" + std::to_string(port));
+  if (!report_dir.empty()) {
+    env.push_back(std::string(dist::kStallReportDirVariable) + "=" + report_dir);
+  }
   for (const std::string& extra : options.extra_env) env.push_back(extra);
   return env;
 }
@@ -521,6 +595,20 @@ class Job {
         report.exit_code = e.exit_status;
         report.summary = "fulcrum: rank " + std::to_string(e.rank) + " failed with exit status " +
                          std::to_string(e.exit_status);
+        // It gave up waiting in a collective: name the rank it waited for.
+        if (auto stalls = reports_.read(e.rank)) {
+          if (std::optional<std::string> line = dist::stall_summary(*stalls)) {
+            report.summary = *line;
+            for (const dist::StallReport& r : *stalls) {
+              report.stalled_ranks.insert(report.stalled_ranks.end(), r.stalled.begin(),
+                                          r.stalled.end());
+            }
+            std::sort(report.stalled_ranks.begin(), report.stalled_ranks.end());
+            report.stalled_ranks.erase(
+                std::unique(report.stalled_ranks.begin(), report.stalled_ranks.end()),
+                report.stalled_ranks.end());
+          }
+        }
       }
     } else if (report.interrupted_by != 0) {
       report.exit_code = 128 + report.interrupted_by;
@@ -543,7 +631,8 @@ class Job {
     if (!err) return err.status();
     auto report = make_pipe("exec report");
     if (!report) return report.status();
-    std::vector<std::string> env_strings = worker_environment(options_, rank, port);
+    std::vector<std::string> env_strings =
+        worker_environment(options_, rank, port, reports_.path());
     std::vector<char*> envp = as_argv(env_strings);
 
     const pid_t launcher = ::getpid();
@@ -626,6 +715,7 @@ class Job {
   const LaunchOptions& options_;
   SignalScope& signals_;
   LineRelay relay_;
+  ReportDir reports_;
   std::vector<Worker> workers_;
 };
 

@@ -74,8 +74,14 @@ struct LaunchReport {
   // succeeded; the failed rank's exit status, or 128 + signal (the shell's
   // convention) when it was killed or the launcher was interrupted.
   int exit_code = 0;
+  // The ranks the failed rank's collective was waiting for, when it failed
+  // by timing out and the workers' stall reports name them (see
+  // dist/progress.h); empty otherwise.
+  std::vector<int> stalled_ranks;
   // One line describing the failure, empty on success, e.g.
-  // "fulcrum: rank 1 failed with exit status 3".
+  // "fulcrum: rank 1 failed with exit status 3", or for a stall
+  // "fulcrum: rank 3 stalled (ranks 0, 1, 2 were waiting for it in ...; rank
+  // 2 timed out after 3 s); stopped all ranks".
   std::string summary;
 };
 

@@ -1008,6 +1008,9 @@ int run_worker(const WorkerArgs& args) noexcept {
   } catch (const ConsensusError& e) {
     print_error(e.what());
     return 1;
+  } catch (const dist::ConfigError& e) {
+    print_error(dist::first_line(e));
+    return 2;
   } catch (const dist::CommError& e) {
     print_error(dist::first_line(e));
     return 1;

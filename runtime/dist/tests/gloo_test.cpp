@@ -5,8 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 
+#include "dist/progress.h"
 #include "spawn.h"
 
 namespace fulcrum::dist {
@@ -88,7 +93,91 @@ TEST(Gloo, ACollectiveTimesOutNamingTheOperationAndGroup) {
   EXPECT_NE(results[0].output.find("all_reduce_sum on group world timed out after 1 s"),
             std::string::npos)
       << describe(results);
+  // Rank 1 never called a collective.
+  EXPECT_NE(results[0].output.find("; rank 1 never entered it (it entered no collective yet)"),
+            std::string::npos)
+      << describe(results);
   EXPECT_EQ(results[1].exit_code, 0) << describe(results);
+}
+
+// A private directory, removed with its contents.
+struct ScratchDir {
+  std::filesystem::path path;
+  ScratchDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "fulcrum_gloo_XXXXXX");
+    if (::mkdtemp(pattern.data()) != nullptr) path = pattern;
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
+TEST(Gloo, ATimedOutCollectiveNamesTheRankThatStoppedAndReportsIt) {
+  // world 3 = dp 1 x cp 3: after one barrier rank 2 stops; ranks 0 and 1
+  // time out in their all-reduce and name it.
+  const int port = free_port();
+  ASSERT_GT(port, 0);
+  ScratchDir reports;
+  ASSERT_FALSE(reports.path.empty());
+  auto children = rank_children(kWorker, {"stall", "1", "3", "20000", "1500"}, 3, port);
+  for (auto& c : children) {
+    c.env.push_back(std::string(kStallReportDirVariable) + "=" + reports.path.string());
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const auto results = run_children(children, 30s);
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  ASSERT_EQ(results.size(), 3u);
+  for (int r : {0, 1}) {
+    EXPECT_EQ(results[r].exit_code, 2) << describe(results);
+    EXPECT_NE(results[r].output.find(
+                  "all_reduce_sum on group world timed out after 1.5 s (collective #2 of the "
+                  "group); rank 2 never entered it (last seen in barrier #1 on group world); "
+                  "rank 2 has stopped entering collectives: check what it is doing"),
+              std::string::npos)
+        << describe(results);
+    std::ifstream in(reports.path / stall_report_name(r));
+    std::stringstream text;
+    text << in.rdbuf();
+    const Result<StallReport> report = StallReport::decode(text.str());
+    ASSERT_TRUE(report) << report.status().message() << "\n" << text.str();
+    EXPECT_EQ(report->reporter, r);
+    EXPECT_EQ(report->timeout_ms, 1500);
+    EXPECT_EQ(report->timed_out.describe(), "all_reduce_sum #2 on group world");
+    EXPECT_EQ(report->stalled, std::vector<int>{2});
+  }
+  EXPECT_EQ(results[2].exit_code, 0) << describe(results);
+  EXPECT_FALSE(std::filesystem::exists(reports.path / stall_report_name(2)));
+  // The stalled rank sleeps 1.5 + 3 s; the reads after the timeout are
+  // bounded by 1 s and do not add to that.
+  EXPECT_LT(elapsed, 15s);
+}
+
+TEST(Gloo, GlooSocketIfnameIsHonoured) {
+  const int port = free_port();
+  ASSERT_GT(port, 0);
+  auto children = rank_children(kWorker, {"collectives", "1", "2", "20000", "20000"}, 2, port);
+  for (auto& c : children) c.env.push_back("GLOO_SOCKET_IFNAME=lo");
+  const auto results = run_children(children, 60s);
+  for (const auto& r : results) ASSERT_EQ(r.exit_code, 0) << describe(results);
+}
+
+TEST(Gloo, AnInterfaceThisHostLacksIsRefusedBeforeTheRendezvous) {
+  const int port = free_port();
+  ASSERT_GT(port, 0);
+  auto children = rank_children(kWorker, {"collectives", "1", "2", "20000", "20000"}, 2, port);
+  for (auto& c : children) c.env.push_back("GLOO_SOCKET_IFNAME=fulcrum-bogus0");
+  const auto start = std::chrono::steady_clock::now();
+  const auto results = run_children(children, 30s);
+  // Refused at once, not after the 20 s rendezvous timeout.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 15s);
+  for (const auto& r : results) {
+    EXPECT_EQ(r.exit_code, 2) << describe(results);
+    EXPECT_NE(r.output.find("ERROR: GLOO_SOCKET_IFNAME='fulcrum-bogus0' is not a network "
+                            "interface of this host; this host has lo"),
+              std::string::npos)
+        << describe(results);
+  }
 }
 
 }  // namespace

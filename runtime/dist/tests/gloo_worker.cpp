@@ -5,6 +5,8 @@
 //
 // Exit codes: 0 the scenario held, 1 a check failed (a "FAIL:" line says
 // which), 2 a CommError (an "ERROR:" line holds its message), 3 bad usage.
+// Scenarios: collectives, rendezvous, op_timeout, stall; cost_on / cost_off
+// print what recording progress costs per collective.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -96,6 +98,7 @@ int main(int argc, char** argv) {
   }
   options->rendezvous_timeout = std::chrono::milliseconds(std::atol(argv[4]));
   options->op_timeout = std::chrono::milliseconds(std::atol(argv[5]));
+  options->record_progress = scenario != "cost_off";
   g_rank = options->rank;
   try {
     const fulcrum::dist::ProcessGroups groups = fulcrum::dist::init_gloo_process_groups(*options);
@@ -104,6 +107,43 @@ int main(int argc, char** argv) {
       check_group(*groups.cp, groups.layout.cp);
       check_group(*groups.dp, groups.layout.dp);
       groups.world->barrier();
+      return 0;
+    }
+    if (scenario == "stall") {
+      // Every rank meets once; then the last rank stops entering
+      // collectives (it sleeps past the others' deadline and exits 0). The
+      // others' all-reduce must time out naming it.
+      groups.world->barrier();
+      if (g_rank == options->world_size - 1) {
+        std::this_thread::sleep_for(options->op_timeout + std::chrono::milliseconds(3000));
+        return 0;
+      }
+      at::Tensor t = at::ones({4});
+      try {
+        groups.world->all_reduce_sum(t);
+      } catch (const CommError& e) {
+        std::fprintf(stderr, "ERROR: %s\n", e.what());
+        std::fflush(stderr);
+        // Rank 0 hosts the store: it stays until the others have read it.
+        if (g_rank == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+        return 2;
+      }
+      check(false, "all_reduce_sum returned although the last rank never joined");
+    }
+    if (scenario == "cost_on" || scenario == "cost_off") {
+      // Not a test: what recording progress costs per collective. Prints the
+      // mean time of a 1-element all-reduce over many rounds on rank 0.
+      const int rounds = 3000;
+      at::Tensor t = at::ones({1});
+      for (int i = 0; i < 200; ++i) groups.world->all_reduce_sum(t);
+      const auto start = std::chrono::steady_clock::now();
+      for (int i = 0; i < rounds; ++i) groups.world->all_reduce_sum(t);
+      const double us =
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+              .count() /
+          rounds;
+      groups.world->barrier();
+      if (g_rank == 0) std::printf("%s: %.1f us per all_reduce_sum\n", scenario.c_str(), us);
       return 0;
     }
     if (scenario == "op_timeout") {

@@ -244,6 +244,88 @@ TEST(Launch, OneFailureStopsTheOthersQuickly) {
   h.expect_no_survivors();
 }
 
+// A worker whose collective timed out leaves a stall report (written here
+// by the shell, as dist's ProgressBoard writes it) in the directory the
+// launcher names; the launcher's line then names the stalled rank.
+constexpr const char* kStallReportOfRank1 =
+    "printf 'fulcrum-stall-report 1\nreporter 1\ntimeout_ms 3000\ntimed_out all_gather 9 "
+    "cp[dp=0]\nstalled 0\nwaiting 1 all_gather 9 cp[dp=0]\nwaiting 2 all_reduce_sum 4 "
+    "world\nwaiting 3 all_reduce_sum 4 world\nend\n' > \"$FULCRUM_STALL_REPORT_DIR/rank-1.stall\"";
+
+TEST(Launch, AStalledRankNamedByTheTimedOutRankIsTheVerdict) {
+  ::setenv("FULCRUM_STALL_REPORT_DIR", "/inherited/must/not/leak", 1);
+  Harness h;
+  LaunchOptions o = h.options(
+      4, std::string("echo \"$FULCRUM_STALL_REPORT_DIR\"; if [ \"$RANK\" = 1 ]; then sleep 0.3; ") +
+             kStallReportOfRank1 + "; exit 1; fi; sleep 10");
+  auto report = run_workers(o);
+  ::unsetenv("FULCRUM_STALL_REPORT_DIR");
+  ASSERT_TRUE(report) << report.status().message();
+  ASSERT_TRUE(report->failed_rank.has_value());
+  EXPECT_EQ(*report->failed_rank, 1);
+  EXPECT_EQ(report->exit_code, 1);
+  EXPECT_EQ(report->stalled_ranks, std::vector<int>{0});
+  EXPECT_EQ(report->summary,
+            "fulcrum: rank 0 stalled (ranks 1, 2, 3 were waiting for it in all_gather on group "
+            "cp[dp=0] and all_reduce_sum on group world; rank 1 timed out after 3 s); stopped all "
+            "ranks");
+  // One private directory for the job, removed with the reports after it.
+  const std::vector<std::string> dir = h.lines_of(0, OutputStream::kStdout);
+  ASSERT_EQ(dir.size(), 1u);
+  EXPECT_NE(dir[0], "/inherited/must/not/leak");
+  EXPECT_EQ(h.lines_of(3, OutputStream::kStdout), dir);
+  EXPECT_FALSE(std::filesystem::exists(dir[0]));
+  h.expect_no_survivors();
+}
+
+TEST(Launch, AReportOfAnotherRankDoesNotOverrideTheFirstFailure) {
+  // Rank 2 fails first, for its own reason; rank 1's report (a timeout that
+  // came later) must not rename the cause.
+  Harness h;
+  LaunchOptions o = h.options(
+      4, std::string("if [ \"$RANK\" = 1 ]; then ") + kStallReportOfRank1 +
+             "; sleep 10; fi; if [ \"$RANK\" = 2 ]; then sleep 0.5; exit 4; fi; sleep 10");
+  auto report = run_workers(o);
+  ASSERT_TRUE(report) << report.status().message();
+  ASSERT_TRUE(report->failed_rank.has_value());
+  EXPECT_EQ(*report->failed_rank, 2);
+  EXPECT_EQ(report->summary, "fulcrum: rank 2 failed with exit status 4");
+  EXPECT_TRUE(report->stalled_ranks.empty());
+  h.expect_no_survivors();
+}
+
+TEST(Launch, ARankThatLostItsPeerDefersToTheReportOfTheStall) {
+  // Rank 1 timed out and reported; rank 3 lost its connection to it and
+  // exited first. The verdict is rank 1's.
+  Harness h;
+  LaunchOptions o = h.options(
+      4, std::string("if [ \"$RANK\" = 1 ]; then ") + kStallReportOfRank1 +
+             "; sleep 0.6; exit 1; fi; if [ \"$RANK\" = 3 ]; then sleep 0.4; printf "
+             "'fulcrum-lost-peer 1\n' > \"$FULCRUM_STALL_REPORT_DIR/rank-3.lost\"; exit 1; fi; "
+             "sleep 10");
+  auto report = run_workers(o);
+  ASSERT_TRUE(report) << report.status().message();
+  ASSERT_TRUE(report->failed_rank.has_value());
+  EXPECT_EQ(*report->failed_rank, 3);
+  EXPECT_EQ(report->exit_code, 1);
+  EXPECT_EQ(report->stalled_ranks, std::vector<int>{0});
+  EXPECT_EQ(report->summary.rfind("fulcrum: rank 0 stalled (ranks 1, 2, 3 were waiting", 0), 0u)
+      << report->summary;
+  h.expect_no_survivors();
+}
+
+TEST(Launch, AGarbledReportLeavesTheUsualVerdict) {
+  Harness h;
+  LaunchOptions o =
+      h.options(2,
+                "if [ \"$RANK\" = 1 ]; then printf 'fulcrum-stall-report 1\\nreporter 1\\n' > "
+                "\"$FULCRUM_STALL_REPORT_DIR/rank-1.stall\"; exit 1; fi; sleep 10");
+  auto report = run_workers(o);
+  ASSERT_TRUE(report) << report.status().message();
+  EXPECT_EQ(report->summary, "fulcrum: rank 1 failed with exit status 1");
+  h.expect_no_survivors();
+}
+
 TEST(Launch, WorkerIgnoringSigtermIsKilledAfterTheGrace) {
   Harness h;
   // The stubborn rank ignores SIGTERM (and its children inherit that).

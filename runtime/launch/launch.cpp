@@ -25,6 +25,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -294,6 +295,7 @@ class LineRelay {
   explicit LineRelay(const LaunchOptions& options) : options_(options) {}
 
   void emit(int rank, OutputStream stream, std::string_view line) {
+    if (stream == OutputStream::kStderr && repeats_an_error(rank, line)) return;
     if (options_.on_line) {
       options_.on_line(rank, stream, line);
       return;
@@ -345,8 +347,36 @@ class LineRelay {
     channel.fd.reset();
   }
 
+  // The other ranks whose error line (below) was the same as `rank`'s, in
+  // rank order; empty when `rank` printed none or nobody shared it.
+  std::vector<int> same_error_as(int rank) const {
+    const auto own = error_of_.find(rank);
+    if (own == error_of_.end()) return {};
+    std::vector<int> ranks;
+    for (const auto& [other, text] : error_of_) {
+      if (other != rank && text == own->second) ranks.push_back(other);
+    }
+    return ranks;
+  }
+
  private:
+  // A worker's error line is "fulcrum-worker: rank N: what". When every rank
+  // refuses the same input (a data file, a checkpoint) they all print the
+  // same "what": it is relayed once, by the first rank, and the launcher's
+  // summary names the others instead of repeating the line per rank.
+  bool repeats_an_error(int rank, std::string_view line) {
+    const std::string prefix = "fulcrum-worker: rank " + std::to_string(rank) + ": ";
+    if (line.substr(0, prefix.size()) != prefix) return false;
+    std::string what(line.substr(prefix.size()));
+    const bool seen = std::any_of(error_of_.begin(), error_of_.end(), [&](const auto& entry) {
+      return entry.first != rank && entry.second == what;
+    });
+    error_of_.emplace(rank, std::move(what));  // a rank's first error line is its error
+    return seen;
+  }
+
   const LaunchOptions& options_;
+  std::map<int, std::string> error_of_;
 };
 
 // Signals a worker together with everything it started: it leads its own
@@ -595,6 +625,9 @@ class Job {
         report.exit_code = e.exit_status;
         report.summary = "fulcrum: rank " + std::to_string(e.rank) + " failed with exit status " +
                          std::to_string(e.exit_status);
+        if (const std::vector<int> same = relay_.same_error_as(e.rank); !same.empty()) {
+          report.summary += " (the same error on " + dist::ranks_phrase(same) + ")";
+        }
         // It gave up waiting in a collective: name the rank it waited for.
         if (auto stalls = reports_.read(e.rank)) {
           if (std::optional<std::string> line = dist::stall_summary(*stalls)) {

@@ -326,6 +326,33 @@ TEST(Launch, AGarbledReportLeavesTheUsualVerdict) {
   h.expect_no_survivors();
 }
 
+// Every rank refusing the same input prints the same error: it is relayed
+// once, by the first rank to print it, and the summary names the others.
+// Different errors, and lines that are not a worker's error, all pass.
+TEST(Launch, AnErrorEveryRankPrintsIsRelayedOnce) {
+  Harness h;
+  LaunchOptions o =
+      h.options(4,
+                "sleep 0.$RANK; echo \"fulcrum-worker: rank $RANK: data.bin: bad header\" >&2; "
+                "echo \"fulcrum-worker: rank $RANK: note $RANK\" >&2; echo plain >&2; "
+                "[ \"$RANK\" = 3 ] && exit 2; sleep 10");
+  auto report = run_workers(o);
+  ASSERT_TRUE(report) << report.status().message();
+  EXPECT_EQ(report->exit_code, 2);
+  EXPECT_EQ(report->summary,
+            "fulcrum: rank 3 failed with exit status 2 (the same error on ranks 0, 1, 2)");
+  EXPECT_EQ(h.lines_of(0, OutputStream::kStderr),
+            (std::vector<std::string>{"fulcrum-worker: rank 0: data.bin: bad header",
+                                      "fulcrum-worker: rank 0: note 0", "plain"}));
+  for (int r : {1, 2, 3}) {
+    EXPECT_EQ(
+        h.lines_of(r, OutputStream::kStderr),
+        (std::vector<std::string>{
+            "fulcrum-worker: rank " + std::to_string(r) + ": note " + std::to_string(r), "plain"}))
+        << "rank " << r;
+  }
+}
+
 TEST(Launch, WorkerIgnoringSigtermIsKilledAfterTheGrace) {
   Harness h;
   // The stubborn rank ignores SIGTERM (and its children inherit that).

@@ -6,8 +6,10 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -15,6 +17,7 @@
 
 #include "cli_common.h"
 #include "commands.h"
+#include "dist/socket_interface.h"
 #include "fulcrum/host/plugin_loader.h"
 #include "launch/launch.h"
 #include "launch/preflight.h"
@@ -124,6 +127,17 @@ po::options_description train_options(TrainFlags& f) {
   }
 }
 
+// The workers' environment that the launcher passes through unchanged: a
+// GLOO_SOCKET_IFNAME naming no interface of this host is refused here, once,
+// instead of by every worker.
+[[maybe_unused]] void check_environment(int nproc) {
+  if (nproc < 2) return;  // one process uses no Gloo
+  std::optional<std::string> ifname;
+  if (const char* value = std::getenv(dist::kSocketIfnameVariable)) ifname = value;
+  const auto parsed = dist::parse_socket_ifname(ifname, dist::host_interfaces());
+  if (!parsed) throw UsageError(parsed.status().message());
+}
+
 // Sizes no host could hold are refused now, not by std::bad_alloc in every
 // worker (or by hours of swapping).
 [[maybe_unused]] void check_sizes(const host::Config& config, int nproc) {
@@ -229,6 +243,7 @@ int train_body(const std::vector<std::string>& args) {
   check_plugin(config);
   check_paths(config, f);
   check_sizes(config, static_cast<int>(nproc));
+  check_environment(static_cast<int>(nproc));
 
   const fs::path worker = worker_path();
   if (::access(worker.c_str(), X_OK) != 0) {

@@ -1,5 +1,8 @@
 #include "dist/gloo_communicator.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
+
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -406,6 +409,21 @@ std::vector<std::shared_ptr<::gloo::transport::Device>> make_devices(
   return devices;
 }
 
+// A MASTER_ADDR no resolver knows is this rank's input error: said at once,
+// not after dist.timeout_s of c10d retrying it.
+void check_resolves(const std::string& addr, const std::string& who) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const int rc = ::getaddrinfo(addr.c_str(), nullptr, &hints, &found);
+  if (found != nullptr) ::freeaddrinfo(found);
+  if (rc != 0) {
+    throw ConfigError("MASTER_ADDR=" + quote_text(addr) + " does not resolve on " + who + " (" +
+                      ::gai_strerror(rc) + "); set it to rank 0's host name or address");
+  }
+}
+
 // Reads an integer environment variable; nullopt when unset.
 Result<std::optional<long>> env_int(const char* name) {
   const char* text = std::getenv(name);
@@ -522,6 +540,7 @@ ProcessGroups init_gloo_process_groups(const GlooOptions& o) {
   // before it makes the others wait at the rendezvous.
   const std::vector<std::shared_ptr<::gloo::transport::Device>> devices =
       make_devices(o, chosen_interfaces(o), who);
+  check_resolves(o.master_addr, who);
 
   c10::intrusive_ptr<c10d::Store> store;
   try {

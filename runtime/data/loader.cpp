@@ -305,16 +305,25 @@ std::vector<std::vector<std::int64_t>> DataLoader::partition(const std::vector<s
   }
 
   std::vector<std::vector<std::int64_t>> samples(k);
+  for (std::size_t r = 0; r < k; ++r) {
+    for (std::int64_t i : positions[r]) samples[r].push_back(batch[static_cast<std::size_t>(i)]);
+  }
+  fill_rank_stats(samples, stats);
+  return samples;
+}
+
+void DataLoader::fill_rank_stats(const std::vector<std::vector<std::int64_t>>& samples,
+                                 StepStats& stats) const {
+  const std::size_t k = samples.size();
   stats.rank_cost.assign(k, 0.0);
   stats.rank_tokens.assign(k, 0);
   stats.rank_samples.assign(k, 0);
   double largest_item = 0.0;
   double total = 0.0;
   for (std::size_t r = 0; r < k; ++r) {
-    for (std::int64_t i : positions[r]) {
-      const std::int64_t length = request.lengths[static_cast<std::size_t>(i)];
+    for (std::int64_t s : samples[r]) {
+      const std::int64_t length = dataset_->length(s);
       const double cost = options_.cost(length);
-      samples[r].push_back(batch[static_cast<std::size_t>(i)]);
       stats.rank_cost[r] += cost;
       stats.rank_tokens[r] += length;
       ++stats.rank_samples[r];
@@ -326,7 +335,6 @@ std::vector<std::vector<std::int64_t>> DataLoader::partition(const std::vector<s
   const double largest_rank = *std::max_element(stats.rank_cost.begin(), stats.rank_cost.end());
   stats.imbalance = mean > 0.0 ? largest_rank / mean : 1.0;
   stats.lower_bound = std::max(largest_item, mean);
-  return samples;
 }
 
 void DataLoader::load_order() {
@@ -358,29 +366,11 @@ std::vector<std::vector<std::int64_t>> DataLoader::dispatch(StepBatch& step) {
   const std::size_t mark = batch->strategy.find(kFallbackMark);
   stats.strategy = batch->strategy.substr(0, mark);
   if (mark != std::string::npos) stats.fallback_reason = batch->strategy.substr(mark + 1);
-  const auto k = static_cast<std::size_t>(options_.dp_size);
-  stats.rank_cost.assign(k, 0.0);
-  stats.rank_tokens.assign(k, 0);
-  stats.rank_samples.assign(k, 0);
-  double largest_item = 0.0;
-  double total = 0.0;
-  for (std::size_t r = 0; r < k; ++r) {
-    for (std::int64_t s : batch->ranks[r]) {
-      const std::int64_t length = dataset_->length(s);
-      const double cost = options_.cost(length);
-      stats.rank_cost[r] += cost;
-      stats.rank_tokens[r] += length;
-      ++stats.rank_samples[r];
-      largest_item = std::max(largest_item, cost);
-      total += cost;
-      step.global_samples.push_back(s);
-    }
+  for (const std::vector<std::int64_t>& rank : batch->ranks) {
+    step.global_samples.insert(step.global_samples.end(), rank.begin(), rank.end());
   }
   std::sort(step.global_samples.begin(), step.global_samples.end());
-  const double mean = total / static_cast<double>(k);
-  const double largest_rank = *std::max_element(stats.rank_cost.begin(), stats.rank_cost.end());
-  stats.imbalance = mean > 0.0 ? largest_rank / mean : 1.0;
-  stats.lower_bound = std::max(largest_item, mean);
+  fill_rank_stats(batch->ranks, stats);
   return std::move(batch->ranks);
 }
 

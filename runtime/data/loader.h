@@ -188,6 +188,10 @@ class DataLoader {
   // Sample ids of each DP rank for one global batch, plus the stats.
   std::vector<std::vector<std::int64_t>> partition(const std::vector<std::int64_t>& batch,
                                                    StepStats& stats) const;
+  // Per-rank cost, tokens and samples of a DP assignment (sample ids per
+  // rank), its imbalance and the lower bound of the best one.
+  void fill_rank_stats(const std::vector<std::vector<std::int64_t>>& samples,
+                       StepStats& stats) const;
   // dp_window > 1: the next dispatched batch's shares, plus the stats and
   // the step's samples; reads the next window first when none is left.
   std::vector<std::vector<std::int64_t>> dispatch(StepBatch& step);

@@ -827,6 +827,78 @@ TEST(BadInput, NetworkSettingsAreRefusedBeforeTheRendezvous) {
   expect_no_orphans(marker);
 }
 
+// Data and lengths files: every rank opens the data itself, before the
+// rendezvous. The job ends with exit 2, the refusal relayed once (every rank
+// prints the same one) and the launcher's summary naming a rank.
+TEST(BadInput, DataFilesEndTheJobWithOneCauseLine) {
+  TempDir dir;
+  const std::string config = dir.write("job.yaml", kConfig);
+  const std::string marker = new_marker();
+  const std::string object_line = dir.write("object.jsonl", "[1, 2, 3]\n{\"tokens\": [4]}\n");
+  const std::string empty = dir.write("empty.jsonl", "\n");
+  const std::string not_json = dir.write("lengths.txt", "12\nabc\n");
+  const std::string negative = dir.write("negative.json", "[5, -5]\n");
+  dir.write("garbage.idx", "garbagegarbagegarbage");
+  dir.write("garbage.bin", "zz");
+  struct Case {
+    std::string name;
+    std::vector<std::string> sets;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {"JSONL line not a list",
+       {"data.source=jsonl", "data.path=" + object_line},
+       object_line + ":2: found a JSON object, expected a list of token ids"},
+      {"JSONL without tokens",
+       {"data.source=jsonl", "data.path=" + empty},
+       "has no sample with at least one token"},
+      {"JSONL path a directory",
+       {"data.source=jsonl", "data.path=" + dir.file("")},
+       "is a directory; data.path must name the JSONL token file"},
+      {"lengths file not JSON",
+       {"data.source=synthetic", "data.path=" + not_json},
+       not_json + ": byte 4: invalid JSON"},
+      {"lengths file with a negative length",
+       {"data.source=synthetic", "data.path=" + negative},
+       negative + ":"},
+      {"Megatron prefix missing",
+       {"data.source=megatron", "data.path=" + dir.file("absent")},
+       dir.file("absent") + ".idx: cannot open"},
+      {"Megatron .idx not an index",
+       {"data.source=megatron", "data.path=" + dir.file("garbage")},
+       dir.file("garbage") + ".idx: byte offset 0: expected the magic"},
+  };
+  std::vector<ChildResult> results;
+  for (std::size_t first = 0; first < cases.size(); first += 2) {
+    std::vector<Child> children;
+    for (std::size_t i = first; i < std::min(cases.size(), first + 2); ++i) {
+      std::vector<std::string> argv = {FULCRUM_BIN, "train", "--config", config};
+      for (const std::string& set : cases[i].sets) argv.insert(argv.end(), {"--set", set});
+      children.push_back({argv, {std::string(kMarkerVariable) + "=" + marker}});
+    }
+    for (ChildResult& r : run_all(children, seconds(60))) results.push_back(std::move(r));
+  }
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    const ChildResult& r = results[i];
+    EXPECT_FALSE(r.timed_out) << c.name;
+    EXPECT_EQ(r.exit_code, 2) << c.name << ": " << r;
+    EXPECT_FALSE(contains(r.out, "step 1/")) << c.name << ": " << r;
+    const std::vector<std::string> lines = lines_of(r.err);
+    ASSERT_EQ(lines.size(), 2u) << c.name << ": the cause and the summary: " << r;
+    EXPECT_EQ(lines[0].rfind("[rank ", 0), 0u) << c.name << ": " << r;
+    EXPECT_TRUE(contains(lines[0], "] fulcrum-worker: rank ")) << c.name << ": " << r;
+    EXPECT_TRUE(contains(lines[0], c.expected)) << c.name << ": " << r;
+    EXPECT_EQ(lines[1].rfind("fulcrum: rank ", 0), 0u) << c.name << ": " << r;
+    EXPECT_TRUE(contains(lines[1], " failed with exit status 2")) << c.name << ": " << r;
+    for (const char* crash : {"terminate called", "what()", "Segmentation", "Aborted"}) {
+      EXPECT_FALSE(contains(r.err, crash)) << c.name << ": " << r;
+    }
+    std::printf("[ refused ] %-34s %s\n", c.name.c_str(), lines[0].c_str());
+  }
+  expect_no_orphans(marker);
+}
+
 TEST(BadInput, TrainReplacesTheLaunchVariablesItInherits) {
   // `fulcrum train` is the launcher: garbage in the variables it sets for
   // its workers (a shell left over from another job) is replaced, not read.

@@ -1,8 +1,10 @@
 #include "data/jsonl_dataset.h"
 
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <string>
+#include <system_error>
 
 #include <nlohmann/json.hpp>
 
@@ -23,6 +25,10 @@ std::string parse_error_reason(const std::string& what) {
 }  // namespace
 
 Result<JsonlDataset> JsonlDataset::open(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return invalid_argument(path + " is a directory; data.path must name the JSONL token file");
+  }
   std::ifstream in(path);
   if (!in) return not_found(path + ": cannot open the JSONL token file; check the path");
   JsonlDataset ds;

@@ -364,6 +364,10 @@ TEST(JsonlDataset, RefusesBadLinesNamingFileAndLine) {
   auto missing = JsonlDataset::open(dir.file("nope.jsonl"));
   ASSERT_FALSE(missing);
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  auto directory = JsonlDataset::open(dir.file(""));
+  ASSERT_FALSE(directory);
+  EXPECT_EQ(directory.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_HAS(directory.status().message(), "is a directory; data.path must name the JSONL");
 }
 
 // --- synthetic -----------------------------------------------------------------

@@ -174,13 +174,13 @@ class ProgressBoard {
   // not answer costs kProgressReadDeadline, not a hang. A thread still
   // blocked then is left behind: the process is about to exit.
   std::vector<std::optional<ProgressRecord>> read_all() {
-    struct Shared {
+    struct ReadState {
       std::mutex mutex;
       std::condition_variable done_cv;
       bool done = false;
       std::vector<std::optional<ProgressRecord>> records;
     };
-    auto shared = std::make_shared<Shared>();
+    auto shared = std::make_shared<ReadState>();
     shared->records.resize(static_cast<std::size_t>(world_size_));
     std::thread([shared, store = store_, n = world_size_] {
       for (int r = 0; r < n; ++r) {

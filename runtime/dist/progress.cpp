@@ -306,7 +306,7 @@ std::string StallReport::encode() const {
   text += "timeout_ms " + std::to_string(timeout_ms) + "\n";
   text += "timed_out " + ref(timed_out) + "\n";
   text += "stalled";
-  for (int r : stalled) text += " " + std::to_string(r);
+  for (int r : stalled) text.append(" ").append(std::to_string(r));
   text += "\n";
   for (const WaitingRank& w : waiting) {
     text += "waiting " + std::to_string(w.rank) + " " + ref(w.in) + "\n";

@@ -298,8 +298,9 @@ std::string RunSummary::render(const std::string& header, double wall_s) const {
       << "  [sum of per-micro-batch max / mean over CP ranks]\n";
   std::string dp;
   for (const auto& [name, count] : dp_strategies_) {
-    dp += (dp.empty() ? "" : ", ") + name +
-          (dp_strategies_.size() > 1 ? " " + std::to_string(count) : "");
+    if (!dp.empty()) dp += ", ";
+    dp += name;
+    if (dp_strategies_.size() > 1) dp.append(" ").append(std::to_string(count));
   }
   const double n = steps_ > 0 ? static_cast<double>(steps_) : 1.0;
   out << "  DP imbalance   " << fixed(dp_imbalance_ / n, 3) << " with " << dp
@@ -324,8 +325,10 @@ std::string render_progress_bar(std::int64_t step, std::int64_t steps, double lo
                                 double elapsed_s, int width) {
   const double done = steps > 0 ? static_cast<double>(step) / static_cast<double>(steps) : 1.0;
   const int filled = static_cast<int>(std::lround(done * width));
-  std::string bar = "[" + std::string(static_cast<std::size_t>(filled), '#') +
-                    std::string(static_cast<std::size_t>(width - filled), '.') + "]";
+  std::string bar = "[";
+  bar.append(static_cast<std::size_t>(filled), '#');
+  bar.append(static_cast<std::size_t>(width - filled), '.');
+  bar += "]";
   return bar + " step " + std::to_string(step) + "/" + std::to_string(steps) + "  loss " +
          fixed(loss, 4) + "  " + fixed(elapsed_s, 1) + " s";
 }

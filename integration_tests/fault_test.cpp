@@ -575,18 +575,26 @@ struct BadInput {
 // the expected text,
 // no crash, no worker left behind. Cases run two at a time: most of a
 // refused worker's second is spent loading LibTorch.
-void expect_refused(const std::vector<BadInput>& cases, const std::string& marker) {
-  // Two at a time: more only queue on a small machine's cores.
+// Runs `children` two at a time (more only queue on a small machine's cores),
+// each with the run's marker variable; results in the same order.
+std::vector<ChildResult> run_in_pairs(std::vector<Child> children, const std::string& marker,
+                                      seconds timeout) {
   std::vector<ChildResult> results;
-  for (std::size_t first = 0; first < cases.size(); first += 2) {
-    std::vector<Child> children;
-    for (std::size_t i = first; i < std::min(cases.size(), first + 2); ++i) {
-      std::vector<std::string> env = cases[i].env;
-      env.push_back(std::string(kMarkerVariable) + "=" + marker);
-      children.push_back({cases[i].argv, env});
+  for (std::size_t first = 0; first < children.size(); first += 2) {
+    std::vector<Child> pair;
+    for (std::size_t i = first; i < std::min(children.size(), first + 2); ++i) {
+      children[i].env.push_back(std::string(kMarkerVariable) + "=" + marker);
+      pair.push_back(std::move(children[i]));
     }
-    for (ChildResult& r : run_all(children, seconds(30))) results.push_back(std::move(r));
+    for (ChildResult& r : run_all(pair, timeout)) results.push_back(std::move(r));
   }
+  return results;
+}
+
+void expect_refused(const std::vector<BadInput>& cases, const std::string& marker) {
+  std::vector<Child> children;
+  for (const BadInput& c : cases) children.push_back({c.argv, c.env});
+  const std::vector<ChildResult> results = run_in_pairs(std::move(children), marker, seconds(30));
   for (std::size_t i = 0; i < cases.size(); ++i) {
     const BadInput& c = cases[i];
     const ChildResult& r = results[i];
@@ -868,16 +876,13 @@ TEST(BadInput, DataFilesEndTheJobWithOneCauseLine) {
        {"data.source=megatron", "data.path=" + dir.file("garbage")},
        dir.file("garbage") + ".idx: byte offset 0: expected the magic"},
   };
-  std::vector<ChildResult> results;
-  for (std::size_t first = 0; first < cases.size(); first += 2) {
-    std::vector<Child> children;
-    for (std::size_t i = first; i < std::min(cases.size(), first + 2); ++i) {
-      std::vector<std::string> argv = {FULCRUM_BIN, "train", "--config", config};
-      for (const std::string& set : cases[i].sets) argv.insert(argv.end(), {"--set", set});
-      children.push_back({argv, {std::string(kMarkerVariable) + "=" + marker}});
-    }
-    for (ChildResult& r : run_all(children, seconds(60))) results.push_back(std::move(r));
+  std::vector<Child> children;
+  for (const Case& c : cases) {
+    std::vector<std::string> argv = {FULCRUM_BIN, "train", "--config", config};
+    for (const std::string& set : c.sets) argv.insert(argv.end(), {"--set", set});
+    children.push_back({argv, {}});
   }
+  const std::vector<ChildResult> results = run_in_pairs(std::move(children), marker, seconds(60));
   for (std::size_t i = 0; i < cases.size(); ++i) {
     const Case& c = cases[i];
     const ChildResult& r = results[i];

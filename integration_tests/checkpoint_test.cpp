@@ -5,8 +5,8 @@
 // interruption. Damaged checkpoints must be refused with one line naming the
 // file, and the previous good one used.
 //
-// No LibTorch here; the harness (run under a deadline, temporary
-// directories, metrics and parameter readers) mirrors integration_test.cpp's.
+// No LibTorch here; the process runner, temporary directories and the
+// parameter reader are the integration drivers' shared harness.h.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -32,110 +32,17 @@
 #include <string>
 #include <vector>
 
+#include "harness.h"
+
 namespace {
 
+using fulcrum::it::read_params;
+using fulcrum::it::run;
+using fulcrum::it::RunResult;
+using fulcrum::it::TempDir;
 namespace fs = std::filesystem;
 using nlohmann::json;
 using std::chrono::seconds;
-
-struct RunResult {
-  int exit_code = -1;  // 128 + signal when killed
-  bool timed_out = false;
-  bool stopped = false;  // killed by the test's stop condition
-  std::string output;
-  double wall_s = 0.0;
-};
-
-std::ostream& operator<<(std::ostream& out, const RunResult& r) {
-  return out << "exit " << r.exit_code << (r.timed_out ? " (timed out)" : "") << " after "
-             << r.wall_s << " s; output:\n"
-             << r.output;
-}
-
-// Runs argv in its own process group with the output captured. Past the
-// deadline: SIGTERM, then SIGKILL. When `stop_when` turns true the whole
-// group gets SIGKILL at once, as a crashed node would (the launcher's workers
-// die with it: they hold PR_SET_PDEATHSIG). A test can fail but never hang.
-RunResult run(const std::vector<std::string>& argv, seconds deadline,
-              const std::function<bool()>& stop_when = {}) {
-  RunResult result;
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) {
-    result.output = "pipe failed";
-    return result;
-  }
-  const auto start = std::chrono::steady_clock::now();
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::setpgid(0, 0);
-    ::dup2(fds[1], STDOUT_FILENO);
-    ::dup2(fds[1], STDERR_FILENO);
-    std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execv(args[0], args.data());
-    std::fprintf(stderr, "exec %s failed: %s\n", args[0], std::strerror(errno));
-    ::_exit(127);
-  }
-  ::setpgid(pid, pid);  // also here, so that a kill right after fork reaches the group
-  ::close(fds[1]);
-  const auto end = start + deadline;
-  bool terminated = false;
-  auto kill_at = end + seconds(5);
-  char buffer[4096];
-  while (true) {
-    const auto now = std::chrono::steady_clock::now();
-    if (!terminated && !result.stopped && stop_when && stop_when()) {
-      result.stopped = true;
-      ::kill(-pid, SIGKILL);
-    }
-    if (!terminated && now >= end) {
-      result.timed_out = true;
-      terminated = true;
-      ::kill(-pid, SIGTERM);
-    }
-    if (terminated && now >= kill_at) {
-      ::kill(-pid, SIGKILL);
-      kill_at = now + seconds(3600);
-    }
-    pollfd p{fds[0], POLLIN, 0};
-    if (::poll(&p, 1, 50) > 0) {
-      const ssize_t n = ::read(fds[0], buffer, sizeof(buffer));
-      if (n <= 0) break;
-      result.output.append(buffer, static_cast<std::size_t>(n));
-    }
-  }
-  ::close(fds[0]);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return result;
-}
-
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "fulcrum_ckpt_it_XXXXXX").string();
-    path_ = ::mkdtemp(pattern.data()) ? fs::path(pattern) : fs::path();
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty() && std::getenv("FULCRUM_KEEP_TEST_DIRS") == nullptr) {
-      fs::remove_all(path_, ec);
-    }
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  std::string write(const std::string& name, const std::string& text) const {
-    std::ofstream(file(name)) << text;
-    return file(name);
-  }
-
- private:
-  fs::path path_;
-};
 
 std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -144,27 +51,6 @@ std::string read_bytes(const std::string& path) {
 
 void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
-}
-
-// The --save-params format: "name numel" lines, a blank line, float64s.
-std::map<std::string, std::vector<double>> read_params(const std::string& path) {
-  std::map<std::string, std::vector<double>> params;
-  std::ifstream in(path, std::ios::binary);
-  std::vector<std::pair<std::string, std::int64_t>> layout;
-  std::string line;
-  while (std::getline(in, line) && !line.empty()) {
-    std::istringstream fields(line);
-    std::string name;
-    std::int64_t n = 0;
-    fields >> name >> n;
-    layout.emplace_back(name, n);
-  }
-  for (const auto& [name, n] : layout) {
-    std::vector<double> values(static_cast<std::size_t>(n));
-    in.read(reinterpret_cast<char*>(values.data()), n * static_cast<std::int64_t>(sizeof(double)));
-    params[name] = std::move(values);
-  }
-  return params;
 }
 
 // A job's record, from its metrics: per step its loss and the document
@@ -252,7 +138,7 @@ class Job {
       }
     }
     argv.insert(argv.end(), {"--metrics", metrics(tag), "--save-params", params(tag)});
-    return run(argv, seconds(120), stop_when);
+    return run(argv, seconds(120), {}, stop_when);
   }
   std::string metrics(const std::string& tag) const { return dir_.file(tag + ".jsonl"); }
   std::string params(const std::string& tag) const { return dir_.file(tag + ".params"); }
@@ -260,7 +146,7 @@ class Job {
   const std::vector<std::vector<std::int64_t>>& samples() const { return samples_; }
 
  private:
-  TempDir dir_;
+  TempDir dir_{"fulcrum_ckpt_it_"};
   std::vector<std::vector<std::int64_t>> samples_;
   std::string config_;
   std::vector<std::string> layout_;

@@ -29,10 +29,13 @@
 #include <thread>
 #include <vector>
 
+#include "harness.h"
+
 namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
+using fulcrum::it::TempDir;
 using std::chrono::seconds;
 
 constexpr const char* kMarkerVariable = "FULCRUM_TEST_RUN_ID";
@@ -229,29 +232,6 @@ void expect_no_orphans(const std::string& marker) {
   }
   ADD_FAILURE() << "processes of run " << marker << " outlived it:" << pids;
 }
-
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "fulcrum_fault_XXXXXX").string();
-    if (::mkdtemp(pattern.data()) != nullptr) path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string write(const std::string& name, const std::string& text) const {
-    const std::string file = (path_ / name).string();
-    std::ofstream(file) << text;
-    return file;
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
 
 int free_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);

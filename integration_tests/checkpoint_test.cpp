@@ -407,8 +407,9 @@ TEST(CheckpointResume, AnotherLayoutResumesWithAWarningAndTrainsEverySampleOnce)
 // middle of the second window (steps 4-6), so the dispatcher's batches of
 // steps 5 and 6 are in it. Stopped after step 5 (its update lost), resumed:
 // steps 5 and 6 and the final parameters are bitwise the uninterrupted run's,
-// every sample is trained once across the interruption, and a checkpoint of
-// one window or DP size is refused by a run of another.
+// every sample is trained once across the interruption, a checkpoint of one
+// window is refused by a run of another, and a run of another DP size
+// continues the same steps.
 TEST(CheckpointResume, StoppedRunInTheMiddleOfADpWindowResumesBitwise) {
   Job job(2, 1);
   const std::vector<std::string> windowed = {"balancer.dp.window=3"};
@@ -455,8 +456,7 @@ TEST(CheckpointResume, StoppedRunInTheMiddleOfADpWindowResumesBitwise) {
   }
   expect_exactly_once(first, 4, second, job.samples());
 
-  // Another window, or another DP size, cannot continue the window's
-  // dispatched batches: one line, exit 2.
+  // Another window is another data order: one line, exit 2.
   auto expect_refusal = [&](const std::vector<std::string>& extra, const std::string& text) {
     std::vector<std::string> r = resume;
     r.insert(r.end(), extra.begin(), extra.end());
@@ -468,8 +468,20 @@ TEST(CheckpointResume, StoppedRunInTheMiddleOfADpWindowResumesBitwise) {
                  "checkpoint " + dir +
                      "/step-00000006.ckpt: it was made with balancer.dp.window = 3 and this run "
                      "has 2; resume with balancer.dp.window: 3");
-  expect_refusal({"parallel.dp_size=1", "parallel.cp_size=2"},
-                 "batches split over 2 DP ranks and this run has 1");
+
+  // Another layout continues the same window: the window's steps do not
+  // depend on the DP size, so steps 5 and 6 train the same pieces.
+  std::vector<std::string> relayout = windowed;
+  relayout.insert(relayout.end(), {"parallel.dp_size=1", "parallel.cp_size=2",
+                                   "train.resume=" + dir + "/step-00000004.ckpt"});
+  const RunResult c = job.train("c", relayout);
+  ASSERT_EQ(c.exit_code, 0) << c;
+  const Record third = read_record(job.metrics("c"));
+  ASSERT_EQ(third.loss.size(), 2u) << c;
+  for (std::int64_t step = 5; step <= 6; ++step) {
+    EXPECT_EQ(third.pieces.at(step), ref.pieces.at(step)) << "step " << step << " on DP 1 x CP 2";
+  }
+  expect_exactly_once(first, 4, third, job.samples());
 }
 
 }  // namespace

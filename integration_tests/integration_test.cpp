@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -25,6 +26,8 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "harness.h"
@@ -85,9 +88,11 @@ std::string source_file(const std::string& relative) {
 
 // (b) ---------------------------------------------------------------------
 
-// Samples fit a row (no packing, seq_length above the longest), so every
-// layout trains on exactly the same token sequences; only who computes what
-// differs. float64 leaves summation order as the only source of difference.
+// The invariance suite: a balancer never changes what is learned. Packing is
+// on, samples are longer than a row (one spans four rows) and rows hold
+// several documents, so a cut that depended on the row being filled, or a
+// label lost at a cut, would show as a different loss or token count. float64
+// leaves summation order as the only source of difference.
 constexpr const char* kEquivalenceConfig = R"(
 parallel: {dp_size: 1, cp_size: 1}
 balancer:
@@ -95,10 +100,9 @@ balancer:
   dp: {strategy: auto, cost: attention}
 data:
   source: synthetic
-  num_samples: 24
-  max_length: 150
-  seq_length: 160
-  packing: false
+  path: LENGTHS
+  seq_length: 64
+  packing: true
   global_batch_size: 8
   micro_batch_size: 2
   seed: 3
@@ -107,14 +111,32 @@ train: {steps: 3, dtype: float64, lr: 1.0e-2, seed: 7}
 dist: {timeout_s: 60, op_timeout_s: 60}
 )";
 
+// 24 samples: short ones that share rows, some just over a row, one of 230
+// tokens (four pieces of 64, 64, 64, 38).
+constexpr const char* kEquivalenceLengths =
+    "[5, 70, 12, 230, 3, 33, 64, 9, 130, 1, 17, 66, 40, 2, 95, 7, 28, 150, 11, 4, 63, 21, 80, 6]";
+
+std::string equivalence_config(const TempDir& dir) {
+  std::string config = kEquivalenceConfig;
+  config.replace(config.find("LENGTHS"), 7, dir.write("lengths.json", kEquivalenceLengths));
+  return dir.write("equivalence.yaml", config);
+}
+
 struct Trained {
   std::vector<double> losses;
+  std::vector<std::int64_t> tokens;  // loss tokens per step, over the global batch
   std::map<std::string, std::vector<double>> params;
+  std::vector<json> steps;
+  std::vector<json> micro_batches;
 };
 
 Trained train_layout(const TempDir& dir, const std::string& config, int dp, int cp,
                      const std::vector<std::string>& extra = {}) {
-  const std::string tag = "dp" + std::to_string(dp) + "cp" + std::to_string(cp);
+  std::string tag = "dp" + std::to_string(dp) + "cp" + std::to_string(cp);
+  for (const std::string& e : extra) {
+    tag += "_";
+    for (char c : e) tag += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  }
   std::vector<std::string> sets = {"parallel.dp_size=" + std::to_string(dp),
                                    "parallel.cp_size=" + std::to_string(cp)};
   sets.insert(sets.end(), extra.begin(), extra.end());
@@ -123,9 +145,13 @@ Trained train_layout(const TempDir& dir, const std::string& config, int dp, int 
           seconds(150));
   EXPECT_EQ(r.exit_code, 0) << tag << ": " << r;
   Trained t;
-  for (const json& s : step_records(read_metrics(dir.file(tag + ".jsonl")))) {
+  const std::vector<json> metrics = read_metrics(dir.file(tag + ".jsonl"));
+  t.steps = step_records(metrics);
+  for (const json& s : t.steps) {
     t.losses.push_back(s.at("loss").get<double>());
+    t.tokens.push_back(s.at("tokens").get<std::int64_t>());
   }
+  t.micro_batches = micro_batch_records(metrics);
   t.params = read_params(dir.file(tag + ".params"));
   EXPECT_FALSE(t.params.empty()) << tag;
   return t;
@@ -133,6 +159,7 @@ Trained train_layout(const TempDir& dir, const std::string& config, int dp, int 
 
 void expect_same(const Trained& expected, const Trained& got, const std::string& what) {
   ASSERT_EQ(expected.losses.size(), got.losses.size()) << what;
+  EXPECT_EQ(got.tokens, expected.tokens) << what << ": loss tokens per step differ";
   for (std::size_t i = 0; i < expected.losses.size(); ++i) {
     EXPECT_NEAR(got.losses[i], expected.losses[i], 1e-10 * std::abs(expected.losses[i]))
         << what << " step " << i + 1;
@@ -155,21 +182,80 @@ void expect_same(const Trained& expected, const Trained& got, const std::string&
   EXPECT_LT(worst, 1e-9) << what << ": parameters differ most at " << where;
 }
 
-TEST(LayoutEquivalence, DpCpLayoutsMatchOneProcess) {
+// Over an epoch every sample trains on each of its tokens but the last,
+// wherever it was cut: the loss-token count is fixed by the data alone.
+void expect_every_label_kept(const Trained& t) {
+  std::int64_t trained = 0;
+  for (std::int64_t n : t.tokens) trained += n;
+  std::int64_t expected = 0;
+  for (const json& length : json::parse(kEquivalenceLengths)) {
+    expected += length.get<std::int64_t>() - 1;
+  }
+  EXPECT_EQ(trained, expected) << "an epoch trains on every label but each sample's last";
+}
+
+// Window 1 and window 3 (the window is part of the data order: each is
+// compared with one process of the same window).
+class Invariance : public ::testing::TestWithParam<int> {};
+
+TEST_P(Invariance, EveryLayoutAndDpStrategyMatchesOneProcess) {
   TempDir dir;
-  const std::string config = dir.write("equivalence.yaml", kEquivalenceConfig);
-  const Trained single = train_layout(dir, config, 1, 1);
+  const std::string config = equivalence_config(dir);
+  const std::string window = "balancer.dp.window=" + std::to_string(GetParam());
+  // Three steps of eight over 24 samples: one whole epoch.
+  const Trained single = train_layout(dir, config, 1, 1, {window});
   ASSERT_EQ(single.losses.size(), 3u);
   // Training must have moved: equal losses of an idle model prove nothing.
   EXPECT_NE(single.losses.front(), single.losses.back());
-  expect_same(single, train_layout(dir, config, 2, 2), "DP2xCP2");
-  expect_same(single, train_layout(dir, config, 1, 4), "DP1xCP4");
-  expect_same(single, train_layout(dir, config, 4, 1), "DP4xCP1");
+  expect_every_label_kept(single);
+  for (const auto& [dp, cp] :
+       std::vector<std::pair<int, int>>{{2, 1}, {1, 2}, {2, 2}, {1, 4}, {4, 1}}) {
+    expect_same(single, train_layout(dir, config, dp, cp, {window}),
+                "DP" + std::to_string(dp) + "xCP" + std::to_string(cp));
+  }
+  for (const char* strategy : {"round_robin", "lpt", "karmarkar_karp"}) {
+    const std::string set = std::string("balancer.dp.strategy=") + strategy;
+    expect_same(single, train_layout(dir, config, 4, 1, {window, set}),
+                std::string("DP4xCP1 ") + strategy);
+    expect_same(single, train_layout(dir, config, 2, 2, {window, set}),
+                std::string("DP2xCP2 ") + strategy);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Window, Invariance, ::testing::Values(1, 3));
+
+// Every CP strategy, served and fallen back: at seq_length 64 and CP 2 every
+// strategy serves; at seq_length 66 and CP 4 head_tail (66 % 8) and ptrr
+// (66 % 64) cannot and the fallback serves.
+TEST(Invariance, EveryCpStrategyMatchesOneProcess) {
+  TempDir dir;
+  const std::string config = equivalence_config(dir);
+  const std::vector<std::string> strategies = {
+      "contiguous",   "head_tail", "striped",  "per_document_padded",
+      "per_document", "ptrr",      "balanced", "auto"};
+  for (const auto& [seq, cp, dp] : std::vector<std::tuple<int, int, int>>{{64, 2, 2}, {66, 4, 1}}) {
+    const std::string seq_set = "data.seq_length=" + std::to_string(seq);
+    const Trained single = train_layout(dir, config, 1, 1, {seq_set});
+    bool fell_back = false;
+    for (const std::string& strategy : strategies) {
+      const std::string what = "DP" + std::to_string(dp) + "xCP" + std::to_string(cp) + " seq " +
+                               std::to_string(seq) + " " + strategy;
+      const Trained t =
+          train_layout(dir, config, dp, cp, {seq_set, "balancer.cp.strategy=" + strategy});
+      expect_same(single, t, what);
+      for (const json& mb : t.micro_batches) {
+        fell_back = fell_back || !mb.at("cp_fallback_reason").is_null();
+      }
+    }
+    EXPECT_EQ(fell_back, seq == 66) << "seq " << seq
+                                    << ": the fallback cases are not what the "
+                                       "test claims";
+  }
 }
 
 TEST(LayoutEquivalence, LearnedPositionsSlidingMaskMatchOneProcess) {
   TempDir dir;
-  const std::string config = dir.write("equivalence.yaml", kEquivalenceConfig);
+  const std::string config = equivalence_config(dir);
   const std::vector<std::string> extra = {"model.position=learned", "balancer.cp.mask=sliding:20",
                                           "balancer.cp.strategy=head_tail"};
   const Trained single = train_layout(dir, config, 1, 1, extra);
@@ -180,12 +266,13 @@ TEST(LayoutEquivalence, IdleDpRanksNeitherDeadlockNorChangeTheResult) {
   // Three samples per step over four DP ranks: one rank has no micro-batch
   // at all, yet every rank must meet in the same collectives.
   TempDir dir;
-  const std::string config = dir.write("equivalence.yaml", kEquivalenceConfig);
+  const std::string config = equivalence_config(dir);
   const std::vector<std::string> extra = {"data.global_batch_size=3", "train.steps=2"};
   const Trained single = train_layout(dir, config, 1, 1, extra);
-  expect_same(single, train_layout(dir, config, 4, 1, extra), "DP4xCP1 with an idle rank");
+  const Trained four = train_layout(dir, config, 4, 1, extra);
+  expect_same(single, four, "DP4xCP1 with an idle rank");
   bool idle = false;
-  for (const json& s : step_records(read_metrics(dir.file("dp4cp1.jsonl")))) {
+  for (const json& s : four.steps) {
     for (const json& count : s.at("micro_batches")) idle = idle || count.get<int>() == 0;
   }
   EXPECT_TRUE(idle) << "no DP rank was idle; the scenario does not test what it claims";

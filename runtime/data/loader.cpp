@@ -1,9 +1,10 @@
 #include "data/loader.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <numeric>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -47,22 +48,12 @@ std::vector<std::vector<std::int64_t>> round_robin_positions(std::size_t m, std:
   return positions;
 }
 
-// A dispatched batch's strategy is "<strategy>" or, when the loader fell
-// back, "round_robin" + kFallbackMark + the reason: the reason travels with
-// the batch (and through a checkpoint) to the step that serves it.
-constexpr char kFallbackMark = '\n';
-
-// The window state's bytes: little-endian int64 fields, strings as a length
-// and their bytes.
+// The window state's bytes: little-endian int64 fields.
 class StateWriter {
  public:
   void i64(std::int64_t v) {
     auto u = static_cast<std::uint64_t>(v);
     for (int b = 0; b < 8; ++b, u >>= 8) bytes_.push_back(static_cast<char>(u & 0xFF));
-  }
-  void text(const std::string& t) {
-    i64(static_cast<std::int64_t>(t.size()));
-    bytes_ += t;
   }
   std::string take() { return std::move(bytes_); }
 
@@ -84,21 +75,6 @@ class StateReader {
     v = static_cast<std::int64_t>(u);
     return ok_;
   }
-  // A count of items of at least `item_bytes` each that the rest can hold.
-  bool count(std::int64_t& v, std::size_t item_bytes) {
-    if (!i64(v)) return false;
-    if (v < 0 || static_cast<std::uint64_t>(v) > (bytes_.size() - at_) / item_bytes) {
-      return ok_ = false;
-    }
-    return true;
-  }
-  bool text(std::string& t) {
-    std::int64_t n = 0;
-    if (!count(n, 1)) return false;
-    t.assign(bytes_.substr(at_, static_cast<std::size_t>(n)));
-    at_ += static_cast<std::size_t>(n);
-    return true;
-  }
   bool at_end() const { return ok_ && at_ == bytes_.size(); }
 
  private:
@@ -107,7 +83,9 @@ class StateReader {
   bool ok_ = true;
 };
 
-constexpr std::int64_t kWindowStateVersion = 1;
+// Version 1 held the dispatched batches of a DP-size-dependent window; a
+// window now depends on the epoch order alone and its state is its identity.
+constexpr std::int64_t kWindowStateVersion = 2;
 
 }  // namespace
 
@@ -160,45 +138,6 @@ Result<DataLoader> DataLoader::create(const TokenDataset& dataset, LoadBalancer&
     return invalid_argument(dataset.describe() +
                             " has no sample with at least one token; nothing to train on");
   }
-  if (loader.options_.dp_window > 1) {
-    const LoaderOptions& o = loader.options_;
-    dp::DispatchOptions d;
-    d.num_ranks = o.dp_size;
-    d.window = o.dp_window;
-    d.batch_size = static_cast<std::int32_t>(o.global_batch_size);
-    d.cost = o.cost;
-    d.strategy = o.dp_strategy;
-    // Captures the balancer, not the loader: the loader is moved around.
-    LoadBalancer* b = &balancer;
-    auto partition = [b,
-                      strategy = o.dp_strategy](const DpRequest& request) -> Result<DpPartition> {
-      Result<DpPartition> part = b->partition_dp(strategy, request);
-      std::string problem;
-      if (!part) {
-        problem = part.status().message();
-      } else {
-        problem = partition_problem(*part, request.lengths.size(),
-                                    static_cast<std::size_t>(request.num_ranks));
-        if (!problem.empty()) problem = "its partition is invalid: " + problem;
-      }
-      if (problem.empty()) {
-        if (part->strategy.empty()) part->strategy = strategy;
-        return part;
-      }
-      // Deterministic, so every rank falls back the same way.
-      DpPartition fallback;
-      fallback.ranks = round_robin_positions(request.lengths.size(),
-                                             static_cast<std::size_t>(request.num_ranks));
-      fallback.strategy = std::string("round_robin") + kFallbackMark + "balancer " +
-                          quote_text(b->name()) + " DP strategy " + quote_text(strategy) +
-                          " failed on this step's window (" + problem + "); used round_robin";
-      return fallback;
-    };
-    Result<dp::WindowedDispatcher> dispatcher =
-        dp::WindowedDispatcher::create(std::move(d), std::move(partition));
-    if (!dispatcher) return invalid_argument("data loader " + dispatcher.status().message());
-    loader.dispatcher_.emplace(std::move(dispatcher).value());
-  }
   return loader;
 }
 
@@ -232,11 +171,6 @@ Status DataLoader::seek(LoaderPosition position) {
                             " is past num_epochs " + std::to_string(*options_.num_epochs));
   }
   position_ = position;
-  // Dispatched batches belong to the old position; a checkpoint's come back
-  // with restore_window_state().
-  if (dispatcher_ && !dispatcher_->restore_state({})) {
-    throw std::logic_error("data loader: an empty dispatcher state was refused");
-  }
   return Status::ok();
 }
 
@@ -245,17 +179,16 @@ std::optional<StepBatch> DataLoader::next_step() {
   load_order();
   StepBatch step;
   step.position = position_;
-  std::vector<std::vector<std::int64_t>> ranks;
-  if (dispatcher_) {
-    ranks = dispatch(step);
+  if (options_.dp_window > 1) {
+    step.global_samples = window_step(position_.step);
   } else {
     const auto n = order_.size();
     const auto begin = static_cast<std::size_t>(position_.step * options_.global_batch_size);
     const auto end = std::min(n, begin + static_cast<std::size_t>(options_.global_batch_size));
     step.global_samples.assign(order_.begin() + static_cast<std::ptrdiff_t>(begin),
                                order_.begin() + static_cast<std::ptrdiff_t>(end));
-    ranks = partition(step.global_samples, step.stats);
   }
+  std::vector<std::vector<std::int64_t>> ranks = partition(step.global_samples, step.stats);
   step.samples = std::move(ranks[static_cast<std::size_t>(options_.dp_rank)]);
 
   std::vector<PackedRow> rows = pack(step.samples);
@@ -343,216 +276,179 @@ void DataLoader::load_order() {
   order_epoch_ = position_.epoch;
 }
 
-std::vector<std::vector<std::int64_t>> DataLoader::dispatch(StepBatch& step) {
-  if (dispatcher_->ready() == 0) {
-    // The next window: up to dp_window global batches, never past the epoch.
-    const std::int64_t last = std::min(steps_per_epoch(), position_.step + options_.dp_window);
-    const auto begin = static_cast<std::size_t>(position_.step * options_.global_batch_size);
-    const auto end =
-        std::min(order_.size(), static_cast<std::size_t>(last * options_.global_batch_size));
-    for (std::size_t i = begin; i < end; ++i) {
-      if (Status s = dispatcher_->push(order_[i], dataset_->length(order_[i])); !s) {
-        throw std::logic_error("data loader: " + s.message());
-      }
-    }
-    // A full window was dispatched by its last push; a short one (the end
-    // of the epoch) gives ceil(samples / global_batch_size) = the steps left.
-    if (Status s = dispatcher_->flush(); !s) throw std::logic_error("data loader: " + s.message());
-  }
-  std::optional<dp::DispatchBatch> batch = dispatcher_->next();
-  if (!batch) throw std::logic_error("data loader: the dispatcher formed no batch");
+std::vector<std::int64_t> DataLoader::window_step(std::int64_t step) const {
+  // The window of `step`: dp_window consecutive global batches of the epoch
+  // order (fewer at the epoch's end; a window never spans two epochs).
+  const std::int64_t gbs = options_.global_batch_size;
+  const auto n = static_cast<std::int64_t>(order_.size());
+  const std::int64_t first = step / options_.dp_window * options_.dp_window;
+  const std::int64_t last = std::min(steps_per_epoch(), first + options_.dp_window);
+  const auto num_steps = static_cast<std::size_t>(last - first);
 
-  StepStats& stats = step.stats;
-  const std::size_t mark = batch->strategy.find(kFallbackMark);
-  stats.strategy = batch->strategy.substr(0, mark);
-  if (mark != std::string::npos) stats.fallback_reason = batch->strategy.substr(mark + 1);
-  for (const std::vector<std::int64_t>& rank : batch->ranks) {
-    step.global_samples.insert(step.global_samples.end(), rank.begin(), rank.end());
+  // Its samples, longest first (ties in epoch order), are dealt to its steps
+  // in snake order, each step taking as many samples as its global batch had:
+  // every step gets a like share of long and short samples. Every cost model
+  // grows with length, so longest first is heaviest first under any of them.
+  // The rule reads the epoch order and the lengths alone, never the DP size,
+  // the DP strategy, the cost model or the layout: every layout trains the
+  // same steps, and a resume under another of them stays exactly-once.
+  std::vector<std::int64_t> window(
+      order_.begin() + static_cast<std::ptrdiff_t>(first * gbs),
+      order_.begin() + static_cast<std::ptrdiff_t>(std::min(n, last * gbs)));
+  std::vector<std::int64_t> length(window.size());
+  for (std::size_t i = 0; i < window.size(); ++i) length[i] = dataset_->length(window[i]);
+  std::vector<std::size_t> longest(window.size());
+  std::iota(longest.begin(), longest.end(), std::size_t{0});
+  std::stable_sort(longest.begin(), longest.end(),
+                   [&](std::size_t a, std::size_t b) { return length[a] > length[b]; });
+
+  std::vector<std::int64_t> capacity(num_steps);
+  for (std::size_t j = 0; j < num_steps; ++j) {
+    capacity[j] = std::min(gbs, n - (first + static_cast<std::int64_t>(j)) * gbs);
   }
-  std::sort(step.global_samples.begin(), step.global_samples.end());
-  fill_rank_stats(batch->ranks, stats);
-  return std::move(batch->ranks);
+  const auto wanted = static_cast<std::size_t>(step - first);
+  std::vector<char> mine(window.size(), 0);
+  std::size_t at = 0;  // position in the snake 0, 1, .., m-1, m-1, .., 0, 0, ..
+  for (std::size_t i : longest) {
+    std::size_t target = 0;
+    do {
+      const std::size_t lap = at / num_steps, k = at % num_steps;
+      target = lap % 2 == 0 ? k : num_steps - 1 - k;
+      ++at;
+    } while (capacity[target] == 0);
+    --capacity[target];
+    if (target == wanted) mine[i] = 1;
+  }
+  std::vector<std::int64_t> samples;
+  for (std::size_t i = 0; i < window.size(); ++i) {
+    if (mine[i]) samples.push_back(window[i]);
+  }
+  return samples;
 }
 
 std::string DataLoader::window_state() const {
-  if (!dispatcher_) return "";
-  const dp::DispatcherState state = dispatcher_->save_state();
+  if (options_.dp_window == 1) return "";
   StateWriter w;
   w.i64(kWindowStateVersion);
   w.i64(options_.dp_window);
-  w.i64(options_.dp_size);
   w.i64(options_.global_batch_size);
   w.i64(position_.epoch);
   w.i64(position_.step);
-  w.i64(static_cast<std::int64_t>(state.next_window));
-  w.i64(static_cast<std::int64_t>(state.buffered.size()));
-  for (const dp::BufferedSample& b : state.buffered) {
-    w.i64(b.id);
-    w.i64(b.length);
-  }
-  w.i64(static_cast<std::int64_t>(state.pending.size()));
-  for (const dp::DispatchBatch& batch : state.pending) {
-    w.i64(static_cast<std::int64_t>(batch.window));
-    w.text(batch.strategy);
-    for (std::size_t r = 0; r < batch.ranks.size(); ++r) {
-      w.i64(static_cast<std::int64_t>(batch.ranks[r].size()));
-      for (std::int64_t id : batch.ranks[r]) w.i64(id);
-      w.i64(static_cast<std::int64_t>(std::bit_cast<std::uint64_t>(batch.cost[r])));
-    }
-  }
   return w.take();
 }
 
 Status DataLoader::restore_window_state(std::string_view bytes) {
   if (bytes.empty()) {
-    if (!dispatcher_) return Status::ok();
+    if (options_.dp_window == 1) return Status::ok();
     return invalid_argument(
-        "it holds no DP dispatcher state: it was made with balancer.dp.window "
+        "it holds no DP window state: it was made with balancer.dp.window "
         "= 1 and this run has " +
         std::to_string(options_.dp_window) + "; resume with balancer.dp.window: 1");
   }
-  const std::string corrupt = "its DP dispatcher state is malformed; the checkpoint is corrupt";
+  const std::string corrupt = "its DP window state is malformed; the checkpoint is corrupt";
   StateReader in(bytes);
-  std::int64_t version = 0, window = 0, dp_size = 0, batch_size = 0, epoch = 0, step = 0;
-  if (!in.i64(version) || !in.i64(window) || !in.i64(dp_size) || !in.i64(batch_size) ||
-      !in.i64(epoch) || !in.i64(step)) {
-    return invalid_argument(corrupt);
-  }
+  std::int64_t version = 0, window = 0, batch_size = 0, epoch = 0, step = 0;
+  if (!in.i64(version)) return invalid_argument(corrupt);
   if (version != kWindowStateVersion) {
-    return invalid_argument("its DP dispatcher state has version " + std::to_string(version) +
-                            ", this build reads " + std::to_string(kWindowStateVersion));
+    return invalid_argument("its DP window state has version " + std::to_string(version) +
+                            ", this build reads " + std::to_string(kWindowStateVersion) +
+                            "; resume with the build that wrote it");
+  }
+  if (!in.i64(window) || !in.i64(batch_size) || !in.i64(epoch) || !in.i64(step) || !in.at_end()) {
+    return invalid_argument(corrupt);
   }
   if (window != options_.dp_window) {
     return invalid_argument("it was made with balancer.dp.window = " + std::to_string(window) +
                             " and this run has " + std::to_string(options_.dp_window) +
                             "; resume with balancer.dp.window: " + std::to_string(window));
   }
-  if (!dispatcher_) return invalid_argument(corrupt);
-  if (dp_size != options_.dp_size) {
-    return invalid_argument("its DP dispatcher holds batches split over " +
-                            std::to_string(dp_size) + " DP ranks and this run has " +
-                            std::to_string(options_.dp_size) +
-                            " (balancer.dp.window = " + std::to_string(window) +
-                            "); resume with parallel.dp_size: " + std::to_string(dp_size));
-  }
   if (batch_size != options_.global_batch_size || epoch != position_.epoch ||
       step != position_.step) {
     return invalid_argument(
-        "its DP dispatcher state belongs to epoch " + std::to_string(epoch) + " step " +
+        "its DP window state belongs to epoch " + std::to_string(epoch) + " step " +
         std::to_string(step) + " with global batches of " + std::to_string(batch_size) +
         ", not to epoch " + std::to_string(position_.epoch) + " step " +
         std::to_string(position_.step) + " with " + std::to_string(options_.global_batch_size) +
         "; the checkpoint is corrupt");
   }
-  dp::DispatcherState state;
-  std::int64_t next_window = 0, count = 0;
-  if (!in.i64(next_window) || !in.count(count, 16)) return invalid_argument(corrupt);
-  state.next_window = static_cast<std::uint64_t>(next_window);
-  state.buffered.resize(static_cast<std::size_t>(count));
-  for (dp::BufferedSample& b : state.buffered) {
-    if (!in.i64(b.id) || !in.i64(b.length)) return invalid_argument(corrupt);
-  }
-  const auto k = static_cast<std::size_t>(options_.dp_size);
-  if (!in.count(count, 8 + 8 * 2 * k)) return invalid_argument(corrupt);
-  state.pending.resize(static_cast<std::size_t>(count));
-  for (dp::DispatchBatch& batch : state.pending) {
-    std::int64_t from = 0;
-    if (!in.i64(from) || !in.text(batch.strategy)) return invalid_argument(corrupt);
-    batch.window = static_cast<std::uint64_t>(from);
-    batch.ranks.resize(k);
-    batch.cost.resize(k);
-    for (std::size_t r = 0; r < k; ++r) {
-      std::int64_t size = 0, cost = 0;
-      if (!in.count(size, 8)) return invalid_argument(corrupt);
-      batch.ranks[r].resize(static_cast<std::size_t>(size));
-      for (std::int64_t& id : batch.ranks[r]) {
-        if (!in.i64(id)) return invalid_argument(corrupt);
-      }
-      if (!in.i64(cost)) return invalid_argument(corrupt);
-      batch.cost[r] = std::bit_cast<double>(static_cast<std::uint64_t>(cost));
-    }
-  }
-  if (!in.at_end()) return invalid_argument(corrupt);
-
-  // Between steps the loader never leaves samples buffered, and the batches
-  // still to serve are the rest of one window: at most dp_window of them,
-  // within this epoch, each sample once and from the global batches of that
-  // window (the dp_window batches up to the window's end).
-  if (!state.buffered.empty()) return invalid_argument(corrupt);
-  const auto pending = static_cast<std::int64_t>(state.pending.size());
-  if (pending > options_.dp_window || position_.step + pending > steps_per_epoch()) {
-    return invalid_argument("its DP dispatcher holds " + std::to_string(pending) +
-                            " batches at epoch " + std::to_string(epoch) + " step " +
-                            std::to_string(step) + " of " + std::to_string(steps_per_epoch()) +
-                            "; the checkpoint is corrupt");
-  }
-  if (pending > 0) {
-    load_order();
-    const std::int64_t gbs = options_.global_batch_size;
-    const auto lo = static_cast<std::size_t>(
-        std::max<std::int64_t>(0, position_.step + pending - options_.dp_window) * gbs);
-    const auto hi =
-        std::min(order_.size(), static_cast<std::size_t>((position_.step + pending) * gbs));
-    std::vector<std::int64_t> in_window(order_.begin() + static_cast<std::ptrdiff_t>(lo),
-                                        order_.begin() + static_cast<std::ptrdiff_t>(hi));
-    std::sort(in_window.begin(), in_window.end());
-    std::vector<std::int64_t> held;
-    for (const dp::DispatchBatch& batch : state.pending) {
-      for (const auto& rank : batch.ranks) held.insert(held.end(), rank.begin(), rank.end());
-    }
-    std::sort(held.begin(), held.end());
-    const bool repeated = std::adjacent_find(held.begin(), held.end()) != held.end();
-    if (repeated || !std::includes(in_window.begin(), in_window.end(), held.begin(), held.end())) {
-      return invalid_argument(
-          "its DP dispatcher holds samples that are not the rest of the current window of epoch " +
-          std::to_string(epoch) +
-          "; the checkpoint is corrupt or was made with another data order");
-    }
-  }
-  if (Status s = dispatcher_->restore_state(state); !s) return invalid_argument(s.message());
   return Status::ok();
 }
 
 std::vector<PackedRow> DataLoader::pack(const std::vector<std::int64_t>& samples) const {
+  // The math-neutral packing rule (docs/PACKING.md): a sample is cut only at
+  // multiples of seq_length within the sample, whatever else shares the row,
+  // and every token whose next token is in the same sample keeps its label
+  // and its loss. The pieces are then placed whole into rows; where a piece
+  // lands changes who computes it, never what it sees or predicts.
   const std::int64_t seq = options_.seq_length;
   const std::int64_t pad = options_.pad_token;
-  std::vector<PackedRow> rows;
-  PackedRow row;
 
-  auto finish_row = [&] {
-    rows.push_back(std::move(row));
-    row = PackedRow{};
+  struct Piece {
+    std::size_t sample_index;  // into `samples`
+    std::int64_t begin;
+    std::int64_t end;
   };
-  // Appends tokens [b, e) of sample s (whose tokens are `toks`) as one piece.
-  auto append_piece = [&](std::int64_t s, const std::vector<std::int64_t>& toks, std::int64_t b,
-                          std::int64_t e) {
-    const auto len = static_cast<std::int64_t>(toks.size());
-    row.pieces.push_back({s, b, e});
-    row.doc_lengths.push_back(e - b);
-    for (std::int64_t t = b; t < e; ++t) {
-      const auto ut = static_cast<std::size_t>(t);
-      const bool last_of_piece = t + 1 == e;
-      row.tokens.push_back(toks[ut]);
-      row.labels.push_back(t + 1 < len ? toks[ut + 1] : pad);
-      row.loss_mask.push_back(last_of_piece ? 0 : 1);
-      row.positions.push_back(t);
-      row.document_ids.push_back(s);
-    }
-  };
+  std::vector<Piece> pieces;
+  std::vector<std::vector<std::int64_t>> tokens(samples.size());
+  for (std::size_t i = 0; i < samples.size(); ++i) {
+    tokens[i] = dataset_->tokens(samples[i]);
+    const auto len = static_cast<std::int64_t>(tokens[i].size());
+    for (std::int64_t b = 0; b < len; b += seq) pieces.push_back({i, b, std::min(len, b + seq)});
+  }
 
-  for (std::int64_t s : samples) {
-    const std::vector<std::int64_t> toks = dataset_->tokens(s);
-    const auto len = static_cast<std::int64_t>(toks.size());
-    std::int64_t offset = 0;
-    while (offset < len) {
-      const std::int64_t take = std::min(len - offset, seq - row.size());
-      append_piece(s, toks, offset, offset + take);
-      offset += take;
-      // Without packing a piece is a row of its own, whatever its length.
-      if (!options_.packing || row.size() == seq) finish_row();
+  // Which row each piece goes to. Without packing every piece is a row of its
+  // own. With packing: best fit, longest piece first (ties in sample order),
+  // so rows are full but for what no remaining piece fits; deterministic.
+  std::vector<std::vector<std::size_t>> row_pieces;
+  if (!options_.packing) {
+    for (std::size_t p = 0; p < pieces.size(); ++p) row_pieces.push_back({p});
+  } else {
+    std::vector<std::size_t> order(pieces.size());
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      return pieces[a].end - pieces[a].begin > pieces[b].end - pieces[b].begin;
+    });
+    std::multimap<std::int64_t, std::size_t> room;  // free tokens -> row
+    for (std::size_t p : order) {
+      const std::int64_t len = pieces[p].end - pieces[p].begin;
+      auto fit = room.lower_bound(len);
+      std::size_t row = 0;
+      std::int64_t left = 0;
+      if (fit == room.end()) {
+        row = row_pieces.size();
+        row_pieces.emplace_back();
+        left = seq;
+      } else {
+        row = fit->second;
+        left = fit->first;
+        room.erase(fit);
+      }
+      row_pieces[row].push_back(p);
+      if (left > len) room.emplace(left - len, row);
     }
   }
-  if (options_.packing && row.size() > 0) {
+
+  std::vector<PackedRow> rows(row_pieces.size());
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    PackedRow& row = rows[r];
+    for (std::size_t p : row_pieces[r]) {
+      const Piece& piece = pieces[p];
+      const std::int64_t s = samples[piece.sample_index];
+      const std::vector<std::int64_t>& toks = tokens[piece.sample_index];
+      const auto len = static_cast<std::int64_t>(toks.size());
+      row.pieces.push_back({s, piece.begin, piece.end});
+      row.doc_lengths.push_back(piece.end - piece.begin);
+      for (std::int64_t t = piece.begin; t < piece.end; ++t) {
+        const auto ut = static_cast<std::size_t>(t);
+        const bool has_next = t + 1 < len;
+        row.tokens.push_back(toks[ut]);
+        row.labels.push_back(has_next ? toks[ut + 1] : pad);
+        row.loss_mask.push_back(has_next ? 1 : 0);
+        row.positions.push_back(t);
+        row.document_ids.push_back(s);
+      }
+    }
+    if (!options_.packing) continue;
     const std::int64_t p = seq - row.size();
     for (std::int64_t t = 0; t < p; ++t) {
       row.tokens.push_back(pad);
@@ -563,7 +459,6 @@ std::vector<PackedRow> DataLoader::pack(const std::vector<std::int64_t>& samples
     }
     if (p > 0) row.doc_lengths.push_back(p);
     row.padding = p;
-    finish_row();
   }
   return rows;
 }

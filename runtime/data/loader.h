@@ -13,11 +13,11 @@
 //   tokens[t]       the token id, or pad_token in padding
 //   labels[t]       the next token of the same document (pad_token where
 //                   there is none: a document's last token, padding)
-//   loss_mask[t]    1 where labels[t] is trained on; 0 on the last token of
-//                   every document piece (its target is not in this piece)
-//                   and on padding
-//   positions[t]    position within the document, continuing across a split:
-//                   the second piece of a split document starts where the
+//   loss_mask[t]    1 where labels[t] is trained on: every token whose next
+//                   token is in the same sample, wherever the sample was cut;
+//                   0 on a sample's last token and on padding
+//   positions[t]    position within the document, continuing across a cut:
+//                   the second piece of a cut document starts where the
 //                   first ended; padding counts 0, 1, 2... as a document of
 //                   its own
 //   document_ids[t] the sample id (dataset index), -1 in padding
@@ -28,25 +28,27 @@
 //                   only to itself
 //   pieces          (sample, [begin, end)) of every document piece, in order,
 //                   padding excluded: the exactly-once ledger
-// With packing, every row holds exactly seq_length tokens (documents packed
-// greedily in this rank's order; only the step's last row is padded).
-// Without packing, each sample is its own row at its own length (a sample
-// longer than seq_length is split into rows of at most seq_length); no
-// padding.
+// A sample longer than seq_length is cut at multiples of seq_length within
+// the sample, and nowhere else: what a piece attends to is the same on every
+// layout. With packing, every row holds exactly seq_length tokens: whole
+// pieces placed best-fit, longest first, then padding. Without packing, each
+// piece is its own row at its own length; no padding.
 //
 // Samples of length 0 have nothing to train on and are left out of the
 // epoch order (num_samples() counts the rest).
 //
-// With dp_window = w > 1 the DP partition spans w global batches: when no
-// dispatched batch is left, the loader reads the next w global batches of the
-// epoch order (fewer at the end of the epoch: a window never crosses into the
-// next epoch) into a WindowedDispatcher (fulcrum/core/dp_dispatch.h), which
-// partitions all of them at once with the balancer's partition_dp (always
-// with equal counts) and deals them out as w steps of near-equal size, each
-// split over the DP ranks. Every sample is still served exactly once per
-// epoch and the number of steps per epoch is unchanged, but a step's samples
-// may come from any global batch of its window. The dispatched batches not
-// yet served are the loader's state beyond its position: window_state().
+// With dp_window = w > 1 the loader forms the steps of each window of w
+// consecutive global batches of the epoch order (fewer at the end of an
+// epoch; a window never spans two) so that each step holds a like share of
+// the window's long and short samples: its samples, longest first, are dealt
+// to its steps in snake order, each step keeping its global batch's size. The
+// rule reads the epoch order and the lengths alone, never the DP size, the DP
+// strategy, the cost model or the layout: the
+// window is part of the data order, and every layout and strategy trains
+// the same steps (docs/PACKING.md). Each step is then partitioned over the
+// DP ranks like any other. A window is a pure function of the position, so
+// the position is the loader's whole state; window_state() records the
+// window it was taken with so that a resume with another is refused.
 #pragma once
 
 #include <compare>
@@ -58,7 +60,6 @@
 #include <vector>
 
 #include "data/token_dataset.h"
-#include "fulcrum/core/dp_dispatch.h"
 #include "fulcrum/dp_types.h"
 #include "fulcrum/load_balancer.h"
 #include "fulcrum/status.h"
@@ -81,8 +82,7 @@ struct LoaderOptions {
   std::string dp_strategy = "round_robin";  // a DP strategy the balancer offers
   CostModel cost;                           // what the partition balances
   bool equal_count = false;                 // every rank gets floor or ceil of n/k samples
-  // Global batches partitioned together (balancer.dp.window); > 1 always
-  // partitions with equal counts.
+  // Global batches whose steps are formed together (balancer.dp.window).
   std::int32_t dp_window = 1;
   std::int64_t pad_token = 0;  // token (and label) id written in padding
 };
@@ -133,7 +133,7 @@ struct StepStats {
 struct StepBatch {
   LoaderPosition position;  // of this step
   // The global batch: in epoch order; with dp_window > 1 the step's share of
-  // its window, in dataset order.
+  // its window, in epoch order.
   std::vector<std::int64_t> global_samples;
   std::vector<std::int64_t> samples;      // this rank's share, in packing order
   std::vector<MicroBatch> micro_batches;  // empty when this rank got no sample
@@ -157,20 +157,16 @@ class DataLoader {
 
   LoaderPosition position() const { return position_; }
   // Continues from `position` (as position() returned it, e.g. from a
-  // checkpoint). Refuses a step beyond the epoch. With dp_window > 1 it
-  // drops the dispatched batches not yet served (and starts the window
-  // count afresh): restore_window_state() brings back those of a checkpoint.
+  // checkpoint). Refuses a step beyond the epoch.
   Status seek(LoaderPosition position);
 
-  // With dp_window > 1: the dispatcher's state (window count, buffered
-  // samples, dispatched batches not yet served) with the position, window,
-  // DP size and batch size it belongs to, as bytes for a checkpoint. Empty
-  // with dp_window = 1, whose position is its whole state.
+  // With dp_window > 1: the window and the position it was taken at, as
+  // bytes for a checkpoint (a window is a pure function of the position).
+  // Empty with dp_window = 1.
   std::string window_state() const;
   // Restores window_state() bytes after seek() to the position saved with
-  // them. Refuses, changing nothing, bytes of another window, DP size or
-  // batch size, of another position, malformed bytes, and batches that are
-  // not exactly the samples the epoch order has next.
+  // them. Refuses, changing nothing, bytes of another window or batch size,
+  // of another position, and malformed bytes.
   Status restore_window_state(std::string_view bytes);
 
   std::int64_t steps_per_epoch() const;
@@ -192,9 +188,8 @@ class DataLoader {
   // rank), its imbalance and the lower bound of the best one.
   void fill_rank_stats(const std::vector<std::vector<std::int64_t>>& samples,
                        StepStats& stats) const;
-  // dp_window > 1: the next dispatched batch's shares, plus the stats and
-  // the step's samples; reads the next window first when none is left.
-  std::vector<std::vector<std::int64_t>> dispatch(StepBatch& step);
+  // dp_window > 1: the global batch of `step` (of the loaded epoch order).
+  std::vector<std::int64_t> window_step(std::int64_t step) const;
   std::vector<PackedRow> pack(const std::vector<std::int64_t>& samples) const;
   void load_order();
 
@@ -205,7 +200,6 @@ class DataLoader {
   LoaderPosition position_;
   std::int64_t order_epoch_ = -1;  // epoch whose order is cached
   std::vector<std::int64_t> order_;
-  std::optional<dp::WindowedDispatcher> dispatcher_;  // dp_window > 1 only
 };
 
 }  // namespace fulcrum::data

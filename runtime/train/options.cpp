@@ -112,16 +112,14 @@ Result<TrainOptions> train_options_from_config(const host::Config& config) {
   o.max_length = config.get_int("data.max_length");
   o.data_seed = static_cast<std::uint64_t>(config.get_int("data.seed"));
   o.shuffle = config.get_bool("data.shuffle");
-  // A window of w global batches is partitioned into w x dp_size groups of
-  // w x global_batch_size samples; the DP request counts groups in int32.
-  constexpr std::int64_t kMaxGroups = std::numeric_limits<std::int32_t>::max();
-  if (o.dp_window > 1 &&
-      (o.dp_window > kMaxGroups / o.dp_size || o.global_batch_size > kMaxGroups / o.dp_window)) {
-    return invalid_argument(where(config, "balancer.dp.window", std::to_string(o.dp_window)) +
-                            " is too large for parallel.dp_size = " + std::to_string(o.dp_size) +
-                            " and data.global_batch_size = " + std::to_string(o.global_batch_size) +
-                            ": window x dp_size and window x global_batch_size must stay below " +
-                            std::to_string(kMaxGroups) + "; lower balancer.dp.window");
+  // A window's w x global_batch_size sample ids are held and sorted at once.
+  constexpr std::int64_t kMaxWindowSamples = std::numeric_limits<std::int32_t>::max();
+  if (o.dp_window > 1 && o.global_batch_size > kMaxWindowSamples / o.dp_window) {
+    return invalid_argument(
+        where(config, "balancer.dp.window", std::to_string(o.dp_window)) +
+        " is too large for data.global_batch_size = " + std::to_string(o.global_batch_size) +
+        ": window x global_batch_size must stay below " + std::to_string(kMaxWindowSamples) +
+        "; lower balancer.dp.window");
   }
 
   ModelOptions& m = o.model;

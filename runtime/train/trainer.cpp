@@ -729,8 +729,8 @@ Status Worker::apply_checkpoint(const Checkpoint& c, const std::string& path) {
   if (Status s = loader_->seek({(*position)[0], (*position)[1]}); !s) {
     return invalid_argument("checkpoint " + path + ": " + s.message());
   }
-  // The windowed DP dispatcher's batches not yet served (balancer.dp.window
-  // > 1); refused when they do not fit this run's window and DP size.
+  // The DP window it was taken with (balancer.dp.window > 1): the window is
+  // part of the data order, so a resume with another is refused.
   const std::string* window = c.find("loader/dp_window");
   if (Status s = loader_->restore_window_state(window ? *window : std::string_view()); !s) {
     return invalid_argument("checkpoint " + path + ": " + s.message());
@@ -830,13 +830,11 @@ void Worker::write_checkpoint(std::int64_t step) {
   c.add("config", trajectory_text_);
   c.add("layout", layout_text_);
   // The loader's state: its shuffle is a pure function of (data.seed,
-  // epoch), so with balancer.dp.window = 1 (each global batch partitioned on
-  // its own) the position is all it needs. With a window > 1 the windowed
-  // DP dispatcher holds the window's dispatched batches not yet served (and
-  // its window count, which rotates the ranks): they are one more entry,
-  // replicated like the rest. The balancer keeps nothing between steps (the
-  // plugin is deterministic and stateless, the CP selector's preference is
-  // restored by scope).
+  // epoch) and its steps of (shuffle, balancer.dp.window), so the position is
+  // all it needs; with a window > 1 one more entry names the window, so that
+  // a resume with another is refused. The balancer keeps nothing between
+  // steps (the plugin is deterministic and stateless, the CP selector's
+  // preference is restored by scope).
   const data::LoaderPosition position = loader_->position();
   c.add_i64s("loader/position", {position.epoch, position.step});
   if (std::string window = loader_->window_state(); !window.empty()) {

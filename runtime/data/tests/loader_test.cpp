@@ -8,6 +8,7 @@
 #include <memory>
 #include <numeric>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -45,7 +46,8 @@ class TracedDataset final : public TokenDataset {
   std::vector<std::int64_t> lengths_;
 };
 
-// Lengths with short, long (> seq_length 16), exactly-seq and empty samples.
+// Lengths with short, long (> seq_length 16, and > 2 x 16), exactly-seq and
+// empty samples.
 const std::vector<std::int64_t> kLengths = {5,  40, 16, 1, 0,  3, 17, 9,  2,  31, 8, 0,
                                             12, 6,  15, 4, 33, 7, 1,  20, 11, 2,  16};
 
@@ -92,18 +94,19 @@ void check_row(const PackedRow& row, const TokenDataset& ds, const LoaderOptions
     ASSERT_LT(piece.begin, piece.end);
     ASSERT_EQ(row.doc_lengths[p], piece.end - piece.begin);
     const auto toks = ds.tokens(piece.sample);
+    const auto len = static_cast<std::int64_t>(toks.size());
+    // Cut only at multiples of seq_length within the sample.
+    ASSERT_EQ(piece.begin % o.seq_length, 0) << "sample " << piece.sample;
+    ASSERT_EQ(piece.end, std::min(len, piece.begin + o.seq_length)) << "sample " << piece.sample;
     for (std::int64_t k = piece.begin; k < piece.end; ++k, ++t) {
       const auto uk = static_cast<std::size_t>(k);
       ASSERT_EQ(row.tokens[t], toks[uk]);
       ASSERT_EQ(row.document_ids[t], piece.sample);
-      ASSERT_EQ(row.positions[t], k) << "positions continue across a split";
-      const bool last = k + 1 == piece.end;
-      ASSERT_EQ(row.loss_mask[t], last ? 0 : 1);
-      if (k + 1 < static_cast<std::int64_t>(toks.size())) {
-        ASSERT_EQ(row.labels[t], toks[uk + 1]);
-      } else {
-        ASSERT_EQ(row.labels[t], o.pad_token);
-      }
+      ASSERT_EQ(row.positions[t], k) << "positions continue across a cut";
+      // Every token whose next token is in the sample keeps label and loss.
+      const bool has_next = k + 1 < len;
+      ASSERT_EQ(row.loss_mask[t], has_next ? 1 : 0);
+      ASSERT_EQ(row.labels[t], has_next ? toks[uk + 1] : o.pad_token);
     }
   }
   ASSERT_EQ(static_cast<std::int64_t>(n - t), row.padding);
@@ -154,7 +157,8 @@ void check_epoch(const TokenDataset& ds, LoadBalancer& balancer, LoaderOptions o
       ASSERT_EQ(b.stats.rank_samples[r], static_cast<std::int64_t>(b.samples.size()));
       union_of_ranks.insert(union_of_ranks.end(), b.samples.begin(), b.samples.end());
 
-      std::vector<std::int64_t> pieces_order;
+      std::vector<std::int64_t> pieces_samples;
+      std::vector<std::int64_t> row_padding, row_first_piece;
       std::int64_t tokens = 0;
       for (std::size_t m = 0; m < b.micro_batches.size(); ++m) {
         const auto& rows = b.micro_batches[m].rows;
@@ -163,17 +167,12 @@ void check_epoch(const TokenDataset& ds, LoadBalancer& balancer, LoaderOptions o
           ASSERT_EQ(static_cast<std::int64_t>(rows.size()), o.micro_batch_size);
         }
         ASSERT_LE(static_cast<std::int64_t>(rows.size()), o.micro_batch_size);
-        for (std::size_t i = 0; i < rows.size(); ++i) {
-          const PackedRow& row = rows[i];
+        for (const PackedRow& row : rows) {
           check_row(row, ds, o);
-          const bool last_row = m + 1 == b.micro_batches.size() && i + 1 == rows.size();
-          if (!last_row) {
-            ASSERT_EQ(row.padding, 0) << "only the step's last row is padded";
-          }
+          row_padding.push_back(row.padding);
+          row_first_piece.push_back(row.pieces.front().end - row.pieces.front().begin);
           for (const TokenRange& piece : row.pieces) {
-            if (pieces_order.empty() || pieces_order.back() != piece.sample) {
-              pieces_order.push_back(piece.sample);
-            }
+            if (piece.begin == 0) pieces_samples.push_back(piece.sample);
             for (std::int64_t k = piece.begin; k < piece.end; ++k) {
               ++seen[static_cast<std::size_t>(piece.sample)][static_cast<std::size_t>(k)];
             }
@@ -181,7 +180,17 @@ void check_epoch(const TokenDataset& ds, LoadBalancer& balancer, LoaderOptions o
           }
         }
       }
-      ASSERT_EQ(pieces_order, b.samples) << "rows follow the rank's sample order";
+      // A row is opened only for a piece that fits in no earlier row.
+      for (std::size_t j = 0; o.packing && j < row_padding.size(); ++j) {
+        for (std::size_t i = 0; i < j; ++i) {
+          ASSERT_LT(row_padding[i], row_first_piece[j])
+              << "row " << j << " opened for a piece that fits in row " << i;
+        }
+      }
+      std::vector<std::int64_t> expected_samples = b.samples;
+      std::sort(expected_samples.begin(), expected_samples.end());
+      std::sort(pieces_samples.begin(), pieces_samples.end());
+      ASSERT_EQ(pieces_samples, expected_samples) << "rows hold the rank's samples";
       ASSERT_EQ(tokens, b.tokens);
       ASSERT_EQ(tokens, b.stats.rank_tokens[r]);
     }
@@ -497,6 +506,7 @@ TEST(DataLoaderWindow, EveryEpochServesEverySampleOnceOnEveryRank) {
   o.dp_size = 3;
   o.dp_window = 3;
   o.dp_strategy = "karmarkar_karp";
+  o.equal_count = true;
   o.num_epochs = 4;
   std::vector<DataLoader> ranks;
   for (std::int32_t r = 0; r < o.dp_size; ++r) {
@@ -644,23 +654,88 @@ TEST(DataLoaderWindow, StateRestoredInTheMiddleOfAWindowContinuesIdentically) {
       }
       EXPECT_EQ(steps, 15 - stop_after);
 
-      // Without the state, the seeked loader starts a new window here and
-      // serves other steps: the state is what makes the resume exact.
-      if (saved.step % 3 != 0) {
-        auto plain = DataLoader::create(ds, *plugin, o);
-        auto again = DataLoader::create(ds, *plugin, o);
-        ASSERT_TRUE(plain && again);
-        for (int i = 0; i < stop_after; ++i) ASSERT_TRUE(again->next_step());
-        ASSERT_TRUE(plain->seek(saved));
-        std::vector<std::vector<std::int64_t>> with, without;
-        for (int i = 0; i < 3; ++i) {
-          auto p = plain->next_step();
-          auto q = again->next_step();
-          ASSERT_TRUE(p && q);
-          with.push_back(q->global_samples);
-          without.push_back(p->global_samples);
+      // A window is a pure function of the position: a loader seeked there
+      // without the state serves the same steps.
+      auto plain = DataLoader::create(ds, *plugin, o);
+      auto again = DataLoader::create(ds, *plugin, o);
+      ASSERT_TRUE(plain && again);
+      for (int i = 0; i < stop_after; ++i) ASSERT_TRUE(again->next_step());
+      ASSERT_TRUE(plain->seek(saved));
+      for (int i = 0; i < 3; ++i) {
+        auto p = plain->next_step();
+        auto q = again->next_step();
+        ASSERT_EQ(p.has_value(), q.has_value());
+        if (!p) break;
+        EXPECT_EQ(p->global_samples, q->global_samples);
+        EXPECT_EQ(p->samples, q->samples);
+      }
+    }
+  }
+}
+
+// What is learned does not depend on the layout: with and without windows,
+// every DP size and every DP strategy serve each step the same global batch,
+// cut into the same pieces, with the same labels and loss masks; only which
+// rank and which row holds a piece differs.
+TEST(DataLoaderWindow, StepsAndPiecesDoNotDependOnTheLayoutOrStrategy) {
+  TracedDataset ds(kLengths);
+  auto plugin = real_plugin();
+  ASSERT_TRUE(plugin);
+  using Example = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t>;
+  for (std::int32_t window : {1, 3}) {
+    for (bool packing : {true, false}) {
+      // Per step: the sorted (sample, position, label, loss mask) of every
+      // token any rank serves.
+      std::vector<std::vector<Example>> reference;
+      for (const std::string strategy : {"round_robin", "lpt", "karmarkar_karp", "auto"}) {
+        for (std::int32_t dp = 1; dp <= 4; ++dp) {
+          SCOPED_TRACE("window " + std::to_string(window) + " packing " + std::to_string(packing) +
+                       " " + strategy + " dp " + std::to_string(dp));
+          LoaderOptions o = base_options();
+          o.dp_window = window;
+          o.packing = packing;
+          o.dp_size = dp;
+          o.dp_strategy = strategy;
+          o.cost = CostModel{CostKind::kAttention, 16.0};
+          std::vector<DataLoader> ranks;
+          for (std::int32_t r = 0; r < dp; ++r) {
+            o.dp_rank = r;
+            auto loader = DataLoader::create(ds, *plugin, o);
+            ASSERT_TRUE(loader) << loader.status().message();
+            ranks.push_back(std::move(loader).value());
+          }
+          std::vector<std::vector<Example>> steps;
+          for (;;) {
+            std::vector<Example> examples;
+            bool any = false;
+            for (DataLoader& l : ranks) {
+              auto b = l.next_step();
+              if (!b) continue;
+              any = true;
+              for (const MicroBatch& mb : b->micro_batches) {
+                for (const PackedRow& row : mb.rows) {
+                  for (std::size_t t = 0; t < row.tokens.size(); ++t) {
+                    if (row.document_ids[t] == kPadDocument) continue;
+                    examples.emplace_back(row.document_ids[t], row.positions[t], row.labels[t],
+                                          row.loss_mask[t]);
+                  }
+                }
+              }
+            }
+            if (!any) break;
+            std::sort(examples.begin(), examples.end());
+            steps.push_back(std::move(examples));
+          }
+          if (reference.empty()) {
+            reference = steps;
+            ASSERT_GT(reference.size(), 1u);
+          } else {
+            ASSERT_EQ(steps.size(), reference.size());
+            for (std::size_t i = 0; i < steps.size(); ++i) {
+              ASSERT_EQ(steps[i], reference[i]) << "step " << i;
+            }
+          }
         }
-        EXPECT_NE(with, without);
       }
     }
   }
@@ -701,11 +776,16 @@ TEST(DataLoaderWindow, RefusesStateThatDoesNotFit) {
   other = o;
   other.dp_window = 1;
   refused(other, saved, state, "made with balancer.dp.window = 3 and this run has 1");
+  // Another DP size resumes: the window does not depend on it.
   other = o;
   other.dp_size = 3;
-  refused(other, saved, state,
-          "batches split over 2 DP ranks and this run has 3 (balancer.dp.window = 3); resume "
-          "with parallel.dp_size: 2");
+  {
+    auto loader = DataLoader::create(ds, *plugin, other);
+    ASSERT_TRUE(loader);
+    ASSERT_TRUE(loader->seek(saved));
+    const Status s = loader->restore_window_state(state);
+    EXPECT_TRUE(s) << s.message();
+  }
   // A window-1 checkpoint (no state) resumed with a window.
   refused(o, saved, "", "it was made with balancer.dp.window = 1 and this run has 3");
   // Another position than the one saved with it.
@@ -715,16 +795,10 @@ TEST(DataLoaderWindow, RefusesStateThatDoesNotFit) {
     refused(o, saved, state.substr(0, n), "the checkpoint is corrupt");
   }
   refused(o, saved, state + std::string(8, '\0'), "the checkpoint is corrupt");
-  // The window's samples replaced by another epoch's: not the rest of the
-  // current window.
-  auto later = DataLoader::create(ds, *plugin, o);
-  ASSERT_TRUE(later);
-  ASSERT_TRUE(later->seek({1, 0}));
-  ASSERT_TRUE(later->next_step());
-  std::string foreign = later->window_state();
-  // Same layout, but claims epoch 0 step 1: patch the epoch field (5th int64).
-  foreign.replace(4 * 8, 8, std::string(8, '\0'));
-  refused(o, saved, foreign, "not the rest of the current window of epoch 0");
+  // A state of another build's format.
+  std::string old_version = state;
+  old_version[0] = 1;
+  refused(o, saved, old_version, "its DP window state has version 1, this build reads 2");
 }
 
 }  // namespace

@@ -1,0 +1,156 @@
+"""The pairs and tiles work models of docs/WORK_MODELS.md, in NumPy.
+
+Used when a plugin returns no per-rank figures (rank_pairs / rank_tiles are
+NULL), and for the unsharded row that ``tiles_over_ideal`` divides by. All
+work is vectorised over the row: per query for pairs, per run of consecutive
+positions of one document (inside one local query block) for tiles.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+PAD = -1
+
+
+@dataclass(frozen=True)
+class Mask:
+    """A mask applied within each document: causal, full, sliding:W, prefix:L."""
+
+    kind: str = "causal"
+    param: int = 0
+
+    @staticmethod
+    def parse(text):
+        from .errors import FulcrumError
+
+        if isinstance(text, Mask):
+            return text
+        if text in ("causal", "full"):
+            return Mask(text, 0)
+        head, sep, value = str(text).partition(":")
+        if sep and head in ("sliding", "prefix"):
+            try:
+                number = int(value, 10)
+            except ValueError:
+                number = None
+            if number is not None and str(number) == value.lstrip("+"):
+                return Mask(head, number)
+        raise FulcrumError(
+            "invalid_argument",
+            f"mask {text!r} is unknown; use causal, full, sliding:W or prefix:L")
+
+    def __str__(self):
+        return self.kind if self.kind in ("causal", "full") else f"{self.kind}:{self.param}"
+
+
+def doc_starts(tokens, doc_lengths):
+    """Start of every document and the row's end: len(docs) + 1 entries."""
+    lengths = np.asarray(doc_lengths if doc_lengths is not None and len(doc_lengths) else [tokens],
+                         dtype=np.int64)
+    starts = np.zeros(lengths.size + 1, dtype=np.int64)
+    np.cumsum(lengths, out=starts[1:])
+    return starts
+
+
+def key_ranges(q, starts, mask):
+    """Inclusive global key range [lo, hi] each query of `q` attends to, and the
+    end (exclusive) of its document."""
+    doc = np.searchsorted(starts, q, side="right") - 1
+    begin = starts[doc]
+    end = starts[doc + 1]
+    if mask.kind == "causal":
+        lo, hi = begin, q
+    elif mask.kind == "full":
+        lo, hi = begin, end - 1
+    elif mask.kind == "sliding":
+        lo, hi = np.maximum(begin, q - mask.param + 1), q
+    elif mask.kind == "prefix":
+        # A bidirectional prefix of min(L, len) keys, causal after it.
+        prefix = np.minimum(mask.param, end - begin)
+        lo, hi = begin, begin + np.maximum(q - begin, prefix - 1)
+    else:
+        raise ValueError(f"mask kind {mask.kind!r} has no work model here")
+    return lo, hi, begin
+
+
+def rank_work(positions, tokens, doc_lengths, block_size, mask):
+    """Per-rank (tokens, pairs, tiles) of a plan: positions is (P, shard_len)
+    with -1 for padding. Returns three int64 arrays of P entries."""
+    mask = Mask.parse(mask)
+    positions = np.asarray(positions, dtype=np.int64)
+    cp, shard_len = positions.shape
+    starts = doc_starts(tokens, doc_lengths)
+    flat = positions.reshape(-1)
+    slot = np.flatnonzero(flat != PAD)
+    q = flat[slot]
+    rank = slot // shard_len if shard_len else slot
+    rank_tokens = np.bincount(rank, minlength=cp).astype(np.int64)
+    if q.size == 0:
+        zeros = np.zeros(cp, dtype=np.int64)
+        return rank_tokens, zeros, zeros.copy()
+    lo, hi, begin = key_ranges(q, starts, mask)
+    rank_pairs = _sum_by_rank(hi - lo + 1, rank, cp)
+
+    # Runs: consecutive slots holding consecutive positions of one document,
+    # inside one local query block. A run's key blocks are one interval.
+    b = int(block_size)
+    local_block = (slot % shard_len) // b + rank * ((shard_len + b - 1) // b)
+    new_run = np.ones(q.size, dtype=bool)
+    new_run[1:] = ((slot[1:] != slot[:-1] + 1) | (q[1:] != q[:-1] + 1) |
+                   (begin[1:] != begin[:-1]) | (local_block[1:] != local_block[:-1]))
+    first = np.flatnonzero(new_run)
+    last = np.append(first[1:] - 1, q.size - 1)
+    order, added = _union_added(local_block[first], lo[first] // b, hi[last] // b)
+    # Groups are rank-major, so sorting by group keeps ranks in order.
+    rank_tiles = _sum_by_rank(added, rank[first][order], cp)
+    return rank_tokens, rank_pairs, rank_tiles
+
+
+def _union_added(group, lo, hi):
+    """Integer intervals [lo, hi] in groups: the order that sorts them by
+    (group, lo), and in that order what each adds to its group's union, so that
+    a group's sum is the number of integers its intervals cover. All groups at
+    once: each is offset past the previous one's largest value, so one running
+    maximum serves them all."""
+    order = np.lexsort((lo, group))
+    span = int(hi.max()) + 2
+    offset = group[order] * span
+    lo_s = lo[order] + offset
+    hi_s = hi[order] + offset
+    running = np.maximum.accumulate(hi_s)
+    before = np.empty_like(running)
+    before[0] = lo_s[0] - 1
+    before[1:] = running[:-1]
+    return order, np.maximum(0, hi_s - np.maximum(before, lo_s - 1))
+
+
+def _sum_by_rank(values, rank, cp):
+    """Exact int64 sums of `values` per rank, `rank` sorted ascending (bincount's
+    float weights would round counts past 2^53)."""
+    total = np.zeros(values.size + 1, dtype=np.int64)
+    np.cumsum(values, out=total[1:])
+    edges = np.searchsorted(rank, np.arange(cp + 1), side="left")
+    return total[edges[1:]] - total[edges[:-1]]
+
+
+def unsharded_tiles(tokens, doc_lengths, block_size, mask):
+    """Tiles of the row held by one rank with its queries in global order: the
+    runs are the pieces of each aligned query block cut at document starts, so
+    this costs O(N/B + documents), not O(N)."""
+    mask = Mask.parse(mask)
+    b = int(block_size)
+    starts = doc_starts(tokens, doc_lengths)
+    cuts = np.union1d(np.arange(0, int(tokens), b, dtype=np.int64), starts[:-1])
+    ends = np.append(cuts[1:], int(tokens)) - 1
+    lo, _, _ = key_ranges(cuts, starts, mask)
+    _, hi, _ = key_ranges(ends, starts, mask)
+    _, added = _union_added(cuts // b, lo // b, hi // b)
+    return int(added.sum())
+
+
+def imbalance(values):
+    """max / mean over ranks; 1.0 when everything is zero."""
+    values = np.asarray(values, dtype=np.float64)
+    total = values.sum()
+    return float(values.max() * values.size / total) if total > 0 else 1.0

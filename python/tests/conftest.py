@@ -47,3 +47,28 @@ def balancer(plugin_path):
 
     with fulcrum.load(str(plugin_path)) as b:
         yield b
+
+
+@pytest.fixture(scope="session")
+def figureless_balancer(plugin_path):
+    """The plugin with its per-rank figures withheld: every plan comes back
+    with rank_pairs and rank_tiles NULL, as the ABI allows, so the package
+    computes them itself."""
+    import fulcrum
+
+    b = fulcrum.load(str(plugin_path))
+    table = b._table
+
+    class WithoutFigures:
+        def __getattr__(self, name):
+            return getattr(table, name)
+
+        def plan_cp(self, instance, request, plan):
+            status = table.plan_cp(instance, request, plan)
+            plan._obj.rank_pairs = None
+            plan._obj.rank_tiles = None
+            return status
+
+    b._table = WithoutFigures()
+    with b:
+        yield b

@@ -59,7 +59,8 @@ def brute_force(positions, docs, block, mask):
 
 
 @pytest.mark.parametrize("seed", range(24))
-def test_every_strategy_matches_the_cli(seed, balancer, cli_path, plugin_path, tmp_path):
+def test_every_strategy_matches_the_cli(seed, balancer, figureless_balancer, cli_path,
+                                        plugin_path, tmp_path):
     rng = np.random.default_rng(seed)
     cp, block, docs, mask = random_row(rng)
     lengths_file = tmp_path / "row.json"
@@ -69,10 +70,12 @@ def test_every_strategy_matches_the_cli(seed, balancer, cli_path, plugin_path, t
                         plugin=plugin_path)
     assert expected["workload"]["tokens"] == sum(docs)
     assert [s["requested"] for s in expected["strategies"]] == balancer.cp_strategies
-    for want in expected["strategies"]:
-        got = balancer.plan_cp(want["requested"], cp=cp, doc_lengths=docs, block_size=block,
-                               mask=mask).to_json(positions=True)
-        where = f"strategy {want['requested']} on cp={cp} block={block} mask={mask} docs={docs}"
+    for want, b in [(w, b) for w in expected["strategies"] for b in (balancer, figureless_balancer)]:
+        plan = b.plan_cp(want["requested"], cp=cp, doc_lengths=docs, block_size=block, mask=mask)
+        assert plan.work_source == ("plugin" if b is balancer else "python")
+        got = plan.to_json(positions=True)
+        where = (f"strategy {want['requested']} on cp={cp} block={block} mask={mask} docs={docs}, "
+                 f"figures from the {plan.work_source}")
         for key in ("requested", "used", "cp", "block_size", "tokens", "padding", "ranks",
                     "imbalance", "tiles_over_ideal"):
             assert got[key] == want[key], f"{key} differs for {where}"

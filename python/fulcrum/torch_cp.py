@@ -6,9 +6,9 @@ it with ``Shard(seq_dim)``: rank r gets the r-th of P equal contiguous chunks.
 A fulcrum plan is rank-major with equal shards, so its positions are exactly
 such an index. A plan with padding (-1 entries) needs ``cp * shard_len``
 slots: the pads become the positions N, N+1, ... of tokens the caller appends
-to every sequence buffer (``pad_sequence``) and masks out of the loss. Under
-causal and document masks no real token attends to them, since they come
-after every real token.
+to every sequence buffer (``pad_sequence``) and masks out of the loss. Keep
+them out of every real document's mask (under a causal mask they are, since
+they come after every real token).
 
 Importing this module imports torch; ``import fulcrum`` does not.
 """
@@ -26,10 +26,16 @@ except ImportError:  # pragma: no cover - depends on the installed torch
     _TorchLoadBalancer = object
 
 
-def plan_index(plan):
-    """Rearrange index of one plan as int64 NumPy, length cp * shard_len (N
-    when the plan has no padding); pad slots index N, N+1, ..."""
-    flat = plan.positions.reshape(-1).copy()
+def plan_index(plan, shard_len=None):
+    """Rearrange index of one plan as int64 NumPy, rank-major, each rank's
+    shard extended with pad slots to ``shard_len`` (default: the plan's own);
+    pad slots index N, N+1, ... Length cp * shard_len, which is N when the plan
+    has no padding. Pads added at the end of a rank's local order change no
+    real token's tiles."""
+    shard_len = plan.shard_len if shard_len is None else shard_len
+    grid = np.full((plan.cp, shard_len), -1, dtype=np.int64)
+    grid[:, :plan.shard_len] = plan.positions
+    flat = grid.reshape(-1)
     pads = np.flatnonzero(flat < 0)
     flat[pads] = plan.tokens + np.arange(pads.size)
     return flat
@@ -37,19 +43,21 @@ def plan_index(plan):
 
 def rearrange_indices(plans, device=None):
     """(len(plans), L) int64 tensor: row b rearranges row b's tokens so that
-    chunk r of P is rank r's shard. One plan gives (1, L), PyTorch's shape for
-    a balancing that is the same across the batch."""
+    chunk r of cp is rank r's shard. One plan gives (1, L), PyTorch's shape for
+    a balancing that is the same across the batch. Rows of one batch share cp
+    and N; their shards are extended to the longest, so L = cp * max shard_len
+    (N when no plan pads)."""
     if not isinstance(plans, (list, tuple)):
         plans = [plans]
     if not plans:
         raise FulcrumError("invalid_argument", "no plans given; give at least one CpPlan")
-    rows = [plan_index(p) for p in plans]
-    if len({r.size for r in rows}) != 1 or len({p.cp for p in plans}) != 1:
-        sizes = ", ".join(f"{p.cp}x{p.shard_len}" for p in plans)
+    if len({(p.cp, p.tokens) for p in plans}) != 1:
+        shapes = ", ".join(f"cp {p.cp} over {p.tokens} tokens" for p in plans)
         raise FulcrumError("invalid_argument",
-                           f"plans of one batch shard to different shapes ({sizes}); plan every "
-                           "row of a batch with the same cp and tokens, and pad rows to one length")
-    return torch.as_tensor(np.stack(rows), device=device)
+                           f"the rows of one batch differ ({shapes}); plan every row of a batch "
+                           "with the same cp and number of tokens")
+    shard_len = max(p.shard_len for p in plans)
+    return torch.as_tensor(np.stack([plan_index(p, shard_len) for p in plans]), device=device)
 
 
 def restore_indices(plans, device=None):
@@ -57,13 +65,18 @@ def restore_indices(plans, device=None):
     return torch.argsort(rearrange_indices(plans, device), dim=-1)
 
 
-def pad_sequence(tensor, plan, seq_dim=1, value=0):
-    """Appends ``plan.padding`` entries of ``value`` along ``seq_dim``, so that the
-    rearrange index of a padded plan applies; loss-mask them."""
-    if plan.padding == 0:
+def pad_sequence(tensor, length, seq_dim=1, value=0):
+    """Extends ``tensor`` along ``seq_dim`` to ``length`` (an index's last
+    dimension, e.g. ``FulcrumLoadBalancer.padded_length``) with ``value``;
+    loss-mask the added tokens."""
+    extra = length - tensor.shape[seq_dim]
+    if extra < 0:
+        raise FulcrumError("invalid_argument", f"tensor has {tensor.shape[seq_dim]} entries "
+                           f"along dim {seq_dim}, more than the length {length} to pad to")
+    if extra == 0:
         return tensor
     shape = list(tensor.shape)
-    shape[seq_dim] = plan.padding
+    shape[seq_dim] = extra
     return torch.cat([tensor, tensor.new_full(shape, value)], dim=seq_dim)
 
 

@@ -72,6 +72,7 @@ class CpPlan:
     tokens: int
     mask: str
     padding: int
+    doc_lengths: Optional[np.ndarray]  # None: one document of `tokens`
     positions: np.ndarray
     restore: np.ndarray
     rank_tokens: np.ndarray
@@ -423,6 +424,7 @@ class Balancer:
         return CpPlan(
             requested=requested, used=used, fallback_reason=reason, cp=cp,
             block_size=block_size, tokens=tokens, mask=str(mask), padding=int(padding),
+            doc_lengths=docs,
             positions=positions, restore=restore, rank_tokens=rank_tokens, rank_pairs=pairs,
             rank_tiles=tiles,
             imbalance=Imbalance(work_model.imbalance(pairs), work_model.imbalance(tiles)),

@@ -107,6 +107,32 @@ def rank_work(positions, tokens, doc_lengths, block_size, mask):
     return rank_tokens, rank_pairs, rank_tiles
 
 
+def tile_map(positions, tokens, doc_lengths, block_size, mask):
+    """Boolean (P, local query blocks, key blocks): the tiles each rank's
+    local query blocks touch. Its sum over the last two axes is rank_work's
+    tiles."""
+    mask = Mask.parse(mask)
+    positions = np.asarray(positions, dtype=np.int64)
+    cp, shard_len = positions.shape
+    b = int(block_size)
+    local_blocks = (shard_len + b - 1) // b
+    key_blocks = (int(tokens) + b - 1) // b
+    starts = doc_starts(tokens, doc_lengths)
+    flat = positions.reshape(-1)
+    slot = np.flatnonzero(flat != PAD)
+    q = flat[slot]
+    edges = np.zeros((cp * local_blocks, key_blocks + 1), dtype=np.int32)
+    if q.size:
+        lo, hi, _ = key_ranges(q, starts, mask)
+        row = (slot // shard_len) * local_blocks + (slot % shard_len) // b
+        # Each query's key blocks as +1 at lo, -1 past hi; a running sum along
+        # the key axis is then positive exactly on the touched tiles.
+        np.add.at(edges, (row, lo // b), 1)
+        np.add.at(edges, (row, hi // b + 1), -1)
+    covered = np.cumsum(edges, axis=1)[:, :key_blocks] > 0
+    return covered.reshape(cp, local_blocks, key_blocks)
+
+
 def _union_added(group, lo, hi):
     """Integer intervals [lo, hi] in groups: the order that sorts them by
     (group, lo), and in that order what each adds to its group's union, so that

@@ -38,6 +38,7 @@ _MAX_STRATEGIES = 4096
 _INT32 = (-(2**31), 2**31 - 1)
 _INT64 = (-(2**63), 2**63 - 1)
 DEFAULT_ATTENTION_A = 24576.0
+_CHUNK = 8192  # entries per temporary in _runs: 64 KiB of int64
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,6 @@ class CpPlan:
     padding: int
     doc_lengths: Optional[np.ndarray]  # None: one document of `tokens`
     positions: np.ndarray
-    restore: np.ndarray
     rank_tokens: np.ndarray
     rank_pairs: np.ndarray
     rank_tiles: np.ndarray
@@ -82,6 +82,15 @@ class CpPlan:
     tiles_over_ideal: float
     plan_time_us: float
     work_source: str  # "plugin" or "python" (the plugin returned no figures)
+    _restore: Optional[np.ndarray] = field(default=None, repr=False)
+
+    @property
+    def restore(self):
+        """restore[q] = index of token q in positions.reshape(-1); computed on
+        first use (a cumulative sum over N, the costliest step of a plan)."""
+        if self._restore is None:
+            object.__setattr__(self, "_restore", _restore_index(self.positions, self.tokens))
+        return self._restore
 
     @property
     def shard_len(self):
@@ -375,12 +384,15 @@ class Balancer:
         if total and not plan.positions:
             raise FulcrumError("internal",
                                bad + f"positions is null with shard_len {plan.shard_len}")
-        positions = (np.ctypeslib.as_array(plan.positions, shape=(total,)).copy()
-                     if total else np.zeros(0, dtype=np.int64))
+        positions = np.empty(total, dtype=np.int64)
+        if total:
+            ctypes.memmove(positions.ctypes.data, plan.positions, total * 8)
         pairs = tiles = None
         if plan.rank_pairs and plan.rank_tiles:
-            pairs = np.ctypeslib.as_array(plan.rank_pairs, shape=(cp,)).copy()
-            tiles = np.ctypeslib.as_array(plan.rank_tiles, shape=(cp,)).copy()
+            pairs = np.empty(cp, dtype=np.int64)
+            tiles = np.empty(cp, dtype=np.int64)
+            ctypes.memmove(pairs.ctypes.data, plan.rank_pairs, cp * 8)
+            ctypes.memmove(tiles.ctypes.data, plan.rank_tiles, cp * 8)
         return _PlanCopy(
             positions=positions.reshape(cp, plan.shard_len),
             padding=plan.padding,
@@ -393,27 +405,26 @@ class Balancer:
 
     def _finish_plan(self, requested, used, reason, block_size, tokens, docs, mask, answer,
                      elapsed_us):
-        """Validates the plan as the host does, then fills restore and the figures."""
+        """Validates the plan as the host does, then fills in the figures."""
         positions = answer.positions
         cp, shard_len = positions.shape
         flat = positions.reshape(-1)
         bad = f"plugin {self.name!r} strategy {used!r} returned an invalid plan: "
-        if flat.size and (flat.min() < -1 or flat.max() >= tokens):
+        if flat.size and (int(flat.min()) < -1 or int(flat.max()) >= tokens):
             raise FulcrumError("internal", bad + f"a position lies outside [-1, {tokens})")
-        slots = np.flatnonzero(flat != work_model.PAD)
-        padding = flat.size - slots.size
+        runs = _runs(flat)
+        padding = int(runs.pad.sum())
         if padding != answer.padding:
             raise FulcrumError("internal", bad + f"it says {answer.padding} pad positions but "
                                f"holds {padding}")
-        restore = np.full(tokens, -1, dtype=np.int64)
-        restore[flat[slots]] = slots
-        if slots.size != tokens or (restore < 0).any():
-            missing = int(np.flatnonzero(restore < 0)[0]) if (restore < 0).any() else None
-            what = (f"token {missing} is on no rank" if missing is not None
-                    else "a token is on two ranks or twice on one")
-            raise FulcrumError("internal", bad + f"it is not a permutation of [0, {tokens}): {what}")
-        rank_tokens = np.bincount(slots // shard_len, minlength=cp).astype(np.int64) \
-            if shard_len else np.zeros(cp, dtype=np.int64)
+        ends = runs.value + runs.length
+        if (runs.value.size == 0 or runs.value[0] != 0 or ends[-1] != tokens
+                or (runs.value[1:] != ends[:-1]).any()):
+            raise FulcrumError("internal", bad + f"it is not a permutation of [0, {tokens}) "
+                               "plus padding: a token is missing or listed twice")
+        rank_tokens = np.full(cp, shard_len, dtype=np.int64)
+        if padding:
+            rank_tokens -= np.bincount(runs.pad_slots // shard_len, minlength=cp)
         if answer.pairs is not None:
             pairs, tiles, source = answer.pairs, answer.tiles, "plugin"
         else:
@@ -425,7 +436,7 @@ class Balancer:
             requested=requested, used=used, fallback_reason=reason, cp=cp,
             block_size=block_size, tokens=tokens, mask=str(mask), padding=int(padding),
             doc_lengths=docs,
-            positions=positions, restore=restore, rank_tokens=rank_tokens, rank_pairs=pairs,
+            positions=positions, rank_tokens=rank_tokens, rank_pairs=pairs,
             rank_tiles=tiles,
             imbalance=Imbalance(work_model.imbalance(pairs), work_model.imbalance(tiles)),
             tiles_over_ideal=over_ideal, plan_time_us=elapsed_us, work_source=source)
@@ -504,6 +515,54 @@ class Balancer:
             bound = max(bound, float(np.cumsum(cheapest)[-1]))
         return DpPartition(strategy=strategy, cost=cost_text, ranks=ranks, rank_cost=rank_cost,
                            imbalance=imbalance, lower_bound=float(bound), lengths=lengths)
+
+
+@dataclass(frozen=True)
+class _Runs:
+    """A plan's maximal runs of consecutive positions, real ones sorted by
+    position: value (first position), length, slot (where the run starts in
+    the flat plan); and the slots of the pads (each pad is a run of its own)."""
+
+    value: np.ndarray
+    length: np.ndarray
+    slot: np.ndarray
+    pad: np.ndarray
+    pad_slots: np.ndarray
+
+
+def _runs(flat):
+    """Sequential passes only (no scatter, no sort of N entries): a plan is a
+    permutation of [0, N) plus padding exactly when its sorted real runs tile
+    [0, N)."""
+    breaks = np.empty(flat.size, dtype=bool)
+    breaks[:1] = True
+    # In chunks, so that the temporaries stay small enough for malloc to reuse
+    # them rather than map fresh pages each call (page faults cost more than
+    # the arithmetic here).
+    for start in range(0, flat.size - 1, _CHUNK):
+        window = flat[start:start + _CHUNK + 1]
+        out = breaks[start + 1:start + window.size]
+        np.not_equal(window[1:], window[:-1] + 1, out=out)
+        out |= window[:-1] < 0
+    run_slot = np.flatnonzero(breaks)
+    run_value = flat[run_slot]
+    run_len = np.diff(np.append(run_slot, flat.size))
+    pad = run_value < 0
+    real = ~pad
+    order = np.argsort(run_value[real], kind="stable")
+    return _Runs(value=run_value[real][order], length=run_len[real][order],
+                 slot=run_slot[real][order], pad=pad, pad_slots=run_slot[pad])
+
+
+def _restore_index(positions, tokens):
+    """restore[q] = slot of q. It steps by 1 inside a run and jumps at a run's
+    first position, so it is the cumulative sum of those steps."""
+    runs = _runs(positions.reshape(-1))
+    restore = np.ones(tokens, dtype=np.int64)
+    previous_last = np.zeros_like(runs.slot)
+    previous_last[1:] = (runs.slot + runs.length - 1)[:-1]
+    restore[runs.value] = runs.slot - previous_last
+    return np.cumsum(restore, out=restore)
 
 
 @dataclass(frozen=True)

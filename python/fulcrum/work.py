@@ -6,6 +6,7 @@ work is vectorised over the row: per query for pairs, per run of consecutive
 positions of one document (inside one local query block) for tiles.
 """
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -163,8 +164,17 @@ def _sum_by_rank(values, rank, cp):
 def unsharded_tiles(tokens, doc_lengths, block_size, mask):
     """Tiles of the row held by one rank with its queries in global order: the
     runs are the pieces of each aligned query block cut at document starts, so
-    this costs O(N/B + documents), not O(N)."""
-    mask = Mask.parse(mask)
+    this costs O(N/B + documents), not O(N). The last rows asked are cached:
+    a training loop plans the same row with several strategies or ranks."""
+    docs = None if doc_lengths is None else np.asarray(doc_lengths, dtype=np.int64)
+    return _unsharded_tiles_cached(int(tokens), None if docs is None else docs.tobytes(),
+                                   int(block_size), str(Mask.parse(mask)))
+
+
+@functools.lru_cache(maxsize=64)
+def _unsharded_tiles_cached(tokens, doc_bytes, block_size, mask_text):
+    doc_lengths = None if doc_bytes is None else np.frombuffer(doc_bytes, dtype=np.int64)
+    mask = Mask.parse(mask_text)
     b = int(block_size)
     starts = doc_starts(tokens, doc_lengths)
     cuts = np.union1d(np.arange(0, int(tokens), b, dtype=np.int64), starts[:-1])

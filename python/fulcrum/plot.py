@@ -202,14 +202,15 @@ def run_figure(path):
     ax.set_xticks(range(ms.size), labels, fontsize=8)
     ax.set_ylabel("ms, summed over the run")
     ax.set_title("measured attention time per rank", fontsize=10)
-    fig.suptitle(os.path.basename(path), fontsize=10)
+    fig.suptitle(f"{os.path.basename(path)}: {len(steps)} steps, DP {ms.shape[0]} x CP "
+                 f"{ms.shape[1]}", fontsize=10)
     fig.tight_layout()
     return fig
 
 
 # -- command line -------------------------------------------------------------
 
-def save(fig, prefix, formats=FORMATS):
+def save(fig, prefix, formats=FORMATS, dpi=110):
     """Writes PREFIX.png / PREFIX.svg; returns the paths."""
     paths = []
     directory = os.path.dirname(prefix)
@@ -217,7 +218,7 @@ def save(fig, prefix, formats=FORMATS):
         os.makedirs(directory, exist_ok=True)
     for fmt in formats:
         path = f"{prefix}.{fmt}"
-        fig.savefig(path, dpi=110 if fmt == "png" else None,
+        fig.savefig(path, dpi=dpi if fmt == "png" else None,
                     metadata={"Date": None} if fmt == "svg" else {"Software": None})
         paths.append(path)
     plt.close(fig)
@@ -265,10 +266,12 @@ def main(argv=None):
     plan.add_argument("--strategy", help="draw this plan's tile map instead of comparing")
     plan.add_argument("--out", required=True, help="output prefix: PREFIX.png, PREFIX.svg")
     plan.add_argument("--formats", default="png,svg")
+    plan.add_argument("--dpi", type=int, default=110, help="PNG resolution")
     run = sub.add_parser("run", help="a training run's metrics file")
     run.add_argument("metrics", help="the JSONL file of fulcrum train --metrics")
     run.add_argument("--out", required=True, help="output prefix: PREFIX.png, PREFIX.svg")
     run.add_argument("--formats", default="png,svg")
+    run.add_argument("--dpi", type=int, default=110, help="PNG resolution")
     args = parser.parse_args(argv)
     formats = [f for f in args.formats.split(",") if f]
     bad = [f for f in formats if f not in FORMATS]
@@ -292,7 +295,7 @@ def main(argv=None):
                     fig = tile_map_figure(plan_one(args.strategy))
                 else:
                     fig = plan_compare_figure([plan_one(s) for s in balancer.cp_strategies])
-        for path in save(fig, args.out, formats):
+        for path in save(fig, args.out, formats, args.dpi):
             print(path)
     except (FulcrumError, OSError, ValueError, KeyError) as error:
         what = error if isinstance(error, FulcrumError) else f"{type(error).__name__}: {error}"

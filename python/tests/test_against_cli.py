@@ -73,6 +73,7 @@ def test_every_strategy_matches_the_cli(seed, balancer, figureless_balancer, cli
     for want, b in [(w, b) for w in expected["strategies"] for b in (balancer, figureless_balancer)]:
         plan = b.plan_cp(want["requested"], cp=cp, doc_lengths=docs, block_size=block, mask=mask)
         assert plan.work_source == ("plugin" if b is balancer else "python")
+        assert (plan.positions.reshape(-1)[plan.restore] == np.arange(plan.tokens)).all()
         got = plan.to_json(positions=True)
         where = (f"strategy {want['requested']} on cp={cp} block={block} mask={mask} docs={docs}, "
                  f"figures from the {plan.work_source}")

@@ -196,3 +196,34 @@ def test_bad_cp_arguments(kwargs, code, words, balancer):
 ])
 def test_bad_dp_arguments(args, kwargs, code, words, balancer):
     refused(lambda: balancer.partition_dp(*args, **kwargs), code, *words)
+
+
+# -- ABI evolution ------------------------------------------------------------
+
+def test_table_layout_is_the_v1_header(plugin_path):
+    # struct_size u32, abi u16 x2, name, cp list, two counts, dp list, six functions.
+    assert _abi.TABLE_HEADER_SIZE == 8 and _abi.TABLE_V1_SIZE == 88
+    with fulcrum.load(str(plugin_path)) as b:
+        assert b._table.struct_size >= _abi.TABLE_V1_SIZE
+        assert b.abi_version[0] == _abi.ABI_MAJOR
+
+
+def test_a_newer_minor_table_is_accepted_and_its_extra_fields_unread(plugin_path):
+    import ctypes
+
+    from fulcrum import balancer as balancer_module
+
+    real = fulcrum.load(str(plugin_path))
+    size = _abi.TABLE_V1_SIZE
+    # The v1.0 table followed by a field a 1.1 plugin would append, here garbage.
+    newer = (ctypes.c_char * (size + 8))()
+    ctypes.memmove(newer, ctypes.addressof(real._table), size)
+    ctypes.memset(ctypes.addressof(newer) + size, 0xAB, 8)
+    header = _abi.TableHeader.from_buffer(newer)
+    header.struct_size, header.abi_minor = size + 8, _abi.ABI_MINOR + 1
+    assert _abi.table_has(header.struct_size, _abi.PluginTableV1, "last_error")
+    table = balancer_module._check_table(ctypes.addressof(newer), "newer.so")
+    with balancer_module.Balancer(real._library, table, "newer.so") as b:
+        assert b.abi_version == (_abi.ABI_MAJOR, _abi.ABI_MINOR + 1)
+        assert b.plan_cp("auto", cp=2, tokens=64).tokens == 64
+    real.close()

@@ -381,12 +381,18 @@ class Balancer:
         if plan.shard_len < 0 or plan.shard_len > (2**63 - 1) // cp:
             raise FulcrumError("internal", bad + f"shard_len {plan.shard_len} is out of range")
         total = plan.shard_len * cp
-        if total and not plan.positions:
+        if total < request.tokens:
+            raise FulcrumError("internal", bad + f"{cp} shards of {plan.shard_len} positions "
+                               f"cannot hold {request.tokens} tokens")
+        if not plan.positions:
             raise FulcrumError("internal",
                                bad + f"positions is null with shard_len {plan.shard_len}")
-        positions = np.empty(total, dtype=np.int64)
-        if total:
-            ctypes.memmove(positions.ctypes.data, plan.positions, total * 8)
+        try:
+            positions = np.empty(total, dtype=np.int64)
+        except (MemoryError, ValueError):
+            raise FulcrumError("internal", bad + f"shard_len {plan.shard_len} asks for "
+                               f"{total * 8} bytes") from None
+        ctypes.memmove(positions.ctypes.data, plan.positions, total * 8)
         pairs = tiles = None
         if plan.rank_pairs and plan.rank_tiles:
             pairs = np.empty(cp, dtype=np.int64)

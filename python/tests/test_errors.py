@@ -227,3 +227,42 @@ def test_a_newer_minor_table_is_accepted_and_its_extra_fields_unread(plugin_path
         assert b.abi_version == (_abi.ABI_MAJOR, _abi.ABI_MINOR + 1)
         assert b.plan_cp("auto", cp=2, tokens=64).tokens == 64
     real.close()
+
+
+def corrupt(field, value):
+    def apply(plan):
+        if field == "first_position":
+            plan.positions[0] = value
+        else:
+            setattr(plan, field, value)
+    return apply
+
+
+@pytest.mark.parametrize("damage,words", [
+    (corrupt("cp_size", 3), ["cp_size 3, the request has 2"]),
+    (corrupt("shard_len", -1), ["shard_len -1 is out of range"]),
+    (corrupt("shard_len", 2), ["2 shards of 2 positions cannot hold 8 tokens"]),
+    (corrupt("shard_len", 2**61), ["asks for"]),
+    (corrupt("positions", None), ["positions is null"]),
+    (corrupt("padding", 1), ["says 1 pad positions but holds 0"]),
+    (corrupt("first_position", 8), ["outside [-1, 8)"]),
+    (corrupt("first_position", 5), ["not a permutation"]),
+])
+def test_an_invalid_plan_is_refused_and_released(damage, words, plugin_path):
+    with fulcrum.load(str(plugin_path)) as b:
+        counter = ReleaseCounter(b)
+        counting = b._table
+
+        class Damaging:
+            def __getattr__(self, name):
+                return getattr(counting, name)
+
+            def plan_cp(self, instance, request, plan):
+                status = counting.plan_cp(instance, request, plan)
+                damage(plan._obj)
+                return status
+
+        b._table = Damaging()
+        refused(lambda: b.plan_cp("contiguous", cp=2, tokens=8, block_size=2), "internal",
+                "plugin 'fulcrum' strategy 'contiguous' returned an invalid plan", *words)
+        assert counter.planned == counter.released == 1

@@ -29,6 +29,7 @@ from .balancer import load  # noqa: E402
 from .errors import FulcrumError  # noqa: E402
 
 FORMATS = ("png", "svg")
+_MAX_TILE_MAP_CELLS = 64 * 2**20
 
 
 # -- plans --------------------------------------------------------------------
@@ -69,6 +70,11 @@ def plan_compare_figure(plans, title=None):
 def tile_map_figure(plan):
     """One panel per rank: the tiles (local query block, key block) its queries
     touch, as a tile-skipping kernel computes them."""
+    cells = plan.cp * -(-plan.shard_len // plan.block_size) * -(-plan.tokens // plan.block_size)
+    if cells > _MAX_TILE_MAP_CELLS:
+        raise FulcrumError("invalid_argument",
+                           f"a tile map of {cells} tiles is too large to draw (at most "
+                           f"{_MAX_TILE_MAP_CELLS}); use a larger --block-size or a shorter row")
     maps = work_model.tile_map(plan.positions, plan.tokens, _docs(plan), plan.block_size,
                                plan.mask)
     cols = min(plan.cp, 4)

@@ -152,6 +152,8 @@ def test_command_line(plugin_path, tmp_path):
         (("run", tmp_path / "none.jsonl", "--out", tmp_path / "x"), "No such file"),
         (("plan", "--plugin", plugin_path, "--cp", 0, "--seq-len", 64, "--out", tmp_path / "x"),
          "cp_size is 0"),
+        (("plan", "--plugin", plugin_path, "--cp", 2, "--seq-len", 65536, "--block-size", 1,
+          "--strategy", "contiguous", "--out", tmp_path / "x"), "too large to draw"),
         (("plan", "--plugin", tmp_path / "libno.so", "--cp", 2, "--seq-len", 64, "--out",
           tmp_path / "x"), "does not exist"),
     ]:

@@ -75,36 +75,81 @@ def key_ranges(q, starts, mask):
     return lo, hi, begin
 
 
+def _sum_plus_one(a, b):
+    """sum over i = a..b of (i + 1), elementwise; 0 where b < a."""
+    count = np.maximum(b - a + 1, 0)
+    return np.where(count > 0, (a + b + 2) * count // 2, 0)
+
+
+def run_pairs(mask, length, ia, ib):
+    """Allowed pairs of the document-local queries ia..ib (inclusive) of
+    documents of `length` tokens, in closed form: the sum of their key-range
+    sizes, elementwise over runs."""
+    if mask.kind == "causal":
+        return _sum_plus_one(ia, ib)
+    if mask.kind == "full":
+        return (ib - ia + 1) * length
+    if mask.kind == "sliding":
+        # size(i) = min(i + 1, W): grows until i = W - 1, then stays W.
+        w = mask.param
+        flat_begin = np.maximum(ia, w - 1)
+        return (_sum_plus_one(ia, np.minimum(ib, w - 2))
+                + np.maximum(ib - flat_begin + 1, 0) * w)
+    if mask.kind == "prefix":
+        # size(i) = max(i + 1, min(L, len)): flat over the prefix, then causal.
+        prefix = np.minimum(mask.param, length)
+        flat_end = np.minimum(ib, prefix - 1)
+        return (np.maximum(flat_end - ia + 1, 0) * prefix
+                + _sum_plus_one(np.maximum(ia, prefix), ib))
+    raise ValueError(f"mask kind {mask.kind!r} has no work model here")
+
+
 def rank_work(positions, tokens, doc_lengths, block_size, mask):
     """Per-rank (tokens, pairs, tiles) of a plan: positions is (P, shard_len)
-    with -1 for padding. Returns three int64 arrays of P entries."""
+    with -1 for padding. Returns three int64 arrays of P entries.
+
+    Work is counted per run: consecutive slots of one local query block that
+    hold consecutive positions of one document. A run's pairs have a closed
+    form and its key blocks are one interval, so after one pass over the plan
+    to find the runs, the cost is per run, not per token."""
     mask = Mask.parse(mask)
     positions = np.asarray(positions, dtype=np.int64)
     cp, shard_len = positions.shape
+    zeros = np.zeros(cp, dtype=np.int64)
+    if shard_len == 0:
+        return zeros, zeros.copy(), zeros.copy()
+    b = int(block_size)
     starts = doc_starts(tokens, doc_lengths)
     flat = positions.reshape(-1)
-    slot = np.flatnonzero(flat != PAD)
-    q = flat[slot]
-    rank = slot // shard_len if shard_len else slot
-    rank_tokens = np.bincount(rank, minlength=cp).astype(np.int64)
-    if q.size == 0:
-        zeros = np.zeros(cp, dtype=np.int64)
-        return rank_tokens, zeros, zeros.copy()
-    lo, hi, begin = key_ranges(q, starts, mask)
-    rank_pairs = _sum_by_rank(hi - lo + 1, rank, cp)
-
-    # Runs: consecutive slots holding consecutive positions of one document,
-    # inside one local query block. A run's key blocks are one interval.
-    b = int(block_size)
-    local_block = (slot % shard_len) // b + rank * ((shard_len + b - 1) // b)
-    new_run = np.ones(q.size, dtype=bool)
-    new_run[1:] = ((slot[1:] != slot[:-1] + 1) | (q[1:] != q[:-1] + 1) |
-                   (begin[1:] != begin[:-1]) | (local_block[1:] != local_block[:-1]))
+    is_doc_start = np.zeros(int(tokens) + 1, dtype=bool)
+    is_doc_start[starts] = True
+    new_run = np.empty(flat.size, dtype=bool)
+    new_run[0] = True
+    np.not_equal(flat[1:], flat[:-1] + 1, out=new_run[1:])
+    new_run[1:] |= is_doc_start[np.maximum(flat[1:], 0)]
+    by_rank = new_run.reshape(cp, shard_len)
+    by_rank[:, ::b] = True  # a local query block, or a rank, starts
     first = np.flatnonzero(new_run)
-    last = np.append(first[1:] - 1, q.size - 1)
-    order, added = _union_added(local_block[first], lo[first] // b, hi[last] // b)
+    length = np.diff(np.append(first, flat.size))
+    q0 = flat[first]
+    real = q0 >= 0  # a pad is a run of pads, counted nowhere
+    first, length, q0 = first[real], length[real], q0[real]
+    q1 = q0 + length - 1
+    rank = first // shard_len
+    doc = np.searchsorted(starts, q0, side="right") - 1
+    begin = starts[doc]
+    rank_tokens = np.bincount(rank, weights=length, minlength=cp).astype(np.int64)
+    if first.size == 0:
+        return rank_tokens, zeros, zeros.copy()
+    pairs = run_pairs(mask, starts[doc + 1] - begin, q0 - begin, q1 - begin)
+    rank_pairs = _sum_by_rank(pairs, rank, cp)
+    lo, _, _ = key_ranges(q0, starts, mask)
+    _, hi, _ = key_ranges(q1, starts, mask)
+    group = first // b if shard_len % b == 0 else \
+        rank * ((shard_len + b - 1) // b) + (first % shard_len) // b
+    order, added = _union_added(group, lo // b, hi // b)
     # Groups are rank-major, so sorting by group keeps ranks in order.
-    rank_tiles = _sum_by_rank(added, rank[first][order], cp)
+    rank_tiles = _sum_by_rank(added, rank[order], cp)
     return rank_tokens, rank_pairs, rank_tiles
 
 

@@ -16,8 +16,11 @@ Importing this module imports torch; ``import fulcrum`` does not.
 import numpy as np
 import torch
 
-from .dp import split_samples  # noqa: F401  (re-exported: the DP helper)
+from .dp import split_samples
 from .errors import FulcrumError
+
+__all__ = ["FulcrumError", "FulcrumLoadBalancer", "pad_sequence", "plan_index",
+           "rearrange_indices", "restore_indices", "split_samples"]
 
 try:  # present in recent PyTorch only; the interface is one method either way
     from torch.distributed.tensor.experimental._context_parallel._load_balancer import (

@@ -1,0 +1,172 @@
+"""ctypes mirror of include/fulcrum/c_api.h (ABI 1.0).
+
+Only the layout lives here; ownership rules are the header's and are applied
+in balancer.py. The function table is read in two steps: its header
+(struct_size, abi_major, abi_minor) first, then the v1.0 fields. A field a
+later minor version appends is read only when the plugin's struct_size
+covers it (see ``table_has``), so a 1.0 plugin keeps working with this
+package and a newer plugin's extra functions simply go unused.
+"""
+
+import ctypes
+
+ABI_MAJOR = 1
+ABI_MINOR = 0
+PLUGIN_ENTRY = "fulcrum_get_plugin"
+
+# fulcrum_status
+OK = 0
+INVALID_ARGUMENT = 1
+UNSUPPORTED = 2
+NOT_FOUND = 3
+INTERNAL = 4
+
+STATUS_NAMES = {
+    OK: "ok",
+    INVALID_ARGUMENT: "invalid_argument",
+    UNSUPPORTED: "unsupported",
+    NOT_FOUND: "not_found",
+    INTERNAL: "internal",
+}
+
+# fulcrum_mask_kind
+MASK_CAUSAL = 0
+MASK_FULL = 1
+MASK_SLIDING = 2
+MASK_PREFIX = 3
+MASK_BLOCK_SPARSE = 4
+
+# fulcrum_cost_kind
+COST_TOKENS = 0
+COST_ATTENTION = 1
+
+# fulcrum_log_level
+LOG_DEBUG = 0
+LOG_INFO = 1
+LOG_WARNING = 2
+LOG_ERROR = 3
+
+c_int64_p = ctypes.POINTER(ctypes.c_int64)
+
+LogFn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int32, ctypes.c_char_p)
+
+
+class HostServices(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("user_data", ctypes.c_void_p),
+        ("log", LogFn),
+    ]
+
+
+class CpRequest(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("cp_size", ctypes.c_int32),
+        ("tokens", ctypes.c_int64),
+        ("block_size", ctypes.c_int64),
+        ("doc_lengths", c_int64_p),
+        ("num_docs", ctypes.c_int64),
+        ("mask_kind", ctypes.c_int32),
+        ("reserved0", ctypes.c_int32),
+        ("mask_param", ctypes.c_int64),
+        ("sparse_offsets", c_int64_p),
+        ("sparse_kv_blocks", c_int64_p),
+        ("strategy", ctypes.c_char_p),
+    ]
+
+
+class CpPlan(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("cp_size", ctypes.c_int32),
+        ("shard_len", ctypes.c_int64),
+        ("positions", c_int64_p),
+        ("padding", ctypes.c_int64),
+        ("strategy_used", ctypes.c_char_p),
+        ("fallback_reason", ctypes.c_char_p),
+        ("rank_pairs", c_int64_p),
+        ("rank_tiles", c_int64_p),
+        ("plugin_data", ctypes.c_void_p),
+    ]
+
+
+class DpRequest(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("num_ranks", ctypes.c_int32),
+        ("lengths", c_int64_p),
+        ("num_samples", ctypes.c_int64),
+        ("cost_kind", ctypes.c_int32),
+        ("equal_count", ctypes.c_int32),
+        ("attention_a", ctypes.c_double),
+        ("strategy", ctypes.c_char_p),
+    ]
+
+
+class DpResult(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("num_ranks", ctypes.c_int32),
+        ("rank_offsets", c_int64_p),
+        ("samples", c_int64_p),
+    ]
+
+
+CreateFn = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(HostServices),
+                            ctypes.POINTER(ctypes.c_void_p))
+DestroyFn = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+PlanCpFn = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(CpRequest),
+                            ctypes.POINTER(CpPlan))
+ReleasePlanFn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.POINTER(CpPlan))
+PartitionDpFn = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(DpRequest),
+                                 ctypes.POINTER(DpResult))
+# c_void_p, not c_char_p: the string is the plugin's and is decoded by hand,
+# so that a NULL from a broken plugin is seen rather than turned into None.
+LastErrorFn = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)
+
+
+class TableHeader(ctypes.Structure):
+    """The fields that open every version of the table."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("abi_major", ctypes.c_uint16),
+        ("abi_minor", ctypes.c_uint16),
+    ]
+
+
+class PluginTableV1(ctypes.Structure):
+    """fulcrum_plugin_v1 as of ABI 1.0. Later minors append fields after
+    last_error; declare them in a subclass and read them through table_has."""
+
+    _fields_ = TableHeader._fields_ + [
+        ("name", ctypes.c_char_p),
+        ("cp_strategies", ctypes.POINTER(ctypes.c_char_p)),
+        ("num_cp_strategies", ctypes.c_int32),
+        ("num_dp_strategies", ctypes.c_int32),
+        ("dp_strategies", ctypes.POINTER(ctypes.c_char_p)),
+        ("create", CreateFn),
+        ("destroy", DestroyFn),
+        ("plan_cp", PlanCpFn),
+        ("release_plan", ReleasePlanFn),
+        ("partition_dp", PartitionDpFn),
+        ("last_error", LastErrorFn),
+    ]
+
+
+def field_end(struct_type, field):
+    """Offset just past `field`: the struct_size a table needs to hold it."""
+    descriptor = getattr(struct_type, field)
+    return descriptor.offset + descriptor.size
+
+
+TABLE_HEADER_SIZE = ctypes.sizeof(TableHeader)
+# The smallest table accepted: the end of v1.0's last field, never a sizeof
+# that grows with later minors.
+TABLE_V1_SIZE = field_end(PluginTableV1, "last_error")
+
+
+def table_has(header_struct_size, struct_type, field):
+    """True when a table of header_struct_size bytes holds `field`."""
+    return header_struct_size >= field_end(struct_type, field)

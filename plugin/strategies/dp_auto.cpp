@@ -490,20 +490,13 @@ Result<DpPartition> partition_auto(const DpRequest& request) {
   const detail::CostOrder order = detail::order_by_cost(request);
   const double bound = detail::lower_bound(order, k, request.equal_count);
 
-  // Every start must obey the request's count rule. Capped LPT keeps at most
-  // ceil(n/k) per rank but may leave one below floor(n/k), so under
-  // equal_count it competes only when its counts fit.
-  detail::Assignment starts[] = {detail::assign_lpt(order, k),
+  // Every start must obey the request's count rule (each is built to).
+  detail::Assignment starts[] = {detail::assign_lpt(order, k, request.equal_count),
                                  detail::assign_karmarkar_karp(order, k, request.equal_count),
                                  detail::assign_round_robin(n, k)};
   const detail::Assignment* best = nullptr;
   double best_max = 0.0;
   for (const detail::Assignment& start : starts) {
-    if (request.equal_count &&
-        std::any_of(start.begin(), start.end(),
-                    [&](const std::vector<std::int64_t>& r) { return r.size() < n / k; })) {
-      continue;
-    }
     const double start_max = max_load(order, start);
     if (best == nullptr || start_max < best_max) {
       best = &start;

@@ -200,11 +200,18 @@ Assignment assign_round_robin(std::size_t num_samples, std::size_t num_ranks) {
   return ranks;
 }
 
-Assignment assign_lpt(const CostOrder& order, std::size_t num_ranks) {
+Assignment assign_lpt(const CostOrder& order, std::size_t num_ranks, bool equal_count) {
   const std::size_t n = order.descending.size();
   const std::size_t cap = (n + num_ranks - 1) / num_ranks;
+  // Under equal_count only n % k ranks may reach ceil(n/k); once they have,
+  // every other rank stops at floor(n/k), so no rank is left below it.
+  const std::size_t floor_count = n / num_ranks;
+  const std::size_t at_cap_allowed = equal_count ? n % num_ranks : num_ranks;
+  std::size_t at_cap = 0;
+  auto limit = [&] { return at_cap_allowed == 0 || at_cap < at_cap_allowed ? cap : floor_count; };
   // (load, rank), lightest first and the lowest rank among equals; a rank
-  // that reaches the cap leaves the heap for good.
+  // that reaches its limit leaves the heap for good (lazily: an entry whose
+  // rank has reached a limit that dropped is skipped when it surfaces).
   using Entry = std::pair<double, std::size_t>;
   std::vector<Entry> heap_storage;
   heap_storage.reserve(num_ranks);
@@ -214,10 +221,12 @@ Assignment assign_lpt(const CostOrder& order, std::size_t num_ranks) {
   Assignment ranks(num_ranks);
   for (auto& rank : ranks) rank.reserve(cap);
   for (std::int64_t index : order.descending) {
+    while (ranks[lightest.top().second].size() >= limit()) lightest.pop();
     const auto [load, rank] = lightest.top();
     lightest.pop();
     ranks[rank].push_back(index);
-    if (ranks[rank].size() < cap) {
+    if (ranks[rank].size() == cap) ++at_cap;
+    if (ranks[rank].size() < limit()) {
       lightest.emplace(load + order.cost[static_cast<std::size_t>(index)], rank);
     }
   }
@@ -260,9 +269,10 @@ Result<DpPartition> partition_round_robin(const DpRequest& request) {
 
 Result<DpPartition> partition_lpt(const DpRequest& request) {
   if (Status status = validate_request(request); !status) return status;
-  return finished(request, "lpt",
-                  detail::assign_lpt(detail::order_by_cost(request),
-                                     static_cast<std::size_t>(request.num_ranks)));
+  return finished(
+      request, "lpt",
+      detail::assign_lpt(detail::order_by_cost(request),
+                         static_cast<std::size_t>(request.num_ranks), request.equal_count));
 }
 
 Result<DpPartition> partition_karmarkar_karp(const DpRequest& request) {

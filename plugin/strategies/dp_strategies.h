@@ -58,7 +58,8 @@ struct CostOrder {
 CostOrder order_by_cost(const DpRequest& request);
 
 Assignment assign_round_robin(std::size_t num_samples, std::size_t num_ranks);
-Assignment assign_lpt(const CostOrder& order, std::size_t num_ranks);
+// Capped LPT: at most ceil(n/k) per rank; under equal_count floor or ceil.
+Assignment assign_lpt(const CostOrder& order, std::size_t num_ranks, bool equal_count);
 Assignment assign_karmarkar_karp(const CostOrder& order, std::size_t num_ranks, bool equal_count);
 
 // lower_bound() of a request given its order.

@@ -72,7 +72,7 @@ void expect_valid(const DpRequest& request, const DpPartition& partition, const 
       EXPECT_LE(rank.size(), cap);
     }
   }
-  if (name == "round_robin" || (request.equal_count && name != "lpt")) {
+  if (name == "round_robin" || request.equal_count) {
     EXPECT_TRUE(counts_are_equal(partition, n, k));
   }
   if (name == "round_robin") {
@@ -91,11 +91,7 @@ void expect_valid(const DpRequest& request, const DpPartition& partition, const 
   }
   const double busiest = max_of(cost);
   EXPECT_TRUE(near(partition.imbalance, busiest / (total / static_cast<double>(k)), 1e-12));
-  // Under equal_count a partition that breaks the count rule (capped LPT can)
-  // is measured against the bound without the rule.
-  DpRequest rule_followed = request;
-  rule_followed.equal_count = request.equal_count && counts_are_equal(partition, n, k);
-  EXPECT_EQ(partition.lower_bound, lower_bound(rule_followed));
+  EXPECT_EQ(partition.lower_bound, lower_bound(request));
   EXPECT_GE(busiest, partition.lower_bound * (1.0 - 1e-9));
 }
 
@@ -249,11 +245,7 @@ TEST(DpPartition, RandomRequestsSatisfyEveryProperty) {
       const double busiest = max_of(recount(request, *result));
       if (std::string(name) == "auto") {
         auto_max = busiest;
-      } else if (!request.equal_count ||
-                 counts_are_equal(*result, request.lengths.size(),
-                                  static_cast<std::size_t>(request.num_ranks))) {
-        // Under equal_count capped LPT may leave a rank below floor(n/k);
-        // such a partition breaks the rule and is not a fair comparison.
+      } else {
         best_baseline = std::min(best_baseline, busiest);
       }
     }

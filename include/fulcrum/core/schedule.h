@@ -1,0 +1,60 @@
+// Schedule checks and the step-time cost model (docs/HYBRID.md), shared by
+// the schedulers, their tests and the host, which validates every schedule a
+// plugin returns before using it. No LibTorch.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "fulcrum/schedule_types.h"
+#include "fulcrum/status.h"
+
+namespace fulcrum {
+
+// Bounds and consistency of a request (W, T, B, lengths, mask, profile): one
+// line naming the field, the value and what to do.
+Status validate_schedule_request(const ScheduleRequest& request);
+
+// The pieces every schedule of `request` must place exactly once: each
+// document whole, or cut at multiples of W x T when longer.
+std::vector<DocPiece> schedule_pieces(const ScheduleRequest& request);
+
+// Exact cover of schedule_pieces, distinct in-range ranks per slot, at most T
+// tokens per member, one slot per rank per wave, every slot's plan valid for
+// its row. The message names the first violation (slot, rank, wave, value).
+Status validate_schedule(const ScheduleRequest& request, const Schedule& schedule);
+
+struct SlotMemberCost {
+  std::int32_t rank = 0;
+  std::int64_t tokens = 0;          // real tokens the member holds
+  std::int64_t tiles = 0;           // its tiles under the work model
+  std::int64_t bytes_received = 0;  // K/V of key blocks its tiles touch that it does not hold
+  std::int64_t bytes_sent = 0;      // what its peers receive from it (dK/dV come back alike)
+  std::int32_t peers = 0;           // members it receives from
+  double compute_seconds = 0;
+  double comm_seconds = 0;
+};
+
+struct SlotCost {
+  double start_seconds = 0;  // when every member is free
+  double end_seconds = 0;    // when its slowest member ends
+  std::vector<SlotMemberCost> members;  // in the slot's rank order
+};
+
+struct ScheduleCost {
+  std::vector<SlotCost> slots;           // in the schedule's slot order
+  std::vector<double> busy_seconds;      // per rank: compute + communication
+  std::vector<double> idle_seconds;      // per rank: step time - busy
+  double step_seconds = 0;               // the last rank's finish
+  std::int64_t bytes_moved = 0;          // sum of bytes_received over every member
+  std::int64_t allgather_bytes = 0;      // the same rows with a full K/V all-gather
+};
+
+// Requires a schedule that validate_schedule accepts.
+ScheduleCost evaluate_schedule(const ScheduleRequest& request, const Schedule& schedule);
+
+// No valid schedule of `request` has a step time below this (assumptions in
+// docs/HYBRID.md).
+double step_time_lower_bound(const ScheduleRequest& request);
+
+}  // namespace fulcrum

@@ -1,0 +1,68 @@
+// The hybrid-placement contract (docs/HYBRID.md, DESIGN.md section 6): what
+// a scheduler is asked (ScheduleRequest) and what it answers (Schedule).
+// Plain data, no LibTorch, header-only.
+//
+// The world of W ranks is one pool. For one global batch of documents a
+// schedule is a list of slots; a slot is a group of g >= 1 distinct ranks that
+// runs one row packed from whole document pieces, sharded over its members by
+// an ordinary ShardPlan (g == 1: the identity plan, nothing exchanged), in one
+// wave. Every rank runs its slots in increasing wave order and holds at most
+// one slot per wave, so no cycle of waits can form.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "fulcrum/cp_types.h"
+
+namespace fulcrum {
+
+// Coefficients of the step-time cost model (docs/HYBRID.md derives the
+// bundled ones). Times in seconds, sizes in bytes.
+struct CostProfile {
+  std::string name;             // "h100_7b", "cpu_calibrated", or a file's name
+  double tile_seconds = 0;      // a: one (query block, key block) tile, fwd + bwd
+  double token_seconds = 0;     // b: everything linear in a rank's tokens, fwd + bwd
+  double slot_seconds = 0;      // c: fixed cost of running one slot (launches, sync)
+  double kv_bytes_per_token = 0;        // K and V of one token over all layers
+  double intra_node_bytes_per_second = 0;
+  double inter_node_bytes_per_second = 0;
+  double latency_seconds = 0;   // per peer a member exchanges with
+  std::int32_t ranks_per_node = 8;      // ranks r and s share a node iff r / n == s / n
+};
+
+// One global batch over the pool.
+struct ScheduleRequest {
+  std::vector<std::int64_t> doc_lengths;  // the global batch's documents, each >= 1
+  std::int32_t world_size = 1;            // W
+  std::int64_t max_tokens_per_rank = 0;   // T: no rank holds more in one slot
+  MaskSpec mask;                          // within each document; not block-sparse
+  std::int64_t block_size = kDefaultBlockSize;  // B
+  std::int32_t cp_size = 0;  // for `fixed` only: its CP group size; 0 = choose
+  CostProfile profile;
+};
+
+// A run of one document placed in a slot: tokens [offset, offset + length) of
+// document `doc`. A document longer than W x T is cut at multiples of W x T
+// (the packing rule of docs/PACKING.md); every other document is one piece.
+struct DocPiece {
+  std::int64_t doc = 0;
+  std::int64_t offset = 0;
+  std::int64_t length = 0;
+};
+
+struct ScheduleSlot {
+  std::vector<std::int32_t> ranks;  // g distinct ranks; plan rank i runs on ranks[i]
+  std::vector<DocPiece> pieces;     // packed in this order into the slot's row
+  std::int32_t wave = 0;
+  ShardPlan plan;  // over the row of the pieces' lengths, cp_size == g
+};
+
+struct Schedule {
+  std::vector<ScheduleSlot> slots;
+  std::string strategy_used;
+  std::string fallback_reason;  // empty when the requested scheduler served
+};
+
+}  // namespace fulcrum

@@ -22,7 +22,6 @@
 // positions.
 #include <algorithm>
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -47,10 +46,9 @@ constexpr std::int64_t kMaxTokenUnitsPerRank = 256;
 
 struct Candidate {
   std::string name;
-  detail::RunPlan runs;  // the positions, unless `ready` holds them
+  detail::RunPlan runs;  // the positions
   std::vector<RankWork> work;
   double score = 0.0;
-  std::optional<ShardPlan> ready;  // a registry planner's own plan
 };
 
 // pairs max / mean of a run plan: a lower bound on its score, from range sums.
@@ -72,7 +70,6 @@ double pairs_imbalance(const CpWorkload& w, const RowLayout& layout, const detai
 }
 
 ShardPlan finish(Candidate&& best) {
-  if (best.ready) return std::move(*best.ready);
   ShardPlan plan = detail::materialize(best.runs);
   plan.strategy_used = std::move(best.name);
   plan.work = std::move(best.work);
@@ -88,7 +85,7 @@ Result<ShardPlan> plan_auto(const CpWorkload& w) {
   const std::int32_t p = w.cp_size;
   const bool sparse = w.mask.kind == MaskKind::kBlockSparse;
   if (p == 1) {
-    Candidate only{"contiguous", detail::contiguous_runs(n, 1), {}, 1.0, std::nullopt};
+    Candidate only{"contiguous", detail::contiguous_runs(n, 1), {}, 1.0};
     if (sparse) {
       only.work = compute_work(w, detail::materialize(only.runs));
     } else {
@@ -100,8 +97,7 @@ Result<ShardPlan> plan_auto(const CpWorkload& w) {
   detail::Balanced balanced = detail::balance_row(w, layout);
   const std::int64_t total_pairs = balanced.total_pairs;
   const std::int64_t unsharded_tiles = balanced.unsharded_tiles;
-  Candidate best{"balanced", std::move(balanced.runs), std::move(balanced.work), balanced.score,
-                 std::nullopt};
+  Candidate best{"balanced", std::move(balanced.runs), std::move(balanced.work), balanced.score};
   const auto take_if_better = [&best](Candidate&& candidate) {
     if (candidate.score < best.score) best = std::move(candidate);
   };
@@ -117,8 +113,7 @@ Result<ShardPlan> plan_auto(const CpWorkload& w) {
       detail::Balanced t = detail::balance_units(w, layout, detail::aligned_units(w, layout, unit),
                                                  total_pairs, unsharded_tiles);
       const double score = t.score;
-      take_if_better(
-          Candidate{"balanced_token", std::move(t.runs), std::move(t.work), score, std::nullopt});
+      take_if_better(Candidate{"balanced_token", std::move(t.runs), std::move(t.work), score});
       if (best.score <= kTarget || score >= previous ||
           ceil_div(n, unit) >= kMaxTokenUnitsPerRank * p) {
         break;
@@ -127,30 +122,21 @@ Result<ShardPlan> plan_auto(const CpWorkload& w) {
     }
   }
 
-  // The registry's own plans, so that strategy_used names their positions.
-  // Their pairs are those of their token sets, a lower bound on their score:
-  // only a row on which they might win pays for planning and counting them.
-  const auto lower_bound = [&](const detail::RunPlan& runs) {
-    return sparse ? 0.0 : pairs_imbalance(w, layout, runs, total_pairs);
-  };
-  const auto consider = [&](const char* name, Result<ShardPlan> (*planner)(const CpWorkload&)) {
-    Result<ShardPlan> plan = planner(w);
-    if (!plan) return;
-    const double score = detail::plan_score(plan->work, total_pairs, unsharded_tiles);
-    take_if_better(Candidate{name, {}, {}, score, std::move(plan.value())});
-  };
-  if (n % (2 * static_cast<std::int64_t>(p)) == 0 &&
-      lower_bound(detail::head_tail_runs(n, p)) < best.score) {
-    consider("head_tail", &plan_head_tail);
-  }
-  if (lower_bound(detail::contiguous_runs(n, p)) < best.score) {
-    // Same positions as plan_contiguous, counted without walking the row.
-    detail::RunPlan runs = detail::contiguous_runs(n, p);
+  // The anchors' own positions, as runs (head_tail_runs is plan_head_tail's
+  // layout, contiguous_runs plan_contiguous's), so strategy_used names them
+  // exactly. Their pairs are those of their token sets, a lower bound on
+  // their score: only a row on which they might win pays for counting tiles.
+  const auto consider = [&](const char* name, detail::RunPlan runs) {
+    if (!sparse && pairs_imbalance(w, layout, runs, total_pairs) >= best.score) return;
     std::vector<RankWork> work =
         sparse ? compute_work(w, detail::materialize(runs)) : detail::run_work(w, layout, runs);
     const double score = detail::plan_score(work, total_pairs, unsharded_tiles);
-    take_if_better(Candidate{"contiguous", std::move(runs), std::move(work), score, std::nullopt});
+    take_if_better(Candidate{name, std::move(runs), std::move(work), score});
+  };
+  if (n % (2 * static_cast<std::int64_t>(p)) == 0) {
+    consider("head_tail", detail::head_tail_runs(n, p));
   }
+  consider("contiguous", detail::contiguous_runs(n, p));
   return finish(std::move(best));
 }
 

@@ -46,19 +46,15 @@ Result<ShardPlan> plan_contiguous(const CpWorkload& workload) {
 // single causal document every rank holds exactly 2P*C*C + C pairs: the head
 // chunk's deficit is the tail chunk's surplus.
 //
-// Local order interleaves the two chunks as mirror pairs: head token r*C+t is
-// followed by tail token N-1-(r*C+t), i.e. the head ascending and the tail
-// descending (N=8, P=2: [0,7,1,6 | 2,5,3,4]). This is the "pair i with N-1-i"
-// form of zigzag: the same token sets as chunk-then-chunk, in another order.
-// Pairs do not depend on local order, but tiles do: every local query block of
-// B rows holds B/2 head and B/2 tail rows, so under a causal mask each block
-// reaches as far as its latest tail row and pays for the tail chunk's key
-// range. With C >> B, rank r pays about (4P-2r-1)*(C/B)^2 tiles, against
-// 2P*(C/B)^2 for every rank in chunk-then-chunk order: rank 0 nearly doubles
-// and the tiles imbalance is about (4P-1)/(3P). We keep the interleaved order
-// because it is the reference zigzag our known answers are stated in; its
-// tiles are what a tile-skipping kernel would compute on this exact layout,
-// so the baseline is reported honestly, not flattered.
+// Local order is PyTorch's (_HeadTailLoadBalancer in
+// torch/distributed/tensor/experimental/_context_parallel/_load_balancer.py):
+// the head chunk, then the tail chunk, each ascending (N=8, P=2:
+// [0,1,6,7 | 2,3,4,5]; P=1 is the identity). The order matters for tiles,
+// not pairs: a local query block of B rows that stays inside one chunk
+// reaches only that chunk's key range, so with C >> B every rank pays about
+// 2P*(C/B)^2 tiles. Pairing token i with N-1-i inside a block instead would
+// make every block reach the tail chunk's keys and nearly double rank 0's
+// tiles; that layout is not what PyTorch computes, so it is not the anchor.
 Result<ShardPlan> plan_head_tail(const CpWorkload& workload) {
   if (Status status = validate_workload(workload); !status) return status;
   if (auto reason = inapplicable_reason("head_tail", workload)) {
@@ -72,10 +68,8 @@ Result<ShardPlan> plan_head_tail(const CpWorkload& workload) {
   ShardPlan plan = padded_plan(workload, "head_tail", 2 * chunk);
   for (std::int32_t r = 0; r < p; ++r) {
     std::int64_t* out = plan.positions.data() + r * 2 * chunk;
-    for (std::int64_t t = 0; t < chunk; ++t) {
-      const std::int64_t head = r * chunk + t;
-      *out++ = head;
-      *out++ = n - 1 - head;
+    for (const std::int64_t c : {static_cast<std::int64_t>(r), 2 * std::int64_t{p} - 1 - r}) {
+      for (std::int64_t t = 0; t < chunk; ++t) *out++ = c * chunk + t;
     }
   }
   finish_plan(workload, plan);

@@ -392,6 +392,7 @@ TEST(CpBalancedTest, EndAlignmentRemovesTheTailLump) {
 
 TEST(CpBalancedTest, AutoIsValidExactAndNamesItsChoice) {
   Rng rng(31);
+  int named_anchor = 0;
   for (int i = 0; i < 500; ++i) {
     const CpWorkload w = random_workload(rng, {.max_tokens = i < 450 ? 6000 : 400000});
     const Result<ShardPlan> plan = plan_auto(w);
@@ -408,7 +409,35 @@ TEST(CpBalancedTest, AutoIsValidExactAndNamesItsChoice) {
     if (w.cp_size == 1) {
       EXPECT_EQ(used, "contiguous");
     }
+    // A registered name means that strategy's exact positions.
+    if (used == "head_tail" || used == "contiguous") {
+      const Result<ShardPlan> registered = cp::plan(used, w);
+      ASSERT_TRUE(registered.is_ok()) << registered.status().message();
+      EXPECT_EQ(plan->positions, registered->positions) << used << " " << describe(w);
+      ++named_anchor;
+    }
     if (HasFatalFailure() || HasNonfatalFailure()) return;
+  }
+  EXPECT_GT(named_anchor, 0);
+}
+
+TEST(CpBalancedTest, AnchorRunsAreTheAnchorsPlans) {
+  // auto scores head_tail and contiguous as runs and names them: the runs
+  // must be those planners' positions exactly.
+  for (const std::int32_t p : {1, 2, 3, 8, 13}) {
+    for (const std::int64_t n : {2 * p, 2 * p * 7, 2 * p * 128, 2 * p * 1000 + 1}) {
+      CpWorkload w;
+      w.tokens = n;
+      w.cp_size = p;
+      if (n % (2 * p) == 0) {
+        EXPECT_EQ(detail::materialize(detail::head_tail_runs(n, p)).positions,
+                  plan_head_tail(w)->positions)
+            << "N=" << n << " P=" << p;
+      }
+      EXPECT_EQ(detail::materialize(detail::contiguous_runs(n, p)).positions,
+                plan_contiguous(w)->positions)
+          << "N=" << n << " P=" << p;
+    }
   }
 }
 

@@ -138,14 +138,33 @@ TEST(CpRegistryTest, InapplicableReasonsNameTheRule) {
       << refused.status().message();
 }
 
-TEST(CpKnownTest, HeadTailPairsMirrorTokens) {
+TEST(CpKnownTest, HeadTailTakesTheHeadChunkThenTheTailChunk) {
   const ShardPlan plan = plan_or_die(plan_head_tail, causal_row(8, 2));
-  EXPECT_EQ(plan.positions, (Positions{0, 7, 1, 6, 2, 5, 3, 4}));
+  EXPECT_EQ(plan.positions, (Positions{0, 1, 6, 7, 2, 3, 4, 5}));
   EXPECT_EQ(plan.shard_len, 4);
   EXPECT_EQ(plan.padding, 0);
   EXPECT_EQ(plan.strategy_used, "head_tail");
-  // Causal pairs: 1+8+2+7 = 18 and 3+6+4+5 = 18.
+  // Causal pairs: 1+2+7+8 = 18 and 3+4+5+6 = 18.
   EXPECT_EQ(pairs_of(plan), (std::vector<std::int64_t>{18, 18}));
+  // One rank: chunk 0 then chunk 1, the identity.
+  EXPECT_EQ(plan_or_die(plan_head_tail, causal_row(6, 1)).positions, (Positions{0, 1, 2, 3, 4, 5}));
+}
+
+TEST(CpKnownTest, HeadTailTilesAreIdealWhenChunksAlignToBlocks) {
+  // With C = K*B every local block lies inside one chunk, so local block l of
+  // chunk c is global block c*K + l and touches c*K + l + 1 key blocks: rank r
+  // pays K*K*(2P-1) + K*(K+1) = 2P*K*K + K tiles, exactly the unsharded
+  // row's (2PK)(2PK+1)/2 tiles over P.
+  for (const std::int32_t p : {1, 2, 8}) {
+    for (const std::int64_t k : {1, 3, 64}) {
+      constexpr std::int64_t b = 128;
+      const CpWorkload w = causal_row(2 * p * k * b, p, b);
+      const ShardPlan plan = plan_or_die(plan_head_tail, w);
+      ASSERT_EQ(plan.work.size(), static_cast<std::size_t>(p));
+      for (const RankWork& r : plan.work) EXPECT_EQ(r.tiles, 2 * p * k * k + k);
+      EXPECT_EQ(summarize(w, plan.work).tiles_over_ideal, 1.0) << "P=" << p << " K=" << k;
+    }
+  }
 }
 
 TEST(CpKnownTest, HeadTailBalancesCausalPairsExactly) {

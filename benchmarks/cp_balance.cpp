@@ -33,7 +33,9 @@ constexpr double kTarget = 1.01;
 
 struct Column {
   const char* title;
-  const char* strategy;  // "" = head_tail when applicable, else contiguous
+  // "" = head_tail when applicable, else contiguous: PyTorch's default
+  // (_create_default_load_balancer), head_tail in PyTorch's order.
+  const char* strategy;
 };
 
 constexpr Column kColumns[] = {

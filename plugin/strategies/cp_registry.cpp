@@ -23,7 +23,8 @@ constexpr std::array<StrategyInfo, 8> kStrategies = {{
      "rank r takes the r-th contiguous slice; under a causal mask the last rank does the most "
      "work"},
     {"head_tail", &plan_head_tail,
-     "zigzag: rank r takes chunks r and 2P-1-r of 2P equal chunks; needs N % 2P == 0"},
+     "PyTorch's zigzag: rank r takes chunk r, then chunk 2P-1-r, of 2P equal chunks; needs "
+     "N % 2P == 0"},
     {"striped", &plan_striped, "token i goes to rank i % P"},
     {"per_document_padded", &plan_per_document_padded,
      "Megatron/TE THD: every document padded to a multiple of 2P, then head-tail per document"},

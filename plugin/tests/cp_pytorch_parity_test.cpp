@@ -256,6 +256,35 @@ TEST(PyTorchParityTest, PerDocumentEqualsPyTorchWhenEveryDocumentSplitsInto2P) {
   }
 }
 
+TEST(PyTorchParityTest, PerDocumentPaddedIsPyTorchOnThePaddedRow) {
+  // On any documents, per_document_padded is PyTorch's permutation of the row
+  // whose documents are padded to multiples of 2P, each padded document's
+  // trailing slots marked as pad.
+  std::mt19937_64 rng(2024);
+  for (int i = 0; i < 300; ++i) {
+    const std::int32_t p = 1 + static_cast<std::int32_t>(rng() % 12);
+    std::vector<std::int64_t> docs(1 + rng() % 20);
+    for (std::int64_t& length : docs) length = 1 + static_cast<std::int64_t>(rng() % 200);
+    std::vector<std::int64_t> padded_docs;
+    std::vector<std::int64_t> real_of_padded;  // padded-row position -> real position or pad
+    std::int64_t start = 0;
+    for (const std::int64_t length : docs) {
+      const std::int64_t padded = (length + 2 * p - 1) / (2 * p) * (2 * p);
+      padded_docs.push_back(padded);
+      for (std::int64_t l = 0; l < padded; ++l) {
+        real_of_padded.push_back(l < length ? start + l : kPadPosition);
+      }
+      start += length;
+    }
+    Positions want;
+    for (const std::int64_t pos : pytorch_per_document(padded_docs, p)) {
+      want.push_back(real_of_padded[pos]);
+    }
+    const ShardPlan plan = plan_or_die(plan_per_document_padded, row_of(docs, p, 128));
+    ASSERT_EQ(plan.positions, want) << "P=" << p << " documents " << docs.size();
+  }
+}
+
 // ---------------------------------------------------------------------------
 // PTRR
 

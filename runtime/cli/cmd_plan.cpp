@@ -201,6 +201,22 @@ std::string position_runs(const std::int64_t* begin, const std::int64_t* end) {
   return out;
 }
 
+// A small plan also as the whole permutation, rank-major with ranks split by
+// '|', the form plans are quoted in (head_tail at N=8, P=2: [0,1,6,7 | 2,3,4,5]).
+constexpr std::size_t kMaxListedPositions = 64;
+
+std::string rank_major_order(const ShardPlan& plan) {
+  std::string out = "[";
+  for (std::int32_t r = 0; r < plan.cp_size; ++r) {
+    if (r > 0) out += " | ";
+    for (const std::int64_t* it = plan.rank_begin(r); it != plan.rank_end(r); ++it) {
+      if (it != plan.rank_begin(r)) out += ',';
+      out += *it == kPadPosition ? std::string("pad") : std::to_string(*it);
+    }
+  }
+  return out + "]";
+}
+
 void print_single_table(const Planned& p, const CpWorkload& workload, bool with_positions) {
   std::string out;
   out += "strategy     " + p.plan.strategy_used;
@@ -227,6 +243,8 @@ void print_single_table(const Planned& p, const CpWorkload& workload, bool with_
          " (max rank tiles / (unsharded tiles / P))";
   out += "\nplan time    " + fixed(p.time_us, 1) + " us" +
          (p.repeats > 1 ? " (median of " + std::to_string(p.repeats) + ")" : std::string()) + "\n";
+  if (with_positions && p.plan.positions.size() <= kMaxListedPositions)
+    out += "order        " + rank_major_order(p.plan) + "\n";
   std::cout << out;
 }
 

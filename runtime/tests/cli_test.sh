@@ -131,6 +131,19 @@ json_check "contiguous positions" \
   'j["ranks"][0]["positions"] == [0, 1, 2, 3, 4] and j["ranks"][1]["positions"] == [5, 6, 7, 8, 9]'
 pass
 
+expect_ok "head_tail order in the table" plan --cp 2 --strategy head_tail --seq-len 8 --positions
+grep -qxF 'order        [0,1,6,7 | 2,3,4,5]' "$OUT" || fail "table lacks PyTorch's head-tail order"
+pass
+
+expect_ok "pads in the table's order" plan --cp 3 --strategy contiguous --seq-len 7 --positions
+grep -qxF 'order        [0,1,2 | 3,4,5 | 6,pad,pad]' "$OUT" || fail "table order without pads"
+pass
+
+expect_ok "no order line for a large plan" plan --cp 2 --strategy head_tail --seq-len 4096 \
+  --positions
+grep -q '^order' "$OUT" && fail "4096 positions listed one by one"
+pass
+
 expect_ok "fallback in the table" plan --cp 2 --strategy head_tail --seq-len 10
 grep -q 'contiguous' "$OUT" && grep -q 'requested head_tail' "$OUT" || fail "table hides the fallback"
 pass

@@ -21,9 +21,10 @@
 //    ranks' loads, packed best-fit into rows of at most T tokens, each row
 //    one single-rank slot paying the fixed slot cost once).
 // 4. Inside a multi-rank slot the row is sharded by the `balanced` CP
-//    planner, or by `contiguous` when the cost model says it ends the slot
-//    sooner (a sliding window: contiguous shards touch only their window's
-//    keys), and a member receives only the key blocks its tiles touch.
+//    planner, or by `per_document` (head-tail) or `contiguous` when the cost
+//    model says that ends the slot sooner (head-tail members need fewer
+//    keys; a sliding window's contiguous shards touch only their window's),
+//    and a member receives only the key blocks its tiles touch.
 // Waves follow each rank's slot order, every slot's wave above its members'
 // earlier ones, so a rank's wave order is its time order (no deadlock, see
 // docs/HYBRID.md). Deterministic: no clock, no randomness, ties by index.
@@ -137,6 +138,99 @@ struct Batch {
   double mean_load = 0;
 };
 
+// LPT leaves the most loaded rank up to one piece above the others; moving
+// a piece from it to the least loaded rank, or swapping one for a smaller
+// one there, closes much of that gap. Rows keep their T budget; a row left
+// empty is dropped (its fixed slot cost with it), a piece that fits no row
+// of its new rank opens one. Stops when neither lowers the pair's maximum.
+void rebalance(const Batch& batch, std::vector<std::vector<Row>>& rows, std::vector<double>& load) {
+  const std::int64_t budget = batch.request.max_tokens_per_rank;
+  const double slot_cost = batch.request.profile.slot_seconds;
+  const auto& pieces = batch.pieces;
+  const auto& work = batch.work;
+  const auto world = static_cast<std::int32_t>(load.size());
+  const auto fits_row = [&](const std::vector<Row>& mine, std::int64_t len, std::size_t skip_row) {
+    for (std::size_t r = 0; r < mine.size(); ++r) {
+      if (r != skip_row && mine[r].room >= len) return static_cast<std::int64_t>(r);
+    }
+    return std::int64_t{-1};
+  };
+  for (std::int32_t round = 0; round < 4 * world + 16; ++round) {
+    std::int32_t hi = 0;
+    std::int32_t lo = 0;
+    for (std::int32_t a = 1; a < world; ++a) {
+      if (load[a] > load[hi]) hi = a;
+      if (load[a] < load[lo]) lo = a;
+    }
+    if (hi == lo) return;
+    std::vector<Row>& from = rows[hi];
+    std::vector<Row>& to = rows[lo];
+    double best = load[hi];
+    // (row in hi, index in row, row in lo or -1, index in row or -1 for a move)
+    std::int64_t fr = -1, fi = -1, tr = -1, ti = -1;
+    for (std::size_t r = 0; r < from.size(); ++r) {
+      for (std::size_t k = 0; k < from[r].pieces.size(); ++k) {
+        const std::size_t p = from[r].pieces[k];
+        const std::int64_t len = pieces[p].length;
+        const double freed = work[p] + (from[r].pieces.size() == 1 ? slot_cost : 0.0);
+        // Move.
+        const std::int64_t dest = fits_row(to, len, to.size());
+        const double added = work[p] + (dest < 0 ? slot_cost : 0.0);
+        const double moved = std::max(load[hi] - freed, load[lo] + added);
+        if (moved < best - 1e-12) {
+          best = moved;
+          fr = static_cast<std::int64_t>(r), fi = static_cast<std::int64_t>(k), tr = dest, ti = -1;
+        }
+        // Swap with a lighter piece of lo.
+        for (std::size_t r2 = 0; r2 < to.size(); ++r2) {
+          for (std::size_t k2 = 0; k2 < to[r2].pieces.size(); ++k2) {
+            const std::size_t q = to[r2].pieces[k2];
+            if (work[q] >= work[p]) continue;
+            const std::int64_t lq = pieces[q].length;
+            if (from[r].room + len < lq || to[r2].room + lq < len) continue;
+            const double swapped =
+                std::max(load[hi] - work[p] + work[q], load[lo] - work[q] + work[p]);
+            if (swapped < best - 1e-12) {
+              best = swapped;
+              fr = static_cast<std::int64_t>(r), fi = static_cast<std::int64_t>(k);
+              tr = static_cast<std::int64_t>(r2), ti = static_cast<std::int64_t>(k2);
+            }
+          }
+        }
+      }
+    }
+    if (fr < 0) return;
+    Row& source = from[static_cast<std::size_t>(fr)];
+    const std::size_t p = source.pieces[static_cast<std::size_t>(fi)];
+    if (ti >= 0) {
+      Row& target = to[static_cast<std::size_t>(tr)];
+      const std::size_t q = target.pieces[static_cast<std::size_t>(ti)];
+      source.pieces[static_cast<std::size_t>(fi)] = q;
+      source.room += pieces[p].length - pieces[q].length;
+      target.pieces[static_cast<std::size_t>(ti)] = p;
+      target.room += pieces[q].length - pieces[p].length;
+      load[hi] += work[q] - work[p];
+      load[lo] += work[p] - work[q];
+      continue;
+    }
+    source.pieces.erase(source.pieces.begin() + fi);
+    source.room += pieces[p].length;
+    load[hi] -= work[p];
+    if (source.pieces.empty()) {
+      from.erase(from.begin() + fr);
+      load[hi] -= slot_cost;
+    }
+    if (tr < 0) {
+      to.push_back({budget, {}});
+      tr = static_cast<std::int64_t>(to.size()) - 1;
+      load[lo] += slot_cost;
+    }
+    to[static_cast<std::size_t>(tr)].pieces.push_back(p);
+    to[static_cast<std::size_t>(tr)].room -= pieces[p].length;
+    load[lo] += work[p];
+  }
+}
+
 Draft draft(const Batch& batch, const Estimator& est, GroupRule rule) {
   const ScheduleRequest& request = batch.request;
   const CostProfile& prof = request.profile;
@@ -182,8 +276,13 @@ Draft draft(const Batch& batch, const Estimator& est, GroupRule rule) {
       }
     }
 
-    // Members: the g ranks free earliest in the world, or in one node.
-    std::vector<std::int32_t> members(by_free.begin(), by_free.begin() + g);
+    // Members. Candidates: the g ranks free earliest in the world, and,
+    // when a node can hold the group, every run of g ranks of one node in
+    // the order they free up. A member that frees up before the slot starts
+    // idles until then, and that idle time is capacity no later piece gets
+    // back; so among the candidates that end within the mean load the one
+    // costing the fewest rank-seconds (g x slot time + idle) wins, and when
+    // none does, the one that ends soonest.
     const auto together_of = [&](const std::vector<std::int32_t>& ranks) {
       std::int32_t least = g;
       for (const std::int32_t a : ranks) {
@@ -193,26 +292,43 @@ Draft draft(const Batch& batch, const Estimator& est, GroupRule rule) {
       }
       return least;
     };
-    const auto start_of = [&](const std::vector<std::int32_t>& ranks) {
-      double s = 0;
-      for (const std::int32_t a : ranks) s = std::max(s, free_at[a]);
-      return s;
+    std::vector<std::int32_t> members(by_free.begin(), by_free.begin() + g);
+    double start = free_at[members.back()];
+    double slot_time = est.slot_time(work[i], len, g, together_of(members));
+    const auto idle_of = [&](const std::vector<std::int32_t>& ranks, double at) {
+      double idle = 0;
+      for (const std::int32_t a : ranks) idle += at - free_at[a];
+      return idle;
     };
-    double end = start_of(members) + est.slot_time(work[i], len, g, together_of(members));
+    double best_end = start + slot_time;
+    double best_cost = g * slot_time + idle_of(members, start);
+    bool best_fits = best_end <= batch.mean_load;
     if (g > 1 && g <= node) {
+      const double local_time = est.slot_time(work[i], len, g, g);
+      std::vector<std::int32_t> local;
       for (std::int32_t first = 0; first < world; first += node) {
-        std::vector<std::int32_t> local;
+        local.clear();
         for (std::int32_t a = first; a < std::min(world, first + node); ++a) local.push_back(a);
         if (static_cast<std::int32_t>(local.size()) < g) continue;
-        std::partial_sort(local.begin(), local.begin() + g, local.end(), earlier);
-        local.resize(static_cast<std::size_t>(g));
-        const double local_end = start_of(local) + est.slot_time(work[i], len, g, g);
-        if (local_end < end) {
-          end = local_end;
-          members = std::move(local);
+        std::sort(local.begin(), local.end(), earlier);
+        for (std::size_t k = 0; k + g <= local.size(); ++k) {
+          const std::vector<std::int32_t> run(local.begin() + k, local.begin() + k + g);
+          const double at = free_at[run.back()];
+          const double end_here = at + local_time;
+          const double cost = g * local_time + idle_of(run, at);
+          const bool fits = end_here <= batch.mean_load;
+          const bool better =
+              fits ? (!best_fits || cost < best_cost) : (!best_fits && end_here < best_end);
+          if (better) {
+            members = run;
+            best_end = end_here;
+            best_cost = cost;
+            best_fits = fits;
+          }
         }
       }
     }
+    const double end = best_end;
     std::sort(members.begin(), members.end());
     LongSlot slot;
     slot.piece = i;
@@ -249,10 +365,13 @@ Draft draft(const Batch& batch, const Estimator& est, GroupRule rule) {
     fit->pieces.push_back(i);
     lightest.emplace(load + work[i], a);
   }
+  std::vector<double> load(static_cast<std::size_t>(world), 0.0);
   while (!lightest.empty()) {
-    d.makespan = std::max(d.makespan, lightest.top().first);
+    load[lightest.top().second] = lightest.top().first;
     lightest.pop();
   }
+  rebalance(batch, d.rows, load);
+  d.makespan = *std::max_element(load.begin(), load.end());
   return d;
 }
 
@@ -335,11 +454,26 @@ Status plan_hybrid(const ScheduleRequest& request, Schedule& schedule) {
       balanced = std::move(even);
     }
     slot.plan = std::move(*balanced);
-    const double balanced_end = evaluate_slot(request, slot).end_seconds;
-    ScheduleSlot contiguous = slot;
-    contiguous.plan = contiguous_plan(w);
-    if (evaluate_slot(request, contiguous).end_seconds < balanced_end) {
-      slot.plan = std::move(contiguous.plan);
+    // Head-tail per document often ends a slot sooner than balanced when
+    // communication matters: a member's tail chunk needs only the keys
+    // before it, where balanced units spread every member over the whole
+    // document. Contiguous moves least of all. Keep whichever the cost
+    // model says ends first (ties: balanced, then per_document).
+    double best_end = evaluate_slot(request, slot).end_seconds;
+    for (const bool head_tail : {true, false}) {
+      ScheduleSlot other = slot;
+      if (head_tail) {
+        Result<ShardPlan> plan = cp::plan_per_document(w);
+        if (!plan || plan->shard_len > budget) continue;
+        other.plan = std::move(*plan);
+      } else {
+        other.plan = contiguous_plan(w);
+      }
+      const double end = evaluate_slot(request, other).end_seconds;
+      if (end < best_end) {
+        best_end = end;
+        slot.plan = std::move(other.plan);
+      }
     }
   }
   return Status::ok();

@@ -4,33 +4,43 @@
 // Why it is built this way:
 // 1. A piece that fits one rank (L <= T) stays on one rank: any group would
 //    add K/V traffic, latency and tile waste for no memory it needs. Short
-//    pieces are therefore pure bin packing, where longest-processing-time
-//    first is within 4/3 of optimal and cheap.
+//    pieces are therefore bin packing, where longest-processing-time first
+//    is within 4/3 of optimal and cheap.
 // 2. A longer piece needs g >= ceil(L / T) ranks, any integer g. More ranks
 //    shorten its slot (compute / g) but cost more rank-seconds (each member
 //    pays the fixed slot cost, latency per peer, and the K/V of the other
 //    members' blocks). So a piece takes the smallest g whose estimated slot
-//    time stays within the batch's mean load per rank — it then cannot be
-//    the critical path by itself — or, when no g achieves that, the g with
-//    the shortest slot.
-// 3. Multi-rank slots are placed first, largest first, by list scheduling
-//    on the ranks' free times: the members are the g ranks free earliest,
-//    kept inside one node when that node frees them no later than the world
-//    would, since intra-node bandwidth is several times the inter-node one.
-//    Short pieces then fill every rank up to a common finish (LPT on the
-//    ranks' loads, packed best-fit into rows of at most T tokens, each row
-//    one single-rank slot paying the fixed slot cost once).
-// 4. Inside a multi-rank slot the row is sharded by the `balanced` CP
+//    ends within the batch's mean load per rank (it then cannot be the
+//    critical path by itself), or, when no g does, the g that ends soonest.
+//    Whether "ends" counts from time 0 or from when g ranks are free, or
+//    whether every piece simply takes the g that ends soonest, depends on
+//    the batch: all three are drafted and the draft that finishes first by
+//    the estimate is kept.
+// 3. Multi-rank slots are placed first, largest first, on the ranks'
+//    timeline. Candidate members: the g ranks free earliest, and every run
+//    of g ranks of one node in the order they free up (intra-node bandwidth
+//    is several times the inter-node one). A member free before the last
+//    one idles, and idle rank-time is capacity lost; so among candidates
+//    that end within the mean load the one spending the fewest rank-seconds
+//    (g x slot time + idle) wins, else the one that ends soonest.
+// 4. Short pieces first fill those waits (best fit by time, longest first,
+//    one row per wait), then every rank up to a common finish: LPT on the
+//    ranks' loads, best fit into rows of at most T tokens, each row one
+//    single-rank slot paying the fixed cost once; then moves and swaps from
+//    the most to the least loaded rank close the gap LPT leaves.
+// 5. Inside a multi-rank slot the row is sharded by the `balanced` CP
 //    planner, or by `per_document` (head-tail) or `contiguous` when the cost
 //    model says that ends the slot sooner (head-tail members need fewer
 //    keys; a sliding window's contiguous shards touch only their window's),
 //    and a member receives only the key blocks its tiles touch.
-// Waves follow each rank's slot order, every slot's wave above its members'
-// earlier ones, so a rank's wave order is its time order (no deadlock, see
-// docs/HYBRID.md). Deterministic: no clock, no randomness, ties by index.
+// Waves follow the estimated time order, every slot's wave above its
+// members' earlier ones, so a rank's wave order is its time order (no
+// deadlock, docs/HYBRID.md). Deterministic: no clock, no randomness, ties
+// broken by index.
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <queue>
 #include <string>
@@ -102,7 +112,17 @@ class Estimator {
 struct LongSlot {
   std::vector<std::int32_t> ranks;
   std::size_t piece = 0;
-  std::int32_t wave = 0;
+  double start = 0;  // estimated
+};
+
+// A member's wait for the last member of its next multi-rank slot: room for
+// one single-rank row that ends before the slot starts.
+struct Gap {
+  std::int32_t rank = 0;
+  double begin = 0;
+  double seconds = 0;  // left for pieces (the row's fixed cost taken off)
+  std::int64_t room = 0;
+  std::vector<std::size_t> pieces;
 };
 
 struct Row {
@@ -125,9 +145,9 @@ enum class GroupRule {
 
 struct Draft {
   std::vector<LongSlot> long_slots;
-  std::vector<std::vector<Row>> rows;  // per rank, its single-rank slots
-  std::vector<std::int32_t> next_wave;
-  double makespan = 0;  // estimated
+  std::vector<Gap> gaps;               // rows run while waiting for a group
+  std::vector<std::vector<Row>> rows;  // per rank, its rows after its groups
+  double makespan = 0;                 // estimated
 };
 
 struct Batch {
@@ -242,7 +262,6 @@ Draft draft(const Batch& batch, const Estimator& est, GroupRule rule) {
 
   Draft d;
   std::vector<double> free_at(static_cast<std::size_t>(world), 0.0);
-  d.next_wave.assign(static_cast<std::size_t>(world), 0);
   std::vector<std::int32_t> by_free(static_cast<std::size_t>(world));
   std::vector<double> kth_free;  // kth_free[k - 1]: the k-th earliest free time
   const auto earlier = [&](std::int32_t a, std::int32_t b) {
@@ -300,6 +319,7 @@ Draft draft(const Batch& batch, const Estimator& est, GroupRule rule) {
       for (const std::int32_t a : ranks) idle += at - free_at[a];
       return idle;
     };
+    double best_start = start;
     double best_end = start + slot_time;
     double best_cost = g * slot_time + idle_of(members, start);
     bool best_fits = best_end <= batch.mean_load;
@@ -321,6 +341,7 @@ Draft draft(const Batch& batch, const Estimator& est, GroupRule rule) {
               fits ? (!best_fits || cost < best_cost) : (!best_fits && end_here < best_end);
           if (better) {
             members = run;
+            best_start = at;
             best_end = end_here;
             best_cost = cost;
             best_fits = fits;
@@ -328,17 +349,42 @@ Draft draft(const Batch& batch, const Estimator& est, GroupRule rule) {
         }
       }
     }
-    const double end = best_end;
     std::sort(members.begin(), members.end());
     LongSlot slot;
     slot.piece = i;
-    for (const std::int32_t a : members) slot.wave = std::max(slot.wave, d.next_wave[a]);
+    slot.start = best_start;
     for (const std::int32_t a : members) {
-      free_at[a] = end;
-      d.next_wave[a] = slot.wave + 1;
+      const double wait = best_start - free_at[a] - prof.slot_seconds;
+      if (wait > 0) d.gaps.push_back({a, free_at[a], wait, budget, {}});
+      free_at[a] = best_end;
     }
     slot.ranks = std::move(members);
     d.long_slots.push_back(std::move(slot));
+  }
+
+  // Short pieces into the waits first, longest first, each into the gap it
+  // fills best (least time left); a gap is one row, within T tokens.
+  std::vector<char> in_gap(pieces.size(), 0);
+  if (!d.gaps.empty()) {
+    std::multimap<double, std::size_t> by_time;
+    for (std::size_t k = 0; k < d.gaps.size(); ++k) by_time.emplace(d.gaps[k].seconds, k);
+    for (const std::size_t i : batch.order) {
+      const std::int64_t len = pieces[i].length;
+      if (len > budget) continue;
+      auto it = by_time.lower_bound(work[i]);
+      for (int tries = 0; it != by_time.end() && tries < 8; ++it, ++tries) {
+        if (d.gaps[it->second].room >= len) break;
+      }
+      if (it == by_time.end() || d.gaps[it->second].room < len) continue;
+      Gap& gap = d.gaps[it->second];
+      const std::size_t k = it->second;
+      by_time.erase(it);
+      gap.seconds -= work[i];
+      gap.room -= len;
+      gap.pieces.push_back(i);
+      in_gap[i] = 1;
+      by_time.emplace(gap.seconds, k);
+    }
   }
 
   // Short pieces: LPT onto the least loaded rank, best fit into its rows.
@@ -348,7 +394,7 @@ Draft draft(const Batch& batch, const Estimator& est, GroupRule rule) {
   for (std::int32_t a = 0; a < world; ++a) lightest.emplace(free_at[a], a);
   for (const std::size_t i : batch.order) {
     const std::int64_t len = pieces[i].length;
-    if (len > budget) continue;
+    if (len > budget || in_gap[i]) continue;
     auto [load, a] = lightest.top();
     lightest.pop();
     std::vector<Row>& mine = d.rows[a];
@@ -414,22 +460,48 @@ Result<Schedule> decide_hybrid(const ScheduleRequest& request) {
     }
   }
 
+  // Waves: every slot after its members' earlier slots, in the estimated
+  // time order (groups and the rows in their waits by start, then each
+  // rank's trailing rows), so that each rank's wave order is its time order.
   Schedule schedule;
   schedule.strategy_used = "hybrid";
-  for (const LongSlot& ls : best.long_slots) {
-    ScheduleSlot slot;
-    slot.ranks = ls.ranks;
-    slot.pieces.push_back(pieces[ls.piece]);
-    slot.wave = ls.wave;
+  struct Timed {
+    double start;
+    std::size_t index;
+    bool group;
+  };
+  std::vector<Timed> timed;
+  for (std::size_t k = 0; k < best.long_slots.size(); ++k) {
+    timed.push_back({best.long_slots[k].start, k, true});
+  }
+  for (std::size_t k = 0; k < best.gaps.size(); ++k) {
+    if (!best.gaps[k].pieces.empty()) timed.push_back({best.gaps[k].begin, k, false});
+  }
+  std::stable_sort(timed.begin(), timed.end(),
+                   [](const Timed& x, const Timed& y) { return x.start < y.start; });
+  std::vector<std::int32_t> next_wave(static_cast<std::size_t>(world), 0);
+  const auto add = [&](ScheduleSlot slot) {
+    for (const std::int32_t a : slot.ranks) slot.wave = std::max(slot.wave, next_wave[a]);
+    for (const std::int32_t a : slot.ranks) next_wave[a] = slot.wave + 1;
     schedule.slots.push_back(std::move(slot));
+  };
+  for (const Timed& t : timed) {
+    ScheduleSlot slot;
+    if (t.group) {
+      slot.ranks = best.long_slots[t.index].ranks;
+      slot.pieces.push_back(pieces[best.long_slots[t.index].piece]);
+    } else {
+      slot.ranks.push_back(best.gaps[t.index].rank);
+      for (const std::size_t i : best.gaps[t.index].pieces) slot.pieces.push_back(pieces[i]);
+    }
+    add(std::move(slot));
   }
   for (std::int32_t a = 0; a < world; ++a) {
     for (const Row& row : best.rows[a]) {
       ScheduleSlot slot;
       slot.ranks.push_back(a);
       for (const std::size_t i : row.pieces) slot.pieces.push_back(pieces[i]);
-      slot.wave = best.next_wave[a]++;
-      schedule.slots.push_back(std::move(slot));
+      add(std::move(slot));
     }
   }
   return schedule;

@@ -21,25 +21,25 @@ namespace fulcrum {
 // Coefficients of the step-time cost model (docs/HYBRID.md derives the
 // bundled ones). Times in seconds, sizes in bytes.
 struct CostProfile {
-  std::string name;             // "h100_7b", "cpu_gloo", or a file's name
-  double tile_seconds = 0;      // a: one (query block, key block) tile, fwd + bwd
-  double token_seconds = 0;     // b: everything linear in a rank's tokens, fwd + bwd
-  double slot_seconds = 0;      // c: fixed cost of running one slot (launches, sync)
-  double kv_bytes_per_token = 0;        // K and V of one token over all layers
+  std::string name;               // "h100_7b", "cpu_gloo", or a file's name
+  double tile_seconds = 0;        // a: one (query block, key block) tile, fwd + bwd
+  double token_seconds = 0;       // b: everything linear in a rank's tokens, fwd + bwd
+  double slot_seconds = 0;        // c: fixed cost of running one slot (launches, sync)
+  double kv_bytes_per_token = 0;  // K and V of one token over all layers
   double intra_node_bytes_per_second = 0;
   double inter_node_bytes_per_second = 0;
-  double latency_seconds = 0;   // per peer a member exchanges with
-  std::int32_t ranks_per_node = 8;      // ranks r and s share a node iff r / n == s / n
+  double latency_seconds = 0;       // per peer a member exchanges with
+  std::int32_t ranks_per_node = 8;  // ranks r and s share a node iff r / n == s / n
 };
 
 // One global batch over the pool.
 struct ScheduleRequest {
-  std::vector<std::int64_t> doc_lengths;  // the global batch's documents, each >= 1
-  std::int32_t world_size = 1;            // W
-  std::int64_t max_tokens_per_rank = 0;   // T: no rank holds more in one slot
-  MaskSpec mask;                          // within each document; not block-sparse
+  std::vector<std::int64_t> doc_lengths;        // the global batch's documents, each >= 1
+  std::int32_t world_size = 1;                  // W
+  std::int64_t max_tokens_per_rank = 0;         // T: no rank holds more in one slot
+  MaskSpec mask;                                // within each document; not block-sparse
   std::int64_t block_size = kDefaultBlockSize;  // B
-  std::int32_t cp_size = 0;  // for `fixed` only: its CP group size; 0 = choose
+  std::int32_t cp_size = 0;                     // for `fixed` only: its CP group size; 0 = choose
   CostProfile profile;
 };
 

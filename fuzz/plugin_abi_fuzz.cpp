@@ -61,7 +61,7 @@ void check_last_error(void* instance, const std::string& call) {
   FUZZ_CHECK(std::strlen(message) > 0, call + ": failed with an empty last_error");
 }
 
-// A struct_size as a confused host might send it; `actual` is sizeof.
+// A struct_size as a confused host might send it; `actual` is the v1.0 size.
 std::uint32_t struct_size(FuzzInput& in, std::uint32_t actual) {
   const std::uint8_t pick = in.u8();
   if (pick < 0xd0) return actual;
@@ -123,7 +123,7 @@ std::int64_t sparse_offset_count(std::int64_t n, std::int64_t b) {
 // consistent workload to read from it.
 std::optional<CpWorkload> described(const fulcrum_cp_request& req, const std::int64_t* docs,
                                     const std::int64_t* offsets, const std::int64_t* kv) {
-  if (req.struct_size < sizeof(fulcrum_cp_request)) return std::nullopt;
+  if (req.struct_size < FULCRUM_CP_REQUEST_V1_0_SIZE) return std::nullopt;
   if (req.num_docs < 0 || (req.num_docs > 0 && docs == nullptr)) return std::nullopt;
   CpWorkload w;
   w.tokens = req.tokens;
@@ -167,7 +167,7 @@ void fuzz_plan_cp(FuzzInput& in, void* instance) {
   if (in.u8() >= 0xa0) corrupt_workload(in, w);
 
   fulcrum_cp_request req{};
-  req.struct_size = struct_size(in, sizeof(fulcrum_cp_request));
+  req.struct_size = struct_size(in, FULCRUM_CP_REQUEST_V1_0_SIZE);
   req.cp_size = w.cp_size;
   req.tokens = w.tokens;
   req.block_size = w.block_size;
@@ -240,7 +240,7 @@ void fuzz_plan_cp(FuzzInput& in, void* instance) {
   if (sent && validate_workload(*sent).is_ok() && !bounded(*sent)) return;
 
   fulcrum_cp_plan plan_init{};
-  plan_init.struct_size = struct_size(in, sizeof(fulcrum_cp_plan));
+  plan_init.struct_size = struct_size(in, FULCRUM_CP_PLAN_V1_0_SIZE);
   Sized<fulcrum_cp_plan> plan = sized(plan_init);
   Sized<fulcrum_cp_request> request = sized(req);
 
@@ -261,7 +261,7 @@ void fuzz_plan_cp(FuzzInput& in, void* instance) {
                "plan_cp failed but left buffers in the plan (never released)");
     // Within the bounds, a request that is well-formed at the C level and as
     // a workload fails only as the strategy's refusal or an unknown name.
-    if (status == FULCRUM_INTERNAL && sent && plan_init.struct_size >= sizeof(fulcrum_cp_plan)) {
+    if (status == FULCRUM_INTERNAL && sent && plan_init.struct_size >= FULCRUM_CP_PLAN_V1_0_SIZE) {
       FUZZ_CHECK(false, std::string("plan_cp: FULCRUM_INTERNAL on a bounded request: ") +
                             t.last_error(instance));
     }
@@ -326,7 +326,7 @@ double coefficient(FuzzInput& in) {
 void fuzz_partition_dp(FuzzInput& in, void* instance) {
   const fulcrum_plugin_v1& t = table();
   fulcrum_dp_request req{};
-  req.struct_size = struct_size(in, sizeof(fulcrum_dp_request));
+  req.struct_size = struct_size(in, FULCRUM_DP_REQUEST_V1_0_SIZE);
   req.num_ranks = static_cast<std::int32_t>(in.nasty_int64(1, 64));
   req.cost_kind = static_cast<std::int32_t>(in.nasty_int64(0, 1));
   req.equal_count = static_cast<std::int32_t>(in.u8() % 3);
@@ -352,7 +352,7 @@ void fuzz_partition_dp(FuzzInput& in, void* instance) {
   // The host owns the result buffers: num_ranks + 1 offsets and num_samples
   // sample slots. A count that cannot be honoured gets a null buffer.
   fulcrum_dp_result res{};
-  res.struct_size = struct_size(in, sizeof(fulcrum_dp_result));
+  res.struct_size = struct_size(in, FULCRUM_DP_RESULT_V1_0_SIZE);
   res.num_ranks = req.num_ranks;
   std::unique_ptr<std::int64_t[]> offsets, samples;
   if (req.num_ranks <= kMaxRanks && in.u8() < 0xf8) {
@@ -377,7 +377,7 @@ void fuzz_partition_dp(FuzzInput& in, void* instance) {
   }
   if (status != FULCRUM_OK) {
     check_last_error(instance, "partition_dp");
-    if (status == FULCRUM_INTERNAL && req.struct_size >= sizeof(fulcrum_dp_request) &&
+    if (status == FULCRUM_INTERNAL && req.struct_size >= FULCRUM_DP_REQUEST_V1_0_SIZE &&
         req.num_ranks >= 1 && req.num_ranks <= 64 && req.num_samples >= 1) {
       FUZZ_CHECK(false, std::string("partition_dp: FULCRUM_INTERNAL on a bounded request: ") +
                             t.last_error(instance));

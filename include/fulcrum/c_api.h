@@ -10,12 +10,23 @@
  * Rules for changing this file (read before editing):
  *   1. Never reorder, remove, resize or retype a field of a shipped struct.
  *   2. New fields go at the end of a struct, and bump FULCRUM_ABI_MINOR.
- *      Readers check struct_size before touching a field past the v1.0 end,
- *      so an old plugin (smaller table) keeps working with a new host.
- *   3. Anything else (a changed meaning, a removed field) bumps
+ *      Each shipped version's size is pinned below as FULCRUM_<STRUCT>_V1_<m>_SIZE:
+ *      the offset of that version's last field plus the field's size
+ *      (FULCRUM_STRUCT_SIZE), never sizeof, which grows with every append and
+ *      counts trailing padding.
+ *   3. Whoever allocates a struct sets struct_size to its newest pinned size.
+ *      A reader accepts any struct_size of at least the v1.0 size, reads a
+ *      field only when struct_size covers it (FULCRUM_HAS_FIELD), takes a
+ *      field it cannot see as zero, and never writes past struct_size. So an
+ *      old plugin keeps working under a new host and a new plugin under an
+ *      old host, in both directions, for every minor version.
+ *   4. Anything else (a changed meaning, a removed field) bumps
  *      FULCRUM_ABI_MAJOR; hosts refuse plugins of another major version.
- *   4. The static_asserts in plugin_sdk.h pin the v1.0 sizes and offsets;
- *      update them only together with the version numbers.
+ *   5. The FULCRUM_STATIC_ASSERTs at the end of this file pin every shipped
+ *      size and offset, for C and C++ plugins alike; a new minor version adds
+ *      its own and changes none.
+ *   6. Arrays of structs cannot grow (their stride would change): answers
+ *      are flat arrays of scalars, indexed by offset arrays.
  *
  * No C++ type, exception or allocator crosses this boundary. Every pointer
  * field says who owns it and how long it lives. Strings are NUL-terminated
@@ -33,6 +44,19 @@ extern "C" {
 
 #define FULCRUM_ABI_MAJOR 1
 #define FULCRUM_ABI_MINOR 0
+
+/* Bytes of `type` up to the end of `field`: a shipped version's size when
+ * `field` is that version's last field. A constant expression in C and C++. */
+#define FULCRUM_STRUCT_SIZE(type, field) (offsetof(type, field) + sizeof(((const type*)0)->field))
+
+/* Whether a struct of `type` whose struct_size is `size` holds `field`. */
+#define FULCRUM_HAS_FIELD(type, field, size) ((size) >= FULCRUM_STRUCT_SIZE(type, field))
+
+#if defined(__cplusplus)
+#define FULCRUM_STATIC_ASSERT(condition, message) static_assert(condition, message)
+#else
+#define FULCRUM_STATIC_ASSERT(condition, message) _Static_assert(condition, message)
+#endif
 
 /* Name of the exported entry point, for dlsym. */
 #define FULCRUM_PLUGIN_ENTRY "fulcrum_get_plugin"
@@ -136,7 +160,7 @@ typedef struct fulcrum_dp_result {
 
 /* The function table. Static storage in the plugin: valid until dlclose. */
 typedef struct fulcrum_plugin_v1 {
-  uint32_t struct_size; /* sizeof(fulcrum_plugin_v1) as the plugin was built */
+  uint32_t struct_size; /* the newest pinned size the plugin was built with */
   uint16_t abi_major;   /* FULCRUM_ABI_MAJOR the plugin was built against */
   uint16_t abi_minor;
   const char* name;                 /* static */
@@ -165,6 +189,51 @@ typedef struct fulcrum_plugin_v1 {
 } fulcrum_plugin_v1;
 
 typedef const fulcrum_plugin_v1* (*fulcrum_get_plugin_fn)(void);
+
+/* Shipped sizes. A reader's smallest acceptable struct_size is the v1.0 size. */
+#define FULCRUM_HOST_SERVICES_V1_0_SIZE FULCRUM_STRUCT_SIZE(fulcrum_host_services, log)
+#define FULCRUM_CP_REQUEST_V1_0_SIZE FULCRUM_STRUCT_SIZE(fulcrum_cp_request, strategy)
+#define FULCRUM_CP_PLAN_V1_0_SIZE FULCRUM_STRUCT_SIZE(fulcrum_cp_plan, plugin_data)
+#define FULCRUM_DP_REQUEST_V1_0_SIZE FULCRUM_STRUCT_SIZE(fulcrum_dp_request, strategy)
+#define FULCRUM_DP_RESULT_V1_0_SIZE FULCRUM_STRUCT_SIZE(fulcrum_dp_result, samples)
+#define FULCRUM_PLUGIN_V1_0_SIZE FULCRUM_STRUCT_SIZE(fulcrum_plugin_v1, last_error)
+
+/* The layout is defined for LP64 targets; these pin every shipped size and
+ * the offsets readers rely on. A failure here is an ABI break. */
+FULCRUM_STATIC_ASSERT(sizeof(void*) == 8, "the fulcrum ABI is defined for 64-bit targets");
+FULCRUM_STATIC_ASSERT(sizeof(double) == 8, "the fulcrum ABI needs an 8-byte double");
+FULCRUM_STATIC_ASSERT(FULCRUM_HOST_SERVICES_V1_0_SIZE == 24, "fulcrum_host_services v1.0 moved");
+FULCRUM_STATIC_ASSERT(offsetof(fulcrum_host_services, user_data) == 8,
+                      "fulcrum_host_services v1.0 moved");
+FULCRUM_STATIC_ASSERT(FULCRUM_CP_REQUEST_V1_0_SIZE == 80, "fulcrum_cp_request v1.0 moved");
+FULCRUM_STATIC_ASSERT(offsetof(fulcrum_cp_request, doc_lengths) == 24,
+                      "fulcrum_cp_request v1.0 moved");
+FULCRUM_STATIC_ASSERT(offsetof(fulcrum_cp_request, mask_param) == 48,
+                      "fulcrum_cp_request v1.0 moved");
+FULCRUM_STATIC_ASSERT(offsetof(fulcrum_cp_request, sparse_kv_blocks) == 64,
+                      "fulcrum_cp_request v1.0 moved");
+FULCRUM_STATIC_ASSERT(FULCRUM_CP_PLAN_V1_0_SIZE == 72, "fulcrum_cp_plan v1.0 moved");
+FULCRUM_STATIC_ASSERT(offsetof(fulcrum_cp_plan, positions) == 16, "fulcrum_cp_plan v1.0 moved");
+FULCRUM_STATIC_ASSERT(offsetof(fulcrum_cp_plan, strategy_used) == 32, "fulcrum_cp_plan v1.0 moved");
+FULCRUM_STATIC_ASSERT(offsetof(fulcrum_cp_plan, rank_tiles) == 56, "fulcrum_cp_plan v1.0 moved");
+FULCRUM_STATIC_ASSERT(FULCRUM_DP_REQUEST_V1_0_SIZE == 48, "fulcrum_dp_request v1.0 moved");
+FULCRUM_STATIC_ASSERT(offsetof(fulcrum_dp_request, cost_kind) == 24,
+                      "fulcrum_dp_request v1.0 moved");
+FULCRUM_STATIC_ASSERT(offsetof(fulcrum_dp_request, attention_a) == 32,
+                      "fulcrum_dp_request v1.0 moved");
+FULCRUM_STATIC_ASSERT(FULCRUM_DP_RESULT_V1_0_SIZE == 24, "fulcrum_dp_result v1.0 moved");
+FULCRUM_STATIC_ASSERT(offsetof(fulcrum_dp_result, rank_offsets) == 8,
+                      "fulcrum_dp_result v1.0 moved");
+FULCRUM_STATIC_ASSERT(FULCRUM_PLUGIN_V1_0_SIZE == 88, "fulcrum_plugin_v1 v1.0 moved");
+FULCRUM_STATIC_ASSERT(offsetof(fulcrum_plugin_v1, name) == 8, "fulcrum_plugin_v1 v1.0 moved");
+FULCRUM_STATIC_ASSERT(offsetof(fulcrum_plugin_v1, num_cp_strategies) == 24,
+                      "fulcrum_plugin_v1 v1.0 moved");
+FULCRUM_STATIC_ASSERT(offsetof(fulcrum_plugin_v1, dp_strategies) == 32,
+                      "fulcrum_plugin_v1 v1.0 moved");
+FULCRUM_STATIC_ASSERT(offsetof(fulcrum_plugin_v1, create) == 40, "fulcrum_plugin_v1 v1.0 moved");
+FULCRUM_STATIC_ASSERT(offsetof(fulcrum_plugin_v1, plan_cp) == 56, "fulcrum_plugin_v1 v1.0 moved");
+FULCRUM_STATIC_ASSERT(offsetof(fulcrum_plugin_v1, partition_dp) == 72,
+                      "fulcrum_plugin_v1 v1.0 moved");
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -23,23 +23,6 @@
 #include "fulcrum/c_api.h"
 #include "fulcrum/load_balancer.h"
 
-// Pin the v1.0 layout: a change here is an ABI break (see c_api.h).
-static_assert(sizeof(void*) == 8, "the fulcrum ABI is defined for 64-bit targets");
-static_assert(sizeof(fulcrum_host_services) == 24);
-static_assert(sizeof(fulcrum_cp_request) == 80);
-static_assert(offsetof(fulcrum_cp_request, doc_lengths) == 24);
-static_assert(offsetof(fulcrum_cp_request, mask_param) == 48);
-static_assert(offsetof(fulcrum_cp_request, strategy) == 72);
-static_assert(sizeof(fulcrum_cp_plan) == 72);
-static_assert(offsetof(fulcrum_cp_plan, positions) == 16);
-static_assert(offsetof(fulcrum_cp_plan, plugin_data) == 64);
-static_assert(sizeof(fulcrum_dp_request) == 48);
-static_assert(offsetof(fulcrum_dp_request, attention_a) == 32);
-static_assert(sizeof(fulcrum_dp_result) == 24);
-static_assert(sizeof(fulcrum_plugin_v1) == 88);
-static_assert(offsetof(fulcrum_plugin_v1, create) == 40);
-static_assert(offsetof(fulcrum_plugin_v1, last_error) == 80);
-
 namespace fulcrum::sdk {
 
 // The host's services as a plugin sees them. Cheap to copy; valid while the
@@ -47,7 +30,12 @@ namespace fulcrum::sdk {
 class Host {
  public:
   Host() = default;
-  explicit Host(const fulcrum_host_services* services) : services_(services) {}
+  // Services from a host that set a struct_size short of v1.0 are not
+  // trusted: the plugin then logs nowhere rather than read past them.
+  explicit Host(const fulcrum_host_services* services)
+      : services_(services != nullptr && services->struct_size >= FULCRUM_HOST_SERVICES_V1_0_SIZE
+                      ? services
+                      : nullptr) {}
 
   void log(fulcrum_log_level level, const std::string& message) const {
     if (services_ != nullptr && services_->log != nullptr) {
@@ -62,10 +50,13 @@ class Host {
 // Converts a C request into the C++ workload, checking what the C side cannot:
 // null pointers paired with non-zero counts.
 inline Result<CpWorkload> workload_from_c(const fulcrum_cp_request& req) {
-  if (req.struct_size < sizeof(fulcrum_cp_request)) {
+  // The pinned v1.0 size, not sizeof: a host built before a later minor
+  // version sends the smaller request and must still be served.
+  if (req.struct_size < FULCRUM_CP_REQUEST_V1_0_SIZE) {
     return invalid_argument("cp request struct_size " + std::to_string(req.struct_size) +
                             " is smaller than the v1.0 size " +
-                            std::to_string(sizeof(fulcrum_cp_request)));
+                            std::to_string(FULCRUM_CP_REQUEST_V1_0_SIZE) +
+                            "; the host is broken, rebuild it against a released c_api.h");
   }
   CpWorkload w;
   w.tokens = req.tokens;
@@ -99,10 +90,11 @@ inline Result<CpWorkload> workload_from_c(const fulcrum_cp_request& req) {
 }
 
 inline Result<DpRequest> dp_request_from_c(const fulcrum_dp_request& req) {
-  if (req.struct_size < sizeof(fulcrum_dp_request)) {
+  if (req.struct_size < FULCRUM_DP_REQUEST_V1_0_SIZE) {
     return invalid_argument("dp request struct_size " + std::to_string(req.struct_size) +
                             " is smaller than the v1.0 size " +
-                            std::to_string(sizeof(fulcrum_dp_request)));
+                            std::to_string(FULCRUM_DP_REQUEST_V1_0_SIZE) +
+                            "; the host is broken, rebuild it against a released c_api.h");
   }
   if (req.num_samples < 0 || (req.num_samples > 0 && req.lengths == nullptr)) {
     return invalid_argument("dp request has num_samples " + std::to_string(req.num_samples) +
@@ -205,8 +197,11 @@ class PluginAdapter {
       if (req == nullptr || plan == nullptr || req->strategy == nullptr) {
         return fail(inst, invalid_argument("plan_cp called with a null request, plan or strategy"));
       }
-      if (plan->struct_size < sizeof(fulcrum_cp_plan)) {
-        return fail(inst, invalid_argument("cp plan struct_size too small"));
+      if (plan->struct_size < FULCRUM_CP_PLAN_V1_0_SIZE) {
+        return fail(inst,
+                    invalid_argument("cp plan struct_size " + std::to_string(plan->struct_size) +
+                                     " is smaller than the v1.0 size " +
+                                     std::to_string(FULCRUM_CP_PLAN_V1_0_SIZE)));
       }
       auto workload = workload_from_c(*req);
       if (!workload) return fail(inst, workload.status());
@@ -257,6 +252,12 @@ class PluginAdapter {
           out->rank_offsets == nullptr || out->samples == nullptr) {
         return fail(inst, invalid_argument("partition_dp called with a null argument"));
       }
+      if (out->struct_size < FULCRUM_DP_RESULT_V1_0_SIZE) {
+        return fail(inst,
+                    invalid_argument("dp result struct_size " + std::to_string(out->struct_size) +
+                                     " is smaller than the v1.0 size " +
+                                     std::to_string(FULCRUM_DP_RESULT_V1_0_SIZE)));
+      }
       auto request = dp_request_from_c(*req);
       if (!request) return fail(inst, request.status());
       auto result = inst->balancer->partition_dp(req->strategy, *request);
@@ -306,7 +307,7 @@ class PluginAdapter {
     }();
     if (!names.ok) return nullptr;
     static const fulcrum_plugin_v1 t = {
-        sizeof(fulcrum_plugin_v1),
+        FULCRUM_PLUGIN_V1_0_SIZE,
         FULCRUM_ABI_MAJOR,
         FULCRUM_ABI_MINOR,
         names.name.c_str(),

@@ -43,11 +43,9 @@ namespace fs = std::filesystem;
 
 // The v1.0 end of the table: later minor versions append after it, so this,
 // not sizeof, is the smallest table the host accepts.
-constexpr std::uint32_t kTableV1Size =
-    offsetof(fulcrum_plugin_v1, last_error) + sizeof(fulcrum_plugin_v1::last_error);
+constexpr std::uint32_t kTableV1Size = FULCRUM_PLUGIN_V1_0_SIZE;
 // struct_size, abi_major and abi_minor open every version of the table.
-constexpr std::uint32_t kTableHeaderSize =
-    offsetof(fulcrum_plugin_v1, abi_minor) + sizeof(fulcrum_plugin_v1::abi_minor);
+constexpr std::uint32_t kTableHeaderSize = FULCRUM_STRUCT_SIZE(fulcrum_plugin_v1, abi_minor);
 // More strategies than this means the count field is garbage.
 constexpr std::int32_t kMaxStrategies = 4096;
 
@@ -307,7 +305,7 @@ class PluginBalancer final : public LoadBalancer {
     for (std::int32_t i = 0; i < table_->num_dp_strategies; ++i) {
       dp_names_.emplace_back(table_->dp_strategies[i]);
     }
-    services_.struct_size = sizeof(services_);
+    services_.struct_size = FULCRUM_HOST_SERVICES_V1_0_SIZE;
     services_.user_data = this;
     services_.log = &PluginBalancer::forward_log;
   }
@@ -347,7 +345,7 @@ class PluginBalancer final : public LoadBalancer {
     const std::string name(strategy);
 
     fulcrum_cp_request request{};
-    request.struct_size = sizeof(request);
+    request.struct_size = FULCRUM_CP_REQUEST_V1_0_SIZE;
     request.cp_size = workload.cp_size;
     request.tokens = workload.tokens;
     request.block_size = workload.block_size;
@@ -366,7 +364,7 @@ class PluginBalancer final : public LoadBalancer {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       fulcrum_cp_plan answer{};
-      answer.struct_size = sizeof(answer);
+      answer.struct_size = FULCRUM_CP_PLAN_V1_0_SIZE;
       const fulcrum_status status = table_->plan_cp(instance_.get(), &request, &answer);
       if (status != FULCRUM_OK) return plugin_failure(status, name);
       // Handed back exactly once, however the copy below ends.
@@ -396,7 +394,7 @@ class PluginBalancer final : public LoadBalancer {
     std::vector<std::int64_t> samples(static_cast<std::size_t>(n), -1);
 
     fulcrum_dp_request c_request{};
-    c_request.struct_size = sizeof(c_request);
+    c_request.struct_size = FULCRUM_DP_REQUEST_V1_0_SIZE;
     c_request.num_ranks = request.num_ranks;
     c_request.lengths = request.lengths.data();
     c_request.num_samples = n;
@@ -406,7 +404,7 @@ class PluginBalancer final : public LoadBalancer {
     c_request.strategy = name.c_str();
 
     fulcrum_dp_result result{};
-    result.struct_size = sizeof(result);
+    result.struct_size = FULCRUM_DP_RESULT_V1_0_SIZE;
     result.num_ranks = request.num_ranks;
     result.rank_offsets = offsets.data();
     result.samples = samples.data();

@@ -45,7 +45,7 @@ fulcrum_status broken_partition_dp(void* /*instance*/, const fulcrum_dp_request*
 const char* broken_last_error(void* /*instance*/) { return "this plugin is broken on purpose"; }
 
 #if defined(FULCRUM_BROKEN_wrong_major)
-constexpr std::uint32_t kStructSize = sizeof(fulcrum_plugin_v1);
+constexpr std::uint32_t kStructSize = FULCRUM_PLUGIN_V1_0_SIZE;
 constexpr std::uint16_t kAbiMajor = FULCRUM_ABI_MAJOR + 1;
 constexpr const char* kName = "broken_wrong_major";
 #elif defined(FULCRUM_BROKEN_short_table)
@@ -54,7 +54,7 @@ constexpr std::uint32_t kStructSize = offsetof(fulcrum_plugin_v1, partition_dp);
 constexpr std::uint16_t kAbiMajor = FULCRUM_ABI_MAJOR;
 constexpr const char* kName = "broken_short_table";
 #else
-constexpr std::uint32_t kStructSize = sizeof(fulcrum_plugin_v1);
+constexpr std::uint32_t kStructSize = FULCRUM_PLUGIN_V1_0_SIZE;
 constexpr std::uint16_t kAbiMajor = FULCRUM_ABI_MAJOR;
 constexpr const char* kName = "broken_null_pointer";
 #endif

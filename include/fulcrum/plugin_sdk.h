@@ -109,6 +109,38 @@ inline Result<DpRequest> dp_request_from_c(const fulcrum_dp_request& req) {
   return r;
 }
 
+inline Result<ScheduleRequest> schedule_request_from_c(const fulcrum_schedule_request& req) {
+  if (req.struct_size < FULCRUM_SCHEDULE_REQUEST_V1_1_SIZE) {
+    return invalid_argument("schedule request struct_size " + std::to_string(req.struct_size) +
+                            " is smaller than the v1.1 size " +
+                            std::to_string(FULCRUM_SCHEDULE_REQUEST_V1_1_SIZE) +
+                            "; the host is broken, rebuild it against a released c_api.h");
+  }
+  if (req.num_docs < 0 || (req.num_docs > 0 && req.doc_lengths == nullptr)) {
+    return invalid_argument("schedule request has num_docs " + std::to_string(req.num_docs) +
+                            " but doc_lengths is null");
+  }
+  ScheduleRequest r;
+  r.doc_lengths.assign(req.doc_lengths, req.doc_lengths + req.num_docs);
+  r.world_size = req.world_size;
+  r.max_tokens_per_rank = req.max_tokens_per_rank;
+  r.mask.kind = static_cast<MaskKind>(req.mask_kind);
+  r.mask.param = req.mask_param;
+  r.block_size = req.block_size;
+  r.cp_size = req.cp_size;
+  CostProfile& p = r.profile;
+  p.name = req.profile_name != nullptr ? req.profile_name : "";
+  p.tile_seconds = req.tile_seconds;
+  p.token_seconds = req.token_seconds;
+  p.slot_seconds = req.slot_seconds;
+  p.kv_bytes_per_token = req.kv_bytes_per_token;
+  p.intra_node_bytes_per_second = req.intra_node_bytes_per_second;
+  p.inter_node_bytes_per_second = req.inter_node_bytes_per_second;
+  p.latency_seconds = req.latency_seconds;
+  p.ranks_per_node = req.ranks_per_node;
+  return r;
+}
+
 inline fulcrum_status to_c_status(StatusCode code) {
   switch (code) {
     case StatusCode::kOk:
@@ -141,6 +173,20 @@ class PluginAdapter {
     std::string fallback_reason;
     std::vector<std::int64_t> pairs;
     std::vector<std::int64_t> tiles;
+  };
+
+  // Owns what a fulcrum_schedule points to, until release_schedule.
+  struct ScheduleBuffers {
+    std::vector<std::int64_t> rank_offsets{0};
+    std::vector<std::int32_t> ranks;
+    std::vector<std::int64_t> piece_offsets{0};
+    std::vector<std::int64_t> piece_docs, piece_starts, piece_lengths;
+    std::vector<std::int32_t> waves;
+    std::vector<std::int64_t> shard_lens, padding, positions;
+    std::vector<std::string> plan_strategies;
+    std::vector<const char*> plan_strategies_c;
+    std::string strategy_used;
+    std::string fallback_reason;
   };
 
   static std::unique_ptr<Balancer> make(Host host) {
@@ -283,6 +329,74 @@ class PluginAdapter {
     });
   }
 
+  static fulcrum_status schedule(void* instance, const fulcrum_schedule_request* req,
+                                 fulcrum_schedule* out) noexcept {
+    auto* inst = static_cast<Instance*>(instance);
+    if (inst == nullptr) return FULCRUM_INVALID_ARGUMENT;
+    return guarded(inst, [&]() -> fulcrum_status {
+      if (req == nullptr || out == nullptr || req->strategy == nullptr) {
+        return fail(inst,
+                    invalid_argument("schedule called with a null request, answer or strategy"));
+      }
+      if (out->struct_size < FULCRUM_SCHEDULE_V1_1_SIZE) {
+        return fail(inst,
+                    invalid_argument("schedule struct_size " + std::to_string(out->struct_size) +
+                                     " is smaller than the v1.1 size " +
+                                     std::to_string(FULCRUM_SCHEDULE_V1_1_SIZE)));
+      }
+      auto request = schedule_request_from_c(*req);
+      if (!request) return fail(inst, request.status());
+      auto result = inst->balancer->schedule(req->strategy, *request);
+      if (!result) return fail(inst, result.status());
+      auto buffers = std::make_unique<ScheduleBuffers>();
+      ScheduleBuffers& b = *buffers;
+      for (ScheduleSlot& slot : result->slots) {
+        b.ranks.insert(b.ranks.end(), slot.ranks.begin(), slot.ranks.end());
+        b.rank_offsets.push_back(static_cast<std::int64_t>(b.ranks.size()));
+        for (const DocPiece& piece : slot.pieces) {
+          b.piece_docs.push_back(piece.doc);
+          b.piece_starts.push_back(piece.offset);
+          b.piece_lengths.push_back(piece.length);
+        }
+        b.piece_offsets.push_back(static_cast<std::int64_t>(b.piece_docs.size()));
+        b.waves.push_back(slot.wave);
+        b.shard_lens.push_back(slot.plan.shard_len);
+        b.padding.push_back(slot.plan.padding);
+        b.positions.insert(b.positions.end(), slot.plan.positions.begin(),
+                           slot.plan.positions.end());
+        b.plan_strategies.push_back(std::move(slot.plan.strategy_used));
+      }
+      // Pointers into plan_strategies only once it stops growing.
+      for (const std::string& name : b.plan_strategies) b.plan_strategies_c.push_back(name.c_str());
+      b.strategy_used = std::move(result->strategy_used);
+      b.fallback_reason = std::move(result->fallback_reason);
+      out->num_slots = static_cast<std::int32_t>(result->slots.size());
+      out->slot_rank_offsets = b.rank_offsets.data();
+      out->ranks = b.ranks.data();
+      out->slot_piece_offsets = b.piece_offsets.data();
+      out->piece_docs = b.piece_docs.data();
+      out->piece_starts = b.piece_starts.data();
+      out->piece_lengths = b.piece_lengths.data();
+      out->slot_waves = b.waves.data();
+      out->slot_shard_lens = b.shard_lens.data();
+      out->slot_padding = b.padding.data();
+      out->positions = b.positions.data();
+      out->slot_plan_strategies = b.plan_strategies_c.data();
+      out->strategy_used = b.strategy_used.c_str();
+      out->fallback_reason = b.fallback_reason.empty() ? nullptr : b.fallback_reason.c_str();
+      out->plugin_data = buffers.release();
+      return FULCRUM_OK;
+    });
+  }
+
+  static void release_schedule(void* /*instance*/, fulcrum_schedule* out) noexcept {
+    if (out == nullptr) return;
+    delete static_cast<ScheduleBuffers*>(out->plugin_data);
+    const std::uint32_t size = out->struct_size;
+    *out = fulcrum_schedule{};
+    out->struct_size = size;
+  }
+
   static const char* last_error(void* instance) noexcept {
     auto* inst = static_cast<Instance*>(instance);
     return inst == nullptr ? "null plugin instance" : inst->last_error.c_str();
@@ -298,16 +412,18 @@ class PluginAdapter {
         n.name = probe->name();
         n.cp = probe->cp_strategies();
         n.dp = probe->dp_strategies();
+        n.schedule = probe->schedule_strategies();
       } catch (...) {
         n.ok = false;
       }
       for (const auto& s : n.cp) n.cp_c.push_back(s.c_str());
       for (const auto& s : n.dp) n.dp_c.push_back(s.c_str());
+      for (const auto& s : n.schedule) n.schedule_c.push_back(s.c_str());
       return n;
     }();
     if (!names.ok) return nullptr;
     static const fulcrum_plugin_v1 t = {
-        FULCRUM_PLUGIN_V1_0_SIZE,
+        FULCRUM_PLUGIN_V1_1_SIZE,
         FULCRUM_ABI_MAJOR,
         FULCRUM_ABI_MINOR,
         names.name.c_str(),
@@ -321,6 +437,13 @@ class PluginAdapter {
         &release_plan,
         &partition_dp,
         &last_error,
+        names.schedule_c.empty() ? nullptr : names.schedule_c.data(),
+        static_cast<int32_t>(names.schedule_c.size()),
+        0,
+        // A balancer that lists no scheduler leaves the hook unset, and the
+        // host serves its built-in fixed schedule from this plugin's plans.
+        names.schedule_c.empty() ? nullptr : &schedule,
+        names.schedule_c.empty() ? nullptr : &release_schedule,
     };
     return &t;
   }
@@ -329,8 +452,8 @@ class PluginAdapter {
   struct Names {
     bool ok = true;
     std::string name;
-    std::vector<std::string> cp, dp;
-    std::vector<const char*> cp_c, dp_c;
+    std::vector<std::string> cp, dp, schedule;
+    std::vector<const char*> cp_c, dp_c, schedule_c;
   };
 };
 

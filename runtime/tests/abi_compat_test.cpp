@@ -15,7 +15,9 @@
 #include <gtest/gtest.h>
 
 #include "fulcrum/c_api.h"
+#include "fulcrum/core/cost_profile.h"
 #include "fulcrum/core/plan_check.h"
+#include "fulcrum/core/schedule.h"
 #include "fulcrum/host/plugin_loader.h"
 
 #ifndef FULCRUM_PLUGIN_PATH
@@ -104,6 +106,18 @@ TEST(AbiCompatTest, NewerMinorPluginLoadsAndIsServedTodaysRequests) {
                            std::to_string(FULCRUM_CP_REQUEST_V1_0_SIZE) + ": next_field absent"));
   EXPECT_TRUE(captured.saw("dp request struct_size " +
                            std::to_string(FULCRUM_DP_REQUEST_V1_0_SIZE) + ": next_field absent"));
+  // Its table is longer than 1.1's but leaves the schedule hook unset: the
+  // host's fixed schedule serves, from the plugin's plans, and says so.
+  EXPECT_EQ((*loaded)->schedule_strategies(), std::vector<std::string>{"fixed"});
+  ScheduleRequest request;
+  request.doc_lengths = {700, 300, 1200};
+  request.world_size = 2;
+  request.max_tokens_per_rank = 800;
+  request.profile = builtin_cost_profile("h100_7b").value();
+  auto schedule = (*loaded)->schedule("fixed", request);
+  ASSERT_TRUE(schedule.is_ok()) << schedule.status().message();
+  EXPECT_TRUE(validate_schedule(request, *schedule).is_ok());
+  EXPECT_HAS(schedule->fallback_reason, "plugin 'compat_next_minor' has no scheduler");
 }
 
 // --- this tree's plugin under older and newer hosts --------------------------

@@ -78,8 +78,8 @@ Result<std::int32_t> fixed_cp_size(const ScheduleRequest& request) {
   return request.world_size;  // pieces never exceed W x T
 }
 
-Result<Schedule> fixed_schedule(const ScheduleRequest& request, const PlanFn& plan_cp,
-                                const PartitionFn& partition_dp) {
+Result<Schedule> fixed_slots(const ScheduleRequest& request, const PartitionFn& partition_dp) {
+  if (Status status = validate_schedule_request(request); !status) return status;
   const Result<std::int32_t> cp_or = fixed_cp_size(request);
   if (!cp_or) return cp_or.status();
   const std::int32_t cp = *cp_or;
@@ -123,20 +123,35 @@ Result<Schedule> fixed_schedule(const ScheduleRequest& request, const PlanFn& pl
       slot.wave = static_cast<std::int32_t>(wave);
       for (std::int32_t i = 0; i < cp; ++i) slot.ranks.push_back(d * cp + i);
       for (const std::size_t i : rows[wave]) slot.pieces.push_back(pieces[i]);
-      const CpWorkload w = slot_workload(request, slot);
-      Result<ShardPlan> plan = plan_cp(w);
-      if (!plan) return plan.status();
-      if (plan->shard_len > budget) {
-        const std::string why = plan->strategy_used + " needs " + str(plan->shard_len) +
-                                " tokens per rank, more than T = " + str(budget);
-        slot.plan = contiguous_plan(w);
-        slot.plan.fallback_reason = why;
-      } else {
-        slot.plan = std::move(*plan);
-      }
       schedule.slots.push_back(std::move(slot));
     }
   }
+  return schedule;
+}
+
+Status plan_fixed_slots(const ScheduleRequest& request, Schedule& schedule, const PlanFn& plan_cp) {
+  const std::int64_t budget = request.max_tokens_per_rank;
+  for (ScheduleSlot& slot : schedule.slots) {
+    const CpWorkload w = slot_workload(request, slot);
+    Result<ShardPlan> plan = plan_cp(w);
+    if (!plan) return plan.status();
+    if (plan->shard_len > budget) {
+      const std::string why = plan->strategy_used + " needs " + str(plan->shard_len) +
+                              " tokens per rank, more than T = " + str(budget);
+      slot.plan = contiguous_plan(w);
+      slot.plan.fallback_reason = why;
+    } else {
+      slot.plan = std::move(*plan);
+    }
+  }
+  return Status::ok();
+}
+
+Result<Schedule> fixed_schedule(const ScheduleRequest& request, const PlanFn& plan_cp,
+                                const PartitionFn& partition_dp) {
+  Result<Schedule> schedule = fixed_slots(request, partition_dp);
+  if (!schedule) return schedule;
+  if (Status status = plan_fixed_slots(request, *schedule, plan_cp); !status) return status;
   return schedule;
 }
 

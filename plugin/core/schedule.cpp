@@ -363,6 +363,10 @@ Status validate_schedule(const ScheduleRequest& request, const Schedule& schedul
   return Status::ok();
 }
 
+SlotCost evaluate_slot(const ScheduleRequest& request, const ScheduleSlot& slot) {
+  return cost_slot(request, slot);
+}
+
 ScheduleCost evaluate_schedule(const ScheduleRequest& request, const Schedule& schedule) {
   const auto w = static_cast<std::size_t>(request.world_size);
   ScheduleCost cost;

@@ -26,9 +26,17 @@ using PartitionFn = std::function<Result<DpPartition>(const DpRequest&)>;
 // kUnsupported when a set cp_size cannot hold the longest piece.
 Result<std::int32_t> fixed_cp_size(const ScheduleRequest& request);
 
-// A row whose plan gives a member more than T tokens (padding included) is
+// The deciding half: the slots (groups, pieces, waves) with empty plans.
+Result<Schedule> fixed_slots(const ScheduleRequest& request, const PartitionFn& partition_dp);
+
+// The planning half: every slot's plan from plan_cp. A row whose plan gives
+// a member more than T tokens (padding included) is sharded contiguously
+// instead (ceil(N / cp) <= T), and its plan says so in fallback_reason.
+Status plan_fixed_slots(const ScheduleRequest& request, Schedule& schedule, const PlanFn& plan_cp);
+
+// Both halves. A row whose plan gives a member more than T tokens (padding included) is
 // sharded contiguously instead (ceil(N / cp) <= T), and its plan says so in
-// fallback_reason. Expects a request validate_schedule_request accepts.
+// fallback_reason. The request is validated first.
 Result<Schedule> fixed_schedule(const ScheduleRequest& request, const PlanFn& plan_cp,
                                 const PartitionFn& partition_dp);
 

@@ -59,6 +59,11 @@ struct ScheduleCost {
   std::int64_t allgather_bytes = 0;  // the same rows with a full K/V all-gather
 };
 
+// One slot on its own (start 0, end = its slowest member's time): what a
+// scheduler compares when it chooses between plans for a slot. Requires a
+// slot whose plan validate_schedule accepts.
+SlotCost evaluate_slot(const ScheduleRequest& request, const ScheduleSlot& slot);
+
 // Requires a schedule that validate_schedule accepts.
 ScheduleCost evaluate_schedule(const ScheduleRequest& request, const Schedule& schedule);
 

@@ -14,6 +14,7 @@
 #include "fulcrum/core/cost_profile.h"
 #include "fulcrum/core/schedule.h"
 #include "fulcrum/host/plugin_loader.h"
+#include "strategies/schedule_strategies.h"
 
 #ifndef FULCRUM_PLUGIN_PATH
 #error "FULCRUM_PLUGIN_PATH must name the built libfulcrum_balancer.so"
@@ -61,6 +62,80 @@ std::vector<std::string> slot_plan_strategies(const Schedule& s) {
   std::vector<std::string> names;
   for (const ScheduleSlot& slot : s.slots) names.push_back(slot.plan.strategy_used);
   return names;
+}
+
+// --- the real plugin's schedulers ------------------------------------------
+
+// Through the C table and back, a schedule must be the one the scheduler
+// made: same slots, ranks, pieces, waves and plan positions.
+void expect_same_schedule(const Schedule& through, const Schedule& direct) {
+  EXPECT_EQ(through.strategy_used, direct.strategy_used);
+  EXPECT_EQ(through.fallback_reason, direct.fallback_reason);
+  ASSERT_EQ(through.slots.size(), direct.slots.size());
+  for (std::size_t i = 0; i < direct.slots.size(); ++i) {
+    SCOPED_TRACE("slot " + std::to_string(i));
+    const ScheduleSlot& a = through.slots[i];
+    const ScheduleSlot& b = direct.slots[i];
+    EXPECT_EQ(a.ranks, b.ranks);
+    EXPECT_EQ(a.wave, b.wave);
+    ASSERT_EQ(a.pieces.size(), b.pieces.size());
+    for (std::size_t p = 0; p < b.pieces.size(); ++p) {
+      EXPECT_EQ(a.pieces[p].doc, b.pieces[p].doc);
+      EXPECT_EQ(a.pieces[p].offset, b.pieces[p].offset);
+      EXPECT_EQ(a.pieces[p].length, b.pieces[p].length);
+    }
+    EXPECT_EQ(a.plan.cp_size, b.plan.cp_size);
+    EXPECT_EQ(a.plan.shard_len, b.plan.shard_len);
+    EXPECT_EQ(a.plan.padding, b.plan.padding);
+    EXPECT_EQ(a.plan.positions, b.plan.positions);
+    EXPECT_EQ(a.plan.strategy_used, b.plan.strategy_used);
+  }
+}
+
+TEST(PluginScheduleTest, EverySchedulerCrossesTheBoundaryUnchangedAndValid) {
+  auto loaded = load_plugin(FULCRUM_PLUGIN_PATH, quiet_options());
+  ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
+  LoadBalancer& plugin = **loaded;
+  EXPECT_EQ(plugin.schedule_strategies(), schedule_strategy_names());
+  ASSERT_FALSE(plugin.schedule_strategies().empty());
+
+  std::vector<ScheduleRequest> requests;
+  requests.push_back(batch_request());
+  ScheduleRequest cut = batch_request();  // one document longer than W x T
+  cut.doc_lengths = {9000, 300, 1500, 64, 2200, 777};
+  cut.world_size = 3;
+  cut.max_tokens_per_rank = 1200;
+  cut.mask = MaskSpec{MaskKind::kSliding, 256, {}};
+  requests.push_back(cut);
+  ScheduleRequest wide = batch_request();
+  wide.doc_lengths.clear();
+  for (int i = 0; i < 40; ++i) wide.doc_lengths.push_back(100 + (i * 733) % 3100);
+  wide.world_size = 16;
+  wide.max_tokens_per_rank = 2048;
+  requests.push_back(wide);
+
+  for (std::size_t r = 0; r < requests.size(); ++r) {
+    const ScheduleRequest& request = requests[r];
+    ASSERT_TRUE(validate_schedule_request(request).is_ok())
+        << validate_schedule_request(request).message();
+    for (const std::string& name : plugin.schedule_strategies()) {
+      SCOPED_TRACE("request " + std::to_string(r) + ", scheduler " + name);
+      auto through = plugin.schedule(name, request);
+      auto direct = run_schedule_strategy(name, request);
+      ASSERT_EQ(through.is_ok(), direct.is_ok())
+          << (through.is_ok() ? direct.status().message() : through.status().message());
+      if (!direct.is_ok()) {
+        EXPECT_EQ(through.status().code(), direct.status().code());
+        continue;
+      }
+      EXPECT_TRUE(validate_schedule(request, *through).is_ok());
+      expect_same_schedule(*through, *direct);
+    }
+  }
+  auto unknown = plugin.schedule("no_such_scheduler", batch_request());
+  ASSERT_FALSE(unknown.is_ok());
+  EXPECT_EQ(unknown.status().code(), StatusCode::kNotFound);
+  EXPECT_HAS(unknown.status().message(), "plugin 'fulcrum' strategy 'no_such_scheduler'");
 }
 
 // --- broken schedules ------------------------------------------------------

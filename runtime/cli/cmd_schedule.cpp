@@ -358,13 +358,13 @@ int schedule_main(const std::vector<std::string>& args) {
 
   ScheduleRequest request;
   if (!given.count("world")) {
-    throw UsageError("--world is required: give the number of ranks, e.g. --world 8");
+    throw UsageError("--world is missing; give the number of ranks, e.g. --world 8");
   }
   request.world_size = static_cast<std::int32_t>(
       parse_int(f.world, "--world", 1, kMaxRanks, "give the number of ranks, e.g. --world 8"));
   if (!given.count("max-tokens-per-rank")) {
     throw UsageError(
-        "--max-tokens-per-rank is required: give the tokens one rank holds in a slot, e.g. "
+        "--max-tokens-per-rank is missing; give the tokens one rank holds in a slot, e.g. "
         "--max-tokens-per-rank 32768");
   }
   request.max_tokens_per_rank =
@@ -380,6 +380,11 @@ int schedule_main(const std::vector<std::string>& args) {
   if (given.count("cp")) {
     request.cp_size = static_cast<std::int32_t>(
         parse_int(f.cp, "--cp", 1, kMaxRanks, "give a divisor of --world, e.g. --cp 4"));
+    if (request.world_size % request.cp_size != 0) {
+      throw UsageError("--cp " + std::to_string(request.cp_size) + " does not divide --world " +
+                       std::to_string(request.world_size) +
+                       "; fixed CP groups tile the world, give a divisor of it");
+    }
   }
   request.block_size =
       given.count("block-size")

@@ -120,7 +120,10 @@ Result<CostProfile> load_cost_profile_string(const std::string& yaml, const std:
   }
   Result<Config> loaded = load_config_string(yaml, name, {}, profile_schema());
   if (!loaded) {
-    return invalid_argument("cost profile " + loaded.status().message());
+    std::string message = "cost profile " + loaded.status().message();
+    // A value out of range says what is allowed but not what to do.
+    if (message.find("; ") == std::string::npos) message += "; fix that value in the file";
+    return invalid_argument(message);
   }
   const Config& config = *loaded;
   for (const KeySpec& spec : profile_schema().keys()) {

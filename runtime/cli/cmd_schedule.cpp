@@ -102,6 +102,7 @@ po::options_description schedule_options(ScheduleFlags& f) {
 
 struct Scheduled {
   std::string requested;
+  std::string refused;  // in --compare: why this scheduler could not serve the batch
   Schedule schedule;
   ScheduleCost cost;
   double lower_bound = 0.0;
@@ -132,7 +133,11 @@ Scheduled schedule_with(LoadBalancer& balancer, const std::string& requested,
     Result<Schedule> schedule = balancer.schedule(requested, request);
     const auto stop = std::chrono::steady_clock::now();
     if (!schedule) {
-      if (schedule.status().code() == StatusCode::kInvalidArgument) {
+      // The caller's choices (a name, a --cp) that the scheduler cannot
+      // serve are bad input like a malformed batch.
+      const StatusCode code = schedule.status().code();
+      if (code == StatusCode::kInvalidArgument || code == StatusCode::kNotFound ||
+          code == StatusCode::kUnsupported) {
         throw UsageError(schedule.status().message());
       }
       throw std::runtime_error("scheduling with " + quote_text(requested) +
@@ -313,10 +318,16 @@ void print_single_table(const Scheduled& s, const ScheduleRequest& request) {
 void print_compare_table(const std::vector<Scheduled>& all, const ScheduleRequest& request) {
   std::string out = "batch: " + describe_request(request) + "\n\n";
   std::vector<std::vector<std::string>> rows;
-  rows.push_back({"scheduler", "used", "fallback", "slots", "waves", "step ms", "bound ms",
+  rows.push_back({"scheduler", "used", "note", "slots", "waves", "step ms", "bound ms",
                   "step/bound", "max idle ms", "K/V moved", "all-gather", "plan us"});
   std::vector<std::string> notes;
   for (const Scheduled& s : all) {
+    if (!s.refused.empty()) {
+      const std::string mark = "[" + std::to_string(notes.size() + 1) + "]";
+      notes.push_back(mark + " " + s.requested + " refused: " + s.refused);
+      rows.push_back({s.requested, "-", mark, "-", "-", "-", "-", "-", "-", "-", "-", "-"});
+      continue;
+    }
     std::string fallback = "-";
     if (!s.schedule.fallback_reason.empty()) {
       fallback = "[" + std::to_string(notes.size() + 1) + "]";
@@ -333,7 +344,7 @@ void print_compare_table(const std::vector<Scheduled>& all, const ScheduleReques
          bytes_text(s.cost.bytes_moved), bytes_text(s.cost.allgather_bytes), fixed(s.time_us, 1)});
   }
   out += render_table(rows);
-  if (!notes.empty()) out += "\nfallbacks:\n";
+  if (!notes.empty()) out += "\nnotes:\n";
   for (const auto& note : notes) out += "  " + note + "\n";
   out +=
       "\nstep = the last rank's predicted finish; bound = no schedule of this batch is faster; "
@@ -436,12 +447,26 @@ int schedule_main(const std::vector<std::string>& args) {
   }
 
   std::vector<Scheduled> all;
-  for (const std::string& name : schedulers) all.push_back(schedule_with(balancer, name, request));
+  for (const std::string& name : schedulers) {
+    // One scheduler that cannot serve this batch (fixed with a --cp too
+    // small for its longest document) leaves a row saying why, not an error.
+    try {
+      all.push_back(schedule_with(balancer, name, request));
+    } catch (const UsageError& refused) {
+      Scheduled s;
+      s.requested = name;
+      s.refused = refused.what();
+      all.push_back(std::move(s));
+    }
+  }
   if (f.format == "json") {
     Json out;
     out["request"] = request_json(request, balancer.name());
     Json list = Json::array();
-    for (const Scheduled& s : all) list.push_back(schedule_json(s, request));
+    for (const Scheduled& s : all) {
+      list.push_back(s.refused.empty() ? schedule_json(s, request)
+                                       : Json{{"requested", s.requested}, {"refused", s.refused}});
+    }
     out["schedulers"] = std::move(list);
     std::cout << out.dump(2) << "\n";
   } else {

@@ -386,6 +386,13 @@ json_check "every scheduler on the same batch" \
    all(s["step_seconds"] >= s["lower_bound_seconds"] for s in j["schedulers"])'
 pass
 
+expect_ok "schedule --compare with a scheduler that cannot serve" schedule --world 4 \
+  --max-tokens-per-rank 256 --lengths 4000,100,900 --cp 2 --compare --format json
+json_check "fixed refused with its reason, the others served" \
+  '"cp 2 rows hold 512 tokens" in j["schedulers"][0]["refused"] and
+   all("step_seconds" in s for s in j["schedulers"][1:])'
+pass
+
 expect_ok "schedule --compare table" schedule $S4 --lengths 2500,1800,900 --compare
 for name in fixed megatron_dcp hybrid; do
   grep -q "^$name " "$OUT" || fail "the comparison has no row for $name"
@@ -455,6 +462,8 @@ expect_usage "schedule zero length" "$C" schedule $S4 --lengths 5,0
 expect_usage "schedule missing file" "$C" schedule $S4 --lengths-file "$WORK/missing.json"
 expect_usage "schedule unknown scheduler" "$C" schedule $S4 --lengths 5 --strategy best
 expect_usage "schedule cp not a divisor" "$C" schedule $S4 --lengths 5 --strategy fixed --cp 3
+expect_usage "schedule cp too small for a document" "$C" schedule --world 4 \
+  --max-tokens-per-rank 256 --lengths 4000,100,900 --cp 2 --strategy fixed
 expect_usage "schedule cp 0" "$C" schedule $S4 --lengths 5 --cp 0
 expect_usage "schedule block-sparse mask" "$C" schedule $S4 --lengths 5 --mask block-sparse
 expect_usage "schedule bad mask" "$C" schedule $S4 --lengths 5 --mask sliding:0

@@ -65,34 +65,45 @@ std::vector<std::pair<std::int64_t, std::int64_t>> touched_key_blocks(const CpWo
   return merged;
 }
 
-// A member's real tokens counted per key block, for range counts.
-struct BlockCounts {
-  std::vector<std::int64_t> block;   // ascending, distinct
-  std::vector<std::int64_t> prefix;  // prefix[i] = tokens in block[0 .. i)
-
-  std::int64_t in_range(std::int64_t lo, std::int64_t hi) const {
-    const auto a = std::lower_bound(block.begin(), block.end(), lo) - block.begin();
-    const auto z = std::upper_bound(block.begin(), block.end(), hi) - block.begin();
-    return prefix[z] - prefix[a];
-  }
+// Who holds the real tokens of every key block: block k's holders are
+// entries [offset[k], offset[k+1]) of (member, tokens), members ascending.
+struct BlockHolders {
+  std::vector<std::int64_t> offset;
+  std::vector<std::pair<std::int32_t, std::int64_t>> entries;
 };
 
-BlockCounts count_blocks(const std::int64_t* begin, const std::int64_t* end, std::int64_t b) {
-  std::vector<std::int64_t> blocks;
-  for (const std::int64_t* it = begin; it != end; ++it) {
-    if (*it != kPadPosition) blocks.push_back(*it / b);
+BlockHolders holders_of(const ShardPlan& plan, std::int64_t tokens, std::int64_t b) {
+  const std::int64_t blocks = ceil_div(tokens, b);
+  // Counting sort of the real tokens by block, members in plan order, so
+  // each block's members come out ascending.
+  std::vector<std::int64_t> start(static_cast<std::size_t>(blocks) + 1, 0);
+  for (const std::int64_t pos : plan.positions) {
+    if (pos != kPadPosition) ++start[static_cast<std::size_t>(pos / b) + 1];
   }
-  std::sort(blocks.begin(), blocks.end());
-  BlockCounts counts;
-  counts.prefix.push_back(0);
-  for (std::size_t i = 0; i < blocks.size();) {
-    std::size_t j = i;
-    while (j < blocks.size() && blocks[j] == blocks[i]) ++j;
-    counts.block.push_back(blocks[i]);
-    counts.prefix.push_back(counts.prefix.back() + static_cast<std::int64_t>(j - i));
-    i = j;
+  for (std::size_t k = 1; k < start.size(); ++k) start[k] += start[k - 1];
+  std::vector<std::int32_t> member(static_cast<std::size_t>(start.back()));
+  std::vector<std::int64_t> fill(start.begin(), start.end() - 1);
+  for (std::int32_t m = 0; m < plan.cp_size; ++m) {
+    for (const std::int64_t* it = plan.rank_begin(m); it != plan.rank_end(m); ++it) {
+      if (*it != kPadPosition) member[static_cast<std::size_t>(fill[*it / b]++)] = m;
+    }
   }
-  return counts;
+  BlockHolders h;
+  h.offset.reserve(static_cast<std::size_t>(blocks) + 1);
+  h.offset.push_back(0);
+  for (std::int64_t k = 0; k < blocks; ++k) {
+    for (std::int64_t i = start[k]; i < start[k + 1]; ++i) {
+      const std::int32_t m = member[static_cast<std::size_t>(i)];
+      if (h.entries.size() > static_cast<std::size_t>(h.offset.back()) &&
+          h.entries.back().first == m) {
+        ++h.entries.back().second;
+      } else {
+        h.entries.emplace_back(m, 1);
+      }
+    }
+    h.offset.push_back(static_cast<std::int64_t>(h.entries.size()));
+  }
+  return h;
 }
 
 SlotCost cost_slot(const ScheduleRequest& request, const ScheduleSlot& slot) {
@@ -113,23 +124,21 @@ SlotCost cost_slot(const ScheduleRequest& request, const ScheduleSlot& slot) {
   }
   if (g > 1) {
     const RowLayout layout(w);
-    std::vector<BlockCounts> held(g);
-    for (std::size_t m = 0; m < g; ++m) {
-      held[m] = count_blocks(slot.plan.rank_begin(static_cast<std::int32_t>(m)),
-                             slot.plan.rank_end(static_cast<std::int32_t>(m)), w.block_size);
-    }
+    const BlockHolders holders = holders_of(slot.plan, w.tokens, w.block_size);
     // tokens[m][j]: K/V tokens member m receives from member j.
     std::vector<std::vector<std::int64_t>> tokens(g, std::vector<std::int64_t>(g, 0));
     for (std::size_t m = 0; m < g; ++m) {
       const auto touched =
           touched_key_blocks(w, layout, slot.plan.rank_begin(static_cast<std::int32_t>(m)),
                              slot.plan.rank_end(static_cast<std::int32_t>(m)));
-      for (std::size_t j = 0; j < g; ++j) {
-        if (j == m) continue;
-        std::int64_t count = 0;
-        for (const auto& [lo, hi] : touched) count += held[j].in_range(lo, hi);
-        tokens[m][j] = count;
+      std::vector<std::int64_t>& from = tokens[m];
+      for (const auto& [lo, hi] : touched) {
+        for (std::int64_t i = holders.offset[lo]; i < holders.offset[hi + 1]; ++i) {
+          const auto& [j, count] = holders.entries[static_cast<std::size_t>(i)];
+          from[static_cast<std::size_t>(j)] += count;
+        }
       }
+      from[m] = 0;  // its own
     }
     const std::int32_t node_size = p.ranks_per_node;
     for (std::size_t m = 0; m < g; ++m) {

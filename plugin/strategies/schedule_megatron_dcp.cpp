@@ -19,7 +19,8 @@
 //     wins (strictly smaller, so the first of equals); none: the piece waits
 //     for the next micro-batch;
 //   * ranks left empty are filled by growing a smallest group to the next
-//     size (fill_empty_gpus_once, shifting the groups after it), repeatedly;
+//     size (fill_empty_gpus_once, shifting the groups after it, never past
+//     the last rank), repeatedly;
 //     when that cannot fill them, the micro-batch is rebuilt as one group of
 //     all W ranks holding the pieces that fit (fill_with_full_dpxcp_group).
 // Inside each group Megatron shards with TransformerEngine's THD layout:
@@ -174,7 +175,9 @@ MicroBatch next_micro_batch(const std::vector<DocPiece>& pieces,
       for (std::size_t gi = 0; gi < mb.groups.size() && !grown; ++gi) {
         Group& g = mb.groups[gi];
         const std::int32_t end = g.first_rank + g.size - 1;
-        if (g.size != smallest || end + extra >= world) continue;
+        // The later version's guard: growing shifts the groups after this
+        // one right, and they must stay inside the world.
+        if (g.size != smallest || end + extra >= world || used + extra > world) continue;
         g.size = next;
         g.workload = 0;
         g.packed = 0;

@@ -508,6 +508,10 @@ void fuzz_schedule(FuzzInput& in, void* instance) {
                  static_cast<long long>(req.mask_param), req.cp_size,
                  req.strategy != nullptr ? req.strategy : "(null)", status,
                  status == FULCRUM_OK ? "" : t.last_error(instance));
+    for (std::int64_t length : described.doc_lengths) {
+      std::fprintf(stderr, " %lld", static_cast<long long>(length));
+    }
+    std::fprintf(stderr, "\n");
   }
   fulcrum_schedule& a = *answer.get();
   if (status != FULCRUM_OK) {

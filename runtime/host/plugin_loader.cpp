@@ -741,11 +741,13 @@ class PluginBalancer final : public LoadBalancer {
       slot.wave = answer.slot_waves[s];
       const auto g = static_cast<std::int32_t>(rank_end - rank_begin);
       const std::int64_t shard_len = answer.slot_shard_lens[s];
-      // A valid plan never pads a member past the whole row or the budget.
-      const std::int64_t longest = std::max(row_tokens, request.max_tokens_per_rank);
+      // Bounds the copy only: a valid plan holds at most T per member, and
+      // validate_schedule names a shard past T; past row + T it is garbage.
+      const std::int64_t longest = row_tokens + request.max_tokens_per_rank;
       if (shard_len < 0 || shard_len > longest) {
         return internal_error(bad + where + "shard_len " + std::to_string(shard_len) +
-                              " is outside [0, " + std::to_string(longest) + "]");
+                              " is outside [0, " + std::to_string(longest) +
+                              "], the row plus the budget");
       }
       slot.plan.cp_size = g;
       slot.plan.shard_len = shard_len;

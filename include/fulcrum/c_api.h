@@ -261,7 +261,8 @@ typedef struct fulcrum_plugin_v1 {
 
 typedef const fulcrum_plugin_v1* (*fulcrum_get_plugin_fn)(void);
 
-/* Shipped sizes. A reader's smallest acceptable struct_size is the v1.0 size. */
+/* Shipped sizes. The smallest struct_size a reader accepts is the size in the
+ * version that introduced the struct: v1.0, or v1.1 for the schedule structs. */
 #define FULCRUM_HOST_SERVICES_V1_0_SIZE FULCRUM_STRUCT_SIZE(fulcrum_host_services, log)
 #define FULCRUM_CP_REQUEST_V1_0_SIZE FULCRUM_STRUCT_SIZE(fulcrum_cp_request, strategy)
 #define FULCRUM_CP_PLAN_V1_0_SIZE FULCRUM_STRUCT_SIZE(fulcrum_cp_plan, plugin_data)

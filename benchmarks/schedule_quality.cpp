@@ -5,8 +5,9 @@
 //
 // Global batches are documents drawn with replacement from each mix until
 // they hold `--mb` micro-batches' worth of tokens per rank (mb x W x T): the
-// shared mixes dist_wlbllm and dist_prolong when ../shared/workloads is found,
-// and always "lognormal", lengths shaped like Megatron-LM's dynamic-CP
+// shared mixes dist_wlbllm and dist_prolong when ../shared/workloads is found
+// (fulcrum's synthetic mix when not, and the first line says which), and
+// always "lognormal", lengths shaped like Megatron-LM's dynamic-CP
 // example (lognormal, median 1024, sigma 1, clipped to 128 .. 8192).
 //
 // Run from the project root so that ../shared/workloads is found:
@@ -333,7 +334,7 @@ int main(int argc, char** argv) {
   std::string source;
   std::vector<Mix> mixes;
   for (const fulcrum::bench::LengthSet& set : fulcrum::bench::document_mixes(source)) {
-    if (set.name != "synthetic") mixes.push_back({set.name, set.lengths});
+    mixes.push_back({set.name, set.lengths});
   }
   mixes.push_back({"lognormal", lognormal_mix(100000, 12345)});
   if (!opt.mixes.empty()) {
@@ -349,6 +350,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "fulcrum_bench_schedule: no mix left after --mixes\n");
     return 2;
   }
-  std::printf("workloads: %s; plus lognormal (128..8192, median 1024)\n\n", source.c_str());
+  std::printf("%s; plus lognormal (128..8192, median 1024)\n\n", source.c_str());
   return opt.speed ? speed(opt, mixes) : quality(opt, mixes);
 }

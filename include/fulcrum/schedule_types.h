@@ -21,7 +21,7 @@ namespace fulcrum {
 // Coefficients of the step-time cost model (docs/HYBRID.md derives the
 // bundled ones). Times in seconds, sizes in bytes.
 struct CostProfile {
-  std::string name;             // "h100_7b", "cpu_calibrated", or a file's name
+  std::string name;             // "h100_7b", "cpu_gloo", or a file's name
   double tile_seconds = 0;      // a: one (query block, key block) tile, fwd + bwd
   double token_seconds = 0;     // b: everything linear in a rank's tokens, fwd + bwd
   double slot_seconds = 0;      // c: fixed cost of running one slot (launches, sync)

@@ -454,15 +454,25 @@ double step_time_lower_bound(const ScheduleRequest& request) {
 
   // The member holding a piece's query with the most keys (s of them) ends
   // its slot no sooner than its own compute (that query's block alone has
-  // ceil(s/B) tiles) plus, when s > T, receiving the K/V of the s - T keys it
-  // cannot hold, at the faster bandwidth, from at least one peer.
-  const double fastest = std::max(p.intra_node_bytes_per_second, p.inter_node_bytes_per_second);
+  // ceil(s/B) tiles) plus, when s > T, receiving the K/V of the s - T keys
+  // it cannot hold, from at least one peer. Its peers on its own node hold
+  // at most T tokens each and there are at most min(node, W) - 1 of them:
+  // only that much can come over the intra-node link, the rest crosses
+  // nodes (when the intra-node link is the faster one).
+  const double intra = p.intra_node_bytes_per_second;
+  const double inter = p.inter_node_bytes_per_second;
+  const double neighbours = static_cast<double>(std::min(p.ranks_per_node, request.world_size) - 1);
   for (const std::int64_t len : lengths) {
     const std::int64_t s = most_keys(request.mask, len);
     double member = p.slot_seconds + p.token_seconds + p.tile_seconds * ceil_div(s, b);
     if (s > budget) {
-      member +=
-          static_cast<double>(s - budget) * p.kv_bytes_per_token / fastest + p.latency_seconds;
+      const double missing = static_cast<double>(s - budget);
+      double seconds = missing / inter;
+      if (intra > inter) {
+        const double near = std::min(missing, neighbours * static_cast<double>(budget));
+        seconds = near / intra + (missing - near) / inter;
+      }
+      member += seconds * p.kv_bytes_per_token + p.latency_seconds;
     }
     bound = std::max(bound, member);
   }

@@ -4,32 +4,43 @@
 // Why it is built this way:
 // 1. A piece that fits one rank (L <= T) stays on one rank: any group would
 //    add K/V traffic, latency and tile waste for no memory it needs. Short
-//    pieces are therefore pure bin packing, where longest-processing-time
-//    first is within 4/3 of optimal and cheap.
+//    pieces are therefore bin packing, where longest-processing-time first
+//    is within 4/3 of optimal and cheap.
 // 2. A longer piece needs g >= ceil(L / T) ranks, any integer g. More ranks
 //    shorten its slot (compute / g) but cost more rank-seconds (each member
 //    pays the fixed slot cost, latency per peer, and the K/V of the other
 //    members' blocks). So a piece takes the smallest g whose estimated slot
-//    time stays within the batch's mean load per rank — it then cannot be
-//    the critical path by itself — or, when no g achieves that, the g with
-//    the shortest slot.
-// 3. Multi-rank slots are placed first, largest first, by list scheduling
-//    on the ranks' free times: the members are the g ranks free earliest,
-//    kept inside one node when that node frees them no later than the world
-//    would, since intra-node bandwidth is several times the inter-node one.
-//    Short pieces then fill every rank up to a common finish (LPT on the
-//    ranks' loads, packed best-fit into rows of at most T tokens, each row
-//    one single-rank slot paying the fixed slot cost once).
-// 4. Inside a multi-rank slot the row is sharded by the `balanced` CP
-//    planner, or by `contiguous` when the cost model says it ends the slot
-//    sooner (a sliding window: contiguous shards touch only their window's
-//    keys), and a member receives only the key blocks its tiles touch.
-// Waves follow each rank's slot order, every slot's wave above its members'
-// earlier ones, so a rank's wave order is its time order (no deadlock, see
-// docs/HYBRID.md). Deterministic: no clock, no randomness, ties by index.
+//    ends within the batch's mean load per rank (it then cannot be the
+//    critical path by itself), or, when no g does, the g that ends soonest.
+//    Whether "ends" counts from time 0 or from when g ranks are free, or
+//    whether every piece simply takes the g that ends soonest, depends on
+//    the batch: all three are drafted and the draft that finishes first by
+//    the estimate is kept.
+// 3. Multi-rank slots are placed first, largest first, on the ranks'
+//    timeline. Candidate members: the g ranks free earliest, and every run
+//    of g ranks of one node in the order they free up (intra-node bandwidth
+//    is several times the inter-node one). A member free before the last
+//    one idles, and idle rank-time is capacity lost; so among candidates
+//    that end within the mean load the one spending the fewest rank-seconds
+//    (g x slot time + idle) wins, else the one that ends soonest.
+// 4. Short pieces first fill those waits (best fit by time, longest first,
+//    one row per wait), then every rank up to a common finish: LPT on the
+//    ranks' loads, best fit into rows of at most T tokens, each row one
+//    single-rank slot paying the fixed cost once; then moves and swaps from
+//    the most to the least loaded rank close the gap LPT leaves.
+// 5. Inside a multi-rank slot the row is sharded by the `balanced` CP
+//    planner, or by `per_document` (head-tail) or `contiguous` when the cost
+//    model says that ends the slot sooner (head-tail members need fewer
+//    keys; a sliding window's contiguous shards touch only their window's),
+//    and a member receives only the key blocks its tiles touch.
+// Waves follow the estimated time order, every slot's wave above its
+// members' earlier ones, so a rank's wave order is its time order (no
+// deadlock, docs/HYBRID.md). Deterministic: no clock, no randomness, ties
+// broken by index.
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <queue>
 #include <string>
@@ -101,7 +112,17 @@ class Estimator {
 struct LongSlot {
   std::vector<std::int32_t> ranks;
   std::size_t piece = 0;
-  std::int32_t wave = 0;
+  double start = 0;  // estimated
+};
+
+// A member's wait for the last member of its next multi-rank slot: room for
+// one single-rank row that ends before the slot starts.
+struct Gap {
+  std::int32_t rank = 0;
+  double begin = 0;
+  double seconds = 0;  // left for pieces (the row's fixed cost taken off)
+  std::int64_t room = 0;
+  std::vector<std::size_t> pieces;
 };
 
 struct Row {
@@ -124,9 +145,9 @@ enum class GroupRule {
 
 struct Draft {
   std::vector<LongSlot> long_slots;
-  std::vector<std::vector<Row>> rows;  // per rank, its single-rank slots
-  std::vector<std::int32_t> next_wave;
-  double makespan = 0;  // estimated
+  std::vector<Gap> gaps;               // rows run while waiting for a group
+  std::vector<std::vector<Row>> rows;  // per rank, its rows after its groups
+  double makespan = 0;                 // estimated
 };
 
 struct Batch {
@@ -136,6 +157,99 @@ struct Batch {
   const std::vector<std::size_t>& order;  // by work, largest first
   double mean_load = 0;
 };
+
+// LPT leaves the most loaded rank up to one piece above the others; moving
+// a piece from it to the least loaded rank, or swapping one for a smaller
+// one there, closes much of that gap. Rows keep their T budget; a row left
+// empty is dropped (its fixed slot cost with it), a piece that fits no row
+// of its new rank opens one. Stops when neither lowers the pair's maximum.
+void rebalance(const Batch& batch, std::vector<std::vector<Row>>& rows, std::vector<double>& load) {
+  const std::int64_t budget = batch.request.max_tokens_per_rank;
+  const double slot_cost = batch.request.profile.slot_seconds;
+  const auto& pieces = batch.pieces;
+  const auto& work = batch.work;
+  const auto world = static_cast<std::int32_t>(load.size());
+  const auto fits_row = [&](const std::vector<Row>& mine, std::int64_t len, std::size_t skip_row) {
+    for (std::size_t r = 0; r < mine.size(); ++r) {
+      if (r != skip_row && mine[r].room >= len) return static_cast<std::int64_t>(r);
+    }
+    return std::int64_t{-1};
+  };
+  for (std::int32_t round = 0; round < 4 * world + 16; ++round) {
+    std::int32_t hi = 0;
+    std::int32_t lo = 0;
+    for (std::int32_t a = 1; a < world; ++a) {
+      if (load[a] > load[hi]) hi = a;
+      if (load[a] < load[lo]) lo = a;
+    }
+    if (hi == lo) return;
+    std::vector<Row>& from = rows[hi];
+    std::vector<Row>& to = rows[lo];
+    double best = load[hi];
+    // (row in hi, index in row, row in lo or -1, index in row or -1 for a move)
+    std::int64_t fr = -1, fi = -1, tr = -1, ti = -1;
+    for (std::size_t r = 0; r < from.size(); ++r) {
+      for (std::size_t k = 0; k < from[r].pieces.size(); ++k) {
+        const std::size_t p = from[r].pieces[k];
+        const std::int64_t len = pieces[p].length;
+        const double freed = work[p] + (from[r].pieces.size() == 1 ? slot_cost : 0.0);
+        // Move.
+        const std::int64_t dest = fits_row(to, len, to.size());
+        const double added = work[p] + (dest < 0 ? slot_cost : 0.0);
+        const double moved = std::max(load[hi] - freed, load[lo] + added);
+        if (moved < best - 1e-12) {
+          best = moved;
+          fr = static_cast<std::int64_t>(r), fi = static_cast<std::int64_t>(k), tr = dest, ti = -1;
+        }
+        // Swap with a lighter piece of lo.
+        for (std::size_t r2 = 0; r2 < to.size(); ++r2) {
+          for (std::size_t k2 = 0; k2 < to[r2].pieces.size(); ++k2) {
+            const std::size_t q = to[r2].pieces[k2];
+            if (work[q] >= work[p]) continue;
+            const std::int64_t lq = pieces[q].length;
+            if (from[r].room + len < lq || to[r2].room + lq < len) continue;
+            const double swapped =
+                std::max(load[hi] - work[p] + work[q], load[lo] - work[q] + work[p]);
+            if (swapped < best - 1e-12) {
+              best = swapped;
+              fr = static_cast<std::int64_t>(r), fi = static_cast<std::int64_t>(k);
+              tr = static_cast<std::int64_t>(r2), ti = static_cast<std::int64_t>(k2);
+            }
+          }
+        }
+      }
+    }
+    if (fr < 0) return;
+    Row& source = from[static_cast<std::size_t>(fr)];
+    const std::size_t p = source.pieces[static_cast<std::size_t>(fi)];
+    if (ti >= 0) {
+      Row& target = to[static_cast<std::size_t>(tr)];
+      const std::size_t q = target.pieces[static_cast<std::size_t>(ti)];
+      source.pieces[static_cast<std::size_t>(fi)] = q;
+      source.room += pieces[p].length - pieces[q].length;
+      target.pieces[static_cast<std::size_t>(ti)] = p;
+      target.room += pieces[q].length - pieces[p].length;
+      load[hi] += work[q] - work[p];
+      load[lo] += work[p] - work[q];
+      continue;
+    }
+    source.pieces.erase(source.pieces.begin() + fi);
+    source.room += pieces[p].length;
+    load[hi] -= work[p];
+    if (source.pieces.empty()) {
+      from.erase(from.begin() + fr);
+      load[hi] -= slot_cost;
+    }
+    if (tr < 0) {
+      to.push_back({budget, {}});
+      tr = static_cast<std::int64_t>(to.size()) - 1;
+      load[lo] += slot_cost;
+    }
+    to[static_cast<std::size_t>(tr)].pieces.push_back(p);
+    to[static_cast<std::size_t>(tr)].room -= pieces[p].length;
+    load[lo] += work[p];
+  }
+}
 
 Draft draft(const Batch& batch, const Estimator& est, GroupRule rule) {
   const ScheduleRequest& request = batch.request;
@@ -148,7 +262,6 @@ Draft draft(const Batch& batch, const Estimator& est, GroupRule rule) {
 
   Draft d;
   std::vector<double> free_at(static_cast<std::size_t>(world), 0.0);
-  d.next_wave.assign(static_cast<std::size_t>(world), 0);
   std::vector<std::int32_t> by_free(static_cast<std::size_t>(world));
   std::vector<double> kth_free;  // kth_free[k - 1]: the k-th earliest free time
   const auto earlier = [&](std::int32_t a, std::int32_t b) {
@@ -182,8 +295,13 @@ Draft draft(const Batch& batch, const Estimator& est, GroupRule rule) {
       }
     }
 
-    // Members: the g ranks free earliest in the world, or in one node.
-    std::vector<std::int32_t> members(by_free.begin(), by_free.begin() + g);
+    // Members. Candidates: the g ranks free earliest in the world, and,
+    // when a node can hold the group, every run of g ranks of one node in
+    // the order they free up. A member that frees up before the slot starts
+    // idles until then, and that idle time is capacity no later piece gets
+    // back; so among the candidates that end within the mean load the one
+    // costing the fewest rank-seconds (g x slot time + idle) wins, and when
+    // none does, the one that ends soonest.
     const auto together_of = [&](const std::vector<std::int32_t>& ranks) {
       std::int32_t least = g;
       for (const std::int32_t a : ranks) {
@@ -193,36 +311,80 @@ Draft draft(const Batch& batch, const Estimator& est, GroupRule rule) {
       }
       return least;
     };
-    const auto start_of = [&](const std::vector<std::int32_t>& ranks) {
-      double s = 0;
-      for (const std::int32_t a : ranks) s = std::max(s, free_at[a]);
-      return s;
+    std::vector<std::int32_t> members(by_free.begin(), by_free.begin() + g);
+    double start = free_at[members.back()];
+    double slot_time = est.slot_time(work[i], len, g, together_of(members));
+    const auto idle_of = [&](const std::vector<std::int32_t>& ranks, double at) {
+      double idle = 0;
+      for (const std::int32_t a : ranks) idle += at - free_at[a];
+      return idle;
     };
-    double end = start_of(members) + est.slot_time(work[i], len, g, together_of(members));
+    double best_start = start;
+    double best_end = start + slot_time;
+    double best_cost = g * slot_time + idle_of(members, start);
+    bool best_fits = best_end <= batch.mean_load;
     if (g > 1 && g <= node) {
+      const double local_time = est.slot_time(work[i], len, g, g);
+      std::vector<std::int32_t> local;
       for (std::int32_t first = 0; first < world; first += node) {
-        std::vector<std::int32_t> local;
+        local.clear();
         for (std::int32_t a = first; a < std::min(world, first + node); ++a) local.push_back(a);
         if (static_cast<std::int32_t>(local.size()) < g) continue;
-        std::partial_sort(local.begin(), local.begin() + g, local.end(), earlier);
-        local.resize(static_cast<std::size_t>(g));
-        const double local_end = start_of(local) + est.slot_time(work[i], len, g, g);
-        if (local_end < end) {
-          end = local_end;
-          members = std::move(local);
+        std::sort(local.begin(), local.end(), earlier);
+        for (std::size_t k = 0; k + g <= local.size(); ++k) {
+          const std::vector<std::int32_t> run(local.begin() + k, local.begin() + k + g);
+          const double at = free_at[run.back()];
+          const double end_here = at + local_time;
+          const double cost = g * local_time + idle_of(run, at);
+          const bool fits = end_here <= batch.mean_load;
+          const bool better =
+              fits ? (!best_fits || cost < best_cost) : (!best_fits && end_here < best_end);
+          if (better) {
+            members = run;
+            best_start = at;
+            best_end = end_here;
+            best_cost = cost;
+            best_fits = fits;
+          }
         }
       }
     }
     std::sort(members.begin(), members.end());
     LongSlot slot;
     slot.piece = i;
-    for (const std::int32_t a : members) slot.wave = std::max(slot.wave, d.next_wave[a]);
+    slot.start = best_start;
     for (const std::int32_t a : members) {
-      free_at[a] = end;
-      d.next_wave[a] = slot.wave + 1;
+      const double wait = best_start - free_at[a] - prof.slot_seconds;
+      if (wait > 0) d.gaps.push_back({a, free_at[a], wait, budget, {}});
+      free_at[a] = best_end;
     }
     slot.ranks = std::move(members);
     d.long_slots.push_back(std::move(slot));
+  }
+
+  // Short pieces into the waits first, longest first, each into the gap it
+  // fills best (least time left); a gap is one row, within T tokens.
+  std::vector<char> in_gap(pieces.size(), 0);
+  if (!d.gaps.empty()) {
+    std::multimap<double, std::size_t> by_time;
+    for (std::size_t k = 0; k < d.gaps.size(); ++k) by_time.emplace(d.gaps[k].seconds, k);
+    for (const std::size_t i : batch.order) {
+      const std::int64_t len = pieces[i].length;
+      if (len > budget) continue;
+      auto it = by_time.lower_bound(work[i]);
+      for (int tries = 0; it != by_time.end() && tries < 8; ++it, ++tries) {
+        if (d.gaps[it->second].room >= len) break;
+      }
+      if (it == by_time.end() || d.gaps[it->second].room < len) continue;
+      Gap& gap = d.gaps[it->second];
+      const std::size_t k = it->second;
+      by_time.erase(it);
+      gap.seconds -= work[i];
+      gap.room -= len;
+      gap.pieces.push_back(i);
+      in_gap[i] = 1;
+      by_time.emplace(gap.seconds, k);
+    }
   }
 
   // Short pieces: LPT onto the least loaded rank, best fit into its rows.
@@ -232,7 +394,7 @@ Draft draft(const Batch& batch, const Estimator& est, GroupRule rule) {
   for (std::int32_t a = 0; a < world; ++a) lightest.emplace(free_at[a], a);
   for (const std::size_t i : batch.order) {
     const std::int64_t len = pieces[i].length;
-    if (len > budget) continue;
+    if (len > budget || in_gap[i]) continue;
     auto [load, a] = lightest.top();
     lightest.pop();
     std::vector<Row>& mine = d.rows[a];
@@ -249,10 +411,13 @@ Draft draft(const Batch& batch, const Estimator& est, GroupRule rule) {
     fit->pieces.push_back(i);
     lightest.emplace(load + work[i], a);
   }
+  std::vector<double> load(static_cast<std::size_t>(world), 0.0);
   while (!lightest.empty()) {
-    d.makespan = std::max(d.makespan, lightest.top().first);
+    load[lightest.top().second] = lightest.top().first;
     lightest.pop();
   }
+  rebalance(batch, d.rows, load);
+  d.makespan = *std::max_element(load.begin(), load.end());
   return d;
 }
 
@@ -295,22 +460,48 @@ Result<Schedule> decide_hybrid(const ScheduleRequest& request) {
     }
   }
 
+  // Waves: every slot after its members' earlier slots, in the estimated
+  // time order (groups and the rows in their waits by start, then each
+  // rank's trailing rows), so that each rank's wave order is its time order.
   Schedule schedule;
   schedule.strategy_used = "hybrid";
-  for (const LongSlot& ls : best.long_slots) {
-    ScheduleSlot slot;
-    slot.ranks = ls.ranks;
-    slot.pieces.push_back(pieces[ls.piece]);
-    slot.wave = ls.wave;
+  struct Timed {
+    double start;
+    std::size_t index;
+    bool group;
+  };
+  std::vector<Timed> timed;
+  for (std::size_t k = 0; k < best.long_slots.size(); ++k) {
+    timed.push_back({best.long_slots[k].start, k, true});
+  }
+  for (std::size_t k = 0; k < best.gaps.size(); ++k) {
+    if (!best.gaps[k].pieces.empty()) timed.push_back({best.gaps[k].begin, k, false});
+  }
+  std::stable_sort(timed.begin(), timed.end(),
+                   [](const Timed& x, const Timed& y) { return x.start < y.start; });
+  std::vector<std::int32_t> next_wave(static_cast<std::size_t>(world), 0);
+  const auto add = [&](ScheduleSlot slot) {
+    for (const std::int32_t a : slot.ranks) slot.wave = std::max(slot.wave, next_wave[a]);
+    for (const std::int32_t a : slot.ranks) next_wave[a] = slot.wave + 1;
     schedule.slots.push_back(std::move(slot));
+  };
+  for (const Timed& t : timed) {
+    ScheduleSlot slot;
+    if (t.group) {
+      slot.ranks = best.long_slots[t.index].ranks;
+      slot.pieces.push_back(pieces[best.long_slots[t.index].piece]);
+    } else {
+      slot.ranks.push_back(best.gaps[t.index].rank);
+      for (const std::size_t i : best.gaps[t.index].pieces) slot.pieces.push_back(pieces[i]);
+    }
+    add(std::move(slot));
   }
   for (std::int32_t a = 0; a < world; ++a) {
     for (const Row& row : best.rows[a]) {
       ScheduleSlot slot;
       slot.ranks.push_back(a);
       for (const std::size_t i : row.pieces) slot.pieces.push_back(pieces[i]);
-      slot.wave = best.next_wave[a]++;
-      schedule.slots.push_back(std::move(slot));
+      add(std::move(slot));
     }
   }
   return schedule;
@@ -335,11 +526,26 @@ Status plan_hybrid(const ScheduleRequest& request, Schedule& schedule) {
       balanced = std::move(even);
     }
     slot.plan = std::move(*balanced);
-    const double balanced_end = evaluate_slot(request, slot).end_seconds;
-    ScheduleSlot contiguous = slot;
-    contiguous.plan = contiguous_plan(w);
-    if (evaluate_slot(request, contiguous).end_seconds < balanced_end) {
-      slot.plan = std::move(contiguous.plan);
+    // Head-tail per document often ends a slot sooner than balanced when
+    // communication matters: a member's tail chunk needs only the keys
+    // before it, where balanced units spread every member over the whole
+    // document. Contiguous moves least of all. Keep whichever the cost
+    // model says ends first (ties: balanced, then per_document).
+    double best_end = evaluate_slot(request, slot).end_seconds;
+    for (const bool head_tail : {true, false}) {
+      ScheduleSlot other = slot;
+      if (head_tail) {
+        Result<ShardPlan> plan = cp::plan_per_document(w);
+        if (!plan || plan->shard_len > budget) continue;
+        other.plan = std::move(*plan);
+      } else {
+        other.plan = contiguous_plan(w);
+      }
+      const double end = evaluate_slot(request, other).end_seconds;
+      if (end < best_end) {
+        best_end = end;
+        slot.plan = std::move(other.plan);
+      }
     }
   }
   return Status::ok();

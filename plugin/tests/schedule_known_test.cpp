@@ -1,0 +1,411 @@
+// Known answers for the schedule contract, the cost model, the bundled
+// profiles and each scheduler: hand-computed figures, Megatron-LM's own test
+// cases for its dynamic CP scheduler, refusals of broken schedules and
+// requests, and small batches solved exactly by enumeration.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "brute_schedule.h"
+#include "fulcrum/core/cost_profile.h"
+#include "fulcrum/core/fixed_schedule.h"
+#include "fulcrum/core/schedule.h"
+#include "strategies/schedule_strategies.h"
+
+namespace fulcrum {
+namespace {
+
+// Round numbers, so expected times are exact in binary.
+CostProfile round_profile() {
+  CostProfile p;
+  p.name = "round";
+  p.tile_seconds = 1.0;
+  p.token_seconds = 0.5;
+  p.slot_seconds = 4.0;
+  p.kv_bytes_per_token = 2.0;
+  p.intra_node_bytes_per_second = 8.0;
+  p.inter_node_bytes_per_second = 2.0;
+  p.latency_seconds = 0.25;
+  p.ranks_per_node = 2;
+  return p;
+}
+
+ScheduleRequest request_of(std::vector<std::int64_t> docs, std::int32_t world, std::int64_t budget,
+                           std::int64_t block) {
+  ScheduleRequest r;
+  r.doc_lengths = std::move(docs);
+  r.world_size = world;
+  r.max_tokens_per_rank = budget;
+  r.block_size = block;
+  r.profile = round_profile();
+  return r;
+}
+
+ScheduleSlot slot_with(const ScheduleRequest& r, std::vector<std::int32_t> ranks,
+                       std::vector<DocPiece> pieces, std::int32_t wave) {
+  ScheduleSlot slot;
+  slot.ranks = std::move(ranks);
+  slot.pieces = std::move(pieces);
+  slot.wave = wave;
+  slot.plan = contiguous_plan(slot_workload(r, slot));
+  return slot;
+}
+
+TEST(ScheduleContract, PiecesAreCutAtMultiplesOfWorldTimesBudget) {
+  const ScheduleRequest r = request_of({25, 10, 20}, 2, 5, 4);  // W x T = 10
+  const std::vector<DocPiece> pieces = schedule_pieces(r);
+  ASSERT_EQ(pieces.size(), 6u);
+  const std::vector<std::vector<std::int64_t>> expected = {{0, 0, 10}, {0, 10, 10}, {0, 20, 5},
+                                                           {1, 0, 10}, {2, 0, 10},  {2, 10, 10}};
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    EXPECT_EQ(pieces[i].doc, expected[i][0]);
+    EXPECT_EQ(pieces[i].offset, expected[i][1]);
+    EXPECT_EQ(pieces[i].length, expected[i][2]);
+  }
+}
+
+// Causal, B = 4, one document of 8 tokens over ranks 0 and 2 (different
+// nodes of 2), contiguous: member 0 holds block 0, member 1 block 1, whose
+// queries see both blocks. Member 1 receives block 0's 4 tokens (8 bytes),
+// member 0 sends them; each exchanges with one peer over the inter-node link
+// (2 bytes/s): (0 + 4) x 2 / 2 + 0.25 = 4.25 s of communication each.
+// Tiles: member 0 has 1, member 1 has 2.
+TEST(ScheduleCostModel, HandComputedTwoMemberSlot) {
+  const ScheduleRequest r = request_of({8}, 4, 4, 4);
+  Schedule s;
+  s.slots.push_back(slot_with(r, {0, 2}, {{0, 0, 8}}, 0));
+  ASSERT_TRUE(validate_schedule(r, s));
+  const ScheduleCost c = evaluate_schedule(r, s);
+  ASSERT_EQ(c.slots.size(), 1u);
+  const auto& m = c.slots[0].members;
+  EXPECT_EQ(m[0].tiles, 1);
+  EXPECT_EQ(m[1].tiles, 2);
+  EXPECT_EQ(m[0].bytes_received, 0);
+  EXPECT_EQ(m[0].bytes_sent, 8);
+  EXPECT_EQ(m[1].bytes_received, 8);
+  EXPECT_EQ(m[1].bytes_sent, 0);
+  EXPECT_EQ(m[0].peers, 1);
+  EXPECT_EQ(m[1].peers, 1);
+  EXPECT_DOUBLE_EQ(m[0].compute_seconds, 1 * 1.0 + 4 * 0.5 + 4.0);  // 7
+  EXPECT_DOUBLE_EQ(m[1].compute_seconds, 2 * 1.0 + 4 * 0.5 + 4.0);  // 8
+  EXPECT_DOUBLE_EQ(m[0].comm_seconds, 4.25);
+  EXPECT_DOUBLE_EQ(m[1].comm_seconds, 4.25);
+  EXPECT_DOUBLE_EQ(c.step_seconds, 12.25);
+  EXPECT_DOUBLE_EQ(c.busy_seconds[0], 11.25);
+  EXPECT_DOUBLE_EQ(c.idle_seconds[0], 1.0);
+  EXPECT_DOUBLE_EQ(c.idle_seconds[1], 12.25);  // rank 1 runs nothing
+  EXPECT_EQ(c.bytes_moved, 8);
+  EXPECT_EQ(c.allgather_bytes, 16);  // each member would receive the other's 4 tokens
+}
+
+// Waves order each rank's slots and a slot waits for its last member.
+TEST(ScheduleCostModel, SlotStartsWhenItsLastMemberIsFree) {
+  const ScheduleRequest r = request_of({4, 8, 4}, 2, 4, 4);
+  Schedule s;
+  s.slots.push_back(slot_with(r, {1}, {{0, 0, 4}}, 0));     // 1 + 2 + 4 = 7
+  s.slots.push_back(slot_with(r, {0, 1}, {{1, 0, 8}}, 1));  // waits for rank 1
+  s.slots.push_back(slot_with(r, {0}, {{2, 0, 4}}, 0));     // rank 0 first runs this: 7
+  ASSERT_TRUE(validate_schedule(r, s));
+  const ScheduleCost c = evaluate_schedule(r, s);
+  EXPECT_DOUBLE_EQ(c.slots[0].end_seconds, 7.0);
+  EXPECT_DOUBLE_EQ(c.slots[2].end_seconds, 7.0);
+  EXPECT_DOUBLE_EQ(c.slots[1].start_seconds, 7.0);
+  // Same node (ranks_per_node 2): 4 tokens x 2 bytes / 8 + 0.25 = 1.25.
+  EXPECT_DOUBLE_EQ(c.slots[1].end_seconds, 7.0 + 8.0 + 1.25);
+  EXPECT_DOUBLE_EQ(c.step_seconds, 16.25);
+}
+
+Schedule valid_schedule(const ScheduleRequest& r) {
+  Result<Schedule> s = run_schedule_strategy("hybrid", r);
+  EXPECT_TRUE(s) << s.status().message();
+  return *s;
+}
+
+void expect_refused(const ScheduleRequest& r, const Schedule& s, const std::string& needle) {
+  const Status status = validate_schedule(r, s);
+  ASSERT_FALSE(status) << "accepted a schedule that should fail with '" << needle << "'";
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find(needle), std::string::npos) << status.message();
+  EXPECT_NE(cp::brute_schedule_check(r, s), "") << "the independent check accepted it";
+}
+
+TEST(ScheduleContract, BrokenSchedulesAreRefusedWithTheirSlot) {
+  const ScheduleRequest r = request_of({30, 7, 5, 3, 12}, 4, 8, 4);
+  const Schedule good = valid_schedule(r);
+  ASSERT_TRUE(validate_schedule(r, good));
+  ASSERT_EQ(cp::brute_schedule_check(r, good), "");
+
+  Schedule s = good;
+  s.slots.pop_back();
+  expect_refused(r, s, "never places document");
+
+  s = good;
+  s.slots.push_back(s.slots.back());
+  s.slots.back().wave += 100;
+  expect_refused(r, s, "repeats document");
+
+  s = good;
+  s.slots[0].ranks[0] = 4;
+  expect_refused(r, s, "outside [0, 4)");
+
+  s = good;
+  {
+    // Move a single-rank slot onto another's rank and wave.
+    std::vector<std::size_t> singles;
+    for (std::size_t i = 0; i < s.slots.size(); ++i) {
+      if (s.slots[i].ranks.size() == 1) singles.push_back(i);
+    }
+    ASSERT_GE(singles.size(), 2u);
+    s.slots[singles[1]].ranks = s.slots[singles[0]].ranks;
+    s.slots[singles[1]].wave = s.slots[singles[0]].wave;
+  }
+  expect_refused(r, s, "a rank runs one slot per wave");
+
+  s = good;
+  for (ScheduleSlot& slot : s.slots) {
+    if (slot.ranks.size() != 1) continue;
+    slot.plan.positions.push_back(kPadPosition);  // a member over T: 9 > 8 entries
+    slot.plan.positions.resize(static_cast<std::size_t>(r.max_tokens_per_rank + 1), kPadPosition);
+    slot.plan.shard_len = r.max_tokens_per_rank + 1;
+    slot.plan.padding = slot.plan.shard_len - slot_workload(r, slot).tokens;
+    break;
+  }
+  expect_refused(r, s, "more than T = 8");
+
+  s = good;
+  s.slots[0].pieces[0].offset += 1;
+  expect_refused(r, s, "not a piece cut at multiples");
+
+  s = good;
+  for (ScheduleSlot& slot : s.slots) {
+    if (slot.ranks.size() < 2) continue;
+    slot.ranks[1] = slot.ranks[0];
+    break;
+  }
+  expect_refused(r, s, "in wave");
+}
+
+TEST(ScheduleContract, BadRequestsNameTheField) {
+  const auto refused = [](ScheduleRequest r, const std::string& needle) {
+    const Status s = validate_schedule_request(r);
+    ASSERT_FALSE(s) << needle;
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
+  };
+  const ScheduleRequest good = request_of({5, 9}, 4, 8, 4);
+  ASSERT_TRUE(validate_schedule_request(good));
+  ScheduleRequest r = good;
+  r.world_size = 0;
+  refused(r, "world_size = 0");
+  r = good;
+  r.max_tokens_per_rank = 0;
+  refused(r, "max_tokens_per_rank = 0");
+  r = good;
+  r.max_tokens_per_rank = std::int64_t{1} << 40;
+  refused(r, "exceeds the 2^31 tokens");
+  r = good;
+  r.block_size = 0;
+  refused(r, "block_size = 0");
+  r = good;
+  r.mask.kind = MaskKind::kBlockSparse;
+  refused(r, "block-sparse");
+  r = good;
+  r.cp_size = 3;
+  refused(r, "cp_size = 3");
+  r = good;
+  r.doc_lengths.clear();
+  refused(r, "no documents");
+  r = good;
+  r.doc_lengths[1] = 0;
+  refused(r, "document 1 has length 0");
+  r = good;
+  r.profile.inter_node_bytes_per_second = 0;
+  refused(r, "inter_node_bytes_per_second");
+  r = good;
+  r.profile.tile_seconds = std::numeric_limits<double>::quiet_NaN();
+  refused(r, "tile_seconds");
+  r = good;
+  r.profile.ranks_per_node = 0;
+  refused(r, "ranks_per_node");
+}
+
+TEST(CostProfiles, BundledProfilesAreValidAndNamed) {
+  const std::vector<std::string> names = builtin_cost_profile_names();
+  ASSERT_NE(std::find(names.begin(), names.end(), "h100_7b"), names.end());
+  ASSERT_NE(std::find(names.begin(), names.end(), "cpu_gloo"), names.end());
+  for (const std::string& name : names) {
+    const Result<CostProfile> p = builtin_cost_profile(name);
+    ASSERT_TRUE(p) << name;
+    EXPECT_EQ(p->name, name);
+    EXPECT_TRUE(validate_cost_profile(*p)) << name;
+  }
+  const Result<CostProfile> missing = builtin_cost_profile("a100");
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("h100_7b, cpu_gloo"), std::string::npos);
+}
+
+TEST(ScheduleRegistry, NamesAndUnknownScheduler) {
+  EXPECT_EQ(schedule_strategy_names(),
+            (std::vector<std::string>{"fixed", "megatron_dcp", "hybrid"}));
+  const Result<Schedule> s = run_schedule_strategy("ring", request_of({4}, 1, 4, 4));
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(s.status().message().find("fixed, megatron_dcp, hybrid"), std::string::npos);
+}
+
+// Megatron-LM's own cases for next_hdp_group_packing_aware and
+// DefaultDynamicCPScheduler (tests/unit_tests/.../test_data_schedule*.py).
+TEST(MegatronDcp, ShortSequenceJoinsTheLongOnesGroup) {
+  // [(0, 6144), (1, 2048)], 2 ranks, 4096 per rank: one micro-batch, both
+  // samples on both ranks.
+  const ScheduleRequest r = request_of({6144, 2048}, 2, 4096, 128);
+  const Result<Schedule> s = run_schedule_strategy("megatron_dcp", r);
+  ASSERT_TRUE(s) << s.status().message();
+  ASSERT_EQ(s->slots.size(), 1u);
+  EXPECT_EQ(s->slots[0].ranks, (std::vector<std::int32_t>{0, 1}));
+  ASSERT_EQ(s->slots[0].pieces.size(), 2u);
+  EXPECT_EQ(s->slots[0].pieces[0].doc, 0);
+  EXPECT_EQ(s->slots[0].pieces[1].doc, 1);
+  EXPECT_EQ(s->slots[0].plan.strategy_used, "per_document_padded");
+}
+
+TEST(MegatronDcp, NonPowerOfTwoWorldFallsBackToTheFullGroup) {
+  // [(0, 50), (1, 50)], 14 ranks, 100 per rank: group sizes 1, 2, 14; the
+  // groups cannot grow to fill 14 ranks, so both samples span all 14.
+  const ScheduleRequest r = request_of({50, 50}, 14, 100, 4);
+  const Result<Schedule> s = run_schedule_strategy("megatron_dcp", r);
+  ASSERT_TRUE(s) << s.status().message();
+  ASSERT_EQ(s->slots.size(), 1u);
+  EXPECT_EQ(s->slots[0].ranks.size(), 14u);
+  EXPECT_EQ(s->slots[0].pieces.size(), 2u);
+}
+
+TEST(MegatronDcp, GroupsArePowersOfTwoDividingTheWorldOrTheWorld) {
+  const ScheduleRequest r = request_of({900, 300, 250, 60, 40, 40, 33, 20, 9, 8, 7}, 12, 100, 4);
+  const Result<Schedule> s = run_schedule_strategy("megatron_dcp", r);
+  ASSERT_TRUE(s) << s.status().message();
+  ASSERT_TRUE(validate_schedule(r, *s));
+  for (const ScheduleSlot& slot : s->slots) {
+    const auto g = static_cast<std::int32_t>(slot.ranks.size());
+    EXPECT_TRUE(g == 1 || g == 2 || g == 4 || g == 12) << g;
+    for (std::size_t i = 1; i < slot.ranks.size(); ++i) {
+      EXPECT_EQ(slot.ranks[i], slot.ranks[i - 1] + 1) << "Megatron's groups are contiguous";
+    }
+  }
+}
+
+TEST(Fixed, ChoosesTheSmallestDividingCpThatHoldsTheLongestDocument) {
+  const ScheduleRequest r = request_of({10, 3, 3, 2}, 6, 4, 4);  // 10 needs 3 x 4
+  const Result<std::int32_t> cp = fixed_cp_size(r);
+  ASSERT_TRUE(cp);
+  EXPECT_EQ(*cp, 3);
+  const Result<Schedule> s = run_schedule_strategy("fixed", r);
+  ASSERT_TRUE(s) << s.status().message();
+  for (const ScheduleSlot& slot : s->slots) {
+    ASSERT_EQ(slot.ranks.size(), 3u);
+    EXPECT_TRUE(slot.ranks[0] == 0 || slot.ranks[0] == 3);
+  }
+  ScheduleRequest too_small = r;
+  too_small.cp_size = 2;
+  const Result<Schedule> refused = run_schedule_strategy("fixed", too_small);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnsupported);
+  EXPECT_NE(refused.status().message().find("at least 3"), std::string::npos);
+}
+
+TEST(Hybrid, ShortDocumentsStayOnOneRankAndMoveNoKv) {
+  const ScheduleRequest r = request_of({7, 3, 8, 1, 5, 6, 2, 8, 8, 4}, 3, 8, 4);
+  const Schedule s = valid_schedule(r);
+  ASSERT_TRUE(validate_schedule(r, s));
+  for (const ScheduleSlot& slot : s.slots) EXPECT_EQ(slot.ranks.size(), 1u);
+  EXPECT_EQ(evaluate_schedule(r, s).bytes_moved, 0);
+}
+
+TEST(Hybrid, LongDocumentSpansEnoughRanksAndAnyCount) {
+  // 40 tokens at T = 8 need at least 5 ranks, not a power of two.
+  const ScheduleRequest r = request_of({40}, 7, 8, 2);
+  const Schedule s = valid_schedule(r);
+  ASSERT_EQ(s.slots.size(), 1u);
+  EXPECT_GE(s.slots[0].ranks.size(), 5u);
+}
+
+// One document on one rank: the bound is that slot's time exactly, and
+// hybrid reaches it.
+TEST(Hybrid, ReachesTheBoundOnALoneDocument) {
+  const ScheduleRequest r = request_of({64}, 1, 64, 8);
+  const Schedule s = valid_schedule(r);
+  const double step = evaluate_schedule(r, s).step_seconds;
+  // 8 blocks, causal: 36 tiles; 64 tokens; one slot.
+  EXPECT_DOUBLE_EQ(step, 36 * 1.0 + 64 * 0.5 + 4.0);
+  EXPECT_DOUBLE_EQ(step_time_lower_bound(r), step);
+}
+
+// The best step time over every placement of whole pieces on single ranks,
+// each rank's pieces in one row (T holds them all), by enumeration and the
+// independent recount.
+double best_single_rank_step(const ScheduleRequest& r, std::vector<std::int32_t>& where,
+                             std::size_t next) {
+  const std::vector<DocPiece> pieces = schedule_pieces(r);
+  if (next == pieces.size()) {
+    Schedule s;
+    for (std::int32_t a = 0; a < r.world_size; ++a) {
+      std::vector<DocPiece> mine;
+      for (std::size_t i = 0; i < pieces.size(); ++i) {
+        if (where[i] == a) mine.push_back(pieces[i]);
+      }
+      if (!mine.empty()) s.slots.push_back(slot_with(r, {a}, mine, 0));
+    }
+    EXPECT_EQ(cp::brute_schedule_check(r, s), "");
+    return cp::brute_schedule_cost(r, s).step;
+  }
+  double best = std::numeric_limits<double>::infinity();
+  for (std::int32_t a = 0; a < r.world_size; ++a) {
+    where[next] = a;
+    best = std::min(best, best_single_rank_step(r, where, next + 1));
+  }
+  return best;
+}
+
+// Pieces of whole blocks (so packing adds no tiles), ranks with room for
+// all of them. Hybrid's longest-first dealing is optimal when there are no
+// more pieces than ranks, when the pieces are equal, and for up to four
+// pieces on two ranks; it must reach the enumerated optimum there.
+TEST(Hybrid, ReachesTheEnumeratedOptimumOnSmallBatches) {
+  std::uint64_t state = 99;
+  const auto draw = [&](std::int64_t lo, std::int64_t hi) {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return lo + static_cast<std::int64_t>((state >> 33) % static_cast<std::uint64_t>(hi - lo + 1));
+  };
+  int cases = 0;
+  for (int c = 0; c < 60; ++c) {
+    const std::int64_t block = 4;
+    const int kind = c % 3;
+    const auto world = static_cast<std::int32_t>(kind == 2 ? 2 : draw(1, 3));
+    std::size_t count = 0;
+    if (kind == 0) count = static_cast<std::size_t>(draw(1, world));
+    if (kind == 1) count = static_cast<std::size_t>(draw(1, 6));
+    if (kind == 2) count = static_cast<std::size_t>(draw(1, 4));
+    std::vector<std::int64_t> docs;
+    const std::int64_t same = block * draw(1, 6);
+    for (std::size_t i = 0; i < count; ++i) docs.push_back(kind == 1 ? same : block * draw(1, 6));
+    ScheduleRequest r = request_of(docs, world, 6 * 6 * block, block);
+    const Schedule s = valid_schedule(r);
+    std::vector<std::int32_t> where(docs.size(), 0);
+    const double best = best_single_rank_step(r, where, 0);
+    const double step = cp::brute_schedule_cost(r, s).step;
+    EXPECT_NEAR(step, best, 1e-9 * best) << "case " << c;
+    EXPECT_LE(step_time_lower_bound(r), best * (1 + 1e-12));
+    ++cases;
+  }
+  EXPECT_EQ(cases, 60);
+}
+
+}  // namespace
+}  // namespace fulcrum

@@ -392,9 +392,23 @@ class PluginAdapter {
   static void release_schedule(void* /*instance*/, fulcrum_schedule* out) noexcept {
     if (out == nullptr) return;
     delete static_cast<ScheduleBuffers*>(out->plugin_data);
-    const std::uint32_t size = out->struct_size;
-    *out = fulcrum_schedule{};
-    out->struct_size = size;
+    // Field by field, never the whole struct: a later SDK's struct is longer
+    // than the one an older host allocated.
+    out->num_slots = 0;
+    out->slot_rank_offsets = nullptr;
+    out->ranks = nullptr;
+    out->slot_piece_offsets = nullptr;
+    out->piece_docs = nullptr;
+    out->piece_starts = nullptr;
+    out->piece_lengths = nullptr;
+    out->slot_waves = nullptr;
+    out->slot_shard_lens = nullptr;
+    out->slot_padding = nullptr;
+    out->positions = nullptr;
+    out->slot_plan_strategies = nullptr;
+    out->strategy_used = nullptr;
+    out->fallback_reason = nullptr;
+    out->plugin_data = nullptr;
   }
 
   static const char* last_error(void* instance) noexcept {

@@ -274,6 +274,80 @@ TEST(AbiCompatTest, TodaysPluginServesAnAbi10Host) {
   t.release_plan(instance, &answer);
 }
 
+struct NextScheduleRequest {
+  fulcrum_schedule_request today;
+  std::int64_t next_field;
+};
+struct NextSchedule {
+  fulcrum_schedule today;
+  std::int64_t next_field;
+};
+
+// The placement hook under a newer host, and its structs shorter than the
+// version that introduced them refused.
+TEST(AbiCompatTest, TodaysSchedulerServesANewerHostAndRefusesShortStructs) {
+  RawPlugin plugin;
+  ASSERT_NE(plugin.table(), nullptr) << dlerror();
+  const fulcrum_plugin_v1& t = *plugin.table();
+  ASSERT_TRUE(FULCRUM_HAS_FIELD(fulcrum_plugin_v1, release_schedule, t.struct_size));
+  ASSERT_NE(t.schedule, nullptr);
+  void* instance = plugin.create(nullptr);
+  ASSERT_NE(instance, nullptr);
+
+  const CostProfile profile = builtin_cost_profile("h100_7b").value();
+  const std::int64_t docs[] = {2500, 1800, 900, 700, 400};
+  NextScheduleRequest request{};
+  request.today.struct_size = FULCRUM_STRUCT_SIZE(NextScheduleRequest, next_field);
+  request.today.world_size = 4;
+  request.today.max_tokens_per_rank = 1000;
+  request.today.doc_lengths = docs;
+  request.today.num_docs = 5;
+  request.today.mask_kind = FULCRUM_MASK_CAUSAL;
+  request.today.block_size = 64;
+  request.today.strategy = "hybrid";
+  request.today.profile_name = profile.name.c_str();
+  request.today.tile_seconds = profile.tile_seconds;
+  request.today.token_seconds = profile.token_seconds;
+  request.today.slot_seconds = profile.slot_seconds;
+  request.today.kv_bytes_per_token = profile.kv_bytes_per_token;
+  request.today.intra_node_bytes_per_second = profile.intra_node_bytes_per_second;
+  request.today.inter_node_bytes_per_second = profile.inter_node_bytes_per_second;
+  request.today.latency_seconds = profile.latency_seconds;
+  request.today.ranks_per_node = profile.ranks_per_node;
+  request.next_field = kPoison;
+
+  NextSchedule answer{};
+  answer.today.struct_size = FULCRUM_STRUCT_SIZE(NextSchedule, next_field);
+  answer.next_field = kPoison;
+  ASSERT_EQ(t.schedule(instance, &request.today, &answer.today), FULCRUM_OK)
+      << t.last_error(instance);
+  EXPECT_EQ(answer.next_field, kPoison) << "the plugin wrote past the fields it knows";
+  EXPECT_GT(answer.today.num_slots, 0);
+  EXPECT_STREQ(answer.today.strategy_used, "hybrid");
+  // Every token of the batch is in exactly one piece.
+  std::int64_t placed = 0;
+  for (std::int64_t p = 0; p < answer.today.slot_piece_offsets[answer.today.num_slots]; ++p) {
+    placed += answer.today.piece_lengths[p];
+  }
+  EXPECT_EQ(placed, 2500 + 1800 + 900 + 700 + 400);
+  t.release_schedule(instance, &answer.today);
+  EXPECT_EQ(answer.today.plugin_data, nullptr);
+  EXPECT_EQ(answer.next_field, kPoison);
+
+  request.today.struct_size = FULCRUM_SCHEDULE_REQUEST_V1_1_SIZE - 8;
+  fulcrum_schedule short_answer{};
+  short_answer.struct_size = FULCRUM_SCHEDULE_V1_1_SIZE;
+  EXPECT_EQ(t.schedule(instance, &request.today, &short_answer), FULCRUM_INVALID_ARGUMENT);
+  EXPECT_HAS(t.last_error(instance),
+             "schedule request struct_size 128 is smaller than the v1.1 "
+             "size 136");
+  EXPECT_EQ(short_answer.plugin_data, nullptr);
+  request.today.struct_size = FULCRUM_SCHEDULE_REQUEST_V1_1_SIZE;
+  short_answer.struct_size = FULCRUM_SCHEDULE_V1_1_SIZE - 8;
+  EXPECT_EQ(t.schedule(instance, &request.today, &short_answer), FULCRUM_INVALID_ARGUMENT);
+  EXPECT_HAS(t.last_error(instance), "schedule struct_size 112 is smaller than the v1.1 size 120");
+}
+
 // Shorter than v1.0 is no version at all: refused, with the sizes named.
 TEST(AbiCompatTest, TodaysPluginRefusesStructsShorterThanV10) {
   RawPlugin plugin;

@@ -153,6 +153,26 @@ def plugin_abi_seeds():
         w.u8(0)  # samples buffer
         return w
 
+    def schedule_call(w, strategy_index, world, tokens_per_rank, lengths, mask="causal",
+                      param=0, block=64, cp=0):
+        w.u8(4)  # schedule
+        w.u8(0)  # struct_size as built
+        w.small(1, 16, world)
+        w.small(1, 4096, tokens_per_rank)
+        w.small(0, 4, MASKS[mask])
+        w.small(0, 512, param)
+        w.small(1, 256, block)
+        w.small(0, 4, cp)
+        w.u8(0)  # a profile name
+        w.u8(0)  # the bundled coefficients
+        w.u8(2)  # an array of lengths
+        w.range(1, 64, len(lengths))
+        for length in lengths:
+            w.range(1, 1 << 12, length)
+        w.u8(strategy_index)
+        w.u8(0)  # answer struct_size as built
+        return w
+
     def seed(*calls):
         w = Writer()
         w.u8(1)  # log through the host
@@ -176,6 +196,16 @@ def plugin_abi_seeds():
         "dp_lpt_more_ranks_than_samples": seed(lambda w: dp_call(w, 1, [5, 6], ranks=7)),
         "plan_head_tail_inapplicable": seed(
             lambda w: plan_call(w, 1, p=3, n=100, block=8)),
+        # Schedulers in the table's order: fixed, megatron_dcp, hybrid.
+        "schedule_hybrid_packed": seed(lambda w: schedule_call(
+            w, 2, world=8, tokens_per_rank=512, lengths=[3000, 40, 700, 96, 1200, 8, 300, 2048])),
+        "schedule_fixed_cp2_cut": seed(lambda w: schedule_call(
+            w, 0, world=4, tokens_per_rank=256, lengths=[4000, 100, 900], cp=2)),
+        "schedule_megatron_sliding_then_dp": seed(
+            lambda w: schedule_call(w, 1, world=6, tokens_per_rank=1000,
+                                    lengths=[2500, 1800, 900, 700, 400], mask="sliding",
+                                    param=128),
+            lambda w: dp_call(w, 3, [500, 20, 3000], ranks=2)),
     }
 
 

@@ -3,7 +3,7 @@
 // plugin/fulcrum_balancer.cpp is compiled into this binary, so
 // fulcrum_get_plugin() is the very function libfulcrum_balancer.so exports
 // (PluginAdapter<FulcrumBalancer> over every strategy). Each input makes an
-// instance and issues a few plan_cp / partition_dp calls whose requests carry
+// instance and issues a few plan_cp / partition_dp / schedule calls whose requests carry
 // nonsense: wrong struct sizes, negative or inconsistent counts, out-of-enum
 // kinds, NaN coefficients, null pointers with non-zero counts. What it never
 // does is lie about memory: every array is allocated with exactly the length
@@ -12,7 +12,8 @@
 //
 // Promises checked: no crash, no leak (LeakSanitizer), a status from the enum,
 // a last_error line after every failure, a returned plan or partition that
-// validates, release_plan for every FULCRUM_OK plan, and, for a request the
+// validates, a schedule that validate_schedule accepts, release_plan and
+// release_schedule for every FULCRUM_OK answer, and, for a request the
 // plugin's own validation accepts within the bounds, never FULCRUM_INTERNAL.
 #include <algorithm>
 #include <cstddef>
@@ -26,7 +27,9 @@
 #include <vector>
 
 #include "fulcrum/c_api.h"
+#include "fulcrum/core/cost_profile.h"
 #include "fulcrum/core/plan_check.h"
+#include "fulcrum/core/schedule.h"
 #include "fulcrum/core/work_model.h"
 #include "fulcrum/core/workload.h"
 #include "fulcrum/cp_types.h"
@@ -61,7 +64,7 @@ void check_last_error(void* instance, const std::string& call) {
   FUZZ_CHECK(std::strlen(message) > 0, call + ": failed with an empty last_error");
 }
 
-// A struct_size as a confused host might send it; `actual` is sizeof.
+// A struct_size as a confused host might send it; `actual` is the v1.0 size.
 std::uint32_t struct_size(FuzzInput& in, std::uint32_t actual) {
   const std::uint8_t pick = in.u8();
   if (pick < 0xd0) return actual;
@@ -123,7 +126,7 @@ std::int64_t sparse_offset_count(std::int64_t n, std::int64_t b) {
 // consistent workload to read from it.
 std::optional<CpWorkload> described(const fulcrum_cp_request& req, const std::int64_t* docs,
                                     const std::int64_t* offsets, const std::int64_t* kv) {
-  if (req.struct_size < sizeof(fulcrum_cp_request)) return std::nullopt;
+  if (req.struct_size < FULCRUM_CP_REQUEST_V1_0_SIZE) return std::nullopt;
   if (req.num_docs < 0 || (req.num_docs > 0 && docs == nullptr)) return std::nullopt;
   CpWorkload w;
   w.tokens = req.tokens;
@@ -167,7 +170,7 @@ void fuzz_plan_cp(FuzzInput& in, void* instance) {
   if (in.u8() >= 0xa0) corrupt_workload(in, w);
 
   fulcrum_cp_request req{};
-  req.struct_size = struct_size(in, sizeof(fulcrum_cp_request));
+  req.struct_size = struct_size(in, FULCRUM_CP_REQUEST_V1_0_SIZE);
   req.cp_size = w.cp_size;
   req.tokens = w.tokens;
   req.block_size = w.block_size;
@@ -240,7 +243,7 @@ void fuzz_plan_cp(FuzzInput& in, void* instance) {
   if (sent && validate_workload(*sent).is_ok() && !bounded(*sent)) return;
 
   fulcrum_cp_plan plan_init{};
-  plan_init.struct_size = struct_size(in, sizeof(fulcrum_cp_plan));
+  plan_init.struct_size = struct_size(in, FULCRUM_CP_PLAN_V1_0_SIZE);
   Sized<fulcrum_cp_plan> plan = sized(plan_init);
   Sized<fulcrum_cp_request> request = sized(req);
 
@@ -261,7 +264,7 @@ void fuzz_plan_cp(FuzzInput& in, void* instance) {
                "plan_cp failed but left buffers in the plan (never released)");
     // Within the bounds, a request that is well-formed at the C level and as
     // a workload fails only as the strategy's refusal or an unknown name.
-    if (status == FULCRUM_INTERNAL && sent && plan_init.struct_size >= sizeof(fulcrum_cp_plan)) {
+    if (status == FULCRUM_INTERNAL && sent && plan_init.struct_size >= FULCRUM_CP_PLAN_V1_0_SIZE) {
       FUZZ_CHECK(false, std::string("plan_cp: FULCRUM_INTERNAL on a bounded request: ") +
                             t.last_error(instance));
     }
@@ -326,7 +329,7 @@ double coefficient(FuzzInput& in) {
 void fuzz_partition_dp(FuzzInput& in, void* instance) {
   const fulcrum_plugin_v1& t = table();
   fulcrum_dp_request req{};
-  req.struct_size = struct_size(in, sizeof(fulcrum_dp_request));
+  req.struct_size = struct_size(in, FULCRUM_DP_REQUEST_V1_0_SIZE);
   req.num_ranks = static_cast<std::int32_t>(in.nasty_int64(1, 64));
   req.cost_kind = static_cast<std::int32_t>(in.nasty_int64(0, 1));
   req.equal_count = static_cast<std::int32_t>(in.u8() % 3);
@@ -352,7 +355,7 @@ void fuzz_partition_dp(FuzzInput& in, void* instance) {
   // The host owns the result buffers: num_ranks + 1 offsets and num_samples
   // sample slots. A count that cannot be honoured gets a null buffer.
   fulcrum_dp_result res{};
-  res.struct_size = struct_size(in, sizeof(fulcrum_dp_result));
+  res.struct_size = struct_size(in, FULCRUM_DP_RESULT_V1_0_SIZE);
   res.num_ranks = req.num_ranks;
   std::unique_ptr<std::int64_t[]> offsets, samples;
   if (req.num_ranks <= kMaxRanks && in.u8() < 0xf8) {
@@ -377,7 +380,7 @@ void fuzz_partition_dp(FuzzInput& in, void* instance) {
   }
   if (status != FULCRUM_OK) {
     check_last_error(instance, "partition_dp");
-    if (status == FULCRUM_INTERNAL && req.struct_size >= sizeof(fulcrum_dp_request) &&
+    if (status == FULCRUM_INTERNAL && req.struct_size >= FULCRUM_DP_REQUEST_V1_0_SIZE &&
         req.num_ranks >= 1 && req.num_ranks <= 64 && req.num_samples >= 1) {
       FUZZ_CHECK(false, std::string("partition_dp: FULCRUM_INTERNAL on a bounded request: ") +
                             t.last_error(instance));
@@ -407,6 +410,150 @@ void fuzz_partition_dp(FuzzInput& in, void* instance) {
   }
 }
 
+// Largest batch handed to the schedulers: they materialise every slot's plan,
+// so a valid request of 2^40 tokens would only measure the allocator.
+constexpr std::int64_t kMaxScheduleTokens = 1 << 18;
+
+void fuzz_schedule(FuzzInput& in, void* instance) {
+  const fulcrum_plugin_v1& t = table();
+  FUZZ_CHECK(FULCRUM_HAS_FIELD(fulcrum_plugin_v1, release_schedule, t.struct_size) &&
+                 t.schedule != nullptr && t.release_schedule != nullptr,
+             "the fulcrum plugin's table has no schedule hook");
+  const CostProfile base = builtin_cost_profile("h100_7b").value();
+  ScheduleRequest described;
+  fulcrum_schedule_request req{};
+  req.struct_size = struct_size(in, FULCRUM_SCHEDULE_REQUEST_V1_1_SIZE);
+  req.world_size = static_cast<std::int32_t>(in.nasty_int64(1, 16));
+  req.max_tokens_per_rank = in.nasty_int64(1, 4096);
+  req.mask_kind = static_cast<std::int32_t>(in.nasty_int64(0, 4));
+  req.mask_param = in.nasty_int64(0, 512);
+  req.block_size = in.nasty_int64(1, 256);
+  req.cp_size = static_cast<std::int32_t>(in.nasty_int64(0, 4));
+  // Coefficients: the bundled profile's, or nonsense in one of them.
+  req.profile_name = in.flag() ? nullptr : "fuzzed";
+  req.tile_seconds = base.tile_seconds;
+  req.token_seconds = base.token_seconds;
+  req.slot_seconds = base.slot_seconds;
+  req.kv_bytes_per_token = base.kv_bytes_per_token;
+  req.intra_node_bytes_per_second = base.intra_node_bytes_per_second;
+  req.inter_node_bytes_per_second = base.inter_node_bytes_per_second;
+  req.latency_seconds = base.latency_seconds;
+  req.ranks_per_node = base.ranks_per_node;
+  if (in.u8() >= 0xe0) {
+    double* fields[] = {&req.tile_seconds,
+                        &req.token_seconds,
+                        &req.slot_seconds,
+                        &req.kv_bytes_per_token,
+                        &req.intra_node_bytes_per_second,
+                        &req.inter_node_bytes_per_second,
+                        &req.latency_seconds};
+    *fields[in.u8() % 7] = coefficient(in);
+    req.ranks_per_node = static_cast<std::int32_t>(in.nasty_int64(1, 16));
+  }
+
+  std::unique_ptr<std::int64_t[]> docs;
+  const std::uint8_t shape = in.u8();
+  if (shape % 8 == 0) {
+    req.num_docs = in.nasty_int64(-3, 300);  // a count with no array
+  } else {
+    req.num_docs = in.range(1, 64);
+    docs = array(req.num_docs);
+    for (std::int64_t i = 0; i < req.num_docs; ++i) {
+      docs[i] = shape % 8 == 1 ? in.nasty_int64(1, 1 << 14) : in.range(1, 1 << 12);
+    }
+    req.doc_lengths = docs.get();
+  }
+  std::string name_storage;
+  req.strategy = strategy_name(in, t.schedule_strategies, t.num_schedule_strategies, name_storage);
+
+  // The request as the core sees it, when its array is there to read.
+  bool readable = req.struct_size >= FULCRUM_SCHEDULE_REQUEST_V1_1_SIZE && docs != nullptr;
+  if (readable) {
+    described.doc_lengths.assign(docs.get(), docs.get() + req.num_docs);
+    described.world_size = req.world_size;
+    described.max_tokens_per_rank = req.max_tokens_per_rank;
+    described.mask.kind = static_cast<MaskKind>(req.mask_kind);
+    described.mask.param = req.mask_param;
+    described.block_size = req.block_size;
+    described.cp_size = req.cp_size;
+    described.profile = base;
+    described.profile.name = req.profile_name != nullptr ? req.profile_name : "";
+    described.profile.tile_seconds = req.tile_seconds;
+    described.profile.token_seconds = req.token_seconds;
+    described.profile.slot_seconds = req.slot_seconds;
+    described.profile.kv_bytes_per_token = req.kv_bytes_per_token;
+    described.profile.intra_node_bytes_per_second = req.intra_node_bytes_per_second;
+    described.profile.inter_node_bytes_per_second = req.inter_node_bytes_per_second;
+    described.profile.latency_seconds = req.latency_seconds;
+    described.profile.ranks_per_node = req.ranks_per_node;
+  }
+  const bool valid = readable && validate_schedule_request(described).is_ok();
+  if (valid) {
+    std::int64_t total = 0;
+    for (std::int64_t length : described.doc_lengths) total += length;
+    if (total > kMaxScheduleTokens) return;  // valid, and only slow: not sent
+  }
+
+  fulcrum_schedule answer_init{};
+  answer_init.struct_size = struct_size(in, FULCRUM_SCHEDULE_V1_1_SIZE);
+  Sized<fulcrum_schedule> answer = sized(answer_init);
+  Sized<fulcrum_schedule_request> request = sized(req);
+
+  const fulcrum_status status = t.schedule(instance, request.get(), answer.get());
+  check_status(status, "schedule");
+  if (verbose()) {
+    std::fprintf(stderr, "schedule: W=%d T=%lld docs=%lld mask=%d:%lld cp=%d '%s' -> %d %s\n",
+                 req.world_size, static_cast<long long>(req.max_tokens_per_rank),
+                 static_cast<long long>(req.num_docs), req.mask_kind,
+                 static_cast<long long>(req.mask_param), req.cp_size,
+                 req.strategy != nullptr ? req.strategy : "(null)", status,
+                 status == FULCRUM_OK ? "" : t.last_error(instance));
+    for (std::int64_t length : described.doc_lengths) {
+      std::fprintf(stderr, " %lld", static_cast<long long>(length));
+    }
+    std::fprintf(stderr, "\n");
+  }
+  fulcrum_schedule& a = *answer.get();
+  if (status != FULCRUM_OK) {
+    check_last_error(instance, "schedule");
+    FUZZ_CHECK(a.plugin_data == nullptr, "schedule failed but left buffers (never released)");
+    if (status == FULCRUM_INTERNAL && valid &&
+        answer_init.struct_size >= FULCRUM_SCHEDULE_V1_1_SIZE) {
+      FUZZ_CHECK(false, std::string("schedule: FULCRUM_INTERNAL on a valid request: ") +
+                            t.last_error(instance));
+    }
+    return;
+  }
+  FUZZ_CHECK(valid, "schedule accepted a request validate_schedule_request refuses");
+  // Read back the way the host does, trusting the plugin's offsets (it is
+  // this tree's own adapter under test), then judged by the core.
+  Schedule schedule;
+  schedule.strategy_used = a.strategy_used != nullptr ? a.strategy_used : "";
+  std::int64_t at = 0;
+  for (std::int32_t slot_index = 0; slot_index < a.num_slots; ++slot_index) {
+    ScheduleSlot slot;
+    slot.ranks.assign(a.ranks + a.slot_rank_offsets[slot_index],
+                      a.ranks + a.slot_rank_offsets[slot_index + 1]);
+    for (std::int64_t p = a.slot_piece_offsets[slot_index];
+         p < a.slot_piece_offsets[slot_index + 1]; ++p) {
+      slot.pieces.push_back({a.piece_docs[p], a.piece_starts[p], a.piece_lengths[p]});
+    }
+    slot.wave = a.slot_waves[slot_index];
+    slot.plan.cp_size = static_cast<std::int32_t>(slot.ranks.size());
+    slot.plan.shard_len = a.slot_shard_lens[slot_index];
+    slot.plan.padding = a.slot_padding[slot_index];
+    const std::int64_t entries = slot.plan.shard_len * slot.plan.cp_size;
+    slot.plan.positions.assign(a.positions + at, a.positions + at + entries);
+    at += entries;
+    schedule.slots.push_back(std::move(slot));
+  }
+  const Status judged = validate_schedule(described, schedule);
+  FUZZ_CHECK(judged.is_ok(), "schedule returned an invalid schedule: " + judged.message());
+  t.release_schedule(instance, &a);
+  FUZZ_CHECK(a.plugin_data == nullptr && a.positions == nullptr,
+             "release_schedule left pointers behind");
+}
+
 void log_sink(void*, std::int32_t, const char* message) {
   FUZZ_CHECK(message != nullptr, "the plugin logged a null message");
 }
@@ -420,7 +567,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const fulcrum_plugin_v1& t = table();
 
   fulcrum_host_services services{};
-  services.struct_size = sizeof(services);
+  services.struct_size = FULCRUM_HOST_SERVICES_V1_0_SIZE;
   services.log = in.flag() ? &log_sink : nullptr;
   void* instance = nullptr;
   const fulcrum_status created = t.create(&services, &instance);
@@ -432,7 +579,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   FUZZ_CHECK(t.last_error(nullptr) != nullptr, "last_error(null) returned null");
 
   for (int call = in.u8() % 4 + 1; call > 0 && !in.empty(); --call) {
-    switch (in.u8() % 4) {
+    switch (in.u8() % 5) {
+      case 4:
+        fuzz_schedule(in, instance);
+        break;
       case 0:
         check_status(t.plan_cp(instance, nullptr, nullptr), "plan_cp(null)");
         check_last_error(instance, "plan_cp(null)");

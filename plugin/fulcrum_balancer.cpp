@@ -1,6 +1,6 @@
-// libfulcrum_balancer.so: every CP and DP strategy of fulcrum behind the C ABI
-// of c_api.h. The class only forwards to the strategy registries; the SDK's
-// adapter does the C conversion and keeps exceptions inside the library.
+// libfulcrum_balancer.so: every CP and DP strategy and every scheduler of
+// fulcrum behind the C ABI of c_api.h. The class only forwards to the strategy registries; the
+// SDK's adapter does the C conversion and keeps exceptions inside the library.
 #include <string>
 #include <string_view>
 #include <vector>
@@ -9,6 +9,7 @@
 #include "fulcrum/plugin_sdk.h"
 #include "strategies/cp_strategies.h"
 #include "strategies/dp_strategies.h"
+#include "strategies/schedule_strategies.h"
 
 namespace {
 
@@ -36,6 +37,15 @@ class FulcrumBalancer final : public fulcrum::LoadBalancer {
   fulcrum::Result<fulcrum::DpPartition> partition_dp(std::string_view strategy,
                                                      const fulcrum::DpRequest& request) override {
     return fulcrum::dp::partition(strategy, request);
+  }
+
+  std::vector<std::string> schedule_strategies() const override {
+    return fulcrum::schedule_strategy_names();
+  }
+
+  fulcrum::Result<fulcrum::Schedule> schedule(std::string_view strategy,
+                                              const fulcrum::ScheduleRequest& request) override {
+    return fulcrum::run_schedule_strategy(strategy, request);
   }
 };
 

@@ -10,12 +10,23 @@
  * Rules for changing this file (read before editing):
  *   1. Never reorder, remove, resize or retype a field of a shipped struct.
  *   2. New fields go at the end of a struct, and bump FULCRUM_ABI_MINOR.
- *      Readers check struct_size before touching a field past the v1.0 end,
- *      so an old plugin (smaller table) keeps working with a new host.
- *   3. Anything else (a changed meaning, a removed field) bumps
+ *      Each shipped version's size is pinned below as FULCRUM_<STRUCT>_V1_<m>_SIZE:
+ *      the offset of that version's last field plus the field's size
+ *      (FULCRUM_STRUCT_SIZE), never sizeof, which grows with every append and
+ *      counts trailing padding.
+ *   3. Whoever allocates a struct sets struct_size to its newest pinned size.
+ *      A reader accepts any struct_size of at least the v1.0 size, reads a
+ *      field only when struct_size covers it (FULCRUM_HAS_FIELD), takes a
+ *      field it cannot see as zero, and never writes past struct_size. So an
+ *      old plugin keeps working under a new host and a new plugin under an
+ *      old host, in both directions, for every minor version.
+ *   4. Anything else (a changed meaning, a removed field) bumps
  *      FULCRUM_ABI_MAJOR; hosts refuse plugins of another major version.
- *   4. The static_asserts in plugin_sdk.h pin the v1.0 sizes and offsets;
- *      update them only together with the version numbers.
+ *   5. The FULCRUM_STATIC_ASSERTs at the end of this file pin every shipped
+ *      size and offset, for C and C++ plugins alike; a new minor version adds
+ *      its own and changes none.
+ *   6. Arrays of structs cannot grow (their stride would change): answers
+ *      are flat arrays of scalars, indexed by offset arrays.
  *
  * No C++ type, exception or allocator crosses this boundary. Every pointer
  * field says who owns it and how long it lives. Strings are NUL-terminated
@@ -32,7 +43,20 @@ extern "C" {
 #endif
 
 #define FULCRUM_ABI_MAJOR 1
-#define FULCRUM_ABI_MINOR 0
+#define FULCRUM_ABI_MINOR 1
+
+/* Bytes of `type` up to the end of `field`: a shipped version's size when
+ * `field` is that version's last field. A constant expression in C and C++. */
+#define FULCRUM_STRUCT_SIZE(type, field) (offsetof(type, field) + sizeof(((const type*)0)->field))
+
+/* Whether a struct of `type` whose struct_size is `size` holds `field`. */
+#define FULCRUM_HAS_FIELD(type, field, size) ((size) >= FULCRUM_STRUCT_SIZE(type, field))
+
+#if defined(__cplusplus)
+#define FULCRUM_STATIC_ASSERT(condition, message) static_assert(condition, message)
+#else
+#define FULCRUM_STATIC_ASSERT(condition, message) _Static_assert(condition, message)
+#endif
 
 /* Name of the exported entry point, for dlsym. */
 #define FULCRUM_PLUGIN_ENTRY "fulcrum_get_plugin"
@@ -134,9 +158,69 @@ typedef struct fulcrum_dp_result {
   int64_t* samples;      /* host-owned, num_samples entries: a permutation of [0, n) */
 } fulcrum_dp_result;
 
+/* ABI 1.1: hybrid placement (DESIGN.md section 6). One global batch of
+ * documents over a world of world_size ranks, each holding at most
+ * max_tokens_per_rank tokens in one slot. Every pointer is borrowed from the
+ * host and valid only during the schedule call. The cost coefficients are
+ * those of fulcrum::CostProfile (times in seconds, sizes in bytes). */
+typedef struct fulcrum_schedule_request {
+  uint32_t struct_size;
+  int32_t world_size;          /* W >= 1 */
+  int64_t max_tokens_per_rank; /* T >= 1 */
+  const int64_t* doc_lengths;  /* num_docs entries, each >= 1 */
+  int64_t num_docs;            /* >= 1 */
+  int32_t mask_kind;           /* fulcrum_mask_kind within each document; not BLOCK_SPARSE */
+  int32_t cp_size;             /* the `fixed` scheduler's CP group size; 0 = choose */
+  int64_t mask_param;          /* see fulcrum_mask_kind */
+  int64_t block_size;          /* B >= 1 */
+  const char* strategy;        /* requested scheduler name */
+  const char* profile_name;    /* the cost profile's name, for messages; may be NULL */
+  double tile_seconds;
+  double token_seconds;
+  double slot_seconds;
+  double kv_bytes_per_token;
+  double intra_node_bytes_per_second;
+  double inter_node_bytes_per_second;
+  double latency_seconds;
+  int32_t ranks_per_node; /* >= 1 */
+  int32_t reserved0;      /* zero */
+} fulcrum_schedule_request;
+
+/* A schedule written by the plugin, as flat arrays (rule 6). The host
+ * zero-initialises it and sets struct_size; the plugin fills the rest. Every
+ * pointer is owned by the plugin and stays valid until the host passes this
+ * struct to release_schedule, which the host does exactly once for every
+ * FULCRUM_OK. With S = num_slots:
+ *   slot s runs on ranks[slot_rank_offsets[s] .. slot_rank_offsets[s+1]) (g
+ *   distinct ranks; plan rank i is the i-th of them), in wave slot_waves[s];
+ *   its row is the pieces p in [slot_piece_offsets[s], slot_piece_offsets[s+1])
+ *   packed in that order, piece p being tokens [piece_starts[p],
+ *   piece_starts[p] + piece_lengths[p]) of document piece_docs[p];
+ *   its CP plan over the g ranks is g * slot_shard_lens[s] positions in the
+ *   row, rank-major, -1 = pad, slot_padding[s] of them pads, stored in
+ *   `positions` right after the previous slot's. */
+typedef struct fulcrum_schedule {
+  uint32_t struct_size;
+  int32_t num_slots;
+  const int64_t* slot_rank_offsets;  /* S + 1 entries, from 0, non-decreasing */
+  const int32_t* ranks;              /* slot_rank_offsets[S] entries, each in [0, W) */
+  const int64_t* slot_piece_offsets; /* S + 1 entries, from 0, non-decreasing */
+  const int64_t* piece_docs;         /* slot_piece_offsets[S] entries */
+  const int64_t* piece_starts;       /* offset of the piece within its document */
+  const int64_t* piece_lengths;
+  const int32_t* slot_waves;               /* S entries, each >= 0 */
+  const int64_t* slot_shard_lens;          /* S entries */
+  const int64_t* slot_padding;             /* S entries */
+  const int64_t* positions;                /* sum over s of g_s * slot_shard_lens[s] */
+  const char* const* slot_plan_strategies; /* S entries, or NULL */
+  const char* strategy_used;               /* the scheduler that produced it */
+  const char* fallback_reason;             /* NULL when the requested scheduler served */
+  void* plugin_data;                       /* the plugin's own bookkeeping */
+} fulcrum_schedule;
+
 /* The function table. Static storage in the plugin: valid until dlclose. */
 typedef struct fulcrum_plugin_v1 {
-  uint32_t struct_size; /* sizeof(fulcrum_plugin_v1) as the plugin was built */
+  uint32_t struct_size; /* the newest pinned size the plugin was built with */
   uint16_t abi_major;   /* FULCRUM_ABI_MAJOR the plugin was built against */
   uint16_t abi_minor;
   const char* name;                 /* static */
@@ -162,9 +246,89 @@ typedef struct fulcrum_plugin_v1 {
   /* One line describing the last failure on this instance. Owned by the
    * plugin, valid until the next call on the instance. Never NULL. */
   const char* (*last_error)(void* instance);
+
+  /* ABI 1.1. Read only when struct_size covers them. All optional: a plugin
+   * without a scheduler sets schedule to NULL (and the host serves its
+   * built-in fixed schedule from the plugin's CP plans); with one, it sets
+   * schedule and release_schedule both. */
+  const char* const* schedule_strategies; /* static, num_schedule_strategies entries */
+  int32_t num_schedule_strategies;
+  int32_t reserved_v1_1; /* zero */
+  fulcrum_status (*schedule)(void* instance, const fulcrum_schedule_request* request,
+                             fulcrum_schedule* schedule);
+  void (*release_schedule)(void* instance, fulcrum_schedule* schedule);
 } fulcrum_plugin_v1;
 
 typedef const fulcrum_plugin_v1* (*fulcrum_get_plugin_fn)(void);
+
+/* Shipped sizes. The smallest struct_size a reader accepts is the size in the
+ * version that introduced the struct: v1.0, or v1.1 for the schedule structs. */
+#define FULCRUM_HOST_SERVICES_V1_0_SIZE FULCRUM_STRUCT_SIZE(fulcrum_host_services, log)
+#define FULCRUM_CP_REQUEST_V1_0_SIZE FULCRUM_STRUCT_SIZE(fulcrum_cp_request, strategy)
+#define FULCRUM_CP_PLAN_V1_0_SIZE FULCRUM_STRUCT_SIZE(fulcrum_cp_plan, plugin_data)
+#define FULCRUM_DP_REQUEST_V1_0_SIZE FULCRUM_STRUCT_SIZE(fulcrum_dp_request, strategy)
+#define FULCRUM_DP_RESULT_V1_0_SIZE FULCRUM_STRUCT_SIZE(fulcrum_dp_result, samples)
+#define FULCRUM_PLUGIN_V1_0_SIZE FULCRUM_STRUCT_SIZE(fulcrum_plugin_v1, last_error)
+#define FULCRUM_PLUGIN_V1_1_SIZE FULCRUM_STRUCT_SIZE(fulcrum_plugin_v1, release_schedule)
+#define FULCRUM_SCHEDULE_REQUEST_V1_1_SIZE FULCRUM_STRUCT_SIZE(fulcrum_schedule_request, reserved0)
+#define FULCRUM_SCHEDULE_V1_1_SIZE FULCRUM_STRUCT_SIZE(fulcrum_schedule, plugin_data)
+
+/* The layout is defined for LP64 targets; these pin every shipped size and
+ * the offsets readers rely on. A failure here is an ABI break. */
+FULCRUM_STATIC_ASSERT(sizeof(void*) == 8, "the fulcrum ABI is defined for 64-bit targets");
+FULCRUM_STATIC_ASSERT(sizeof(double) == 8, "the fulcrum ABI needs an 8-byte double");
+FULCRUM_STATIC_ASSERT(FULCRUM_HOST_SERVICES_V1_0_SIZE == 24, "fulcrum_host_services v1.0 moved");
+FULCRUM_STATIC_ASSERT(offsetof(fulcrum_host_services, user_data) == 8,
+                      "fulcrum_host_services v1.0 moved");
+FULCRUM_STATIC_ASSERT(FULCRUM_CP_REQUEST_V1_0_SIZE == 80, "fulcrum_cp_request v1.0 moved");
+FULCRUM_STATIC_ASSERT(offsetof(fulcrum_cp_request, doc_lengths) == 24,
+                      "fulcrum_cp_request v1.0 moved");
+FULCRUM_STATIC_ASSERT(offsetof(fulcrum_cp_request, mask_param) == 48,
+                      "fulcrum_cp_request v1.0 moved");
+FULCRUM_STATIC_ASSERT(offsetof(fulcrum_cp_request, sparse_kv_blocks) == 64,
+                      "fulcrum_cp_request v1.0 moved");
+FULCRUM_STATIC_ASSERT(FULCRUM_CP_PLAN_V1_0_SIZE == 72, "fulcrum_cp_plan v1.0 moved");
+FULCRUM_STATIC_ASSERT(offsetof(fulcrum_cp_plan, positions) == 16, "fulcrum_cp_plan v1.0 moved");
+FULCRUM_STATIC_ASSERT(offsetof(fulcrum_cp_plan, strategy_used) == 32, "fulcrum_cp_plan v1.0 moved");
+FULCRUM_STATIC_ASSERT(offsetof(fulcrum_cp_plan, rank_tiles) == 56, "fulcrum_cp_plan v1.0 moved");
+FULCRUM_STATIC_ASSERT(FULCRUM_DP_REQUEST_V1_0_SIZE == 48, "fulcrum_dp_request v1.0 moved");
+FULCRUM_STATIC_ASSERT(offsetof(fulcrum_dp_request, cost_kind) == 24,
+                      "fulcrum_dp_request v1.0 moved");
+FULCRUM_STATIC_ASSERT(offsetof(fulcrum_dp_request, attention_a) == 32,
+                      "fulcrum_dp_request v1.0 moved");
+FULCRUM_STATIC_ASSERT(FULCRUM_DP_RESULT_V1_0_SIZE == 24, "fulcrum_dp_result v1.0 moved");
+FULCRUM_STATIC_ASSERT(offsetof(fulcrum_dp_result, rank_offsets) == 8,
+                      "fulcrum_dp_result v1.0 moved");
+FULCRUM_STATIC_ASSERT(FULCRUM_PLUGIN_V1_0_SIZE == 88, "fulcrum_plugin_v1 v1.0 moved");
+FULCRUM_STATIC_ASSERT(offsetof(fulcrum_plugin_v1, name) == 8, "fulcrum_plugin_v1 v1.0 moved");
+FULCRUM_STATIC_ASSERT(offsetof(fulcrum_plugin_v1, num_cp_strategies) == 24,
+                      "fulcrum_plugin_v1 v1.0 moved");
+FULCRUM_STATIC_ASSERT(offsetof(fulcrum_plugin_v1, dp_strategies) == 32,
+                      "fulcrum_plugin_v1 v1.0 moved");
+FULCRUM_STATIC_ASSERT(offsetof(fulcrum_plugin_v1, create) == 40, "fulcrum_plugin_v1 v1.0 moved");
+FULCRUM_STATIC_ASSERT(offsetof(fulcrum_plugin_v1, plan_cp) == 56, "fulcrum_plugin_v1 v1.0 moved");
+FULCRUM_STATIC_ASSERT(offsetof(fulcrum_plugin_v1, partition_dp) == 72,
+                      "fulcrum_plugin_v1 v1.0 moved");
+FULCRUM_STATIC_ASSERT(FULCRUM_PLUGIN_V1_1_SIZE == 120, "fulcrum_plugin_v1 v1.1 moved");
+FULCRUM_STATIC_ASSERT(offsetof(fulcrum_plugin_v1, schedule_strategies) == 88,
+                      "fulcrum_plugin_v1 v1.1 moved");
+FULCRUM_STATIC_ASSERT(offsetof(fulcrum_plugin_v1, schedule) == 104, "fulcrum_plugin_v1 v1.1 moved");
+FULCRUM_STATIC_ASSERT(FULCRUM_SCHEDULE_REQUEST_V1_1_SIZE == 136,
+                      "fulcrum_schedule_request v1.1 moved");
+FULCRUM_STATIC_ASSERT(offsetof(fulcrum_schedule_request, doc_lengths) == 16,
+                      "fulcrum_schedule_request v1.1 moved");
+FULCRUM_STATIC_ASSERT(offsetof(fulcrum_schedule_request, strategy) == 56,
+                      "fulcrum_schedule_request v1.1 moved");
+FULCRUM_STATIC_ASSERT(offsetof(fulcrum_schedule_request, tile_seconds) == 72,
+                      "fulcrum_schedule_request v1.1 moved");
+FULCRUM_STATIC_ASSERT(offsetof(fulcrum_schedule_request, ranks_per_node) == 128,
+                      "fulcrum_schedule_request v1.1 moved");
+FULCRUM_STATIC_ASSERT(FULCRUM_SCHEDULE_V1_1_SIZE == 120, "fulcrum_schedule v1.1 moved");
+FULCRUM_STATIC_ASSERT(offsetof(fulcrum_schedule, slot_rank_offsets) == 8,
+                      "fulcrum_schedule v1.1 moved");
+FULCRUM_STATIC_ASSERT(offsetof(fulcrum_schedule, slot_waves) == 56, "fulcrum_schedule v1.1 moved");
+FULCRUM_STATIC_ASSERT(offsetof(fulcrum_schedule, strategy_used) == 96,
+                      "fulcrum_schedule v1.1 moved");
 
 #ifdef __cplusplus
 } /* extern "C" */

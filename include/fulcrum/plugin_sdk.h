@@ -23,23 +23,6 @@
 #include "fulcrum/c_api.h"
 #include "fulcrum/load_balancer.h"
 
-// Pin the v1.0 layout: a change here is an ABI break (see c_api.h).
-static_assert(sizeof(void*) == 8, "the fulcrum ABI is defined for 64-bit targets");
-static_assert(sizeof(fulcrum_host_services) == 24);
-static_assert(sizeof(fulcrum_cp_request) == 80);
-static_assert(offsetof(fulcrum_cp_request, doc_lengths) == 24);
-static_assert(offsetof(fulcrum_cp_request, mask_param) == 48);
-static_assert(offsetof(fulcrum_cp_request, strategy) == 72);
-static_assert(sizeof(fulcrum_cp_plan) == 72);
-static_assert(offsetof(fulcrum_cp_plan, positions) == 16);
-static_assert(offsetof(fulcrum_cp_plan, plugin_data) == 64);
-static_assert(sizeof(fulcrum_dp_request) == 48);
-static_assert(offsetof(fulcrum_dp_request, attention_a) == 32);
-static_assert(sizeof(fulcrum_dp_result) == 24);
-static_assert(sizeof(fulcrum_plugin_v1) == 88);
-static_assert(offsetof(fulcrum_plugin_v1, create) == 40);
-static_assert(offsetof(fulcrum_plugin_v1, last_error) == 80);
-
 namespace fulcrum::sdk {
 
 // The host's services as a plugin sees them. Cheap to copy; valid while the
@@ -47,7 +30,12 @@ namespace fulcrum::sdk {
 class Host {
  public:
   Host() = default;
-  explicit Host(const fulcrum_host_services* services) : services_(services) {}
+  // Services from a host that set a struct_size short of v1.0 are not
+  // trusted: the plugin then logs nowhere rather than read past them.
+  explicit Host(const fulcrum_host_services* services)
+      : services_(services != nullptr && services->struct_size >= FULCRUM_HOST_SERVICES_V1_0_SIZE
+                      ? services
+                      : nullptr) {}
 
   void log(fulcrum_log_level level, const std::string& message) const {
     if (services_ != nullptr && services_->log != nullptr) {
@@ -62,10 +50,13 @@ class Host {
 // Converts a C request into the C++ workload, checking what the C side cannot:
 // null pointers paired with non-zero counts.
 inline Result<CpWorkload> workload_from_c(const fulcrum_cp_request& req) {
-  if (req.struct_size < sizeof(fulcrum_cp_request)) {
+  // The pinned v1.0 size, not sizeof: a host built before a later minor
+  // version sends the smaller request and must still be served.
+  if (req.struct_size < FULCRUM_CP_REQUEST_V1_0_SIZE) {
     return invalid_argument("cp request struct_size " + std::to_string(req.struct_size) +
                             " is smaller than the v1.0 size " +
-                            std::to_string(sizeof(fulcrum_cp_request)));
+                            std::to_string(FULCRUM_CP_REQUEST_V1_0_SIZE) +
+                            "; the host is broken, rebuild it against a released c_api.h");
   }
   CpWorkload w;
   w.tokens = req.tokens;
@@ -99,10 +90,11 @@ inline Result<CpWorkload> workload_from_c(const fulcrum_cp_request& req) {
 }
 
 inline Result<DpRequest> dp_request_from_c(const fulcrum_dp_request& req) {
-  if (req.struct_size < sizeof(fulcrum_dp_request)) {
+  if (req.struct_size < FULCRUM_DP_REQUEST_V1_0_SIZE) {
     return invalid_argument("dp request struct_size " + std::to_string(req.struct_size) +
                             " is smaller than the v1.0 size " +
-                            std::to_string(sizeof(fulcrum_dp_request)));
+                            std::to_string(FULCRUM_DP_REQUEST_V1_0_SIZE) +
+                            "; the host is broken, rebuild it against a released c_api.h");
   }
   if (req.num_samples < 0 || (req.num_samples > 0 && req.lengths == nullptr)) {
     return invalid_argument("dp request has num_samples " + std::to_string(req.num_samples) +
@@ -114,6 +106,38 @@ inline Result<DpRequest> dp_request_from_c(const fulcrum_dp_request& req) {
   r.cost.kind = static_cast<CostKind>(req.cost_kind);
   r.cost.a = req.attention_a;
   r.equal_count = req.equal_count != 0;
+  return r;
+}
+
+inline Result<ScheduleRequest> schedule_request_from_c(const fulcrum_schedule_request& req) {
+  if (req.struct_size < FULCRUM_SCHEDULE_REQUEST_V1_1_SIZE) {
+    return invalid_argument("schedule request struct_size " + std::to_string(req.struct_size) +
+                            " is smaller than the v1.1 size " +
+                            std::to_string(FULCRUM_SCHEDULE_REQUEST_V1_1_SIZE) +
+                            "; the host is broken, rebuild it against a released c_api.h");
+  }
+  if (req.num_docs < 0 || (req.num_docs > 0 && req.doc_lengths == nullptr)) {
+    return invalid_argument("schedule request has num_docs " + std::to_string(req.num_docs) +
+                            " but doc_lengths is null");
+  }
+  ScheduleRequest r;
+  r.doc_lengths.assign(req.doc_lengths, req.doc_lengths + req.num_docs);
+  r.world_size = req.world_size;
+  r.max_tokens_per_rank = req.max_tokens_per_rank;
+  r.mask.kind = static_cast<MaskKind>(req.mask_kind);
+  r.mask.param = req.mask_param;
+  r.block_size = req.block_size;
+  r.cp_size = req.cp_size;
+  CostProfile& p = r.profile;
+  p.name = req.profile_name != nullptr ? req.profile_name : "";
+  p.tile_seconds = req.tile_seconds;
+  p.token_seconds = req.token_seconds;
+  p.slot_seconds = req.slot_seconds;
+  p.kv_bytes_per_token = req.kv_bytes_per_token;
+  p.intra_node_bytes_per_second = req.intra_node_bytes_per_second;
+  p.inter_node_bytes_per_second = req.inter_node_bytes_per_second;
+  p.latency_seconds = req.latency_seconds;
+  p.ranks_per_node = req.ranks_per_node;
   return r;
 }
 
@@ -149,6 +173,20 @@ class PluginAdapter {
     std::string fallback_reason;
     std::vector<std::int64_t> pairs;
     std::vector<std::int64_t> tiles;
+  };
+
+  // Owns what a fulcrum_schedule points to, until release_schedule.
+  struct ScheduleBuffers {
+    std::vector<std::int64_t> rank_offsets{0};
+    std::vector<std::int32_t> ranks;
+    std::vector<std::int64_t> piece_offsets{0};
+    std::vector<std::int64_t> piece_docs, piece_starts, piece_lengths;
+    std::vector<std::int32_t> waves;
+    std::vector<std::int64_t> shard_lens, padding, positions;
+    std::vector<std::string> plan_strategies;
+    std::vector<const char*> plan_strategies_c;
+    std::string strategy_used;
+    std::string fallback_reason;
   };
 
   static std::unique_ptr<Balancer> make(Host host) {
@@ -205,8 +243,11 @@ class PluginAdapter {
       if (req == nullptr || plan == nullptr || req->strategy == nullptr) {
         return fail(inst, invalid_argument("plan_cp called with a null request, plan or strategy"));
       }
-      if (plan->struct_size < sizeof(fulcrum_cp_plan)) {
-        return fail(inst, invalid_argument("cp plan struct_size too small"));
+      if (plan->struct_size < FULCRUM_CP_PLAN_V1_0_SIZE) {
+        return fail(inst,
+                    invalid_argument("cp plan struct_size " + std::to_string(plan->struct_size) +
+                                     " is smaller than the v1.0 size " +
+                                     std::to_string(FULCRUM_CP_PLAN_V1_0_SIZE)));
       }
       auto workload = workload_from_c(*req);
       if (!workload) return fail(inst, workload.status());
@@ -257,6 +298,12 @@ class PluginAdapter {
           out->rank_offsets == nullptr || out->samples == nullptr) {
         return fail(inst, invalid_argument("partition_dp called with a null argument"));
       }
+      if (out->struct_size < FULCRUM_DP_RESULT_V1_0_SIZE) {
+        return fail(inst,
+                    invalid_argument("dp result struct_size " + std::to_string(out->struct_size) +
+                                     " is smaller than the v1.0 size " +
+                                     std::to_string(FULCRUM_DP_RESULT_V1_0_SIZE)));
+      }
       auto request = dp_request_from_c(*req);
       if (!request) return fail(inst, request.status());
       auto result = inst->balancer->partition_dp(req->strategy, *request);
@@ -282,6 +329,88 @@ class PluginAdapter {
     });
   }
 
+  static fulcrum_status schedule(void* instance, const fulcrum_schedule_request* req,
+                                 fulcrum_schedule* out) noexcept {
+    auto* inst = static_cast<Instance*>(instance);
+    if (inst == nullptr) return FULCRUM_INVALID_ARGUMENT;
+    return guarded(inst, [&]() -> fulcrum_status {
+      if (req == nullptr || out == nullptr || req->strategy == nullptr) {
+        return fail(inst,
+                    invalid_argument("schedule called with a null request, answer or strategy"));
+      }
+      if (out->struct_size < FULCRUM_SCHEDULE_V1_1_SIZE) {
+        return fail(inst,
+                    invalid_argument("schedule struct_size " + std::to_string(out->struct_size) +
+                                     " is smaller than the v1.1 size " +
+                                     std::to_string(FULCRUM_SCHEDULE_V1_1_SIZE)));
+      }
+      auto request = schedule_request_from_c(*req);
+      if (!request) return fail(inst, request.status());
+      auto result = inst->balancer->schedule(req->strategy, *request);
+      if (!result) return fail(inst, result.status());
+      auto buffers = std::make_unique<ScheduleBuffers>();
+      ScheduleBuffers& b = *buffers;
+      for (ScheduleSlot& slot : result->slots) {
+        b.ranks.insert(b.ranks.end(), slot.ranks.begin(), slot.ranks.end());
+        b.rank_offsets.push_back(static_cast<std::int64_t>(b.ranks.size()));
+        for (const DocPiece& piece : slot.pieces) {
+          b.piece_docs.push_back(piece.doc);
+          b.piece_starts.push_back(piece.offset);
+          b.piece_lengths.push_back(piece.length);
+        }
+        b.piece_offsets.push_back(static_cast<std::int64_t>(b.piece_docs.size()));
+        b.waves.push_back(slot.wave);
+        b.shard_lens.push_back(slot.plan.shard_len);
+        b.padding.push_back(slot.plan.padding);
+        b.positions.insert(b.positions.end(), slot.plan.positions.begin(),
+                           slot.plan.positions.end());
+        b.plan_strategies.push_back(std::move(slot.plan.strategy_used));
+      }
+      // Pointers into plan_strategies only once it stops growing.
+      for (const std::string& name : b.plan_strategies) b.plan_strategies_c.push_back(name.c_str());
+      b.strategy_used = std::move(result->strategy_used);
+      b.fallback_reason = std::move(result->fallback_reason);
+      out->num_slots = static_cast<std::int32_t>(result->slots.size());
+      out->slot_rank_offsets = b.rank_offsets.data();
+      out->ranks = b.ranks.data();
+      out->slot_piece_offsets = b.piece_offsets.data();
+      out->piece_docs = b.piece_docs.data();
+      out->piece_starts = b.piece_starts.data();
+      out->piece_lengths = b.piece_lengths.data();
+      out->slot_waves = b.waves.data();
+      out->slot_shard_lens = b.shard_lens.data();
+      out->slot_padding = b.padding.data();
+      out->positions = b.positions.data();
+      out->slot_plan_strategies = b.plan_strategies_c.data();
+      out->strategy_used = b.strategy_used.c_str();
+      out->fallback_reason = b.fallback_reason.empty() ? nullptr : b.fallback_reason.c_str();
+      out->plugin_data = buffers.release();
+      return FULCRUM_OK;
+    });
+  }
+
+  static void release_schedule(void* /*instance*/, fulcrum_schedule* out) noexcept {
+    if (out == nullptr) return;
+    delete static_cast<ScheduleBuffers*>(out->plugin_data);
+    // Field by field, never the whole struct: a later SDK's struct is longer
+    // than the one an older host allocated.
+    out->num_slots = 0;
+    out->slot_rank_offsets = nullptr;
+    out->ranks = nullptr;
+    out->slot_piece_offsets = nullptr;
+    out->piece_docs = nullptr;
+    out->piece_starts = nullptr;
+    out->piece_lengths = nullptr;
+    out->slot_waves = nullptr;
+    out->slot_shard_lens = nullptr;
+    out->slot_padding = nullptr;
+    out->positions = nullptr;
+    out->slot_plan_strategies = nullptr;
+    out->strategy_used = nullptr;
+    out->fallback_reason = nullptr;
+    out->plugin_data = nullptr;
+  }
+
   static const char* last_error(void* instance) noexcept {
     auto* inst = static_cast<Instance*>(instance);
     return inst == nullptr ? "null plugin instance" : inst->last_error.c_str();
@@ -297,16 +426,18 @@ class PluginAdapter {
         n.name = probe->name();
         n.cp = probe->cp_strategies();
         n.dp = probe->dp_strategies();
+        n.schedule = probe->schedule_strategies();
       } catch (...) {
         n.ok = false;
       }
       for (const auto& s : n.cp) n.cp_c.push_back(s.c_str());
       for (const auto& s : n.dp) n.dp_c.push_back(s.c_str());
+      for (const auto& s : n.schedule) n.schedule_c.push_back(s.c_str());
       return n;
     }();
     if (!names.ok) return nullptr;
     static const fulcrum_plugin_v1 t = {
-        sizeof(fulcrum_plugin_v1),
+        FULCRUM_PLUGIN_V1_1_SIZE,
         FULCRUM_ABI_MAJOR,
         FULCRUM_ABI_MINOR,
         names.name.c_str(),
@@ -320,6 +451,13 @@ class PluginAdapter {
         &release_plan,
         &partition_dp,
         &last_error,
+        names.schedule_c.empty() ? nullptr : names.schedule_c.data(),
+        static_cast<int32_t>(names.schedule_c.size()),
+        0,
+        // A balancer that lists no scheduler leaves the hook unset, and the
+        // host serves its built-in fixed schedule from this plugin's plans.
+        names.schedule_c.empty() ? nullptr : &schedule,
+        names.schedule_c.empty() ? nullptr : &release_schedule,
     };
     return &t;
   }
@@ -328,8 +466,8 @@ class PluginAdapter {
   struct Names {
     bool ok = true;
     std::string name;
-    std::vector<std::string> cp, dp;
-    std::vector<const char*> cp_c, dp_c;
+    std::vector<std::string> cp, dp, schedule;
+    std::vector<const char*> cp_c, dp_c, schedule_c;
   };
 };
 

@@ -28,6 +28,8 @@ constexpr const char* kHelp =
     "  plan          shard one row across CP ranks and report each rank's work,\n"
     "                or compare every strategy on it (--compare)\n"
     "  dp-partition  split samples across DP ranks and report each rank's cost\n"
+    "  schedule      place a global batch of documents on W ranks (hybrid placement)\n"
+    "                and report slots, per-rank time and the step time against a bound\n"
     "  train         train a small GPT with balanced CP x DP on this host's workers\n"
     "\n"
     "Options:\n"
@@ -62,9 +64,10 @@ int dispatch(const std::vector<std::string>& args) {
   if (command == "plan") return fulcrum::cli::run_plan(rest);
   if (command == "dp-partition") return fulcrum::cli::run_dp_partition(rest);
   if (command == "train") return fulcrum::cli::run_train(rest);
+  if (command == "schedule") return fulcrum::cli::run_schedule(rest);
   const std::string kind = !command.empty() && command.front() == '-' ? "option" : "command";
   print_line("fulcrum: unknown " + kind + " '" + fulcrum::cli::one_line(command) +
-             "'; the commands are plan, dp-partition and train, see 'fulcrum --help'");
+             "'; the commands are plan, dp-partition, schedule and train, see 'fulcrum --help'");
   return fulcrum::cli::kExitUsage;
 }
 

@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "builtin_schedule.h"
 #include "fulcrum/core/work_model.h"
 #include "fulcrum/core/workload.h"
 #include "fulcrum/host/plugin_loader.h"
@@ -73,6 +74,22 @@ class BuiltinBalancer final : public LoadBalancer {
     }
     detail::summarize_partition(request, part);
     return part;
+  }
+
+  std::vector<std::string> schedule_strategies() const override {
+    return {detail::kFixedScheduler};
+  }
+
+  // Fixed CP groups over the host's own contiguous plans and round-robin
+  // dispatch: what a job without the plugin runs.
+  Result<Schedule> schedule(std::string_view strategy, const ScheduleRequest& request) override {
+    const std::string why = strategy == detail::kFixedScheduler
+                                ? std::string()
+                                : "the built-in balancer has no scheduler " + quote_text(strategy) +
+                                      "; it serves only 'fixed' (load the fulcrum plugin for more)";
+    return detail::builtin_fixed_schedule(
+        request, [this](const CpWorkload& w) { return plan_cp(kContiguous, w); },
+        [this](const DpRequest& r) { return partition_dp(kRoundRobin, r); }, why);
   }
 };
 

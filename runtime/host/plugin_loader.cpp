@@ -25,8 +25,10 @@
 #include <utility>
 #include <vector>
 
+#include "builtin_schedule.h"
 #include "fulcrum/c_api.h"
 #include "fulcrum/core/plan_check.h"
+#include "fulcrum/core/schedule.h"
 #include "fulcrum/core/work_model.h"
 #include "fulcrum/core/workload.h"
 #include "partition_summary.h"
@@ -43,11 +45,9 @@ namespace fs = std::filesystem;
 
 // The v1.0 end of the table: later minor versions append after it, so this,
 // not sizeof, is the smallest table the host accepts.
-constexpr std::uint32_t kTableV1Size =
-    offsetof(fulcrum_plugin_v1, last_error) + sizeof(fulcrum_plugin_v1::last_error);
+constexpr std::uint32_t kTableV1Size = FULCRUM_PLUGIN_V1_0_SIZE;
 // struct_size, abi_major and abi_minor open every version of the table.
-constexpr std::uint32_t kTableHeaderSize =
-    offsetof(fulcrum_plugin_v1, abi_minor) + sizeof(fulcrum_plugin_v1::abi_minor);
+constexpr std::uint32_t kTableHeaderSize = FULCRUM_STRUCT_SIZE(fulcrum_plugin_v1, abi_minor);
 // More strategies than this means the count field is garbage.
 constexpr std::int32_t kMaxStrategies = 4096;
 
@@ -183,6 +183,13 @@ Status check_permissions(const std::string& plugin_path) {
   return Status::ok();
 }
 
+// Whether the table has a scheduler: the 1.1 fields are read only when the
+// table's struct_size says they are there.
+bool has_schedule_hook(const fulcrum_plugin_v1* table) {
+  return FULCRUM_HAS_FIELD(fulcrum_plugin_v1, release_schedule, table->struct_size) &&
+         table->schedule != nullptr;
+}
+
 // Everything the host relies on before calling through the table.
 Status check_table(const fulcrum_plugin_v1* table, const std::string& path) {
   if (table == nullptr) {
@@ -227,12 +234,29 @@ Status check_table(const fulcrum_plugin_v1* table, const std::string& path) {
     return internal_error("plugin " + path +
                           " has no name in its table; set fulcrum_plugin_v1::name and rebuild");
   }
-  const struct {
+  struct NameList {
     const char* const* names;
     std::int32_t count;
     const char* field;
-  } lists[] = {{table->cp_strategies, table->num_cp_strategies, "cp_strategies"},
-               {table->dp_strategies, table->num_dp_strategies, "dp_strategies"}};
+  };
+  std::vector<NameList> lists = {{table->cp_strategies, table->num_cp_strategies, "cp_strategies"},
+                                 {table->dp_strategies, table->num_dp_strategies, "dp_strategies"}};
+  // The 1.1 fields exist only in a table whose struct_size covers them; an
+  // ABI 1.0 table ends before them and what lies there is not the plugin's.
+  if (has_schedule_hook(table)) {
+    if (table->release_schedule == nullptr) {
+      return internal_error("plugin " + path +
+                            ": schedule is set but release_schedule is null, so no schedule it "
+                            "returns could be handed back; set both (or neither) and rebuild");
+    }
+    if (table->num_schedule_strategies < 1) {
+      return internal_error("plugin " + path + ": schedule is set but it lists " +
+                            std::to_string(table->num_schedule_strategies) +
+                            " schedule_strategies; list at least one, or leave schedule null");
+    }
+    lists.push_back(
+        {table->schedule_strategies, table->num_schedule_strategies, "schedule_strategies"});
+  }
   for (const auto& list : lists) {
     if (list.count < 0 || list.count > kMaxStrategies) {
       return internal_error("plugin " + path + " lists " + std::to_string(list.count) + " " +
@@ -293,6 +317,21 @@ class PlanRelease {
   fulcrum_cp_plan* plan_;
 };
 
+// Hands a FULCRUM_OK schedule back to the plugin when the copy is done.
+class ScheduleRelease {
+ public:
+  ScheduleRelease(const fulcrum_plugin_v1* table, void* instance, fulcrum_schedule* schedule)
+      : table_(table), instance_(instance), schedule_(schedule) {}
+  ScheduleRelease(const ScheduleRelease&) = delete;
+  ScheduleRelease& operator=(const ScheduleRelease&) = delete;
+  ~ScheduleRelease() { table_->release_schedule(instance_, schedule_); }
+
+ private:
+  const fulcrum_plugin_v1* table_;
+  void* instance_;
+  fulcrum_schedule* schedule_;
+};
+
 class PluginBalancer final : public LoadBalancer {
  public:
   PluginBalancer(LibraryHandle library, const fulcrum_plugin_v1* table, std::string path, LogFn log)
@@ -307,7 +346,12 @@ class PluginBalancer final : public LoadBalancer {
     for (std::int32_t i = 0; i < table_->num_dp_strategies; ++i) {
       dp_names_.emplace_back(table_->dp_strategies[i]);
     }
-    services_.struct_size = sizeof(services_);
+    if (has_schedule_hook(table_)) {
+      for (std::int32_t i = 0; i < table_->num_schedule_strategies; ++i) {
+        schedule_names_.emplace_back(table_->schedule_strategies[i]);
+      }
+    }
+    services_.struct_size = FULCRUM_HOST_SERVICES_V1_0_SIZE;
     services_.user_data = this;
     services_.log = &PluginBalancer::forward_log;
   }
@@ -339,6 +383,10 @@ class PluginBalancer final : public LoadBalancer {
   std::string name() const override { return name_; }
   std::vector<std::string> cp_strategies() const override { return cp_names_; }
   std::vector<std::string> dp_strategies() const override { return dp_names_; }
+  std::vector<std::string> schedule_strategies() const override {
+    return schedule_names_.empty() ? std::vector<std::string>{detail::kFixedScheduler}
+                                   : schedule_names_;
+  }
 
   Result<ShardPlan> plan_cp(std::string_view strategy, const CpWorkload& workload) override {
     // The plugin reads the request's arrays at the sizes N, B and the mask
@@ -347,7 +395,7 @@ class PluginBalancer final : public LoadBalancer {
     const std::string name(strategy);
 
     fulcrum_cp_request request{};
-    request.struct_size = sizeof(request);
+    request.struct_size = FULCRUM_CP_REQUEST_V1_0_SIZE;
     request.cp_size = workload.cp_size;
     request.tokens = workload.tokens;
     request.block_size = workload.block_size;
@@ -366,7 +414,7 @@ class PluginBalancer final : public LoadBalancer {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       fulcrum_cp_plan answer{};
-      answer.struct_size = sizeof(answer);
+      answer.struct_size = FULCRUM_CP_PLAN_V1_0_SIZE;
       const fulcrum_status status = table_->plan_cp(instance_.get(), &request, &answer);
       if (status != FULCRUM_OK) return plugin_failure(status, name);
       // Handed back exactly once, however the copy below ends.
@@ -396,7 +444,7 @@ class PluginBalancer final : public LoadBalancer {
     std::vector<std::int64_t> samples(static_cast<std::size_t>(n), -1);
 
     fulcrum_dp_request c_request{};
-    c_request.struct_size = sizeof(c_request);
+    c_request.struct_size = FULCRUM_DP_REQUEST_V1_0_SIZE;
     c_request.num_ranks = request.num_ranks;
     c_request.lengths = request.lengths.data();
     c_request.num_samples = n;
@@ -406,7 +454,7 @@ class PluginBalancer final : public LoadBalancer {
     c_request.strategy = name.c_str();
 
     fulcrum_dp_result result{};
-    result.struct_size = sizeof(result);
+    result.struct_size = FULCRUM_DP_RESULT_V1_0_SIZE;
     result.num_ranks = request.num_ranks;
     result.rank_offsets = offsets.data();
     result.samples = samples.data();
@@ -467,6 +515,53 @@ class PluginBalancer final : public LoadBalancer {
     // offsets[k] == n and no sample twice: every sample is listed exactly once.
     detail::summarize_partition(request, partition);
     return partition;
+  }
+
+  Result<Schedule> schedule(std::string_view strategy, const ScheduleRequest& request) override {
+    // The plugin reads doc_lengths at the size the request states; only a
+    // valid request is handed over.
+    if (Status s = validate_schedule_request(request); !s) return s;
+    const std::string name(strategy);
+    if (schedule_names_.empty()) return host_fixed_schedule(name, request);
+
+    fulcrum_schedule_request c_request{};
+    c_request.struct_size = FULCRUM_SCHEDULE_REQUEST_V1_1_SIZE;
+    c_request.world_size = request.world_size;
+    c_request.max_tokens_per_rank = request.max_tokens_per_rank;
+    c_request.doc_lengths = request.doc_lengths.data();
+    c_request.num_docs = static_cast<std::int64_t>(request.doc_lengths.size());
+    c_request.mask_kind = static_cast<std::int32_t>(request.mask.kind);
+    c_request.cp_size = request.cp_size;
+    c_request.mask_param = request.mask.param;
+    c_request.block_size = request.block_size;
+    c_request.strategy = name.c_str();
+    const CostProfile& profile = request.profile;
+    c_request.profile_name = profile.name.c_str();
+    c_request.tile_seconds = profile.tile_seconds;
+    c_request.token_seconds = profile.token_seconds;
+    c_request.slot_seconds = profile.slot_seconds;
+    c_request.kv_bytes_per_token = profile.kv_bytes_per_token;
+    c_request.intra_node_bytes_per_second = profile.intra_node_bytes_per_second;
+    c_request.inter_node_bytes_per_second = profile.inter_node_bytes_per_second;
+    c_request.latency_seconds = profile.latency_seconds;
+    c_request.ranks_per_node = profile.ranks_per_node;
+
+    Schedule schedule;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      fulcrum_schedule answer{};
+      answer.struct_size = FULCRUM_SCHEDULE_V1_1_SIZE;
+      const fulcrum_status status = table_->schedule(instance_.get(), &c_request, &answer);
+      if (status != FULCRUM_OK) return plugin_failure(status, name);
+      const ScheduleRelease release{table_, instance_.get(), &answer};
+      if (Status s = copy_schedule(answer, request, name, schedule); !s) return s;
+    }
+    if (Status s = validate_schedule(request, schedule); !s) {
+      return internal_error("plugin '" + name_ + "' scheduler " + quote_text(name) +
+                            " returned an invalid schedule: " + s.message() +
+                            "; fix the plugin, or use another of its schedulers");
+    }
+    return schedule;
   }
 
  private:
@@ -546,6 +641,134 @@ class PluginBalancer final : public LoadBalancer {
     return Status::ok();
   }
 
+  // A plugin without a scheduler still gets a schedule, the host's fixed one
+  // built from the plugin's own CP plans and DP partitions; the answer says
+  // so. A row the plugin cannot plan is sharded contiguously, as plan_cp's
+  // callers fall back elsewhere.
+  Result<Schedule> host_fixed_schedule(const std::string& requested,
+                                       const ScheduleRequest& request) {
+    const std::string cp = detail::fixed_schedule_strategy(cp_names_);
+    const std::string dp = detail::fixed_schedule_strategy(dp_names_);
+    const bool abi_1_0 =
+        !FULCRUM_HAS_FIELD(fulcrum_plugin_v1, release_schedule, table_->struct_size);
+    std::string why = "plugin '" + name_ + "' " +
+                      (abi_1_0 ? "speaks ABI 1." + std::to_string(table_->abi_minor) +
+                                     ", which has no schedule hook"
+                               : std::string("has no scheduler")) +
+                      "; the host's built-in fixed schedule served";
+    if (requested != detail::kFixedScheduler) why += " instead of " + quote_text(requested);
+    why += " (CP plans from its " + quote_text(cp) + ", DP from its " + quote_text(dp) + ")";
+    PlanFn plan = [this, cp](const CpWorkload& w) -> Result<ShardPlan> {
+      if (!cp.empty()) {
+        Result<ShardPlan> planned = plan_cp(cp, w);
+        if (planned) return planned;
+      }
+      ShardPlan fallback = contiguous_plan(w);
+      fallback.fallback_reason = "the plugin's CP planner could not serve this row";
+      return fallback;
+    };
+    PartitionFn partition = [this, dp](const DpRequest& r) -> Result<DpPartition> {
+      if (dp.empty()) return builtin_balancer()->partition_dp("round_robin", r);
+      return partition_dp(dp, r);
+    };
+    return detail::builtin_fixed_schedule(request, plan, partition, why);
+  }
+
+  // Copies what the plugin owns into host memory, checking only what the
+  // copy itself needs: offsets in order and within bounds the batch implies,
+  // so that no array is read past what a valid schedule could hold.
+  // validate_schedule judges the rest.
+  Status copy_schedule(const fulcrum_schedule& answer, const ScheduleRequest& request,
+                       const std::string& strategy, Schedule& schedule) const {
+    const std::string bad = "plugin '" + name_ + "' scheduler " + quote_text(strategy) +
+                            " returned an invalid schedule: ";
+    const auto num_pieces = static_cast<std::int64_t>(schedule_pieces(request).size());
+    const std::int64_t world = request.world_size;
+    std::int64_t batch_tokens = 0;
+    for (std::int64_t length : request.doc_lengths) batch_tokens += length;
+    // Every slot runs at least one piece, so a valid schedule has no more
+    // slots than pieces.
+    if (answer.num_slots < 0 || answer.num_slots > num_pieces) {
+      return internal_error(bad + "num_slots " + std::to_string(answer.num_slots) +
+                            " is outside [0, " + std::to_string(num_pieces) +
+                            "], the batch's piece count");
+    }
+    const auto slots = static_cast<std::size_t>(answer.num_slots);
+    if (answer.slot_rank_offsets == nullptr || answer.slot_piece_offsets == nullptr ||
+        (slots > 0 && (answer.ranks == nullptr || answer.piece_docs == nullptr ||
+                       answer.piece_starts == nullptr || answer.piece_lengths == nullptr ||
+                       answer.slot_waves == nullptr || answer.slot_shard_lens == nullptr ||
+                       answer.slot_padding == nullptr))) {
+      return internal_error(bad + "an array it needs is null (" + std::to_string(slots) +
+                            " slots)");
+    }
+    if (answer.slot_rank_offsets[0] != 0 || answer.slot_piece_offsets[0] != 0) {
+      return internal_error(bad + "its offset arrays do not start at 0");
+    }
+    schedule.slots.resize(slots);
+    std::int64_t position_at = 0;
+    for (std::size_t s = 0; s < slots; ++s) {
+      const std::string where = "slot " + std::to_string(s) + ": ";
+      const std::int64_t rank_begin = answer.slot_rank_offsets[s];
+      const std::int64_t rank_end = answer.slot_rank_offsets[s + 1];
+      if (rank_end - rank_begin < 1 || rank_end - rank_begin > world) {
+        return internal_error(bad + where + "rank offsets [" + std::to_string(rank_begin) + ", " +
+                              std::to_string(rank_end) + ") give a group of " +
+                              std::to_string(rank_end - rank_begin) + " ranks, expected 1 to " +
+                              std::to_string(world));
+      }
+      const std::int64_t piece_begin = answer.slot_piece_offsets[s];
+      const std::int64_t piece_end = answer.slot_piece_offsets[s + 1];
+      if (piece_end < piece_begin || piece_end > num_pieces) {
+        return internal_error(bad + where + "piece offsets [" + std::to_string(piece_begin) + ", " +
+                              std::to_string(piece_end) +
+                              ") are out of order or past the batch's " +
+                              std::to_string(num_pieces) + " pieces");
+      }
+      ScheduleSlot& slot = schedule.slots[s];
+      slot.ranks.assign(answer.ranks + rank_begin, answer.ranks + rank_end);
+      std::int64_t row_tokens = 0;
+      for (std::int64_t p = piece_begin; p < piece_end; ++p) {
+        const DocPiece piece{answer.piece_docs[p], answer.piece_starts[p], answer.piece_lengths[p]};
+        if (piece.length < 1 || piece.length > batch_tokens) {
+          return internal_error(bad + where + "piece " + std::to_string(p - piece_begin) +
+                                " has length " + std::to_string(piece.length) + ", outside [1, " +
+                                std::to_string(batch_tokens) + "]");
+        }
+        row_tokens += piece.length;  // at most num_pieces * batch_tokens: no overflow
+        slot.pieces.push_back(piece);
+      }
+      slot.wave = answer.slot_waves[s];
+      const auto g = static_cast<std::int32_t>(rank_end - rank_begin);
+      const std::int64_t shard_len = answer.slot_shard_lens[s];
+      // Bounds the copy only: a valid plan holds at most T per member, and
+      // validate_schedule names a shard past T; past row + T it is garbage.
+      const std::int64_t longest = row_tokens + request.max_tokens_per_rank;
+      if (shard_len < 0 || shard_len > longest) {
+        return internal_error(bad + where + "shard_len " + std::to_string(shard_len) +
+                              " is outside [0, " + std::to_string(longest) +
+                              "], the row plus the budget");
+      }
+      slot.plan.cp_size = g;
+      slot.plan.shard_len = shard_len;
+      slot.plan.padding = answer.slot_padding[s];
+      const std::int64_t entries = shard_len * g;
+      if (entries > 0 && answer.positions == nullptr) {
+        return internal_error(bad + where + "positions is null with shard_len " +
+                              std::to_string(shard_len));
+      }
+      slot.plan.positions.assign(answer.positions + position_at,
+                                 answer.positions + position_at + entries);
+      position_at += entries;
+      const char* plan_strategy =
+          answer.slot_plan_strategies != nullptr ? answer.slot_plan_strategies[s] : nullptr;
+      slot.plan.strategy_used = plan_strategy != nullptr ? plan_strategy : strategy;
+    }
+    schedule.strategy_used = answer.strategy_used != nullptr ? answer.strategy_used : strategy;
+    schedule.fallback_reason = answer.fallback_reason != nullptr ? answer.fallback_reason : "";
+    return Status::ok();
+  }
+
   // Declaration order is destruction order in reverse: instance_ goes first,
   // library_ last.
   LibraryHandle library_;
@@ -554,6 +777,7 @@ class PluginBalancer final : public LoadBalancer {
   std::string name_;
   std::vector<std::string> cp_names_;
   std::vector<std::string> dp_names_;
+  std::vector<std::string> schedule_names_;  // empty: the plugin has no scheduler
   LogFn log_;
   fulcrum_host_services services_{};
   std::mutex mutex_;  // one thread at a time per instance (c_api.h)
@@ -628,6 +852,9 @@ Result<std::shared_ptr<LoadBalancer>> load_plugin(std::string_view name_or_path,
     if (table->abi_minor > FULCRUM_ABI_MINOR) {
       message += "; it is newer than this host's ABI " + std::to_string(FULCRUM_ABI_MAJOR) + "." +
                  std::to_string(FULCRUM_ABI_MINOR) + ", so its newer functions go unused";
+    }
+    if (!has_schedule_hook(table)) {
+      message += "; it has no scheduler, so schedules come from the host's built-in fixed one";
     }
     options.log(LogLevel::kDebug, message);
   }

@@ -86,7 +86,8 @@ grep -qE '^fulcrum [0-9]+\.[0-9]+\.[0-9]+' "$OUT" || fail "no version line"
 pass
 
 expect_ok "top-level help" --help
-grep -q 'plan' "$OUT" && grep -q 'dp-partition' "$OUT" || fail "help does not list the commands"
+grep -q 'plan' "$OUT" && grep -q 'dp-partition' "$OUT" && grep -q 'schedule' "$OUT" ||
+  fail "help does not list the commands"
 pass
 
 expect_ok "plan help" plan --help
@@ -339,6 +340,173 @@ expect_usage "dp both length options" "$D" dp-partition --dp 2 --strategy auto -
   --lengths-file "$WORK/lengths.json"
 expect_usage "dp neither length option" "$D" dp-partition --dp 2 --strategy auto
 expect_usage "dp unknown flag" "$D" dp-partition --dp 2 --strategy auto --lengths 1 --verbose
+
+# ---------------------------------------------------------------- schedule
+expect_ok "schedule help" schedule --help
+for option in --world --max-tokens-per-rank --lengths --lengths-file --strategy --cp --profile \
+  --block-size --mask --compare --format --config --set --plugin; do
+  grep -q -- "$option" "$OUT" || fail "schedule --help does not mention $option"
+done
+pass
+
+S4="--world 4 --max-tokens-per-rank 1000"
+expect_ok "schedule JSON" schedule $S4 --lengths 2500,1800,900,700,400 --strategy fixed \
+  --format json
+json_check "schedule JSON shape" \
+  'list(j) == ["request", "requested", "used", "fallback_reason", "slots", "ranks", "waves",
+               "step_seconds", "lower_bound_seconds", "step_over_bound", "bytes_moved",
+               "allgather_bytes", "plan_time_us"]'
+json_check "request echoed" \
+  'j["request"]["world"] == 4 and j["request"]["max_tokens_per_rank"] == 1000 and
+   j["request"]["documents"] == 5 and j["request"]["tokens"] == 6300 and
+   j["request"]["profile"] == "h100_7b" and j["used"] == "fixed" and j["fallback_reason"] is None'
+# Independent recount from the JSON alone: every document once, whole (none
+# is longer than W x T), members distinct and within [0, W), at most T tokens
+# each, one slot per rank per wave.
+json_check "slots cover the batch within the budget" '
+  sorted((d["doc"], d["offset"], d["length"]) for s in j["slots"] for d in s["documents"]) ==
+    sorted([(0, 0, 2500), (1, 0, 1800), (2, 0, 900), (3, 0, 700), (4, 0, 400)]) and
+  all(len(set(s["group"])) == len(s["group"]) and all(0 <= r < 4 for r in s["group"])
+      for s in j["slots"]) and
+  all(m["tokens"] <= 1000 for s in j["slots"] for m in s["members"]) and
+  all(sum(m["tokens"] for m in s["members"]) == sum(d["length"] for d in s["documents"])
+      for s in j["slots"]) and
+  len({(s["wave"], r) for s in j["slots"] for r in s["group"]}) ==
+    sum(len(s["group"]) for s in j["slots"])'
+json_check "per-rank times and the bound" '
+  len(j["ranks"]) == 4 and
+  all(abs(r["busy_seconds"] + r["idle_seconds"] - j["step_seconds"]) < 1e-9 * j["step_seconds"]
+      for r in j["ranks"]) and
+  max(r["busy_seconds"] for r in j["ranks"]) == j["step_seconds"] and
+  0 < j["lower_bound_seconds"] <= j["step_seconds"] and
+  abs(j["step_over_bound"] - j["step_seconds"] / j["lower_bound_seconds"]) < 1e-12 and
+  j["bytes_moved"] == sum(m["bytes_received"] for s in j["slots"] for m in s["members"]) and
+  j["bytes_moved"] <= j["allgather_bytes"] and j["plan_time_us"] > 0'
+pass
+
+expect_ok "schedule cuts a document longer than W x T" schedule --world 2 \
+  --max-tokens-per-rank 100 --lengths 450,30 --strategy hybrid --format json
+json_check "pieces at multiples of W x T" '
+  sorted((d["doc"], d["offset"], d["length"]) for s in j["slots"] for d in s["documents"]) ==
+    [(0, 0, 200), (0, 200, 200), (0, 400, 50), (1, 0, 30)]'
+pass
+
+expect_ok "schedule --compare" schedule $S4 --lengths 2500,1800,900,700,400 --compare \
+  --format json
+json_check "every scheduler on the same batch" \
+  '[s["requested"] for s in j["schedulers"]] == ["fixed", "megatron_dcp", "hybrid"] and
+   len({s["lower_bound_seconds"] for s in j["schedulers"]}) == 1 and
+   all(s["step_seconds"] >= s["lower_bound_seconds"] for s in j["schedulers"])'
+pass
+
+expect_ok "schedule --compare with a scheduler that cannot serve" schedule --world 4 \
+  --max-tokens-per-rank 256 --lengths 4000,100,900 --cp 2 --compare --format json
+json_check "fixed refused with its reason, the others served" \
+  '"cp 2 rows hold 512 tokens" in j["schedulers"][0]["refused"] and
+   all("step_seconds" in s for s in j["schedulers"][1:])'
+pass
+
+expect_ok "schedule --compare table" schedule $S4 --lengths 2500,1800,900 --compare
+for name in fixed megatron_dcp hybrid; do
+  grep -q "^$name " "$OUT" || fail "the comparison has no row for $name"
+done
+pass
+
+expect_ok "schedule --cp for fixed" schedule --world 8 --max-tokens-per-rank 1000 \
+  --lengths 900,800,700 --strategy fixed --cp 2 --format json
+json_check "fixed groups of --cp ranks" 'all(len(s["group"]) == 2 for s in j["slots"])'
+pass
+
+cat >"$WORK/profile.yaml" <<'YAML'
+name: slow_network
+tile_seconds: 2.0e-6
+token_seconds: 1.0e-8
+slot_seconds: 1.0e-4
+kv_bytes_per_token: 65536
+intra_node_bytes_per_second: 1.0e9
+inter_node_bytes_per_second: 1.0e8
+latency_seconds: 1.0e-5
+ranks_per_node: 2
+YAML
+expect_ok "schedule --profile FILE" schedule $S4 --lengths 2500,1800 --profile "$WORK/profile.yaml" \
+  --format json
+json_check "the file's profile is used" 'j["request"]["profile"] == "slow_network"'
+pass
+
+expect_ok "schedule with the built-in balancer" schedule $S4 --lengths 2500,1800 --plugin builtin \
+  --strategy hybrid --format json
+json_check "built-in fixed, and says so" \
+  'j["used"] == "fixed" and "built-in balancer has no scheduler" in j["fallback_reason"]'
+pass
+
+# Plugins of other ABI versions, from the build tree when it is there.
+TEST_PLUGINS=$(cd "$(dirname "$FULCRUM")/../test_plugins" 2>/dev/null && pwd)
+if [[ -n "$TEST_PLUGINS" && -f "$TEST_PLUGINS/libfulcrum_compat_v1_0.so" ]]; then
+  NOPERM="--set balancer.check_permissions=false"
+  expect_ok "schedule with an ABI 1.0 plugin" schedule $S4 --lengths 2500,1800,600 $NOPERM \
+    --plugin "$TEST_PLUGINS/libfulcrum_compat_v1_0.so" --format json
+  json_check "the host's fixed schedule, said so" \
+    'j["used"] == "fixed" and "speaks ABI 1.0, which has no schedule hook" in j["fallback_reason"]'
+  pass
+
+  run "broken schedule is refused" schedule $S4 --lengths 2500,1800,900,700,400 $NOPERM \
+    --plugin "$TEST_PLUGINS/libfulcrum_broken_schedule_wave_clash.so" --strategy fixed
+  [[ $RC -eq 1 ]] || fail "expected exit code 1 for a plugin's invalid schedule"
+  [[ $(wc -l <"$ERR") -eq 1 ]] || fail "expected one line on stderr"
+  grep -q "returned an invalid schedule: .* both hold rank 0 in wave 0" "$ERR" ||
+    fail "the refusal does not name the rule"
+  pass
+else
+  echo "cli_test: no test plugins beside $FULCRUM; ABI-version checks skipped" >&2
+fi
+
+# ---------------------------------------------------------------- bad input: schedule
+C="fulcrum schedule: "
+expect_usage "schedule no world" "$C" schedule --max-tokens-per-rank 10 --lengths 5
+expect_usage "schedule world 0" "$C" schedule --world 0 --max-tokens-per-rank 10 --lengths 5
+expect_usage "schedule world junk" "$C" schedule --world 4x --max-tokens-per-rank 10 --lengths 5
+expect_usage "schedule no T" "$C" schedule --world 4 --lengths 5
+expect_usage "schedule T 0" "$C" schedule --world 4 --max-tokens-per-rank 0 --lengths 5
+expect_usage "schedule W x T too large" "$C" schedule --world 4096 \
+  --max-tokens-per-rank 2147483647 --lengths 5
+expect_usage "schedule no batch" "$C" schedule $S4
+expect_usage "schedule both batches" "$C" schedule $S4 --lengths 5 --lengths-file "$WORK/lengths.json"
+expect_usage "schedule zero length" "$C" schedule $S4 --lengths 5,0
+expect_usage "schedule missing file" "$C" schedule $S4 --lengths-file "$WORK/missing.json"
+expect_usage "schedule unknown scheduler" "$C" schedule $S4 --lengths 5 --strategy best
+expect_usage "schedule cp not a divisor" "$C" schedule $S4 --lengths 5 --strategy fixed --cp 3
+expect_usage "schedule cp too small for a document" "$C" schedule --world 4 \
+  --max-tokens-per-rank 256 --lengths 4000,100,900 --cp 2 --strategy fixed
+expect_usage "schedule cp 0" "$C" schedule $S4 --lengths 5 --cp 0
+expect_usage "schedule block-sparse mask" "$C" schedule $S4 --lengths 5 --mask block-sparse
+expect_usage "schedule bad mask" "$C" schedule $S4 --lengths 5 --mask sliding:0
+expect_usage "schedule bad format" "$C" schedule $S4 --lengths 5 --format yaml
+expect_usage "schedule unknown profile" "$C" schedule $S4 --lengths 5 --profile h200
+expect_usage "schedule profile is a directory" "$C" schedule $S4 --lengths 5 --profile "$WORK"
+expect_usage "schedule profile is a device" "$C" schedule $S4 --lengths 5 --profile /dev/zero
+: >"$WORK/empty_profile.yaml"
+expect_usage "schedule empty profile" "$C" schedule $S4 --lengths 5 \
+  --profile "$WORK/empty_profile.yaml"
+sed 's/tile_seconds/tile_secnds/' "$WORK/profile.yaml" >"$WORK/typo_profile.yaml"
+expect_usage "schedule profile typo" "$C" schedule $S4 --lengths 5 \
+  --profile "$WORK/typo_profile.yaml"
+grep -q "did you mean 'tile_seconds'" "$ERR" || fail "no suggestion for the misspelt field"
+sed 's/2.0e-6/.nan/' "$WORK/profile.yaml" >"$WORK/nan_profile.yaml"
+expect_usage "schedule profile NaN" "$C" schedule $S4 --lengths 5 --profile "$WORK/nan_profile.yaml"
+sed 's/1.0e-8/-1/' "$WORK/profile.yaml" >"$WORK/negative_profile.yaml"
+expect_usage "schedule profile negative" "$C" schedule $S4 --lengths 5 \
+  --profile "$WORK/negative_profile.yaml"
+sed 's/1.0e8/.inf/' "$WORK/profile.yaml" >"$WORK/inf_profile.yaml"
+expect_usage "schedule profile inf" "$C" schedule $S4 --lengths 5 --profile "$WORK/inf_profile.yaml"
+{ cat "$WORK/profile.yaml"; echo "ranks_per_node: 4"; } >"$WORK/dup_profile.yaml"
+expect_usage "schedule profile duplicate key" "$C" schedule $S4 --lengths 5 \
+  --profile "$WORK/dup_profile.yaml"
+grep -v latency "$WORK/profile.yaml" >"$WORK/short_profile.yaml"
+expect_usage "schedule profile missing field" "$C" schedule $S4 --lengths 5 \
+  --profile "$WORK/short_profile.yaml"
+head -c 70000 /dev/zero | tr '\0' '#' >"$WORK/huge_profile.yaml"
+expect_usage "schedule profile huge" "$C" schedule $S4 --lengths 5 --profile "$WORK/huge_profile.yaml"
+expect_usage "schedule unknown flag" "$C" schedule $S4 --lengths 5 --waves 3
 
 # ---------------------------------------------------------------- bad input: top level
 expect_usage "no command" "fulcrum: "

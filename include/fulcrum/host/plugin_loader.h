@@ -32,13 +32,16 @@ std::vector<std::string> default_search_dirs();
 // checks abi_major, struct_size and every required pointer, creates an
 // instance. The returned balancer keeps the library loaded (a shared,
 // reference-counted handle) for as long as it or any balancer from the same
-// file lives. Every plan it returns has been validated; an invalid one is an
-// error naming the plugin and strategy.
+// file lives. Every plan, partition and schedule it returns has been
+// validated; an invalid one is an error naming the plugin and strategy. A
+// plugin without a scheduler (ABI 1.0, or `schedule` left NULL) lists
+// "fixed" and is served the host's fixed schedule, built from its own plans
+// and partitions, with a fallback_reason saying so.
 Result<std::shared_ptr<LoadBalancer>> load_plugin(std::string_view name_or_path,
                                                   const LoaderOptions& options = {});
 
 // The host's own balancer, used when no plugin is configured or loading one
-// failed: CP "contiguous" and DP "round_robin" only.
+// failed: CP "contiguous", DP "round_robin" and the "fixed" schedule only.
 std::shared_ptr<LoadBalancer> builtin_balancer();
 
 }  // namespace fulcrum::host

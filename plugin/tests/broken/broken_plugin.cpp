@@ -1,13 +1,21 @@
-// Deliberately broken plugins, one source compiled five ways (see
+// Deliberately broken plugins, one source compiled nine ways (see
 // CMakeLists.txt). Each is broken in one way the host must catch and report
 // clearly instead of crashing:
 //   FULCRUM_BROKEN_wrong_major      table says ABI major 2
 //   FULCRUM_BROKEN_short_table      struct_size smaller than the v1.0 table
 //   FULCRUM_BROKEN_null_pointer     plan_cp is NULL
+//   FULCRUM_BROKEN_schedule_no_release  an ABI 1.1 table with schedule set
+//                                   and release_schedule NULL
 //   FULCRUM_BROKEN_throwing         the C++ plan_cp / partition_dp throw
 //   FULCRUM_BROKEN_non_permutation  plans repeat a position, partitions a sample
-// The first three are written by hand in C style, because the SDK cannot
+//   FULCRUM_BROKEN_schedule_<how>   schedules that break one rule of the
+//                                   contract: missing_piece, over_budget,
+//                                   wave_clash (one rank, two slots, one
+//                                   wave), bad_plan (a slot's plan repeats a
+//                                   position)
+// The first four are written by hand in C style, because the SDK cannot
 // produce them; the last two use the SDK, whose adapter is what is under test.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
@@ -16,10 +24,11 @@
 #include <vector>
 
 #include "fulcrum/c_api.h"
+#include "fulcrum/core/fixed_schedule.h"
 #include "fulcrum/plugin_sdk.h"
 
 #if defined(FULCRUM_BROKEN_wrong_major) || defined(FULCRUM_BROKEN_short_table) || \
-    defined(FULCRUM_BROKEN_null_pointer)
+    defined(FULCRUM_BROKEN_null_pointer) || defined(FULCRUM_BROKEN_schedule_no_release)
 
 namespace {
 
@@ -43,9 +52,15 @@ fulcrum_status broken_partition_dp(void* /*instance*/, const fulcrum_dp_request*
   return FULCRUM_INTERNAL;
 }
 const char* broken_last_error(void* /*instance*/) { return "this plugin is broken on purpose"; }
+[[maybe_unused]] fulcrum_status broken_schedule(void* /*instance*/,
+                                                const fulcrum_schedule_request* /*request*/,
+                                                fulcrum_schedule* /*schedule*/) {
+  return FULCRUM_INTERNAL;
+}
+[[maybe_unused]] const char* const kScheduleStrategies[] = {"fixed"};
 
 #if defined(FULCRUM_BROKEN_wrong_major)
-constexpr std::uint32_t kStructSize = sizeof(fulcrum_plugin_v1);
+constexpr std::uint32_t kStructSize = FULCRUM_PLUGIN_V1_0_SIZE;
 constexpr std::uint16_t kAbiMajor = FULCRUM_ABI_MAJOR + 1;
 constexpr const char* kName = "broken_wrong_major";
 #elif defined(FULCRUM_BROKEN_short_table)
@@ -53,8 +68,12 @@ constexpr const char* kName = "broken_wrong_major";
 constexpr std::uint32_t kStructSize = offsetof(fulcrum_plugin_v1, partition_dp);
 constexpr std::uint16_t kAbiMajor = FULCRUM_ABI_MAJOR;
 constexpr const char* kName = "broken_short_table";
+#elif defined(FULCRUM_BROKEN_schedule_no_release)
+constexpr std::uint32_t kStructSize = FULCRUM_PLUGIN_V1_1_SIZE;
+constexpr std::uint16_t kAbiMajor = FULCRUM_ABI_MAJOR;
+constexpr const char* kName = "broken_schedule_no_release";
 #else
-constexpr std::uint32_t kStructSize = sizeof(fulcrum_plugin_v1);
+constexpr std::uint32_t kStructSize = FULCRUM_PLUGIN_V1_0_SIZE;
 constexpr std::uint16_t kAbiMajor = FULCRUM_ABI_MAJOR;
 constexpr const char* kName = "broken_null_pointer";
 #endif
@@ -80,6 +99,13 @@ const fulcrum_plugin_v1 kTable = {
     &broken_release_plan,
     &broken_partition_dp,
     &broken_last_error,
+#if defined(FULCRUM_BROKEN_schedule_no_release)
+    kScheduleStrategies,
+    1,
+    0,
+    &broken_schedule,
+    nullptr,
+#endif
 };
 
 }  // namespace
@@ -166,6 +192,87 @@ class NonPermutationBalancer final : public fulcrum::LoadBalancer {
 }  // namespace
 
 FULCRUM_EXPORT_PLUGIN(NonPermutationBalancer)
+
+#elif defined(FULCRUM_BROKEN_schedule_missing_piece) ||                                            \
+    defined(FULCRUM_BROKEN_schedule_over_budget) || defined(FULCRUM_BROKEN_schedule_wave_clash) || \
+    defined(FULCRUM_BROKEN_schedule_bad_plan)
+
+namespace {
+
+// A valid fixed schedule (contiguous plans, round-robin groups), then one
+// rule broken. The damage needs the request the loader tests send: at least
+// two slots sharing a rank, and a row longer than T.
+class BrokenScheduleBalancer final : public fulcrum::LoadBalancer {
+ public:
+  std::string name() const override { return "broken_schedule"; }
+  std::vector<std::string> cp_strategies() const override { return {"contiguous"}; }
+  std::vector<std::string> dp_strategies() const override { return {"round_robin"}; }
+  std::vector<std::string> schedule_strategies() const override { return {"fixed"}; }
+
+  fulcrum::Result<fulcrum::ShardPlan> plan_cp(std::string_view /*strategy*/,
+                                              const fulcrum::CpWorkload& workload) override {
+    return fulcrum::contiguous_plan(workload);
+  }
+
+  fulcrum::Result<fulcrum::DpPartition> partition_dp(std::string_view /*strategy*/,
+                                                     const fulcrum::DpRequest& request) override {
+    fulcrum::DpPartition part;
+    part.strategy = "round_robin";
+    part.ranks.resize(static_cast<std::size_t>(request.num_ranks));
+    for (std::size_t i = 0; i < request.lengths.size(); ++i) {
+      part.ranks[i % part.ranks.size()].push_back(static_cast<std::int64_t>(i));
+    }
+    return part;
+  }
+
+  fulcrum::Result<fulcrum::Schedule> schedule(std::string_view /*strategy*/,
+                                              const fulcrum::ScheduleRequest& request) override {
+    auto built = fulcrum::fixed_schedule(
+        request, [this](const fulcrum::CpWorkload& w) { return plan_cp("contiguous", w); },
+        [this](const fulcrum::DpRequest& r) { return partition_dp("round_robin", r); });
+    if (!built) return built;
+    fulcrum::Schedule s = std::move(built).value();
+    if (s.slots.size() < 2) return fulcrum::internal_error("the damage needs two slots");
+#if defined(FULCRUM_BROKEN_schedule_missing_piece)
+    s.slots.pop_back();
+#elif defined(FULCRUM_BROKEN_schedule_over_budget)
+    // The whole of the longest row on its slot's first member alone.
+    auto tokens = [](const fulcrum::ScheduleSlot& slot) {
+      std::int64_t n = 0;
+      for (const fulcrum::DocPiece& piece : slot.pieces) n += piece.length;
+      return n;
+    };
+    fulcrum::ScheduleSlot& slot =
+        *std::max_element(s.slots.begin(), s.slots.end(),
+                          [&](const auto& a, const auto& b) { return tokens(a) < tokens(b); });
+    const std::int64_t n = tokens(slot);
+    slot.ranks.resize(1);
+    slot.plan.cp_size = 1;
+    slot.plan.shard_len = n;
+    slot.plan.padding = 0;
+    slot.plan.positions.resize(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) slot.plan.positions[static_cast<std::size_t>(i)] = i;
+#elif defined(FULCRUM_BROKEN_schedule_wave_clash)
+    // The second slot holding the first slot's first rank joins its wave.
+    const std::int32_t rank = s.slots[0].ranks[0];
+    for (std::size_t i = 1; i < s.slots.size(); ++i) {
+      const auto& ranks = s.slots[i].ranks;
+      if (std::find(ranks.begin(), ranks.end(), rank) != ranks.end()) {
+        s.slots[i].wave = s.slots[0].wave;
+        break;
+      }
+    }
+#else
+    // Position 0 twice, position 1 never.
+    s.slots[0].plan.positions[1] = s.slots[0].plan.positions[0];
+#endif
+    return s;
+  }
+};
+
+}  // namespace
+
+FULCRUM_EXPORT_PLUGIN(BrokenScheduleBalancer)
 
 #else
 #error "define one FULCRUM_BROKEN_<kind> (see plugin/tests/broken/CMakeLists.txt)"

@@ -1,4 +1,4 @@
-"""ctypes mirror of include/fulcrum/c_api.h (ABI 1.0).
+"""ctypes mirror of include/fulcrum/c_api.h (ABI 1.1).
 
 Only the layout lives here; ownership rules are the header's and are applied
 in balancer.py. The function table is read in two steps: its header
@@ -11,7 +11,7 @@ package and a newer plugin's extra functions simply go unused.
 import ctypes
 
 ABI_MAJOR = 1
-ABI_MINOR = 0
+ABI_MINOR = 1
 PLUGIN_ENTRY = "fulcrum_get_plugin"
 
 # fulcrum_status
@@ -113,6 +113,60 @@ class DpResult(ctypes.Structure):
     ]
 
 
+class ScheduleRequest(ctypes.Structure):
+    """fulcrum_schedule_request (ABI 1.1)."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("world_size", ctypes.c_int32),
+        ("max_tokens_per_rank", ctypes.c_int64),
+        ("doc_lengths", c_int64_p),
+        ("num_docs", ctypes.c_int64),
+        ("mask_kind", ctypes.c_int32),
+        ("cp_size", ctypes.c_int32),
+        ("mask_param", ctypes.c_int64),
+        ("block_size", ctypes.c_int64),
+        ("strategy", ctypes.c_char_p),
+        ("profile_name", ctypes.c_char_p),
+        ("tile_seconds", ctypes.c_double),
+        ("token_seconds", ctypes.c_double),
+        ("slot_seconds", ctypes.c_double),
+        ("kv_bytes_per_token", ctypes.c_double),
+        ("intra_node_bytes_per_second", ctypes.c_double),
+        ("inter_node_bytes_per_second", ctypes.c_double),
+        ("latency_seconds", ctypes.c_double),
+        ("ranks_per_node", ctypes.c_int32),
+        ("reserved0", ctypes.c_int32),
+    ]
+
+
+c_int32_p = ctypes.POINTER(ctypes.c_int32)
+
+
+class ScheduleAnswer(ctypes.Structure):
+    """fulcrum_schedule (ABI 1.1): flat arrays owned by the plugin until
+    release_schedule."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("num_slots", ctypes.c_int32),
+        ("slot_rank_offsets", c_int64_p),
+        ("ranks", c_int32_p),
+        ("slot_piece_offsets", c_int64_p),
+        ("piece_docs", c_int64_p),
+        ("piece_starts", c_int64_p),
+        ("piece_lengths", c_int64_p),
+        ("slot_waves", c_int32_p),
+        ("slot_shard_lens", c_int64_p),
+        ("slot_padding", c_int64_p),
+        ("positions", c_int64_p),
+        ("slot_plan_strategies", ctypes.POINTER(ctypes.c_void_p)),
+        ("strategy_used", ctypes.c_void_p),
+        ("fallback_reason", ctypes.c_void_p),
+        ("plugin_data", ctypes.c_void_p),
+    ]
+
+
 CreateFn = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(HostServices),
                             ctypes.POINTER(ctypes.c_void_p))
 DestroyFn = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
@@ -152,6 +206,24 @@ class PluginTableV1(ctypes.Structure):
         ("release_plan", ReleasePlanFn),
         ("partition_dp", PartitionDpFn),
         ("last_error", LastErrorFn),
+    ]
+
+
+ScheduleFn = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ScheduleRequest),
+                              ctypes.POINTER(ScheduleAnswer))
+ReleaseScheduleFn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.POINTER(ScheduleAnswer))
+
+
+class PluginTableV1_1(ctypes.Structure):
+    """fulcrum_plugin_v1 with the fields ABI 1.1 appends: read only when the
+    plugin's struct_size covers them."""
+
+    _fields_ = PluginTableV1._fields_ + [
+        ("schedule_strategies", ctypes.POINTER(ctypes.c_char_p)),
+        ("num_schedule_strategies", ctypes.c_int32),
+        ("reserved_v1_1", ctypes.c_int32),
+        ("schedule", ScheduleFn),
+        ("release_schedule", ReleaseScheduleFn),
     ]
 
 

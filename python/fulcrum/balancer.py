@@ -25,6 +25,7 @@ from . import _abi
 from . import work as work_model
 from .errors import FulcrumError
 from . import loader
+from . import schedule as schedule_model
 
 _LOG = logging.getLogger("fulcrum")
 _LOG_LEVELS = {
@@ -39,6 +40,11 @@ _INT32 = (-(2**31), 2**31 - 1)
 _INT64 = (-(2**63), 2**63 - 1)
 DEFAULT_ATTENTION_A = 24576.0
 _CHUNK = 8192  # entries per temporary in _runs: 64 KiB of int64
+# Counts past these in a schedule answer mean a corrupt answer, not a big batch.
+_MAX_SLOTS = 1 << 24
+_MAX_PIECES = 1 << 40
+_MASK_KINDS = {"causal": _abi.MASK_CAUSAL, "full": _abi.MASK_FULL,
+               "sliding": _abi.MASK_SLIDING, "prefix": _abi.MASK_PREFIX}
 
 
 @dataclass(frozen=True)
@@ -229,6 +235,13 @@ class Balancer:
                               for i in range(table.num_cp_strategies)]
         self.dp_strategies = [table.dp_strategies[i].decode("utf-8", "replace")
                               for i in range(table.num_dp_strategies)]
+        # ABI 1.1's scheduler, when the plugin's table has one (_check_table
+        # returns the longer view only then).
+        has_scheduler = isinstance(table, _abi.PluginTableV1_1) and bool(table.schedule)
+        self.schedule_strategies = [
+            table.schedule_strategies[i].decode("utf-8", "replace")
+            for i in range(table.num_schedule_strategies)] if has_scheduler else []
+        self._has_scheduler = has_scheduler
         self._lock = threading.Lock()
         self._instance = None
         self._log_callback = _abi.LogFn(self._forward_log)
@@ -328,8 +341,7 @@ class Balancer:
         if docs is not None:
             request.doc_lengths = docs.ctypes.data_as(_abi.c_int64_p)
             request.num_docs = docs.size
-        request.mask_kind = {"causal": _abi.MASK_CAUSAL, "full": _abi.MASK_FULL,
-                             "sliding": _abi.MASK_SLIDING, "prefix": _abi.MASK_PREFIX}[mask.kind]
+        request.mask_kind = _MASK_KINDS[mask.kind]
         request.mask_param = _c_int(mask.param, "mask parameter", _INT64)
 
         start = time.perf_counter_ns()
@@ -446,6 +458,139 @@ class Balancer:
             rank_tiles=tiles,
             imbalance=Imbalance(work_model.imbalance(pairs), work_model.imbalance(tiles)),
             tiles_over_ideal=over_ideal, plan_time_us=elapsed_us, work_source=source)
+
+    # -- hybrid placement -------------------------------------------------
+
+    def schedule(self, strategy="hybrid", *, world, max_tokens_per_rank, doc_lengths, profile,
+                 mask="causal", block_size=128, cp=0):
+        """Places one global batch of documents on ``world`` ranks (the ABI 1.1
+        schedule hook; docs/HYBRID.md). ``profile`` is a schedule.CostProfile,
+        a dict of its fields, or the path of a profile YAML file. ``cp`` is
+        the `fixed` scheduler's group size (0: it chooses). The schedule is
+        checked as the host checks it before it is returned. A plugin without
+        a scheduler (ABI 1.0) raises FulcrumError 'unsupported': the C++
+        host serves its built-in fixed schedule there, a Python caller
+        decides."""
+        world = _c_int(world, "world", _INT32)
+        budget = _c_int(max_tokens_per_rank, "max_tokens_per_rank", _INT64)
+        block_size = _c_int(block_size, "block_size", _INT64)
+        cp = _c_int(cp, "cp", _INT32)
+        for value, what in ((world, "world"), (budget, "max_tokens_per_rank"),
+                            (block_size, "block_size")):
+            if value < 1:
+                raise FulcrumError("invalid_argument", f"{what} is {value}; it must be at least 1")
+        if cp < 0:
+            raise FulcrumError("invalid_argument", f"cp is {cp}; give 0 (choose) or a size >= 1")
+        docs = _int64_array(doc_lengths, "doc_lengths")
+        if docs.size == 0 or int(docs.min()) < 1:
+            raise FulcrumError("invalid_argument", "doc_lengths must list at least one document, "
+                               "each of at least 1 token")
+        if not isinstance(profile, schedule_model.CostProfile):
+            profile = (schedule_model.CostProfile.from_mapping(profile)
+                       if isinstance(profile, dict) else schedule_model.CostProfile.load(profile))
+        mask = work_model.Mask.parse(mask)
+        if not isinstance(strategy, str):
+            raise FulcrumError("invalid_argument", "strategy must be a scheduler name")
+        if not self._has_scheduler:
+            raise FulcrumError("unsupported", f"plugin {self.name!r} (ABI "
+                               f"{self.abi_version[0]}.{self.abi_version[1]}) has no scheduler; "
+                               "load a plugin of ABI 1.1 or later, or use `fulcrum schedule`, "
+                               "which serves the host's fixed schedule")
+
+        request = _abi.ScheduleRequest()
+        request.struct_size = ctypes.sizeof(request)
+        request.world_size = world
+        request.max_tokens_per_rank = budget
+        request.doc_lengths = docs.ctypes.data_as(_abi.c_int64_p)
+        request.num_docs = docs.size
+        request.mask_kind = _MASK_KINDS[mask.kind]
+        request.mask_param = _c_int(mask.param, "mask parameter", _INT64)
+        request.cp_size = cp
+        request.block_size = block_size
+        name = strategy.encode("utf-8")
+        request.strategy = name
+        profile_name = profile.name.encode("utf-8")
+        request.profile_name = profile_name
+        for key in schedule_model.CostProfile.__dataclass_fields__:
+            if key != "name":
+                setattr(request, key, getattr(profile, key))
+
+        answer = _abi.ScheduleAnswer()
+        answer.struct_size = ctypes.sizeof(answer)
+        start = time.perf_counter_ns()
+        with self._lock:
+            instance = self._live_instance()
+            status = self._table.schedule(instance, ctypes.byref(request), ctypes.byref(answer))
+            if status != _abi.OK:
+                raise self._failure(status, strategy)
+            try:
+                copied = self._copy_schedule(answer, world, strategy)
+            finally:
+                # Exactly once for every FULCRUM_OK, however the copy ended.
+                self._table.release_schedule(instance, ctypes.byref(answer))
+        elapsed_us = (time.perf_counter_ns() - start) / 1000.0
+        used, reason, slots = copied
+        result = schedule_model.Schedule(
+            requested=strategy, used=used or strategy, fallback_reason=reason, world=world,
+            max_tokens_per_rank=budget, doc_lengths=docs, slots=slots, plan_time_us=elapsed_us)
+        schedule_model.check_schedule(result, self.name)
+        return result
+
+    def _copy_schedule(self, answer, world, strategy):
+        """Copies the plugin's flat arrays into per-slot NumPy arrays, checking
+        every count before it is used as a length."""
+        bad = f"plugin {self.name!r} scheduler {strategy!r} returned an invalid schedule: "
+        count = answer.num_slots
+        if count < 0 or count > _MAX_SLOTS:
+            raise FulcrumError("internal", bad + f"num_slots is {count}")
+
+        def copy(pointer, n, dtype, what):
+            if n == 0:
+                return np.empty(0, dtype=dtype)
+            if not pointer:
+                raise FulcrumError("internal", bad + f"{what} is null")
+            out = np.empty(n, dtype=dtype)
+            ctypes.memmove(out.ctypes.data, pointer, out.nbytes)
+            return out
+
+        def offsets(pointer, what, limit):
+            out = copy(pointer, count + 1, np.int64, what)
+            if out[0] != 0 or (np.diff(out) < 0).any() or out[-1] > limit:
+                raise FulcrumError("internal", bad + f"{what} is not a non-decreasing list from 0")
+            return out
+
+        rank_offsets = offsets(answer.slot_rank_offsets, "slot_rank_offsets", count * world)
+        piece_offsets = offsets(answer.slot_piece_offsets, "slot_piece_offsets", _MAX_PIECES)
+        ranks = copy(answer.ranks, int(rank_offsets[-1]), np.int32, "ranks")
+        pieces = int(piece_offsets[-1])
+        piece_docs = copy(answer.piece_docs, pieces, np.int64, "piece_docs")
+        piece_starts = copy(answer.piece_starts, pieces, np.int64, "piece_starts")
+        piece_lengths = copy(answer.piece_lengths, pieces, np.int64, "piece_lengths")
+        waves = copy(answer.slot_waves, count, np.int32, "slot_waves")
+        shard_lens = copy(answer.slot_shard_lens, count, np.int64, "slot_shard_lens")
+        padding = copy(answer.slot_padding, count, np.int64, "slot_padding")
+        sizes = np.diff(rank_offsets)
+        if (shard_lens < 0).any() or (shard_lens > _MAX_PIECES).any():
+            raise FulcrumError("internal", bad + "a slot's shard length is out of range")
+        position_ends = np.concatenate(([0], np.cumsum(sizes * shard_lens)))
+        positions = copy(answer.positions, int(position_ends[-1]), np.int64, "positions")
+        plans = [None] * count
+        if answer.slot_plan_strategies and count:
+            raw = (ctypes.c_void_p * count).from_address(
+                ctypes.cast(answer.slot_plan_strategies, ctypes.c_void_p).value)
+            plans = [ctypes.string_at(p).decode("utf-8", "replace") if p else None for p in raw]
+        slots = []
+        for s in range(count):
+            g, n = int(sizes[s]), int(shard_lens[s])
+            p0, p1 = int(piece_offsets[s]), int(piece_offsets[s + 1])
+            slots.append(schedule_model.ScheduleSlot(
+                slot=s, group=ranks[rank_offsets[s]:rank_offsets[s + 1]].copy(),
+                wave=int(waves[s]), docs=piece_docs[p0:p1].copy(),
+                offsets=piece_starts[p0:p1].copy(), lengths=piece_lengths[p0:p1].copy(),
+                positions=positions[position_ends[s]:position_ends[s + 1]].reshape(g, n).copy(),
+                padding=int(padding[s]), plan=plans[s]))
+        text = (lambda p: ctypes.string_at(p).decode("utf-8", "replace") if p else None)
+        return text(answer.strategy_used), text(answer.fallback_reason), slots
 
     # -- DP ----------------------------------------------------------------
 
@@ -650,6 +795,18 @@ def _check_table(address, path):
             if names[i] is None:
                 raise FulcrumError("internal", f"plugin {path}: {what}[{i}] is null; fix the "
                                    "table and rebuild")
-    # Fields a later minor appends (the 1.1 schedule function) would be read
-    # here with _abi.table_has(header.struct_size, ...); this package uses none.
+    # ABI 1.1 appends the scheduler; a table too short to hold it is a 1.0
+    # plugin and keeps the 1.0 view.
+    if not _abi.table_has(header.struct_size, _abi.PluginTableV1_1, "release_schedule"):
+        return table
+    table = _abi.PluginTableV1_1.from_address(address)
+    if bool(table.schedule) != bool(table.release_schedule):
+        raise FulcrumError("internal", f"plugin {path} sets only one of schedule and "
+                           "release_schedule; a scheduler needs both, fix the table and rebuild")
+    count = table.num_schedule_strategies
+    if table.schedule and (count < 1 or count > _MAX_STRATEGIES or not table.schedule_strategies
+                           or any(table.schedule_strategies[i] is None for i in range(count))):
+        raise FulcrumError("internal", f"plugin {path} has a scheduler but its "
+                           f"schedule_strategies ({count}) are not a list of names; fix the "
+                           "table and rebuild")
     return table

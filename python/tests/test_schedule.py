@@ -1,0 +1,413 @@
+"""The ABI 1.1 schedule hook from Python: the same schedules as `fulcrum
+schedule` on random batches, the host's checks applied (and shown to catch each
+kind of damage), every release made once, profiles read with the C++ loader's
+rules."""
+
+import ctypes
+import dataclasses
+import os
+import random
+import socket
+
+import numpy as np
+import pytest
+
+import fulcrum
+from fulcrum import _abi
+from fulcrum import schedule as schedule_model
+from fulcrum.errors import FulcrumError
+
+from cli import run, run_json
+
+PROFILE = {
+    "name": "test_profile",
+    "tile_seconds": 2.0e-4,
+    "token_seconds": 1.0e-7,
+    "slot_seconds": 6.6e-3,
+    "kv_bytes_per_token": 512,
+    "intra_node_bytes_per_second": 3.3e9,
+    "inter_node_bytes_per_second": 1.0e9,
+    "latency_seconds": 9.0e-4,
+    "ranks_per_node": 4,
+}
+
+
+def profile_file(tmp_path, mapping=PROFILE, text=None):
+    path = tmp_path / "profile.yaml"
+    if text is None:
+        text = "".join(f"{key}: {value}\n" for key, value in mapping.items())
+    path.write_text(text)
+    return path
+
+
+def refused(call, code, *words):
+    with pytest.raises(FulcrumError) as caught:
+        call()
+    assert caught.value.code == code, caught.value
+    text = str(caught.value)
+    assert "\n" not in text
+    for word in words:
+        assert word in text, text
+
+
+def slot_rows(answer_slots):
+    return [(s["group"], s["wave"], s["documents"], s["plan"]) for s in answer_slots]
+
+
+# -- against the CLI ------------------------------------------------------------
+
+def random_batch(rng):
+    world = rng.choice([1, 2, 3, 4, 5, 6, 7, 8, 11, 13, 16, 31])
+    block = rng.choice([16, 64, 128])
+    budget = block * rng.randint(1, 12)
+    docs = []
+    for _ in range(rng.randint(1, 40)):
+        docs.append(max(1, int(rng.lognormvariate(5.5, 1.6))))
+    if rng.random() < 0.3:
+        docs.append(world * budget + rng.randint(1, 3 * budget))  # cut at W x T
+    mask = rng.choice(["causal", "full", "sliding:100", "prefix:50"])
+    return world, budget, block, docs, mask
+
+
+def test_same_schedules_as_the_cli_on_random_batches(balancer, cli_path, tmp_path):
+    assert balancer.schedule_strategies == ["fixed", "megatron_dcp", "hybrid"]
+    path = profile_file(tmp_path)
+    rng = random.Random(20261124)
+    compared = 0
+    for _ in range(12):
+        world, budget, block, docs, mask = random_batch(rng)
+        for strategy in balancer.schedule_strategies:
+            args = ["schedule", "--world", world, "--max-tokens-per-rank", budget,
+                    "--lengths", ",".join(map(str, docs)), "--strategy", strategy,
+                    "--profile", path, "--block-size", block, "--mask", mask]
+            code, cli, stderr = run(cli_path, *args)
+            try:
+                mine = balancer.schedule(strategy, world=world, max_tokens_per_rank=budget,
+                                         doc_lengths=docs, profile=path, mask=mask,
+                                         block_size=block)
+            except FulcrumError as error:
+                # The plugin refused: the CLI says the same in its one line.
+                assert code == 2 and error.code in ("unsupported", "invalid_argument"), stderr
+                continue
+            assert code == 0, stderr
+            assert mine.used == cli["used"] and mine.fallback_reason == cli["fallback_reason"]
+            assert slot_rows(mine.to_json()["slots"]) == slot_rows(cli["slots"])
+            compared += 1
+            # Every member's real tokens, recounted from the positions.
+            for slot, row in zip(mine.slots, cli["slots"]):
+                assert slot.rank_tokens.tolist() == [m["tokens"] for m in row["members"]]
+                assert slot.tokens == sum(d["length"] for d in row["documents"])
+    assert compared >= 24
+
+
+def test_schedule_covers_the_batch_and_keeps_the_rules(balancer):
+    docs = [9000, 17, 300, 2500, 4, 1200, 700, 64, 3000]
+    for strategy in balancer.schedule_strategies:
+        s = balancer.schedule(strategy, world=5, max_tokens_per_rank=512, doc_lengths=docs,
+                              profile=PROFILE)
+        placed = sorted((int(d), int(o), int(n)) for slot in s.slots
+                        for d, o, n in zip(slot.docs, slot.offsets, slot.lengths))
+        expected = []
+        for d, n in enumerate(docs):  # 5 x 512 = 2560: 9000 and 3000 are cut there
+            expected += [(d, o, min(2560, n - o)) for o in range(0, n, 2560)]
+        assert placed == sorted(expected)
+        for rank in range(5):
+            waves = [slot.wave for slot in s.rank_slots(rank)]
+            assert waves == sorted(set(waves))
+        for slot in s.slots:
+            assert slot.rank_tokens.max() <= 512
+            real = np.sort(slot.positions[slot.positions >= 0])
+            assert (real == np.arange(slot.tokens)).all()
+
+
+def test_a_short_document_stays_on_one_rank_under_hybrid(balancer):
+    s = balancer.schedule("hybrid", world=4, max_tokens_per_rank=4096,
+                          doc_lengths=[100, 200, 150, 90], profile=PROFILE)
+    assert all(slot.group.size == 1 for slot in s.slots)
+    assert all(slot.padding == 0 for slot in s.slots)
+
+
+# -- the host's checks -------------------------------------------------------------
+
+def damaged(schedule, slot_index=0, **changes):
+    slots = list(schedule.slots)
+    slots[slot_index] = dataclasses.replace(slots[slot_index], **changes)
+    return dataclasses.replace(schedule, slots=slots)
+
+
+@pytest.fixture(scope="module")
+def two_slot_schedule(plugin_path):
+    with fulcrum.load(str(plugin_path)) as b:
+        s = b.schedule("hybrid", world=3, max_tokens_per_rank=256,
+                       doc_lengths=[600, 40, 30], profile=PROFILE, block_size=16)
+    assert len(s.slots) >= 2 and s.slots[0].group.size >= 2
+    schedule_model.check_schedule(s, "fulcrum")
+    return s
+
+
+@pytest.mark.parametrize("change,words", [
+    (lambda s: damaged(s, group=np.array([0, 0, 1][:s.slots[0].group.size], np.int32)),
+     ["names a rank twice"]),
+    (lambda s: damaged(s, group=s.slots[0].group + 3), ["outside [0, 3)"]),
+    (lambda s: damaged(s, wave=-1), ["wave -1"]),
+    (lambda s: damaged(s, 1, wave=s.slots[0].wave, group=s.slots[0].group[:1].copy()),
+     ["in wave"]),
+    (lambda s: damaged(s, lengths=s.slots[0].lengths + 1), ["not in the batch"]),
+    (lambda s: damaged(s, docs=s.slots[0].docs + 7), ["not in the batch"]),
+    (lambda s: damaged(s, positions=np.where(s.slots[0].positions == 1, 0,
+                                             s.slots[0].positions)), ["not a permutation"]),
+    (lambda s: damaged(s, padding=s.slots[0].padding + 1), ["pad positions"]),
+    (lambda s: dataclasses.replace(s, slots=s.slots[1:]), ["do not cover the batch"]),
+    (lambda s: dataclasses.replace(s, max_tokens_per_rank=8), ["over the budget of 8"]),
+])
+def test_each_kind_of_damage_is_named(change, words, two_slot_schedule):
+    bad = change(two_slot_schedule)
+    refused(lambda: schedule_model.check_schedule(bad, "fulcrum"), "internal",
+            "returned an invalid schedule", *words)
+
+
+class ReleaseCounting:
+    """The table with schedule/release_schedule counted (and the answer
+    damaged by `damage` after a successful call)."""
+
+    def __init__(self, balancer, damage=None):
+        self.table, self.damage = balancer._table, damage
+        self.scheduled = self.released = 0
+        balancer._table = self
+
+    def __getattr__(self, name):
+        return getattr(self.table, name)
+
+    def schedule(self, instance, request, answer):
+        status = self.table.schedule(instance, request, answer)
+        if status == _abi.OK:
+            self.scheduled += 1
+            if self.damage:
+                self.damage(answer._obj)
+        return status
+
+    def release_schedule(self, instance, answer):
+        self.released += 1
+        return self.table.release_schedule(instance, answer)
+
+
+def test_release_schedule_exactly_once_per_ok_schedule(plugin_path):
+    with fulcrum.load(str(plugin_path)) as b:
+        counter = ReleaseCounting(b)
+        for strategy in b.schedule_strategies:
+            b.schedule(strategy, world=4, max_tokens_per_rank=1024, doc_lengths=[3000, 5, 900],
+                       profile=PROFILE)
+        refused(lambda: b.schedule("nope", world=4, max_tokens_per_rank=1024, doc_lengths=[5],
+                                   profile=PROFILE), "not_found", "'nope'")
+        assert counter.scheduled == counter.released == 3
+
+
+_keep = []  # arrays a damaged answer points into, alive for the call
+
+
+def point(field, values, ctype):
+    def apply(answer):
+        array = (ctype * len(values))(*values)
+        _keep.append(array)
+        setattr(answer, field, ctypes.cast(array, ctypes.POINTER(ctype)))
+    return apply
+
+
+@pytest.mark.parametrize("damage,words", [
+    (lambda a: setattr(a, "num_slots", -2), ["num_slots is -2"]),
+    (lambda a: setattr(a, "num_slots", 1 << 30), ["num_slots is"]),
+    (lambda a: setattr(a, "ranks", None), ["ranks is null"]),
+    (lambda a: setattr(a, "positions", None), ["positions is null"]),
+    (point("slot_rank_offsets", [1, 2, 3, 4, 5, 6, 7, 8], ctypes.c_int64),
+     ["slot_rank_offsets is not a non-decreasing list from 0"]),
+    (point("slot_piece_offsets", [0, 5, 2, 9, 9, 9, 9, 9], ctypes.c_int64),
+     ["slot_piece_offsets is not a non-decreasing list from 0"]),
+    (point("slot_shard_lens", [-4] * 8, ctypes.c_int64), ["shard length is out of range"]),
+    (point("slot_waves", [0] * 8, ctypes.c_int32), ["in wave 0"]),
+])
+def test_a_damaged_answer_is_refused_and_still_released(damage, words, plugin_path):
+    with fulcrum.load(str(plugin_path)) as b:
+        counter = ReleaseCounting(b, damage)
+        refused(lambda: b.schedule("hybrid", world=2, max_tokens_per_rank=64,
+                                   doc_lengths=[100, 30, 20, 10, 9], profile=PROFILE,
+                                   block_size=16),
+                "internal", "scheduler 'hybrid' returned an invalid schedule", *words)
+        assert counter.scheduled == counter.released == 1
+
+
+# -- ABI layout and 1.0 plugins ---------------------------------------------------
+
+def test_the_v1_1_layout_is_pinned():
+    assert _abi.field_end(_abi.PluginTableV1_1, "release_schedule") == 120
+    assert _abi.field_end(_abi.PluginTableV1_1, "schedule_strategies") == 96
+    assert ctypes.sizeof(_abi.ScheduleRequest) == 136
+    assert _abi.ScheduleRequest.tile_seconds.offset == 72
+    assert _abi.ScheduleRequest.ranks_per_node.offset == 128
+    assert ctypes.sizeof(_abi.ScheduleAnswer) == 120
+    assert _abi.ScheduleAnswer.slot_waves.offset == 56
+    assert _abi.ScheduleAnswer.strategy_used.offset == 96
+
+
+def test_a_v1_0_table_plans_but_has_no_scheduler(plugin_path):
+    from fulcrum import balancer as balancer_module
+
+    real = fulcrum.load(str(plugin_path))
+    assert real._table.struct_size >= 120 and real.abi_version >= (1, 1)
+    size = _abi.TABLE_V1_SIZE
+    old = (ctypes.c_char * size)()
+    ctypes.memmove(old, ctypes.addressof(real._table), size)
+    header = _abi.TableHeader.from_buffer(old)
+    header.struct_size, header.abi_minor = size, 0
+    table = balancer_module._check_table(ctypes.addressof(old), "old.so")
+    assert not isinstance(table, _abi.PluginTableV1_1)
+    with balancer_module.Balancer(real._library, table, "old.so") as b:
+        assert b.schedule_strategies == []
+        assert b.plan_cp("auto", cp=2, tokens=64).tokens == 64
+        refused(lambda: b.schedule(world=2, max_tokens_per_rank=64, doc_lengths=[10],
+                                   profile=PROFILE), "unsupported", "ABI 1.0", "no scheduler",
+                "fulcrum schedule")
+    real.close()
+
+
+def test_a_table_with_half_a_scheduler_is_refused(plugin_path):
+    from fulcrum import balancer as balancer_module
+
+    real = fulcrum.load(str(plugin_path))
+    copy = (ctypes.c_char * 120)()
+    ctypes.memmove(copy, ctypes.addressof(real._table), 120)
+    table = _abi.PluginTableV1_1.from_buffer(copy)
+    table.release_schedule = ctypes.cast(None, _abi.ReleaseScheduleFn)
+    refused(lambda: balancer_module._check_table(ctypes.addressof(copy), "half.so"), "internal",
+            "only one of schedule and release_schedule")
+    ctypes.memmove(copy, ctypes.addressof(real._table), 120)
+    _abi.PluginTableV1_1.from_buffer(copy).num_schedule_strategies = -1
+    refused(lambda: balancer_module._check_table(ctypes.addressof(copy), "count.so"), "internal",
+            "schedule_strategies (-1)")
+    real.close()
+
+
+# -- bad arguments and profiles ------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs,code,words", [
+    ({"world": 0}, "invalid_argument", ["world is 0"]),
+    ({"world": 2**31}, "invalid_argument", ["world is 2147483648"]),
+    ({"max_tokens_per_rank": 0}, "invalid_argument", ["max_tokens_per_rank is 0"]),
+    ({"block_size": -1}, "invalid_argument", ["block_size is -1"]),
+    ({"cp": -1}, "invalid_argument", ["cp is -1"]),
+    ({"doc_lengths": []}, "invalid_argument", ["at least one document"]),
+    ({"doc_lengths": [5, 0]}, "invalid_argument", ["at least 1 token"]),
+    ({"doc_lengths": [1.5]}, "invalid_argument", ["float64"]),
+    ({"world": True}, "invalid_argument", ["world is True"]),
+    ({"mask": "diagonal"}, "invalid_argument", ["diagonal"]),
+    ({"profile": dict(PROFILE, tile_seconds=float("nan"))}, "invalid_argument",
+     ["tile_seconds is nan", "finite"]),
+    ({"profile": dict(PROFILE, intra_node_bytes_per_second=0)}, "invalid_argument",
+     ["must be > 0"]),
+    ({"profile": dict(PROFILE, latency_seconds=-1)}, "invalid_argument", ["must be >= 0"]),
+    ({"profile": dict(PROFILE, ranks_per_node=0)}, "invalid_argument", ["ranks_per_node is 0"]),
+    ({"profile": dict(PROFILE, tile_secs=1)}, "invalid_argument", ["unknown key 'tile_secs'"]),
+    ({"profile": {k: v for k, v in PROFILE.items() if k != "slot_seconds"}},
+     "invalid_argument", ["does not set slot_seconds"]),
+    ({"profile": dict(PROFILE, name="")}, "invalid_argument", ["name must be"]),
+])
+def test_bad_schedule_arguments(kwargs, code, words, balancer):
+    args = dict(world=2, max_tokens_per_rank=128, doc_lengths=[100, 20], profile=PROFILE)
+    args.update(kwargs)
+    refused(lambda: balancer.schedule("hybrid", **args), code, *words)
+
+
+def test_a_profile_file_reads_like_its_mapping(balancer, tmp_path):
+    loaded = fulcrum.CostProfile.load(profile_file(tmp_path))
+    assert loaded == fulcrum.CostProfile.from_mapping(PROFILE)
+    assert loaded.to_mapping() == PROFILE
+
+
+def test_bad_profile_files(balancer, tmp_path):
+    def call(path):
+        return lambda: balancer.schedule(world=2, max_tokens_per_rank=128, doc_lengths=[10],
+                                         profile=path)
+
+    refused(call(tmp_path / "absent.yaml"), "not_found", "cannot open", "absent.yaml")
+    refused(call(tmp_path), "invalid_argument", "not a regular file")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    refused(call(fifo), "invalid_argument", "not a regular file")  # and no hang
+    refused(call("/dev/zero"), "invalid_argument", "not a regular file")
+    sock_path = tmp_path / "sock"
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(sock_path))
+        refused(call(sock_path), "not_found", "cannot open")
+    big = tmp_path / "big.yaml"
+    big.write_bytes(b"#" * ((1 << 20) + 1))
+    refused(call(big), "invalid_argument", "over the 1048576")
+    cases = {
+        "empty": ("", ["0 YAML documents"]),
+        "two documents": ("name: a\n---\nname: b\n", ["2 YAML documents"]),
+        "a list": ("- 1\n- 2\n", ["not a mapping"]),
+        "malformed": ("name: [unclosed\n", ["cost profile"]),
+        "a NUL byte": ("name: a\0b\n", ["NUL byte"]),
+        "nan": ("".join(f"{k}: {'.nan' if k == 'token_seconds' else v}\n"
+                        for k, v in PROFILE.items()), ["token_seconds is nan"]),
+        "infinite": ("".join(f"{k}: {'.inf' if k == 'slot_seconds' else v}\n"
+                             for k, v in PROFILE.items()), ["slot_seconds is inf"]),
+        "text": ("".join(f"{k}: {'fast' if k == 'latency_seconds' else v}\n"
+                         for k, v in PROFILE.items()), ["latency_seconds is 'fast'"]),
+    }
+    for name, (text, words) in cases.items():
+        refused(call(profile_file(tmp_path, text=text)), "invalid_argument", *words)
+
+
+def test_the_cli_reads_the_same_profile_files(cli_path, tmp_path):
+    """A profile the package accepts the CLI accepts, and one it refuses the
+    CLI refuses: both sides read the same files alike."""
+    good = profile_file(tmp_path)
+    answer = run_json(cli_path, "schedule", "--world", 2, "--max-tokens-per-rank", 128,
+                      "--lengths", "100,20", "--profile", good)
+    assert answer["request"]["profile"] == "test_profile"
+    for text in ["", "- 1\n", "".join(f"{k}: {v}\n" for k, v in PROFILE.items()
+                                      if k != "slot_seconds")]:
+        path = profile_file(tmp_path, text=text)
+        code, _, stderr = run(cli_path, "schedule", "--world", 2, "--max-tokens-per-rank", 128,
+                              "--lengths", "100,20", "--profile", path)
+        assert code == 2 and "\n" not in stderr and stderr
+        refused(lambda: fulcrum.CostProfile.load(path), "invalid_argument")
+
+
+# -- the broken fixtures and the compatibility plugins ------------------------------
+
+@pytest.mark.parametrize("kind,words", [
+    ("missing_piece", ["do not cover the batch"]),
+    ("over_budget", ["over the budget"]),
+    ("wave_clash", ["in wave"]),
+    ("bad_plan", ["plan"]),
+])
+def test_broken_schedules_are_refused(kind, words, test_plugins):
+    path = test_plugins / f"libfulcrum_broken_schedule_{kind}.so"
+    with fulcrum.load(str(path), check_permissions=False) as b:
+        counter = ReleaseCounting(b)
+        refused(lambda: b.schedule("fixed", world=4, max_tokens_per_rank=256,
+                                   doc_lengths=[700, 300, 90, 40, 12], profile=PROFILE,
+                                   block_size=16),
+                "internal", "returned an invalid schedule", *words)
+        assert counter.scheduled == counter.released == 1
+
+
+def test_a_scheduler_without_release_is_refused_at_load(test_plugins):
+    path = test_plugins / "libfulcrum_broken_schedule_no_release.so"
+    refused(lambda: fulcrum.load(str(path), check_permissions=False), "internal",
+            "only one of schedule and release_schedule")
+
+
+def test_compatibility_plugins(test_plugins):
+    with fulcrum.load(str(test_plugins / "libfulcrum_compat_v1_0.so"),
+                      check_permissions=False) as old:
+        assert old.abi_version == (1, 0) and old.schedule_strategies == []
+        refused(lambda: old.schedule(world=2, max_tokens_per_rank=64, doc_lengths=[10],
+                                     profile=PROFILE), "unsupported", "no scheduler")
+    with fulcrum.load(str(test_plugins / "libfulcrum_compat_next_minor.so"),
+                      check_permissions=False) as newer:
+        # A plain-C plugin of a later minor (a longer table, no scheduler of
+        # its own): its 1.1 fields are read, its extra ones are not.
+        assert newer.abi_version[1] > _abi.ABI_MINOR and newer._table.struct_size > 120
+        assert newer.schedule_strategies == []
+        assert newer.plan_cp("contiguous", cp=2, tokens=10).tokens == 10

@@ -178,13 +178,16 @@ MicroBatch next_micro_batch(const std::vector<DocPiece>& pieces,
         // The later version's guard: growing shifts the groups after this
         // one right, and they must stay inside the world.
         if (g.size != smallest || end + extra >= world || used + extra > world) continue;
+        // fulcrum's departure again: a piece padded to a multiple of 2c can
+        // hold more per member on a larger group (1 token: 1 on one rank, 2
+        // on two), so a group grows only while its padded shard still fits T.
+        std::int64_t packed = 0;
+        for (const std::size_t p : g.pieces) packed += member_tokens(pieces[p].length, next);
+        if (packed > budget) continue;
         g.size = next;
+        g.packed = packed;
         g.workload = 0;
-        g.packed = 0;
-        for (const std::size_t p : g.pieces) {
-          g.workload += workload(pieces[p].length, next);
-          g.packed += member_tokens(pieces[p].length, next);
-        }
+        for (const std::size_t p : g.pieces) g.workload += workload(pieces[p].length, next);
         for (Group& other : mb.groups) {
           if (other.first_rank > end) other.first_rank += extra;
         }

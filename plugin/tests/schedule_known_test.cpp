@@ -287,6 +287,25 @@ TEST(MegatronDcp, NonPowerOfTwoWorldFallsBackToTheFullGroup) {
   EXPECT_EQ(s->slots[0].pieces.size(), 2u);
 }
 
+TEST(MegatronDcp, AGroupGrowsOnlyWhileItsPaddedShardFitsTheBudget) {
+  // Two 1-token documents share one rank (1 + 1 <= T = 2). Doubling that
+  // group to fill the empty rank would pad each to 2 tokens per member, 4 in
+  // all: over T. The group stays, the full-world fill takes over instead, and
+  // every schedule the scheduler returns is valid.
+  const ScheduleRequest r = request_of({1, 1}, 2, 2, 64);
+  const Result<Schedule> s = run_schedule_strategy("megatron_dcp", r);
+  ASSERT_TRUE(s) << s.status().message();
+  EXPECT_TRUE(validate_schedule(r, *s)) << validate_schedule(r, *s).message();
+  for (const ScheduleSlot& slot : s->slots) EXPECT_LE(slot.plan.shard_len, 2);
+
+  // The batch a fuzzer found (T = 2, B = 64, pieces cut at 16 tokens).
+  const ScheduleRequest found =
+      request_of({3000, 1856, 2817, 3843, 3841, 1797, 2817, 3842}, 8, 2, 64);
+  const Result<Schedule> big = run_schedule_strategy("megatron_dcp", found);
+  ASSERT_TRUE(big) << big.status().message();
+  EXPECT_TRUE(validate_schedule(found, *big)) << validate_schedule(found, *big).message();
+}
+
 TEST(MegatronDcp, GroupsArePowersOfTwoDividingTheWorldOrTheWorld) {
   const ScheduleRequest r = request_of({900, 300, 250, 60, 40, 40, 33, 20, 9, 8, 7}, 12, 100, 4);
   const Result<Schedule> s = run_schedule_strategy("megatron_dcp", r);

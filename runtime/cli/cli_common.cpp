@@ -265,9 +265,9 @@ LoadedBalancer load_balancer(const CommonOptions& common, const host::Config& co
   options.log = log;
   // balancer.plugin_dirs first, so a job's own directory wins over the
   // environment and the install; then the usual places.
-  std::string_view dirs = config.get_string("balancer.plugin_dirs");
-  const std::string dirs_text(dirs);
-  dirs = dirs_text;
+  // The view must not outlive the string get_string returns by value.
+  const std::string dirs_text = config.get_string("balancer.plugin_dirs");
+  std::string_view dirs = dirs_text;
   while (!dirs.empty()) {
     const std::size_t colon = dirs.find(':');
     if (colon != 0) options.search_dirs.emplace_back(dirs.substr(0, colon));

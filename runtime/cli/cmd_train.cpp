@@ -87,9 +87,9 @@ po::options_description train_options(TrainFlags& f) {
   host::LoaderOptions options;
   options.check_permissions = config.get_bool("balancer.check_permissions");
   options.log = [](host::LogLevel, const std::string&) {};
-  std::string_view dirs = config.get_string("balancer.plugin_dirs");
-  const std::string dirs_text(dirs);
-  dirs = dirs_text;
+  // The view must not outlive the string get_string returns by value.
+  const std::string dirs_text = config.get_string("balancer.plugin_dirs");
+  std::string_view dirs = dirs_text;
   while (!dirs.empty()) {
     const std::size_t colon = dirs.find(':');
     if (colon != 0) options.search_dirs.emplace_back(dirs.substr(0, colon));

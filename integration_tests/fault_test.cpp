@@ -851,7 +851,7 @@ TEST(BadInput, DataFilesEndTheJobWithOneCauseLine) {
        negative + ":"},
       {"Megatron prefix missing",
        {"data.source=megatron", "data.path=" + dir.file("absent")},
-       dir.file("absent") + ".idx: cannot open"},
+       dir.file("absent") + ".idx does not exist"},
       {"Megatron .idx not an index",
        {"data.source=megatron", "data.path=" + dir.file("garbage")},
        dir.file("garbage") + ".idx: byte offset 0: expected the magic"},

@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "fulcrum/host/plugin_loader.h"
+#include "host/input_file.h"
 
 namespace fulcrum::cli {
 
@@ -49,6 +50,11 @@ std::string_view trim(std::string_view text) {
 
 constexpr std::string_view kLengthListHint =
     "give comma-separated positive integers, e.g. 4096,812,77";
+// A lengths list is flat; a little nesting is let through to be refused by
+// the element checks, with their clearer message.
+constexpr int kMaxLengthFileDepth = 64;
+// 256 MiB of text is tens of millions of lengths, far past any row.
+constexpr std::uint64_t kMaxLengthFileBytes = 256u << 20;
 constexpr std::string_view kLengthFileHint =
     "give a file holding a JSON list of positive integers, e.g. [4096, 812, 77]";
 
@@ -132,21 +138,15 @@ std::vector<std::int64_t> parse_length_list(std::string_view text, std::string_v
 }
 
 std::vector<std::int64_t> read_length_file(const std::string& path, std::string_view option) {
-  namespace fs = std::filesystem;
   const std::string what = std::string(option) + " " + quote(path);
-  std::error_code ec;
-  const fs::file_status status = fs::status(path, ec);
-  if (!fs::exists(status)) {
-    throw UsageError(what + " not found; " + std::string(kLengthFileHint));
+  auto read = host::read_input_file(path, {what, kLengthFileHint, kMaxLengthFileBytes});
+  if (!read) throw UsageError(read.status().message());
+  const std::string& text = read.value();
+  if (std::size_t at = 0; !host::json_nesting_within(text, kMaxLengthFileDepth, at)) {
+    throw UsageError(what + " nests lists or objects more than " +
+                     std::to_string(kMaxLengthFileDepth) + " deep at byte " + std::to_string(at) +
+                     "; " + std::string(kLengthFileHint));
   }
-  if (fs::is_directory(status)) {
-    throw UsageError(what + " is a directory; " + std::string(kLengthFileHint));
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in.is_open()) {
-    throw UsageError(what + " could not be opened; check its permissions");
-  }
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 
   nlohmann::json json;
   try {
@@ -158,6 +158,9 @@ std::vector<std::int64_t> read_length_file(const std::string& path, std::string_
     if (const auto tag = reason.find("] "); tag != std::string::npos) reason.erase(0, tag + 2);
     throw UsageError(what + " is not valid JSON at byte " + std::to_string(e.byte) + " (" + reason +
                      "); " + std::string(kLengthFileHint));
+  } catch (const nlohmann::json::exception&) {
+    // A number past a double's range (1E400) is out_of_range, not a parse error.
+    throw UsageError(what + " holds a number out of range; " + std::string(kLengthFileHint));
   }
   if (!json.is_array()) {
     throw UsageError(what + " holds a JSON " + std::string(json.type_name()) + ", not a list; " +
@@ -280,6 +283,15 @@ LoadedBalancer load_balancer(const CommonOptions& common, const host::Config& co
   auto loaded = host::load_plugin(name, options);
   if (loaded) return {std::move(loaded).value(), false, ""};
   const std::string failure = loaded.status().message();
+  // Only an absent plugin may give way to the built-in balancer: one that is
+  // there but cannot be used (unsafe permissions, a truncated file, a wrong
+  // ABI) is a mistake to fix, not a reason to train with another balancer.
+  if (loaded.status().code() != StatusCode::kNotFound) {
+    throw UsageError("cannot use balancer plugin '" + name + "': " + one_line(failure) +
+                     (failure.find("; ") == std::string::npos
+                          ? "; fix or rebuild the plugin, or set balancer.plugin: builtin"
+                          : ""));
+  }
   if (log) {
     log(host::LogLevel::kWarning, "could not load plugin '" + name + "': " + failure +
                                       "; using the built-in balancer (contiguous sharding only)");

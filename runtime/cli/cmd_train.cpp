@@ -78,29 +78,11 @@ po::options_description train_options(TrainFlags& f) {
 }
 
 // A plugin that exists but cannot be used is a configuration error: refuse
-// it here, once, before any worker starts. A missing plugin is left to the
-// workers, whose fallback (the built-in balancer, with a warning) is the
-// documented behaviour.
+// it here, once, before any worker starts, by the policy plan and
+// dp-partition use. A missing plugin is left to the workers, whose fallback
+// (the built-in balancer, with a warning) is the documented behaviour.
 [[maybe_unused]] void check_plugin(const host::Config& config) {
-  const std::string name = config.get_string("balancer.plugin");
-  if (name == "builtin") return;
-  host::LoaderOptions options;
-  options.check_permissions = config.get_bool("balancer.check_permissions");
-  options.log = [](host::LogLevel, const std::string&) {};
-  // The view must not outlive the string get_string returns by value.
-  const std::string dirs_text = config.get_string("balancer.plugin_dirs");
-  std::string_view dirs = dirs_text;
-  while (!dirs.empty()) {
-    const std::size_t colon = dirs.find(':');
-    if (colon != 0) options.search_dirs.emplace_back(dirs.substr(0, colon));
-    if (colon == std::string_view::npos) break;
-    dirs.remove_prefix(colon + 1);
-  }
-  for (std::string& dir : host::default_search_dirs()) options.search_dirs.push_back(dir);
-  auto loaded = host::load_plugin(name, options);
-  if (loaded || loaded.status().code() == StatusCode::kNotFound) return;
-  throw UsageError("cannot use balancer plugin '" + name + "': " + loaded.status().message() +
-                   "; fix or rebuild the plugin, or set balancer.plugin: builtin");
+  load_balancer(CommonOptions{}, config, [](host::LogLevel, const std::string&) {});
 }
 
 // Every path the run will write or read, checked before any worker starts:

@@ -25,6 +25,8 @@
 
 #include "fulcrum/host/config.h"
 
+#include "input_file.h"
+
 namespace fulcrum::host {
 namespace {
 
@@ -499,24 +501,17 @@ Result<Config> load_config_string(const std::string& yaml, const std::string& na
 Result<Config> load_config(const std::string& path, const std::vector<std::string>& overrides,
                            const ConfigSchema& schema) {
   if (path.empty()) return load_config_string("", "", overrides, schema);
-  std::error_code ec;
-  const auto status = std::filesystem::status(path, ec);
-  if (!std::filesystem::exists(status)) {
-    return not_found("config file " + quote_text(path, path.size()) +
-                     " not found; check the path, or leave out --config to use the defaults");
+  // A config is a page of YAML; anything this large is the wrong file.
+  constexpr std::uint64_t kMaxConfigBytes = 16u << 20;
+  const std::string what = "config file " + quote_text(path, path.size());
+  Result<std::string> text = read_input_file(
+      path, {what, "give a YAML file, or leave out --config to use the defaults", kMaxConfigBytes});
+  if (!text) return text.status();
+  if (const std::size_t nul = text.value().find('\0'); nul != std::string::npos) {
+    return invalid_argument(what + " holds a NUL byte at byte " + std::to_string(nul) +
+                            "; a config is YAML text: give a YAML file");
   }
-  if (std::filesystem::is_directory(status)) {
-    return invalid_argument("config file " + quote_text(path, path.size()) +
-                            " is a directory; give a YAML file");
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in.is_open()) {
-    return invalid_argument("config file " + quote_text(path, path.size()) +
-                            " could not be opened; check its permissions");
-  }
-  std::ostringstream text;
-  text << in.rdbuf();
-  return load_config_string(text.str(), path, overrides, schema);
+  return load_config_string(text.value(), path, overrides, schema);
 }
 
 }  // namespace fulcrum::host

@@ -311,7 +311,8 @@ TEST(ConfigTest, MissingFileIsNotFound) {
   auto config = load_config("/nonexistent/x.yaml", {});
   ASSERT_FALSE(config.is_ok());
   EXPECT_EQ(config.status().code(), StatusCode::kNotFound);
-  EXPECT_TRUE(Contains(config.status().message(), "config file '/nonexistent/x.yaml' not found"));
+  EXPECT_TRUE(
+      Contains(config.status().message(), "config file '/nonexistent/x.yaml' does not exist"));
 }
 
 TEST(ConfigTest, LoadsFromAFile) {

@@ -1,5 +1,7 @@
 #include "train/checkpoint.h"
 
+#include "host/input_file.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -451,10 +453,11 @@ Result<std::vector<CheckpointFile>> list_checkpoints(const std::string& dir) {
 }
 
 Result<Checkpoint> read_checkpoint(const std::string& path) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) {
-    return not_found("cannot open checkpoint " + path + ": " + errno_text());
-  }
+  Result<host::InputFile> opened = host::open_input_file(
+      path, {"checkpoint " + path,
+             "give a checkpoint file written by fulcrum train, or train.resume: auto"});
+  if (!opened) return opened.status();
+  Fd fd(std::move(opened).value().release());
   std::string bytes;
   char buffer[1 << 16];
   for (;;) {

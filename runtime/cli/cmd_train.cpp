@@ -21,6 +21,8 @@
 #include "fulcrum/host/plugin_loader.h"
 #include "launch/launch.h"
 #include "launch/preflight.h"
+#include "launch/unique_fd.h"
+#include "train_preflight.h"
 
 namespace fulcrum::cli {
 namespace {
@@ -222,10 +224,15 @@ int train_body(const std::vector<std::string>& args) {
                      "; pass --nproc " + std::to_string(world) +
                      " or change parallel.dp_size / parallel.cp_size");
   }
+  check_train_options(config);
   check_plugin(config);
   check_paths(config, f);
   check_sizes(config, static_cast<int>(nproc));
   check_environment(static_cast<int>(nproc));
+  check_master_port(config);
+  check_train_data(config);
+  // Held, and so the directory kept, until the workers are gone.
+  const launch::UniqueFd checkpoint_lock(lock_checkpoint_dir(config));
 
   const fs::path worker = worker_path();
   if (::access(worker.c_str(), X_OK) != 0) {

@@ -1,0 +1,136 @@
+#include "train_preflight.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <system_error>
+
+#include "cli_common.h"
+#include "data/indexed_dataset.h"
+#include "data/jsonl_dataset.h"
+#include "data/synthetic_dataset.h"
+#include "data/token_dataset.h"
+#include "train/options.h"
+
+namespace fulcrum::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+train::TrainOptions options_or_throw(const host::Config& config) {
+  Result<train::TrainOptions> options = train::train_options_from_config(config);
+  if (!options) {
+    std::string message = options.status().message();
+    if (message.find("; ") == std::string::npos) message += "; correct the config";
+    throw UsageError(message);
+  }
+  return std::move(options).value();
+}
+
+}  // namespace
+
+void check_train_options(const host::Config& config) { options_or_throw(config); }
+
+void check_train_data(const host::Config& config) {
+  const train::TrainOptions o = options_or_throw(config);
+  if (o.source == train::DataSource::kSynthetic) {
+    if (o.data_path.empty()) return;
+    // Synthetic tokens are drawn below the vocabulary; only the lengths are read.
+    Result<std::vector<std::int64_t>> lengths = data::read_lengths_file(o.data_path);
+    if (!lengths) throw UsageError("data.path: " + lengths.status().message());
+    return;
+  }
+  std::unique_ptr<data::TokenDataset> dataset;
+  if (o.source == train::DataSource::kJsonl) {
+    Result<data::JsonlDataset> d = data::JsonlDataset::open(o.data_path);
+    if (!d) throw UsageError("data.path: " + d.status().message());
+    dataset = std::make_unique<data::JsonlDataset>(std::move(d).value());
+  } else {
+    Result<data::IndexedDataset> d = data::IndexedDataset::open(o.data_path);
+    if (!d) throw UsageError("data.path: " + d.status().message());
+    dataset = std::make_unique<data::IndexedDataset>(std::move(d).value());
+  }
+  if (dataset->size() == 0) {
+    throw UsageError("data.path " + o.data_path +
+                     " holds no samples; give a dataset with at least one sample");
+  }
+  const std::int64_t vocab = o.model.vocab_size;
+  std::int64_t scanned = 0;
+  for (std::int64_t i = 0; i < dataset->size() && scanned < kMaxScannedTokens; ++i) {
+    const std::vector<std::int64_t> tokens = dataset->tokens(i);
+    for (std::size_t j = 0; j < tokens.size(); ++j) {
+      if (tokens[j] >= 0 && tokens[j] < vocab) continue;
+      throw UsageError("data.path " + o.data_path + ": sample " + std::to_string(i) +
+                       ", token " + std::to_string(j) + " is id " + std::to_string(tokens[j]) +
+                       ", outside model.vocab_size = " + std::to_string(vocab) +
+                       "; raise model.vocab_size above the largest token id or fix the data");
+    }
+    scanned += static_cast<std::int64_t>(tokens.size());
+  }
+}
+
+void check_master_port(const host::Config& config) {
+  const std::int64_t port = config.get_int("dist.master_port");
+  if (port == 0) return;  // the launcher picks a free one
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return;  // no sockets at all: the rendezvous will say so
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<std::uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_ANY);
+  const int bound = ::bind(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address);
+  const int err = errno;
+  ::close(fd);
+  if (bound == 0) return;
+  if (err == EADDRINUSE) {
+    throw UsageError("dist.master_port " + std::to_string(port) +
+                     " is in use on this host (by another job or program); choose another "
+                     "port, or 0 to let fulcrum train pick a free one");
+  }
+  throw UsageError("dist.master_port " + std::to_string(port) + " cannot be bound (" +
+                   std::strerror(err) + "); choose a port from 1024 to 65535, or 0");
+}
+
+int lock_checkpoint_dir(const host::Config& config) {
+  const std::string dir = config.get_string("train.checkpoint_dir");
+  const bool writes = config.get_int("train.checkpoint_every") > 0;
+  const bool reads = config.get_string("train.resume") == "auto";
+  if (dir.empty() || (!writes && !reads)) return -1;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir, ec)) {
+    throw UsageError("train.checkpoint_dir " + dir + " cannot be used as a directory" +
+                     (ec ? " (" + ec.message() + ")" : std::string()) +
+                     "; choose a directory this user can create and write");
+  }
+  const std::string lock_path = (fs::path(dir) / ".fulcrum-train.lock").string();
+  const int fd =
+      ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+  if (fd < 0) {
+    throw UsageError("cannot create the lock file " + lock_path + " (" + std::strerror(errno) +
+                     "); make train.checkpoint_dir writable or choose another");
+  }
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    ::close(fd);
+    if (err == EWOULDBLOCK) {
+      throw UsageError("train.checkpoint_dir " + dir +
+                       " is in use by another fulcrum train run (it holds " + lock_path +
+                       "); wait for it to end or give this run its own train.checkpoint_dir");
+    }
+    throw UsageError("cannot lock " + lock_path + " (" + std::strerror(err) +
+                     "); choose a train.checkpoint_dir on a local file system");
+  }
+  return fd;
+}
+
+}  // namespace fulcrum::cli

@@ -1,0 +1,34 @@
+// What `fulcrum train` checks before any worker starts, beyond single flags
+// and keys: the configuration as the workers will read it, the data against
+// the vocabulary, the rendezvous port and the checkpoint directory. Each
+// throws UsageError with one line; a job that passes them can still fail, but
+// not for a reason known before the rendezvous.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "fulcrum/host/config.h"
+
+namespace fulcrum::cli {
+
+// The workers' own reading of the configuration (model shape, masks, sizes,
+// timeouts), run once here so a mistake is one line, not one per rank.
+void check_train_options(const host::Config& config);
+
+// Opens data.path as a worker will and checks every token id against
+// model.vocab_size, up to kMaxScannedTokens tokens (see docs/RELIABILITY.md
+// for the cost); the rest is checked by the workers as rows are built.
+inline constexpr std::int64_t kMaxScannedTokens = std::int64_t{1} << 28;
+void check_train_data(const host::Config& config);
+
+// dist.master_port, when one is given, is free on this host: a second job
+// on a port in use would otherwise join the first job's rendezvous.
+void check_master_port(const host::Config& config);
+
+// An exclusive lock on train.checkpoint_dir for the life of the returned
+// descriptor (-1 when the run writes no checkpoints): a second run into the
+// same directory is refused instead of overwriting the first one's files.
+int lock_checkpoint_dir(const host::Config& config);
+
+}  // namespace fulcrum::cli

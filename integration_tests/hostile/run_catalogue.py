@@ -9,6 +9,8 @@ Outcomes:
          no signal, within the deadline
   ok     exit status 0, no signal, within the deadline (a correct run)
   warn   exit status 0 with a warning on stderr (an absent plugin)
+  xfail  a known defect: breaks the error rule today; reported, not failed,
+         and failed once it holds so that the mark is removed
 Prints one line per failing case and a summary by surface and class; exits 1
 when any case fails.
 """
@@ -75,6 +77,8 @@ def run_case(case, env, deadline):
             return "stderr looks like a crash", elapsed, err, rc
         lines = [l for l in err.splitlines() if l.strip()]
         expect = case["expect"]
+        if expect == "xfail":
+            expect = "error"
         if expect == "error":
             if rc != 2:
                 return f"exit status {rc}, expected 2", elapsed, err, rc
@@ -119,6 +123,7 @@ def main():
     if args.skip_train:
         cases = [c for c in cases if "train" not in c["command"] and "WORKER" not in c["command"]]
     failures = 0
+    known = 0
     slowest = (0.0, "")
     by_surface = collections.Counter()
     by_class = collections.Counter()
@@ -126,11 +131,17 @@ def main():
     for case in cases:
         name = f"{case['surface']} / {case['class']} / {case['case']}"
         problem, elapsed, err, rc = run_case(case, env, args.deadline)
-        by_surface[case["surface"].split(" ")[0] if False else case["surface"]] += 1
+        by_surface[case["surface"]] += 1
         by_class[case["class"]] += 1
         outcomes[case["expect"]] += 1
         if elapsed > slowest[0]:
             slowest = (elapsed, name)
+        if case["expect"] == "xfail":
+            if problem:
+                known += 1
+                print(f"KNOWN {name}: {problem}", flush=True)
+                continue
+            problem = "holds now: remove its xfail mark"
         if problem:
             failures += 1
             first = err.strip().splitlines()[:3]
@@ -144,7 +155,7 @@ def main():
         for k, v in sorted(by_class.items()):
             print(f"  {v:4d}  {k}")
     print(f"{len(cases)} cases ({', '.join(f'{v} {k}' for k, v in sorted(outcomes.items()))}); "
-          f"{len(cases) - failures} held, {failures} failed; slowest {slowest[0]:.2f} s "
+          f"{len(cases) - failures - known} held, {known} known defects, {failures} failed; slowest {slowest[0]:.2f} s "
           f"({slowest[1]})")
     return 1 if failures else 0
 

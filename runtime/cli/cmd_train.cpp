@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -84,7 +85,19 @@ po::options_description train_options(TrainFlags& f) {
 // dp-partition use. A missing plugin is left to the workers, whose fallback
 // (the built-in balancer, with a warning) is the documented behaviour.
 [[maybe_unused]] void check_plugin(const host::Config& config) {
-  load_balancer(CommonOptions{}, config, [](host::LogLevel, const std::string&) {});
+  const LoadedBalancer loaded =
+      load_balancer(CommonOptions{}, config, [](host::LogLevel, const std::string&) {});
+  if (loaded.is_builtin) return;  // the workers warn and fall back per batch
+  const auto require = [&](const char* key, const std::vector<std::string>& known) {
+    const std::string name = config.get_string(key);
+    if (name == "auto" || std::find(known.begin(), known.end(), name) != known.end()) return;
+    throw UsageError(std::string(key) + " = '" + name + "' is not a strategy of balancer plugin '" +
+                     config.get_string("balancer.plugin") + "' (it has " + join(known, ", ") +
+                     "); choose one of them or auto");
+  };
+  require("balancer.cp.strategy", loaded.balancer->cp_strategies());
+  require("balancer.cp.fallback", loaded.balancer->cp_strategies());
+  require("balancer.dp.strategy", loaded.balancer->dp_strategies());
 }
 
 // Every path the run will write or read, checked before any worker starts:
@@ -207,6 +220,7 @@ int train_body(const std::vector<std::string>& args) {
   if (given.count("resume") != 0) f.overrides.push_back("train.resume=" + f.resume);
   common.overrides = f.overrides;
   const host::Config config = load_config_or_throw(common);
+  check_config_not_empty(f.config_path);
 
   const std::int64_t dp = config.get_int("parallel.dp_size");
   const std::int64_t cp = config.get_int("parallel.cp_size");
@@ -231,6 +245,7 @@ int train_body(const std::vector<std::string>& args) {
   check_environment(static_cast<int>(nproc));
   check_master_port(config);
   check_train_data(config);
+  check_resume(config);
   // Held, and so the directory kept, until the workers are gone.
   const launch::UniqueFd checkpoint_lock(lock_checkpoint_dir(config));
 

@@ -19,6 +19,8 @@
 #include "data/jsonl_dataset.h"
 #include "data/synthetic_dataset.h"
 #include "data/token_dataset.h"
+#include "host/input_file.h"
+#include "train/checkpoint.h"
 #include "train/options.h"
 
 namespace fulcrum::cli {
@@ -69,12 +71,46 @@ void check_train_data(const host::Config& config) {
     const std::vector<std::int64_t> tokens = dataset->tokens(i);
     for (std::size_t j = 0; j < tokens.size(); ++j) {
       if (tokens[j] >= 0 && tokens[j] < vocab) continue;
-      throw UsageError("data.path " + o.data_path + ": sample " + std::to_string(i) +
-                       ", token " + std::to_string(j) + " is id " + std::to_string(tokens[j]) +
+      throw UsageError("data.path " + o.data_path + ": sample " + std::to_string(i) + ", token " +
+                       std::to_string(j) + " is id " + std::to_string(tokens[j]) +
                        ", outside model.vocab_size = " + std::to_string(vocab) +
                        "; raise model.vocab_size above the largest token id or fix the data");
     }
     scanned += static_cast<std::int64_t>(tokens.size());
+  }
+}
+
+void check_config_not_empty(const std::string& path) {
+  std::error_code ec;
+  const auto size = fs::file_size(path, ec);
+  if (!ec && size == 0) {
+    throw UsageError("config file " + path +
+                     " is empty; fulcrum train needs a training config, e.g. "
+                     "configs/quickstart.yaml");
+  }
+}
+
+void check_resume(const host::Config& config) {
+  const std::string resume = config.get_string("train.resume");
+  if (resume == "none") return;
+  if (resume == "auto") {
+    if (config.get_string("train.checkpoint_dir").empty()) {
+      throw UsageError(
+          "train.resume = auto needs train.checkpoint_dir, the directory to resume from; set "
+          "it, or name a checkpoint file in train.resume");
+    }
+    return;
+  }
+  const std::string fix = "give a checkpoint file written by fulcrum train, or train.resume: auto";
+  Result<host::InputFile> opened = host::open_input_file(resume, {"checkpoint " + resume, fix});
+  if (!opened) throw UsageError(opened.status().message());
+  char magic[sizeof train::kCheckpointMagic - 1] = {};
+  const ssize_t got = ::pread(opened.value().fd(), magic, sizeof magic, 0);
+  if (got != static_cast<ssize_t>(sizeof magic) ||
+      std::memcmp(magic, train::kCheckpointMagic, sizeof magic) != 0) {
+    throw UsageError("checkpoint " + resume +
+                     " is not a fulcrum checkpoint (it does not start with '" +
+                     std::string(train::kCheckpointMagic) + "'); " + fix);
   }
 }
 

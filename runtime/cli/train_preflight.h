@@ -22,6 +22,16 @@ void check_train_options(const host::Config& config);
 inline constexpr std::int64_t kMaxScannedTokens = std::int64_t{1} << 28;
 void check_train_data(const host::Config& config);
 
+// A training run needs a configuration of its own: an empty --config file
+// (an unfinished copy, a wrong path to an empty file) would silently train
+// the defaults for hours.
+void check_config_not_empty(const std::string& path);
+
+// train.resume: auto needs train.checkpoint_dir; a named checkpoint must be
+// one this version can read (its magic first, so that a huge file of
+// something else is refused without reading it all).
+void check_resume(const host::Config& config);
+
 // dist.master_port, when one is given, is free on this host: a second job
 // on a port in use would otherwise join the first job's rendezvous.
 void check_master_port(const host::Config& config);

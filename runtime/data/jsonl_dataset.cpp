@@ -147,8 +147,10 @@ Result<JsonlDataset> JsonlDataset::open(const std::string& path) {
           (t.is_number_unsigned() &&
            t.get<std::uint64_t>() >
                static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))) {
-        return invalid_argument(where + ": element " + std::to_string(j) + " is " + t.dump() +
-                                ", expected a non-negative integer token id");
+        return invalid_argument(
+            where + ": element " + std::to_string(j) + " is " + t.dump() +
+            ", expected a non-negative integer token id; token ids are integers from 0 to "
+            "model.vocab_size - 1");
       }
       ds.tokens_.push_back(t.get<std::int64_t>());
     }

@@ -17,6 +17,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -58,7 +59,7 @@ class InputError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Writing a checkpoint failed (disk full, permissions changed): exit 1, as a
+// Writing a checkpoint or the metrics failed (disk full, permissions changed): exit 1, as a
 // runtime failure, with the checkpoint's own message rather than "internal
 // error".
 class CheckpointError : public std::runtime_error {
@@ -210,11 +211,10 @@ double round_robin_imbalance(const std::vector<std::int64_t>& samples,
   return mean > 0 ? *std::max_element(rank.begin(), rank.end()) / mean : 1.0;
 }
 
+// Written whole to a temporary file, synced and renamed over `path`: a full
+// disk or an I/O error leaves the previous file in place and names the cause.
 Status save_parameters(const std::string& path, const GptModel& model) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) {
-    return invalid_argument("cannot write parameters to " + path + ": " + std::strerror(errno));
-  }
+  std::ostringstream out;
   for (std::size_t i = 0; i < model.parameters().size(); ++i) {
     out << model.parameter_names()[i] << ' ' << model.parameters()[i].numel() << '\n';
   }
@@ -224,7 +224,11 @@ Status save_parameters(const std::string& path, const GptModel& model) {
     out.write(reinterpret_cast<const char*>(d.data_ptr<double>()),
               static_cast<std::streamsize>(d.numel() * sizeof(double)));
   }
-  if (!out) return invalid_argument("writing parameters to " + path + " failed");
+  const Status written = write_file_atomically(path, out.str());
+  if (!written) {
+    return invalid_argument("cannot write parameters to --save-params " + path + ": " +
+                            written.message() + "; free space there or choose another path");
+  }
   return Status::ok();
 }
 
@@ -917,7 +921,11 @@ void Worker::train() {
     report.dp_round_robin_imbalance =
         round_robin_imbalance(batch->global_samples, *dataset_, o_.dp_cost, o_.dp_size);
     report.wall_ms = figures.step_ms;
-    if (metrics_) metrics_->write(metrics_lines(report, ranks, o_.dp_size, o_.cp_size));
+    if (metrics_) {
+      if (Status s = metrics_->write(metrics_lines(report, ranks, o_.dp_size, o_.cp_size)); !s) {
+        throw CheckpointError(s.message());
+      }
+    }
     summary.add(report, ranks, o_.cp_size);
     progress.update(report, std::chrono::duration<double>(Clock::now() - start).count());
     // After the step's metrics: a crash while writing loses no record.

@@ -9,6 +9,9 @@ Outcomes:
          no signal, within the deadline
   ok     exit status 0, no signal, within the deadline (a correct run)
   warn   exit status 0 with a warning on stderr (an absent plugin)
+  write-error  a write failed mid-run (injected: a file size limit): exit 1 or
+         2, the rank's line saying 'cannot write' and the file, at most the
+         launcher's line besides; the command checks the previous file is kept
   xfail  a known defect: breaks the error rule today; reported, not failed,
          and failed once it holds so that the mark is removed
 Prints one line per failing case and a summary by surface and class; exits 1
@@ -86,6 +89,13 @@ def run_case(case, env, deadline):
                 return f"{len(lines)} lines on stderr, expected 1", elapsed, err, rc
             if "; " not in lines[0]:
                 return "the line does not say what to do ('; ...')", elapsed, err, rc
+        elif expect == "write-error":
+            # A write that failed while workers ran: the rank's line naming
+            # the file and the cause, then the launcher's line naming the rank.
+            if rc not in (1, 2):
+                return f"exit status {rc}, expected 1 or 2", elapsed, err, rc
+            if not any("cannot write" in l for l in lines) or len(lines) > 2:
+                return "no single line naming the failed write", elapsed, err, rc
         elif expect in ("ok", "warn"):
             if rc != 0:
                 return f"exit status {rc}, expected 0", elapsed, err, rc

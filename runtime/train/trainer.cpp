@@ -226,8 +226,10 @@ Status save_parameters(const std::string& path, const GptModel& model) {
   }
   const Status written = write_file_atomically(path, out.str());
   if (!written) {
-    return invalid_argument("cannot write parameters to --save-params " + path + ": " +
-                            written.message() + "; free space there or choose another path");
+    // The writer's own advice names train.checkpoint_dir; keep only its cause.
+    const std::string cause = written.message().substr(0, written.message().find("; "));
+    return invalid_argument("cannot write parameters to --save-params " + path + " (" + cause +
+                            "); free space there or choose another path");
   }
   return Status::ok();
 }

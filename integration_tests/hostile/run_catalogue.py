@@ -12,6 +12,8 @@ Outcomes:
   write-error  a write failed mid-run (injected: a file size limit): exit 1 or
          2, the rank's line saying 'cannot write' and the file, at most the
          launcher's line besides; the command checks the previous file is kept
+  fails:TEXT  a run that fails while training (a NaN loss): exit 1 or 2, a
+         line holding TEXT, at most the launcher's line besides
   xfail  a known defect: breaks the error rule today; reported, not failed,
          and failed once it holds so that the mark is removed
 Prints one line per failing case and a summary by surface and class; exits 1
@@ -96,6 +98,13 @@ def run_case(case, env, deadline):
                 return f"exit status {rc}, expected 1 or 2", elapsed, err, rc
             if not any("cannot write" in l for l in lines) or len(lines) > 2:
                 return "no single line naming the failed write", elapsed, err, rc
+        elif expect.startswith("fails:"):
+            # A run that fails while training, for a cause it must name.
+            wanted = expect[len("fails:"):]
+            if rc not in (1, 2):
+                return f"exit status {rc}, expected 1 or 2", elapsed, err, rc
+            if not any(wanted in l for l in lines) or len(lines) > 2:
+                return f"no single line saying '{wanted}'", elapsed, err, rc
         elif expect in ("ok", "warn"):
             if rc != 0:
                 return f"exit status {rc}, expected 0", elapsed, err, rc
@@ -143,7 +152,7 @@ def main():
         problem, elapsed, err, rc = run_case(case, env, args.deadline)
         by_surface[case["surface"]] += 1
         by_class[case["class"]] += 1
-        outcomes[case["expect"]] += 1
+        outcomes[case["expect"].split(":")[0]] += 1
         if elapsed > slowest[0]:
             slowest = (elapsed, name)
         if case["expect"] == "xfail":

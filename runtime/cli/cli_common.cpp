@@ -212,7 +212,16 @@ void add_common_options(po::options_description& options, CommonOptions& common)
        "YAML config supplying defaults (explicit flags win)")                         //
       ("set", po::value(&common.overrides)->value_name("KEY=VALUE")->composing(),     //
        "override one config key, e.g. --set balancer.cp.block_size=64 (repeatable)")  //
-      ("plugin", po::value(&common.plugin)->value_name("NAME_OR_PATH"),
+      ("plugin",
+       po::value(&common.plugin)
+           ->value_name("NAME_OR_PATH")
+           ->notifier([](const std::string& value) {
+             // An empty value is an unset shell variable, not "the default".
+             if (value.empty()) {
+               throw UsageError(
+                   "--plugin is empty; give a plugin name, a path to a .so file, or builtin");
+             }
+           }),
        "balancer plugin: a name searched in the plugin directories, a path to a .so, or "
        "'builtin' (default: balancer.plugin)");
 }

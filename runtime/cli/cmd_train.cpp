@@ -243,7 +243,8 @@ int train_body(const std::vector<std::string>& args) {
   check_paths(config, f);
   check_sizes(config, static_cast<int>(nproc));
   check_environment(static_cast<int>(nproc));
-  check_master_port(config);
+  // Held, like the checkpoint lock below, until the workers are gone.
+  const launch::UniqueFd port_lock(lock_master_port(config));
   check_train_data(config);
   check_resume(config);
   // Held, and so the directory kept, until the workers are gone.

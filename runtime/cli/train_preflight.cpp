@@ -61,12 +61,9 @@ void check_train_data(const host::Config& config) {
     if (!d) throw UsageError("data.path: " + d.status().message());
     dataset = std::make_unique<data::IndexedDataset>(std::move(d).value());
   }
-  if (dataset->size() == 0) {
-    throw UsageError("data.path " + o.data_path +
-                     " holds no samples; give a dataset with at least one sample");
-  }
   const std::int64_t vocab = o.model.vocab_size;
   std::int64_t scanned = 0;
+  bool any_tokens = false;
   for (std::int64_t i = 0; i < dataset->size() && scanned < kMaxScannedTokens; ++i) {
     const std::vector<std::int64_t> tokens = dataset->tokens(i);
     for (std::size_t j = 0; j < tokens.size(); ++j) {
@@ -77,6 +74,11 @@ void check_train_data(const host::Config& config) {
                        "; raise model.vocab_size above the largest token id or fix the data");
     }
     scanned += static_cast<std::int64_t>(tokens.size());
+    any_tokens = any_tokens || !tokens.empty();
+  }
+  if (!any_tokens && scanned < kMaxScannedTokens) {
+    throw UsageError("data.path: " + dataset->describe() +
+                     " has no sample with at least one token; give a dataset with tokens");
   }
 }
 
@@ -114,11 +116,28 @@ void check_resume(const host::Config& config) {
   }
 }
 
-void check_master_port(const host::Config& config) {
+int lock_master_port(const host::Config& config) {
   const std::int64_t port = config.get_int("dist.master_port");
-  if (port == 0) return;  // the launcher picks a free one
+  if (port == 0) return -1;  // the launcher picks a free one
+  const std::string lock_path = "/tmp/fulcrum-master-port-" + std::to_string(port) + ".lock";
+  // Read-only: a lock file another user created (mode 0644) still locks.
+  const int lock_fd =
+      ::open(lock_path.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+  if (lock_fd >= 0 && ::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    ::close(lock_fd);
+    if (err == EWOULDBLOCK) {
+      throw UsageError("dist.master_port " + std::to_string(port) +
+                       " is in use by another fulcrum train job on this host (it holds " +
+                       lock_path + "); choose another port, or 0 to let fulcrum train pick one");
+    }
+  }
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return;  // no sockets at all: the rendezvous will say so
+  if (fd < 0) return lock_fd;  // no sockets at all: the rendezvous will say so
+  // As the store will bind it: connections of an earlier job still in
+  // TIME_WAIT do not make the port busy, only a listener does.
+  const int reuse = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &reuse, sizeof reuse);
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_port = htons(static_cast<std::uint16_t>(port));
@@ -126,7 +145,8 @@ void check_master_port(const host::Config& config) {
   const int bound = ::bind(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address);
   const int err = errno;
   ::close(fd);
-  if (bound == 0) return;
+  if (bound == 0) return lock_fd;
+  if (lock_fd >= 0) ::close(lock_fd);
   if (err == EADDRINUSE) {
     throw UsageError("dist.master_port " + std::to_string(port) +
                      " is in use on this host (by another job or program); choose another "

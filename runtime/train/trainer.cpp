@@ -67,6 +67,13 @@ class CheckpointError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The loss stopped being a number: exit 1, a failure of the run rather than
+// of its input, with the step and the rank.
+class NumericError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // Where this process's messages come from; set once the rank is known.
 std::string g_who = "fulcrum-worker";
 
@@ -899,6 +906,16 @@ void Worker::train() {
       if (mb_loss.defined()) loss = loss + mb_loss.to(at::kDouble);
     }
     double loss_sum = loss.item<double>();
+    // Checked on each rank before the all-reduce spreads it: a NaN would
+    // otherwise train on silently and surface, if at all, as replicas whose
+    // parameters differ.
+    if (!std::isfinite(loss_sum)) {
+      throw NumericError("the loss of step " + std::to_string(step) + " is " +
+                         (std::isnan(loss_sum) ? "NaN" : "infinite") + " on rank " +
+                         std::to_string(id_.rank) +
+                         " (its micro-batches' loss sum, before the all-reduce); lower train.lr, "
+                         "check the data, or train with train.dtype: float64");
+    }
     reliability.end_step();
     reduce_and_step(loss_sum, tokens);
     figures.step_ms = ms_since(step_start);
@@ -1014,6 +1031,9 @@ int run_worker(const WorkerArgs& args) noexcept {
     print_error(e.what());
     return 1;
   } catch (const ConsensusError& e) {
+    print_error(e.what());
+    return 1;
+  } catch (const NumericError& e) {
     print_error(e.what());
     return 1;
   } catch (const dist::ConfigError& e) {

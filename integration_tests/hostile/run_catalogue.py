@@ -43,6 +43,14 @@ def load_cases(path):
     return [dict(zip(header, r)) for r in rows]
 
 
+def starts_workers(case):
+    """Whether a case runs fulcrum-worker: a train run expected to get past
+    the CLI's checks, a worker started directly, or a job started by setup."""
+    train = "train" in case["command"]
+    past_cli = case["expect"] not in ("error", "xfail")
+    return (train and past_cli) or "WORKER" in case["command"] or "$F train" in case["setup"]
+
+
 def run_case(case, env, deadline):
     with tempfile.TemporaryDirectory(prefix="fulcrum_hostile_") as work:
         env = dict(env, W=work)
@@ -122,7 +130,13 @@ def main():
     parser.add_argument("--wrap", default="", help="command prefix for the CLI, e.g. valgrind")
     parser.add_argument("--deadline", type=float, default=20.0)
     parser.add_argument("--match", default="", help="only cases whose surface/class/case match")
-    parser.add_argument("--skip-train", action="store_true", help="leave out cases that start workers")
+    parser.add_argument("--skip-train", action="store_true",
+                        help="leave out every fulcrum train case (a build without LibTorch)")
+    parser.add_argument("--no-workers", action="store_true",
+                        help="leave out the cases that start workers (sanitizer and valgrind "
+                        "runs of the CLI): what remains ends in the CLI")
+    parser.add_argument("--one-per-pair", action="store_true",
+                        help="only the first case of each surface and class")
     parser.add_argument("--table", action="store_true", help="print counts by surface and class")
     args = parser.parse_args()
 
@@ -141,6 +155,16 @@ def main():
         cases = [c for c in cases if pattern.search(f"{c['surface']}/{c['class']}/{c['case']}")]
     if args.skip_train:
         cases = [c for c in cases if "train" not in c["command"] and "WORKER" not in c["command"]]
+    if args.no_workers:
+        cases = [c for c in cases if not starts_workers(c)]
+    if args.one_per_pair:
+        seen = set()
+        kept = []
+        for c in cases:
+            if (c["surface"], c["class"]) not in seen:
+                seen.add((c["surface"], c["class"]))
+                kept.append(c)
+        cases = kept
     failures = 0
     known = 0
     slowest = (0.0, "")

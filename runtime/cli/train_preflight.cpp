@@ -168,23 +168,24 @@ int lock_checkpoint_dir(const host::Config& config) {
                      (ec ? " (" + ec.message() + ")" : std::string()) +
                      "; choose a directory this user can create and write");
   }
-  const std::string lock_path = (fs::path(dir) / ".fulcrum-train.lock").string();
-  const int fd =
-      ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+  // The directory itself is locked: no file is left in it, and the lock goes
+  // with the descriptor however the run ends.
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) {
-    throw UsageError("cannot create the lock file " + lock_path + " (" + std::strerror(errno) +
-                     "); make train.checkpoint_dir writable or choose another");
+    throw UsageError("cannot open train.checkpoint_dir " + dir + " (" + std::strerror(errno) +
+                     "); choose a directory this user can read and write");
   }
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     ::close(fd);
     if (err == EWOULDBLOCK) {
       throw UsageError("train.checkpoint_dir " + dir +
-                       " is in use by another fulcrum train run (it holds " + lock_path +
-                       "); wait for it to end or give this run its own train.checkpoint_dir");
+                       " is in use by another fulcrum train run (it holds a lock on the "
+                       "directory); wait for it to end or give this run its own "
+                       "train.checkpoint_dir");
     }
-    throw UsageError("cannot lock " + lock_path + " (" + std::strerror(err) +
-                     "); choose a train.checkpoint_dir on a local file system");
+    throw UsageError("cannot lock train.checkpoint_dir " + dir + " (" + std::strerror(err) +
+                     "); choose a directory on a local file system");
   }
   return fd;
 }

@@ -41,7 +41,7 @@ void check_resume(const host::Config& config);
 // 0 (the launcher picks a free one).
 int lock_master_port(const host::Config& config);
 
-// An exclusive lock on train.checkpoint_dir for the life of the returned
+// An exclusive lock (flock) on the train.checkpoint_dir directory for the life of the returned
 // descriptor (-1 when the run writes no checkpoints): a second run into the
 // same directory is refused instead of overwriting the first one's files.
 int lock_checkpoint_dir(const host::Config& config);

@@ -168,6 +168,7 @@ def main():
     failures = 0
     known = 0
     slowest = (0.0, "")
+    slowest_refusal = (0.0, "")
     by_surface = collections.Counter()
     by_class = collections.Counter()
     outcomes = collections.Counter()
@@ -179,6 +180,8 @@ def main():
         outcomes[case["expect"].split(":")[0]] += 1
         if elapsed > slowest[0]:
             slowest = (elapsed, name)
+        if case["expect"] == "error" and elapsed > slowest_refusal[0]:
+            slowest_refusal = (elapsed, name)
         if case["expect"] == "xfail":
             if problem:
                 known += 1
@@ -199,7 +202,7 @@ def main():
             print(f"  {v:4d}  {k}")
     print(f"{len(cases)} cases ({', '.join(f'{v} {k}' for k, v in sorted(outcomes.items()))}); "
           f"{len(cases) - failures - known} held, {known} known defects, {failures} failed; slowest {slowest[0]:.2f} s "
-          f"({slowest[1]})")
+          f"({slowest[1]}); slowest refusal {slowest_refusal[0]:.2f} s ({slowest_refusal[1]})")
     return 1 if failures else 0
 
 

@@ -102,9 +102,15 @@ inline Result<InputFile> open_input_file(const std::string& path, const InputFil
             refusal(rules, "cannot be reached: a component of the path is not a directory"));
       case ENAMETOOLONG:
         return invalid_argument(refusal(rules, "is too long a path"));
-      default:
+      default: {
+        // A socket cannot be opened at all (ENXIO): name what it is.
+        struct stat st {};
+        if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+          return invalid_argument(refusal(rules, input_file_detail::kind_of(st.st_mode)));
+        }
         return invalid_argument(
             refusal(rules, std::string("cannot be opened (") + std::strerror(err) + ")"));
+      }
     }
   }
   InputFile file(fd, 0);

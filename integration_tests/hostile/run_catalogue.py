@@ -9,6 +9,8 @@ Outcomes:
          no signal, within the deadline
   ok     exit status 0, no signal, within the deadline (a correct run)
   warn   exit status 0 with a warning on stderr (an absent plugin)
+  worker-error  bad input only a worker can see (a checkpoint --resume auto
+         finds): exit 2, the rank's line saying what to do, the launcher's line
   write-error  a write failed mid-run (injected: a file size limit): exit 1 or
          2, the rank's line saying 'cannot write' and the file, at most the
          launcher's line besides; the command checks the previous file is kept
@@ -99,6 +101,13 @@ def run_case(case, env, deadline):
                 return f"{len(lines)} lines on stderr, expected 1", elapsed, err, rc
             if "; " not in lines[0]:
                 return "the line does not say what to do ('; ...')", elapsed, err, rc
+        elif expect == "worker-error":
+            # What only a worker can see (the checkpoints --resume auto finds):
+            # exit 2, the rank's line saying what to do, the launcher's line.
+            if rc != 2:
+                return f"exit status {rc}, expected 2", elapsed, err, rc
+            if len(lines) != 2 or not lines[0].startswith("[rank ") or "; " not in lines[0]:
+                return "expected the rank's line and the launcher's", elapsed, err, rc
         elif expect == "write-error":
             # A write that failed while workers ran: the rank's line naming
             # the file and the cause, then the launcher's line naming the rank.

@@ -458,6 +458,16 @@ Result<Checkpoint> read_checkpoint(const std::string& path) {
              "give a checkpoint file written by fulcrum train, or train.resume: auto"});
   if (!opened) return opened.status();
   Fd fd(std::move(opened).value().release());
+  // The magic first: a large file of something else (a sparse file of
+  // zeros named like a checkpoint) is refused without reading it all.
+  char magic[sizeof kCheckpointMagic - 1] = {};
+  const ssize_t got = ::pread(fd.get(), magic, sizeof magic, 0);
+  if (got == static_cast<ssize_t>(sizeof magic) &&
+      std::memcmp(magic, kCheckpointMagic, sizeof magic) != 0) {
+    return invalid_argument("checkpoint " + path +
+                            " is not a fulcrum checkpoint (it does not start with '" +
+                            std::string(kCheckpointMagic) + "')");
+  }
   std::string bytes;
   char buffer[1 << 16];
   for (;;) {

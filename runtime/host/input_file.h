@@ -126,9 +126,9 @@ inline Result<InputFile> open_input_file(const std::string& path, const InputFil
   // read: none of them is a config, a dataset or a plugin.
   constexpr long kProcMagic = 0x9fa0;
   constexpr long kSysfsMagic = 0x62656572;
-  struct statfs fs {};
-  if (::fstatfs(fd, &fs) == 0 &&
-      (static_cast<long>(fs.f_type) == kProcMagic || static_cast<long>(fs.f_type) == kSysfsMagic)) {
+  struct statfs file_system {};
+  if (::fstatfs(fd, &file_system) == 0 && (static_cast<long>(file_system.f_type) == kProcMagic ||
+                                           static_cast<long>(file_system.f_type) == kSysfsMagic)) {
     return invalid_argument(refusal(rules, "is a /proc or /sys file, not a file of data"));
   }
   const auto size = static_cast<std::uint64_t>(st.st_size);

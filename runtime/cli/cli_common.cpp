@@ -15,6 +15,7 @@
 #include <string>
 #include <utility>
 
+#include "fulcrum/host/open_balancer.h"
 #include "fulcrum/host/plugin_loader.h"
 #include "host/input_file.h"
 
@@ -270,42 +271,16 @@ LoadedBalancer load_balancer(const CommonOptions& common, const host::Config& co
                              const host::LogFn& log) {
   const std::string name =
       common.plugin.empty() ? config.get_string("balancer.plugin") : common.plugin;
-  if (name == "builtin") return {host::builtin_balancer(), true, ""};
-
-  host::LoaderOptions options;
-  options.check_permissions = config.get_bool("balancer.check_permissions");
-  options.log = log;
-  // balancer.plugin_dirs first, so a job's own directory wins over the
-  // environment and the install; then the usual places.
-  // The view must not outlive the string get_string returns by value.
-  const std::string dirs_text = config.get_string("balancer.plugin_dirs");
-  std::string_view dirs = dirs_text;
-  while (!dirs.empty()) {
-    const std::size_t colon = dirs.find(':');
-    if (colon != 0) options.search_dirs.emplace_back(dirs.substr(0, colon));
-    if (colon == std::string_view::npos) break;
-    dirs.remove_prefix(colon + 1);
-  }
-  for (std::string& dir : host::default_search_dirs())
-    options.search_dirs.push_back(std::move(dir));
-
-  auto loaded = host::load_plugin(name, options);
-  if (loaded) return {std::move(loaded).value(), false, ""};
-  const std::string failure = loaded.status().message();
-  // Only an absent plugin may give way to the built-in balancer: one that is
-  // there but cannot be used (unsafe permissions, a truncated file, a wrong
-  // ABI) is a mistake to fix, not a reason to train with another balancer.
-  if (loaded.status().code() != StatusCode::kNotFound) {
-    throw UsageError("cannot use balancer plugin '" + name + "': " + one_line(failure) +
-                     (failure.find("; ") == std::string::npos
-                          ? "; fix or rebuild the plugin, or set balancer.plugin: builtin"
-                          : ""));
-  }
-  if (log) {
-    log(host::LogLevel::kWarning, "could not load plugin '" + name + "': " + failure +
+  Result<host::OpenedBalancer> opened =
+      host::open_balancer(name, host::split_plugin_dirs(config.get_string("balancer.plugin_dirs")),
+                          config.get_bool("balancer.check_permissions"), log);
+  if (!opened) throw UsageError(one_line(opened.status().message()));
+  host::OpenedBalancer& o = opened.value();
+  if (!o.not_found.empty() && log) {
+    log(host::LogLevel::kWarning, "could not load plugin '" + name + "': " + o.not_found +
                                       "; using the built-in balancer (contiguous sharding only)");
   }
-  return {host::builtin_balancer(), true, failure};
+  return {std::move(o.balancer), o.is_builtin, o.not_found};
 }
 
 host::LogFn deduplicating_log() {

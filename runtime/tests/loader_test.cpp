@@ -20,6 +20,7 @@
 #include "fulcrum/c_api.h"
 #include "fulcrum/core/plan_check.h"
 #include "fulcrum/core/work_model.h"
+#include "fulcrum/host/open_balancer.h"
 #include "fulcrum/host/plugin_loader.h"
 
 // With the strategies library linked in, plans through the plugin are compared
@@ -581,6 +582,36 @@ TEST(LoaderPermissionTest, EveryDirectoryOnThePathIsChecked) {
   EXPECT_HAS(through_link.status().message(), "`chmod go-w " + open_dir.string() + "`");
   ASSERT_EQ(chmod(open_dir.c_str(), 0755), 0);
   EXPECT_TRUE(load_plugin(link.string(), options).is_ok());
+}
+
+// --- the one policy: which balancer serves -----------------------------------
+
+TEST(OpenBalancerTest, AbsentFallsBackAndUnusableIsAnError) {
+  Captured captured;
+  auto builtin = open_balancer("builtin", {}, true, captured.options().log);
+  ASSERT_TRUE(builtin.is_ok()) << builtin.status().message();
+  EXPECT_TRUE(builtin->is_builtin);
+  EXPECT_TRUE(builtin->not_found.empty());
+
+  TempDir empty;
+  auto absent =
+      open_balancer("no_such_plugin", {empty.path().string()}, true, captured.options().log);
+  ASSERT_TRUE(absent.is_ok()) << absent.status().message();
+  EXPECT_TRUE(absent->is_builtin);
+  ASSERT_NE(absent->balancer, nullptr);
+  EXPECT_HAS(absent->not_found, "libno_such_plugin.so");
+  EXPECT_HAS(absent->not_found, empty.path().string());
+
+  auto real = open_balancer(FULCRUM_PLUGIN_PATH, {}, true, captured.options().log);
+  ASSERT_TRUE(real.is_ok()) << real.status().message();
+  EXPECT_FALSE(real->is_builtin);
+
+  const std::string broken =
+      std::string(FULCRUM_BROKEN_PLUGIN_DIR) + "/libfulcrum_broken_wrong_major.so";
+  auto unusable = open_balancer(broken, {}, false, captured.options().log);
+  ASSERT_FALSE(unusable.is_ok());
+  EXPECT_HAS(unusable.status().message(), "cannot use balancer plugin '" + broken + "'");
+  EXPECT_EQ(split_plugin_dirs("a::b:"), (std::vector<std::string>{"a", "b"}));
 }
 
 // --- the shared library handle ---------------------------------------------

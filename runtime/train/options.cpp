@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "fulcrum/core/workload.h"
+#include "fulcrum/host/open_balancer.h"
 
 namespace fulcrum::train {
 namespace {
@@ -53,18 +54,6 @@ std::string resolve_path(const host::Config& config, const std::string& key) {
   return path.lexically_normal().string();
 }
 
-std::vector<std::string> split_dirs(const std::string& text) {
-  std::vector<std::string> dirs;
-  std::string_view rest = text;
-  while (!rest.empty()) {
-    const auto colon = rest.find(':');
-    if (colon != 0) dirs.emplace_back(rest.substr(0, colon));
-    if (colon == std::string_view::npos) break;
-    rest.remove_prefix(colon + 1);
-  }
-  return dirs;
-}
-
 std::chrono::milliseconds seconds_to_ms(double seconds) {
   return std::chrono::milliseconds(static_cast<std::int64_t>(std::llround(seconds * 1000.0)));
 }
@@ -79,7 +68,7 @@ Result<TrainOptions> train_options_from_config(const host::Config& config) {
   o.cp_size = static_cast<int>(config.get_int("parallel.cp_size"));
 
   o.plugin = config.get_string("balancer.plugin");
-  o.plugin_dirs = split_dirs(config.get_string("balancer.plugin_dirs"));
+  o.plugin_dirs = host::split_plugin_dirs(config.get_string("balancer.plugin_dirs"));
   o.check_permissions = config.get_bool("balancer.check_permissions");
   o.cp_strategy = config.get_string("balancer.cp.strategy");
   o.cp_fallback = config.get_string("balancer.cp.fallback");

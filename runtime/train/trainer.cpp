@@ -34,6 +34,7 @@
 #include "fulcrum/core/workload.h"
 #include "fulcrum/host/config.h"
 #include "fulcrum/host/log.h"
+#include "fulcrum/host/open_balancer.h"
 #include "fulcrum/host/plugin_loader.h"
 #include "fulcrum/host/selection.h"
 #include "launch/worker_env.h"
@@ -101,29 +102,19 @@ struct Balancer {
   std::string description;
 };
 
-// The plugin, or the built-in balancer when there is no plugin to load. A
-// plugin that exists but cannot be used (wrong ABI, unsafe permissions, a
-// failing create) is an error: training on a silently different balancer
-// would make every figure of the run misleading.
+// The plugin, or the built-in balancer when there is no plugin to load, by
+// the policy the CLI applies (host::open_balancer).
 Result<Balancer> load_balancer(const TrainOptions& o, const host::LogFn& log) {
   if (o.plugin == "builtin") return Balancer{nullptr, "builtin (contiguous CP, round_robin DP)"};
-  host::LoaderOptions options;
-  options.search_dirs = o.plugin_dirs;
-  for (std::string& dir : host::default_search_dirs()) options.search_dirs.push_back(dir);
-  options.check_permissions = o.check_permissions;
-  options.log = log;
-  Result<std::shared_ptr<LoadBalancer>> loaded = host::load_plugin(o.plugin, options);
-  if (loaded) return Balancer{*loaded, (*loaded)->name()};
-  if (loaded.status().code() == StatusCode::kNotFound) {
-    log(host::LogLevel::kWarning,
-        loaded.status().message() +
-            "; training with the host's built-in balancer (contiguous CP sharding, round_robin "
-            "DP); set balancer.plugin or balancer.plugin_dirs to use the plugin");
-    return Balancer{nullptr, "builtin (plugin '" + o.plugin + "' not found)"};
-  }
-  return invalid_argument("cannot use balancer plugin '" + o.plugin +
-                          "': " + loaded.status().message() +
-                          "; fix or rebuild the plugin, or set balancer.plugin: builtin");
+  Result<host::OpenedBalancer> opened =
+      host::open_balancer(o.plugin, o.plugin_dirs, o.check_permissions, log);
+  if (!opened) return invalid_argument(opened.status().message());
+  if (!opened->is_builtin) return Balancer{opened->balancer, opened->balancer->name()};
+  log(host::LogLevel::kWarning,
+      opened->not_found +
+          "; training with the host's built-in balancer (contiguous CP sharding, round_robin "
+          "DP); set balancer.plugin or balancer.plugin_dirs to use the plugin");
+  return Balancer{nullptr, "builtin (plugin '" + o.plugin + "' not found)"};
 }
 
 Result<std::unique_ptr<data::TokenDataset>> open_dataset(const TrainOptions& o) {

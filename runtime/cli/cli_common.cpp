@@ -15,7 +15,9 @@
 #include <string>
 #include <utility>
 
+#include "fulcrum/host/open_balancer.h"
 #include "fulcrum/host/plugin_loader.h"
+#include "host/input_file.h"
 
 namespace fulcrum::cli {
 
@@ -49,6 +51,11 @@ std::string_view trim(std::string_view text) {
 
 constexpr std::string_view kLengthListHint =
     "give comma-separated positive integers, e.g. 4096,812,77";
+// A lengths list is flat; a little nesting is let through to be refused by
+// the element checks, with their clearer message.
+constexpr int kMaxLengthFileDepth = 64;
+// 256 MiB of text is tens of millions of lengths, far past any row.
+constexpr std::uint64_t kMaxLengthFileBytes = 256u << 20;
 constexpr std::string_view kLengthFileHint =
     "give a file holding a JSON list of positive integers, e.g. [4096, 812, 77]";
 
@@ -132,21 +139,15 @@ std::vector<std::int64_t> parse_length_list(std::string_view text, std::string_v
 }
 
 std::vector<std::int64_t> read_length_file(const std::string& path, std::string_view option) {
-  namespace fs = std::filesystem;
   const std::string what = std::string(option) + " " + quote(path);
-  std::error_code ec;
-  const fs::file_status status = fs::status(path, ec);
-  if (!fs::exists(status)) {
-    throw UsageError(what + " not found; " + std::string(kLengthFileHint));
+  auto read = host::read_input_file(path, {what, kLengthFileHint, kMaxLengthFileBytes});
+  if (!read) throw UsageError(read.status().message());
+  const std::string& text = read.value();
+  if (std::size_t at = 0; !host::json_nesting_within(text, kMaxLengthFileDepth, at)) {
+    throw UsageError(what + " nests lists or objects more than " +
+                     std::to_string(kMaxLengthFileDepth) + " deep at byte " + std::to_string(at) +
+                     "; " + std::string(kLengthFileHint));
   }
-  if (fs::is_directory(status)) {
-    throw UsageError(what + " is a directory; " + std::string(kLengthFileHint));
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in.is_open()) {
-    throw UsageError(what + " could not be opened; check its permissions");
-  }
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 
   nlohmann::json json;
   try {
@@ -158,6 +159,9 @@ std::vector<std::int64_t> read_length_file(const std::string& path, std::string_
     if (const auto tag = reason.find("] "); tag != std::string::npos) reason.erase(0, tag + 2);
     throw UsageError(what + " is not valid JSON at byte " + std::to_string(e.byte) + " (" + reason +
                      "); " + std::string(kLengthFileHint));
+  } catch (const nlohmann::json::exception&) {
+    // A number past a double's range (1E400) is out_of_range, not a parse error.
+    throw UsageError(what + " holds a number out of range; " + std::string(kLengthFileHint));
   }
   if (!json.is_array()) {
     throw UsageError(what + " holds a JSON " + std::string(json.type_name()) + ", not a list; " +
@@ -209,7 +213,16 @@ void add_common_options(po::options_description& options, CommonOptions& common)
        "YAML config supplying defaults (explicit flags win)")                         //
       ("set", po::value(&common.overrides)->value_name("KEY=VALUE")->composing(),     //
        "override one config key, e.g. --set balancer.cp.block_size=64 (repeatable)")  //
-      ("plugin", po::value(&common.plugin)->value_name("NAME_OR_PATH"),
+      ("plugin",
+       po::value(&common.plugin)
+           ->value_name("NAME_OR_PATH")
+           ->notifier([](const std::string& value) {
+             // An empty value is an unset shell variable, not "the default".
+             if (value.empty()) {
+               throw UsageError(
+                   "--plugin is empty; give a plugin name, a path to a .so file, or builtin");
+             }
+           }),
        "balancer plugin: a name searched in the plugin directories, a path to a .so, or "
        "'builtin' (default: balancer.plugin)");
 }
@@ -258,33 +271,16 @@ LoadedBalancer load_balancer(const CommonOptions& common, const host::Config& co
                              const host::LogFn& log) {
   const std::string name =
       common.plugin.empty() ? config.get_string("balancer.plugin") : common.plugin;
-  if (name == "builtin") return {host::builtin_balancer(), true, ""};
-
-  host::LoaderOptions options;
-  options.check_permissions = config.get_bool("balancer.check_permissions");
-  options.log = log;
-  // balancer.plugin_dirs first, so a job's own directory wins over the
-  // environment and the install; then the usual places.
-  // get_string returns by value: the view must look at a string that lives.
-  const std::string dirs_text = config.get_string("balancer.plugin_dirs");
-  std::string_view dirs = dirs_text;
-  while (!dirs.empty()) {
-    const std::size_t colon = dirs.find(':');
-    if (colon != 0) options.search_dirs.emplace_back(dirs.substr(0, colon));
-    if (colon == std::string_view::npos) break;
-    dirs.remove_prefix(colon + 1);
-  }
-  for (std::string& dir : host::default_search_dirs())
-    options.search_dirs.push_back(std::move(dir));
-
-  auto loaded = host::load_plugin(name, options);
-  if (loaded) return {std::move(loaded).value(), false, ""};
-  const std::string failure = loaded.status().message();
-  if (log) {
-    log(host::LogLevel::kWarning, "could not load plugin '" + name + "': " + failure +
+  Result<host::OpenedBalancer> opened =
+      host::open_balancer(name, host::split_plugin_dirs(config.get_string("balancer.plugin_dirs")),
+                          config.get_bool("balancer.check_permissions"), log);
+  if (!opened) throw UsageError(one_line(opened.status().message()));
+  host::OpenedBalancer& o = opened.value();
+  if (!o.not_found.empty() && log) {
+    log(host::LogLevel::kWarning, "could not load plugin '" + name + "': " + o.not_found +
                                       "; using the built-in balancer (contiguous sharding only)");
   }
-  return {host::builtin_balancer(), true, failure};
+  return {std::move(o.balancer), o.is_builtin, o.not_found};
 }
 
 host::LogFn deduplicating_log() {

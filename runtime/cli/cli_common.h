@@ -99,9 +99,10 @@ struct LoadedBalancer {
 };
 
 // The plugin named by --plugin or balancer.plugin, searched in --plugin's own
-// path, balancer.plugin_dirs and then host::default_search_dirs(). A plugin
-// that cannot be loaded is a warning, not an error: the built-in balancer
-// serves, as it would in a training job.
+// path, balancer.plugin_dirs and then host::default_search_dirs(). The one
+// policy of plan, dp-partition and train: a plugin that is not found is a
+// warning and the built-in balancer serves; one that is found but cannot be
+// used throws UsageError.
 LoadedBalancer load_balancer(const CommonOptions& common, const host::Config& config,
                              const host::LogFn& log);
 

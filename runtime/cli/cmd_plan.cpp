@@ -300,7 +300,13 @@ int plan_main(const std::vector<std::string>& args) {
       given.count("mask") ? f.mask : config.get_string("balancer.cp.mask");
   {
     auto mask = parse_mask(mask_text);
-    if (!mask) throw UsageError("--mask: " + mask.status().message());
+    if (!mask) {
+      std::string message = "--mask: " + mask.status().message();
+      if (message.find("; ") == std::string::npos) {
+        message += "; give causal, full, sliding:W with W >= 1, or prefix:L with L >= 0";
+      }
+      throw UsageError(message);
+    }
     workload.mask = std::move(mask).value();
   }
 

@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -21,6 +22,8 @@
 #include "fulcrum/host/plugin_loader.h"
 #include "launch/launch.h"
 #include "launch/preflight.h"
+#include "launch/unique_fd.h"
+#include "train_preflight.h"
 
 namespace fulcrum::cli {
 namespace {
@@ -78,29 +81,23 @@ po::options_description train_options(TrainFlags& f) {
 }
 
 // A plugin that exists but cannot be used is a configuration error: refuse
-// it here, once, before any worker starts. A missing plugin is left to the
-// workers, whose fallback (the built-in balancer, with a warning) is the
-// documented behaviour.
+// it here, once, before any worker starts, by the policy plan and
+// dp-partition use. A missing plugin is left to the workers, whose fallback
+// (the built-in balancer, with a warning) is the documented behaviour.
 [[maybe_unused]] void check_plugin(const host::Config& config) {
-  const std::string name = config.get_string("balancer.plugin");
-  if (name == "builtin") return;
-  host::LoaderOptions options;
-  options.check_permissions = config.get_bool("balancer.check_permissions");
-  options.log = [](host::LogLevel, const std::string&) {};
-  // get_string returns by value: the view must look at a string that lives.
-  const std::string dirs_text = config.get_string("balancer.plugin_dirs");
-  std::string_view dirs = dirs_text;
-  while (!dirs.empty()) {
-    const std::size_t colon = dirs.find(':');
-    if (colon != 0) options.search_dirs.emplace_back(dirs.substr(0, colon));
-    if (colon == std::string_view::npos) break;
-    dirs.remove_prefix(colon + 1);
-  }
-  for (std::string& dir : host::default_search_dirs()) options.search_dirs.push_back(dir);
-  auto loaded = host::load_plugin(name, options);
-  if (loaded || loaded.status().code() == StatusCode::kNotFound) return;
-  throw UsageError("cannot use balancer plugin '" + name + "': " + loaded.status().message() +
-                   "; fix or rebuild the plugin, or set balancer.plugin: builtin");
+  const LoadedBalancer loaded =
+      load_balancer(CommonOptions{}, config, [](host::LogLevel, const std::string&) {});
+  if (loaded.is_builtin) return;  // the workers warn and fall back per batch
+  const auto require = [&](const char* key, const std::vector<std::string>& known) {
+    const std::string name = config.get_string(key);
+    if (name == "auto" || std::find(known.begin(), known.end(), name) != known.end()) return;
+    throw UsageError(std::string(key) + " = '" + name + "' is not a strategy of balancer plugin '" +
+                     config.get_string("balancer.plugin") + "' (it has " + join(known, ", ") +
+                     "); choose one of them or auto");
+  };
+  require("balancer.cp.strategy", loaded.balancer->cp_strategies());
+  require("balancer.cp.fallback", loaded.balancer->cp_strategies());
+  require("balancer.dp.strategy", loaded.balancer->dp_strategies());
 }
 
 // Every path the run will write or read, checked before any worker starts:
@@ -223,6 +220,7 @@ int train_body(const std::vector<std::string>& args) {
   if (given.count("resume") != 0) f.overrides.push_back("train.resume=" + f.resume);
   common.overrides = f.overrides;
   const host::Config config = load_config_or_throw(common);
+  check_config_not_empty(f.config_path);
 
   const std::int64_t dp = config.get_int("parallel.dp_size");
   const std::int64_t cp = config.get_int("parallel.cp_size");
@@ -240,10 +238,17 @@ int train_body(const std::vector<std::string>& args) {
                      "; pass --nproc " + std::to_string(world) +
                      " or change parallel.dp_size / parallel.cp_size");
   }
+  check_train_options(config);
   check_plugin(config);
   check_paths(config, f);
   check_sizes(config, static_cast<int>(nproc));
   check_environment(static_cast<int>(nproc));
+  // Held, like the checkpoint lock below, until the workers are gone.
+  const launch::UniqueFd port_lock(lock_master_port(config));
+  check_train_data(config);
+  check_resume(config);
+  // Held, and so the directory kept, until the workers are gone.
+  const launch::UniqueFd checkpoint_lock(lock_checkpoint_dir(config));
 
   const fs::path worker = worker_path();
   if (::access(worker.c_str(), X_OK) != 0) {

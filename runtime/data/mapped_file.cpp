@@ -1,5 +1,7 @@
 #include "data/mapped_file.h"
 
+#include "host/input_file.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -11,17 +13,15 @@
 namespace fulcrum::data {
 
 Result<MappedFile> MappedFile::open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    std::string message = path + ": cannot open: " + std::strerror(err);
-    if (err == ENOENT) return not_found(message + "; check the dataset path");
-    return invalid_argument(message + "; check its permissions");
-  }
+  Result<host::InputFile> opened =
+      host::open_input_file(path, {path, "data.path must name the dataset's .idx/.bin files"});
+  if (!opened) return opened.status();
+  host::InputFile input = std::move(opened).value();
+  const int fd = input.release();
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (::fstat(fd, &st) != 0) {
     ::close(fd);
-    return invalid_argument(path + ": not a regular file; give the dataset file itself");
+    return invalid_argument(path + ": cannot examine the file; check the dataset path");
   }
   MappedFile file;
   file.path_ = path;

@@ -9,19 +9,36 @@
 
 #include "data/seeded_random.h"
 #include "fulcrum/core/synthetic.h"
+#include "host/input_file.h"
 
 namespace fulcrum::data {
 
+namespace {
+// A lengths list is flat; a little nesting is let through to be refused by
+// the element check, with its clearer message.
+constexpr int kMaxLengthsDepth = 64;
+constexpr std::uint64_t kMaxLengthsFileBytes = 256u << 20;
+}  // namespace
+
 Result<std::vector<std::int64_t>> read_lengths_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return not_found(path + ": cannot open the lengths file; check the path");
+  constexpr std::string_view kFix = "give a JSON list of positive integers like [512, 4096]";
+  Result<std::string> text =
+      host::read_input_file(path, {"lengths file " + path, kFix, kMaxLengthsFileBytes});
+  if (!text) return text.status();
+  if (std::size_t at = 0; !host::json_nesting_within(text.value(), kMaxLengthsDepth, at)) {
+    return invalid_argument(path + ": byte " + std::to_string(at) + ": lists nested more than " +
+                            std::to_string(kMaxLengthsDepth) + " deep; " + std::string(kFix));
+  }
   nlohmann::json doc;
   try {
-    doc = nlohmann::json::parse(in);
+    doc = nlohmann::json::parse(text.value());
   } catch (const nlohmann::json::parse_error& e) {
     return invalid_argument(
         path + ": byte " + std::to_string(e.byte) +
         ": invalid JSON; expected a list of positive integers like [512, 4096]");
+  } catch (const nlohmann::json::exception&) {
+    // A number past a double's range (1E400) is out_of_range, not a parse error.
+    return invalid_argument(path + ": a number out of range; " + std::string(kFix));
   }
   if (!doc.is_array() || doc.empty()) {
     return invalid_argument(

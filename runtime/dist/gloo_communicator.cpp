@@ -9,10 +9,12 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -214,12 +216,31 @@ class ProgressBoard {
     if (report_dir_.empty()) return;
     const std::string final_path = report_dir_ + "/" + stall_report_name(rank_);
     const std::string temp_path = report_dir_ + "/." + stall_report_name(rank_) + ".tmp";
+    // A report that cannot be written costs the launcher its verdict, not
+    // the job its error: say so, once, and leave the rank's own line to name
+    // the stalled rank.
+    const auto warn = [&](const std::string& path) {
+      const int err = errno;
+      std::fprintf(stderr,
+                   "fulcrum-worker: rank %d: warning: cannot write the stall report %s (%s); the "
+                   "launcher's last line may not name the stalled rank, this rank's error does\n",
+                   rank_, path.c_str(), err != 0 ? std::strerror(err) : "write failed");
+    };
+    errno = 0;
     {
       std::ofstream out(temp_path, std::ios::trunc);
       out << report.encode();
-      if (!out.flush()) return;
+      out.close();
+      if (out.fail()) {
+        warn(temp_path);
+        std::remove(temp_path.c_str());
+        return;
+      }
     }
-    std::rename(temp_path.c_str(), final_path.c_str());
+    if (std::rename(temp_path.c_str(), final_path.c_str()) != 0) {
+      warn(final_path);
+      std::remove(temp_path.c_str());
+    }
   }
 
   c10::intrusive_ptr<c10d::Store> store_;

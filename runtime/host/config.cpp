@@ -25,6 +25,8 @@
 
 #include "fulcrum/host/config.h"
 
+#include "input_file.h"
+
 namespace fulcrum::host {
 namespace {
 
@@ -289,8 +291,9 @@ using Values = std::map<std::string, Value>;
 
 class YamlWalker {
  public:
-  YamlWalker(const std::string& name, const ConfigSchema& schema, Values& out)
-      : name_(name), schema_(schema), out_(out) {}
+  YamlWalker(const std::string& name, const std::string& text, const ConfigSchema& schema,
+             Values& out)
+      : name_(name), text_(text), schema_(schema), out_(out) {}
 
   Status walk_top(const YAML::Node& root) {
     if (root.IsNull()) return Status::ok();  // an empty file: all defaults
@@ -344,8 +347,34 @@ class YamlWalker {
     return Status::ok();
   }
 
+  // yaml-cpp ends a quoted scalar left open at the end of the file there,
+  // as if it had been closed: a value cut short would be taken as it stands.
+  bool quote_left_open(const YAML::Node& value) const {
+    const YAML::Mark mark = value.Mark();
+    if (mark.pos < 0 || static_cast<std::size_t>(mark.pos) >= text_.size()) return false;
+    const char quote = text_[static_cast<std::size_t>(mark.pos)];
+    if (quote != '"' && quote != '\'') return false;
+    for (std::size_t i = static_cast<std::size_t>(mark.pos) + 1; i < text_.size(); ++i) {
+      if (quote == '"' && text_[i] == '\\') {
+        ++i;  // an escape: the next character is not the end
+      } else if (text_[i] == quote) {
+        // In single quotes '' is a quote inside the value.
+        if (quote == '\'' && i + 1 < text_.size() && text_[i + 1] == '\'') {
+          ++i;
+          continue;
+        }
+        return false;
+      }
+    }
+    return true;
+  }
+
   Status take_leaf(const KeySpec& spec, const YAML::Node& key, const YAML::Node& value) {
     std::string raw;
+    if (value.IsScalar() && value.Tag() == "!" && quote_left_open(value)) {
+      return invalid_argument(where(value, key) + ": the quoted value of " + spec.key +
+                              " is never closed; add the closing quote");
+    }
     if (value.IsScalar()) {
       raw = value.Scalar();
     } else if (value.IsNull() && spec.type == ValueType::kString) {
@@ -361,6 +390,7 @@ class YamlWalker {
   }
 
   const std::string& name_;
+  const std::string& text_;
   const ConfigSchema& schema_;
   Values& out_;
   std::map<std::string, std::string> seen_;  // path -> where it was set
@@ -476,7 +506,7 @@ Result<Config> load_config_string(const std::string& yaml, const std::string& na
                               " YAML documents; keep one (remove the extra '---')");
     }
     if (documents.count == 1) {
-      YamlWalker walker(file, schema, values);
+      YamlWalker walker(file, yaml, schema, values);
       if (Status s = walker.walk_top(YAML::Load(yaml)); !s) return s;
     }
   } catch (const YAML::Exception& e) {
@@ -499,24 +529,17 @@ Result<Config> load_config_string(const std::string& yaml, const std::string& na
 Result<Config> load_config(const std::string& path, const std::vector<std::string>& overrides,
                            const ConfigSchema& schema) {
   if (path.empty()) return load_config_string("", "", overrides, schema);
-  std::error_code ec;
-  const auto status = std::filesystem::status(path, ec);
-  if (!std::filesystem::exists(status)) {
-    return not_found("config file " + quote_text(path, path.size()) +
-                     " not found; check the path, or leave out --config to use the defaults");
+  // A config is a page of YAML; anything this large is the wrong file.
+  constexpr std::uint64_t kMaxConfigBytes = 16u << 20;
+  const std::string what = "config file " + quote_text(path, path.size());
+  Result<std::string> text = read_input_file(
+      path, {what, "give a YAML file, or leave out --config to use the defaults", kMaxConfigBytes});
+  if (!text) return text.status();
+  if (const std::size_t nul = text.value().find('\0'); nul != std::string::npos) {
+    return invalid_argument(what + " holds a NUL byte at byte " + std::to_string(nul) +
+                            "; a config is YAML text: give a YAML file");
   }
-  if (std::filesystem::is_directory(status)) {
-    return invalid_argument("config file " + quote_text(path, path.size()) +
-                            " is a directory; give a YAML file");
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in.is_open()) {
-    return invalid_argument("config file " + quote_text(path, path.size()) +
-                            " could not be opened; check its permissions");
-  }
-  std::ostringstream text;
-  text << in.rdbuf();
-  return load_config_string(text.str(), path, overrides, schema);
+  return load_config_string(text.value(), path, overrides, schema);
 }
 
 }  // namespace fulcrum::host

@@ -8,12 +8,17 @@
 #include "fulcrum/host/plugin_loader.h"
 
 #include <dlfcn.h>
+#include <elf.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <limits>
@@ -31,6 +36,7 @@
 #include "fulcrum/core/schedule.h"
 #include "fulcrum/core/work_model.h"
 #include "fulcrum/core/workload.h"
+#include "input_file.h"
 #include "partition_summary.h"
 #include "plugin_loader_internal.h"
 
@@ -118,7 +124,13 @@ Result<std::string> resolve_plugin_path(std::string_view name_or_path,
   fs::path path;
   if (name_or_path.find('/') != std::string_view::npos) {
     path = fs::path(name_or_path);
-    if (!fs::exists(path, ec)) {
+    const fs::file_status status = fs::status(path, ec);
+    if (ec && ec != std::errc::no_such_file_or_directory) {
+      // A link loop or a file used as a directory: there, but unusable.
+      return invalid_argument("plugin path " + path.string() + " cannot be resolved (" +
+                              ec.message() + "); give the path of the plugin's .so file");
+    }
+    if (!fs::exists(status)) {
       return not_found("plugin file " + path.string() +
                        " does not exist; check the path, or give a plugin name to search "
                        "FULCRUM_PLUGIN_PATH and the install directories");
@@ -158,26 +170,121 @@ std::string octal_mode(mode_t mode) {
   return text;
 }
 
-// Anyone who can write the file, or replace it in its directory, can run code
-// in every rank that loads it.
-Status check_permissions(const std::string& plugin_path) {
-  const std::string dir = fs::path(plugin_path).parent_path().string();
-  const std::pair<const std::string*, const char*> checks[] = {
-      {&plugin_path, "the file"},
-      {&dir, "its directory"},
+// Anyone who can write the file, or replace it or any directory on the way
+// to it, can run code in every rank that loads it. So the file and every
+// directory from / down to it must be writable by the owner alone: on the
+// path as given (where a symbolic link could be swapped) and on the resolved
+// path (where the file lives). The one exception is a sticky directory (mode
+// +t, like /tmp) owned by root or by this user: the sticky bit keeps others
+// from renaming or removing the entries they do not own, so such a directory
+// may be writable by all and still cannot have the plugin swapped in it.
+Status check_permissions(const std::string& given_path, const std::string& plugin_path) {
+  const auto refuse = [&](const std::string& component, const char* what, mode_t mode) {
+    return Status(StatusCode::kPermission,
+                  "refusing plugin " + plugin_path + ": " + what + " " + component + " has mode " +
+                      octal_mode(mode) +
+                      ", writable by group or others, who could then run code in every rank; "
+                      "run `chmod go-w " +
+                      component + "`");
   };
-  for (const auto& [path, what] : checks) {
-    struct stat st {};
-    if (stat(path->c_str(), &st) != 0) {
-      return not_found("cannot stat " + *path + " while checking plugin " + plugin_path);
+  struct stat st {};
+  if (::stat(plugin_path.c_str(), &st) != 0) {
+    return not_found("cannot stat " + plugin_path + " while checking plugin " + plugin_path);
+  }
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) return refuse(plugin_path, "the file", st.st_mode);
+
+  std::vector<fs::path> directories;
+  for (fs::path dir = fs::path(plugin_path).parent_path();; dir = dir.parent_path()) {
+    directories.push_back(dir);
+    if (dir == dir.parent_path()) break;
+  }
+  // The directories holding each component of the path as given, resolved:
+  // a link in any of them could be pointed elsewhere by whoever may write it.
+  std::error_code ec;
+  const fs::path absolute = fs::absolute(given_path, ec);
+  fs::path prefix;
+  for (const fs::path& part : absolute) {
+    prefix /= part;
+    const fs::path holder = fs::canonical(prefix.parent_path(), ec);
+    if (!ec) {
+      for (fs::path dir = holder;; dir = dir.parent_path()) {
+        directories.push_back(dir);
+        if (dir == dir.parent_path()) break;
+      }
     }
-    if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
-      return Status(StatusCode::kPermission,
-                    "refusing plugin " + plugin_path + ": " + what + " " + *path + " has mode " +
-                        octal_mode(st.st_mode) +
-                        ", writable by group or others, who could then run code in every rank; "
-                        "run `chmod go-w " +
-                        *path + "`");
+  }
+  std::sort(directories.begin(), directories.end());
+  directories.erase(std::unique(directories.begin(), directories.end()), directories.end());
+  for (const fs::path& dir : directories) {
+    struct stat ds {};
+    if (::stat(dir.c_str(), &ds) != 0) {
+      return not_found("cannot stat " + dir.string() + " while checking plugin " + plugin_path);
+    }
+    if ((ds.st_mode & (S_IWGRP | S_IWOTH)) == 0) continue;
+    const bool trusted_sticky =
+        (ds.st_mode & S_ISVTX) != 0 && (ds.st_uid == 0 || ds.st_uid == ::geteuid());
+    if (trusted_sticky) continue;
+    const bool holds_file = dir == fs::path(plugin_path).parent_path();
+    return refuse(dir.string(), holds_file ? "its directory" : "the directory on its path",
+                  ds.st_mode);
+  }
+  return Status::ok();
+}
+
+// A file cut short (a copy that ran out of space, a download that stopped)
+// passes dlopen's header checks and faults with SIGBUS when the loader
+// touches a page past its end. So the ELF header and every segment the
+// loader maps must lie inside the file before it is handed to dlopen.
+Status check_elf_complete(const std::string& path) {
+  constexpr std::uint64_t kMaxPluginBytes = std::uint64_t{1} << 31;
+  Result<InputFile> opened = open_input_file(
+      path, {"plugin " + path, "give the path of the plugin's .so file", kMaxPluginBytes});
+  if (!opened) return opened.status();
+  const InputFile file = std::move(opened).value();
+  const std::uint64_t size = file.size();
+  const auto incomplete = [&](const std::string& why) {
+    return invalid_argument(
+        "plugin " + path + " is not a complete shared library (" + why + ", file size " +
+        std::to_string(size) +
+        " bytes); it was truncated or is not a plugin: rebuild or reinstall it");
+  };
+  const auto read_at = [&](void* out, std::size_t n, std::uint64_t offset) {
+    if (offset > size || n > size - offset) return false;
+    auto* bytes = static_cast<char*>(out);
+    std::size_t done = 0;
+    while (done < n) {
+      const ssize_t got =
+          ::pread(file.fd(), bytes + done, n - done, static_cast<off_t>(offset + done));
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) return false;
+      done += static_cast<std::size_t>(got);
+    }
+    return true;
+  };
+  Elf64_Ehdr header{};
+  if (!read_at(&header, sizeof header, 0) || std::memcmp(header.e_ident, ELFMAG, SELFMAG) != 0) {
+    return incomplete("no ELF header");
+  }
+  if (header.e_ident[EI_CLASS] != ELFCLASS64) return incomplete("not a 64-bit ELF file");
+  const auto table_fits = [&](std::uint64_t offset, std::uint64_t count, std::uint64_t entry) {
+    return offset <= size && (count == 0 || entry <= (size - offset) / count);
+  };
+  if (!table_fits(header.e_phoff, header.e_phnum, header.e_phentsize) ||
+      header.e_phentsize < sizeof(Elf64_Phdr)) {
+    return incomplete("the program header table ends past the end of the file");
+  }
+  if (!table_fits(header.e_shoff, header.e_shnum, header.e_shentsize)) {
+    return incomplete("the section header table ends past the end of the file");
+  }
+  for (std::uint16_t i = 0; i < header.e_phnum; ++i) {
+    Elf64_Phdr segment{};
+    if (!read_at(&segment, sizeof segment,
+                 header.e_phoff + std::uint64_t{i} * header.e_phentsize)) {
+      return incomplete("program header " + std::to_string(i) + " cannot be read");
+    }
+    if (segment.p_offset > size || segment.p_filesz > size - segment.p_offset) {
+      return incomplete("segment " + std::to_string(i) + " ends at byte " +
+                        std::to_string(segment.p_offset + segment.p_filesz));
     }
   }
   return Status::ok();
@@ -821,8 +928,15 @@ Result<std::shared_ptr<LoadBalancer>> load_plugin(std::string_view name_or_path,
   if (!resolved) return resolved.status();
   const std::string& path = *resolved;
   if (options.check_permissions) {
-    if (Status s = check_permissions(path); !s) return s;
+    if (Status s = check_permissions(std::string(name_or_path).find('/') != std::string::npos
+                                         ? std::string(name_or_path)
+                                         : path,
+                                     path);
+        !s) {
+      return s;
+    }
   }
+  if (Status s = check_elf_complete(path); !s) return s;
   Result<LibraryHandle> library = open_library(path);
   if (!library) return library.status();
 

@@ -379,6 +379,18 @@ class LineRelay {
   std::map<int, std::string> error_of_;
 };
 
+// Whether `pid` is stopped (SIGSTOP, SIGTSTP, a debugger): state T or t in
+// /proc/PID/stat, the character after the parenthesised command name.
+bool is_stopped(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  std::getline(in, stat);
+  const std::size_t close = stat.rfind(')');
+  if (close == std::string::npos || close + 2 >= stat.size()) return false;
+  const char state = stat[close + 2];
+  return state == 'T' || state == 't';
+}
+
 // Signals a worker together with everything it started: it leads its own
 // process group. Falls back to the worker alone if it moved itself to another
 // group (setsid), where the group no longer exists.
@@ -550,7 +562,19 @@ class Job {
     std::optional<Clock::time_point> kill_at;  // set once teardown starts
     bool killed = false;
 
+    // Ranks found stopped when the first failure arrived: a stopped rank
+    // answers nothing, so its peers time out; it, not whichever of them
+    // the stall reports point at, is the cause.
+    std::vector<int> stopped;
     auto start_teardown = [&](int sig) {
+      for (Worker& w : workers_) {
+        if (!w.reaped && is_stopped(w.pid)) {
+          stopped.push_back(w.rank);
+          // A stopped process keeps SIGTERM pending until it is continued:
+          // waiting out the grace for it would only delay the end.
+          signal_worker(w, SIGKILL);
+        }
+      }
       for (Worker& w : workers_) signal_worker(w, sig);
       kill_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                    std::chrono::duration<double>(options_.failure_grace_s));
@@ -629,7 +653,16 @@ class Job {
           report.summary += " (the same error on " + dist::ranks_phrase(same) + ")";
         }
         // It gave up waiting in a collective: name the rank it waited for.
-        if (auto stalls = reports_.read(e.rank)) {
+        if (!stopped.empty() && e.exit_status != 0) {
+          report.stalled_ranks = stopped;
+          report.summary = "fulcrum: " + dist::ranks_phrase(stopped) + " " +
+                           (stopped.size() == 1 ? "was" : "were") +
+                           " stopped (by SIGSTOP, SIGTSTP or a debugger) when rank " +
+                           std::to_string(e.rank) + " failed with exit status " +
+                           std::to_string(e.exit_status) +
+                           "; a stopped rank answers no collective: its peers time out "
+                           "(dist.op_timeout_s); stopped all ranks";
+        } else if (auto stalls = reports_.read(e.rank)) {
           if (std::optional<std::string> line = dist::stall_summary(*stalls)) {
             report.summary = *line;
             for (const dist::StallReport& r : *stalls) {

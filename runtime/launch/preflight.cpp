@@ -45,6 +45,14 @@ Status check_output_file(const std::string& path, std::string_view what) {
                             " is a directory; give a file path inside it");
   }
   if (fs::exists(st)) {
+    // A device, FIFO or socket takes writes that are lost (/dev/full fails
+    // them, a FIFO without a reader blocks): only /dev/null, chosen on
+    // purpose, stands in for a file.
+    if (!fs::is_regular_file(st) && fs::canonical(p, ec) != fs::path("/dev/null")) {
+      return invalid_argument(std::string(what) + " " + path +
+                              " is not a regular file (a device, FIFO or socket); give a file "
+                              "path, or /dev/null to discard the output");
+    }
     if (::access(p.c_str(), W_OK) != 0) {
       return invalid_argument("cannot write " + std::string(what) + " " + path + ": " +
                               std::strerror(errno) + "; choose another path or fix its mode");

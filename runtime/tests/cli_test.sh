@@ -232,6 +232,21 @@ grep -q 'warning' "$ERR" || fail "no warning about the missing plugin"
 json_check "still planned" 'j["used"] == "contiguous"'
 pass
 
+# A plugin directory longer than a short string's inline buffer: the list is
+# split from a copy that lives as long as the search does.
+PLUGIN_FILE="$(dirname "$FULCRUM")/../lib/fulcrum/libfulcrum_balancer.so"
+if [[ -f "$PLUGIN_FILE" ]]; then
+  LONG_DIR="$WORK/a_plugin_directory_past_any_inline_buffer"
+  mkdir -p "$LONG_DIR"
+  chmod 755 "$LONG_DIR"
+  cp "$PLUGIN_FILE" "$LONG_DIR/libfulcrum_copy.so"
+  expect_ok "long balancer.plugin_dirs entry" plan --plugin fulcrum_copy --cp 2 \
+    --set "balancer.plugin_dirs=$WORK/none:$LONG_DIR" --strategy head_tail --seq-len 8 --format json
+  [[ ! -s "$ERR" ]] || fail "the plugin in the long directory was not loaded"
+  json_check "the plugin, not the built-in balancer, served" 'j["used"] == "head_tail"'
+  pass
+fi
+
 # ---------------------------------------------------------------- dp-partition
 expect_ok "dp-partition covers every sample" dp-partition --dp 3 --strategy auto \
   --lengths 5,900,17,4096,33,250,1,77 --format json

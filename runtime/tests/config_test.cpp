@@ -160,6 +160,20 @@ TEST(ConfigTest, WrongTypeNamesKeyValueAndWhatIsAllowed) {
             "test.yaml:2:7: train.lr must be a number > 0, got 'fast'");
 }
 
+// yaml-cpp closes a quoted scalar left open at the end of the file itself;
+// the loader refuses it instead of taking a value that was cut short.
+TEST(ConfigTest, QuotedValueLeftOpenIsRefused) {
+  EXPECT_EQ(load_error("balancer:\n  plugin: \"abc\n"),
+            "test.yaml:2:11: the quoted value of balancer.plugin is never closed; add the "
+            "closing quote");
+  EXPECT_TRUE(Contains(load_error("balancer:\n  plugin: 'abc\n"), "is never closed"));
+  EXPECT_TRUE(Contains(load_error("balancer:\n  plugin: \"ab\\\"\n"), "is never closed"));
+  // Closed ones, escapes and doubled single quotes included, are values.
+  EXPECT_EQ(load_ok("balancer:\n  plugin: \"a\\\"b\"\n").get_string("balancer.plugin"), "a\"b");
+  EXPECT_EQ(load_ok("balancer:\n  plugin: 'it''s'\n").get_string("balancer.plugin"), "it's");
+  EXPECT_EQ(load_ok("balancer:\n  plugin: \"abc\"\n").get_string("balancer.plugin"), "abc");
+}
+
 TEST(ConfigTest, IntegerOverflowIsAnErrorNotAWrap) {
   EXPECT_TRUE(Contains(load_error("parallel:\n  cp_size: 99999999999999999999999\n"),
                        "parallel.cp_size must be an integer >= 1"));
@@ -311,7 +325,8 @@ TEST(ConfigTest, MissingFileIsNotFound) {
   auto config = load_config("/nonexistent/x.yaml", {});
   ASSERT_FALSE(config.is_ok());
   EXPECT_EQ(config.status().code(), StatusCode::kNotFound);
-  EXPECT_TRUE(Contains(config.status().message(), "config file '/nonexistent/x.yaml' not found"));
+  EXPECT_TRUE(
+      Contains(config.status().message(), "config file '/nonexistent/x.yaml' does not exist"));
 }
 
 TEST(ConfigTest, LoadsFromAFile) {

@@ -20,6 +20,7 @@
 #include "fulcrum/c_api.h"
 #include "fulcrum/core/plan_check.h"
 #include "fulcrum/core/work_model.h"
+#include "fulcrum/host/open_balancer.h"
 #include "fulcrum/host/plugin_loader.h"
 
 // With the strategies library linked in, plans through the plugin are compared
@@ -420,8 +421,59 @@ TEST(LoaderTest, FileThatIsNotALibraryIsRefusedWithTheLoaderError) {
   }
   auto loaded = load_plugin(junk.string(), captured.options());
   ASSERT_FALSE(loaded.is_ok());
-  EXPECT_EQ(loaded.status().code(), StatusCode::kInternal);
-  EXPECT_HAS(loaded.status().message(), "cannot load plugin " + junk.string());
+  EXPECT_EQ(loaded.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_HAS(loaded.status().message(), "plugin " + junk.string());
+  EXPECT_HAS(loaded.status().message(), "is not a complete shared library (no ELF header");
+}
+
+// dlopen maps a cut-short library and faults (SIGBUS) on the first page past
+// its end; the loader must refuse every such prefix before dlopen sees it.
+TEST(LoaderTest, TruncatedLibraryIsRefusedAtEveryLength) {
+  Captured captured;
+  TempDir dir;
+  std::string whole;
+  {
+    std::FILE* f = std::fopen(FULCRUM_PLUGIN_PATH, "rb");
+    ASSERT_NE(f, nullptr);
+    char buffer[1 << 16];
+    for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, f)) > 0;) whole.append(buffer, n);
+    std::fclose(f);
+  }
+  ASSERT_GT(whole.size(), 4096u);
+  const fs::path cut = dir.path() / "libcut.so";
+  for (const std::size_t length :
+       {std::size_t{0}, std::size_t{3}, std::size_t{63}, std::size_t{64}, std::size_t{200},
+        std::size_t{4096}, whole.size() / 2, whole.size() - 4096, whole.size() - 1}) {
+    {
+      std::FILE* f = std::fopen(cut.c_str(), "wb");
+      ASSERT_NE(f, nullptr);
+      std::fwrite(whole.data(), 1, length, f);
+      std::fclose(f);
+    }
+    auto loaded = load_plugin(cut.string(), captured.options());
+    ASSERT_FALSE(loaded.is_ok()) << "length " << length;
+    EXPECT_EQ(loaded.status().code(), StatusCode::kInvalidArgument) << "length " << length;
+    EXPECT_HAS(loaded.status().message(), "is not a complete shared library");
+  }
+}
+
+TEST(LoaderTest, LinkLoopsAndFilesUsedAsDirectoriesAreNotCalledMissing) {
+  Captured captured;
+  TempDir dir;
+  const fs::path loop = dir.path() / "libloop.so";
+  fs::create_symlink(loop, loop);
+  auto looped = load_plugin(loop.string(), captured.options());
+  ASSERT_FALSE(looped.is_ok());
+  EXPECT_NE(looped.status().code(), StatusCode::kNotFound);
+  EXPECT_HAS(looped.status().message(), "cannot be resolved");
+
+  const fs::path file = dir.path() / "plain";
+  std::FILE* f = std::fopen(file.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fclose(f);
+  auto through_file = load_plugin((file / "libx.so").string(), captured.options());
+  ASSERT_FALSE(through_file.is_ok());
+  EXPECT_NE(through_file.status().code(), StatusCode::kNotFound);
 }
 
 TEST(LoaderTest, LibraryWithoutTheEntryPointIsRefused) {
@@ -486,6 +538,80 @@ TEST(LoaderPermissionTest, WritableFileOrDirectoryIsRefusedWithTheFix) {
   auto by_name = load_plugin("fulcrum_balancer", options);
   ASSERT_FALSE(by_name.is_ok());
   EXPECT_EQ(by_name.status().code(), StatusCode::kPermission);
+}
+
+// Every directory from / down to the plugin counts, on the resolved path and
+// on the path as given, where a link could be swapped; a sticky directory
+// owned by root or this user (like /tmp) is the one exception.
+TEST(LoaderPermissionTest, EveryDirectoryOnThePathIsChecked) {
+  TempDir dir;
+  ASSERT_EQ(chmod(dir.path().c_str(), 0755), 0);
+  const fs::path inner = dir.path() / "a" / "b";
+  fs::create_directories(inner);
+  ASSERT_EQ(chmod((dir.path() / "a").c_str(), 0755), 0);
+  ASSERT_EQ(chmod(inner.c_str(), 0755), 0);
+  const fs::path copy = inner / "libfulcrum_balancer.so";
+  fs::copy_file(FULCRUM_PLUGIN_PATH, copy);
+  ASSERT_EQ(chmod(copy.c_str(), 0644), 0);
+  LoaderOptions options;
+  options.log = nullptr;
+  ASSERT_TRUE(load_plugin(copy.string(), options).is_ok());
+
+  // An ancestor writable by others: it could rename a/ away and put another there.
+  ASSERT_EQ(chmod((dir.path() / "a").c_str(), 0777), 0);
+  auto open_ancestor = load_plugin(copy.string(), options);
+  ASSERT_FALSE(open_ancestor.is_ok());
+  EXPECT_EQ(open_ancestor.status().code(), StatusCode::kPermission);
+  EXPECT_HAS(open_ancestor.status().message(), "`chmod go-w " + (dir.path() / "a").string() + "`");
+
+  // Sticky and owned by this user: others cannot move what they do not own.
+  ASSERT_EQ(chmod((dir.path() / "a").c_str(), 01777), 0);
+  auto sticky = load_plugin(copy.string(), options);
+  EXPECT_TRUE(sticky.is_ok()) << sticky.status().message();
+  ASSERT_EQ(chmod((dir.path() / "a").c_str(), 0755), 0);
+
+  // A link in a directory others may write: the link could be pointed elsewhere.
+  const fs::path open_dir = dir.path() / "open";
+  fs::create_directory(open_dir);
+  ASSERT_EQ(chmod(open_dir.c_str(), 0777), 0);
+  const fs::path link = open_dir / "libfulcrum_balancer.so";
+  fs::create_symlink(copy, link);
+  auto through_link = load_plugin(link.string(), options);
+  ASSERT_FALSE(through_link.is_ok());
+  EXPECT_EQ(through_link.status().code(), StatusCode::kPermission);
+  EXPECT_HAS(through_link.status().message(), "`chmod go-w " + open_dir.string() + "`");
+  ASSERT_EQ(chmod(open_dir.c_str(), 0755), 0);
+  EXPECT_TRUE(load_plugin(link.string(), options).is_ok());
+}
+
+// --- the one policy: which balancer serves -----------------------------------
+
+TEST(OpenBalancerTest, AbsentFallsBackAndUnusableIsAnError) {
+  Captured captured;
+  auto builtin = open_balancer("builtin", {}, true, captured.options().log);
+  ASSERT_TRUE(builtin.is_ok()) << builtin.status().message();
+  EXPECT_TRUE(builtin->is_builtin);
+  EXPECT_TRUE(builtin->not_found.empty());
+
+  TempDir empty;
+  auto absent =
+      open_balancer("no_such_plugin", {empty.path().string()}, true, captured.options().log);
+  ASSERT_TRUE(absent.is_ok()) << absent.status().message();
+  EXPECT_TRUE(absent->is_builtin);
+  ASSERT_NE(absent->balancer, nullptr);
+  EXPECT_HAS(absent->not_found, "libno_such_plugin.so");
+  EXPECT_HAS(absent->not_found, empty.path().string());
+
+  auto real = open_balancer(FULCRUM_PLUGIN_PATH, {}, true, captured.options().log);
+  ASSERT_TRUE(real.is_ok()) << real.status().message();
+  EXPECT_FALSE(real->is_builtin);
+
+  const std::string broken =
+      std::string(FULCRUM_BROKEN_PLUGIN_DIR) + "/libfulcrum_broken_wrong_major.so";
+  auto unusable = open_balancer(broken, {}, false, captured.options().log);
+  ASSERT_FALSE(unusable.is_ok());
+  EXPECT_HAS(unusable.status().message(), "cannot use balancer plugin '" + broken + "'");
+  EXPECT_EQ(split_plugin_dirs("a::b:"), (std::vector<std::string>{"a", "b"}));
 }
 
 // --- the shared library handle ---------------------------------------------

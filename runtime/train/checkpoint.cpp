@@ -1,5 +1,7 @@
 #include "train/checkpoint.h"
 
+#include "host/input_file.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -451,9 +453,20 @@ Result<std::vector<CheckpointFile>> list_checkpoints(const std::string& dir) {
 }
 
 Result<Checkpoint> read_checkpoint(const std::string& path) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) {
-    return not_found("cannot open checkpoint " + path + ": " + errno_text());
+  Result<host::InputFile> opened = host::open_input_file(
+      path, {"checkpoint " + path,
+             "give a checkpoint file written by fulcrum train, or train.resume: auto"});
+  if (!opened) return opened.status();
+  Fd fd(std::move(opened).value().release());
+  // The magic first: a large file of something else (a sparse file of
+  // zeros named like a checkpoint) is refused without reading it all.
+  char magic[sizeof kCheckpointMagic - 1] = {};
+  const ssize_t got = ::pread(fd.get(), magic, sizeof magic, 0);
+  if (got == static_cast<ssize_t>(sizeof magic) &&
+      std::memcmp(magic, kCheckpointMagic, sizeof magic) != 0) {
+    return invalid_argument("checkpoint " + path +
+                            " is not a fulcrum checkpoint (it does not start with '" +
+                            std::string(kCheckpointMagic) + "')");
   }
   std::string bytes;
   char buffer[1 << 16];

@@ -224,9 +224,17 @@ Result<std::unique_ptr<MetricsFile>> MetricsFile::open(const std::string& path) 
   return file;
 }
 
-void MetricsFile::write(const std::vector<std::string>& lines) {
+Status MetricsFile::write(const std::vector<std::string>& lines) {
+  errno = 0;
   for (const std::string& line : lines) out_ << line << '\n';
   out_.flush();
+  if (!out_) {
+    const int err = errno;
+    return invalid_argument("cannot write the metrics file " + path_ + ": " +
+                            (err != 0 ? std::strerror(err) : "the write failed") +
+                            "; free space there or choose another --metrics path");
+  }
+  return Status::ok();
 }
 
 void RunSummary::add(const StepReport& step, const std::vector<RankStepFigures>& ranks,

@@ -80,7 +80,9 @@ class MetricsFile {
   // Truncates `path`; an error names the path and the system's reason.
   static Result<std::unique_ptr<MetricsFile>> open(const std::string& path);
   // Appends and flushes, so a crashed run keeps its complete steps.
-  void write(const std::vector<std::string>& lines);
+  // Appends and flushes; a failed write (a full disk, an I/O error) is an
+  // error naming the file and the cause, never a silently short file.
+  Status write(const std::vector<std::string>& lines);
 
  private:
   std::ofstream out_;

@@ -1,5 +1,6 @@
 #include "train/options.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -8,6 +9,7 @@
 #include <utility>
 
 #include "fulcrum/core/workload.h"
+#include "fulcrum/host/open_balancer.h"
 
 namespace fulcrum::train {
 namespace {
@@ -52,18 +54,6 @@ std::string resolve_path(const host::Config& config, const std::string& key) {
   return path.lexically_normal().string();
 }
 
-std::vector<std::string> split_dirs(const std::string& text) {
-  std::vector<std::string> dirs;
-  std::string_view rest = text;
-  while (!rest.empty()) {
-    const auto colon = rest.find(':');
-    if (colon != 0) dirs.emplace_back(rest.substr(0, colon));
-    if (colon == std::string_view::npos) break;
-    rest.remove_prefix(colon + 1);
-  }
-  return dirs;
-}
-
 std::chrono::milliseconds seconds_to_ms(double seconds) {
   return std::chrono::milliseconds(static_cast<std::int64_t>(std::llround(seconds * 1000.0)));
 }
@@ -78,7 +68,7 @@ Result<TrainOptions> train_options_from_config(const host::Config& config) {
   o.cp_size = static_cast<int>(config.get_int("parallel.cp_size"));
 
   o.plugin = config.get_string("balancer.plugin");
-  o.plugin_dirs = split_dirs(config.get_string("balancer.plugin_dirs"));
+  o.plugin_dirs = host::split_plugin_dirs(config.get_string("balancer.plugin_dirs"));
   o.check_permissions = config.get_bool("balancer.check_permissions");
   o.cp_strategy = config.get_string("balancer.cp.strategy");
   o.cp_fallback = config.get_string("balancer.cp.fallback");
@@ -155,6 +145,27 @@ Result<TrainOptions> train_options_from_config(const host::Config& config) {
   o.log_samples = config.get_bool("train.log_samples");
   o.checkpoint_every = config.get_int("train.checkpoint_every");
 
+  // Every rank must hold at least one token of a row and a row at least one
+  // label: shorter rows train on nothing and report a loss of zero.
+  if (o.seq_length < std::max<std::int64_t>(2, o.cp_size)) {
+    return invalid_argument(where(config, "data.seq_length", std::to_string(o.seq_length)) +
+                            " is too short for parallel.cp_size = " + std::to_string(o.cp_size) +
+                            ": a row needs at least 2 tokens and one per CP rank; raise "
+                            "data.seq_length to at least " +
+                            std::to_string(std::max<std::int64_t>(2, o.cp_size)));
+  }
+  // Deadlines are turned into nanoseconds by the collectives; past this they
+  // overflow and every collective times out at once.
+  constexpr double kMaxTimeoutSeconds = 7 * 24 * 3600.0;
+  for (const char* key : {"dist.timeout_s", "dist.op_timeout_s"}) {
+    const double seconds = config.get_double(key);
+    if (!(seconds <= kMaxTimeoutSeconds)) {
+      return invalid_argument(where(config, key, std::to_string(seconds)) +
+                              " is more than a week (" + std::to_string(kMaxTimeoutSeconds) +
+                              " s); give a number of seconds from 0.001 to " +
+                              std::to_string(static_cast<std::int64_t>(kMaxTimeoutSeconds)));
+    }
+  }
   o.rendezvous_timeout = seconds_to_ms(config.get_double("dist.timeout_s"));
   o.op_timeout = seconds_to_ms(config.get_double("dist.op_timeout_s"));
   if (o.rendezvous_timeout.count() < 1 || o.op_timeout.count() < 1) {

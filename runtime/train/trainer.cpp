@@ -17,6 +17,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -33,6 +34,7 @@
 #include "fulcrum/core/workload.h"
 #include "fulcrum/host/config.h"
 #include "fulcrum/host/log.h"
+#include "fulcrum/host/open_balancer.h"
 #include "fulcrum/host/plugin_loader.h"
 #include "fulcrum/host/selection.h"
 #include "launch/worker_env.h"
@@ -58,10 +60,17 @@ class InputError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Writing a checkpoint failed (disk full, permissions changed): exit 1, as a
+// Writing a checkpoint or the metrics failed (disk full, permissions changed): exit 1, as a
 // runtime failure, with the checkpoint's own message rather than "internal
 // error".
 class CheckpointError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The loss stopped being a number: exit 1, a failure of the run rather than
+// of its input, with the step and the rank.
+class NumericError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
@@ -93,29 +102,19 @@ struct Balancer {
   std::string description;
 };
 
-// The plugin, or the built-in balancer when there is no plugin to load. A
-// plugin that exists but cannot be used (wrong ABI, unsafe permissions, a
-// failing create) is an error: training on a silently different balancer
-// would make every figure of the run misleading.
+// The plugin, or the built-in balancer when there is no plugin to load, by
+// the policy the CLI applies (host::open_balancer).
 Result<Balancer> load_balancer(const TrainOptions& o, const host::LogFn& log) {
   if (o.plugin == "builtin") return Balancer{nullptr, "builtin (contiguous CP, round_robin DP)"};
-  host::LoaderOptions options;
-  options.search_dirs = o.plugin_dirs;
-  for (std::string& dir : host::default_search_dirs()) options.search_dirs.push_back(dir);
-  options.check_permissions = o.check_permissions;
-  options.log = log;
-  Result<std::shared_ptr<LoadBalancer>> loaded = host::load_plugin(o.plugin, options);
-  if (loaded) return Balancer{*loaded, (*loaded)->name()};
-  if (loaded.status().code() == StatusCode::kNotFound) {
-    log(host::LogLevel::kWarning,
-        loaded.status().message() +
-            "; training with the host's built-in balancer (contiguous CP sharding, round_robin "
-            "DP); set balancer.plugin or balancer.plugin_dirs to use the plugin");
-    return Balancer{nullptr, "builtin (plugin '" + o.plugin + "' not found)"};
-  }
-  return invalid_argument("cannot use balancer plugin '" + o.plugin +
-                          "': " + loaded.status().message() +
-                          "; fix or rebuild the plugin, or set balancer.plugin: builtin");
+  Result<host::OpenedBalancer> opened =
+      host::open_balancer(o.plugin, o.plugin_dirs, o.check_permissions, log);
+  if (!opened) return invalid_argument(opened.status().message());
+  if (!opened->is_builtin) return Balancer{opened->balancer, opened->balancer->name()};
+  log(host::LogLevel::kWarning,
+      opened->not_found +
+          "; training with the host's built-in balancer (contiguous CP sharding, round_robin "
+          "DP); set balancer.plugin or balancer.plugin_dirs to use the plugin");
+  return Balancer{nullptr, "builtin (plugin '" + o.plugin + "' not found)"};
 }
 
 Result<std::unique_ptr<data::TokenDataset>> open_dataset(const TrainOptions& o) {
@@ -210,11 +209,10 @@ double round_robin_imbalance(const std::vector<std::int64_t>& samples,
   return mean > 0 ? *std::max_element(rank.begin(), rank.end()) / mean : 1.0;
 }
 
+// Written whole to a temporary file, synced and renamed over `path`: a full
+// disk or an I/O error leaves the previous file in place and names the cause.
 Status save_parameters(const std::string& path, const GptModel& model) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) {
-    return invalid_argument("cannot write parameters to " + path + ": " + std::strerror(errno));
-  }
+  std::ostringstream out;
   for (std::size_t i = 0; i < model.parameters().size(); ++i) {
     out << model.parameter_names()[i] << ' ' << model.parameters()[i].numel() << '\n';
   }
@@ -224,7 +222,13 @@ Status save_parameters(const std::string& path, const GptModel& model) {
     out.write(reinterpret_cast<const char*>(d.data_ptr<double>()),
               static_cast<std::streamsize>(d.numel() * sizeof(double)));
   }
-  if (!out) return invalid_argument("writing parameters to " + path + " failed");
+  const Status written = write_file_atomically(path, out.str());
+  if (!written) {
+    // The writer's own advice names train.checkpoint_dir; keep only its cause.
+    const std::string cause = written.message().substr(0, written.message().find("; "));
+    return invalid_argument("cannot write parameters to --save-params " + path + " (" + cause +
+                            "); free space there or choose another path");
+  }
   return Status::ok();
 }
 
@@ -893,6 +897,16 @@ void Worker::train() {
       if (mb_loss.defined()) loss = loss + mb_loss.to(at::kDouble);
     }
     double loss_sum = loss.item<double>();
+    // Checked on each rank before the all-reduce spreads it: a NaN would
+    // otherwise train on silently and surface, if at all, as replicas whose
+    // parameters differ.
+    if (!std::isfinite(loss_sum)) {
+      throw NumericError("the loss of step " + std::to_string(step) + " is " +
+                         (std::isnan(loss_sum) ? "NaN" : "infinite") + " on rank " +
+                         std::to_string(id_.rank) +
+                         " (its micro-batches' loss sum, before the all-reduce); lower train.lr, "
+                         "check the data, or train with train.dtype: float64");
+    }
     reliability.end_step();
     reduce_and_step(loss_sum, tokens);
     figures.step_ms = ms_since(step_start);
@@ -917,7 +931,11 @@ void Worker::train() {
     report.dp_round_robin_imbalance =
         round_robin_imbalance(batch->global_samples, *dataset_, o_.dp_cost, o_.dp_size);
     report.wall_ms = figures.step_ms;
-    if (metrics_) metrics_->write(metrics_lines(report, ranks, o_.dp_size, o_.cp_size));
+    if (metrics_) {
+      if (Status s = metrics_->write(metrics_lines(report, ranks, o_.dp_size, o_.cp_size)); !s) {
+        throw CheckpointError(s.message());
+      }
+    }
     summary.add(report, ranks, o_.cp_size);
     progress.update(report, std::chrono::duration<double>(Clock::now() - start).count());
     // After the step's metrics: a crash while writing loses no record.
@@ -1004,6 +1022,9 @@ int run_worker(const WorkerArgs& args) noexcept {
     print_error(e.what());
     return 1;
   } catch (const ConsensusError& e) {
+    print_error(e.what());
+    return 1;
+  } catch (const NumericError& e) {
     print_error(e.what());
     return 1;
   } catch (const dist::ConfigError& e) {

@@ -5,6 +5,7 @@
 //   fulcrum-worker --config FILE.yaml [--set section.key=value ...]
 //                  [--metrics FILE.jsonl] [--save-params FILE]
 //                  [--resume auto|CHECKPOINT]
+#include <csignal>
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -30,6 +31,10 @@ int usage_error(const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A peer that exits closes its sockets; a write to one must fail as an
+  // error naming the collective (EPIPE), not kill this rank with SIGPIPE
+  // before it can say anything, and so be blamed for its peer's failure.
+  std::signal(SIGPIPE, SIG_IGN);
   fulcrum::train::WorkerArgs args;
   std::optional<std::string> resume;
   const std::vector<std::string> in(argv + 1, argv + argc);

@@ -367,7 +367,8 @@ TEST(JsonlDataset, RefusesBadLinesNamingFileAndLine) {
   auto directory = JsonlDataset::open(dir.file(""));
   ASSERT_FALSE(directory);
   EXPECT_EQ(directory.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_HAS(directory.status().message(), "is a directory; data.path must name the JSONL");
+  EXPECT_HAS(directory.status().message(),
+             "is a directory, not a file; data.path must name the JSONL");
 }
 
 // --- synthetic -----------------------------------------------------------------

@@ -252,6 +252,13 @@ constexpr const char* kStallReportOfRank1 =
     "cp[dp=0]\nstalled 0\nwaiting 1 all_gather 9 cp[dp=0]\nwaiting 2 all_reduce_sum 4 "
     "world\nwaiting 3 all_reduce_sum 4 world\nend\n' > \"$FULCRUM_STALL_REPORT_DIR/rank-1.stall\"";
 
+// The same report, written by rank 2 and naming rank 0: what a rank may
+// conclude when the stalled one stopped inside a collective.
+constexpr const char* kStallReportOfRank1Elsewhere =
+    "printf 'fulcrum-stall-report 1\nreporter 2\ntimeout_ms 3000\ntimed_out all_gather 9 "
+    "cp[dp=0]\nstalled 0\nwaiting 2 all_gather 9 cp[dp=0]\nend\n' > "
+    "\"$FULCRUM_STALL_REPORT_DIR/rank-2.stall\"";
+
 TEST(Launch, AStalledRankNamedByTheTimedOutRankIsTheVerdict) {
   ::setenv("FULCRUM_STALL_REPORT_DIR", "/inherited/must/not/leak", 1);
   Harness h;
@@ -275,6 +282,30 @@ TEST(Launch, AStalledRankNamedByTheTimedOutRankIsTheVerdict) {
   EXPECT_NE(dir[0], "/inherited/must/not/leak");
   EXPECT_EQ(h.lines_of(3, OutputStream::kStdout), dir);
   EXPECT_FALSE(std::filesystem::exists(dir[0]));
+  h.expect_no_survivors();
+}
+
+// A stopped rank is the cause however its peers' reports read: the launcher
+// sees its state, names it, and does not wait out the grace for it (SIGTERM
+// stays pending in a stopped process).
+TEST(Launch, AStoppedRankIsNamedAndKilledAtOnce) {
+  Harness h;
+  LaunchOptions o = h.options(4, std::string("if [ \"$RANK\" = 1 ]; then kill -STOP $$; fi; ") +
+                                     "if [ \"$RANK\" = 2 ]; then sleep 0.5; " +
+                                     kStallReportOfRank1Elsewhere + "; exit 1; fi; sleep 10");
+  o.failure_grace_s = 5;
+  const auto start = Clock::now();
+  auto report = run_workers(o);
+  const double elapsed = seconds_since(start);
+  ASSERT_TRUE(report) << report.status().message();
+  ASSERT_TRUE(report->failed_rank.has_value());
+  EXPECT_EQ(*report->failed_rank, 2);
+  EXPECT_EQ(report->exit_code, 1);
+  EXPECT_EQ(report->stalled_ranks, std::vector<int>{1});
+  EXPECT_EQ(report->summary.rfind("fulcrum: rank 1 was stopped (by SIGSTOP", 0), 0u)
+      << report->summary;
+  EXPECT_LT(elapsed, 4.0);
+  EXPECT_EQ(report->workers[1].signal, SIGKILL);
   h.expect_no_survivors();
 }
 

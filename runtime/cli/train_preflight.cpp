@@ -1,0 +1,193 @@
+#include "train_preflight.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <system_error>
+
+#include "cli_common.h"
+#include "data/indexed_dataset.h"
+#include "data/jsonl_dataset.h"
+#include "data/synthetic_dataset.h"
+#include "data/token_dataset.h"
+#include "host/input_file.h"
+#include "train/checkpoint.h"
+#include "train/options.h"
+
+namespace fulcrum::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+train::TrainOptions options_or_throw(const host::Config& config) {
+  Result<train::TrainOptions> options = train::train_options_from_config(config);
+  if (!options) {
+    std::string message = options.status().message();
+    if (message.find("; ") == std::string::npos) message += "; correct the config";
+    throw UsageError(message);
+  }
+  return std::move(options).value();
+}
+
+}  // namespace
+
+void check_train_options(const host::Config& config) { options_or_throw(config); }
+
+void check_train_data(const host::Config& config) {
+  const train::TrainOptions o = options_or_throw(config);
+  if (o.source == train::DataSource::kSynthetic) {
+    if (o.data_path.empty()) return;
+    // Synthetic tokens are drawn below the vocabulary; only the lengths are read.
+    Result<std::vector<std::int64_t>> lengths = data::read_lengths_file(o.data_path);
+    if (!lengths) throw UsageError("data.path: " + lengths.status().message());
+    return;
+  }
+  std::unique_ptr<data::TokenDataset> dataset;
+  if (o.source == train::DataSource::kJsonl) {
+    Result<data::JsonlDataset> d = data::JsonlDataset::open(o.data_path);
+    if (!d) throw UsageError("data.path: " + d.status().message());
+    dataset = std::make_unique<data::JsonlDataset>(std::move(d).value());
+  } else {
+    Result<data::IndexedDataset> d = data::IndexedDataset::open(o.data_path);
+    if (!d) throw UsageError("data.path: " + d.status().message());
+    dataset = std::make_unique<data::IndexedDataset>(std::move(d).value());
+  }
+  const std::int64_t vocab = o.model.vocab_size;
+  std::int64_t scanned = 0;
+  bool any_tokens = false;
+  for (std::int64_t i = 0; i < dataset->size() && scanned < kMaxScannedTokens; ++i) {
+    const std::vector<std::int64_t> tokens = dataset->tokens(i);
+    for (std::size_t j = 0; j < tokens.size(); ++j) {
+      if (tokens[j] >= 0 && tokens[j] < vocab) continue;
+      throw UsageError("data.path " + o.data_path + ": sample " + std::to_string(i) + ", token " +
+                       std::to_string(j) + " is id " + std::to_string(tokens[j]) +
+                       ", outside model.vocab_size = " + std::to_string(vocab) +
+                       "; raise model.vocab_size above the largest token id or fix the data");
+    }
+    scanned += static_cast<std::int64_t>(tokens.size());
+    any_tokens = any_tokens || !tokens.empty();
+  }
+  if (!any_tokens && scanned < kMaxScannedTokens) {
+    throw UsageError("data.path: " + dataset->describe() +
+                     " has no sample with at least one token; give a dataset with tokens");
+  }
+}
+
+void check_config_not_empty(const std::string& path) {
+  std::error_code ec;
+  const auto size = fs::file_size(path, ec);
+  if (!ec && size == 0) {
+    throw UsageError("config file " + path +
+                     " is empty; fulcrum train needs a training config, e.g. "
+                     "configs/quickstart.yaml");
+  }
+}
+
+void check_resume(const host::Config& config) {
+  const std::string resume = config.get_string("train.resume");
+  if (resume == "none") return;
+  if (resume == "auto") {
+    if (config.get_string("train.checkpoint_dir").empty()) {
+      throw UsageError(
+          "train.resume = auto needs train.checkpoint_dir, the directory to resume from; set "
+          "it, or name a checkpoint file in train.resume");
+    }
+    return;
+  }
+  const std::string fix = "give a checkpoint file written by fulcrum train, or train.resume: auto";
+  Result<host::InputFile> opened = host::open_input_file(resume, {"checkpoint " + resume, fix});
+  if (!opened) throw UsageError(opened.status().message());
+  char magic[sizeof train::kCheckpointMagic - 1] = {};
+  const ssize_t got = ::pread(opened.value().fd(), magic, sizeof magic, 0);
+  if (got != static_cast<ssize_t>(sizeof magic) ||
+      std::memcmp(magic, train::kCheckpointMagic, sizeof magic) != 0) {
+    throw UsageError("checkpoint " + resume +
+                     " is not a fulcrum checkpoint (it does not start with '" +
+                     std::string(train::kCheckpointMagic) + "'); " + fix);
+  }
+}
+
+int lock_master_port(const host::Config& config) {
+  const std::int64_t port = config.get_int("dist.master_port");
+  if (port == 0) return -1;  // the launcher picks a free one
+  const std::string lock_path = "/tmp/fulcrum-master-port-" + std::to_string(port) + ".lock";
+  // Read-only: a lock file another user created (mode 0644) still locks.
+  const int lock_fd =
+      ::open(lock_path.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+  if (lock_fd >= 0 && ::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    ::close(lock_fd);
+    if (err == EWOULDBLOCK) {
+      throw UsageError("dist.master_port " + std::to_string(port) +
+                       " is in use by another fulcrum train job on this host (it holds " +
+                       lock_path + "); choose another port, or 0 to let fulcrum train pick one");
+    }
+  }
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return lock_fd;  // no sockets at all: the rendezvous will say so
+  // As the store will bind it: connections of an earlier job still in
+  // TIME_WAIT do not make the port busy, only a listener does.
+  const int reuse = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &reuse, sizeof reuse);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<std::uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_ANY);
+  const int bound = ::bind(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address);
+  const int err = errno;
+  ::close(fd);
+  if (bound == 0) return lock_fd;
+  if (lock_fd >= 0) ::close(lock_fd);
+  if (err == EADDRINUSE) {
+    throw UsageError("dist.master_port " + std::to_string(port) +
+                     " is in use on this host (by another job or program); choose another "
+                     "port, or 0 to let fulcrum train pick a free one");
+  }
+  throw UsageError("dist.master_port " + std::to_string(port) + " cannot be bound (" +
+                   std::strerror(err) + "); choose a port from 1024 to 65535, or 0");
+}
+
+int lock_checkpoint_dir(const host::Config& config) {
+  const std::string dir = config.get_string("train.checkpoint_dir");
+  const bool writes = config.get_int("train.checkpoint_every") > 0;
+  const bool reads = config.get_string("train.resume") == "auto";
+  if (dir.empty() || (!writes && !reads)) return -1;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir, ec)) {
+    throw UsageError("train.checkpoint_dir " + dir + " cannot be used as a directory" +
+                     (ec ? " (" + ec.message() + ")" : std::string()) +
+                     "; choose a directory this user can create and write");
+  }
+  // The directory itself is locked: no file is left in it, and the lock goes
+  // with the descriptor however the run ends.
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    throw UsageError("cannot open train.checkpoint_dir " + dir + " (" + std::strerror(errno) +
+                     "); choose a directory this user can read and write");
+  }
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    ::close(fd);
+    if (err == EWOULDBLOCK) {
+      throw UsageError("train.checkpoint_dir " + dir +
+                       " is in use by another fulcrum train run (it holds a lock on the "
+                       "directory); wait for it to end or give this run its own "
+                       "train.checkpoint_dir");
+    }
+    throw UsageError("cannot lock train.checkpoint_dir " + dir + " (" + std::strerror(err) +
+                     "); choose a directory on a local file system");
+  }
+  return fd;
+}
+
+}  // namespace fulcrum::cli

@@ -461,6 +461,8 @@ double query_key_blocks(const MaskSpec& mask, std::int64_t len, std::int64_t b) 
   return 0;
 }
 
+}  // namespace
+
 // No plan of these decided slots ends sooner than this: every slot lasts at
 // least its members' mean compute (the fixed cost, the tokens and the tile
 // count above, shared over g), and the slots run on the same timeline the
@@ -495,8 +497,6 @@ double decided_step_lower_bound(const ScheduleRequest& request, const Schedule& 
   }
   return step;
 }
-
-}  // namespace
 
 Result<Schedule> decide_hybrid(const ScheduleRequest& request) {
   if (Status status = validate_schedule_request(request); !status) return status;

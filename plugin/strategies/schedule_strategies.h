@@ -47,5 +47,8 @@ Result<Schedule> decide_hybrid(const ScheduleRequest& request);
 Status plan_hybrid(const ScheduleRequest& request, Schedule& schedule);
 Status plan_hybrid_slots(const ScheduleRequest& request, Schedule& schedule);
 Status keep_fastest_of_baselines(const ScheduleRequest& request, Schedule& schedule);
+// No plan of a decided schedule (slots without plans) ends sooner than this:
+// the guard plans a baseline only when this is below hybrid's step.
+double decided_step_lower_bound(const ScheduleRequest& request, const Schedule& schedule);
 
 }  // namespace fulcrum

@@ -13,9 +13,11 @@
 //    ends within the batch's mean load per rank (it then cannot be the
 //    critical path by itself), or, when no g does, the g that ends soonest.
 //    Whether "ends" counts from time 0 or from when g ranks are free, or
-//    whether every piece simply takes the g that ends soonest, depends on
-//    the batch: all three are drafted and the draft that finishes first by
-//    the estimate is kept.
+//    whether every piece simply takes the g that ends soonest, or whether
+//    a piece too long for the mean load at any g spreads only as far as the
+//    rank-seconds its group spends beyond its work (fixed costs, K/V,
+//    latency) leave the other ranks room, depends on the batch: all four
+//    are drafted and the draft that finishes first by the estimate is kept.
 // 3. Multi-rank slots are placed first, largest first, on the ranks'
 //    timeline. Candidate members: the g ranks free earliest, and every run
 //    of g ranks of one node in the order they free up (intra-node bandwidth
@@ -151,6 +153,11 @@ enum class GroupRule {
   kTimelineMeanLoad,
   // The g that ends soonest on the timeline: long pieces spread wide.
   kSoonestEnd,
+  // The g whose slot end, or the mean load once the rank-seconds its
+  // groups spend beyond their work (fixed costs, K/V, latency) are added,
+  // whichever is later, is least: a piece too long for the mean load at
+  // any g is spread only as far as the ranks it takes from the others pay.
+  kBalancedEnd,
 };
 
 struct Draft {
@@ -278,6 +285,7 @@ Draft draft(const Batch& batch, const Estimator& est, GroupRule rule) {
     return free_at[a] < free_at[b] || (free_at[a] == free_at[b] && a < b);
   };
 
+  double overhead = 0;  // rank-seconds long slots spend beyond their work
   for (const std::size_t i : batch.order) {
     const std::int64_t len = pieces[i].length;
     if (len <= budget) continue;
@@ -294,7 +302,17 @@ Draft draft(const Batch& batch, const Estimator& est, GroupRule rule) {
     double best = std::numeric_limits<double>::infinity();
     for (std::int32_t c = g_min; c <= world; ++c) {
       const double start = rule == GroupRule::kMeanLoad ? 0.0 : free_at[by_free[c - 1]];
-      const double end = start + est.slot_time(work[i], len, c, std::min(c, node));
+      const double length = est.slot_time(work[i], len, c, std::min(c, node));
+      const double end = start + length;
+      if (rule == GroupRule::kBalancedEnd) {
+        const double finish =
+            std::max(end, batch.mean_load + (overhead + c * length - work[i]) / world);
+        if (finish < best) {
+          best = finish;
+          g = c;
+        }
+        continue;
+      }
       if (end < best) {
         best = end;
         g = c;
@@ -359,6 +377,7 @@ Draft draft(const Batch& batch, const Estimator& est, GroupRule rule) {
         }
       }
     }
+    overhead += g * (best_end - best_start) - work[i];
     std::sort(members.begin(), members.end());
     LongSlot slot;
     slot.piece = i;
@@ -529,7 +548,8 @@ Result<Schedule> decide_hybrid(const ScheduleRequest& request) {
   // first of equals.
   Draft best = draft(batch, est, GroupRule::kMeanLoad);
   if (any_long) {
-    for (const GroupRule rule : {GroupRule::kTimelineMeanLoad, GroupRule::kSoonestEnd}) {
+    for (const GroupRule rule :
+         {GroupRule::kTimelineMeanLoad, GroupRule::kSoonestEnd, GroupRule::kBalancedEnd}) {
       Draft other = draft(batch, est, rule);
       if (other.makespan < best.makespan) best = std::move(other);
     }

@@ -336,6 +336,27 @@ TEST(Hybrid, LongDocumentSpansEnoughRanksAndAnyCount) {
   EXPECT_GE(s.slots[0].ranks.size(), 5u);
 }
 
+// Only K/V costs (no compute, no latency), one node per rank: a full-mask
+// document of 4 T tokens over 4 ranks. Every member needs all 16 keys and
+// holds 4, so receives 12 and sends 12: (4 + 4) tokens x 2 bytes / 2 per peer,
+// 24 s. The bound's exchange term counts 12 received per member, in and out,
+// 2 x 4 x 12 x 2 / 2 / 4 = 24 s; the last query's member alone (12 x 2 / 2)
+// gives only 12. Contiguous shards reach it.
+TEST(LowerBound, ExchangeEveryMemberMustMakeIsCounted) {
+  ScheduleRequest r = request_of({16}, 4, 4, 4);
+  r.mask = MaskSpec::full();
+  r.profile.tile_seconds = 0;
+  r.profile.token_seconds = 0;
+  r.profile.slot_seconds = 0;
+  r.profile.latency_seconds = 0;
+  r.profile.ranks_per_node = 1;
+  Schedule s;
+  s.slots.push_back(slot_with(r, {0, 1, 2, 3}, {{0, 0, 16}}, 0));
+  ASSERT_TRUE(validate_schedule(r, s));
+  EXPECT_DOUBLE_EQ(evaluate_schedule(r, s).step_seconds, 24.0);
+  EXPECT_DOUBLE_EQ(step_time_lower_bound(r), 24.0);
+}
+
 // One document on one rank: the bound is that slot's time exactly, and
 // hybrid reaches it.
 TEST(Hybrid, ReachesTheBoundOnALoneDocument) {

@@ -5,7 +5,9 @@
 // 1. A piece that fits one rank (L <= T) stays on one rank: any group would
 //    add K/V traffic, latency and tile waste for no memory it needs. Short
 //    pieces are therefore bin packing, where longest-processing-time first
-//    is within 4/3 of optimal and cheap.
+//    is within 4/3 of optimal and cheap. Except a piece whose work alone on
+//    one rank exceeds the mean load per rank: it would set the step by
+//    itself, so it is placed like a long piece (g >= 1 by the rules below).
 // 2. A longer piece needs g >= ceil(L / T) ranks, any integer g. More ranks
 //    shorten its slot (compute / g) but cost more rank-seconds (each member
 //    pays the fixed slot cost, latency per peer, and the K/V of the other
@@ -173,6 +175,9 @@ struct Batch {
   const std::vector<double>& work;
   const std::vector<std::size_t>& order;  // by work, largest first
   double mean_load = 0;
+  // Placed as groups: longer than T, or too much work for one rank within
+  // the mean load (such a piece alone would set the step on one rank).
+  std::vector<char> grouped;
 };
 
 // LPT leaves the most loaded rank up to one piece above the others; moving
@@ -288,7 +293,7 @@ Draft draft(const Batch& batch, const Estimator& est, GroupRule rule) {
   double overhead = 0;  // rank-seconds long slots spend beyond their work
   for (const std::size_t i : batch.order) {
     const std::int64_t len = pieces[i].length;
-    if (len <= budget) continue;
+    if (!batch.grouped[i]) continue;
     // Room for the balanced planner's padding (at most a block per member)
     // where the world allows it; plan_hybrid falls back when it does not.
     auto g_min = static_cast<std::int32_t>(ceil_div(len, budget));
@@ -399,7 +404,7 @@ Draft draft(const Batch& batch, const Estimator& est, GroupRule rule) {
     for (std::size_t k = 0; k < d.gaps.size(); ++k) by_time.emplace(d.gaps[k].seconds, k);
     for (const std::size_t i : batch.order) {
       const std::int64_t len = pieces[i].length;
-      if (len > budget) continue;
+      if (batch.grouped[i]) continue;
       auto it = by_time.lower_bound(work[i]);
       for (int tries = 0; it != by_time.end() && tries < 8; ++it, ++tries) {
         if (d.gaps[it->second].room >= len) break;
@@ -423,7 +428,7 @@ Draft draft(const Batch& batch, const Estimator& est, GroupRule rule) {
   for (std::int32_t a = 0; a < world; ++a) lightest.emplace(free_at[a], a);
   for (const std::size_t i : batch.order) {
     const std::int64_t len = pieces[i].length;
-    if (len > budget || in_gap[i]) continue;
+    if (batch.grouped[i] || in_gap[i]) continue;
     auto [load, a] = lightest.top();
     lightest.pop();
     std::vector<Row>& mine = d.rows[a];
@@ -517,7 +522,11 @@ double decided_step_lower_bound(const ScheduleRequest& request, const Schedule& 
   return step;
 }
 
-Result<Schedule> decide_hybrid(const ScheduleRequest& request) {
+namespace {
+
+// `group_heavy`: also place as groups the pieces within T whose work alone
+// exceeds the mean load (rule 1's exception).
+Result<Schedule> decide_hybrid_with(const ScheduleRequest& request, bool group_heavy) {
   if (Status status = validate_schedule_request(request); !status) return status;
   const std::vector<DocPiece> pieces = schedule_pieces(request);
   const Estimator est(request);
@@ -527,21 +536,29 @@ Result<Schedule> decide_hybrid(const ScheduleRequest& request) {
   std::vector<double> work(pieces.size());
   double total = 0;
   std::int64_t tokens = 0;
-  bool any_long = false;
   for (std::size_t i = 0; i < pieces.size(); ++i) {
     work[i] = est.work(pieces[i].length);
     total += work[i];
     tokens += pieces[i].length;
-    any_long = any_long || pieces[i].length > request.max_tokens_per_rank;
   }
   std::vector<std::size_t> order(pieces.size());
   std::iota(order.begin(), order.end(), std::size_t{0});
   std::stable_sort(order.begin(), order.end(),
                    [&](std::size_t a, std::size_t b) { return work[a] > work[b]; });
-  const Batch batch{request, pieces, work, order,
-                    (total + prof.slot_seconds * static_cast<double>(ceil_div(
-                                                     tokens, request.max_tokens_per_rank))) /
-                        world};
+  Batch batch{request,
+              pieces,
+              work,
+              order,
+              (total + prof.slot_seconds *
+                           static_cast<double>(ceil_div(tokens, request.max_tokens_per_rank))) /
+                  world,
+              std::vector<char>(pieces.size(), 0)};
+  bool any_long = false;
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    batch.grouped[i] = pieces[i].length > request.max_tokens_per_rank ||
+                       (group_heavy && work[i] + prof.slot_seconds > batch.mean_load);
+    any_long = any_long || batch.grouped[i];
+  }
 
   // The rules differ only in the long pieces' groups: draft each (one when
   // there is no long piece) and keep the soonest estimated finish, the
@@ -602,7 +619,7 @@ Result<Schedule> decide_hybrid(const ScheduleRequest& request) {
   return schedule;
 }
 
-Status plan_hybrid_slots(const ScheduleRequest& request, Schedule& schedule) {
+Status plan_slots(const ScheduleRequest& request, Schedule& schedule) {
   const std::int64_t budget = request.max_tokens_per_rank;
   for (ScheduleSlot& slot : schedule.slots) {
     const CpWorkload w = slot_workload(request, slot);
@@ -642,6 +659,35 @@ Status plan_hybrid_slots(const ScheduleRequest& request, Schedule& schedule) {
         slot.plan = std::move(other.plan);
       }
     }
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<Schedule> decide_hybrid(const ScheduleRequest& request) {
+  return decide_hybrid_with(request, true);
+}
+
+Status plan_hybrid_slots(const ScheduleRequest& request, Schedule& schedule) {
+  if (Status status = plan_slots(request, schedule); !status) return status;
+  // A piece within T spread over a group is the estimate's bet that the
+  // group's tile waste, K/V and latency cost less than the load it takes
+  // off one rank; on small pieces it can lose. Price the placement without
+  // such groups exactly and keep it unless the bet won (ties: without).
+  const std::int64_t budget = request.max_tokens_per_rank;
+  const bool bet = std::any_of(schedule.slots.begin(), schedule.slots.end(), [&](const auto& slot) {
+    std::int64_t tokens = 0;
+    for (const DocPiece& piece : slot.pieces) tokens += piece.length;
+    return slot.ranks.size() > 1 && tokens <= budget;
+  });
+  if (!bet) return Status::ok();
+  Result<Schedule> plain = decide_hybrid_with(request, false);
+  if (!plain) return plain.status();
+  if (Status status = plan_slots(request, *plain); !status) return status;
+  if (evaluate_schedule(request, *plain).step_seconds <=
+      evaluate_schedule(request, schedule).step_seconds) {
+    schedule = std::move(*plain);
   }
   return Status::ok();
 }

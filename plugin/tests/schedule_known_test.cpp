@@ -398,8 +398,10 @@ double best_single_rank_step(const ScheduleRequest& r, std::vector<std::int32_t>
 // all of them. Hybrid's longest-first dealing is optimal when there are no
 // more pieces than ranks, when the pieces are equal, and for up to four
 // pieces on two ranks; its own placement must reach the enumerated optimum
-// there. What it returns may be a baseline's multi-rank schedule, which no
-// single-rank placement bounds: that must be at least as fast.
+// there when it keeps every piece on one rank, and beat it when it spreads
+// a piece whose work exceeds the mean load over a group (it does so only
+// when the exact price is lower). What it returns may be a baseline's
+// multi-rank schedule: that must be at least as fast.
 TEST(Hybrid, ReachesTheEnumeratedOptimumOnSmallBatches) {
   std::uint64_t state = 99;
   const auto draw = [&](std::int64_t lo, std::int64_t hi) {
@@ -427,7 +429,14 @@ TEST(Hybrid, ReachesTheEnumeratedOptimumOnSmallBatches) {
     std::vector<std::int32_t> where(docs.size(), 0);
     const double best = best_single_rank_step(r, where, 0);
     const double step = cp::brute_schedule_cost(r, *own).step;
-    EXPECT_NEAR(step, best, 1e-9 * best) << "case " << c;
+    const bool single_rank =
+        std::all_of(own->slots.begin(), own->slots.end(),
+                    [](const ScheduleSlot& slot) { return slot.ranks.size() == 1; });
+    if (single_rank) {
+      EXPECT_NEAR(step, best, 1e-9 * best) << "case " << c;
+    } else {
+      EXPECT_LT(step, best) << "case " << c;
+    }
     EXPECT_LE(cp::brute_schedule_cost(r, returned).step, step * (1 + 1e-12)) << "case " << c;
     EXPECT_LE(step_time_lower_bound(r), best * (1 + 1e-12));
     ++cases;

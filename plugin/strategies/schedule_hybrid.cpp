@@ -284,8 +284,11 @@ Draft draft(const Batch& batch, const Estimator& est, GroupRule rule) {
 
   Draft d;
   std::vector<double> free_at(static_cast<std::size_t>(world), 0.0);
+  // Ranks by the time they are free (ties by index), kept sorted as slots
+  // are placed: only a slot's members move.
   std::vector<std::int32_t> by_free(static_cast<std::size_t>(world));
-  std::vector<double> kth_free;  // kth_free[k - 1]: the k-th earliest free time
+  std::iota(by_free.begin(), by_free.end(), 0);
+  std::vector<char> is_member(static_cast<std::size_t>(world), 0);
   const auto earlier = [&](std::int32_t a, std::int32_t b) {
     return free_at[a] < free_at[b] || (free_at[a] == free_at[b] && a < b);
   };
@@ -301,11 +304,13 @@ Draft draft(const Batch& batch, const Estimator& est, GroupRule rule) {
       const std::int64_t roomy = ceil_div(len, budget - request.block_size);
       if (roomy <= world) g_min = static_cast<std::int32_t>(roomy);
     }
-    std::iota(by_free.begin(), by_free.end(), 0);
-    std::sort(by_free.begin(), by_free.end(), earlier);
     std::int32_t g = g_min;
     double best = std::numeric_limits<double>::infinity();
     for (std::int32_t c = g_min; c <= world; ++c) {
+      // No slot of c or more ranks ends before its fixed cost and latency;
+      // once that alone reaches the best, no larger c can win (nor, for the
+      // mean-load rules, fit, since the best then exceeds the mean load).
+      if (prof.slot_seconds + prof.latency_seconds * (c - 1) >= best) break;
       const double start = rule == GroupRule::kMeanLoad ? 0.0 : free_at[by_free[c - 1]];
       const double length = est.slot_time(work[i], len, c, std::min(c, node));
       const double end = start + length;
@@ -391,6 +396,14 @@ Draft draft(const Batch& batch, const Estimator& est, GroupRule rule) {
       const double wait = best_start - free_at[a] - prof.slot_seconds;
       if (wait > 0) d.gaps.push_back({a, free_at[a], wait, budget, {}});
       free_at[a] = best_end;
+      is_member[a] = 1;
+    }
+    by_free.erase(std::remove_if(by_free.begin(), by_free.end(),
+                                 [&](std::int32_t a) { return is_member[a] != 0; }),
+                  by_free.end());
+    for (const std::int32_t a : members) {
+      by_free.insert(std::lower_bound(by_free.begin(), by_free.end(), a, earlier), a);
+      is_member[a] = 0;
     }
     slot.ranks = std::move(members);
     d.long_slots.push_back(std::move(slot));

@@ -339,6 +339,35 @@ TEST(ScheduleProperty, HybridIsNeverSlowerThanEitherBaseline) {
   EXPECT_GT(baseline_won, 0);
 }
 
+// The guard's bound on decided slots is below the exact price of every plan
+// of them: the baselines' own plans (hybrid's planning may replace its
+// slots, so its decision is no fixed set of slots), and random valid
+// schedules (the bound reads only their slots' ranks, pieces and waves).
+TEST(ScheduleProperty, DecidedSlotsBoundIsBelowEveryPlan) {
+  Rng rng(4242);
+  int checked = 0;
+  for (int c = 0; c < 206; ++c) {
+    const ScheduleRequest r = c < 200 ? small_request(rng) : large_request(rng);
+    const std::string where = describe(r);
+    for (const ScheduleStrategyInfo& info : schedule_strategies()) {
+      if (info.name == "hybrid") continue;
+      Result<Schedule> decided = info.decide(r);
+      if (!decided) continue;
+      const double bound = decided_step_lower_bound(r, *decided);
+      ASSERT_TRUE(info.plan(r, *decided)) << where;
+      EXPECT_LE(bound, evaluate_schedule(r, *decided).step_seconds * (1 + 1e-12))
+          << where << " scheduler " << info.name;
+      ++checked;
+    }
+    const Schedule s = random_schedule(r, rng);
+    ASSERT_TRUE(validate_schedule(r, s)) << where;
+    EXPECT_LE(decided_step_lower_bound(r, s), evaluate_schedule(r, s).step_seconds * (1 + 1e-12))
+        << where << " random schedule";
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  EXPECT_GT(checked, 350);
+}
+
 // Fixed with every CP size the world allows: valid, or refused exactly when
 // its rows cannot hold the longest piece.
 TEST(ScheduleProperty, FixedHonoursEveryDivisorCpSize) {

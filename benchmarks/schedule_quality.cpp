@@ -1,7 +1,9 @@
 // Hybrid placement (docs/HYBRID.md): predicted step time of every scheduler
-// on the same global batches, its gap to the certified lower bound, the K/V
-// bytes each moves against fixed CP's all-gathers, and how long hybrid takes
-// to decide and to materialise its plans.
+// on the same global batches, its gap to the certified lower bound, the most
+// any schedule could gain on each baseline (baseline / bound), how often
+// hybrid returned a baseline's schedule, the K/V bytes each moves against
+// fixed CP's all-gathers, and how long hybrid takes to decide, to
+// materialise its plans and to price them against the baselines.
 //
 // Global batches are documents drawn with replacement from each mix until
 // they hold `--mb` micro-batches' worth of tokens per rank (mb x W x T): the

@@ -193,6 +193,24 @@ std::int64_t queries_seeing_at_least(const MaskSpec& mask, std::int64_t len, std
   return 0;
 }
 
+// Keys the query at 1-based position q of a piece of `len` tokens sees; never
+// decreasing in q for every dense mask.
+std::int64_t keys_at(const MaskSpec& mask, std::int64_t len, std::int64_t q) {
+  switch (mask.kind) {
+    case MaskKind::kCausal:
+      return q;
+    case MaskKind::kFull:
+      return len;
+    case MaskKind::kSliding:
+      return std::min(q, mask.param);
+    case MaskKind::kPrefix:
+      return std::max(q, std::min(mask.param, len));
+    case MaskKind::kBlockSparse:
+      break;
+  }
+  return 0;
+}
+
 std::int64_t most_keys(const MaskSpec& mask, std::int64_t len) {
   return mask.kind == MaskKind::kSliding ? std::min(mask.param, len) : len;
 }
@@ -444,12 +462,48 @@ double step_time_lower_bound(const ScheduleRequest& request) {
     tiles += static_cast<double>(ceil_div(count, b));
   }
 
+  // Receiving `missing` K/V tokens: a member's peers on its own node number
+  // at most min(node, W) - 1 and hold at most T tokens each, so at most that
+  // many come over the intra-node link (when it is the faster one) and the
+  // rest cross nodes. Convex in `missing`, so summing it over parts of one
+  // member's receipt never exceeds the whole's.
+  const double intra = p.intra_node_bytes_per_second;
+  const double inter = p.inter_node_bytes_per_second;
+  const double neighbours = static_cast<double>(std::min(p.ranks_per_node, request.world_size) - 1);
+  const auto receive_seconds = [&](double missing) {
+    double seconds = missing / inter;
+    if (intra > inter) {
+      const double near = std::min(missing, neighbours * static_cast<double>(budget));
+      seconds = near / intra + (missing - near) / inter;
+    }
+    return seconds * p.kv_bytes_per_token;
+  };
+
+  // K/V every schedule moves (docs/HYBRID.md section 4): in a piece's slot,
+  // order its members by the last position of the piece they hold; the
+  // first k - 1 hold at most (k - 1) T of its tokens, so the k-th holds a
+  // query at position >= L - (k - 1) T and, holding at most T tokens,
+  // receives at least keys(L - (k - 1) T) - T of that query's keys. Each
+  // token received is one member's "in" and another's "out", and both are
+  // charged: busy time sums to at least twice every receipt. Stopping the
+  // sum early keeps it a lower bound (terms are >= 0).
+  double exchange = 0;
+  std::int64_t terms = 0;
+  for (const std::int64_t len : lengths) {
+    if (most_keys(request.mask, len) <= budget || terms > (std::int64_t{1} << 22)) break;
+    for (std::int64_t k = 1; len - (k - 1) * budget >= 1 && k <= 65536; ++k, ++terms) {
+      const std::int64_t missing = keys_at(request.mask, len, len - (k - 1) * budget) - budget;
+      if (missing <= 0) break;  // positions only fall as k grows
+      exchange += 2 * receive_seconds(static_cast<double>(missing));
+    }
+  }
+
   // Every rank's busy time sums to at least the compute of all slots: tiles,
   // tokens, and one fixed cost per (slot, member) holding tokens, of which
-  // there are at least ceil(total / T).
+  // there are at least ceil(total / T); plus that exchange.
   const double memberships = static_cast<double>(ceil_div(total, budget));
   double bound = (p.tile_seconds * tiles + p.token_seconds * static_cast<double>(total) +
-                  p.slot_seconds * memberships) /
+                  p.slot_seconds * memberships + exchange) /
                  request.world_size;
 
   // The member holding a piece's query with the most keys (s of them) ends
@@ -459,20 +513,11 @@ double step_time_lower_bound(const ScheduleRequest& request) {
   // at most T tokens each and there are at most min(node, W) - 1 of them:
   // only that much can come over the intra-node link, the rest crosses
   // nodes (when the intra-node link is the faster one).
-  const double intra = p.intra_node_bytes_per_second;
-  const double inter = p.inter_node_bytes_per_second;
-  const double neighbours = static_cast<double>(std::min(p.ranks_per_node, request.world_size) - 1);
   for (const std::int64_t len : lengths) {
     const std::int64_t s = most_keys(request.mask, len);
     double member = p.slot_seconds + p.token_seconds + p.tile_seconds * ceil_div(s, b);
     if (s > budget) {
-      const double missing = static_cast<double>(s - budget);
-      double seconds = missing / inter;
-      if (intra > inter) {
-        const double near = std::min(missing, neighbours * static_cast<double>(budget));
-        seconds = near / intra + (missing - near) / inter;
-      }
-      member += seconds * p.kv_bytes_per_token + p.latency_seconds;
+      member += receive_seconds(static_cast<double>(s - budget)) + p.latency_seconds;
     }
     bound = std::max(bound, member);
   }

@@ -5,7 +5,9 @@
 // 1. A piece that fits one rank (L <= T) stays on one rank: any group would
 //    add K/V traffic, latency and tile waste for no memory it needs. Short
 //    pieces are therefore bin packing, where longest-processing-time first
-//    is within 4/3 of optimal and cheap.
+//    is within 4/3 of optimal and cheap. Except a piece whose work alone on
+//    one rank exceeds the mean load per rank: it would set the step by
+//    itself, so it is placed like a long piece (g >= 1 by the rules below).
 // 2. A longer piece needs g >= ceil(L / T) ranks, any integer g. More ranks
 //    shorten its slot (compute / g) but cost more rank-seconds (each member
 //    pays the fixed slot cost, latency per peer, and the K/V of the other
@@ -13,9 +15,11 @@
 //    ends within the batch's mean load per rank (it then cannot be the
 //    critical path by itself), or, when no g does, the g that ends soonest.
 //    Whether "ends" counts from time 0 or from when g ranks are free, or
-//    whether every piece simply takes the g that ends soonest, depends on
-//    the batch: all three are drafted and the draft that finishes first by
-//    the estimate is kept.
+//    whether every piece simply takes the g that ends soonest, or whether
+//    a piece too long for the mean load at any g spreads only as far as the
+//    rank-seconds its group spends beyond its work (fixed costs, K/V,
+//    latency) leave the other ranks room, depends on the batch: all four
+//    are drafted and the draft that finishes first by the estimate is kept.
 // 3. Multi-rank slots are placed first, largest first, on the ranks'
 //    timeline. Candidate members: the g ranks free earliest, and every run
 //    of g ranks of one node in the order they free up (intra-node bandwidth
@@ -33,6 +37,15 @@
 //    model says that ends the slot sooner (head-tail members need fewer
 //    keys; a sliding window's contiguous shards touch only their window's),
 //    and a member receives only the key blocks its tiles touch.
+// 6. The rules above are estimates, and a baseline can win a batch they
+//    misjudge (one extra row on one rank is the difference when every
+//    document fits one rank). So the planned schedule is priced exactly
+//    (evaluate_schedule) against the schedules `fixed` and `megatron_dcp`
+//    give for the same request, and the cheapest is returned (ties: hybrid's
+//    own, then fixed): hybrid is never slower than either by the cost model.
+//    A baseline is planned only when a lower bound on its decided slots
+//    (each slot's mean member compute over a per-query tile count, on the
+//    slots' timeline) is below hybrid's step: positions are the costly part.
 // Waves follow the estimated time order, every slot's wave above its
 // members' earlier ones, so a rank's wave order is its time order (no
 // deadlock, docs/HYBRID.md). Deterministic: no clock, no randomness, ties
@@ -43,6 +56,7 @@
 #include <map>
 #include <numeric>
 #include <queue>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -141,6 +155,11 @@ enum class GroupRule {
   kTimelineMeanLoad,
   // The g that ends soonest on the timeline: long pieces spread wide.
   kSoonestEnd,
+  // The g whose slot end, or the mean load once the rank-seconds its
+  // groups spend beyond their work (fixed costs, K/V, latency) are added,
+  // whichever is later, is least: a piece too long for the mean load at
+  // any g is spread only as far as the ranks it takes from the others pay.
+  kBalancedEnd,
 };
 
 struct Draft {
@@ -156,6 +175,9 @@ struct Batch {
   const std::vector<double>& work;
   const std::vector<std::size_t>& order;  // by work, largest first
   double mean_load = 0;
+  // Placed as groups: longer than T, or too much work for one rank within
+  // the mean load (such a piece alone would set the step on one rank).
+  std::vector<char> grouped;
 };
 
 // LPT leaves the most loaded rank up to one piece above the others; moving
@@ -262,15 +284,19 @@ Draft draft(const Batch& batch, const Estimator& est, GroupRule rule) {
 
   Draft d;
   std::vector<double> free_at(static_cast<std::size_t>(world), 0.0);
+  // Ranks by the time they are free (ties by index), kept sorted as slots
+  // are placed: only a slot's members move.
   std::vector<std::int32_t> by_free(static_cast<std::size_t>(world));
-  std::vector<double> kth_free;  // kth_free[k - 1]: the k-th earliest free time
+  std::iota(by_free.begin(), by_free.end(), 0);
+  std::vector<char> is_member(static_cast<std::size_t>(world), 0);
   const auto earlier = [&](std::int32_t a, std::int32_t b) {
     return free_at[a] < free_at[b] || (free_at[a] == free_at[b] && a < b);
   };
 
+  double overhead = 0;  // rank-seconds long slots spend beyond their work
   for (const std::size_t i : batch.order) {
     const std::int64_t len = pieces[i].length;
-    if (len <= budget) continue;
+    if (!batch.grouped[i]) continue;
     // Room for the balanced planner's padding (at most a block per member)
     // where the world allows it; plan_hybrid falls back when it does not.
     auto g_min = static_cast<std::int32_t>(ceil_div(len, budget));
@@ -278,13 +304,25 @@ Draft draft(const Batch& batch, const Estimator& est, GroupRule rule) {
       const std::int64_t roomy = ceil_div(len, budget - request.block_size);
       if (roomy <= world) g_min = static_cast<std::int32_t>(roomy);
     }
-    std::iota(by_free.begin(), by_free.end(), 0);
-    std::sort(by_free.begin(), by_free.end(), earlier);
     std::int32_t g = g_min;
     double best = std::numeric_limits<double>::infinity();
     for (std::int32_t c = g_min; c <= world; ++c) {
+      // No slot of c or more ranks ends before its fixed cost and latency;
+      // once that alone reaches the best, no larger c can win (nor, for the
+      // mean-load rules, fit, since the best then exceeds the mean load).
+      if (prof.slot_seconds + prof.latency_seconds * (c - 1) >= best) break;
       const double start = rule == GroupRule::kMeanLoad ? 0.0 : free_at[by_free[c - 1]];
-      const double end = start + est.slot_time(work[i], len, c, std::min(c, node));
+      const double length = est.slot_time(work[i], len, c, std::min(c, node));
+      const double end = start + length;
+      if (rule == GroupRule::kBalancedEnd) {
+        const double finish =
+            std::max(end, batch.mean_load + (overhead + c * length - work[i]) / world);
+        if (finish < best) {
+          best = finish;
+          g = c;
+        }
+        continue;
+      }
       if (end < best) {
         best = end;
         g = c;
@@ -349,6 +387,7 @@ Draft draft(const Batch& batch, const Estimator& est, GroupRule rule) {
         }
       }
     }
+    overhead += g * (best_end - best_start) - work[i];
     std::sort(members.begin(), members.end());
     LongSlot slot;
     slot.piece = i;
@@ -357,6 +396,14 @@ Draft draft(const Batch& batch, const Estimator& est, GroupRule rule) {
       const double wait = best_start - free_at[a] - prof.slot_seconds;
       if (wait > 0) d.gaps.push_back({a, free_at[a], wait, budget, {}});
       free_at[a] = best_end;
+      is_member[a] = 1;
+    }
+    by_free.erase(std::remove_if(by_free.begin(), by_free.end(),
+                                 [&](std::int32_t a) { return is_member[a] != 0; }),
+                  by_free.end());
+    for (const std::int32_t a : members) {
+      by_free.insert(std::lower_bound(by_free.begin(), by_free.end(), a, earlier), a);
+      is_member[a] = 0;
     }
     slot.ranks = std::move(members);
     d.long_slots.push_back(std::move(slot));
@@ -370,7 +417,7 @@ Draft draft(const Batch& batch, const Estimator& est, GroupRule rule) {
     for (std::size_t k = 0; k < d.gaps.size(); ++k) by_time.emplace(d.gaps[k].seconds, k);
     for (const std::size_t i : batch.order) {
       const std::int64_t len = pieces[i].length;
-      if (len > budget) continue;
+      if (batch.grouped[i]) continue;
       auto it = by_time.lower_bound(work[i]);
       for (int tries = 0; it != by_time.end() && tries < 8; ++it, ++tries) {
         if (d.gaps[it->second].room >= len) break;
@@ -394,7 +441,7 @@ Draft draft(const Batch& batch, const Estimator& est, GroupRule rule) {
   for (std::int32_t a = 0; a < world; ++a) lightest.emplace(free_at[a], a);
   for (const std::size_t i : batch.order) {
     const std::int64_t len = pieces[i].length;
-    if (len > budget || in_gap[i]) continue;
+    if (batch.grouped[i] || in_gap[i]) continue;
     auto [load, a] = lightest.top();
     lightest.pop();
     std::vector<Row>& mine = d.rows[a];
@@ -421,9 +468,78 @@ Draft draft(const Batch& batch, const Estimator& est, GroupRule rule) {
   return d;
 }
 
+// Sum over a piece's queries of ceil(keys / B): a local query block holds at
+// most B queries and has at least ceil(keys(q) / B) tiles for each query q
+// it holds, so a member's tiles are at least its queries' sum over B.
+double query_key_blocks(const MaskSpec& mask, std::int64_t len, std::int64_t b) {
+  // Causal over queries 1..n (query i sees i keys).
+  const auto causal = [b](std::int64_t n) {
+    const std::int64_t q = n / b;
+    const std::int64_t r = n % b;
+    return static_cast<double>(b) * static_cast<double>(q) * static_cast<double>(q + 1) / 2 +
+           static_cast<double>(q + 1) * static_cast<double>(r);
+  };
+  switch (mask.kind) {
+    case MaskKind::kCausal:
+      return causal(len);
+    case MaskKind::kFull:
+      return static_cast<double>(len) * static_cast<double>(ceil_div(len, b));
+    case MaskKind::kSliding: {
+      const std::int64_t w = std::min(mask.param, len);
+      return causal(w) + static_cast<double>(len - w) * static_cast<double>(ceil_div(w, b));
+    }
+    case MaskKind::kPrefix: {
+      const std::int64_t f = std::min(mask.param, len);
+      return static_cast<double>(f) * static_cast<double>(ceil_div(f, b)) + causal(len) - causal(f);
+    }
+    case MaskKind::kBlockSparse:
+      break;
+  }
+  return 0;
+}
+
 }  // namespace
 
-Result<Schedule> decide_hybrid(const ScheduleRequest& request) {
+// No plan of these decided slots ends sooner than this: every slot lasts at
+// least its members' mean compute (the fixed cost, the tokens and the tile
+// count above, shared over g), and the slots run on the same timeline the
+// cost model uses (wave order, a slot starting when its last member is
+// free), which only grows with the slots' lengths.
+double decided_step_lower_bound(const ScheduleRequest& request, const Schedule& schedule) {
+  const CostProfile& p = request.profile;
+  std::vector<std::size_t> order(schedule.slots.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
+    return schedule.slots[x].wave < schedule.slots[y].wave;
+  });
+  std::vector<double> free_at(static_cast<std::size_t>(request.world_size), 0.0);
+  double step = 0;
+  for (const std::size_t s : order) {
+    const ScheduleSlot& slot = schedule.slots[s];
+    double key_blocks = 0;
+    std::int64_t tokens = 0;
+    for (const DocPiece& piece : slot.pieces) {
+      key_blocks += query_key_blocks(request.mask, piece.length, request.block_size);
+      tokens += piece.length;
+    }
+    const double g = static_cast<double>(slot.ranks.size());
+    const double length =
+        p.slot_seconds + (p.tile_seconds * key_blocks / static_cast<double>(request.block_size) +
+                          p.token_seconds * static_cast<double>(tokens)) /
+                             g;
+    double start = 0;
+    for (const std::int32_t a : slot.ranks) start = std::max(start, free_at[a]);
+    for (const std::int32_t a : slot.ranks) free_at[a] = start + length;
+    step = std::max(step, start + length);
+  }
+  return step;
+}
+
+namespace {
+
+// `group_heavy`: also place as groups the pieces within T whose work alone
+// exceeds the mean load (rule 1's exception).
+Result<Schedule> decide_hybrid_with(const ScheduleRequest& request, bool group_heavy) {
   if (Status status = validate_schedule_request(request); !status) return status;
   const std::vector<DocPiece> pieces = schedule_pieces(request);
   const Estimator est(request);
@@ -433,28 +549,37 @@ Result<Schedule> decide_hybrid(const ScheduleRequest& request) {
   std::vector<double> work(pieces.size());
   double total = 0;
   std::int64_t tokens = 0;
-  bool any_long = false;
   for (std::size_t i = 0; i < pieces.size(); ++i) {
     work[i] = est.work(pieces[i].length);
     total += work[i];
     tokens += pieces[i].length;
-    any_long = any_long || pieces[i].length > request.max_tokens_per_rank;
   }
   std::vector<std::size_t> order(pieces.size());
   std::iota(order.begin(), order.end(), std::size_t{0});
   std::stable_sort(order.begin(), order.end(),
                    [&](std::size_t a, std::size_t b) { return work[a] > work[b]; });
-  const Batch batch{request, pieces, work, order,
-                    (total + prof.slot_seconds * static_cast<double>(ceil_div(
-                                                     tokens, request.max_tokens_per_rank))) /
-                        world};
+  Batch batch{request,
+              pieces,
+              work,
+              order,
+              (total + prof.slot_seconds *
+                           static_cast<double>(ceil_div(tokens, request.max_tokens_per_rank))) /
+                  world,
+              std::vector<char>(pieces.size(), 0)};
+  bool any_long = false;
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    batch.grouped[i] = pieces[i].length > request.max_tokens_per_rank ||
+                       (group_heavy && work[i] + prof.slot_seconds > batch.mean_load);
+    any_long = any_long || batch.grouped[i];
+  }
 
   // The rules differ only in the long pieces' groups: draft each (one when
   // there is no long piece) and keep the soonest estimated finish, the
   // first of equals.
   Draft best = draft(batch, est, GroupRule::kMeanLoad);
   if (any_long) {
-    for (const GroupRule rule : {GroupRule::kTimelineMeanLoad, GroupRule::kSoonestEnd}) {
+    for (const GroupRule rule :
+         {GroupRule::kTimelineMeanLoad, GroupRule::kSoonestEnd, GroupRule::kBalancedEnd}) {
       Draft other = draft(batch, est, rule);
       if (other.makespan < best.makespan) best = std::move(other);
     }
@@ -507,7 +632,7 @@ Result<Schedule> decide_hybrid(const ScheduleRequest& request) {
   return schedule;
 }
 
-Status plan_hybrid(const ScheduleRequest& request, Schedule& schedule) {
+Status plan_slots(const ScheduleRequest& request, Schedule& schedule) {
   const std::int64_t budget = request.max_tokens_per_rank;
   for (ScheduleSlot& slot : schedule.slots) {
     const CpWorkload w = slot_workload(request, slot);
@@ -549,6 +674,78 @@ Status plan_hybrid(const ScheduleRequest& request, Schedule& schedule) {
     }
   }
   return Status::ok();
+}
+
+}  // namespace
+
+Result<Schedule> decide_hybrid(const ScheduleRequest& request) {
+  return decide_hybrid_with(request, true);
+}
+
+Status plan_hybrid_slots(const ScheduleRequest& request, Schedule& schedule) {
+  if (Status status = plan_slots(request, schedule); !status) return status;
+  // A piece within T spread over a group is the estimate's bet that the
+  // group's tile waste, K/V and latency cost less than the load it takes
+  // off one rank; on small pieces it can lose. Price the placement without
+  // such groups exactly and keep it unless the bet won (ties: without).
+  const std::int64_t budget = request.max_tokens_per_rank;
+  const bool bet = std::any_of(schedule.slots.begin(), schedule.slots.end(), [&](const auto& slot) {
+    std::int64_t tokens = 0;
+    for (const DocPiece& piece : slot.pieces) tokens += piece.length;
+    return slot.ranks.size() > 1 && tokens <= budget;
+  });
+  if (!bet) return Status::ok();
+  Result<Schedule> plain = decide_hybrid_with(request, false);
+  if (!plain) return plain.status();
+  if (Status status = plan_slots(request, *plain); !status) return status;
+  if (evaluate_schedule(request, *plain).step_seconds <=
+      evaluate_schedule(request, schedule).step_seconds) {
+    schedule = std::move(*plain);
+  }
+  return Status::ok();
+}
+
+Status keep_fastest_of_baselines(const ScheduleRequest& request, Schedule& schedule) {
+  const double own = evaluate_schedule(request, schedule).step_seconds;
+  double best = own;
+  Schedule winner;
+  std::string winner_name;
+  struct Baseline {
+    const char* name;
+    Result<Schedule> (*decide)(const ScheduleRequest&);
+    Status (*plan)(const ScheduleRequest&, Schedule&);
+  };
+  for (const Baseline& baseline :
+       {Baseline{"fixed", &decide_fixed, &plan_fixed},
+        Baseline{"megatron_dcp", &decide_megatron_dcp, &plan_megatron_dcp}}) {
+    // A baseline that refuses the request (megatron_dcp's padding, a set
+    // cp_size fixed cannot use) is no candidate.
+    Result<Schedule> other = baseline.decide(request);
+    if (!other) continue;
+    // The bound sums in another order than the exact price: a margin far
+    // above rounding keeps "cannot be cheaper" certain.
+    if (decided_step_lower_bound(request, *other) * (1 - 1e-9) >= best) continue;
+    if (Status status = baseline.plan(request, *other); !status) continue;
+    const double step = evaluate_schedule(request, *other).step_seconds;
+    if (step < best) {
+      best = step;
+      winner = std::move(*other);
+      winner_name = baseline.name;
+    }
+  }
+  if (winner_name.empty()) return Status::ok();
+  std::ostringstream reason;
+  reason.precision(6);
+  reason << winner_name << "'s schedule is predicted to end at " << best
+         << " s, before hybrid's own placement at " << own << " s; returned it";
+  schedule.slots = std::move(winner.slots);
+  schedule.fallback_reason = reason.str();
+  return Status::ok();
+}
+
+Status plan_hybrid(const ScheduleRequest& request, Schedule& schedule) {
+  if (Status status = plan_hybrid_slots(request, schedule); !status) return status;
+  return keep_fastest_of_baselines(request, schedule);
 }
 
 }  // namespace fulcrum

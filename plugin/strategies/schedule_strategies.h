@@ -39,6 +39,16 @@ Status plan_fixed(const ScheduleRequest& request, Schedule& schedule);
 Result<Schedule> decide_megatron_dcp(const ScheduleRequest& request);
 Status plan_megatron_dcp(const ScheduleRequest& request, Schedule& schedule);
 Result<Schedule> decide_hybrid(const ScheduleRequest& request);
+// plan_hybrid = plan_hybrid_slots (hybrid's own slots) then
+// keep_fastest_of_baselines: the planned schedule is replaced by fixed's or
+// megatron_dcp's for the same request when the cost model prices that one
+// strictly lower (fallback_reason then names it and both step times;
+// strategy_used stays "hybrid"). Apart so that the benchmark times them apart.
 Status plan_hybrid(const ScheduleRequest& request, Schedule& schedule);
+Status plan_hybrid_slots(const ScheduleRequest& request, Schedule& schedule);
+Status keep_fastest_of_baselines(const ScheduleRequest& request, Schedule& schedule);
+// No plan of a decided schedule (slots without plans) ends sooner than this:
+// the guard plans a baseline only when this is below hybrid's step.
+double decided_step_lower_bound(const ScheduleRequest& request, const Schedule& schedule);
 
 }  // namespace fulcrum

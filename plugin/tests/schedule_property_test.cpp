@@ -285,6 +285,89 @@ TEST(ScheduleProperty, LargeWorldsAndLongDocumentsAgainstIntervalRecount) {
   }
 }
 
+// Hybrid is never slower than either baseline: its step is exactly the least
+// of its own placement's and fixed's and megatron_dcp's (each decided and
+// planned in full here, without the guard's pruning bound), it says which
+// one it returned, and the schedule is that one's.
+void expect_never_slower(const ScheduleRequest& r, int& baseline_won) {
+  const std::string where = describe(r);
+  Result<Schedule> own = decide_hybrid(r);
+  ASSERT_TRUE(own) << where << ": " << own.status().message();
+  ASSERT_TRUE(plan_hybrid_slots(r, *own)) << where;
+  const double own_step = evaluate_schedule(r, *own).step_seconds;
+  double least = own_step;
+  std::string least_name = "hybrid";
+  Schedule least_schedule = *own;
+  for (const char* name : {"fixed", "megatron_dcp"}) {
+    Result<Schedule> s = run_schedule_strategy(name, r);
+    if (!s) continue;
+    const double step = evaluate_schedule(r, *s).step_seconds;
+    if (step < least) {
+      least = step;
+      least_name = name;
+      least_schedule = *s;
+    }
+  }
+  Result<Schedule> hybrid = run_schedule_strategy("hybrid", r);
+  ASSERT_TRUE(hybrid) << where;
+  EXPECT_EQ(hybrid->strategy_used, "hybrid") << where;
+  const double step = evaluate_schedule(r, *hybrid).step_seconds;
+  EXPECT_EQ(step, least) << where << ": hybrid " << step << ", least " << least << " ("
+                         << least_name << ")";
+  EXPECT_TRUE(same_schedule(*hybrid, least_schedule)) << where << ": not " << least_name << "'s";
+  if (least_name == "hybrid") {
+    EXPECT_EQ(hybrid->fallback_reason, "") << where;
+  } else {
+    ++baseline_won;
+    EXPECT_EQ(hybrid->fallback_reason.rfind(least_name + "'s schedule", 0), 0u)
+        << where << ": " << hybrid->fallback_reason;
+  }
+}
+
+TEST(ScheduleProperty, HybridIsNeverSlowerThanEitherBaseline) {
+  Rng rng(1115);
+  int baseline_won = 0;
+  for (int c = 0; c < 400; ++c) {
+    expect_never_slower(small_request(rng), baseline_won);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  for (int c = 0; c < 4; ++c) {
+    expect_never_slower(large_request(rng), baseline_won);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  // The guard is exercised, not only hybrid's own placement.
+  EXPECT_GT(baseline_won, 0);
+}
+
+// The guard's bound on decided slots is below the exact price of every plan
+// of them: the baselines' own plans (hybrid's planning may replace its
+// slots, so its decision is no fixed set of slots), and random valid
+// schedules (the bound reads only their slots' ranks, pieces and waves).
+TEST(ScheduleProperty, DecidedSlotsBoundIsBelowEveryPlan) {
+  Rng rng(4242);
+  int checked = 0;
+  for (int c = 0; c < 206; ++c) {
+    const ScheduleRequest r = c < 200 ? small_request(rng) : large_request(rng);
+    const std::string where = describe(r);
+    for (const ScheduleStrategyInfo& info : schedule_strategies()) {
+      if (info.name == "hybrid") continue;
+      Result<Schedule> decided = info.decide(r);
+      if (!decided) continue;
+      const double bound = decided_step_lower_bound(r, *decided);
+      ASSERT_TRUE(info.plan(r, *decided)) << where;
+      EXPECT_LE(bound, evaluate_schedule(r, *decided).step_seconds * (1 + 1e-12))
+          << where << " scheduler " << info.name;
+      ++checked;
+    }
+    const Schedule s = random_schedule(r, rng);
+    ASSERT_TRUE(validate_schedule(r, s)) << where;
+    EXPECT_LE(decided_step_lower_bound(r, s), evaluate_schedule(r, s).step_seconds * (1 + 1e-12))
+        << where << " random schedule";
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  EXPECT_GT(checked, 350);
+}
+
 // Fixed with every CP size the world allows: valid, or refused exactly when
 // its rows cannot hold the longest piece.
 TEST(ScheduleProperty, FixedHonoursEveryDivisorCpSize) {

@@ -6,10 +6,15 @@
 #include <cstdint>
 #include <vector>
 
+#include "fulcrum/cp_types.h"
 #include "fulcrum/schedule_types.h"
 #include "fulcrum/status.h"
 
 namespace fulcrum {
+
+// Upper bound on a request's total tokens: every count the cost model and the
+// lower bound form (tokens x W, tiles) stays far inside int64 and double.
+inline constexpr std::int64_t kMaxBatchTokens = std::int64_t{1} << 40;
 
 // Bounds and consistency of a request (W, T, B, lengths, mask, profile): one
 // line naming the field, the value and what to do.
@@ -18,6 +23,10 @@ Status validate_schedule_request(const ScheduleRequest& request);
 // The pieces every schedule of `request` must place exactly once: each
 // document whole, or cut at multiples of W x T when longer.
 std::vector<DocPiece> schedule_pieces(const ScheduleRequest& request);
+
+// The row a slot runs: its pieces' lengths as documents (attention stays
+// inside each piece), the request's mask and block size, cp_size = g.
+CpWorkload slot_workload(const ScheduleRequest& request, const ScheduleSlot& slot);
 
 // Exact cover of schedule_pieces, distinct in-range ranks per slot, at most T
 // tokens per member, one slot per rank per wave, every slot's plan valid for
@@ -30,25 +39,30 @@ struct SlotMemberCost {
   std::int64_t tiles = 0;           // its tiles under the work model
   std::int64_t bytes_received = 0;  // K/V of key blocks its tiles touch that it does not hold
   std::int64_t bytes_sent = 0;      // what its peers receive from it (dK/dV come back alike)
-  std::int32_t peers = 0;           // members it receives from
+  std::int32_t peers = 0;           // members it exchanges K/V or dK/dV with
   double compute_seconds = 0;
   double comm_seconds = 0;
 };
 
 struct SlotCost {
-  double start_seconds = 0;  // when every member is free
-  double end_seconds = 0;    // when its slowest member ends
+  double start_seconds = 0;             // when every member is free
+  double end_seconds = 0;               // when its slowest member ends
   std::vector<SlotMemberCost> members;  // in the slot's rank order
 };
 
 struct ScheduleCost {
-  std::vector<SlotCost> slots;           // in the schedule's slot order
-  std::vector<double> busy_seconds;      // per rank: compute + communication
-  std::vector<double> idle_seconds;      // per rank: step time - busy
-  double step_seconds = 0;               // the last rank's finish
-  std::int64_t bytes_moved = 0;          // sum of bytes_received over every member
-  std::int64_t allgather_bytes = 0;      // the same rows with a full K/V all-gather
+  std::vector<SlotCost> slots;       // in the schedule's slot order
+  std::vector<double> busy_seconds;  // per rank: compute + communication
+  std::vector<double> idle_seconds;  // per rank: step time - busy
+  double step_seconds = 0;           // the last rank's finish
+  std::int64_t bytes_moved = 0;      // sum of bytes_received over every member
+  std::int64_t allgather_bytes = 0;  // the same rows with a full K/V all-gather
 };
+
+// One slot on its own (start 0, end = its slowest member's time): what a
+// scheduler compares when it chooses between plans for a slot. Requires a
+// slot whose plan validate_schedule accepts.
+SlotCost evaluate_slot(const ScheduleRequest& request, const ScheduleSlot& slot);
 
 // Requires a schedule that validate_schedule accepts.
 ScheduleCost evaluate_schedule(const ScheduleRequest& request, const Schedule& schedule);

@@ -1,0 +1,354 @@
+// Hybrid placement (docs/HYBRID.md): predicted step time of every scheduler
+// on the same global batches, its gap to the certified lower bound, the K/V
+// bytes each moves against fixed CP's all-gathers, and how long hybrid takes
+// to decide and to materialise its plans.
+//
+// Global batches are documents drawn with replacement from each mix until
+// they hold `--mb` micro-batches' worth of tokens per rank (mb x W x T): the
+// shared mixes dist_wlbllm and dist_prolong when ../shared/workloads is found,
+// and always "lognormal", lengths shaped like Megatron-LM's dynamic-CP
+// example (lognormal, median 1024, sigma 1, clipped to 128 .. 8192).
+//
+// Run from the project root so that ../shared/workloads is found:
+//   build/release/bin/fulcrum_bench_schedule                 # quality grid
+//   build/release/bin/fulcrum_bench_schedule --speed          # plan time
+// Options: --ranks 8,16,64  --tokens 4096,8192  --batches N  --mb M
+//          --profiles h100_7b,cpu_gloo  --mixes dist_wlbllm,lognormal
+//          --check (validate every schedule and recount nothing else)
+// Prints markdown tables. Exits 1 when a scheduler fails on a batch.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "fulcrum/core/cost_profile.h"
+#include "fulcrum/core/schedule.h"
+#include "strategies/schedule_strategies.h"
+#include "workloads.h"
+
+namespace {
+
+using fulcrum::CostProfile;
+using fulcrum::Schedule;
+using fulcrum::ScheduleCost;
+using fulcrum::ScheduleRequest;
+using fulcrum::ScheduleStrategyInfo;
+
+struct Options {
+  std::vector<std::int64_t> ranks = {8, 16, 64, 256, 1024};
+  std::vector<std::int64_t> tokens = {4096, 8192, 16384, 32768};
+  std::vector<std::string> profiles = {"h100_7b", "cpu_gloo"};
+  std::vector<std::string> mixes;  // empty: all found
+  int batches = 5;
+  int micro_batches = 4;
+  bool speed = false;
+  bool check = false;
+};
+
+std::vector<std::string> split(const char* text) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) out.push_back(item);
+  return out;
+}
+
+std::vector<std::int64_t> split_ints(const char* text) {
+  std::vector<std::int64_t> out;
+  for (const std::string& s : split(text)) out.push_back(std::stoll(s));
+  return out;
+}
+
+double cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+std::vector<std::int64_t> lognormal_mix(std::size_t count, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::int64_t> lengths(count);
+  for (auto& len : lengths) {
+    // Box-Muller from two portable uniform draws.
+    const double u1 = (static_cast<double>(rng() >> 11) + 1.0) / 9007199254740993.0;
+    const double u2 = static_cast<double>(rng() >> 11) / 9007199254740992.0;
+    const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+    const double l = std::exp(std::log(1024.0) + z);
+    len = std::clamp<std::int64_t>(std::llround(l), 128, 8192);
+  }
+  return lengths;
+}
+
+std::vector<std::int64_t> draw_batch(const std::vector<std::int64_t>& pool, std::int64_t tokens,
+                                     std::mt19937_64& rng) {
+  std::vector<std::int64_t> batch;
+  std::int64_t sum = 0;
+  while (sum < tokens) {
+    batch.push_back(pool[rng() % pool.size()]);
+    sum += batch.back();
+  }
+  return batch;
+}
+
+struct Run {
+  bool ok = false;
+  std::string error;
+  double step = 0;
+  double decide_seconds = 0;
+  double plan_seconds = 0;
+  std::int64_t bytes = 0;
+  std::int64_t allgather = 0;
+  std::size_t slots = 0;
+};
+
+Run run_one(const ScheduleStrategyInfo& info, const ScheduleRequest& request, bool check) {
+  Run run;
+  const double t0 = cpu_seconds();
+  fulcrum::Result<Schedule> schedule = info.decide(request);
+  const double t1 = cpu_seconds();
+  if (!schedule) {
+    run.error = schedule.status().message();
+    return run;
+  }
+  if (fulcrum::Status s = info.plan(request, *schedule); !s) {
+    run.error = s.message();
+    return run;
+  }
+  const double t2 = cpu_seconds();
+  if (check) {
+    if (fulcrum::Status s = fulcrum::validate_schedule(request, *schedule); !s) {
+      run.error = "invalid schedule: " + s.message();
+      return run;
+    }
+  }
+  const ScheduleCost cost = fulcrum::evaluate_schedule(request, *schedule);
+  run.ok = true;
+  run.step = cost.step_seconds;
+  run.decide_seconds = t1 - t0;
+  run.plan_seconds = t2 - t1;
+  run.bytes = cost.bytes_moved;
+  run.allgather = cost.allgather_bytes;
+  run.slots = schedule->slots.size();
+  return run;
+}
+
+struct Mix {
+  std::string name;
+  std::vector<std::int64_t> lengths;
+};
+
+int quality(const Options& opt, const std::vector<Mix>& mixes) {
+  const auto scheds = fulcrum::schedule_strategies();
+  int failures = 0;
+  std::printf(
+      "| mix | profile | W | T | batches | docs/batch | hybrid vs megatron_dcp: median, worst | "
+      "hybrid vs fixed: median, worst | gap to bound: hybrid median, worst | megatron_dcp "
+      "worst gap | fixed worst gap | K/V bytes hybrid / fixed all-gather | hybrid bytes / "
+      "fixed bytes |\n");
+  std::printf(
+      "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+      "|\n");
+  for (const std::string& profile_name : opt.profiles) {
+    const fulcrum::Result<CostProfile> profile = fulcrum::builtin_cost_profile(profile_name);
+    if (!profile) {
+      std::fprintf(stderr, "fulcrum_bench_schedule: %s\n", profile.status().message().c_str());
+      return 2;
+    }
+    for (const Mix& mix : mixes) {
+      for (const std::int64_t w : opt.ranks) {
+        for (const std::int64_t t : opt.tokens) {
+          std::mt19937_64 rng(static_cast<std::uint64_t>(w * 1000003 + t));
+          std::vector<double> vs_dcp, vs_fixed, gap_h, gap_d, gap_f, bytes_ratio, ag_ratio;
+          double docs = 0;
+          for (int b = 0; b < opt.batches; ++b) {
+            ScheduleRequest request;
+            request.doc_lengths = draw_batch(mix.lengths, opt.micro_batches * w * t, rng);
+            docs += static_cast<double>(request.doc_lengths.size());
+            request.world_size = static_cast<std::int32_t>(w);
+            request.max_tokens_per_rank = t;
+            request.profile = *profile;
+            const double bound = fulcrum::step_time_lower_bound(request);
+            Run runs[3];
+            for (std::size_t s = 0; s < scheds.size() && s < 3; ++s) {
+              runs[s] = run_one(scheds[s], request, opt.check);
+              if (!runs[s].ok) {
+                ++failures;
+                std::fprintf(stderr, "%s %s W=%lld T=%lld batch %d: %s failed: %s\n",
+                             mix.name.c_str(), profile_name.c_str(), static_cast<long long>(w),
+                             static_cast<long long>(t), b, std::string(scheds[s].name).c_str(),
+                             runs[s].error.c_str());
+              }
+            }
+            const Run& fixed = runs[0];
+            const Run& dcp = runs[1];
+            const Run& hybrid = runs[2];
+            if (!fixed.ok || !dcp.ok || !hybrid.ok) continue;
+            vs_dcp.push_back(dcp.step / hybrid.step);
+            vs_fixed.push_back(fixed.step / hybrid.step);
+            gap_h.push_back(hybrid.step / bound - 1);
+            gap_d.push_back(dcp.step / bound - 1);
+            gap_f.push_back(fixed.step / bound - 1);
+            if (fixed.allgather > 0) {
+              ag_ratio.push_back(static_cast<double>(hybrid.bytes) /
+                                 static_cast<double>(fixed.allgather));
+            }
+            if (fixed.bytes > 0) {
+              bytes_ratio.push_back(static_cast<double>(hybrid.bytes) /
+                                    static_cast<double>(fixed.bytes));
+            }
+          }
+          if (vs_dcp.empty()) continue;
+          const auto worst_of = [](const std::vector<double>& v) {
+            return *std::min_element(v.begin(), v.end());
+          };
+          const auto max_of = [](const std::vector<double>& v) {
+            return *std::max_element(v.begin(), v.end());
+          };
+          const auto ratio_text = [&](const std::vector<double>& v) {
+            if (v.empty()) return std::string("-");
+            char buf[64];
+            std::snprintf(buf, sizeof buf, "%.3f", median(v));
+            return std::string(buf);
+          };
+          std::printf(
+              "| %s | %s | %lld | %lld | %zu | %.0f | %.3f, %.3f | %.3f, %.3f | %.1f%%, %.1f%% | "
+              "%.1f%% | %.1f%% | %s | %s |\n",
+              mix.name.c_str(), profile_name.c_str(), static_cast<long long>(w),
+              static_cast<long long>(t), vs_dcp.size(), docs / opt.batches, median(vs_dcp),
+              worst_of(vs_dcp), median(vs_fixed), worst_of(vs_fixed), 100 * median(gap_h),
+              100 * max_of(gap_h), 100 * max_of(gap_d), 100 * max_of(gap_f),
+              ratio_text(ag_ratio).c_str(), ratio_text(bytes_ratio).c_str());
+          std::fflush(stdout);
+        }
+      }
+    }
+  }
+  return failures > 0 ? 1 : 0;
+}
+
+// Decision time against W and the number of documents (median of 5 runs,
+// thread CPU time), and the planning phase apart.
+int speed(const Options& opt, const std::vector<Mix>& mixes) {
+  const fulcrum::Result<CostProfile> profile = fulcrum::builtin_cost_profile("h100_7b");
+  const auto scheds = fulcrum::schedule_strategies();
+  std::printf(
+      "| mix | W | T | docs | tokens | hybrid decide ms | hybrid plan ms | megatron_dcp decide "
+      "ms | fixed decide ms |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  const Mix& mix = mixes.front();
+  for (const std::int64_t w : opt.ranks) {
+    for (const std::int64_t docs : {1000, 4000, 16000}) {
+      const std::int64_t t = 16384;
+      std::mt19937_64 rng(static_cast<std::uint64_t>(w * 7 + docs));
+      ScheduleRequest request;
+      std::int64_t tokens = 0;
+      for (std::int64_t i = 0; i < docs; ++i) {
+        request.doc_lengths.push_back(mix.lengths[rng() % mix.lengths.size()]);
+        tokens += request.doc_lengths.back();
+      }
+      request.world_size = static_cast<std::int32_t>(w);
+      request.max_tokens_per_rank = t;
+      request.profile = *profile;
+      double decide[3] = {0, 0, 0};
+      double plan_hybrid = 0;
+      for (std::size_t s = 0; s < 3; ++s) {
+        std::vector<double> times, plans;
+        const int reps = (s == 2 || tokens < 50'000'000) ? 5 : 1;
+        for (int rep = 0; rep < reps; ++rep) {
+          const double t0 = cpu_seconds();
+          fulcrum::Result<Schedule> schedule = scheds[s].decide(request);
+          const double t1 = cpu_seconds();
+          if (!schedule) {
+            std::fprintf(stderr, "%s failed: %s\n", std::string(scheds[s].name).c_str(),
+                         schedule.status().message().c_str());
+            return 1;
+          }
+          times.push_back(t1 - t0);
+          if (s == 2 && rep == 0) {
+            const double p0 = cpu_seconds();
+            if (fulcrum::Status st = scheds[s].plan(request, *schedule); !st) return 1;
+            plans.push_back(cpu_seconds() - p0);
+          }
+        }
+        decide[s] = median(times);
+        if (!plans.empty()) plan_hybrid = median(plans);
+      }
+      std::printf("| %s | %lld | %lld | %lld | %lld | %.3f | %.1f | %.3f | %.3f |\n",
+                  mix.name.c_str(), static_cast<long long>(w), static_cast<long long>(t),
+                  static_cast<long long>(docs), static_cast<long long>(tokens), 1e3 * decide[2],
+                  1e3 * plan_hybrid, 1e3 * decide[1], 1e3 * decide[0]);
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options opt;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const bool has_value = i + 1 < argc;
+    if (arg == "--speed") {
+      opt.speed = true;
+    } else if (arg == "--check") {
+      opt.check = true;
+    } else if (arg == "--ranks" && has_value) {
+      opt.ranks = split_ints(argv[++i]);
+    } else if (arg == "--tokens" && has_value) {
+      opt.tokens = split_ints(argv[++i]);
+    } else if (arg == "--profiles" && has_value) {
+      opt.profiles = split(argv[++i]);
+    } else if (arg == "--mixes" && has_value) {
+      opt.mixes = split(argv[++i]);
+    } else if (arg == "--batches" && has_value) {
+      opt.batches = std::atoi(argv[++i]);
+    } else if (arg == "--mb" && has_value) {
+      opt.micro_batches = std::atoi(argv[++i]);
+    } else {
+      std::fprintf(stderr,
+                   "fulcrum_bench_schedule: unknown or incomplete option '%s'; see the "
+                   "options at the top of benchmarks/schedule_quality.cpp\n",
+                   arg.c_str());
+      return 2;
+    }
+  }
+  if (opt.batches < 1 || opt.micro_batches < 1) {
+    std::fprintf(stderr, "fulcrum_bench_schedule: --batches and --mb must be >= 1\n");
+    return 2;
+  }
+  std::string source;
+  std::vector<Mix> mixes;
+  for (const fulcrum::bench::LengthSet& set : fulcrum::bench::document_mixes(source)) {
+    if (set.name != "synthetic") mixes.push_back({set.name, set.lengths});
+  }
+  mixes.push_back({"lognormal", lognormal_mix(100000, 12345)});
+  if (!opt.mixes.empty()) {
+    std::vector<Mix> chosen;
+    for (const Mix& m : mixes) {
+      if (std::find(opt.mixes.begin(), opt.mixes.end(), m.name) != opt.mixes.end()) {
+        chosen.push_back(m);
+      }
+    }
+    mixes = std::move(chosen);
+  }
+  if (mixes.empty()) {
+    std::fprintf(stderr, "fulcrum_bench_schedule: no mix left after --mixes\n");
+    return 2;
+  }
+  std::printf("workloads: %s; plus lognormal (128..8192, median 1024)\n\n", source.c_str());
+  return opt.speed ? speed(opt, mixes) : quality(opt, mixes);
+}

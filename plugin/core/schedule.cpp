@@ -1,0 +1,463 @@
+// Schedule checks, the step-time cost model and its lower bound
+// (docs/HYBRID.md states each rule; this file is their one implementation).
+#include "fulcrum/core/schedule.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "fulcrum/core/cost_profile.h"
+#include "fulcrum/core/plan_check.h"
+#include "fulcrum/core/work_model.h"
+#include "fulcrum/core/workload.h"
+
+namespace fulcrum {
+namespace {
+
+std::string str(std::int64_t v) { return std::to_string(v); }
+
+std::int64_t piece_limit(const ScheduleRequest& r) {
+  return static_cast<std::int64_t>(r.world_size) * r.max_tokens_per_rank;
+}
+
+// Where the keys of a member's queries lie: merged intervals of key blocks
+// [first, last] of the slot's row. A tile counts a key block when one of its
+// queries may see a key in it, so the union over the member's tiles is the
+// union over its queries, and that is what it must hold or receive.
+std::vector<std::pair<std::int64_t, std::int64_t>> touched_key_blocks(const CpWorkload& w,
+                                                                      const RowLayout& layout,
+                                                                      const std::int64_t* begin,
+                                                                      const std::int64_t* end) {
+  std::vector<std::pair<std::int64_t, std::int64_t>> blocks;
+  const std::int64_t b = w.block_size;
+  std::int64_t doc = -1;
+  for (const std::int64_t* it = begin; it != end;) {
+    const std::int64_t q = *it;
+    if (q == kPadPosition) {
+      ++it;
+      continue;
+    }
+    if (doc < 0 || q < layout.doc_begin(doc) || q >= layout.doc_end(doc)) doc = layout.doc_of(q);
+    const std::int64_t db = layout.doc_begin(doc);
+    const std::int64_t de = layout.doc_end(doc);
+    // Key ranges' ends never decrease with q inside a document (every
+    // non-block-sparse mask), so a run of consecutive queries needs
+    // [lo(first), hi(last)].
+    const std::int64_t* run_end = it + 1;
+    while (run_end != end && *run_end == run_end[-1] + 1 && *run_end < de) ++run_end;
+    const KeyRange first = key_range(w.mask, db, de, q);
+    const KeyRange last = key_range(w.mask, db, de, run_end[-1]);
+    blocks.emplace_back(first.lo / b, last.hi / b);
+    it = run_end;
+  }
+  std::sort(blocks.begin(), blocks.end());
+  std::vector<std::pair<std::int64_t, std::int64_t>> merged;
+  for (const auto& [lo, hi] : blocks) {
+    if (!merged.empty() && lo <= merged.back().second + 1) {
+      merged.back().second = std::max(merged.back().second, hi);
+    } else {
+      merged.emplace_back(lo, hi);
+    }
+  }
+  return merged;
+}
+
+// A member's real tokens counted per key block, for range counts.
+struct BlockCounts {
+  std::vector<std::int64_t> block;   // ascending, distinct
+  std::vector<std::int64_t> prefix;  // prefix[i] = tokens in block[0 .. i)
+
+  std::int64_t in_range(std::int64_t lo, std::int64_t hi) const {
+    const auto a = std::lower_bound(block.begin(), block.end(), lo) - block.begin();
+    const auto z = std::upper_bound(block.begin(), block.end(), hi) - block.begin();
+    return prefix[z] - prefix[a];
+  }
+};
+
+BlockCounts count_blocks(const std::int64_t* begin, const std::int64_t* end, std::int64_t b) {
+  std::vector<std::int64_t> blocks;
+  for (const std::int64_t* it = begin; it != end; ++it) {
+    if (*it != kPadPosition) blocks.push_back(*it / b);
+  }
+  std::sort(blocks.begin(), blocks.end());
+  BlockCounts counts;
+  counts.prefix.push_back(0);
+  for (std::size_t i = 0; i < blocks.size();) {
+    std::size_t j = i;
+    while (j < blocks.size() && blocks[j] == blocks[i]) ++j;
+    counts.block.push_back(blocks[i]);
+    counts.prefix.push_back(counts.prefix.back() + static_cast<std::int64_t>(j - i));
+    i = j;
+  }
+  return counts;
+}
+
+SlotCost cost_slot(const ScheduleRequest& request, const ScheduleSlot& slot) {
+  const CostProfile& p = request.profile;
+  const CpWorkload w = slot_workload(request, slot);
+  const std::vector<RankWork> work = compute_work(w, slot.plan);
+  const auto g = static_cast<std::size_t>(slot.plan.cp_size);
+
+  SlotCost cost;
+  cost.members.resize(g);
+  for (std::size_t m = 0; m < g; ++m) {
+    SlotMemberCost& mc = cost.members[m];
+    mc.rank = slot.ranks[m];
+    mc.tokens = work[m].tokens;
+    mc.tiles = work[m].tiles;
+    mc.compute_seconds = p.tile_seconds * static_cast<double>(mc.tiles) +
+                         p.token_seconds * static_cast<double>(mc.tokens) + p.slot_seconds;
+  }
+  if (g > 1) {
+    const RowLayout layout(w);
+    std::vector<BlockCounts> held(g);
+    for (std::size_t m = 0; m < g; ++m) {
+      held[m] = count_blocks(slot.plan.rank_begin(static_cast<std::int32_t>(m)),
+                             slot.plan.rank_end(static_cast<std::int32_t>(m)), w.block_size);
+    }
+    // tokens[m][j]: K/V tokens member m receives from member j.
+    std::vector<std::vector<std::int64_t>> tokens(g, std::vector<std::int64_t>(g, 0));
+    for (std::size_t m = 0; m < g; ++m) {
+      const auto touched =
+          touched_key_blocks(w, layout, slot.plan.rank_begin(static_cast<std::int32_t>(m)),
+                             slot.plan.rank_end(static_cast<std::int32_t>(m)));
+      for (std::size_t j = 0; j < g; ++j) {
+        if (j == m) continue;
+        std::int64_t count = 0;
+        for (const auto& [lo, hi] : touched) count += held[j].in_range(lo, hi);
+        tokens[m][j] = count;
+      }
+    }
+    const std::int32_t node_size = p.ranks_per_node;
+    for (std::size_t m = 0; m < g; ++m) {
+      SlotMemberCost& mc = cost.members[m];
+      std::int64_t received = 0;
+      std::int64_t sent = 0;
+      double seconds = 0;
+      for (std::size_t j = 0; j < g; ++j) {
+        if (j == m) continue;
+        const std::int64_t in = tokens[m][j];
+        const std::int64_t out = tokens[j][m];
+        if (in == 0 && out == 0) continue;
+        received += in;
+        sent += out;
+        ++mc.peers;
+        const bool same_node = slot.ranks[m] / node_size == slot.ranks[j] / node_size;
+        const double bandwidth =
+            same_node ? p.intra_node_bytes_per_second : p.inter_node_bytes_per_second;
+        // Forward: K/V in, own K/V out; backward: dK/dV of both back the
+        // other way. Each direction carries in + out, in parallel.
+        seconds += static_cast<double>(in + out) * p.kv_bytes_per_token / bandwidth;
+      }
+      mc.bytes_received = std::llround(static_cast<double>(received) * p.kv_bytes_per_token);
+      mc.bytes_sent = std::llround(static_cast<double>(sent) * p.kv_bytes_per_token);
+      mc.comm_seconds = seconds + p.latency_seconds * mc.peers;
+    }
+  }
+  double longest = 0;
+  for (const SlotMemberCost& mc : cost.members) {
+    longest = std::max(longest, mc.compute_seconds + mc.comm_seconds);
+  }
+  cost.end_seconds = longest;  // shifted by the start in evaluate_schedule
+  return cost;
+}
+
+// How many queries of a piece of `len` tokens see at least `s` keys.
+std::int64_t queries_seeing_at_least(const MaskSpec& mask, std::int64_t len, std::int64_t s) {
+  switch (mask.kind) {
+    case MaskKind::kCausal:  // query i sees i + 1
+      return std::max<std::int64_t>(0, len - s + 1);
+    case MaskKind::kFull:
+      return s <= len ? len : 0;
+    case MaskKind::kSliding:  // min(i + 1, W)
+      return s <= std::min(mask.param, len) ? len - s + 1 : 0;
+    case MaskKind::kPrefix: {  // max(i + 1, min(L, len))
+      const std::int64_t flat = std::min(mask.param, len);
+      return s <= flat ? len : std::max<std::int64_t>(0, len - s + 1);
+    }
+    case MaskKind::kBlockSparse:
+      break;
+  }
+  return 0;
+}
+
+std::int64_t most_keys(const MaskSpec& mask, std::int64_t len) {
+  return mask.kind == MaskKind::kSliding ? std::min(mask.param, len) : len;
+}
+
+}  // namespace
+
+Status validate_schedule_request(const ScheduleRequest& r) {
+  if (r.world_size < 1 || r.world_size > kMaxGroupSize) {
+    return invalid_argument("schedule request: world_size = " + str(r.world_size) +
+                            " is outside [1, " + str(kMaxGroupSize) +
+                            "]; pass the number of ranks in the job");
+  }
+  if (r.max_tokens_per_rank < 1) {
+    return invalid_argument(
+        "schedule request: max_tokens_per_rank = " + str(r.max_tokens_per_rank) +
+        " must be >= 1; pass the tokens one rank holds in memory");
+  }
+  if (r.max_tokens_per_rank > kMaxRowTokens / r.world_size) {
+    return invalid_argument("schedule request: world_size x max_tokens_per_rank = " +
+                            str(r.world_size) + " x " + str(r.max_tokens_per_rank) +
+                            " exceeds the 2^31 tokens of one row; lower max_tokens_per_rank");
+  }
+  if (r.block_size < 1 || r.block_size > kMaxBlockSize) {
+    return invalid_argument(
+        "schedule request: block_size = " + str(r.block_size) +
+        " is outside [1, 2^31]; use the attention kernel's tile edge, e.g. 128");
+  }
+  if (r.mask.kind == MaskKind::kBlockSparse) {
+    return invalid_argument(
+        "schedule request: mask 'block-sparse' is per row, not per document; schedule with "
+        "causal, full, sliding:W or prefix:L");
+  }
+  if (r.mask.kind == MaskKind::kSliding && r.mask.param < 1) {
+    return invalid_argument("schedule request: sliding window " + str(r.mask.param) +
+                            " must be >= 1");
+  }
+  if (r.mask.kind == MaskKind::kPrefix && r.mask.param < 0) {
+    return invalid_argument("schedule request: prefix length " + str(r.mask.param) +
+                            " must be >= 0");
+  }
+  if (r.cp_size < 0 || r.cp_size > r.world_size || (r.cp_size > 0 && r.world_size % r.cp_size)) {
+    return invalid_argument("schedule request: cp_size = " + str(r.cp_size) +
+                            " must be 0 (choose) or a divisor of world_size " + str(r.world_size));
+  }
+  if (r.doc_lengths.empty()) {
+    return invalid_argument(
+        "schedule request: the global batch has no documents; pass at least one");
+  }
+  std::int64_t total = 0;
+  for (std::size_t d = 0; d < r.doc_lengths.size(); ++d) {
+    const std::int64_t len = r.doc_lengths[d];
+    if (len < 1 || len > kMaxBatchTokens - total) {
+      return invalid_argument("schedule request: document " + str(static_cast<std::int64_t>(d)) +
+                              " has length " + str(len) +
+                              (len < 1 ? "; every document needs at least 1 token"
+                                       : "; the batch exceeds 2^40 tokens, split it"));
+    }
+    total += len;
+  }
+  return validate_cost_profile(r.profile);
+}
+
+std::vector<DocPiece> schedule_pieces(const ScheduleRequest& request) {
+  const std::int64_t limit = piece_limit(request);
+  std::vector<DocPiece> pieces;
+  pieces.reserve(request.doc_lengths.size());
+  for (std::size_t d = 0; d < request.doc_lengths.size(); ++d) {
+    const std::int64_t len = request.doc_lengths[d];
+    for (std::int64_t off = 0; off < len; off += limit) {
+      pieces.push_back({static_cast<std::int64_t>(d), off, std::min(limit, len - off)});
+    }
+  }
+  return pieces;
+}
+
+CpWorkload slot_workload(const ScheduleRequest& request, const ScheduleSlot& slot) {
+  CpWorkload w;
+  w.doc_lengths.reserve(slot.pieces.size());
+  for (const DocPiece& piece : slot.pieces) {
+    w.doc_lengths.push_back(piece.length);
+    w.tokens += piece.length;
+  }
+  w.mask = request.mask;
+  w.block_size = request.block_size;
+  w.cp_size = static_cast<std::int32_t>(slot.ranks.size());
+  return w;
+}
+
+Status validate_schedule(const ScheduleRequest& request, const Schedule& schedule) {
+  const std::int64_t limit = piece_limit(request);
+  const std::int64_t budget = request.max_tokens_per_rank;
+  // First piece index of every document: document d's piece at offset o is
+  // first[d] + o / limit.
+  std::vector<std::int64_t> first(request.doc_lengths.size() + 1, 0);
+  for (std::size_t d = 0; d < request.doc_lengths.size(); ++d) {
+    first[d + 1] = first[d] + ceil_div(request.doc_lengths[d], limit);
+  }
+  std::vector<std::int64_t> placed_in(static_cast<std::size_t>(first.back()), -1);
+  std::vector<std::pair<std::int64_t, std::int64_t>> rank_waves;  // (wave, rank) -> slot
+
+  for (std::size_t s = 0; s < schedule.slots.size(); ++s) {
+    const ScheduleSlot& slot = schedule.slots[s];
+    const std::string where = "schedule slot " + str(static_cast<std::int64_t>(s));
+    const auto g = static_cast<std::int64_t>(slot.ranks.size());
+    if (g < 1) return invalid_argument(where + " has no ranks; a slot needs at least one");
+    if (slot.wave < 0) {
+      return invalid_argument(where + " has wave " + str(slot.wave) + "; waves start at 0");
+    }
+    if (slot.pieces.empty()) {
+      return invalid_argument(where + " runs no document piece; drop it or give it one");
+    }
+    for (std::int64_t i = 0; i < g; ++i) {
+      const std::int32_t rank = slot.ranks[i];
+      if (rank < 0 || rank >= request.world_size) {
+        return invalid_argument(where + " member " + str(i) + " is rank " + str(rank) +
+                                ", outside [0, " + str(request.world_size) + ")");
+      }
+      rank_waves.emplace_back(static_cast<std::int64_t>(slot.wave) * request.world_size + rank,
+                              static_cast<std::int64_t>(s));
+    }
+    std::int64_t row = 0;
+    for (const DocPiece& piece : slot.pieces) {
+      const auto docs = static_cast<std::int64_t>(request.doc_lengths.size());
+      if (piece.doc < 0 || piece.doc >= docs) {
+        return invalid_argument(where + " names document " + str(piece.doc) + ", outside [0, " +
+                                str(docs) + ")");
+      }
+      const std::int64_t len = request.doc_lengths[piece.doc];
+      if (piece.offset < 0 || piece.offset >= len || piece.offset % limit != 0 ||
+          piece.length != std::min(limit, len - piece.offset)) {
+        return invalid_argument(where + " holds document " + str(piece.doc) + " tokens [" +
+                                str(piece.offset) + ", " + str(piece.offset + piece.length) +
+                                "), not a piece cut at multiples of W x T = " + str(limit) +
+                                " of its " + str(len) + " tokens");
+      }
+      std::int64_t& owner = placed_in[first[piece.doc] + piece.offset / limit];
+      if (owner >= 0) {
+        return invalid_argument(where + " repeats document " + str(piece.doc) + " offset " +
+                                str(piece.offset) + ", already in slot " + str(owner));
+      }
+      owner = static_cast<std::int64_t>(s);
+      row += piece.length;
+    }
+    if (row > g * budget) {
+      return invalid_argument(where + " runs " + str(row) + " tokens on " + str(g) +
+                              " ranks, more than " + str(g) + " x T = " + str(g * budget));
+    }
+    const CpWorkload w = slot_workload(request, slot);
+    if (Status status = validate_plan(w, slot.plan); !status) {
+      return invalid_argument(where + ": " + status.message());
+    }
+    if (slot.plan.shard_len > budget) {
+      return invalid_argument(where + " gives each member " + str(slot.plan.shard_len) +
+                              " tokens (padding included), more than T = " + str(budget));
+    }
+  }
+  std::sort(rank_waves.begin(), rank_waves.end());
+  for (std::size_t i = 1; i < rank_waves.size(); ++i) {
+    if (rank_waves[i].first == rank_waves[i - 1].first) {
+      const std::int64_t key = rank_waves[i].first;
+      return invalid_argument("schedule slots " + str(rank_waves[i - 1].second) + " and " +
+                              str(rank_waves[i].second) + " both hold rank " +
+                              str(key % request.world_size) + " in wave " +
+                              str(key / request.world_size) + "; a rank runs one slot per wave");
+    }
+  }
+  for (std::size_t d = 0; d < request.doc_lengths.size(); ++d) {
+    for (std::int64_t k = first[d]; k < first[d + 1]; ++k) {
+      if (placed_in[k] < 0) {
+        return invalid_argument("schedule never places document " +
+                                str(static_cast<std::int64_t>(d)) + " tokens from " +
+                                str((k - first[d]) * limit) + " (" + str(request.doc_lengths[d]) +
+                                " tokens)");
+      }
+    }
+  }
+  return Status::ok();
+}
+
+SlotCost evaluate_slot(const ScheduleRequest& request, const ScheduleSlot& slot) {
+  return cost_slot(request, slot);
+}
+
+ScheduleCost evaluate_schedule(const ScheduleRequest& request, const Schedule& schedule) {
+  const auto w = static_cast<std::size_t>(request.world_size);
+  ScheduleCost cost;
+  cost.slots.resize(schedule.slots.size());
+  cost.busy_seconds.assign(w, 0.0);
+  cost.idle_seconds.assign(w, 0.0);
+  std::vector<std::size_t> order(schedule.slots.size());
+  for (std::size_t s = 0; s < order.size(); ++s) order[s] = s;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
+    return schedule.slots[x].wave < schedule.slots[y].wave;
+  });
+  std::vector<double> free_at(w, 0.0);
+  for (const std::size_t s : order) {
+    const ScheduleSlot& slot = schedule.slots[s];
+    SlotCost sc = cost_slot(request, slot);
+    double start = 0;
+    for (const std::int32_t r : slot.ranks) start = std::max(start, free_at[r]);
+    sc.start_seconds = start;
+    sc.end_seconds = start + sc.end_seconds;
+    std::int64_t real = 0;
+    for (const SlotMemberCost& mc : sc.members) {
+      free_at[mc.rank] = sc.end_seconds;
+      cost.busy_seconds[mc.rank] += mc.compute_seconds + mc.comm_seconds;
+      cost.bytes_moved += mc.bytes_received;
+      real += mc.tokens;
+    }
+    const auto g = static_cast<std::int64_t>(slot.ranks.size());
+    cost.allgather_bytes +=
+        std::llround(static_cast<double>((g - 1) * real) * request.profile.kv_bytes_per_token);
+    cost.slots[s] = std::move(sc);
+  }
+  for (const double t : free_at) cost.step_seconds = std::max(cost.step_seconds, t);
+  for (std::size_t r = 0; r < w; ++r)
+    cost.idle_seconds[r] = cost.step_seconds - cost.busy_seconds[r];
+  return cost;
+}
+
+double step_time_lower_bound(const ScheduleRequest& request) {
+  const CostProfile& p = request.profile;
+  const std::int64_t b = request.block_size;
+  const std::int64_t budget = request.max_tokens_per_rank;
+  const std::vector<DocPiece> pieces = schedule_pieces(request);
+
+  // Tiles: a local query block holding query q has at least ceil(keys(q)/B)
+  // tiles, and holds at most B queries. The least sum of block maxima over
+  // any grouping of the batch's queries into groups of at most B is
+  // sum_k ceil(c_k / B), c_k = #queries with ceil(keys/B) >= k, i.e. with
+  // keys >= (k-1)B + 1 (sort descending, group consecutively).
+  std::vector<std::int64_t> lengths;
+  lengths.reserve(pieces.size());
+  std::int64_t total = 0;
+  for (const DocPiece& piece : pieces) {
+    lengths.push_back(piece.length);
+    total += piece.length;
+  }
+  std::sort(lengths.begin(), lengths.end(), std::greater<>());
+  double tiles = 0;
+  std::size_t active = lengths.size();
+  for (std::int64_t k = 1;; ++k) {
+    const std::int64_t s = (k - 1) * b + 1;
+    while (active > 0 && most_keys(request.mask, lengths[active - 1]) < s) --active;
+    if (active == 0) break;
+    std::int64_t count = 0;
+    for (std::size_t i = 0; i < active; ++i)
+      count += queries_seeing_at_least(request.mask, lengths[i], s);
+    tiles += static_cast<double>(ceil_div(count, b));
+  }
+
+  // Every rank's busy time sums to at least the compute of all slots: tiles,
+  // tokens, and one fixed cost per (slot, member) holding tokens, of which
+  // there are at least ceil(total / T).
+  const double memberships = static_cast<double>(ceil_div(total, budget));
+  double bound = (p.tile_seconds * tiles + p.token_seconds * static_cast<double>(total) +
+                  p.slot_seconds * memberships) /
+                 request.world_size;
+
+  // The member holding a piece's query with the most keys (s of them) ends
+  // its slot no sooner than its own compute (that query's block alone has
+  // ceil(s/B) tiles) plus, when s > T, receiving the K/V of the s - T keys it
+  // cannot hold, at the faster bandwidth, from at least one peer.
+  const double fastest = std::max(p.intra_node_bytes_per_second, p.inter_node_bytes_per_second);
+  for (const std::int64_t len : lengths) {
+    const std::int64_t s = most_keys(request.mask, len);
+    double member = p.slot_seconds + p.token_seconds + p.tile_seconds * ceil_div(s, b);
+    if (s > budget) {
+      member +=
+          static_cast<double>(s - budget) * p.kv_bytes_per_token / fastest + p.latency_seconds;
+    }
+    bound = std::max(bound, member);
+  }
+  return bound;
+}
+
+}  // namespace fulcrum

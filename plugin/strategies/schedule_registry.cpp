@@ -1,0 +1,54 @@
+// The table of schedulers and name lookup.
+#include <algorithm>
+#include <array>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "strategies/schedule_strategies.h"
+
+namespace fulcrum {
+namespace {
+
+// Anchors first (the baselines every result is compared with), fulcrum's own last.
+constexpr std::array<ScheduleStrategyInfo, 3> kSchedulers = {{
+    {"fixed", &decide_fixed, &plan_fixed,
+     "fixed CP groups of cp ranks (--cp, or the smallest whose rows hold the longest document), "
+     "DP auto over the groups, rows of cp x T tokens, CP auto inside each row"},
+    {"megatron_dcp", &decide_megatron_dcp, &plan_megatron_dcp,
+     "Megatron-LM's dynamic CP (DefaultDynamicCPScheduler): power-of-two groups by L / T, "
+     "L^2 / cp balancing, per-document head-tail padded to 2 x cp"},
+    {"hybrid", &decide_hybrid, &plan_hybrid,
+     "fulcrum: any group size, short documents on one rank, groups placed and filled by the "
+     "step-time cost model, balanced CP inside each group"},
+}};
+
+}  // namespace
+
+std::span<const ScheduleStrategyInfo> schedule_strategies() { return kSchedulers; }
+
+std::vector<std::string> schedule_strategy_names() {
+  std::vector<std::string> names;
+  for (const ScheduleStrategyInfo& info : kSchedulers) names.emplace_back(info.name);
+  return names;
+}
+
+Result<Schedule> run_schedule_strategy(std::string_view name, const ScheduleRequest& request) {
+  const auto it =
+      std::find_if(kSchedulers.begin(), kSchedulers.end(),
+                   [name](const ScheduleStrategyInfo& info) { return info.name == name; });
+  if (it == kSchedulers.end()) {
+    std::string known;
+    for (const ScheduleStrategyInfo& info : kSchedulers) {
+      known += (known.empty() ? "" : ", ") + std::string(info.name);
+    }
+    return not_found("scheduler " + quote_text(name) + " is unknown; use one of " + known);
+  }
+  Result<Schedule> schedule = it->decide(request);
+  if (!schedule) return schedule;
+  if (Status status = it->plan(request, *schedule); !status) return status;
+  return schedule;
+}
+
+}  // namespace fulcrum

@@ -1,0 +1,44 @@
+// Every hybrid-placement scheduler of the fulcrum plugin (docs/HYBRID.md):
+// `fixed` (fixed CP groups, fulcrum before hybrid placement),
+// `megatron_dcp` (Megatron-LM's dynamic CP scheduler, re-derived) and
+// `hybrid` (fulcrum's own). Each validates its request and returns a schedule
+// validate_schedule accepts, or a Status saying why it cannot.
+//
+// A scheduler works in two phases, timed apart by the benchmark: deciding
+// (which pieces run where and when: slots with ranks, pieces and waves,
+// plans left empty) and planning (materialising every slot's ShardPlan,
+// O(total tokens)).
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fulcrum/schedule_types.h"
+#include "fulcrum/status.h"
+
+namespace fulcrum {
+
+struct ScheduleStrategyInfo {
+  std::string_view name;
+  Result<Schedule> (*decide)(const ScheduleRequest&);  // slots without plans
+  Status (*plan)(const ScheduleRequest&, Schedule&);   // fills every slot's plan
+  std::string_view summary;
+};
+
+// In the order tables print them: anchors first, fulcrum's own last.
+std::span<const ScheduleStrategyInfo> schedule_strategies();
+std::vector<std::string> schedule_strategy_names();
+
+// Decides and plans with `name`; kNotFound for an unknown name.
+Result<Schedule> run_schedule_strategy(std::string_view name, const ScheduleRequest& request);
+
+Result<Schedule> decide_fixed(const ScheduleRequest& request);
+Status plan_fixed(const ScheduleRequest& request, Schedule& schedule);
+Result<Schedule> decide_megatron_dcp(const ScheduleRequest& request);
+Status plan_megatron_dcp(const ScheduleRequest& request, Schedule& schedule);
+Result<Schedule> decide_hybrid(const ScheduleRequest& request);
+Status plan_hybrid(const ScheduleRequest& request, Schedule& schedule);
+
+}  // namespace fulcrum

@@ -324,7 +324,68 @@ class GlooCommunicator final : public Communicator {
     run("barrier", timeout, [&] { return group_->barrier(opts); });
   }
 
+  // Every receive, then every send, is posted before the first wait, so the
+  // order peers list their messages in cannot matter. Point-to-point waits
+  // are not counted in the progress board: its per-group sequence numbers
+  // assume every member enters every operation of the group, which an
+  // exchange between two members of the world does not. A timeout here names
+  // the peers still outstanding instead.
+  void do_exchange(const std::vector<PeerMessage>& sends, const std::vector<PeerMessage>& receives,
+                   Timeout timeout) override {
+    struct Posted {
+      const char* kind;
+      int peer;
+      std::vector<at::Tensor> buffer;  // c10d keeps a reference; kept alive here too
+      c10::intrusive_ptr<c10d::Work> work;
+    };
+    std::vector<Posted> posted;
+    posted.reserve(sends.size() + receives.size());
+    const auto start = Clock::now();
+    const auto deadline = start + timeout;
+    std::size_t waiting = 0;  // sends and receives before it have completed
+    try {
+      for (const PeerMessage& r : receives) {
+        posted.push_back({"receive from", r.peer, {r.tensor}, {}});
+        posted.back().work = group_->recv(posted.back().buffer, r.peer, kExchangeTag);
+      }
+      for (const PeerMessage& s : sends) {
+        posted.push_back({"send to", s.peer, {s.tensor.contiguous()}, {}});
+        posted.back().work = group_->send(posted.back().buffer, s.peer, kExchangeTag);
+      }
+      for (; waiting < posted.size(); ++waiting) {
+        const auto left = std::chrono::duration_cast<Timeout>(deadline - Clock::now());
+        posted[waiting].work->wait(std::max(left, Timeout(1)));
+      }
+    } catch (const std::exception& e) {
+      failed_ = true;
+      if (board_) board_->abandon();
+      const std::string what = first_line(e);
+      // The message whose wait failed, and every later one not yet done (a
+      // failed work counts as completed, so it is named by position).
+      std::string outstanding;
+      for (std::size_t i = waiting; i < posted.size(); ++i) {
+        const Posted& p = posted[i];
+        if (i > waiting && p.work && p.work->isCompleted()) continue;
+        outstanding += (outstanding.empty() ? "" : ", ") + std::string(p.kind) + " rank " +
+                       std::to_string(p.peer);
+      }
+      if (mentions_timeout(what) || Clock::now() - start >= timeout) {
+        throw CommError(timeout_message("exchange", name(), timeout) + " on rank " +
+                        std::to_string(rank()) + " (still waiting: " + outstanding +
+                        "); that peer failed, exited or did not post the matching message");
+      }
+      if (board_) board_->note_lost_peer();
+      throw CommError("exchange on group " + name() + " failed on rank " + std::to_string(rank()) +
+                      " (" + outstanding + "): " + what +
+                      "; a peer rank may have exited, check its log");
+    }
+  }
+
  private:
+  // One tag for every message: an exchange holds at most one message per
+  // direction and peer, and completes before the next begins.
+  static constexpr int kExchangeTag = 0;
+
   // Launches one c10d operation and waits at most `timeout`. c10d reports a
   // timeout in several ways (its own wait, Gloo's I/O deadline); all become
   // the same one-line CommError.

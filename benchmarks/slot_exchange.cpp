@@ -182,13 +182,14 @@ int main(int argc, char** argv) {
   std::printf("%s\n", source.c_str());
   std::printf(
       "heads %lld, head dim %lld, float32, B 128, causal; T = %lld tokens per rank; "
-      "a batch holds W x T tokens\n\n",
+      "a batch is documents drawn until it holds at least W x T tokens\n\n",
       static_cast<long long>(opt.heads), static_cast<long long>(opt.dim),
       static_cast<long long>(opt.tokens));
   std::printf(
       "| mix | W | batch | scheduler | slots (max g) | received = model | received MiB (max rank) "
-      "| all-gather of same slots MiB | fixed's all-gather MiB | bookkeeping / attention CPU "
-      "(worst rank) |\n|---|---|---|---|---|---|---|---|---|---|\n");
+      "| all-gather of same slots MiB | fixed's all-gather MiB | schedule CPU ms | slot setup CPU "
+      "ms (max rank) | attention CPU ms (max rank) | bookkeeping / attention (worst rank) "
+      "|\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   bool all_equal = true;
   for (const bench::LengthSet& mix : mixes) {
     for (const std::int64_t w : opt.ranks) {
@@ -217,7 +218,7 @@ int main(int argc, char** argv) {
           if (name == "fixed") fixed_allgather = static_cast<double>(cost.allgather_bytes);
           const std::vector<RankResult> ranks = execute(request, *schedule, cost, opt);
           std::int64_t received = 0, predicted = 0, most = 0;
-          double worst_ratio = 0;
+          double worst_ratio = 0, setup_max = 0, attention_max = 0;
           for (std::size_t r = 0; r < ranks.size(); ++r) {
             if (!ranks[r].error.empty()) {
               std::fprintf(stderr, "rank %zu: %s\n", r, ranks[r].error.c_str());
@@ -226,6 +227,8 @@ int main(int argc, char** argv) {
             received += ranks[r].received;
             predicted += ranks[r].predicted;
             most = std::max(most, ranks[r].received);
+            setup_max = std::max(setup_max, ranks[r].setup_cpu_ms);
+            attention_max = std::max(attention_max, ranks[r].attention_cpu_ms);
             if (ranks[r].attention_cpu_ms > 0) {
               worst_ratio = std::max(worst_ratio,
                                      (plan_ms + ranks[r].setup_cpu_ms) / ranks[r].attention_cpu_ms);
@@ -237,11 +240,13 @@ int main(int argc, char** argv) {
           all_equal = all_equal && equal;
           const double mib = 1024.0 * 1024.0;
           std::printf(
-              "| %s | %lld | %d | %s | %zu (%zu) | %s | %.2f (%.2f) | %.2f | %.2f | %.2f%% |\n",
+              "| %s | %lld | %d | %s | %zu (%zu) | %s | %.2f (%.2f) | %.2f | %.2f | %.2f | %.2f | "
+              "%.0f | "
+              "%.2f%% |\n",
               mix.name.c_str(), static_cast<long long>(w), b, name.c_str(), schedule->slots.size(),
               widest, equal ? "yes" : "NO", static_cast<double>(received) / mib,
               static_cast<double>(most) / mib, static_cast<double>(cost.allgather_bytes) / mib,
-              fixed_allgather / mib, 100.0 * worst_ratio);
+              fixed_allgather / mib, plan_ms, setup_max, attention_max, 100.0 * worst_ratio);
           std::fflush(stdout);
         }
       }

@@ -142,6 +142,16 @@ Result<std::shared_ptr<SlotAttention>> SlotAttention::create(
   return a;
 }
 
+void SlotAttention::exchange(const char* pass, const std::vector<dist::PeerMessage>& sends,
+                             const std::vector<dist::PeerMessage>& receives) {
+  try {
+    world_->exchange(sends, receives);
+  } catch (const dist::CommError& e) {
+    throw dist::CommError((options_.label.empty() ? std::string("slot") : options_.label) + " " +
+                          pass + ": " + e.what());
+  }
+}
+
 at::Tensor SlotAttention::apply(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   return SlotAttentionFunction::apply(q, k, v, shared_from_this());
 }
@@ -169,7 +179,7 @@ SlotForward SlotAttention::forward(const at::Tensor& q, const at::Tensor& k, con
     stats.bytes_received += bytes_of(receives.back().tensor);
   }
   stats.peers = peer_count(sends, receives);
-  world_->exchange(sends, receives);
+  exchange("forward", sends, receives);
   at::Tensor kv_global = at::zeros({exchange_.tokens, heads, 2 * dim}, kv.options());
   kv_global.index_copy_(0, own_positions_.to(device), kv.index_select(0, own_rows_.to(device)));
   for (std::size_t i = 0; i < incoming_.size(); ++i) {
@@ -222,7 +232,7 @@ SlotGrads SlotAttention::backward(const at::Tensor& q, const SlotForward& f,
     stats.bytes_received += bytes_of(receives.back().tensor);
   }
   stats.peers = peer_count(sends, receives);
-  world_->exchange(sends, receives);
+  exchange("backward", sends, receives);
   at::Tensor dkv = at::zeros({plan_.shard_len, heads, 2 * dim}, dkv_global.options());
   dkv.index_copy_(0, own_rows_.to(device), dkv_global.index_select(0, own_positions_.to(device)));
   // Peers' shares are added in peer order, so the sum is the same on every

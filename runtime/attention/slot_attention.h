@@ -27,6 +27,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "attention/blocked_attention.h"
@@ -40,6 +41,11 @@ namespace fulcrum::attention {
 
 struct SlotAttentionOptions {
   KernelOptions kernel;
+  // Where this slot is in the schedule, e.g. "slot 3 (wave 1)": a failed
+  // exchange's CommError starts with it and the pass ("slot 3 (wave 1)
+  // forward: exchange on group world timed out ..."), so a stalled peer is
+  // named with the slot and wave it failed in. Empty: "slot".
+  std::string label;
 };
 
 // What the last forward or backward call did on this member.
@@ -94,6 +100,10 @@ class SlotAttention : public std::enable_shared_from_this<SlotAttention> {
 
  private:
   SlotAttention() = default;
+
+  // The world's exchange, its CommError prefixed with the label and pass.
+  void exchange(const char* pass, const std::vector<dist::PeerMessage>& sends,
+                const std::vector<dist::PeerMessage>& receives);
 
   // Rows and global positions of one transfer, as index tensors.
   struct TransferIndex {

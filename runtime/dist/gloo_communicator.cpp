@@ -329,7 +329,7 @@ class GlooCommunicator final : public Communicator {
   // are not counted in the progress board: its per-group sequence numbers
   // assume every member enters every operation of the group, which an
   // exchange between two members of the world does not. A timeout here names
-  // the peers still outstanding instead.
+  // the message it was waiting for instead.
   void do_exchange(const std::vector<PeerMessage>& sends, const std::vector<PeerMessage>& receives,
                    Timeout timeout) override {
     struct Posted {
@@ -343,6 +343,7 @@ class GlooCommunicator final : public Communicator {
     const auto start = Clock::now();
     const auto deadline = start + timeout;
     std::size_t waiting = 0;  // sends and receives before it have completed
+    bool all_posted = false;
     try {
       for (const PeerMessage& r : receives) {
         posted.push_back({"receive from", r.peer, {r.tensor}, {}});
@@ -352,6 +353,7 @@ class GlooCommunicator final : public Communicator {
         posted.push_back({"send to", s.peer, {s.tensor.contiguous()}, {}});
         posted.back().work = group_->send(posted.back().buffer, s.peer, kExchangeTag);
       }
+      all_posted = true;
       for (; waiting < posted.size(); ++waiting) {
         const auto left = std::chrono::duration_cast<Timeout>(deadline - Clock::now());
         posted[waiting].work->wait(std::max(left, Timeout(1)));
@@ -360,23 +362,28 @@ class GlooCommunicator final : public Communicator {
       failed_ = true;
       if (board_) board_->abandon();
       const std::string what = first_line(e);
-      // The message whose wait failed, and every later one not yet done (a
-      // failed work counts as completed, so it is named by position).
-      std::string outstanding;
-      for (std::size_t i = waiting; i < posted.size(); ++i) {
-        const Posted& p = posted[i];
-        if (i > waiting && p.work && p.work->isCompleted()) continue;
-        outstanding += (outstanding.empty() ? "" : ", ") + std::string(p.kind) + " rank " +
-                       std::to_string(p.peer);
+      // The message whose wait failed is the one known to be stuck. The later
+      // ones were not waited for; c10d marks a send or receive completed only
+      // once waited for, so they are listed as unchecked, not as stuck.
+      auto describe = [&](std::size_t i) {
+        return std::string(posted[i].kind) + " rank " + std::to_string(posted[i].peer);
+      };
+      std::string unchecked;
+      for (std::size_t i = waiting + 1; all_posted && i < posted.size(); ++i) {
+        unchecked += (unchecked.empty() ? "" : ", ") + describe(i);
       }
+      const std::string where =
+          "on rank " + std::to_string(rank()) +
+          (all_posted ? " (waiting for the " + describe(waiting) +
+                            (unchecked.empty() ? std::string() : "; not yet checked: " + unchecked)
+                      : " (posting the " + describe(posted.size() - 1)) +
+          ")";
       if (mentions_timeout(what) || Clock::now() - start >= timeout) {
-        throw CommError(timeout_message("exchange", name(), timeout) + " on rank " +
-                        std::to_string(rank()) + " (still waiting: " + outstanding +
-                        "); that peer failed, exited or did not post the matching message");
+        throw CommError(timeout_message("exchange", name(), timeout) + " " + where +
+                        "; that peer failed, exited or did not post the matching message");
       }
       if (board_) board_->note_lost_peer();
-      throw CommError("exchange on group " + name() + " failed on rank " + std::to_string(rank()) +
-                      " (" + outstanding + "): " + what +
+      throw CommError("exchange on group " + name() + " failed " + where + ": " + what +
                       "; a peer rank may have exited, check its log");
     }
   }

@@ -5,7 +5,12 @@
 // the world group, checked against dense attention of the slot's row on this
 // rank's shard, and the bytes it received against the cost model.
 //
-//   fulcrum_gloo_slot_worker <scheduler> <world_size>
+//   fulcrum_gloo_slot_worker <scheduler> <world_size> [stall]
+//
+// With "stall", the second member of the first slot of two or more members
+// never runs its slots (it sleeps past the others' deadline and exits 0);
+// its peers in that slot must fail within the 2 s exchange deadline with a
+// line naming the slot, its wave and the stalled rank.
 //
 // Exit codes: 0 equal, 1 a check failed ("FAIL:" line), 2 a CommError.
 #include <ATen/ATen.h>
@@ -16,6 +21,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 #include "attention/sharding.h"
 #include "attention/slot_attention.h"
@@ -41,16 +47,17 @@ void check(bool ok, const std::string& what) {
 int main(int argc, char** argv) {
   using namespace fulcrum;
   using namespace fulcrum::attention;
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: %s <scheduler> <world_size>\n", argv[0]);
+  if (argc != 3 && !(argc == 4 && std::string(argv[3]) == "stall")) {
+    std::fprintf(stderr, "usage: %s <scheduler> <world_size> [stall]\n", argv[0]);
     return 3;
   }
+  const bool stall = argc == 4;
   at::set_num_threads(1);
   // Every rank is its own DP rank: the world is one pool.
   auto options = dist::GlooOptions::from_env(std::atoi(argv[2]), 1);
   check(options.is_ok(), options.status().message());
   options->rendezvous_timeout = std::chrono::seconds(20);
-  options->op_timeout = std::chrono::seconds(20);
+  options->op_timeout = stall ? std::chrono::seconds(2) : std::chrono::seconds(20);
   g_rank = options->rank;
   try {
     const dist::ProcessGroups groups = dist::init_gloo_process_groups(*options);
@@ -70,6 +77,18 @@ int main(int argc, char** argv) {
     check(schedule.is_ok(), schedule.status().message());
     const ScheduleCost cost = evaluate_schedule(request, *schedule);
 
+    if (stall) {
+      for (const ScheduleSlot& slot : schedule->slots) {
+        if (slot.ranks.size() < 2) continue;
+        if (slot.ranks[1] == g_rank) {
+          std::printf("rank %d stalls\n", g_rank);
+          std::fflush(stdout);
+          std::this_thread::sleep_for(std::chrono::seconds(5));
+          return 0;
+        }
+        break;
+      }
+    }
     std::vector<std::size_t> mine;
     for (std::size_t s = 0; s < schedule->slots.size(); ++s) {
       const auto& ranks = schedule->slots[s].ranks;
@@ -88,7 +107,11 @@ int main(int argc, char** argv) {
       const at::Tensor v = at::randn({row.tokens, heads, dim}, opts);
       const at::Tensor weight = at::randn({row.tokens, heads, dim}, opts);
 
-      auto attention = SlotAttention::create(row, slot.plan, slot.ranks, groups.world);
+      SlotAttentionOptions slot_options;
+      slot_options.label =
+          "slot " + std::to_string(s) + " (wave " + std::to_string(slot.wave) + ")";
+      auto attention =
+          SlotAttention::create(row, slot.plan, slot.ranks, groups.world, slot_options);
       check(attention.is_ok(), attention.status().message());
       const std::int32_t m = (*attention)->member();
       at::Tensor ql = shard(q, slot.plan, m).requires_grad_();

@@ -388,6 +388,27 @@ TEST(SlotAttention, OneMemberSlotsNeedNoGroupAtAll) {
   run.expect_equals_dense(1e-12);
 }
 
+TEST(SlotAttention, AMemberThatNeverComesIsNamedWithTheSlotAndWave) {
+  // World ranks 1 and 3 form the slot; rank 3 never runs it. Rank 1's
+  // forward exchange times out naming the slot, the wave and rank 3.
+  const CpWorkload row = make_row({40}, MaskSpec::causal(), 8, 2);
+  const ShardPlan plan = contiguous_plan(40, 2);
+  const auto world = dist::make_thread_group(4, "world", 300ms);
+  SlotAttentionOptions options;
+  options.label = "slot 5 (wave 2)";
+  auto attention = SlotAttention::create(row, plan, {1, 3}, world[1], options).value();
+  const at::Tensor x = at::randn({plan.shard_len, 1, 4}, at::kDouble);
+  std::string error;
+  try {
+    attention->forward(x, x, x);
+  } catch (const dist::CommError& e) {
+    error = e.what();
+  }
+  EXPECT_EQ(error,
+            "slot 5 (wave 2) forward: exchange on group world timed out after 300 ms (rank 1 "
+            "waiting to receive from rank 3); that peer failed or did not post the matching send");
+}
+
 TEST(SlotAttention, RejectsRanksThatDoNotFitTheSlot) {
   const CpWorkload row = make_row({40}, MaskSpec::causal(), 8, 2);
   const ShardPlan plan = contiguous_plan(40, 2);

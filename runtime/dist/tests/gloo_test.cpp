@@ -121,7 +121,7 @@ TEST(Gloo, AReceiveTimesOutNamingTheGroupAndThePeer) {
   EXPECT_FALSE(results[0].timed_out) << describe(results);
   EXPECT_EQ(results[0].exit_code, 2) << describe(results);
   EXPECT_NE(results[0].output.find("exchange on group world timed out after 1 s on rank 0 "
-                                   "(still waiting: receive from rank 1)"),
+                                   "(waiting for the receive from rank 1)"),
             std::string::npos)
       << describe(results);
   EXPECT_EQ(results[1].exit_code, 0) << describe(results);

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <numeric>
 #include <random>
@@ -375,6 +376,98 @@ TEST(SlotAttention, WholeSchedulesRunWaveByWaveAndMoveThePredictedBytes) {
     EXPECT_GE(widest, 3u);
     EXPECT_GE(single, 1);
     EXPECT_GT(received, 0);
+  }
+}
+
+TEST(SlotAttention, TwoLayersShareOneSlotAttentionWhileAnotherSlotRuns) {
+  // One SlotAttention serves both layers of a step (four exchanges between
+  // every pair that talks: two forward, two backward, paired in order),
+  // while a slot of the two other world ranks exchanges at the same time.
+  // Layer 2 reads layer 1's output; gradients reach layer 1's inputs.
+  const std::int64_t heads = 2;
+  const std::int64_t dim = 4;
+  const auto world = dist::make_thread_group(5, "world", 20s);
+  struct Slot {
+    CpWorkload row;
+    ShardPlan plan;
+    std::vector<std::int32_t> ranks;
+  };
+  const std::vector<Slot> slots{
+      {make_row({50, 13, 27}, MaskSpec::causal(), 8, 3), random_plan(90, 3, 2, 9), {4, 0, 2}},
+      {make_row({33, 31}, MaskSpec::sliding(11), 8, 2), block_round_robin_plan(64, 2, 8), {3, 1}}};
+  at::manual_seed(77);
+  const auto opts = at::TensorOptions().dtype(at::kDouble);
+  struct Data {
+    at::Tensor q, k, v, weight, ref, dq, dk, dv;
+  };
+  std::vector<Data> data(slots.size());
+  auto layers = [](const at::Tensor& o1,
+                   const std::function<at::Tensor(at::Tensor, at::Tensor, at::Tensor)>& attend) {
+    return attend(o1 * 0.7, o1 * -1.3, o1 + 0.25);
+  };
+  for (std::size_t s = 0; s < slots.size(); ++s) {
+    const std::int64_t n = slots[s].row.tokens;
+    Data& d = data[s];
+    d.q = at::randn({n, heads, dim}, opts);
+    d.k = at::randn({n, heads, dim}, opts);
+    d.v = at::randn({n, heads, dim}, opts);
+    d.weight = at::randn({n, heads, dim}, opts);
+    const at::Tensor mask = brute_mask(slots[s].row);
+    const at::Tensor qr = d.q.clone().requires_grad_();
+    const at::Tensor kr = d.k.clone().requires_grad_();
+    const at::Tensor vr = d.v.clone().requires_grad_();
+    d.ref = layers(
+        dense_attention(qr, kr, vr, mask),
+        [&](at::Tensor q, at::Tensor k, at::Tensor v) { return dense_attention(q, k, v, mask); });
+    (d.ref * d.weight).sum().backward();
+    d.dq = qr.grad();
+    d.dk = kr.grad();
+    d.dv = vr.grad();
+  }
+  std::vector<std::vector<at::Tensor>> out(slots.size()), dq(slots.size()), dk(slots.size()),
+      dv(slots.size());
+  std::vector<std::string> errors(5);
+  std::vector<std::thread> threads;
+  for (std::size_t s = 0; s < slots.size(); ++s) {
+    const auto g = static_cast<std::size_t>(slots[s].plan.cp_size);
+    out[s].resize(g);
+    dq[s].resize(g);
+    dk[s].resize(g);
+    dv[s].resize(g);
+    for (std::size_t m = 0; m < g; ++m) {
+      threads.emplace_back([&, s, m] {
+        const Slot& slot = slots[s];
+        const auto member = static_cast<std::int32_t>(m);
+        try {
+          auto a =
+              SlotAttention::create(slot.row, slot.plan, slot.ranks, world[slot.ranks[m]]).value();
+          const Data& d = data[s];
+          at::Tensor ql = shard(d.q, slot.plan, member).requires_grad_();
+          at::Tensor kl = shard(d.k, slot.plan, member).requires_grad_();
+          at::Tensor vl = shard(d.v, slot.plan, member).requires_grad_();
+          const at::Tensor o =
+              layers(a->apply(ql, kl, vl),
+                     [&](at::Tensor q, at::Tensor k, at::Tensor v) { return a->apply(q, k, v); });
+          (o * shard(d.weight, slot.plan, member)).sum().backward();
+          out[s][m] = o.detach();
+          dq[s][m] = ql.grad();
+          dk[s][m] = kl.grad();
+          dv[s][m] = vl.grad();
+        } catch (const std::exception& e) {
+          errors[static_cast<std::size_t>(slot.ranks[m])] = e.what();
+        }
+      });
+    }
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& e : errors) ASSERT_EQ(e, "");
+  for (std::size_t s = 0; s < slots.size(); ++s) {
+    SCOPED_TRACE("slot " + std::to_string(s));
+    const ShardPlan& plan = slots[s].plan;
+    EXPECT_LT(max_diff(unshard(at::cat(out[s]), plan), data[s].ref), 1e-12);
+    EXPECT_LT(max_diff(unshard(at::cat(dq[s]), plan), data[s].dq), 1e-12);
+    EXPECT_LT(max_diff(unshard(at::cat(dk[s]), plan), data[s].dk), 1e-12);
+    EXPECT_LT(max_diff(unshard(at::cat(dv[s]), plan), data[s].dv), 1e-12);
   }
 }
 

@@ -108,4 +108,53 @@ std::vector<std::vector<std::uint8_t>> Communicator::all_gather_bytes(
   return result;
 }
 
+void Communicator::exchange(const std::vector<PeerMessage>& sends,
+                            const std::vector<PeerMessage>& receives, OptTimeout timeout) {
+  auto check = [&](const std::vector<PeerMessage>& messages, const char* kind) {
+    std::vector<bool> seen(static_cast<std::size_t>(size()), false);
+    for (const PeerMessage& m : messages) {
+      const std::string what = std::string(kind) + (kind[0] == 's' ? " to" : " from") + " rank " +
+                               std::to_string(m.peer);
+      if (m.peer < 0 || m.peer >= size()) {
+        fail("exchange", std::string(kind) + " peer " + std::to_string(m.peer) +
+                             " is outside [0, " + std::to_string(size()) + ")");
+      }
+      if (m.peer == rank()) {
+        fail("exchange", std::string(kind) + " peer " + std::to_string(m.peer) +
+                             " is this rank; keep local data local");
+      }
+      if (seen[static_cast<std::size_t>(m.peer)]) {
+        fail("exchange", "two " + std::string(kind) + "s with rank " + std::to_string(m.peer) +
+                             " in one call; concatenate them into one tensor");
+      }
+      seen[static_cast<std::size_t>(m.peer)] = true;
+      if (!m.tensor.defined()) fail("exchange", "the " + what + " has an undefined tensor");
+    }
+  };
+  check(sends, "send");
+  check(receives, "receive");
+  for (const PeerMessage& m : receives) {
+    if (!m.tensor.is_contiguous()) {
+      fail("exchange", "the receive from rank " + std::to_string(m.peer) +
+                           " needs a contiguous tensor to write into");
+    }
+  }
+  if (sends.empty() && receives.empty()) return;
+  do_exchange(sends, receives, resolve(timeout));
+}
+
+void Communicator::send(const at::Tensor& tensor, int peer, OptTimeout timeout) {
+  exchange({PeerMessage{peer, tensor}}, {}, timeout);
+}
+
+void Communicator::recv(at::Tensor& tensor, int peer, OptTimeout timeout) {
+  exchange({}, {PeerMessage{peer, tensor}}, timeout);
+}
+
+void Communicator::do_exchange(const std::vector<PeerMessage>&, const std::vector<PeerMessage>&,
+                               Timeout) {
+  fail("exchange", std::string("the ") + backend() +
+                       " backend has no point-to-point messages; use a backend that has");
+}
+
 }  // namespace fulcrum::dist

@@ -53,6 +53,14 @@ std::string timeout_message(const std::string& op, const std::string& group, Tim
 // The first line of an exception's text, without c10's backtrace.
 std::string first_line(const std::exception& error);
 
+// One message of a point-to-point exchange: to or from `peer` (a rank of the
+// communicator's group). A send's tensor is read; a receive's tensor is
+// written in place and must be contiguous, with the sender's shape and dtype.
+struct PeerMessage {
+  int peer = 0;
+  at::Tensor tensor;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -89,6 +97,22 @@ class Communicator {
   std::vector<std::vector<std::uint8_t>> all_gather_bytes(const std::vector<std::uint8_t>& bytes,
                                                           OptTimeout timeout = std::nullopt);
 
+  // Point to point. Unlike the collectives, only the ranks named take part:
+  // a rank exchanging with peer p needs p to post the matching receive (or
+  // send) in its own exchange, and no one else. Every send and receive of
+  // one call is posted before any is waited for (as c10d's
+  // batch_isend_irecv), so two ranks that each send to and receive from the
+  // other in one call cannot deadlock, whatever order they list them in.
+  // At most one send and one receive per peer in a call, never to oneself:
+  // then messages pair up by (sender, receiver) alone. Returns when all have
+  // completed; a timeout names the operation, the group and the peers still
+  // outstanding.
+  void exchange(const std::vector<PeerMessage>& sends, const std::vector<PeerMessage>& receives,
+                OptTimeout timeout = std::nullopt);
+  void send(const at::Tensor& tensor, int peer, OptTimeout timeout = std::nullopt);
+  // `tensor` is written in place (contiguous, the sender's shape and dtype).
+  void recv(at::Tensor& tensor, int peer, OptTimeout timeout = std::nullopt);
+
  protected:
   Communicator(std::string name, Timeout default_timeout)
       : name_(std::move(name)), default_timeout_(default_timeout) {}
@@ -102,6 +126,11 @@ class Communicator {
   virtual at::Tensor do_reduce_scatter_sum(const at::Tensor& input, Timeout timeout) = 0;
   virtual void do_broadcast(at::Tensor& tensor, int root, Timeout timeout) = 0;
   virtual void do_barrier(Timeout timeout) = 0;
+  // Called with checked messages (peers in range, not this rank, at most one
+  // send and one receive per peer, receives contiguous). The default fails
+  // loudly: a backend without point-to-point still builds and says so.
+  virtual void do_exchange(const std::vector<PeerMessage>& sends,
+                           const std::vector<PeerMessage>& receives, Timeout timeout);
 
   // "<op> on group <name>: <what>" as a CommError.
   [[noreturn]] void fail(const std::string& op, const std::string& what) const;

@@ -345,7 +345,75 @@ class GlooCommunicator final : public Communicator {
     run("barrier", timeout, [&] { return group_->barrier(opts); });
   }
 
+  // Every receive, then every send, is posted before the first wait, so the
+  // order peers list their messages in cannot matter. Point-to-point waits
+  // are not counted in the progress board: its per-group sequence numbers
+  // assume every member enters every operation of the group, which an
+  // exchange between two members of the world does not. A timeout here names
+  // the message it was waiting for instead.
+  void do_exchange(const std::vector<PeerMessage>& sends, const std::vector<PeerMessage>& receives,
+                   Timeout timeout) override {
+    struct Posted {
+      const char* kind;
+      int peer;
+      std::vector<at::Tensor> buffer;  // c10d keeps a reference; kept alive here too
+      c10::intrusive_ptr<c10d::Work> work;
+    };
+    std::vector<Posted> posted;
+    posted.reserve(sends.size() + receives.size());
+    const auto start = Clock::now();
+    const auto deadline = start + timeout;
+    std::size_t waiting = 0;  // sends and receives before it have completed
+    bool all_posted = false;
+    try {
+      for (const PeerMessage& r : receives) {
+        posted.push_back({"receive from", r.peer, {r.tensor}, {}});
+        posted.back().work = group_->recv(posted.back().buffer, r.peer, kExchangeTag);
+      }
+      for (const PeerMessage& s : sends) {
+        posted.push_back({"send to", s.peer, {s.tensor.contiguous()}, {}});
+        posted.back().work = group_->send(posted.back().buffer, s.peer, kExchangeTag);
+      }
+      all_posted = true;
+      for (; waiting < posted.size(); ++waiting) {
+        const auto left = std::chrono::duration_cast<Timeout>(deadline - Clock::now());
+        posted[waiting].work->wait(std::max(left, Timeout(1)));
+      }
+    } catch (const std::exception& e) {
+      failed_ = true;
+      if (board_) board_->abandon();
+      const std::string what = first_line(e);
+      // The message whose wait failed is the one known to be stuck. The later
+      // ones were not waited for; c10d marks a send or receive completed only
+      // once waited for, so they are listed as unchecked, not as stuck.
+      auto describe = [&](std::size_t i) {
+        return std::string(posted[i].kind) + " rank " + std::to_string(posted[i].peer);
+      };
+      std::string unchecked;
+      for (std::size_t i = waiting + 1; all_posted && i < posted.size(); ++i) {
+        unchecked += (unchecked.empty() ? "" : ", ") + describe(i);
+      }
+      const std::string where =
+          "on rank " + std::to_string(rank()) +
+          (all_posted ? " (waiting for the " + describe(waiting) +
+                            (unchecked.empty() ? std::string() : "; not yet checked: " + unchecked)
+                      : " (posting the " + describe(posted.size() - 1)) +
+          ")";
+      if (mentions_timeout(what) || Clock::now() - start >= timeout) {
+        throw CommError(timeout_message("exchange", name(), timeout) + " " + where +
+                        "; that peer failed, exited or did not post the matching message");
+      }
+      if (board_) board_->note_lost_peer();
+      throw CommError("exchange on group " + name() + " failed " + where + ": " + what +
+                      "; a peer rank may have exited, check its log");
+    }
+  }
+
  private:
+  // One tag for every message: an exchange holds at most one message per
+  // direction and peer, and completes before the next begins.
+  static constexpr int kExchangeTag = 0;
+
   // Launches one c10d operation and waits at most `timeout`. c10d reports a
   // timeout in several ways (its own wait, Gloo's I/O deadline); all become
   // the same one-line CommError.

@@ -2,11 +2,15 @@
 
 #include <ATen/ATen.h>
 
+#include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace fulcrum::dist {
@@ -47,6 +51,50 @@ class Rendezvous {
     wait_all(lock, op, timeout);
   }
 
+  // Point to point: a send deposits a snapshot in the (sender, receiver)
+  // mailbox and returns, so sends never wait and an exchange cannot deadlock
+  // on them; a receive waits for its mailbox. Mailboxes are FIFO, so
+  // successive exchanges between two ranks pair up in order.
+  void post(int from, int to, at::Tensor tensor) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!broken_.empty()) throw CommError("exchange on group " + name_ + ": " + broken_);
+    mail_[{from, to}].push_back(std::move(tensor));
+    cv_.notify_all();
+  }
+
+  // Waits for one message per receive (all by one deadline) and hands each
+  // to `deliver`. A receive still empty at the deadline breaks the group.
+  void take(int to, const std::vector<PeerMessage>& receives, Timeout timeout,
+            const std::function<void(const PeerMessage&, const at::Tensor&)>& deliver) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    std::unique_lock<std::mutex> lock(mu_);
+    for (const PeerMessage& r : receives) {
+      std::deque<at::Tensor>& box = mail_[{r.peer, to}];
+      const bool arrived =
+          cv_.wait_until(lock, deadline, [&] { return !box.empty() || !broken_.empty(); });
+      if (!broken_.empty() && box.empty()) {
+        throw CommError("exchange on group " + name_ + ": " + broken_);
+      }
+      if (!arrived) {
+        std::vector<int> missing;
+        for (const PeerMessage& m : receives) {
+          if (mail_[{m.peer, to}].empty()) missing.push_back(m.peer);
+        }
+        std::string peers;
+        for (int p : missing) peers += (peers.empty() ? "" : ", ") + std::to_string(p);
+        broken_ = "the group is broken after an earlier timeout of exchange";
+        cv_.notify_all();
+        throw CommError(timeout_message("exchange", name_, timeout) + " (rank " +
+                        std::to_string(to) + " waiting to receive from rank" +
+                        (missing.size() == 1 ? " " : "s ") + peers +
+                        "); that peer failed or did not post the matching send");
+      }
+      at::Tensor message = std::move(box.front());
+      box.pop_front();
+      deliver(r, message);
+    }
+  }
+
  private:
   void wait_all(std::unique_lock<std::mutex>& lock, const std::string& op, Timeout timeout) {
     if (!broken_.empty()) throw CommError(op + " on group " + name_ + ": " + broken_);
@@ -79,6 +127,7 @@ class Rendezvous {
   std::string broken_;  // non-empty once a member timed out
   std::vector<std::string> ops_;
   std::vector<std::vector<at::Tensor>> slots_;
+  std::map<std::pair<int, int>, std::deque<at::Tensor>> mail_;  // (from, to)
 };
 
 // Deposits are clones: a member writes its result into its own tensors while
@@ -150,6 +199,24 @@ class ThreadCommunicator final : public Communicator {
   void do_barrier(Timeout timeout) override {
     rendezvous_->exchange(rank_, "barrier", {}, timeout,
                           [](const std::vector<std::vector<at::Tensor>>&) {});
+  }
+
+  void do_exchange(const std::vector<PeerMessage>& sends, const std::vector<PeerMessage>& receives,
+                   Timeout timeout) override {
+    for (const PeerMessage& s : sends) {
+      rendezvous_->post(rank_, s.peer, s.tensor.detach().clone());
+    }
+    rendezvous_->take(rank_, receives, timeout, [&](const PeerMessage& r, const at::Tensor& m) {
+      // A real backend would write past the buffer or truncate: say so here.
+      if (!m.sizes().equals(r.tensor.sizes()) || m.scalar_type() != r.tensor.scalar_type()) {
+        fail("exchange", "rank " + std::to_string(r.peer) + " sent " + c10::str(m.sizes()) + " " +
+                             std::string(c10::toString(m.scalar_type())) + ", rank " +
+                             std::to_string(rank_) + " expected " + c10::str(r.tensor.sizes()) +
+                             " " + std::string(c10::toString(r.tensor.scalar_type())));
+      }
+      at::Tensor target = r.tensor;
+      target.copy_(m);
+    });
   }
 
  private:

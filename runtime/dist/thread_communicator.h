@@ -5,7 +5,9 @@
 // It also checks what a real backend cannot: every member must call the same
 // collective (a mismatch throws on every member, naming both operations). A
 // timeout marks the group broken, so every later call fails at once instead
-// of waiting for a rank that will never come.
+// of waiting for a rank that will never come. Point-to-point sends are
+// buffered (a send never waits) and a receive whose sender's shape or dtype
+// differs is reported on the receiver.
 #pragma once
 
 #include <memory>

@@ -132,6 +132,121 @@ TEST(ThreadGroup, AMissingRankTimesOutWithTheOperationAndGroup) {
   for (const auto& e : later) EXPECT_NE(e.find("broken"), std::string::npos) << e;
 }
 
+TEST(ThreadGroup, PointToPointDeliversEachMessageToItsReceiverInAnyListingOrder) {
+  // Every ordered pair (a, b) of 5 ranks carries a message of its own shape
+  // and contents; each rank lists its peers in a different rotation.
+  const int n = 5;
+  const auto group = make_thread_group(n, "world", 10s);
+  auto message = [](int from, int to) {
+    return at::arange(2 * from + to + 1, at::kDouble) * 10 + from * n + to;
+  };
+  for (int round = 0; round < 3; ++round) {
+    const auto errors = run_ranks(group, [&](int rank, Communicator& c) {
+      std::vector<PeerMessage> sends, receives;
+      for (int i = 1; i < n; ++i) {
+        const int to = (rank + i * (rank + round + 1)) % n;
+        const int from = (rank + n - i) % n;
+        if (to != rank) sends.push_back({to, message(rank, to)});
+        receives.push_back({from, at::zeros({2 * from + rank + 1}, at::kDouble)});
+      }
+      // The rotation above may repeat a peer for some ranks: keep one each.
+      std::vector<PeerMessage> unique_sends;
+      std::vector<bool> seen(n, false);
+      for (const auto& s : sends) {
+        if (!seen[s.peer]) unique_sends.push_back(s);
+        seen[s.peer] = true;
+      }
+      for (int to = 0; to < n; ++to) {
+        if (to != rank && !seen[to]) unique_sends.push_back({to, message(rank, to)});
+      }
+      c.exchange(unique_sends, receives);
+      for (const auto& r : receives) {
+        if (!at::equal(r.tensor, message(r.peer, rank))) {
+          throw std::runtime_error("wrong message from " + std::to_string(r.peer));
+        }
+      }
+    });
+    for (const auto& e : errors) EXPECT_EQ(e, "") << "round " << round;
+  }
+}
+
+TEST(ThreadGroup, OnlyTheNamedPeersTakePart) {
+  // Ranks 0 and 2 exchange twice, in order, while rank 1 does nothing.
+  const auto group = make_thread_group(3, "world", 10s);
+  const auto errors = run_ranks(group, [](int rank, Communicator& c) {
+    if (rank == 1) return;
+    const int peer = 2 - rank;
+    for (int i = 0; i < 2; ++i) {
+      at::Tensor got = at::zeros({2}, at::kLong);
+      c.exchange({{peer, at::full({2}, rank * 10 + i, at::kLong)}}, {{peer, got}});
+      if (!at::equal(got, at::full({2}, peer * 10 + i, at::kLong))) {
+        throw std::runtime_error("message " + std::to_string(i) + " out of order");
+      }
+    }
+  });
+  for (const auto& e : errors) EXPECT_EQ(e, "");
+}
+
+TEST(ThreadGroup, AMissingSendTimesOutNamingThePeer) {
+  const auto group = make_thread_group(3, "world", 10s);
+  const auto start = std::chrono::steady_clock::now();
+  const auto errors = run_ranks(group, [](int rank, Communicator& c) {
+    if (rank != 0) return;
+    at::Tensor a = at::zeros({1});
+    at::Tensor b = at::zeros({1});
+    c.exchange({}, {{1, a}, {2, b}}, 200ms);
+  });
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  EXPECT_NE(errors[0].find("exchange on group world timed out after 200 ms (rank 0 waiting to "
+                           "receive from ranks 1, 2)"),
+            std::string::npos)
+      << errors[0];
+}
+
+TEST(ThreadGroup, AMismatchedReceiveShapeIsReported) {
+  const auto group = make_thread_group(2, "world", 10s);
+  const auto errors = run_ranks(group, [](int rank, Communicator& c) {
+    if (rank == 0) {
+      c.send(at::ones({3}), 1);
+    } else {
+      at::Tensor t = at::zeros({4});
+      c.recv(t, 0);
+    }
+  });
+  EXPECT_EQ(errors[0], "");
+  EXPECT_NE(errors[1].find("rank 0 sent [3] Float, rank 1 expected [4] Float"), std::string::npos)
+      << errors[1];
+}
+
+TEST(Communicator, ExchangeChecksItsPeers) {
+  LocalCommunicator local("world");
+  EXPECT_NO_THROW(local.exchange({}, {}));
+  auto message = [](const std::function<void()>& fn) {
+    try {
+      fn();
+    } catch (const CommError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message([&] { local.send(at::ones({1}), 0); }),
+            "exchange on group world: send peer 0 is this rank; keep local data local");
+  EXPECT_EQ(message([&] { local.send(at::ones({1}), 1); }),
+            "exchange on group world: send peer 1 is outside [0, 1)");
+  const auto group = make_thread_group(3, "world", 10s);
+  EXPECT_EQ(message([&] {
+              group[0]->exchange({{1, at::ones({1})}, {1, at::ones({1})}}, {});
+            }),
+            "exchange on group world: two sends with rank 1 in one call; concatenate them into "
+            "one tensor");
+  at::Tensor strided = at::zeros({4, 2}).t();
+  EXPECT_EQ(message([&] { group[0]->recv(strided, 2); }),
+            "exchange on group world: the receive from rank 2 needs a contiguous tensor to write "
+            "into");
+  EXPECT_EQ(message([&] { group[0]->send(at::Tensor(), 2); }),
+            "exchange on group world: the send to rank 2 has an undefined tensor");
+}
+
 TEST(ThreadGroup, MismatchedCollectivesAreReported) {
   const auto group = make_thread_group(2, "dp[cp=0]", 5s);
   const auto errors = run_ranks(group, [](int rank, Communicator& c) {

@@ -100,6 +100,33 @@ TEST(Gloo, ACollectiveTimesOutNamingTheOperationAndGroup) {
   EXPECT_EQ(results[1].exit_code, 0) << describe(results);
 }
 
+TEST(Gloo, PointToPointExchangesBetweenAnyPairsInAnyOrder) {
+  const int port = free_port();
+  ASSERT_GT(port, 0);
+  const auto results =
+      run_children(rank_children(kWorker, {"p2p", "1", "3", "20000", "20000"}, 3, port), 60s);
+  ASSERT_EQ(results.size(), 3u);
+  for (const auto& r : results) {
+    EXPECT_FALSE(r.timed_out) << describe(results);
+    EXPECT_EQ(r.exit_code, 0) << describe(results);
+  }
+}
+
+TEST(Gloo, AReceiveTimesOutNamingTheGroupAndThePeer) {
+  const int port = free_port();
+  ASSERT_GT(port, 0);
+  const auto results = run_children(
+      rank_children(kWorker, {"p2p_timeout", "1", "2", "20000", "20000"}, 2, port), 30s);
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_FALSE(results[0].timed_out) << describe(results);
+  EXPECT_EQ(results[0].exit_code, 2) << describe(results);
+  EXPECT_NE(results[0].output.find("exchange on group world timed out after 1 s on rank 0 "
+                                   "(waiting for the receive from rank 1)"),
+            std::string::npos)
+      << describe(results);
+  EXPECT_EQ(results[1].exit_code, 0) << describe(results);
+}
+
 // A private directory, removed with its contents.
 struct ScratchDir {
   std::filesystem::path path;

@@ -146,6 +146,52 @@ int main(int argc, char** argv) {
       if (g_rank == 0) std::printf("%s: %.1f us per all_reduce_sum\n", scenario.c_str(), us);
       return 0;
     }
+    if (scenario == "p2p") {
+      // Every pair exchanges one message each way, each rank listing its
+      // peers in its own order (odd ranks backwards), then ranks 0 and the
+      // last exchange alone while the others go straight to the barrier.
+      fulcrum::dist::Communicator& world = *groups.world;
+      const int w = world.size();
+      auto message = [](int from, int to) {
+        return at::arange(from + to + 1, at::kLong) + 1000 * from + to;
+      };
+      std::vector<fulcrum::dist::PeerMessage> sends, receives;
+      for (int i = 0; i < w; ++i) {
+        const int peer = g_rank % 2 == 0 ? i : w - 1 - i;
+        if (peer == g_rank) continue;
+        sends.push_back({peer, message(g_rank, peer)});
+        receives.push_back({peer, at::zeros({g_rank + peer + 1}, at::kLong)});
+      }
+      world.exchange(sends, receives);
+      for (const auto& r : receives) {
+        check(at::equal(r.tensor, message(r.peer, g_rank)),
+              "message from rank " + std::to_string(r.peer) + " on rank " + std::to_string(g_rank));
+      }
+      if (g_rank == 0 || g_rank == w - 1) {
+        const int peer = w - 1 - g_rank;
+        at::Tensor got = at::zeros({3}, at::kDouble);
+        if (g_rank == 0) {
+          world.send(at::full({3}, 7.5, at::kDouble), peer);
+          world.recv(got, peer);
+        } else {
+          world.recv(got, peer);
+          world.send(at::full({3}, 7.5, at::kDouble), peer);
+        }
+        check(at::equal(got, at::full({3}, 7.5, at::kDouble)), "send/recv pair");
+      }
+      world.barrier();
+      return 0;
+    }
+    if (scenario == "p2p_timeout") {
+      // Rank 1 never sends; rank 0's receive must end after 1 s naming it.
+      if (g_rank != 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(3000));
+        return 0;
+      }
+      at::Tensor t = at::zeros({4});
+      groups.world->recv(t, 1, std::chrono::milliseconds(1000));
+      check(false, "recv returned although rank 1 never sent");
+    }
     if (scenario == "op_timeout") {
       // Rank 1 skips the collective; rank 0's all-reduce must end with a
       // timeout error after 1 s, not hang.

@@ -1,0 +1,58 @@
+// Which K/V rows the members of one slot send each other (DESIGN.md
+// section 6): member m needs the keys of every key block its tiles touch,
+// and receives, from each peer, the tokens that peer holds in those blocks.
+// No LibTorch.
+//
+// Key blocks are the B-token blocks of the slot's row in global order, the
+// blocks the tile work model counts. A tile (local query block, key block)
+// is computed iff one of its (query, key) pairs is allowed, so the blocks a
+// member's tiles touch are the union of its TileSchedule's runs. The whole
+// block travels, not only the keys a query sees: the kernel reads whole
+// tiles and masks inside them, and the cost model counts blocks alike, so the
+// bytes moved equal its `bytes_received`.
+//
+// Every member computes the same plan from the replicated row and ShardPlan:
+// a sender knows what each receiver needs without asking.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "attention/tile_schedule.h"
+#include "fulcrum/cp_types.h"
+#include "fulcrum/status.h"
+
+namespace fulcrum::attention {
+
+// K/V rows one member sends another: the sender's local rows (its plan
+// order, ascending) and their global positions, in the same order.
+struct KvTransfer {
+  std::int32_t from = 0;  // member (plan rank) that holds the rows
+  std::int32_t to = 0;    // member whose tiles touch them
+  std::vector<std::int64_t> rows;
+  std::vector<std::int64_t> positions;
+  std::int64_t tokens() const { return static_cast<std::int64_t>(rows.size()); }
+};
+
+struct KvExchangePlan {
+  std::int32_t members = 1;  // g = the plan's cp_size
+  std::int64_t tokens = 0;   // N
+  std::int64_t block_size = 0;
+  // Per member: the key blocks its tiles touch, ascending, as merged runs.
+  std::vector<std::vector<KeyBlockRun>> touched;
+  // Only the non-empty ones, ordered by (to, from). g = 1: none.
+  std::vector<KvTransfer> transfers;
+
+  // Tokens member m receives (sends) in total, over all its peers.
+  std::int64_t tokens_received(std::int32_t member) const;
+  std::int64_t tokens_sent(std::int32_t member) const;
+  // The transfers m receives (sends), ordered by peer.
+  std::vector<const KvTransfer*> incoming(std::int32_t member) const;
+  std::vector<const KvTransfer*> outgoing(std::int32_t member) const;
+};
+
+// Validates the workload and plan (as make_tile_schedule does). O(g x N / B +
+// N) beyond the members' tile schedules.
+Result<KvExchangePlan> make_kv_exchange_plan(const CpWorkload& workload, const ShardPlan& plan);
+
+}  // namespace fulcrum::attention

@@ -1,0 +1,149 @@
+// One rank of a whole hybrid schedule over real Gloo processes, launched by
+// gloo_attention_test.cpp. Every rank builds the same batch and schedule
+// (replicated, as a loader and the plugin would give them), then runs its own
+// slots in wave order: slot attention with point-to-point K/V exchange over
+// the world group, checked against dense attention of the slot's row on this
+// rank's shard, and the bytes it received against the cost model.
+//
+//   fulcrum_gloo_slot_worker <scheduler> <world_size> [stall]
+//
+// With "stall", the second member of the first slot of two or more members
+// never runs its slots (it sleeps past the others' deadline and exits 0);
+// its peers in that slot must fail within the 2 s exchange deadline with a
+// line naming the slot, its wave and the stalled rank.
+//
+// Exit codes: 0 equal, 1 a check failed ("FAIL:" line), 2 a CommError.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "attention/sharding.h"
+#include "attention/slot_attention.h"
+#include "dist/gloo_communicator.h"
+#include "fulcrum/core/cost_profile.h"
+#include "fulcrum/core/schedule.h"
+#include "reference.h"
+#include "strategies/schedule_strategies.h"
+
+namespace {
+
+int g_rank = -1;
+
+void check(bool ok, const std::string& what) {
+  if (ok) return;
+  std::fprintf(stderr, "FAIL: rank %d: %s\n", g_rank, what.c_str());
+  std::fflush(stderr);
+  std::exit(1);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace fulcrum;
+  using namespace fulcrum::attention;
+  if (argc != 3 && !(argc == 4 && std::string(argv[3]) == "stall")) {
+    std::fprintf(stderr, "usage: %s <scheduler> <world_size> [stall]\n", argv[0]);
+    return 3;
+  }
+  const bool stall = argc == 4;
+  at::set_num_threads(1);
+  // Every rank is its own DP rank: the world is one pool.
+  auto options = dist::GlooOptions::from_env(std::atoi(argv[2]), 1);
+  check(options.is_ok(), options.status().message());
+  options->rendezvous_timeout = std::chrono::seconds(20);
+  options->op_timeout = stall ? std::chrono::seconds(2) : std::chrono::seconds(20);
+  g_rank = options->rank;
+  try {
+    const dist::ProcessGroups groups = dist::init_gloo_process_groups(*options);
+    const std::int64_t heads = 2;
+    const std::int64_t dim = 4;
+
+    ScheduleRequest request;
+    request.world_size = options->world_size;
+    request.max_tokens_per_rank = 64;
+    request.block_size = 8;
+    request.mask = MaskSpec::causal();
+    request.profile = builtin_cost_profile("cpu_gloo").value();
+    request.profile.kv_bytes_per_token = static_cast<double>(heads * 2 * dim * 8);
+    // One document that needs three ranks, a long tail of short ones.
+    request.doc_lengths = {150, 40, 3, 17, 60, 9, 1, 25, 33, 5, 12, 48, 7, 2};
+    const Result<Schedule> schedule = run_schedule_strategy(argv[1], request);
+    check(schedule.is_ok(), schedule.status().message());
+    const ScheduleCost cost = evaluate_schedule(request, *schedule);
+
+    if (stall) {
+      for (const ScheduleSlot& slot : schedule->slots) {
+        if (slot.ranks.size() < 2) continue;
+        if (slot.ranks[1] == g_rank) {
+          std::printf("rank %d stalls\n", g_rank);
+          std::fflush(stdout);
+          std::this_thread::sleep_for(std::chrono::seconds(5));
+          return 0;
+        }
+        break;
+      }
+    }
+    std::vector<std::size_t> mine;
+    for (std::size_t s = 0; s < schedule->slots.size(); ++s) {
+      const auto& ranks = schedule->slots[s].ranks;
+      if (std::find(ranks.begin(), ranks.end(), g_rank) != ranks.end()) mine.push_back(s);
+    }
+    std::stable_sort(mine.begin(), mine.end(), [&](std::size_t a, std::size_t b) {
+      return schedule->slots[a].wave < schedule->slots[b].wave;
+    });
+    for (const std::size_t s : mine) {
+      const ScheduleSlot& slot = schedule->slots[s];
+      const CpWorkload row = slot_workload(request, slot);
+      at::manual_seed(900 + static_cast<std::uint64_t>(s));  // same tensors on every member
+      const auto opts = at::TensorOptions().dtype(at::kDouble);
+      const at::Tensor q = at::randn({row.tokens, heads, dim}, opts);
+      const at::Tensor k = at::randn({row.tokens, heads, dim}, opts);
+      const at::Tensor v = at::randn({row.tokens, heads, dim}, opts);
+      const at::Tensor weight = at::randn({row.tokens, heads, dim}, opts);
+
+      SlotAttentionOptions slot_options;
+      slot_options.label =
+          "slot " + std::to_string(s) + " (wave " + std::to_string(slot.wave) + ")";
+      auto attention =
+          SlotAttention::create(row, slot.plan, slot.ranks, groups.world, slot_options);
+      check(attention.is_ok(), attention.status().message());
+      const std::int32_t m = (*attention)->member();
+      at::Tensor ql = shard(q, slot.plan, m).requires_grad_();
+      at::Tensor kl = shard(k, slot.plan, m).requires_grad_();
+      at::Tensor vl = shard(v, slot.plan, m).requires_grad_();
+      const at::Tensor out = (*attention)->apply(ql, kl, vl);
+      (out * shard(weight, slot.plan, m)).sum().backward();
+
+      const at::Tensor qr = q.clone().requires_grad_();
+      const at::Tensor kr = k.clone().requires_grad_();
+      const at::Tensor vr = v.clone().requires_grad_();
+      const at::Tensor ref = testing::dense_attention(qr, kr, vr, testing::brute_mask(row));
+      (ref * weight).sum().backward();
+      const std::string where = "slot " + std::to_string(s) + " wave " + std::to_string(slot.wave) +
+                                " member " + std::to_string(m);
+      const auto diff = [&](const at::Tensor& local, const at::Tensor& expected) {
+        return (local.detach() - shard(expected, slot.plan, m)).abs().max().item<double>();
+      };
+      check(diff(out, ref) < 1e-12, where + ": forward differs from dense attention");
+      check(diff(ql.grad(), qr.grad()) < 1e-12, where + ": dq differs");
+      check(diff(kl.grad(), kr.grad()) < 1e-12, where + ": dk differs");
+      check(diff(vl.grad(), vr.grad()) < 1e-12, where + ": dv differs");
+      const std::int64_t predicted = cost.slots[s].members[m].bytes_received;
+      check((*attention)->last_forward().bytes_received == predicted,
+            where + ": received " + std::to_string((*attention)->last_forward().bytes_received) +
+                " bytes, the cost model predicts " + std::to_string(predicted));
+    }
+    std::printf("rank %d ran %zu slots\n", g_rank, mine.size());
+    groups.world->barrier();
+    return 0;
+  } catch (const dist::CommError& e) {
+    std::fprintf(stderr, "ERROR: %s\n", e.what());
+    return 2;
+  }
+}

@@ -11,5 +11,6 @@ namespace fulcrum::cli {
 int run_plan(const std::vector<std::string>& args);
 int run_dp_partition(const std::vector<std::string>& args);
 int run_train(const std::vector<std::string>& args);
+int run_calibrate(const std::vector<std::string>& args);
 
 }  // namespace fulcrum::cli

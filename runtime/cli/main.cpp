@@ -29,6 +29,7 @@ constexpr const char* kHelp =
     "                or compare every strategy on it (--compare)\n"
     "  dp-partition  split samples across DP ranks and report each rank's cost\n"
     "  train         train a small GPT with balanced CP x DP on this host's workers\n"
+    "  calibrate     measure this machine's cost-model coefficients into a profile\n"
     "\n"
     "Options:\n"
     "  -h, --help    show this help\n"
@@ -62,9 +63,10 @@ int dispatch(const std::vector<std::string>& args) {
   if (command == "plan") return fulcrum::cli::run_plan(rest);
   if (command == "dp-partition") return fulcrum::cli::run_dp_partition(rest);
   if (command == "train") return fulcrum::cli::run_train(rest);
+  if (command == "calibrate") return fulcrum::cli::run_calibrate(rest);
   const std::string kind = !command.empty() && command.front() == '-' ? "option" : "command";
   print_line("fulcrum: unknown " + kind + " '" + fulcrum::cli::one_line(command) +
-             "'; the commands are plan, dp-partition and train, see 'fulcrum --help'");
+             "'; the commands are plan, dp-partition, train and calibrate, see 'fulcrum --help'");
   return fulcrum::cli::kExitUsage;
 }
 

@@ -71,6 +71,9 @@ def parse_args(argv):
                    help="stop starting new timings after this many seconds; tables cover "
                         "what was timed")
     p.add_argument("--cli", default=None, help="fulcrum CLI (default: build/release/bin/fulcrum)")
+    p.add_argument("--plugin", default=None,
+                   help="balancer plugin for python/fulcrum when the CLI cannot run (default: "
+                        "build/release/lib/fulcrum/libfulcrum_balancer.so)")
     p.add_argument("--force", action="store_true", help="write into a non-empty --out")
     args = p.parse_args(argv)
     args.cp = int_list(args.cp, "--cp", 1)
@@ -183,6 +186,29 @@ def varlen_runner(positions, row, args, device):
     return call
 
 
+def planner(args):
+    """(the CLI's path or a PackagePlanner, a line saying which). The CLI is
+    preferred; where it cannot run (a machine without its shared libraries),
+    the plugin through python/fulcrum plans the same rows."""
+    cli = args.cli or plans.default_cli(REPO_ROOT)
+    if os.access(cli, os.X_OK):
+        done = subprocess.run([cli, "--version"], capture_output=True, text=True)
+        if done.returncode == 0:
+            return cli, f"{done.stdout.strip()}, plans from {cli}"
+        why = f"{cli} does not run ({done.stderr.strip().splitlines()[-1:] or done.returncode})"
+    else:
+        why = f"{cli} is not executable"
+    plugin = args.plugin or plans.default_plugin(REPO_ROOT)
+    if args.cli is None and os.path.isfile(plugin):
+        try:
+            package = plans.PackagePlanner(REPO_ROOT, plugin)
+        except Exception as error:  # the package's FulcrumError, or NumPy missing
+            fail(f"{why}, and the plugin {plugin} cannot be loaded: {error}")
+        return package, f"plans from {package.description} ({why})"
+    fail(f"{why}; build it (cmake --build build/release --target fulcrum), pass --cli, or "
+         "give the plugin with --plugin / FULCRUM_PLUGIN")
+
+
 def main(argv=None):
     args = parse_args(argv if argv is not None else sys.argv[1:])
     os.makedirs(args.out, exist_ok=True)
@@ -196,11 +222,7 @@ def main(argv=None):
         fail(f"torch {feats['torch']} here has cuda={feats['cuda']} flex={feats['flex']}: the "
              "timed run needs a CUDA GPU and FlexAttention (PyTorch >= 2.5); --quick runs on CPU")
     device = "cpu" if args.quick else "cuda"
-    cli = args.cli or plans.default_cli(REPO_ROOT)
-    if not os.access(cli, os.X_OK):
-        fail(f"fulcrum CLI {cli} is not executable; build it (cmake --build build/release "
-             "--target fulcrum) or pass --cli")
-    version = subprocess.run([cli, "--version"], capture_output=True, text=True).stdout.strip()
+    cli, version = planner(args)
 
     if args.quick:
         row_list, row_source = quick_rows(), "quick synthetic rows"

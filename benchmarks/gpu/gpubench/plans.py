@@ -30,9 +30,43 @@ def default_cli(repo_root):
                                                          "fulcrum")
 
 
+def default_plugin(repo_root):
+    return os.environ.get("FULCRUM_PLUGIN") or os.path.join(
+        repo_root, "build", "release", "lib", "fulcrum", "libfulcrum_balancer.so")
+
+
+class PackagePlanner:
+    """fulcrum's plans through the Python package (python/fulcrum, the plugin
+    over its C ABI), for a machine where the CLI cannot run (its shared
+    libraries are missing) but the plugin, which needs only libstdc++, can.
+    Same strategies, same fallback (contiguous) as the CLI's defaults."""
+
+    def __init__(self, repo_root, plugin_path):
+        import sys
+        package_root = os.path.join(repo_root, "python")
+        if package_root not in sys.path:
+            sys.path.insert(0, package_root)
+        import fulcrum
+        # The checkout's build tree is this user's own; the permission check
+        # guards installed plugin directories.
+        self.balancer = fulcrum.load(plugin_path, check_permissions=False)
+        self.description = f"python/fulcrum over {plugin_path}"
+
+    def plan(self, doc_lengths, cp, strategy, mask, block):
+        answer = self.balancer.plan_cp(strategy, cp=cp, doc_lengths=[int(x) for x in doc_lengths],
+                                       block_size=block, mask=str(mask))
+        return np.asarray(answer.positions, dtype=np.int64), {
+            "used": answer.used, "fallback_reason": answer.fallback_reason,
+            "padding": answer.padding,
+            "ranks": [{"tiles": int(t), "pairs": int(p)}
+                      for t, p in zip(answer.rank_tiles, answer.rank_pairs)]}
+
+
 def fulcrum_plan(cli, doc_lengths, cp, strategy, mask, block):
     """The CLI's plan as (positions (P, shard_len), answer dict without the
-    positions)."""
+    positions); `cli` may also be a PackagePlanner."""
+    if isinstance(cli, PackagePlanner):
+        return cli.plan(doc_lengths, cp, strategy, mask, block)
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump([int(x) for x in doc_lengths], f)
         lengths_file = f.name

@@ -124,3 +124,30 @@ def test_torch_balancers_are_imported_or_reported_undefined():
         plans.torch_plan("torch_head_tail", [9], 2, masks.MaskSpec("causal"), 2)
     ptrr = plans.torch_plan("torch_ptrr", [64, 64], 2, masks.MaskSpec("causal"), 16)
     assert plans.check_permutation(ptrr, 128)
+
+
+@pytest.fixture(scope="module")
+def package_planner():
+    import os
+    from gpubench import rows
+    path = plans.default_plugin(rows.REPO_ROOT)
+    if not os.path.isfile(path):
+        pytest.skip(f"no plugin at {path}: build it or set FULCRUM_PLUGIN")
+    pytest.importorskip("numpy")
+    return plans.PackagePlanner(rows.REPO_ROOT, path)
+
+
+@pytest.mark.parametrize("strategy", plans.FULCRUM_STRATEGIES)
+def test_the_python_package_plans_what_the_cli_plans(cli, package_planner, strategy):
+    """Where the CLI cannot run, the plugin through python/fulcrum serves the
+    harness: same positions, same tiles."""
+    rng = np.random.default_rng(5)
+    for mask in MASKS:
+        doc_lengths = random_row(rng, int(rng.integers(300, 2000)))
+        by_cli, cli_info = plans.plan(strategy, doc_lengths, 4, mask, 32, cli)
+        by_package, package_info = plans.plan(strategy, doc_lengths, 4, mask, 32, package_planner)
+        np.testing.assert_array_equal(by_cli, by_package)
+        # The host's selector and the package word a fallback differently.
+        assert (cli_info.pop("fallback_reason") is None) == \
+            (package_info.pop("fallback_reason") is None)
+        assert cli_info == package_info

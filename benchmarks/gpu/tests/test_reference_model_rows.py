@@ -176,3 +176,22 @@ def test_the_timed_run_needs_a_gpu(tmp_path, cli):
         pytest.skip("a GPU is present")
     done = run("--out", str(tmp_path / "o"), "--cli", cli)
     assert done.returncode == 2 and "--quick runs on CPU" in done.stderr
+
+
+def test_quick_run_plans_through_the_package_when_the_cli_cannot_run(tmp_path):
+    plugin = plans.default_plugin(rows.REPO_ROOT)
+    if not os.path.isfile(plugin):
+        pytest.skip(f"no plugin at {plugin}")
+    broken = tmp_path / "fulcrum"
+    broken.write_text("#!/bin/sh\necho 'error while loading shared libraries' >&2\nexit 127\n")
+    broken.chmod(0o755)
+    out = tmp_path / "out"
+    env = dict(os.environ, FULCRUM_CLI=str(broken), FULCRUM_PLUGIN=plugin)
+    done = run("--quick", "--out", str(out), "--cp", "2", "--block-size", "32", "--heads", "2",
+               "--kv-heads", "1", "--head-dim", "8", "--reps", "1", "--warmup", "0",
+               "--masks", "causal", "--rows", "quick_single_odd", env=env)
+    assert done.returncode == 0, done.stderr
+    text = (out / "summary.md").read_text()
+    assert "plans from python/fulcrum over" in text and "does not run" in text
+    summary = json.loads((out / "summary.json").read_text())
+    assert {g["strategy"] for g in summary["groups"]} == set(plans.FULCRUM_STRATEGIES)

@@ -7,6 +7,9 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef FULCRUM_WITH_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -232,12 +235,17 @@ class ProgressBoard {
   bool abandoned_ = false;
 };
 
-class GlooCommunicator final : public Communicator {
+// One c10d process group behind Communicator: ProcessGroupGloo (CPU tensors,
+// or CUDA tensors where LibTorch has CUDA) or, with dist.backend: nccl,
+// ProcessGroupNCCL. Both take the same c10d calls.
+template <class Group>
+class C10dCommunicator final : public Communicator {
  public:
-  GlooCommunicator(c10::intrusive_ptr<c10d::ProcessGroupGloo> group, const GroupSpec& spec,
+  C10dCommunicator(c10::intrusive_ptr<Group> group, const char* backend_name, const GroupSpec& spec,
                    Timeout timeout, std::shared_ptr<ProgressBoard> board)
       : Communicator(spec.name, timeout),
         group_(std::move(group)),
+        backend_name_(backend_name),
         members_(spec.ranks),
         board_(std::move(board)) {}
 
@@ -248,13 +256,13 @@ class GlooCommunicator final : public Communicator {
   // The rank's other groups are kept too: destroying them would close their
   // connections while the error unwinds, and a peer waiting on one would
   // fail (and exit) before this rank, taking the blame in the launcher.
-  ~GlooCommunicator() override {
+  ~C10dCommunicator() override {
     if (failed_ || (board_ && board_->abandoned())) static_cast<void>(group_.release());
   }
 
   int rank() const override { return group_->getRank(); }
   int size() const override { return group_->getSize(); }
-  const char* backend() const override { return "gloo"; }
+  const char* backend() const override { return backend_name_; }
 
  protected:
   std::vector<at::Tensor> do_all_gather(const at::Tensor& input, Timeout timeout) override {
@@ -356,7 +364,8 @@ class GlooCommunicator final : public Communicator {
     }
   }
 
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;
+  c10::intrusive_ptr<Group> group_;
+  const char* backend_name_;  // "gloo" or "nccl"
   std::vector<int> members_;  // global ranks, group-rank order
   std::shared_ptr<ProgressBoard> board_;
   bool failed_ = false;
@@ -578,6 +587,25 @@ ProcessGroups init_gloo_process_groups(const GlooOptions& o) {
     // Gloo waits for the group's members with this timeout, and uses it as
     // its I/O deadline afterwards; each collective's own deadline is
     // op_timeout (Work::wait in GlooCommunicator::run).
+    if (o.backend == CommBackend::kNccl) {
+#ifdef FULCRUM_WITH_NCCL
+      auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
+      nccl_options->timeout = std::max(o.rendezvous_timeout, o.op_timeout);
+      try {
+        auto group = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, spec.group_rank,
+                                                                 spec.size(), nccl_options);
+        return std::make_shared<C10dCommunicator<c10d::ProcessGroupNCCL>>(
+            std::move(group), "nccl", spec, o.op_timeout, board);
+      } catch (const std::exception& e) {
+        throw CommError("NCCL group " + spec.name + " at " + where + " failed for " + who + ": " +
+                        first_line(e) + "; check that every rank has its own GPU");
+      }
+#else
+      throw ConfigError(
+          "dist.backend is nccl, but this fulcrum was built against a LibTorch without NCCL; "
+          "set dist.backend: gloo, or rebuild against a CUDA LibTorch with NCCL");
+#endif
+    }
     auto options =
         c10d::ProcessGroupGloo::Options::create(std::max(o.rendezvous_timeout, o.op_timeout));
     options->devices = devices;
@@ -585,7 +613,8 @@ ProcessGroups init_gloo_process_groups(const GlooOptions& o) {
     try {
       auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, spec.group_rank,
                                                                spec.size(), options);
-      return std::make_shared<GlooCommunicator>(std::move(group), spec, o.op_timeout, board);
+      return std::make_shared<C10dCommunicator<c10d::ProcessGroupGloo>>(std::move(group), "gloo",
+                                                                        spec, o.op_timeout, board);
     } catch (const std::exception& e) {
       throw CommError("rendezvous of group " + spec.name + " at " + where + " failed for " + who +
                       " within " + format_timeout(o.rendezvous_timeout) + ": " + first_line(e) +

@@ -195,3 +195,28 @@ def test_quick_run_plans_through_the_package_when_the_cli_cannot_run(tmp_path):
     assert "plans from python/fulcrum over" in text and "does not run" in text
     summary = json.loads((out / "summary.json").read_text())
     assert {g["strategy"] for g in summary["groups"]} == set(plans.FULCRUM_STRATEGIES)
+
+
+def write_params(path, tensors):
+    import struct
+    header = "".join(f"{name} {len(values)}\n" for name, values in tensors) + "\n"
+    body = b"".join(struct.pack(f"<{len(v)}d", *v) for _, v in tensors)
+    path.write_bytes(header.encode() + body)
+
+
+def test_compare_params_reports_the_largest_difference(tmp_path):
+    script = os.path.join(os.path.dirname(RUN), "compare_params.py")
+    write_params(tmp_path / "a", [("w", [1.0, -4.0]), ("b", [0.5])])
+    write_params(tmp_path / "b", [("w", [1.0, -4.0 + 3e-10]), ("b", [0.5])])
+    done = subprocess.run([sys.executable, script, str(tmp_path / "a"), str(tmp_path / "b")],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "largest |difference| 3.000e-10; largest |value| 4.000e+00" in done.stdout
+    write_params(tmp_path / "c", [("w", [1.0, -4.0])])
+    other = subprocess.run([sys.executable, script, str(tmp_path / "a"), str(tmp_path / "c")],
+                           capture_output=True, text=True)
+    assert other.returncode == 2 and "different parameters" in other.stderr
+    (tmp_path / "d").write_bytes(b"w 2\n\n" + b"\0" * 8)
+    short = subprocess.run([sys.executable, script, str(tmp_path / "a"), str(tmp_path / "d")],
+                           capture_output=True, text=True)
+    assert short.returncode == 2 and "bytes of values" in short.stderr

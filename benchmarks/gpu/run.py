@@ -217,7 +217,6 @@ def main(argv=None):
     feats = kernels.features()
     if feats["torch"] is None:
         fail(f"{sys.executable} has no torch; run with an interpreter that has PyTorch")
-    import torch
     if not args.quick and not (feats["cuda"] and feats["flex"]):
         fail(f"torch {feats['torch']} here has cuda={feats['cuda']} flex={feats['flex']}: the "
              "timed run needs a CUDA GPU and FlexAttention (PyTorch >= 2.5); --quick runs on CPU")
@@ -285,52 +284,17 @@ def main(argv=None):
                 check_failures.append(f"{strategy} {mask}: {errors}")
 
     # 2. Plans, block structure against the plan's tiles, timing.
-    for row in row_list:
-        for mask in args.masks:
-            for cp in args.cp:
-                for strategy in args.strategies:
-                    where = dict(row=row.name, mask=str(mask), cp=cp, strategy=strategy)
-                    try:
-                        positions, info = plans.plan(strategy, row.doc_lengths, cp, mask,
-                                                     args.block_size, cli)
-                    except plans.Undefined as why:
-                        undefined.append({**where, "why": str(why)})
-                        recorder.write("undefined", **where, why=str(why))
-                        continue
-                    if not plans.check_permutation(positions, row.tokens):
-                        fail(f"{strategy} on {row.name} P={cp}: the plan is not a permutation "
-                             "of the row")
-                    summaries = [masks.rank_summary(p, row.doc_lengths, mask, args.block_size)
-                                 for p in positions]
-                    if "cli_tiles" in info and [s["tiles"] for s in summaries] != info["cli_tiles"]:
-                        fail(f"{strategy} on {row.name} {mask} P={cp}: block structure has "
-                             f"tiles {[s['tiles'] for s in summaries]}, the plan says "
-                             f"{info['cli_tiles']}")
-                    kernels_here = [kernel_name]
-                    if (strategy in args.varlen_strategies and mask.kind == "causal"
-                            and feats["varlen"] and not args.quick):
-                        kernels_here.append("varlen")
-                    for kernel in kernels_here:
-                        for rank, (pos, summary) in enumerate(zip(positions, summaries)):
-                            if time.time() - started > args.budget_s:
-                                stopped_early = (f"stopped at {row.name} {mask} P={cp} "
-                                                 f"{strategy} after --budget-s {args.budget_s}")
-                                break
-                            fwd, bwd = time_rank(args, kernel, kernel_for, pos, row, mask,
-                                                 device)
-                            recorder.write("rank", **where, kernel=kernel, rank=rank,
-                                           used=info["used"], fwd_ms=fwd, bwd_ms=bwd,
-                                           **summary)
-                        if stopped_early:
-                            break
-                    if stopped_early:
-                        break
-                if stopped_early:
-                    break
-            if stopped_early:
-                break
-        if stopped_early:
-            break
+    deadline = started + args.budget_s
+    try:
+        for row in row_list:
+            for mask in args.masks:
+                for cp in args.cp:
+                    for strategy in args.strategies:
+                        undefined += time_strategy(args, row, mask, cp, strategy, cli, feats,
+                                                   kernel_name, kernel_for, device, recorder,
+                                                   deadline)
+    except BudgetSpent as spent:
+        stopped_early = f"stopped at {spent} after --budget-s {args.budget_s}"
 
     recorder.file.close()
     write_outputs(args, header, stopped_early, check_failures, feats)
@@ -339,6 +303,42 @@ def main(argv=None):
               file=sys.stderr)
         return 1
     return 0
+
+
+class BudgetSpent(Exception):
+    """--budget-s ran out; the message names the group not timed."""
+
+
+def time_strategy(args, row, mask, cp, strategy, cli, feats, kernel_name, kernel_for, device,
+                  recorder, deadline):
+    """Plans one (row, mask, P, strategy), checks its block structure
+    against the plan's tiles and times every rank; returns the undefined
+    entries (none or one)."""
+    where = dict(row=row.name, mask=str(mask), cp=cp, strategy=strategy)
+    try:
+        positions, info = plans.plan(strategy, row.doc_lengths, cp, mask, args.block_size, cli)
+    except plans.Undefined as why:
+        recorder.write("undefined", **where, why=str(why))
+        return [{**where, "why": str(why)}]
+    if not plans.check_permutation(positions, row.tokens):
+        fail(f"{strategy} on {row.name} P={cp}: the plan is not a permutation of the row")
+    summaries = [masks.rank_summary(p, row.doc_lengths, mask, args.block_size)
+                 for p in positions]
+    if "cli_tiles" in info and [s["tiles"] for s in summaries] != info["cli_tiles"]:
+        fail(f"{strategy} on {row.name} {mask} P={cp}: block structure has tiles "
+             f"{[s['tiles'] for s in summaries]}, the plan says {info['cli_tiles']}")
+    kernels_here = [kernel_name]
+    if (strategy in args.varlen_strategies and mask.kind == "causal" and feats["varlen"]
+            and not args.quick):
+        kernels_here.append("varlen")
+    for kernel in kernels_here:
+        for rank, (pos, summary) in enumerate(zip(positions, summaries)):
+            if time.time() > deadline:
+                raise BudgetSpent(f"{row.name} {mask} P={cp} {strategy} ({kernel}) rank {rank}")
+            fwd, bwd = time_rank(args, kernel, kernel_for, pos, row, mask, device)
+            recorder.write("rank", **where, kernel=kernel, rank=rank, used=info["used"],
+                           fwd_ms=fwd, bwd_ms=bwd, **summary)
+    return []
 
 
 def time_rank(args, kernel, kernel_for, positions, row, mask, device):

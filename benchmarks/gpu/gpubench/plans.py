@@ -88,7 +88,7 @@ def torch_balancers():
     """(module, None) with PyTorch's _HeadTailLoadBalancer and
     _PTRRLoadBalancer, or (None, why not)."""
     try:
-        import torch  # noqa: F401
+        import torch
     except ImportError as error:
         return None, f"torch is not installed ({error})"
     names = ("torch.distributed.tensor.experimental._context_parallel._load_balancer",
@@ -101,7 +101,6 @@ def torch_balancers():
             continue
         if hasattr(module, "_HeadTailLoadBalancer") and hasattr(module, "_PTRRLoadBalancer"):
             return module, None
-    import torch
     return None, (f"torch {torch.__version__} has no _HeadTailLoadBalancer/_PTRRLoadBalancer "
                   f"(looked in {', '.join(names)})")
 

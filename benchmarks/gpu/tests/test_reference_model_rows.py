@@ -220,3 +220,15 @@ def test_compare_params_reports_the_largest_difference(tmp_path):
     short = subprocess.run([sys.executable, script, str(tmp_path / "a"), str(tmp_path / "d")],
                            capture_output=True, text=True)
     assert short.returncode == 2 and "bytes of values" in short.stderr
+
+
+def test_a_spent_budget_still_writes_the_tables_and_says_where_it_stopped(cli, tmp_path):
+    out = tmp_path / "out"
+    done = run("--quick", "--out", str(out), "--cli", cli, "--cp", "2", "--block-size", "32",
+               "--heads", "2", "--kv-heads", "1", "--head-dim", "8", "--reps", "1",
+               "--warmup", "0", "--masks", "causal", "--budget-s", "0")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["stopped_early"].startswith("stopped at quick_packed_1k causal P=2")
+    assert summary["groups"] == []
+    assert "- incomplete: stopped at" in (out / "summary.md").read_text()

@@ -146,6 +146,12 @@ std::string load_average() {
   return "load average " + one + " " + five + " " + fifteen;
 }
 
+double load_average_1min() {
+  std::ifstream in("/proc/loadavg");
+  double one = 0;
+  return (in >> one) ? one : 0.0;
+}
+
 std::string host_name() {
   char name[256] = {};
   return ::gethostname(name, sizeof name - 1) == 0 ? name : "unknown host";
@@ -241,6 +247,15 @@ int calibrate_body(const std::vector<std::string>& args) {
                      "needs LibTorch) or reinstall fulcrum");
   }
   const std::string reps = std::to_string(repetitions);
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const double busy = load_average_1min();
+  if (busy > static_cast<double>(cores)) {
+    std::fprintf(stderr,
+                 "fulcrum calibrate: warning: the 1-minute load average is %.1f on %u cores; other "
+                 "processes share the cores being timed, so the figures will be noisy; run again "
+                 "on an idle machine for a profile to keep\n",
+                 busy, cores);
+  }
   Measurements m;
   measure(program, "compute", 1, reps, m);
   measure(program, "comm", 2, reps, m);
@@ -256,7 +271,6 @@ int calibrate_body(const std::vector<std::string>& args) {
   const auto& bwd = compute->backward.coefficients;
   const std::int64_t heads = m.shape.value("heads", 0);
   const std::int64_t head_dim = m.shape.value("head_dim", 0);
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   CostProfile profile;
   profile.name = f.name;
   profile.tile_seconds = fwd[0] + bwd[0];

@@ -71,33 +71,47 @@ def varlen_entry():
     return call_aten
 
 
+def kv_block_lists(blocks):
+    """A BlockMask's per-query-block lists from a boolean (query blocks x key
+    blocks) map: (counts, indices), indices holding each row's set key blocks
+    first, in key order (what follows a row's count is never read)."""
+    blocks = np.asarray(blocks, dtype=bool)
+    order = np.argsort(~blocks, axis=1, kind="stable").astype(np.int32)
+    return blocks.sum(axis=1).astype(np.int32), order
+
+
 def flex_block_mask(positions, doc_lengths, mask, block, counts, device):
     """The rank's BlockMask: (1, 1, len(positions), N)."""
     import torch
     from torch.nn.attention.flex_attention import BlockMask
 
     nonempty, full = block_structure(counts, block)
-    partial = nonempty & ~full
 
-    def indices(blocks):
-        # Column indices of the set blocks first, in key order, per query block.
-        order = np.argsort(~blocks, axis=1, kind="stable").astype(np.int32)
-        return (torch.as_tensor(blocks.sum(axis=1).astype(np.int32), device=device).view(1, 1, -1),
-                torch.as_tensor(order, device=device).view(1, 1, *order.shape))
+    def lists(blocks):
+        num, idx = kv_block_lists(blocks)
+        return (torch.as_tensor(num, device=device).view(1, 1, -1),
+                torch.as_tensor(idx, device=device).view(1, 1, *idx.shape))
 
-    kv_num, kv_idx = indices(partial)
-    full_num, full_idx = indices(full)
+    kv_num, kv_idx = lists(nonempty & ~full)
+    full_num, full_idx = lists(full)
     ids = doc_ids(doc_lengths)
     positions = np.asarray(positions, dtype=np.int64)
-    qpos = torch.as_tensor(positions, device=device)
-    qdoc = torch.as_tensor(np.where(positions != PAD, ids[np.maximum(positions, 0)], -1),
-                           device=device)
-    kdoc = torch.as_tensor(ids, device=device)
+    # The kernel may evaluate the mask on the padded tail of a last, short
+    # block: the tables run to whole blocks, the tail matching nothing (pad
+    # queries have document -1, tail keys -2).
+    q_len = -(-positions.size // block) * block
+    k_len = -(-ids.size // block) * block
+    qpos = np.full(q_len, PAD, dtype=np.int64)
+    qpos[:positions.size] = positions
+    qdoc = np.where(qpos != PAD, ids[np.maximum(qpos, 0)], -1)
+    kdoc = np.full(k_len, -2, dtype=np.int64)
+    kdoc[:ids.size] = ids
+    qpos_t, qdoc_t, kdoc_t = (torch.as_tensor(a, device=device) for a in (qpos, qdoc, kdoc))
     window = mask.window
 
     def mask_mod(b, h, q_idx, kv_idx):
-        p = qpos[q_idx]
-        allowed = (qdoc[q_idx] == kdoc[kv_idx]) & (kv_idx <= p)
+        p = qpos_t[q_idx]
+        allowed = (qdoc_t[q_idx] == kdoc_t[kv_idx]) & (kv_idx <= p)
         if window:
             allowed = allowed & (p - kv_idx < window)
         return allowed

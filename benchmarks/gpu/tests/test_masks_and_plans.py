@@ -151,3 +151,13 @@ def test_the_python_package_plans_what_the_cli_plans(cli, package_planner, strat
         assert (cli_info.pop("fallback_reason") is None) == \
             (package_info.pop("fallback_reason") is None)
         assert cli_info == package_info
+
+
+def test_kv_block_lists_hold_each_rows_blocks_in_key_order():
+    blocks = np.array([[0, 1, 0, 1, 1], [0, 0, 0, 0, 0], [1, 1, 1, 1, 1], [0, 0, 1, 0, 0]],
+                      dtype=bool)
+    counts, indices = kernels.kv_block_lists(blocks)
+    assert counts.tolist() == [3, 0, 5, 1]
+    for row, n in enumerate(counts):
+        assert indices[row, :n].tolist() == np.flatnonzero(blocks[row]).tolist()
+    assert indices.dtype == np.int32 and counts.dtype == np.int32

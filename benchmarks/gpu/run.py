@@ -162,8 +162,10 @@ def time_cpu(run, inputs, reps, warmup):
 
 
 def varlen_runner(positions, row, args, device):
-    """A (q, k, v) -> out callable on the varlen layout of one rank, and the
-    layout; None when the rank has no query."""
+    """The varlen kernel on one rank's layout as a (q, k, v) -> out callable
+    in the block-mask kernel's shapes ((1, H, S, D) queries and output, the
+    row's (1, Hkv, N, D) keys), pad rows zero; None when the rank has no
+    query."""
     import torch
     entry = kernels.varlen_entry()
     slots, keys, cu_q, cu_k, max_q, max_k = kernels.varlen_layout(positions, row.doc_lengths)
@@ -176,13 +178,15 @@ def varlen_runner(positions, row, args, device):
     group = args.heads // args.kv_heads
 
     def call(q, k, v):
-        # (1, H, S, D) -> (tokens, H, D); the kernel takes as many KV heads as
-        # query heads here, so K and V are expanded (outside what varlen
-        # would need with native GQA; counted in the time).
+        # The kernel takes as many KV heads as query heads here, so K and V
+        # are gathered per run and expanded; that copy is in the time, as a
+        # varlen user without native GQA would pay it.
         qs = q[0].transpose(0, 1)[slots_t]
         ks = k[0].transpose(0, 1)[keys_t].repeat_interleave(group, dim=1)
         vs = v[0].transpose(0, 1)[keys_t].repeat_interleave(group, dim=1)
-        return entry(qs, ks, vs, cu_q_t, cu_k_t, max_q, max_k)
+        out = entry(qs, ks, vs, cu_q_t, cu_k_t, max_q, max_k)
+        full = out.new_zeros(q.shape[2], q.shape[1], q.shape[3]).index_copy(0, slots_t, out)
+        return full.transpose(0, 1).unsqueeze(0)
     return call
 
 
@@ -282,6 +286,19 @@ def main(argv=None):
                            tolerance=tolerance, status="ok" if ok else "FAILED")
             if not ok:
                 check_failures.append(f"{strategy} {mask}: {errors}")
+            if (strategy in args.varlen_strategies and mask.kind == "causal" and feats["varlen"]
+                    and not args.quick):
+                import torch
+                varlen = varlen_runner(positions[busiest], check_row, args, device)
+                errors = kernels.reference_check(
+                    positions[busiest], check_row.doc_lengths, mask, args.heads, args.kv_heads,
+                    args.head_dim, kernel=varlen, device=device, dtype=torch.bfloat16)
+                ok = max(errors.values()) <= tolerance
+                recorder.write("check", strategy=strategy, mask=str(mask), cp=cp_check,
+                               rank=busiest, kernel="varlen", errors=errors,
+                               tolerance=tolerance, status="ok" if ok else "FAILED")
+                if not ok:
+                    check_failures.append(f"{strategy} {mask} varlen: {errors}")
 
     # 2. Plans, block structure against the plan's tiles, timing.
     deadline = started + args.budget_s

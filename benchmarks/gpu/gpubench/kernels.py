@@ -46,29 +46,22 @@ def features():
 
 
 def varlen_entry():
-    """The varlen kernel PyTorch exposes, as a callable
-    (q, k, v, cu_q, cu_k, max_q, max_k) -> out, or None."""
+    """PyTorch's varlen kernel (torch.nn.attention.varlen.varlen_attn, 2.9+)
+    as a causal callable (q, k, v, cu_q, cu_k, max_q, max_k) -> out, or None.
+    Its causal switch moved from is_causal (2.9) to window_size=(-1, 0)
+    (2.10+); both align the mask bottom-right, as the layout needs."""
     try:
-        import torch
-    except ImportError:
-        return None
-    try:
+        import inspect
+
         from torch.nn.attention.varlen import varlen_attn
-
-        def call(q, k, v, cu_q, cu_k, max_q, max_k):
-            return varlen_attn(q, k, v, cu_q, cu_k, max_q, max_k, is_causal=True)
-        return call
-    except Exception:
-        pass
-    op = getattr(getattr(torch.ops, "aten", None), "_flash_attention_forward", None)
-    if op is None or not torch.cuda.is_available():
+    except Exception:  # torch without the module
         return None
+    parameters = inspect.signature(varlen_attn).parameters
+    causal = {"is_causal": True} if "is_causal" in parameters else {"window_size": (-1, 0)}
 
-    def call_aten(q, k, v, cu_q, cu_k, max_q, max_k):
-        # aten's op has no autograd formula of its own here; varlen timing
-        # with backward needs varlen_attn.
-        return op(q, k, v, cu_q, cu_k, max_q, max_k, 0.0, True, False)[0]
-    return call_aten
+    def call(q, k, v, cu_q, cu_k, max_q, max_k):
+        return varlen_attn(q, k, v, cu_q, cu_k, max_q, max_k, **causal)
+    return call
 
 
 def kv_block_lists(blocks):

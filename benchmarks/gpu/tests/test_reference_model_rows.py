@@ -232,3 +232,40 @@ def test_a_spent_budget_still_writes_the_tables_and_says_where_it_stopped(cli, t
     assert summary["stopped_early"].startswith("stopped at quick_packed_1k causal P=2")
     assert summary["groups"] == []
     assert "- incomplete: stopped at" in (out / "summary.md").read_text()
+
+
+def fake_varlen(q, k, v, cu_q, cu_k, max_q, max_k):
+    """What FlashAttention's varlen kernel computes, per sequence, with
+    bottom-right causal alignment: plain PyTorch on the CPU."""
+    outs = []
+    for i in range(len(cu_q) - 1):
+        qs, ks, vs = q[cu_q[i]:cu_q[i + 1]], k[cu_k[i]:cu_k[i + 1]], v[cu_k[i]:cu_k[i + 1]]
+        nq, nk = qs.shape[0], ks.shape[0]
+        assert nq <= max_q and nk <= max_k
+        allowed = torch.arange(nk)[None, :] <= (nk - nq + torch.arange(nq))[:, None]
+        scores = torch.einsum("qhd,khd->hqk", qs, ks) / qs.shape[-1] ** 0.5
+        probs = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
+        outs.append(torch.einsum("hqk,khd->qhd", probs, vs))
+    return torch.cat(outs)
+
+
+def test_the_varlen_runner_matches_the_reference_with_a_faithful_kernel(cli, monkeypatch):
+    """The gather, head expansion and scatter around the varlen kernel, with a
+    CPU stand-in for the kernel, give the unsharded reference's answer."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("gpu_run", RUN)
+    run_module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run_module)
+    monkeypatch.setattr(kernels, "varlen_entry", lambda: fake_varlen)
+    doc_lengths = [70, 9, 120, 41]
+    mask = masks.MaskSpec("causal")
+    positions, _ = plans.plan("per_document", doc_lengths, 3, mask, 16, cli)
+
+    class Args:
+        heads, kv_heads = 4, 2
+    for rank in positions:
+        row = rows.Row("t", doc_lengths, "test")
+        runner = run_module.varlen_runner(rank, row, Args, "cpu")
+        errors = kernels.reference_check(rank, doc_lengths, mask, 4, 2, 8, kernel=runner,
+                                         dtype=torch.float32)
+        assert max(errors.values()) < 1e-5, errors

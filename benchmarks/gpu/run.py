@@ -29,7 +29,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from gpubench import kernels, masks, model, plans, report, rows  # noqa: E402
+from gpubench import kernels, masks, plans, report, rows  # noqa: E402
 
 REPO_ROOT = rows.REPO_ROOT
 
@@ -250,6 +250,9 @@ def main(argv=None):
         f"{args.head_dim}; median of {args.reps} after {args.warmup} warm-up",
         f"- command: python3 benchmarks/gpu/run.py {' '.join(argv or sys.argv[1:])}",
     ]
+    recorder.write("run", header=header, quick=args.quick, device=feats["device_name"],
+                   torch=feats["torch"], heads=args.heads, kv_heads=args.kv_heads,
+                   head_dim=args.head_dim, block_size=args.block_size)
     kernel_name, kernel_for = make_kernel(args, feats, device)
     started = time.time()
     stopped_early = None
@@ -314,7 +317,10 @@ def main(argv=None):
         stopped_early = f"stopped at {spent} after --budget-s {args.budget_s}"
 
     recorder.file.close()
-    write_outputs(args, header, stopped_early, check_failures, feats)
+    notes = [f"incomplete: {stopped_early}"] if stopped_early else []
+    notes.append("correctness (one rank per strategy and mask vs unsharded float32): " + (
+        "all within tolerance" if not check_failures else "FAILED: " + "; ".join(check_failures)))
+    report.write_outputs(args.out, [recorder.path], notes, {"stopped_early": stopped_early})
     if check_failures:
         print("gpu benchmark: correctness FAILED for " + "; ".join(check_failures),
               file=sys.stderr)
@@ -372,39 +378,6 @@ def time_rank(args, kernel, kernel_for, positions, row, mask, device):
     if args.quick:
         return time_cpu(run, inputs, args.reps, args.warmup)
     return kernels.time_fwd_bwd(run, inputs, args.reps, args.warmup)
-
-
-def write_outputs(args, header, stopped_early, check_failures, feats):
-    records, undefined, checks = report.read_records([os.path.join(args.out, "records.jsonl")])
-    summary = report.summarise(records, undefined)
-    summary["checks"] = checks
-    summary["stopped_early"] = stopped_early
-    lines = list(header)
-    if stopped_early:
-        lines.append(f"- incomplete: {stopped_early}")
-    lines.append("- correctness (one rank per strategy and mask vs unsharded float32): " + (
-        "all within tolerance" if not check_failures else "FAILED: " + "; ".join(check_failures)))
-    with open(os.path.join(args.out, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=1)
-    with open(os.path.join(args.out, "summary.md"), "w") as f:
-        f.write(report.markdown(summary, lines))
-    fits = summary["overall"]["fits"]
-    if fits:
-        name = "cpu_quick_dense" if args.quick else "h100_flex_fitted"
-        kv_bytes = 2 * args.kv_heads * args.head_dim * 2  # K and V, bf16, one layer
-        profile = model.profile_from_fits(fits, name, kv_bytes)
-        provenance = [f"Fitted by benchmarks/gpu/run.py from {summary['overall']['ranks_timed']} "
-                      f"per-rank {'dense CPU' if args.quick else 'FlexAttention'} fwd+bwd times",
-                      f"on {feats['device_name'] or 'cpu'}, torch {feats['torch']}; "
-                      f"{args.heads} q heads, {args.kv_heads} kv heads, head dim "
-                      f"{args.head_dim}, B = {args.block_size}, one attention layer.",
-                      "kv_bytes_per_token: K and V of one layer in bf16. Communication "
-                      "figures are not measured by this harness (0): take them from",
-                      "`fulcrum calibrate` or a network profile."]
-        path = os.path.join(args.out, "profile.yaml")
-        with open(path + ".tmp", "w") as f:
-            f.write(model.profile_yaml(profile, provenance))
-        os.replace(path + ".tmp", path)
 
 
 if __name__ == "__main__":

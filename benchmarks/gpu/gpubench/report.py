@@ -3,10 +3,12 @@ strategy, the tile model's prediction against the measurement, and the fit."""
 
 import json
 import math
+import os
 
 import numpy as np
 
-from .model import fit_phases, held_out_affine, pearson, proportional_predictions
+from .model import (fit_phases, held_out_affine, pearson, profile_from_fits, profile_yaml,
+                    proportional_predictions)
 
 
 def _fmt(x, digits=3):
@@ -108,7 +110,9 @@ def markdown(summary, header_lines):
 
 
 def read_records(paths):
-    records, undefined, checks = [], [], []
+    """(runs, rank records, undefined, checks) from records.jsonl files; a
+    run record describes the run that wrote the records after it."""
+    runs, records, undefined, checks = [], [], [], []
     for path in paths:
         with open(path) as f:
             for line in f:
@@ -116,5 +120,59 @@ def read_records(paths):
                     continue
                 entry = json.loads(line)
                 kind = entry.pop("record")
-                {"rank": records, "undefined": undefined, "check": checks}[kind].append(entry)
-    return records, undefined, checks
+                {"run": runs, "rank": records, "undefined": undefined,
+                 "check": checks}[kind].append(entry)
+    return runs, records, undefined, checks
+
+
+SHAPE_KEYS = ("quick", "device", "torch", "heads", "kv_heads", "head_dim", "block_size")
+
+
+def write_outputs(out_dir, record_paths, notes, extra=None):
+    """summary.md, summary.json and, when the fit has enough ranks,
+    profile.yaml in out_dir from the records of one or more runs of the same
+    shape (device, heads, head dim, B). Raises ValueError for runs that
+    differ in shape: their times do not belong in one fit. `extra` goes into
+    summary.json as it is."""
+    runs, records, undefined, checks = read_records(record_paths)
+    if not runs:
+        raise ValueError(f"{', '.join(record_paths)}: no run record; not written by run.py")
+    shape = {k: runs[0][k] for k in SHAPE_KEYS}
+    for run in runs[1:]:
+        other = {k: run[k] for k in SHAPE_KEYS}
+        if other != shape:
+            raise ValueError(f"runs differ in shape: {shape} and {other}; merge runs of one "
+                             "device, heads, head dim and block size only")
+    summary = {**report_summary(records, undefined, checks), **(extra or {}), "runs": runs}
+    lines = list(runs[0]["header"]) + [f"- {note}" for note in notes]
+    if len(runs) > 1:
+        lines.append(f"- merged from {len(runs)} runs: {', '.join(record_paths)}")
+    with open(os.path.join(out_dir, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    with open(os.path.join(out_dir, "summary.md"), "w") as f:
+        f.write(markdown(summary, lines))
+    fits = summary["overall"]["fits"]
+    if not fits:
+        return summary
+    name = "cpu_quick_dense" if shape["quick"] else "gpu_flex_fitted"
+    kv_bytes = 2 * shape["kv_heads"] * shape["head_dim"] * 2  # K and V, bf16, one layer
+    profile = profile_from_fits(fits, name, kv_bytes)
+    provenance = [
+        f"Fitted by benchmarks/gpu from {summary['overall']['ranks_timed']} per-rank "
+        f"{'dense CPU' if shape['quick'] else 'FlexAttention'} fwd+bwd times",
+        f"on {shape['device'] or 'cpu'}, torch {shape['torch']}; {shape['heads']} q heads, "
+        f"{shape['kv_heads']} kv heads, head dim {shape['head_dim']}, B = {shape['block_size']}, "
+        "one attention layer.",
+        "kv_bytes_per_token: K and V of one layer in bf16. Communication figures are not",
+        "measured by this harness (0): take them from `fulcrum calibrate` or a network profile."]
+    path = os.path.join(out_dir, "profile.yaml")
+    with open(path + ".tmp", "w") as f:
+        f.write(profile_yaml(profile, provenance))
+    os.replace(path + ".tmp", path)
+    return summary
+
+
+def report_summary(records, undefined, checks):
+    summary = summarise(records, undefined)
+    summary["checks"] = checks
+    return summary

@@ -269,3 +269,25 @@ def test_the_varlen_runner_matches_the_reference_with_a_faithful_kernel(cli, mon
         errors = kernels.reference_check(rank, doc_lengths, mask, 4, 2, 8, kernel=runner,
                                          dtype=torch.float32)
         assert max(errors.values()) < 1e-5, errors
+
+
+def test_runs_merge_into_one_table_and_runs_of_other_shapes_do_not(cli, tmp_path):
+    common = ["--quick", "--cli", cli, "--cp", "2", "--block-size", "32", "--kv-heads", "1",
+              "--head-dim", "8", "--reps", "1", "--warmup", "0", "--masks", "causal"]
+    for name, rows_arg, heads in (("a", "quick_single_512", "2"), ("b", "quick_single_odd", "2"),
+                                  ("c", "quick_single_odd", "4")):
+        done = run(*common, "--heads", heads, "--rows", rows_arg, "--out", str(tmp_path / name))
+        assert done.returncode == 0, done.stderr
+    merge = os.path.join(os.path.dirname(RUN), "merge.py")
+    done = subprocess.run([sys.executable, merge, "--out", str(tmp_path / "ab"),
+                           str(tmp_path / "a"), str(tmp_path / "b")],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((tmp_path / "ab" / "summary.json").read_text())
+    assert {g["row"] for g in summary["groups"]} == {"quick_single_512", "quick_single_odd"}
+    assert len(summary["runs"]) == 2
+    assert "merged from 2 runs" in (tmp_path / "ab" / "summary.md").read_text()
+    refused = subprocess.run([sys.executable, merge, "--out", str(tmp_path / "ac"),
+                              str(tmp_path / "a"), str(tmp_path / "c")],
+                             capture_output=True, text=True)
+    assert refused.returncode == 2 and "differ in shape" in refused.stderr

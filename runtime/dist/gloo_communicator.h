@@ -37,6 +37,7 @@ struct GlooOptions {
   std::string interface;
   int threads = 2;  // Gloo worker threads per group
   CommBackend backend = CommBackend::kGloo;
+  int cuda_device = 0;  // NCCL: this rank's GPU, where CPU tensors are staged
   // Publish, at every collective, how many collectives this rank entered per
   // group (progress.h), so that a rank whose collective times out can name
   // the rank that never came. Costs one small store write per collective.

@@ -550,6 +550,7 @@ void Worker::connect() {
   g.rendezvous_timeout = o_.rendezvous_timeout;
   g.op_timeout = o_.op_timeout;
   g.backend = o_.backend == Backend::kNccl ? dist::CommBackend::kNccl : dist::CommBackend::kGloo;
+  g.cuda_device = o_.cuda_device;
   reliability.before_rendezvous();
   groups_ = dist::init_gloo_process_groups(g);
   reliability.connect(consensus_group(groups_.world, groups_.layout.world),

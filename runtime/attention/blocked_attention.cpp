@@ -44,10 +44,11 @@ std::int64_t check_qkv(const TileSchedule& s, const at::Tensor& q, const at::Ten
 }
 
 // The masked pairs of the tile rows [r0, r1) x keys [k0, k1), as a bool
-// tensor [rows, keys] (true = masked), or an undefined tensor when every pair
-// is allowed, so interior tiles of wide ranges skip the masking ops.
+// tensor [rows, keys] (true = masked) on `device`, or an undefined tensor when
+// every pair is allowed, so interior tiles of wide ranges skip the masking
+// ops. Written on the CPU from the schedule, then moved.
 at::Tensor tile_mask(const TileSchedule& s, std::int64_t r0, std::int64_t r1, std::int64_t k0,
-                     std::int64_t k1) {
+                     std::int64_t k1, const at::Device& device) {
   if (!s.sparse()) {
     bool all = true;
     for (std::int64_t row = r0; row < r1 && all; ++row) {
@@ -64,7 +65,7 @@ at::Tensor tile_mask(const TileSchedule& s, std::int64_t r0, std::int64_t r1, st
       std::memset(line + (a - k0), 0, static_cast<std::size_t>(b - a));
     });
   }
-  return mask;
+  return device.is_cpu() ? mask : mask.to(device);
 }
 
 // Calls fn(k0, k1, blocks) for the key chunks of query block qblk: each run
@@ -117,7 +118,7 @@ LocalForward local_attention_forward(const TileSchedule& s, const at::Tensor& q,
       const at::Tensor kc = kh.narrow(1, k0, k1 - k0);
       const at::Tensor vc = vh.narrow(1, k0, k1 - k0);
       at::Tensor scores = at::bmm(qb, kc.transpose(1, 2));  // [H, R, C]
-      const at::Tensor mask = tile_mask(s, r0, r1, k0, k1);
+      const at::Tensor mask = tile_mask(s, r0, r1, k0, k1, q.device());
       if (mask.defined()) scores.masked_fill_(mask, -kInf);
       const at::Tensor m_new = at::maximum(m, scores.amax(-1));
       // A row with no allowed key so far keeps m = -inf; subtracting 0
@@ -188,7 +189,7 @@ LocalGrads local_attention_backward(const TileSchedule& s, const at::Tensor& q, 
       const at::Tensor kc = kh.narrow(1, k0, k1 - k0);
       const at::Tensor vc = vh.narrow(1, k0, k1 - k0);
       at::Tensor scores = at::bmm(qb, kc.transpose(1, 2));
-      const at::Tensor mask = tile_mask(s, r0, r0 + rows, k0, k1);
+      const at::Tensor mask = tile_mask(s, r0, r0 + rows, k0, k1, q.device());
       if (mask.defined()) scores.masked_fill_(mask, -kInf);
       const at::Tensor p = scores.sub_(lb).exp_();
       dv.narrow(1, k0, k1 - k0).baddbmm_(p.transpose(1, 2), dob);

@@ -137,6 +137,43 @@ po::options_description train_options(TrainFlags& f) {
 
 // Sizes no host could hold are refused now, not by std::bad_alloc in every
 // worker (or by hours of swapping).
+#ifndef FULCRUM_TORCH_CUDA
+#define FULCRUM_TORCH_CUDA 0
+#endif
+#ifndef FULCRUM_TORCH_NCCL
+#define FULCRUM_TORCH_NCCL 0
+#endif
+
+// train.device and dist.backend against what the workers' LibTorch was built
+// with (CMake passes it here) and what this machine has, before any worker
+// starts. Each worker checks again against LibTorch itself.
+[[maybe_unused]] void check_device(const host::Config& config) {
+  const bool cuda = config.get_string("train.device") == "cuda";
+  const bool nccl = config.get_string("dist.backend") == "nccl";
+  if (nccl && !cuda) {
+    throw UsageError(
+        "dist.backend: nccl communicates CUDA tensors only, but train.device is cpu; set "
+        "train.device: cuda, or dist.backend: gloo");
+  }
+  if (nccl && !FULCRUM_TORCH_NCCL) {
+    throw UsageError(
+        "dist.backend is nccl, but fulcrum was built against a LibTorch without NCCL; set "
+        "dist.backend: gloo, or rebuild against a CUDA LibTorch (docs/RESULTS_GPU.md)");
+  }
+  if (!cuda) return;
+  if (!FULCRUM_TORCH_CUDA) {
+    throw UsageError(
+        "train.device is cuda, but fulcrum was built against a LibTorch without CUDA; set "
+        "train.device: cpu, or rebuild against a CUDA LibTorch (docs/RESULTS_GPU.md)");
+  }
+  std::error_code ec;
+  if (!fs::exists("/proc/driver/nvidia/gpus", ec) || fs::is_empty("/proc/driver/nvidia/gpus", ec)) {
+    throw UsageError(
+        "train.device is cuda, but this machine shows no NVIDIA GPU (/proc/driver/nvidia/gpus "
+        "is missing or empty); set train.device: cpu or run on a GPU machine");
+  }
+}
+
 [[maybe_unused]] void check_sizes(const host::Config& config, int nproc) {
   const auto number = [&config](const char* key) {
     return static_cast<double>(config.get_int(key));
@@ -242,6 +279,7 @@ int train_body(const std::vector<std::string>& args) {
   check_plugin(config);
   check_paths(config, f);
   check_sizes(config, static_cast<int>(nproc));
+  check_device(config);
   check_environment(static_cast<int>(nproc));
   // Held, like the checkpoint lock below, until the workers are gone.
   const launch::UniqueFd port_lock(lock_master_port(config));

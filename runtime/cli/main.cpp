@@ -31,6 +31,7 @@ constexpr const char* kHelp =
     "  schedule      place a global batch of documents on W ranks (hybrid placement)\n"
     "                and report slots, per-rank time and the step time against a bound\n"
     "  train         train a small GPT with balanced CP x DP on this host's workers\n"
+    "  calibrate     measure this machine's cost-model coefficients into a profile\n"
     "\n"
     "Options:\n"
     "  -h, --help    show this help\n"
@@ -65,9 +66,11 @@ int dispatch(const std::vector<std::string>& args) {
   if (command == "dp-partition") return fulcrum::cli::run_dp_partition(rest);
   if (command == "train") return fulcrum::cli::run_train(rest);
   if (command == "schedule") return fulcrum::cli::run_schedule(rest);
+  if (command == "calibrate") return fulcrum::cli::run_calibrate(rest);
   const std::string kind = !command.empty() && command.front() == '-' ? "option" : "command";
   print_line("fulcrum: unknown " + kind + " '" + fulcrum::cli::one_line(command) +
-             "'; the commands are plan, dp-partition, schedule and train, see 'fulcrum --help'");
+             "'; the commands are plan, dp-partition, schedule, train and calibrate, see "
+             "'fulcrum --help'");
   return fulcrum::cli::kExitUsage;
 }
 

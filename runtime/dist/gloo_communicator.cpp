@@ -7,6 +7,9 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef FULCRUM_WITH_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
 
 #include <algorithm>
 #include <cerrno>
@@ -253,12 +256,21 @@ class ProgressBoard {
   bool abandoned_ = false;
 };
 
-class GlooCommunicator final : public Communicator {
+// One c10d process group behind Communicator: ProcessGroupGloo (CPU tensors,
+// or CUDA tensors where LibTorch has CUDA) or, with dist.backend: nccl,
+// ProcessGroupNCCL. Both take the same c10d calls. NCCL moves only device
+// tensors, while some callers (plan consensus, byte all-gathers) hand CPU
+// ones: with a staging device, such tensors travel through it and come back.
+template <class Group>
+class C10dCommunicator final : public Communicator {
  public:
-  GlooCommunicator(c10::intrusive_ptr<c10d::ProcessGroupGloo> group, const GroupSpec& spec,
-                   Timeout timeout, std::shared_ptr<ProgressBoard> board)
+  C10dCommunicator(c10::intrusive_ptr<Group> group, const char* backend_name, const GroupSpec& spec,
+                   Timeout timeout, std::shared_ptr<ProgressBoard> board,
+                   std::optional<at::Device> staging = std::nullopt)
       : Communicator(spec.name, timeout),
         group_(std::move(group)),
+        backend_name_(backend_name),
+        staging_(staging),
         members_(spec.ranks),
         board_(std::move(board)) {}
 
@@ -269,22 +281,23 @@ class GlooCommunicator final : public Communicator {
   // The rank's other groups are kept too: destroying them would close their
   // connections while the error unwinds, and a peer waiting on one would
   // fail (and exit) before this rank, taking the blame in the launcher.
-  ~GlooCommunicator() override {
+  ~C10dCommunicator() override {
     if (failed_ || (board_ && board_->abandoned())) static_cast<void>(group_.release());
   }
 
   int rank() const override { return group_->getRank(); }
   int size() const override { return group_->getSize(); }
-  const char* backend() const override { return "gloo"; }
+  const char* backend() const override { return backend_name_; }
 
  protected:
   std::vector<at::Tensor> do_all_gather(const at::Tensor& input, Timeout timeout) override {
-    std::vector<at::Tensor> inputs{input.contiguous()};
+    std::vector<at::Tensor> inputs{staged(input).contiguous()};
     std::vector<std::vector<at::Tensor>> outputs(1);
     for (int r = 0; r < size(); ++r) outputs[0].push_back(at::empty_like(inputs[0]));
     c10d::AllgatherOptions opts;
     opts.timeout = timeout;
     run("all_gather", timeout, [&] { return group_->allgather(outputs, inputs, opts); });
+    for (at::Tensor& out : outputs[0]) out = back_to(out, input);
     return outputs[0];
   }
 
@@ -300,8 +313,8 @@ class GlooCommunicator final : public Communicator {
     for (const auto& [dtype, indices] : by_dtype) {
       std::vector<at::Tensor> flat;
       for (std::size_t i : indices) flat.push_back(tensors[i].reshape({-1}));
-      std::vector<at::Tensor> buffer{flat.size() == 1 ? flat[0].contiguous().clone()
-                                                      : at::cat(flat, 0)};
+      std::vector<at::Tensor> buffer{
+          staged(flat.size() == 1 ? flat[0].contiguous().clone() : at::cat(flat, 0))};
       c10d::AllreduceOptions opts;
       opts.reduceOp = c10d::ReduceOp::SUM;
       opts.timeout = timeout;
@@ -320,17 +333,17 @@ class GlooCommunicator final : public Communicator {
     // whole buffer and keep this rank's chunk. It moves size() times the
     // bytes of a ring reduce-scatter, acceptable on CPU; an NCCL backend
     // would call reduce_scatter directly.
-    std::vector<at::Tensor> buffer{input.contiguous().clone()};
+    std::vector<at::Tensor> buffer{staged(input.contiguous().clone())};
     c10d::AllreduceOptions opts;
     opts.reduceOp = c10d::ReduceOp::SUM;
     opts.timeout = timeout;
     run("reduce_scatter_sum", timeout, [&] { return group_->allreduce(buffer, opts); });
     const std::int64_t chunk = input.size(0) / size();
-    return buffer[0].narrow(0, rank() * chunk, chunk).clone();
+    return back_to(buffer[0].narrow(0, rank() * chunk, chunk).clone(), input);
   }
 
   void do_broadcast(at::Tensor& tensor, int root, Timeout timeout) override {
-    std::vector<at::Tensor> buffer{tensor.is_contiguous() ? tensor : tensor.contiguous()};
+    std::vector<at::Tensor> buffer{staged(tensor.is_contiguous() ? tensor : tensor.contiguous())};
     c10d::BroadcastOptions opts;
     opts.rootRank = root;
     opts.rootTensor = 0;
@@ -413,6 +426,13 @@ class GlooCommunicator final : public Communicator {
   // One tag for every message: an exchange holds at most one message per
   // direction and peer, and completes before the next begins.
   static constexpr int kExchangeTag = 0;
+  // On the staging device when there is one (a no-op for Gloo).
+  at::Tensor staged(const at::Tensor& t) const {
+    return staging_ && t.device() != *staging_ ? t.to(*staging_) : t;
+  }
+  at::Tensor back_to(const at::Tensor& t, const at::Tensor& like) const {
+    return t.device() != like.device() ? t.to(like.device()) : t;
+  }
 
   // Launches one c10d operation and waits at most `timeout`. c10d reports a
   // timeout in several ways (its own wait, Gloo's I/O deadline); all become
@@ -445,7 +465,9 @@ class GlooCommunicator final : public Communicator {
     }
   }
 
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;
+  c10::intrusive_ptr<Group> group_;
+  const char* backend_name_;  // "gloo" or "nccl"
+  std::optional<at::Device> staging_;
   std::vector<int> members_;  // global ranks, group-rank order
   std::shared_ptr<ProgressBoard> board_;
   bool failed_ = false;
@@ -667,6 +689,26 @@ ProcessGroups init_gloo_process_groups(const GlooOptions& o) {
     // Gloo waits for the group's members with this timeout, and uses it as
     // its I/O deadline afterwards; each collective's own deadline is
     // op_timeout (Work::wait in GlooCommunicator::run).
+    if (o.backend == CommBackend::kNccl) {
+#ifdef FULCRUM_WITH_NCCL
+      auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
+      nccl_options->timeout = std::max(o.rendezvous_timeout, o.op_timeout);
+      try {
+        auto group = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, spec.group_rank,
+                                                                 spec.size(), nccl_options);
+        return std::make_shared<C10dCommunicator<c10d::ProcessGroupNCCL>>(
+            std::move(group), "nccl", spec, o.op_timeout, board,
+            at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(o.cuda_device)));
+      } catch (const std::exception& e) {
+        throw CommError("NCCL group " + spec.name + " at " + where + " failed for " + who + ": " +
+                        first_line(e) + "; check that every rank has its own GPU");
+      }
+#else
+      throw ConfigError(
+          "dist.backend is nccl, but this fulcrum was built against a LibTorch without NCCL; "
+          "set dist.backend: gloo, or rebuild against a CUDA LibTorch with NCCL");
+#endif
+    }
     auto options =
         c10d::ProcessGroupGloo::Options::create(std::max(o.rendezvous_timeout, o.op_timeout));
     options->devices = devices;
@@ -674,7 +716,8 @@ ProcessGroups init_gloo_process_groups(const GlooOptions& o) {
     try {
       auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, spec.group_rank,
                                                                spec.size(), options);
-      return std::make_shared<GlooCommunicator>(std::move(group), spec, o.op_timeout, board);
+      return std::make_shared<C10dCommunicator<c10d::ProcessGroupGloo>>(std::move(group), "gloo",
+                                                                        spec, o.op_timeout, board);
     } catch (const std::exception& e) {
       throw CommError("rendezvous of group " + spec.name + " at " + where + " failed for " + who +
                       " within " + format_timeout(o.rendezvous_timeout) + ": " + first_line(e) +

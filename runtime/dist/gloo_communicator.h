@@ -11,6 +11,11 @@
 
 namespace fulcrum::dist {
 
+// The c10d backend of the groups: Gloo, or NCCL where LibTorch has it
+// (compiled in as FULCRUM_WITH_NCCL; otherwise asking for it is a
+// ConfigError before the rendezvous).
+enum class CommBackend { kGloo, kNccl };
+
 struct GlooOptions {
   int rank = 0;
   int world_size = 1;
@@ -31,6 +36,8 @@ struct GlooOptions {
   // a ConfigError naming the variable, its value and the host's interfaces.
   std::string interface;
   int threads = 2;  // Gloo worker threads per group
+  CommBackend backend = CommBackend::kGloo;
+  int cuda_device = 0;  // NCCL: this rank's GPU, where CPU tensors are staged
   // Publish, at every collective, how many collectives this rank entered per
   // group (progress.h), so that a rank whose collective times out can name
   // the rank that never came. Costs one small store write per collective.

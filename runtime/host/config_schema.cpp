@@ -127,6 +127,7 @@ ConfigSchema build_fulcrum_schema() {
   s.add(int_key("train.steps", 10, 1, kNoMax, "optimizer steps; an integer >= 1"));
   s.add(int_key("train.seed", 1234, 0, kNoMax, "seed of the model initialisation; an integer >= 0"));
   s.add(string_key("train.dtype", "float32", {"float32", "float64"}, {}, "parameter and activation dtype"));
+  s.add(string_key("train.device", "cpu", {"cpu", "cuda"}, {}, "where the model, the attention and the collectives' tensors live; cuda needs a LibTorch built with CUDA and a GPU (rank r uses GPU r % GPUs)"));
   s.add(double_key("train.lr", "1e-3", 0.0, /*exclusive=*/true, "AdamW learning rate; a number > 0"));
   s.add(int_key("train.checkpoint_every", 0, 0, kNoMax, "steps between checkpoints, 0 = never; an integer >= 0"));
   s.add(string_key("train.checkpoint_dir", "", {}, {}, "directory of the checkpoint files (step-N.ckpt); needed by train.checkpoint_every and train.resume: auto"));
@@ -136,6 +137,7 @@ ConfigSchema build_fulcrum_schema() {
   s.add(int_key("train.threads", 0, 0, kNoMax, "intra-op threads per worker, 0 = the cores divided among this host's workers; an integer >= 0"));
   s.add(bool_key("train.log_samples", false, "add every micro-batch's document pieces to the metrics (exactly-once audits)"));
   // dist: rendezvous and collectives.
+  s.add(string_key("dist.backend", "gloo", {"gloo", "nccl"}, {}, "c10d backend of every process group; nccl needs train.device: cuda, a LibTorch built with NCCL and one GPU per rank on this host"));
   s.add(double_key("dist.timeout_s", "60", 0.0, /*exclusive=*/true, "seconds a worker waits for the others at rendezvous; a number > 0"));
   s.add(double_key("dist.op_timeout_s", "300", 0.0, /*exclusive=*/true, "seconds any one collective may take; a number > 0"));
   s.add(int_key("dist.master_port", 0, 0, 65535, "rendezvous port fulcrum train hands its workers, 0 = a free one; an integer in [0, 65535]"));

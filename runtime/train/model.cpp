@@ -16,8 +16,10 @@ at::TensorOptions f64() { return at::TensorOptions().dtype(at::kDouble); }
 
 }  // namespace
 
-GptModel::GptModel(const ModelOptions& options, Dtype dtype, std::uint64_t seed)
-    : options_(options), dtype_(dtype == Dtype::kFloat64 ? at::kDouble : at::kFloat) {
+GptModel::GptModel(const ModelOptions& options, Dtype dtype, std::uint64_t seed, at::Device device)
+    : options_(options),
+      dtype_(dtype == Dtype::kFloat64 ? at::kDouble : at::kFloat),
+      device_(device) {
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   const std::int64_t h = options.hidden_size;
   const std::int64_t f = options.ffn_size;
@@ -60,7 +62,7 @@ GptModel::GptModel(const ModelOptions& options, Dtype dtype, std::uint64_t seed)
 }
 
 at::Tensor GptModel::add(const std::string& name, at::Tensor value) {
-  at::Tensor p = value.to(dtype_).contiguous().set_requires_grad(true);
+  at::Tensor p = value.to(device_, dtype_).contiguous().set_requires_grad(true);
   params_.push_back(p);
   names_.push_back(name);
   return p;
@@ -97,8 +99,9 @@ at::Tensor GptModel::forward(
   } else {
     // Angles in float64 whatever the model dtype: positions reach 1e5 and
     // float32 would lose the low bits of pos * freq.
-    const at::Tensor inv_freq = at::pow(
-        options_.rope_base, -at::arange(0, hd / 2, f64()) * (2.0 / static_cast<double>(hd)));
+    const at::Tensor inv_freq =
+        at::pow(options_.rope_base, -at::arange(0, hd / 2, f64().device(positions.device())) *
+                                        (2.0 / static_cast<double>(hd)));
     const at::Tensor angles = positions.to(at::kDouble).unsqueeze(1) * inv_freq.unsqueeze(0);
     cos = angles.cos().to(dtype_).unsqueeze(1);  // [S, 1, hd/2], broadcast over heads
     sin = angles.sin().to(dtype_).unsqueeze(1);

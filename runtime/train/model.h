@@ -23,9 +23,11 @@ namespace fulcrum::train {
 
 class GptModel {
  public:
-  // Deterministic for (options, seed) and independent of dtype: weights are
-  // drawn in float64 from a generator seeded with `seed`, then converted.
-  GptModel(const ModelOptions& options, Dtype dtype, std::uint64_t seed);
+  // Deterministic for (options, seed) and independent of dtype and device:
+  // weights are drawn in float64 on the CPU from a generator seeded with
+  // `seed`, then converted and moved to `device`.
+  GptModel(const ModelOptions& options, Dtype dtype, std::uint64_t seed,
+           at::Device device = at::kCPU);
 
   // Logits [S, vocab] of the shard's tokens. `tokens` and `positions` are
   // int64 [S] (positions: each token's position in its document, from the
@@ -54,6 +56,7 @@ class GptModel {
 
   ModelOptions options_;
   at::ScalarType dtype_;
+  at::Device device_;
   at::Tensor token_embedding_;
   at::Tensor position_embedding_;  // learned positions only
   std::vector<Block> blocks_;

@@ -139,6 +139,13 @@ Result<TrainOptions> train_options_from_config(const host::Config& config) {
   o.steps = config.get_int("train.steps");
   o.seed = static_cast<std::uint64_t>(config.get_int("train.seed"));
   o.dtype = config.get_string("train.dtype") == "float64" ? Dtype::kFloat64 : Dtype::kFloat32;
+  o.device = config.get_string("train.device") == "cuda" ? Device::kCuda : Device::kCpu;
+  o.backend = config.get_string("dist.backend") == "nccl" ? Backend::kNccl : Backend::kGloo;
+  if (o.backend == Backend::kNccl && o.device != Device::kCuda) {
+    return invalid_argument(
+        "dist.backend: nccl communicates CUDA tensors only, but train.device is cpu; set "
+        "train.device: cuda, or dist.backend: gloo");
+  }
   o.lr = config.get_double("train.lr");
   o.weight_decay = config.get_double("train.weight_decay");
   o.threads = static_cast<int>(config.get_int("train.threads"));

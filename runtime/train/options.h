@@ -19,6 +19,8 @@ namespace fulcrum::train {
 enum class DataSource { kSynthetic, kJsonl, kMegatron };
 enum class PositionKind { kRope, kLearned };
 enum class Dtype { kFloat32, kFloat64 };
+enum class Device { kCpu, kCuda };
+enum class Backend { kGloo, kNccl };
 
 struct ModelOptions {
   std::int64_t hidden_size = 64;
@@ -66,12 +68,15 @@ struct TrainOptions {
   std::int64_t steps = 10;
   std::uint64_t seed = 1234;
   Dtype dtype = Dtype::kFloat32;
+  Device device = Device::kCpu;
+  int cuda_device = 0;  // with kCuda: the GPU this rank uses, resolved by the worker
   double lr = 1e-3;
   double weight_decay = 0.01;
   int threads = 0;  // 0 = automatic
   bool log_samples = false;
   std::int64_t checkpoint_every = 0;
   // dist
+  Backend backend = Backend::kGloo;
   std::chrono::milliseconds rendezvous_timeout{60000};
   std::chrono::milliseconds op_timeout{300000};
 };

@@ -4,6 +4,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <c10/core/GradMode.h>
+#include <torch/cuda.h>
 
 #include <algorithm>
 #include <chrono>
@@ -146,6 +147,42 @@ Result<std::unique_ptr<data::TokenDataset>> open_dataset(const TrainOptions& o) 
       std::make_unique<data::SyntheticDataset>(std::move(d).value()));
 }
 
+at::Device device_of(const TrainOptions& o) {
+  return o.device == Device::kCuda
+             ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(o.cuda_device))
+             : at::Device(at::kCPU);
+}
+
+// train.device: cuda on a LibTorch or a machine without a GPU, and NCCL with
+// fewer GPUs than ranks on this host, are settings to fix: refused before
+// the rendezvous, so no rank waits for one that has already given up.
+Status resolve_device(TrainOptions& o, const launch::WorkerIdentity& id) {
+#ifndef FULCRUM_WITH_NCCL
+  if (o.backend == Backend::kNccl) {
+    return invalid_argument(
+        "dist.backend is nccl, but this fulcrum was built against a LibTorch without NCCL; set "
+        "dist.backend: gloo, or rebuild against a CUDA LibTorch with NCCL (docs/RESULTS_GPU.md)");
+  }
+#endif
+  if (o.device == Device::kCpu) return Status::ok();
+  const auto gpus = static_cast<int>(torch::cuda::device_count());
+  if (gpus == 0) {
+    return invalid_argument(
+        "train.device is cuda, but this LibTorch sees no GPU (it was built without CUDA, or "
+        "no GPU is visible); set train.device: cpu, or build against a CUDA LibTorch "
+        "(docs/RESULTS_GPU.md)");
+  }
+  const int local = id.local_world_size.value_or(id.world_size);
+  if (o.backend == Backend::kNccl && local > gpus) {
+    return invalid_argument("dist.backend: nccl needs one GPU per rank, but this host runs " +
+                            std::to_string(local) + " ranks on " + std::to_string(gpus) +
+                            " GPUs; set dist.backend: gloo (ranks then share GPUs) or start "
+                            "fewer ranks per host");
+  }
+  o.cuda_device = id.local_rank % gpus;
+  return Status::ok();
+}
+
 int default_threads(const launch::WorkerIdentity& id) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int local = id.local_world_size.value_or(id.world_size);
@@ -218,7 +255,7 @@ Status save_parameters(const std::string& path, const GptModel& model) {
   }
   out << '\n';
   for (const at::Tensor& p : model.parameters()) {
-    const at::Tensor d = p.detach().to(at::kDouble).contiguous();
+    const at::Tensor d = p.detach().to(at::kCPU, at::kDouble).contiguous();
     out.write(reinterpret_cast<const char*>(d.data_ptr<double>()),
               static_cast<std::streamsize>(d.numel() * sizeof(double)));
   }
@@ -235,7 +272,7 @@ Status save_parameters(const std::string& path, const GptModel& model) {
 // A tensor as a checkpoint blob (see checkpoint.h): the raw contiguous
 // elements, so a float64 value comes back bitwise.
 std::string tensor_to_blob(const at::Tensor& tensor) {
-  const at::Tensor t = tensor.detach().contiguous();
+  const at::Tensor t = tensor.detach().to(at::kCPU).contiguous();
   TensorBlob blob;
   switch (t.scalar_type()) {
     case at::kFloat:
@@ -488,7 +525,7 @@ Status Worker::prepare() {
     }
     o_.model.max_positions = longest;
   }
-  model_ = std::make_unique<GptModel>(o_.model, o_.dtype, o_.seed);
+  model_ = std::make_unique<GptModel>(o_.model, o_.dtype, o_.seed, device_of(o_));
   AdamW::Options ao;
   ao.lr = o_.lr;
   ao.weight_decay = o_.weight_decay;
@@ -516,6 +553,8 @@ void Worker::connect() {
   g.master_port = id_.master_port;
   g.rendezvous_timeout = o_.rendezvous_timeout;
   g.op_timeout = o_.op_timeout;
+  g.backend = o_.backend == Backend::kNccl ? dist::CommBackend::kNccl : dist::CommBackend::kGloo;
+  g.cuda_device = o_.cuda_device;
   reliability.before_rendezvous();
   groups_ = dist::init_gloo_process_groups(g);
   reliability.connect(consensus_group(groups_.world, groups_.layout.world),
@@ -587,7 +626,7 @@ MicroBatchFigures Worker::run_micro_batch(const data::MicroBatch& mb, std::int64
     }
 
     const auto shard_start = Clock::now();
-    const at::Tensor local = attention::shard(row_buffers(row), *plan, cp_rank_);
+    const at::Tensor local = attention::shard(row_buffers(row), *plan, cp_rank_).to(device_of(o_));
     step.shard_ms += ms_since(shard_start);
 
     std::vector<std::shared_ptr<attention::CpAttention>> layers;
@@ -623,9 +662,10 @@ void Worker::reduce_and_step(double& loss_sum, std::int64_t& loss_tokens) {
   std::vector<at::Tensor> pieces;
   for (const at::Tensor& p : model_->parameters()) {
     pieces.push_back(p.grad().defined() ? p.grad().to(at::kDouble).reshape({-1})
-                                        : at::zeros({p.numel()}, at::kDouble));
+                                        : at::zeros({p.numel()}, p.options().dtype(at::kDouble)));
   }
-  pieces.push_back(at::tensor({loss_sum, static_cast<double>(loss_tokens)}, at::kDouble));
+  pieces.push_back(
+      at::tensor({loss_sum, static_cast<double>(loss_tokens)}, at::kDouble).to(device_of(o_)));
   at::Tensor flat = at::cat(pieces);
   groups_.world->all_reduce_sum(flat);
 
@@ -646,7 +686,7 @@ void Worker::reduce_and_step(double& loss_sum, std::int64_t& loss_tokens) {
 // Every rank applies the same update to the same parameters, so they stay
 // bitwise equal; a difference means a rank trained on something else.
 void Worker::check_replicas() {
-  at::Tensor sum = at::zeros({1}, at::kDouble);
+  at::Tensor sum = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device_of(o_)));
   std::int64_t i = 0;
   for (const at::Tensor& p : model_->parameters()) {
     sum += p.detach().to(at::kDouble).sum() * static_cast<double>(++i);
@@ -771,8 +811,9 @@ Status Worker::apply_checkpoint(const Checkpoint& c, const std::string& path) {
       if (!m) return m.status();
       Result<at::Tensor> v = blob_to_tensor(c, "optim/v/" + names[i], path, params[i]);
       if (!v) return v.status();
-      state.m.push_back(*m);
-      state.v.push_back(*v);
+      // Checkpoints hold CPU tensors; the moments live with their parameter.
+      state.m.push_back(m->to(params[i].device()));
+      state.v.push_back(v->to(params[i].device()));
     }
   }
   at::Generator generator = at::detail::getDefaultCPUGenerator();
@@ -992,6 +1033,10 @@ int run_worker(const WorkerArgs& args) noexcept {
           ") but parallel.dp_size x parallel.cp_size = " + std::to_string(options->dp_size) +
           " x " + std::to_string(options->cp_size) + " = " + std::to_string(world) + "; start " +
           std::to_string(world) + " workers or change the config");
+      return 2;
+    }
+    if (Status s = resolve_device(*options, *id); !s) {
+      print_error(s.message());
       return 2;
     }
     at::set_num_threads(options->threads > 0 ? options->threads : default_threads(*id));

@@ -1,0 +1,148 @@
+#include "calibrate/calibration_fit.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+namespace fulcrum::calibrate {
+namespace {
+
+// Solves the normal equations (A^T A) x = A^T y by Gaussian elimination with
+// partial pivoting: the systems here have three unknowns at most.
+bool solve_least_squares(const std::vector<std::vector<double>>& columns,
+                         const std::vector<double>& y, std::vector<double>& x) {
+  const std::size_t n = columns.size();
+  std::vector<std::vector<double>> m(n, std::vector<double>(n + 1, 0.0));
+  for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t j = 0; j < n; ++j) {
+      for (std::size_t s = 0; s < y.size(); ++s) m[i][j] += columns[i][s] * columns[j][s];
+    }
+    for (std::size_t s = 0; s < y.size(); ++s) m[i][n] += columns[i][s] * y[s];
+  }
+  for (std::size_t c = 0; c < n; ++c) {
+    std::size_t pivot = c;
+    for (std::size_t r = c + 1; r < n; ++r) {
+      if (std::abs(m[r][c]) > std::abs(m[pivot][c])) pivot = r;
+    }
+    if (std::abs(m[pivot][c]) < 1e-300) return false;
+    std::swap(m[c], m[pivot]);
+    for (std::size_t r = 0; r < n; ++r) {
+      if (r == c) continue;
+      const double f = m[r][c] / m[c][c];
+      for (std::size_t k = c; k <= n; ++k) m[r][k] -= f * m[c][k];
+    }
+  }
+  x.assign(n, 0.0);
+  for (std::size_t i = 0; i < n; ++i) x[i] = m[i][n] / m[i][i];
+  return true;
+}
+
+std::string number(double value) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.6e", value);
+  return text;
+}
+
+}  // namespace
+
+Result<LinearFit> fit_nonnegative(const std::vector<std::vector<double>>& columns,
+                                  const std::vector<double>& y) {
+  if (columns.empty() || y.size() < columns.size()) {
+    return invalid_argument("calibration has " + std::to_string(y.size()) + " measurements for " +
+                            std::to_string(columns.size()) + " coefficients; measure more shapes");
+  }
+  // Each sample's equation is divided by its measurement, so the fit
+  // minimises relative errors: the samples span orders of magnitude (4 KiB to
+  // 32 MiB messages), and an absolute fit would leave the small ones at
+  // several times their measured time.
+  std::vector<std::vector<double>> scaled = columns;
+  std::vector<double> ones(y.size(), 1.0);
+  for (std::size_t s = 0; s < y.size(); ++s) {
+    if (!(y[s] > 0)) {
+      return invalid_argument("calibration measurement " + std::to_string(s) + " is " +
+                              std::to_string(y[s]) + " s; times must be positive");
+    }
+    for (auto& column : scaled) column[s] /= y[s];
+  }
+  std::vector<std::size_t> active(columns.size());
+  for (std::size_t i = 0; i < active.size(); ++i) active[i] = i;
+  LinearFit fit;
+  fit.coefficients.assign(columns.size(), 0.0);
+  while (!active.empty()) {
+    std::vector<std::vector<double>> chosen;
+    for (std::size_t i : active) chosen.push_back(scaled[i]);
+    std::vector<double> x;
+    if (!solve_least_squares(chosen, ones, x)) {
+      return invalid_argument(
+          "calibration measurements do not separate the coefficients (a column is constant "
+          "or repeats another); measure shapes that differ in tiles and in tokens");
+    }
+    const auto worst = std::min_element(x.begin(), x.end());
+    if (*worst >= 0) {
+      for (std::size_t i = 0; i < active.size(); ++i) fit.coefficients[active[i]] = x[i];
+      break;
+    }
+    active.erase(active.begin() + (worst - x.begin()));
+  }
+  for (std::size_t s = 0; s < y.size(); ++s) {
+    double predicted = 0;
+    for (std::size_t i = 0; i < columns.size(); ++i) {
+      predicted += fit.coefficients[i] * columns[i][s];
+    }
+    fit.max_relative_error = std::max(fit.max_relative_error, std::abs(predicted - y[s]) / y[s]);
+  }
+  return fit;
+}
+
+Result<ComputeFit> fit_compute(const std::vector<ComputeSample>& samples) {
+  std::vector<std::vector<double>> columns(3);
+  std::vector<double> forward, backward;
+  for (const ComputeSample& s : samples) {
+    columns[0].push_back(static_cast<double>(s.tiles));
+    columns[1].push_back(static_cast<double>(s.tokens));
+    columns[2].push_back(1.0);
+    forward.push_back(s.forward_seconds);
+    backward.push_back(s.backward_seconds);
+  }
+  auto f = fit_nonnegative(columns, forward);
+  if (!f) return f.status();
+  auto b = fit_nonnegative(columns, backward);
+  if (!b) return b.status();
+  return ComputeFit{*f, *b};
+}
+
+Result<TransferFit> fit_transfer(const std::vector<TransferSample>& samples) {
+  std::vector<std::vector<double>> columns(2);
+  std::vector<double> y;
+  for (const TransferSample& s : samples) {
+    columns[0].push_back(1.0);
+    columns[1].push_back(static_cast<double>(s.bytes));
+    y.push_back(s.seconds);
+  }
+  auto fit = fit_nonnegative(columns, y);
+  if (!fit) return fit.status();
+  if (fit->coefficients[1] <= 0) {
+    return invalid_argument(
+        "transfer times do not grow with the message size, so no bandwidth can be fitted; "
+        "run again on an idle machine or with more --repetitions");
+  }
+  return TransferFit{fit->coefficients[0], 1.0 / fit->coefficients[1], fit->max_relative_error};
+}
+
+std::string profile_yaml(const CostProfile& p, const std::vector<std::string>& provenance) {
+  std::ostringstream out;
+  for (const std::string& line : provenance) out << "# " << line << "\n";
+  out << "name: " << p.name << "\n"
+      << "tile_seconds: " << number(p.tile_seconds) << "\n"
+      << "token_seconds: " << number(p.token_seconds) << "\n"
+      << "slot_seconds: " << number(p.slot_seconds) << "\n"
+      << "kv_bytes_per_token: " << number(p.kv_bytes_per_token) << "\n"
+      << "intra_node_bytes_per_second: " << number(p.intra_node_bytes_per_second) << "\n"
+      << "inter_node_bytes_per_second: " << number(p.inter_node_bytes_per_second) << "\n"
+      << "latency_seconds: " << number(p.latency_seconds) << "\n"
+      << "ranks_per_node: " << p.ranks_per_node << "\n";
+  return out.str();
+}
+
+}  // namespace fulcrum::calibrate

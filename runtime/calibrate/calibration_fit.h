@@ -1,0 +1,64 @@
+// The fits behind `fulcrum calibrate`: from fulcrum-calibrate's measurements
+// to the step-time cost model's coefficients (CostProfile), and the profile
+// file. LibTorch-free, so the CLI and its unit tests build quickly.
+//
+// Compute: a member's kernel time = a x tiles + b x tokens + c, forward and
+// backward fitted separately by least squares (on relative errors) over the
+// measured ranks, every
+// coefficient held >= 0 (a negative cost per tile would reward wasted tiles:
+// a column whose coefficient comes out negative is dropped and the rest
+// refitted). The profile's tile/token/slot seconds are forward + backward.
+// Transfer: one-way time = latency + bytes / bandwidth over message sizes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "fulcrum/schedule_types.h"
+#include "fulcrum/status.h"
+
+namespace fulcrum::calibrate {
+
+struct ComputeSample {
+  std::int64_t tiles = 0;
+  std::int64_t tokens = 0;
+  double forward_seconds = 0;
+  double backward_seconds = 0;
+};
+
+struct TransferSample {
+  std::int64_t bytes = 0;
+  double seconds = 0;
+};
+
+struct LinearFit {
+  std::vector<double> coefficients;  // one per column, in the columns' order
+  double max_relative_error = 0;     // over the samples, |fit - measured| / measured
+};
+
+// Least squares of y ~ columns (each as long as y) on relative errors
+// (each equation divided by its y), coefficients >= 0. Fails when there are
+// fewer samples than columns, a y is not positive, or the columns do not
+// separate the coefficients.
+Result<LinearFit> fit_nonnegative(const std::vector<std::vector<double>>& columns,
+                                  const std::vector<double>& y);
+
+struct ComputeFit {
+  LinearFit forward;  // {a, b, c} in seconds per tile, per token, per call
+  LinearFit backward;
+};
+Result<ComputeFit> fit_compute(const std::vector<ComputeSample>& samples);
+
+struct TransferFit {
+  double latency_seconds = 0;
+  double bytes_per_second = 0;
+  double max_relative_error = 0;
+};
+Result<TransferFit> fit_transfer(const std::vector<TransferSample>& samples);
+
+// The profile as YAML: `provenance` lines as comments, then one mapping with
+// exactly CostProfile's keys in declaration order.
+std::string profile_yaml(const CostProfile& profile, const std::vector<std::string>& provenance);
+
+}  // namespace fulcrum::calibrate

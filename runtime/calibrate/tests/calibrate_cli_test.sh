@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# `fulcrum calibrate` and the device/backend settings of `fulcrum train`, as a
+# user meets them: a profile written with exactly CostProfile's keys, an
+# existing file kept without --force, and bad input refused in one line with
+# exit 2 before anything runs. Needs a build with LibTorch (fulcrum-calibrate).
+#
+# Usage: calibrate_cli_test.sh /path/to/fulcrum /path/to/configs/quickstart.yaml
+# Ends with "N passed, 0 failed".
+set -u
+
+FULCRUM=${1:?usage: calibrate_cli_test.sh /path/to/fulcrum quickstart.yaml}
+QUICKSTART=${2:?usage: calibrate_cli_test.sh /path/to/fulcrum quickstart.yaml}
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+PASSED=0
+
+fail() {
+  echo "FAIL: $CHECK: $*" >&2
+  echo "  exit code: $RC; stderr:" >&2
+  sed 's/^/    /' "$WORK/err" >&2
+  echo "$PASSED passed, 1 failed"
+  exit 1
+}
+
+run() {
+  CHECK=$1
+  shift
+  "$FULCRUM" "$@" >"$WORK/out" 2>"$WORK/err"
+  RC=$?
+}
+
+# expect_refusal NAME PATTERN ARGS...: exit 2, one stderr line matching PATTERN.
+expect_refusal() {
+  local name=$1 pattern=$2
+  shift 2
+  run "$name" "$@"
+  [[ $RC -eq 2 ]] || fail "expected exit 2"
+  [[ $(wc -l <"$WORK/err") -eq 1 ]] || fail "expected exactly one line on stderr"
+  grep -q -- "$pattern" "$WORK/err" || fail "stderr does not say '$pattern'"
+  PASSED=$((PASSED + 1))
+}
+
+profile=$WORK/profile.yaml
+run "calibrate writes a profile" calibrate --output "$profile" --repetitions 1 --name test_profile
+[[ $RC -eq 0 ]] || fail "expected exit 0"
+keys=$(grep -v '^#' "$profile" | cut -d: -f1 | tr '\n' ' ')
+[[ $keys == "name tile_seconds token_seconds slot_seconds kv_bytes_per_token intra_node_bytes_per_second inter_node_bytes_per_second latency_seconds ranks_per_node " ]] ||
+  fail "keys are '$keys'"
+grep -q '^name: test_profile$' "$profile" || fail "no 'name: test_profile'"
+grep -q '^tile_seconds: [0-9]' "$profile" || fail "tile_seconds is not a number >= 0"
+grep -q "^# fulcrum calibrate --output $profile" "$profile" || fail "no provenance comment"
+for leftover in "$profile".tmp.*; do
+  [[ -e $leftover ]] && fail "a temporary file was left beside the profile: $leftover"
+done
+PASSED=$((PASSED + 1))
+
+before=$(cat "$profile")
+expect_refusal "an existing profile needs --force" "pass --force" \
+  calibrate --output "$profile" --repetitions 1
+[[ $(cat "$profile") == "$before" ]] || fail "the refused run changed the file"
+expect_refusal "missing --output" "--output FILE.yaml is required" calibrate
+expect_refusal "missing directory" "does not exist" calibrate --output "$WORK/no/such/p.yaml"
+expect_refusal "--output is a directory" "is a directory" calibrate --output "$WORK"
+expect_refusal "zero repetitions" "--repetitions must be an integer from 1 to 1000" \
+  calibrate --output "$WORK/p2.yaml" --repetitions 0
+expect_refusal "a name with a space" "--name 'a b'" calibrate --output "$WORK/p2.yaml" --name "a b"
+[[ -e $WORK/p2.yaml ]] && fail "a refused run wrote a profile"
+
+expect_refusal "nccl without cuda" "nccl communicates CUDA tensors only" \
+  train --config "$QUICKSTART" --set dist.backend=nccl
+expect_refusal "an unknown device" "train.device must be one of cpu, cuda" \
+  train --config "$QUICKSTART" --set train.device=gpu
+if [[ ! -d /proc/driver/nvidia/gpus ]]; then
+  expect_refusal "cuda without a GPU" "train.device is cuda" \
+    train --config "$QUICKSTART" --set train.device=cuda
+fi
+
+echo "$PASSED passed, 0 failed"

@@ -1,0 +1,322 @@
+// fulcrum calibrate: measures this machine's cost-model coefficients and
+// writes them as a profile file the schedulers read (CostProfile). The
+// measuring is done by fulcrum-calibrate (LibTorch), found next to this
+// executable and started through the launcher: once alone for the attention
+// kernel, once as two processes for Gloo. This file fits and writes; it stays
+// LibTorch-free.
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+#include "calibrate/calibration_fit.h"
+#include "cli_common.h"
+#include "commands.h"
+#include "launch/launch.h"
+
+namespace fulcrum::cli {
+namespace {
+
+namespace po = boost::program_options;
+namespace fs = std::filesystem;
+
+constexpr const char* kUsage =
+    "Usage: fulcrum calibrate --output FILE.yaml [--repetitions R] [--name NAME] [--force]\n"
+    "\n"
+    "Times the runtime's blocked attention per tile and per token (forward and\n"
+    "backward, several row shapes) and c10d Gloo point-to-point and all-gather\n"
+    "between two local processes, fits the step-time cost model's coefficients\n"
+    "and writes them as a profile file (one YAML mapping, CostProfile's keys).\n"
+    "Every figure is a median of R repetitions.\n";
+
+constexpr const char* kMeasurerName = "fulcrum-calibrate";
+constexpr std::string_view kLinePrefix = "@calibrate ";
+
+struct CalibrateFlags {
+  std::string output;
+  std::string repetitions = "5";
+  std::string name = "cpu_calibrated";
+  bool force = false;
+  bool help = false;
+};
+
+po::options_description calibrate_options(CalibrateFlags& f) {
+  po::options_description options("Options");
+  options.add_options()  //
+      ("output", po::value(&f.output)->value_name("FILE.yaml"),
+       "where to write the profile (required; an existing file needs --force)")  //
+      ("repetitions", po::value(&f.repetitions)->value_name("R"),
+       "repetitions per measurement, the median is kept (default: 5)")  //
+      ("name", po::value(&f.name)->value_name("NAME"),
+       "the profile's name (default: cpu_calibrated)")                           //
+      ("force", po::bool_switch(&f.force), "replace an existing --output file")  //
+      ("help,h", po::bool_switch(&f.help), "show this help");
+  return options;
+}
+
+struct Measurements {
+  std::vector<calibrate::ComputeSample> compute;
+  std::vector<calibrate::TransferSample> p2p;
+  std::vector<calibrate::TransferSample> all_gather;
+  nlohmann::json shape;
+};
+
+// Runs fulcrum-calibrate in `mode` on nproc processes and collects rank 0's
+// "@calibrate" lines; every other line goes to stderr as the workers wrote it.
+void measure(const fs::path& program, const std::string& mode, int nproc,
+             const std::string& repetitions, Measurements& into) {
+  launch::LaunchOptions options;
+  options.nproc = nproc;
+  options.program = program.string();
+  options.args = {mode, "--repetitions", repetitions};
+  std::string bad_line;
+  options.on_line = [&](int rank, launch::OutputStream stream, std::string_view line) {
+    if (stream == launch::OutputStream::kStdout &&
+        line.substr(0, kLinePrefix.size()) == kLinePrefix) {
+      if (rank != 0) return;
+      const auto json = nlohmann::json::parse(line.substr(kLinePrefix.size()), nullptr, false);
+      if (json.is_discarded() || !json.contains("kind")) {
+        bad_line = std::string(line);
+        return;
+      }
+      const std::string kind = json["kind"];
+      if (kind == "compute") {
+        into.compute.push_back(
+            {json["tiles"], json["tokens"], json["forward_seconds"], json["backward_seconds"]});
+      } else if (kind == "p2p") {
+        into.p2p.push_back({json["bytes"], json["seconds"]});
+      } else if (kind == "all_gather") {
+        into.all_gather.push_back({json["bytes"], json["seconds"]});
+      } else if (kind == "compute_shape") {
+        into.shape = json;
+      }
+      return;
+    }
+    std::fprintf(stderr, "[%s rank %d] %.*s\n", mode.c_str(), rank, static_cast<int>(line.size()),
+                 line.data());
+  };
+  auto report = launch::run_workers(options);
+  if (!report) throw std::runtime_error(report.status().message());
+  if (report->exit_code != 0) {
+    throw std::runtime_error(kMeasurerName + std::string(" ") + mode +
+                             " failed: " + report->summary);
+  }
+  if (!bad_line.empty()) {
+    throw std::runtime_error(kMeasurerName + std::string(" printed an unreadable line: ") +
+                             one_line(bad_line));
+  }
+}
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
+  return text;
+}
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(colon + 2);
+    }
+  }
+  return "unknown CPU";
+}
+
+// Other processes share the cores being timed: the figures mean little
+// without it.
+std::string load_average() {
+  std::ifstream in("/proc/loadavg");
+  std::string one, five, fifteen;
+  if (!(in >> one >> five >> fifteen)) return "load average unknown";
+  return "load average " + one + " " + five + " " + fifteen;
+}
+
+double load_average_1min() {
+  std::ifstream in("/proc/loadavg");
+  double one = 0;
+  return (in >> one) ? one : 0.0;
+}
+
+std::string host_name() {
+  char name[256] = {};
+  return ::gethostname(name, sizeof name - 1) == 0 ? name : "unknown host";
+}
+
+std::string sci(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3e", value);
+  return text;
+}
+
+// Writes `text` to `path` through a temporary file in the same directory and
+// a rename, so a reader never sees half a profile.
+void write_atomically(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) {
+      std::error_code ignored;
+      fs::remove(tmp, ignored);
+      throw UsageError("cannot write " + tmp.string() + "; check the directory's permissions");
+    }
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) {
+    std::error_code ignored;
+    fs::remove(tmp, ignored);
+    throw UsageError("cannot replace " + path.string() + ": " + ec.message());
+  }
+}
+
+void check_output(const CalibrateFlags& f) {
+  if (f.output.empty()) {
+    throw UsageError("--output FILE.yaml is required: where to write the profile");
+  }
+  const fs::path out(f.output);
+  std::error_code ec;
+  if (fs::is_directory(out, ec)) {
+    throw UsageError("--output " + quote_text(f.output) + " is a directory; give a file path");
+  }
+  if (fs::exists(out, ec) && !f.force) {
+    throw UsageError("--output " + quote_text(f.output) +
+                     " exists; pass --force to replace it, or choose another path");
+  }
+  const fs::path dir = out.has_parent_path() ? out.parent_path() : fs::path(".");
+  if (!fs::is_directory(dir, ec)) {
+    throw UsageError("--output " + quote_text(f.output) + ": directory " +
+                     quote_text(dir.string()) + " does not exist; create it first");
+  }
+  if (::access(dir.c_str(), W_OK) != 0) {
+    throw UsageError("--output " + quote_text(f.output) + ": directory " +
+                     quote_text(dir.string()) + " is not writable");
+  }
+}
+
+void check_name(const std::string& name) {
+  const bool ok = !name.empty() && name.size() <= 64 &&
+                  name.find_first_not_of(
+                      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                      "0123456789_.-") == std::string::npos;
+  if (!ok) {
+    throw UsageError("--name " + quote_text(name) +
+                     " must be 1 to 64 letters, digits, '_', '.' or '-', e.g. cpu_calibrated");
+  }
+}
+
+int calibrate_body(const std::vector<std::string>& args) {
+  CalibrateFlags f;
+  const po::options_description options = calibrate_options(f);
+  parse_command_line(args, options, "calibrate");
+  if (f.help) {
+    std::cout << kUsage << "\n" << options;
+    return kExitOk;
+  }
+  const std::int64_t repetitions =
+      parse_int(f.repetitions, "--repetitions", 1, 1000, "e.g. --repetitions 5");
+  check_name(f.name);
+  check_output(f);
+#ifndef FULCRUM_HAVE_CALIBRATE
+  throw UsageError(
+      "this fulcrum was built without LibTorch, so fulcrum-calibrate does not exist; rebuild "
+      "with LibTorch (see CONTRIBUTING.md)");
+#else
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  const fs::path program = ec ? fs::path(kMeasurerName) : self.parent_path() / kMeasurerName;
+  if (::access(program.c_str(), X_OK) != 0) {
+    throw UsageError(program.string() +
+                     " is missing or not executable; build the fulcrum-calibrate target (it "
+                     "needs LibTorch) or reinstall fulcrum");
+  }
+  const std::string reps = std::to_string(repetitions);
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const double busy = load_average_1min();
+  if (busy > static_cast<double>(cores)) {
+    std::fprintf(stderr,
+                 "fulcrum calibrate: warning: the 1-minute load average is %.1f on %u cores; other "
+                 "processes share the cores being timed, so the figures will be noisy; run again "
+                 "on an idle machine for a profile to keep\n",
+                 busy, cores);
+  }
+  Measurements m;
+  measure(program, "compute", 1, reps, m);
+  measure(program, "comm", 2, reps, m);
+
+  auto compute = calibrate::fit_compute(m.compute);
+  if (!compute) throw std::runtime_error("compute fit: " + compute.status().message());
+  auto p2p = calibrate::fit_transfer(m.p2p);
+  if (!p2p) throw std::runtime_error("point-to-point fit: " + p2p.status().message());
+  auto gather = calibrate::fit_transfer(m.all_gather);
+  if (!gather) throw std::runtime_error("all-gather fit: " + gather.status().message());
+
+  const auto& fwd = compute->forward.coefficients;
+  const auto& bwd = compute->backward.coefficients;
+  const std::int64_t heads = m.shape.value("heads", 0);
+  const std::int64_t head_dim = m.shape.value("head_dim", 0);
+  CostProfile profile;
+  profile.name = f.name;
+  profile.tile_seconds = fwd[0] + bwd[0];
+  profile.token_seconds = fwd[1] + bwd[1];
+  profile.slot_seconds = fwd[2] + bwd[2];
+  profile.kv_bytes_per_token = static_cast<double>(2 * heads * head_dim * 4);
+  profile.intra_node_bytes_per_second = p2p->bytes_per_second;
+  profile.inter_node_bytes_per_second = p2p->bytes_per_second;
+  profile.latency_seconds = p2p->latency_seconds;
+  profile.ranks_per_node = static_cast<std::int32_t>(cores);
+
+  const std::vector<std::string> provenance = {
+      "fulcrum calibrate --output " + f.output + " --repetitions " + reps + " --name " + f.name,
+      "on " + host_name() + " (" + cpu_model() + ", " + std::to_string(cores) + " cores), " +
+          utc_now() + ", " + load_average() + " when done; medians of " + reps +
+          " repetitions after one warm-up.",
+      "Compute: the runtime's blocked attention, float32, " + std::to_string(heads) +
+          " heads, head dim " + std::to_string(head_dim) +
+          ", B = " + std::to_string(m.shape.value("block_size", 0)) + ", one thread, " +
+          std::to_string(m.compute.size()) + " ranks of 8 row shapes.",
+      "  forward  = " + sci(fwd[0]) + " s/tile + " + sci(fwd[1]) + " s/token + " + sci(fwd[2]) +
+          " s (largest error " + fixed(100 * compute->forward.max_relative_error, 1) + "%)",
+      "  backward = " + sci(bwd[0]) + " s/tile + " + sci(bwd[1]) + " s/token + " + sci(bwd[2]) +
+          " s (largest error " + fixed(100 * compute->backward.max_relative_error, 1) + "%)",
+      "kv_bytes_per_token: K and V of one such attention layer in float32.",
+      "Transfer: c10d Gloo over loopback between two processes, 4 KiB to 32 MiB;",
+      "  point-to-point one-way = " + sci(p2p->latency_seconds) + " s + bytes / " +
+          sci(p2p->bytes_per_second) + " B/s (largest error " +
+          fixed(100 * p2p->max_relative_error, 1) + "%)",
+      "  all-gather of 2 = " + sci(gather->latency_seconds) + " s + bytes / " +
+          sci(gather->bytes_per_second) + " B/s (largest error " +
+          fixed(100 * gather->max_relative_error, 1) + "%)",
+      "One host: inter_node_bytes_per_second is not measured and is set to the intra-node",
+      "figure; ranks_per_node is this host's core count.",
+  };
+  write_atomically(f.output, calibrate::profile_yaml(profile, provenance));
+  for (const std::string& line : provenance) std::cout << line << "\n";
+  std::cout << "wrote " << f.output << "\n";
+  return kExitOk;
+#endif
+}
+
+}  // namespace
+
+int run_calibrate(const std::vector<std::string>& args) {
+  return run_command("calibrate", [&] { return calibrate_body(args); });
+}
+
+}  // namespace fulcrum::cli

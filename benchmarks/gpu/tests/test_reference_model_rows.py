@@ -27,12 +27,13 @@ def test_rank_attention_matches_the_unsharded_reference(cli, mask):
 
 
 def test_the_reference_check_catches_a_wrong_mask(cli):
-    """A kernel that masks by local order instead of global positions (the
-    bug a plan-order mistake makes) fails the check."""
+    """A kernel whose mask rows follow another order than the rank's queries
+    (the bug a plan-order mistake makes) fails the check."""
     doc_lengths = [200, 60]
     mask = masks.MaskSpec("causal")
     positions, _ = plans.plan("head_tail", doc_lengths, 2, mask, 16, cli)
-    wrong = torch.as_tensor(masks.dense_mask(np.sort(positions[0]), doc_lengths, mask))
+    assert (positions[0] != positions[0][::-1]).any()
+    wrong = torch.as_tensor(masks.dense_mask(positions[0][::-1].copy(), doc_lengths, mask))
 
     def kernel(q, k, v):
         return kernels.masked_attention(q, k, v, wrong)

@@ -16,7 +16,8 @@
 //   build/release/bin/fulcrum_bench_schedule                 # quality grid
 //   build/release/bin/fulcrum_bench_schedule --speed          # plan time
 // Options: --ranks 8,16,64  --tokens 4096,8192  --batches N  --mb M
-//          --profiles h100_7b,cpu_gloo  --mixes dist_wlbllm,lognormal
+//          --profiles h100_7b,cpu_gloo,configs/profiles/cpu_calibrated.yaml
+//          (a bundled name or a profile file)  --mixes dist_wlbllm,lognormal
 //          --check (validate every schedule and recount nothing else)
 // Prints markdown tables. Exits 1 when a scheduler fails on a batch.
 #include <algorithm>
@@ -34,6 +35,7 @@
 
 #include "fulcrum/core/cost_profile.h"
 #include "fulcrum/core/schedule.h"
+#include "fulcrum/host/cost_profile_file.h"
 #include "strategies/schedule_strategies.h"
 #include "workloads.h"
 
@@ -167,8 +169,9 @@ int quality(const Options& opt, const std::vector<Mix>& mixes) {
   std::printf(
       "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
       "| ---: | ---: | ---: |\n");
-  for (const std::string& profile_name : opt.profiles) {
-    const fulcrum::Result<CostProfile> profile = fulcrum::builtin_cost_profile(profile_name);
+  for (const std::string& profile_arg : opt.profiles) {
+    const fulcrum::Result<CostProfile> profile = fulcrum::host::resolve_cost_profile(profile_arg);
+    const std::string profile_name = profile ? profile->name : profile_arg;
     if (!profile) {
       std::fprintf(stderr, "fulcrum_bench_schedule: %s\n", profile.status().message().c_str());
       return 2;

@@ -270,6 +270,19 @@ Status validate_schedule_request(const ScheduleRequest& r) {
     }
     total += len;
   }
+  // Pieces per rank are bounded so that every scheduler answers in bounded
+  // time: Megatron-LM's dynamic-CP loop, which megatron_dcp re-derives,
+  // re-scans the leftover pieces once per micro-batch, O(pieces^2 / W).
+  const std::int64_t limit = piece_limit(r);
+  std::int64_t pieces = 0;
+  for (const std::int64_t len : r.doc_lengths) pieces += (len + limit - 1) / limit;
+  if (pieces > kMaxPiecesPerRank * r.world_size) {
+    return invalid_argument(
+        "schedule request: the global batch makes " + str(pieces) + " document pieces on " +
+        str(r.world_size) + " ranks, more than " + str(kMaxPiecesPerRank) +
+        " per rank; schedule fewer documents per step, or raise max_tokens_per_rank (documents "
+        "longer than world_size x max_tokens_per_rank are cut into pieces)");
+  }
   return validate_cost_profile(r.profile);
 }
 

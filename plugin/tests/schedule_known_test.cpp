@@ -287,6 +287,23 @@ TEST(MegatronDcp, NonPowerOfTwoWorldFallsBackToTheFullGroup) {
   EXPECT_EQ(s->slots[0].pieces.size(), 2u);
 }
 
+TEST(ScheduleContract, TooManyPiecesPerRankAreRefused) {
+  // 2 ranks x 1 token: pieces of 2 tokens; 4096 tokens are 2048 pieces, the
+  // most 2 ranks may hold; one more document is one piece too many.
+  const ScheduleRequest fits = request_of({4096}, 2, 1, 16);
+  EXPECT_TRUE(validate_schedule_request(fits));
+  const ScheduleRequest over = request_of({4096, 1}, 2, 1, 16);
+  const Status status = validate_schedule_request(over);
+  ASSERT_FALSE(status);
+  EXPECT_NE(status.message().find("2049 document pieces on 2 ranks, more than 1024 per rank"),
+            std::string::npos)
+      << status.message();
+  for (const std::string& name : schedule_strategy_names()) {
+    EXPECT_EQ(run_schedule_strategy(name, over).status().code(), StatusCode::kInvalidArgument)
+        << name;
+  }
+}
+
 TEST(MegatronDcp, AGroupGrowsOnlyWhileItsPaddedShardFitsTheBudget) {
   // Two 1-token documents share one rank (1 + 1 <= T = 2). Doubling that
   // group to fill the empty rank would pad each to 2 tokens per member, 4 in

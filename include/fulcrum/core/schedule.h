@@ -15,6 +15,8 @@ namespace fulcrum {
 // Upper bound on a request's total tokens: every count the cost model and the
 // lower bound form (tokens x W, tiles) stays far inside int64 and double.
 inline constexpr std::int64_t kMaxBatchTokens = std::int64_t{1} << 40;
+// The most document pieces a request may hold per rank of the world.
+inline constexpr std::int64_t kMaxPiecesPerRank = 1024;
 
 // Bounds and consistency of a request (W, T, B, lengths, mask, profile): one
 // line naming the field, the value and what to do.

@@ -97,17 +97,6 @@ std::vector<std::int64_t> lognormal_mix(std::size_t count, std::uint64_t seed) {
   return lengths;
 }
 
-std::vector<std::int64_t> draw_batch(const std::vector<std::int64_t>& pool, std::int64_t tokens,
-                                     std::mt19937_64& rng) {
-  std::vector<std::int64_t> batch;
-  std::int64_t sum = 0;
-  while (sum < tokens) {
-    batch.push_back(pool[rng() % pool.size()]);
-    sum += batch.back();
-  }
-  return batch;
-}
-
 struct Run {
   bool ok = false;
   std::string error;
@@ -187,7 +176,8 @@ int quality(const Options& opt, const std::vector<Mix>& mixes) {
           double docs = 0;
           for (int b = 0; b < opt.batches; ++b) {
             ScheduleRequest request;
-            request.doc_lengths = draw_batch(mix.lengths, opt.micro_batches * w * t, rng);
+            request.doc_lengths =
+                fulcrum::bench::draw_batch(mix.lengths, opt.micro_batches * w * t, rng);
             docs += static_cast<double>(request.doc_lengths.size());
             request.world_size = static_cast<std::int32_t>(w);
             request.max_tokens_per_rank = t;

@@ -70,17 +70,6 @@ std::vector<std::int64_t> lognormal_mix(std::size_t count, std::uint64_t seed) {
   return lengths;
 }
 
-std::vector<std::int64_t> draw_batch(const std::vector<std::int64_t>& pool, std::int64_t tokens,
-                                     std::mt19937_64& rng) {
-  std::vector<std::int64_t> batch;
-  std::int64_t sum = 0;
-  while (sum < tokens) {
-    batch.push_back(pool[rng() % pool.size()]);
-    sum += batch.back();
-  }
-  return batch;
-}
-
 struct RankResult {
   std::int64_t received = 0;    // forward K/V bytes, measured
   std::int64_t predicted = 0;   // the cost model's bytes_received, summed over its slots
@@ -202,7 +191,7 @@ int main(int argc, char** argv) {
         request.mask = MaskSpec::causal();
         request.profile = builtin_cost_profile("cpu_gloo").value();
         request.profile.kv_bytes_per_token = static_cast<double>(opt.heads * 2 * opt.dim * 4);
-        request.doc_lengths = draw_batch(mix.lengths, w * opt.tokens, rng);
+        request.doc_lengths = bench::draw_batch(mix.lengths, w * opt.tokens, rng);
         double fixed_allgather = 0;
         for (const std::string& name : schedule_strategy_names()) {
           const double plan_start = bench::thread_cpu_ms();

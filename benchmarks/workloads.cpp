@@ -99,4 +99,15 @@ std::vector<std::vector<std::int64_t>> packed_rows(const std::vector<std::int64_
   return rows;
 }
 
+std::vector<std::int64_t> draw_batch(const std::vector<std::int64_t>& pool, std::int64_t tokens,
+                                     std::mt19937_64& rng) {
+  std::vector<std::int64_t> batch;
+  std::int64_t sum = 0;
+  while (sum < tokens) {
+    batch.push_back(pool[rng() % pool.size()]);
+    sum += batch.back();
+  }
+  return batch;
+}
+
 }  // namespace fulcrum::bench

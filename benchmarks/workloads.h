@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -31,5 +32,10 @@ std::vector<LengthSet> request_traces(std::string& source);
 std::vector<std::vector<std::int64_t>> packed_rows(const std::vector<std::int64_t>& docs,
                                                    std::int64_t row_tokens, int num_rows,
                                                    std::uint64_t seed);
+
+// A global batch drawn with replacement from `pool` until it holds at least
+// `tokens` tokens.
+std::vector<std::int64_t> draw_batch(const std::vector<std::int64_t>& pool, std::int64_t tokens,
+                                     std::mt19937_64& rng);
 
 }  // namespace fulcrum::bench

@@ -377,4 +377,8 @@ std::int32_t rank_count(const boost::program_options::variables_map& given, cons
   return static_cast<std::int32_t>(n);
 }
 
+bool contains(const std::vector<std::string>& names, const std::string& name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
 }  // namespace fulcrum::cli

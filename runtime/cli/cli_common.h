@@ -112,6 +112,9 @@ host::LogFn deduplicating_log();
 
 std::string join(const std::vector<std::string>& items, std::string_view separator);
 
+// Whether `name` is one of `names` (a strategy or scheduler list).
+bool contains(const std::vector<std::string>& names, const std::string& name);
+
 // Numbers for tables: fixed decimals; integers and large values without
 // exponent noise.
 std::string fixed(double value, int decimals);

@@ -67,10 +67,6 @@ po::options_description dp_options(DpFlags& f) {
   return options;
 }
 
-bool contains(const std::vector<std::string>& names, const std::string& name) {
-  return std::find(names.begin(), names.end(), name) != names.end();
-}
-
 // The host checks every CP plan; nothing checks a DP partition before it
 // decides which samples each rank trains on, so the CLI does.
 void check_partition(const DpPartition& part, const DpRequest& request, const std::string& who) {

@@ -273,10 +273,6 @@ void print_compare_table(const std::vector<Planned>& all, const CpWorkload& work
   std::cout << out;
 }
 
-bool contains(const std::vector<std::string>& names, const std::string& name) {
-  return std::find(names.begin(), names.end(), name) != names.end();
-}
-
 int plan_main(const std::vector<std::string>& args) {
   PlanFlags f;
   const po::options_description options = plan_options(f);

@@ -352,10 +352,6 @@ void print_compare_table(const std::vector<Scheduled>& all, const ScheduleReques
   std::cout << out;
 }
 
-bool contains(const std::vector<std::string>& names, const std::string& name) {
-  return std::find(names.begin(), names.end(), name) != names.end();
-}
-
 int schedule_main(const std::vector<std::string>& args) {
   ScheduleFlags f;
   const po::options_description options = schedule_options(f);

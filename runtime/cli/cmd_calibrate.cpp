@@ -195,7 +195,15 @@ void check_output(const CalibrateFlags& f) {
   if (fs::is_directory(out, ec)) {
     throw UsageError("--output " + quote_text(f.output) + " is a directory; give a file path");
   }
-  if (fs::exists(out, ec) && !f.force) {
+  // --force replaces a profile, never a device, pipe or socket: the atomic
+  // rename would put a file where the node was (as root, in /dev too).
+  const fs::file_status status = fs::symlink_status(out, ec);
+  if (fs::exists(status) && !fs::is_regular_file(status)) {
+    throw UsageError("--output " + quote_text(f.output) +
+                     " exists and is not a regular file (a device, pipe, socket or link); give "
+                     "the path of a profile file");
+  }
+  if (fs::exists(status) && !f.force) {
     throw UsageError("--output " + quote_text(f.output) +
                      " exists; pass --force to replace it, or choose another path");
   }

@@ -59,6 +59,13 @@ expect_refusal "an existing profile needs --force" "pass --force" \
   calibrate --output "$profile" --repetitions 1
 [[ $(cat "$profile") == "$before" ]] || fail "the refused run changed the file"
 expect_refusal "missing --output" "--output FILE.yaml is required" calibrate
+mkfifo "$WORK/fifo"
+expect_refusal "--force never replaces a FIFO" "is not a regular file" \
+  calibrate --output "$WORK/fifo" --force
+[[ -p "$WORK/fifo" ]] || fail "the FIFO was replaced"
+expect_refusal "--force never replaces a device" "is not a regular file" \
+  calibrate --output /dev/null --force
+[[ -c /dev/null ]] || fail "/dev/null was replaced"
 expect_refusal "missing directory" "does not exist" calibrate --output "$WORK/no/such/p.yaml"
 expect_refusal "--output is a directory" "is a directory" calibrate --output "$WORK"
 expect_refusal "zero repetitions" "--repetitions must be an integer from 1 to 1000" \

@@ -1,6 +1,9 @@
 #include "fulcrum/core/cost_profile.h"
 
+#include "fulcrum/core/workload.h"
+
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -48,9 +51,18 @@ CostProfile cpu_gloo() {
   return p;
 }
 
-Status bad_field(const CostProfile& profile, const char* field, double value, const char* rule) {
+// Shortest round-trip-safe enough for a message: %g keeps 1e15 and 3.3e9
+// readable where std::to_string would print fifteen zeros or 0.000000.
+std::string number(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.6g", value);
+  return text;
+}
+
+Status bad_field(const CostProfile& profile, const char* field, double value,
+                 const std::string& rule) {
   return invalid_argument("cost profile " + quote_text(profile.name) + ": " + field + " = " +
-                          std::to_string(value) + " " + rule +
+                          number(value) + " " + rule +
                           "; fix it in the profile (docs/HYBRID.md lists every field)");
 }
 
@@ -69,27 +81,42 @@ Result<CostProfile> builtin_cost_profile(std::string_view name) {
 }
 
 Status validate_cost_profile(const CostProfile& p) {
+  // The upper bounds keep every product the cost model forms finite and
+  // every byte count it rounds inside int64: an hour per tile, token, slot
+  // or message, 2^30 bytes of K/V per token and a petabyte per second are
+  // each far past any machine; a profile beyond them is a typo.
   struct Field {
     const char* name;
     double value;
+    double least;  // an exclusive bound where `positive`, else inclusive
     bool positive;
+    double most;
   };
+  constexpr double kHour = 3600;
+  constexpr double kMaxKvBytes = static_cast<double>(kMaxKvBytesPerToken);
+  constexpr double kMaxBandwidth = 1e15;
   const Field fields[] = {
-      {"tile_seconds", p.tile_seconds, false},
-      {"token_seconds", p.token_seconds, false},
-      {"slot_seconds", p.slot_seconds, false},
-      {"kv_bytes_per_token", p.kv_bytes_per_token, true},
-      {"intra_node_bytes_per_second", p.intra_node_bytes_per_second, true},
-      {"inter_node_bytes_per_second", p.inter_node_bytes_per_second, true},
-      {"latency_seconds", p.latency_seconds, false},
+      {"tile_seconds", p.tile_seconds, 0, false, kHour},
+      {"token_seconds", p.token_seconds, 0, false, kHour},
+      {"slot_seconds", p.slot_seconds, 0, false, kHour},
+      {"kv_bytes_per_token", p.kv_bytes_per_token, 0, true, kMaxKvBytes},
+      {"intra_node_bytes_per_second", p.intra_node_bytes_per_second, 1, false, kMaxBandwidth},
+      {"inter_node_bytes_per_second", p.inter_node_bytes_per_second, 1, false, kMaxBandwidth},
+      {"latency_seconds", p.latency_seconds, 0, false, kHour},
   };
   for (const Field& f : fields) {
     if (!std::isfinite(f.value)) return bad_field(p, f.name, f.value, "is not finite");
-    if (f.positive && !(f.value > 0)) return bad_field(p, f.name, f.value, "must be > 0");
-    if (!f.positive && f.value < 0) return bad_field(p, f.name, f.value, "must be >= 0");
+    if (f.positive && !(f.value > f.least)) return bad_field(p, f.name, f.value, "must be > 0");
+    if (!f.positive && f.value < f.least) {
+      return bad_field(p, f.name, f.value, f.least == 0 ? "must be >= 0" : "must be >= 1");
+    }
+    if (f.value > f.most) {
+      return bad_field(p, f.name, f.value, "must be <= " + number(f.most));
+    }
   }
-  if (p.ranks_per_node < 1) {
-    return bad_field(p, "ranks_per_node", p.ranks_per_node, "must be >= 1");
+  if (p.ranks_per_node < 1 || p.ranks_per_node > kMaxGroupSize) {
+    return bad_field(p, "ranks_per_node", p.ranks_per_node,
+                     "must be in [1, " + number(static_cast<double>(kMaxGroupSize)) + "]");
   }
   return Status::ok();
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,6 +19,13 @@ namespace fulcrum {
 namespace {
 
 std::string str(std::int64_t v) { return std::to_string(v); }
+
+// A byte count of the cost model, rounded; one past int64 (only a schedule
+// moving exabytes gets there) reads as the largest int64.
+std::int64_t bytes_of(double bytes) {
+  constexpr double kLimit = 9.2e18;  // just below 2^63
+  return bytes < kLimit ? std::llround(bytes) : std::numeric_limits<std::int64_t>::max();
+}
 
 std::int64_t piece_limit(const ScheduleRequest& r) {
   return static_cast<std::int64_t>(r.world_size) * r.max_tokens_per_rank;
@@ -161,8 +169,8 @@ SlotCost cost_slot(const ScheduleRequest& request, const ScheduleSlot& slot) {
         // other way. Each direction carries in + out, in parallel.
         seconds += static_cast<double>(in + out) * p.kv_bytes_per_token / bandwidth;
       }
-      mc.bytes_received = std::llround(static_cast<double>(received) * p.kv_bytes_per_token);
-      mc.bytes_sent = std::llround(static_cast<double>(sent) * p.kv_bytes_per_token);
+      mc.bytes_received = bytes_of(static_cast<double>(received) * p.kv_bytes_per_token);
+      mc.bytes_sent = bytes_of(static_cast<double>(sent) * p.kv_bytes_per_token);
       mc.comm_seconds = seconds + p.latency_seconds * mc.peers;
     }
   }
@@ -419,6 +427,8 @@ ScheduleCost evaluate_schedule(const ScheduleRequest& request, const Schedule& s
     return schedule.slots[x].wave < schedule.slots[y].wave;
   });
   std::vector<double> free_at(w, 0.0);
+  double moved = 0;
+  double allgather = 0;
   for (const std::size_t s : order) {
     const ScheduleSlot& slot = schedule.slots[s];
     SlotCost sc = cost_slot(request, slot);
@@ -430,14 +440,15 @@ ScheduleCost evaluate_schedule(const ScheduleRequest& request, const Schedule& s
     for (const SlotMemberCost& mc : sc.members) {
       free_at[mc.rank] = sc.end_seconds;
       cost.busy_seconds[mc.rank] += mc.compute_seconds + mc.comm_seconds;
-      cost.bytes_moved += mc.bytes_received;
+      moved += static_cast<double>(mc.bytes_received);
       real += mc.tokens;
     }
-    const auto g = static_cast<std::int64_t>(slot.ranks.size());
-    cost.allgather_bytes +=
-        std::llround(static_cast<double>((g - 1) * real) * request.profile.kv_bytes_per_token);
+    const auto g = static_cast<double>(slot.ranks.size());
+    allgather += (g - 1) * static_cast<double>(real) * request.profile.kv_bytes_per_token;
     cost.slots[s] = std::move(sc);
   }
+  cost.bytes_moved = bytes_of(moved);
+  cost.allgather_bytes = bytes_of(allgather);
   for (const double t : free_at) cost.step_seconds = std::max(cost.step_seconds, t);
   for (std::size_t r = 0; r < w; ++r)
     cost.idle_seconds[r] = cost.step_seconds - cost.busy_seconds[r];

@@ -233,6 +233,29 @@ TEST(ScheduleContract, BadRequestsNameTheField) {
   r = good;
   r.profile.ranks_per_node = 0;
   refused(r, "ranks_per_node");
+  // Upper bounds: past them a product of the cost model leaves the doubles
+  // or its rounded byte counts leave int64.
+  r = good;
+  r.profile.kv_bytes_per_token = 1e300;
+  refused(r, "kv_bytes_per_token = 1e+300 must be <= 1.07374e+09");
+  r = good;
+  r.profile.kv_bytes_per_token = static_cast<double>(kMaxKvBytesPerToken);
+  EXPECT_TRUE(validate_schedule_request(r));
+  r = good;
+  r.profile.tile_seconds = 3601;
+  refused(r, "tile_seconds = 3601 must be <= 3600");
+  r = good;
+  r.profile.latency_seconds = 1e10;
+  refused(r, "latency_seconds");
+  r = good;
+  r.profile.intra_node_bytes_per_second = 0.5;
+  refused(r, "intra_node_bytes_per_second = 0.5 must be >= 1");
+  r = good;
+  r.profile.inter_node_bytes_per_second = 2e15;
+  refused(r, "must be <= 1e+15");
+  r = good;
+  r.profile.ranks_per_node = (1 << 20) + 1;
+  refused(r, "ranks_per_node");
 }
 
 TEST(CostProfiles, BundledProfilesAreValidAndNamed) {

@@ -34,6 +34,7 @@ struct DpRequest {
 
 struct DpPartition {
   std::string strategy;                          // the strategy that produced it
+  std::string fallback_reason;                   // why not the one asked for; empty if it was
   std::vector<std::vector<std::int64_t>> ranks;  // sample indices per rank
   std::vector<double> cost;                      // per rank
   double imbalance = 1.0;                        // max cost / mean cost

@@ -41,11 +41,15 @@ std::string partition_problem(const DpPartition& part, std::size_t m, std::size_
   return "";
 }
 
-// Positions 0..m-1 dealt to k ranks in turn.
-std::vector<std::vector<std::int64_t>> round_robin_positions(std::size_t m, std::size_t k) {
-  std::vector<std::vector<std::int64_t>> positions(k);
-  for (std::size_t i = 0; i < m; ++i) positions[i % k].push_back(static_cast<std::int64_t>(i));
-  return positions;
+// Positions 0..m-1 dealt to k ranks in turn: the loader's own partition
+// when the balancer's cannot be used, with the reason.
+DpPartition round_robin_partition(std::size_t m, std::size_t k, std::string reason) {
+  DpPartition part;
+  part.strategy = "round_robin";
+  part.fallback_reason = std::move(reason);
+  part.ranks.resize(k);
+  for (std::size_t i = 0; i < m; ++i) part.ranks[i % k].push_back(static_cast<std::int64_t>(i));
+  return part;
 }
 
 // The window state's bytes: little-endian int64 fields.
@@ -215,7 +219,6 @@ std::vector<std::vector<std::int64_t>> DataLoader::partition(const std::vector<s
   request.cost = options_.cost;
   request.equal_count = options_.equal_count;
 
-  std::vector<std::vector<std::int64_t>> positions;  // batch positions per rank
   Result<DpPartition> part = balancer_->partition_dp(options_.dp_strategy, request);
   std::string problem;
   if (!part) {
@@ -224,22 +227,23 @@ std::vector<std::vector<std::int64_t>> DataLoader::partition(const std::vector<s
     problem = partition_problem(*part, batch.size(), k);
     if (!problem.empty()) problem = "its partition is invalid: " + problem;
   }
-  if (problem.empty()) {
-    positions = std::move(part->ranks);
-    stats.strategy = part->strategy.empty() ? options_.dp_strategy : part->strategy;
-  } else {
-    // Every rank sees the same failure (the balancer is deterministic), so
-    // every rank falls back the same way and they still agree.
-    positions = round_robin_positions(batch.size(), k);
-    stats.strategy = "round_robin";
-    stats.fallback_reason = "balancer " + quote_text(balancer_->name()) + " DP strategy " +
-                            quote_text(options_.dp_strategy) + " failed on this step (" + problem +
-                            "); used round_robin";
-  }
+  // Every rank sees the same failure (the balancer is deterministic), so
+  // every rank falls back the same way and they still agree.
+  const DpPartition chosen =
+      problem.empty()
+          ? std::move(*part)
+          : round_robin_partition(batch.size(), k,
+                                  "balancer " + quote_text(balancer_->name()) + " DP strategy " +
+                                      quote_text(options_.dp_strategy) + " failed on this step (" +
+                                      problem + "); used round_robin");
+  stats.strategy = chosen.strategy.empty() ? options_.dp_strategy : chosen.strategy;
+  stats.fallback_reason = chosen.fallback_reason;
 
   std::vector<std::vector<std::int64_t>> samples(k);
   for (std::size_t r = 0; r < k; ++r) {
-    for (std::int64_t i : positions[r]) samples[r].push_back(batch[static_cast<std::size_t>(i)]);
+    for (std::int64_t i : chosen.ranks[r]) {
+      samples[r].push_back(batch[static_cast<std::size_t>(i)]);
+    }
   }
   fill_rank_stats(samples, stats);
   return samples;

@@ -692,6 +692,11 @@ class PluginBalancer final : public LoadBalancer {
       said = quote_text(view, view.size());
       said = said.substr(1, said.size() - 2);
     }
+    // kUnsupported is an answer, not a failure: its text is the reason a
+    // plan records, the plugin's words alone (as the Python package shows it).
+    if (status == FULCRUM_UNSUPPORTED && text != nullptr && text[0] != '\0') {
+      return unsupported(std::move(said));
+    }
     std::string message = "plugin '" + name_ + "' strategy " + quote_text(strategy) + ": " + said;
     switch (status) {
       case FULCRUM_INVALID_ARGUMENT:

@@ -6,7 +6,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -49,36 +48,6 @@ Status finish_plan(const CpWorkload& workload, const std::string& asked, ShardPl
 
 }  // namespace
 
-std::optional<std::string> applicability(const std::string& strategy, const CpWorkload& workload) {
-  const std::int64_t n = workload.tokens;
-  const std::int64_t p = workload.cp_size;
-  const std::int64_t b = workload.block_size;
-  if (p < 1 || b < 1) return std::nullopt;  // validate_workload reports these
-  if (strategy == "head_tail") {
-    if (n % (2 * p) != 0) {
-      return "N=" + std::to_string(n) + " is not a multiple of 2*cp_size=" + std::to_string(2 * p);
-    }
-  } else if (strategy == "ptrr") {
-    if (n % (p * b) != 0) {
-      return "N=" + std::to_string(n) +
-             " is not a multiple of cp_size*block_size=" + std::to_string(p * b);
-    }
-    if (workload.mask.kind == MaskKind::kBlockSparse) {
-      // PTRR deals whole query blocks against KV blocks of the same size: the
-      // mask must be given over blocks of exactly block_size.
-      const std::int64_t blocks = ceil_div(n, b);
-      const auto described =
-          static_cast<std::int64_t>(workload.mask.block_sparse.offsets.size()) - 1;
-      if (described != blocks) {
-        return "the block-sparse mask describes " + std::to_string(described) +
-               " query blocks, not the " + std::to_string(blocks) +
-               " square blocks of block_size=" + std::to_string(b) + " that ptrr needs";
-      }
-    }
-  }
-  return std::nullopt;
-}
-
 CpSelector::CpSelector(std::shared_ptr<LoadBalancer> balancer, SelectorOptions options)
     : balancer_(std::move(balancer)), builtin_(builtin_balancer()), options_(std::move(options)) {
   if (!balancer_) balancer_ = builtin_;
@@ -100,30 +69,24 @@ Result<ShardPlan> CpSelector::plan(const CpWorkload& workload) {
   // The configured fallback, for a batch the preferred strategy cannot serve.
   auto serve_fallback = [&](const std::string& reason) -> Result<ShardPlan> {
     const std::string& fallback = options_.fallback;
-    std::string failure;
-    if (std::optional<std::string> why = applicability(fallback, workload)) {
-      failure = *why;
-    } else {
-      Result<ShardPlan> plan = balancer_->plan_cp(fallback, workload);
-      Status finished = plan ? finish_plan(workload, fallback, *plan) : plan.status();
-      if (finished) {
-        plan->fallback_reason =
-            plan->fallback_reason.empty() ? reason : reason + "; " + plan->fallback_reason;
-        return plan;
-      }
-      failure = finished.message();
+    Result<ShardPlan> plan = balancer_->plan_cp(fallback, workload);
+    Status finished = plan ? finish_plan(workload, fallback, *plan) : plan.status();
+    if (finished) {
+      plan->fallback_reason =
+          plan->fallback_reason.empty() ? reason : reason + "; " + plan->fallback_reason;
+      return plan;
     }
-    warn(options_.log, "fallback CP strategy " + quote_text(fallback) + " failed: " + failure +
+    warn(options_.log, "fallback CP strategy " + quote_text(fallback) +
+                           " failed: " + finished.message() +
                            "; serving this batch with the built-in contiguous sharding (check "
                            "the fallback setting)");
-    return serve_builtin(reason + "; fallback " + quote_text(fallback) + " failed: " + failure);
+    return serve_builtin(reason + "; fallback " + quote_text(fallback) +
+                         " failed: " + finished.message());
   };
 
+  // Whether a strategy applies to a batch is the balancer's to say: its
+  // kUnsupported answer carries the reason, which the plan records.
   const std::string preferred = options_.preferred;
-  if (std::optional<std::string> why = applicability(preferred, workload)) {
-    return serve_fallback(*why);
-  }
-
   Result<ShardPlan> plan = balancer_->plan_cp(preferred, workload);
   Status failure = plan ? finish_plan(workload, preferred, *plan) : plan.status();
   if (failure) return plan;

@@ -118,61 +118,62 @@ void expect_servable(const CpWorkload& w, const ShardPlan& plan) {
   EXPECT_EQ(tokens, w.tokens);
 }
 
-// --- applicability ---------------------------------------------------------
-
-TEST(ApplicabilityTest, HeadTailNeedsTwoChunksPerRank) {
-  EXPECT_EQ(applicability("head_tail", causal_row(131000, 8)),
-            std::optional<std::string>("N=131000 is not a multiple of 2*cp_size=16"));
-  EXPECT_EQ(applicability("head_tail", causal_row(131072, 8)), std::nullopt);
-  EXPECT_EQ(applicability("head_tail", causal_row(12, 3)), std::nullopt);
-  EXPECT_NE(applicability("head_tail", causal_row(9, 3)), std::nullopt);
-}
-
-TEST(ApplicabilityTest, PtrrNeedsWholeBlocksPerRank) {
-  CpWorkload w = causal_row(131072, 8);
-  w.block_size = 128;
-  EXPECT_EQ(applicability("ptrr", w), std::nullopt);
-  w.tokens = 131000;
-  auto why = applicability("ptrr", w);
-  ASSERT_TRUE(why.has_value());
-  EXPECT_HAS(*why, "N=131000");
-  EXPECT_HAS(*why, "cp_size*block_size=1024");
-
-  // Block-sparse over square blocks of block_size is fine; a mask described
-  // over other blocks is not.
-  CpWorkload sparse = causal_row(512, 2);
-  sparse.block_size = 128;
-  sparse.mask.kind = MaskKind::kBlockSparse;
-  sparse.mask.block_sparse.offsets = {0, 1, 3, 6, 10};
-  sparse.mask.block_sparse.kv_blocks = {0, 0, 1, 0, 1, 2, 0, 1, 2, 3};
-  EXPECT_EQ(applicability("ptrr", sparse), std::nullopt);
-  sparse.mask.block_sparse.offsets = {0, 1, 3};
-  sparse.mask.block_sparse.kv_blocks = {0, 0, 1};
-  EXPECT_NE(applicability("ptrr", sparse), std::nullopt);
-}
-
-TEST(ApplicabilityTest, OtherStrategiesHaveNoHostRule) {
-  for (const char* name : {"contiguous", "striped", "balanced", "auto", "no_such"}) {
-    EXPECT_EQ(applicability(name, causal_row(1001, 8)), std::nullopt) << name;
-  }
-}
-
 // --- the decision per batch ------------------------------------------------
 
-TEST(SelectionTest, HeadTailOnIndivisibleLengthFallsBackToContiguous) {
+TEST(SelectionTest, HeadTailOnIndivisibleLengthFallsBackWithThePluginsReason) {
   Warnings warnings;
-  auto fake = std::make_shared<FakeBalancer>();
-  CpSelector selector(fake, options("head_tail", warnings));
+  auto plugin = real_plugin();
+  ASSERT_NE(plugin, nullptr);
+  CpSelector selector(plugin, options("head_tail", warnings));
   const CpWorkload w = causal_row(1001, 4);
   auto plan = selector.plan(w);
   ASSERT_TRUE(plan.is_ok()) << plan.status().message();
   expect_servable(w, *plan);
   EXPECT_EQ(plan->strategy_used, "contiguous");
-  EXPECT_EQ(plan->fallback_reason, "N=1001 is not a multiple of 2*cp_size=8");
+  // The plugin's own kUnsupported answer, word for word, after the loader's
+  // "plugin 'fulcrum' strategy 'head_tail': ".
+  EXPECT_HAS(plan->fallback_reason,
+             "head_tail cannot shard this row: N=1001 is not a multiple of 2*cp_size=8");
   EXPECT_EQ(plan->positions, identity_padded(1001, 4));
-  // Decided by the host: head_tail was never asked for.
-  EXPECT_EQ(fake->asked(), std::vector<std::string>{"contiguous"});
   EXPECT_TRUE(warnings.lines.empty());
+}
+
+// Applicability is the balancer's rule, not the host's: a third-party
+// head_tail that pads any row is asked for, and serves, a row fulcrum's own
+// head_tail refuses.
+TEST(SelectionTest, TheHostKeepsNoCopyOfThePluginsRules) {
+  Warnings warnings;
+  auto fake = std::make_shared<FakeBalancer>();
+  fake->answer("head_tail", [](const CpWorkload& w) -> Result<ShardPlan> {
+    ShardPlan plan = contiguous_plan(w);
+    plan.strategy_used = "head_tail";
+    return plan;
+  });
+  CpSelector selector(fake, options("head_tail", warnings));
+  const CpWorkload w = causal_row(1001, 4);
+  auto plan = selector.plan(w);
+  ASSERT_TRUE(plan.is_ok()) << plan.status().message();
+  expect_servable(w, *plan);
+  EXPECT_EQ(plan->strategy_used, "head_tail");
+  EXPECT_EQ(plan->fallback_reason, "");
+  EXPECT_EQ(fake->asked(), std::vector<std::string>{"head_tail"});
+}
+
+// A block-sparse mask described over blocks other than block_size (what ptrr
+// would trip on) is a malformed workload: refused before any balancer.
+TEST(SelectionTest, BlockSparseMaskOverOtherBlocksNeverReachesTheBalancer) {
+  Warnings warnings;
+  auto fake = std::make_shared<FakeBalancer>();
+  CpSelector selector(fake, options("ptrr", warnings));
+  CpWorkload sparse = causal_row(512, 2);
+  sparse.block_size = 128;
+  sparse.mask.kind = MaskKind::kBlockSparse;
+  sparse.mask.block_sparse.offsets = {0, 1, 3};
+  sparse.mask.block_sparse.kv_blocks = {0, 0, 1};
+  auto plan = selector.plan(sparse);
+  ASSERT_FALSE(plan.is_ok());
+  EXPECT_EQ(plan.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(fake->asked().empty());
 }
 
 TEST(SelectionTest, HeadTailServesDivisibleLengthsThroughThePlugin) {
@@ -280,10 +281,14 @@ TEST(SelectionTest, ThrowingPluginThroughTheLoaderIsServedByTheBuiltin) {
 TEST(SelectionTest, FailingFallbackIsServedByTheBuiltin) {
   Warnings warnings;
   auto fake = std::make_shared<FakeBalancer>();
+  fake->answer("picky", [](const CpWorkload& w) -> Result<ShardPlan> {
+    return unsupported("N=" + std::to_string(w.tokens) +
+                       " is not a multiple of 2*cp_size=" + std::to_string(2 * w.cp_size));
+  });
   fake->answer("fragile", [](const CpWorkload&) -> Result<ShardPlan> {
     return internal_error("fragile gave up");
   });
-  CpSelector selector(fake, options("head_tail", warnings, "fragile"));
+  CpSelector selector(fake, options("picky", warnings, "fragile"));
   const CpWorkload w = causal_row(1001, 4);
   auto plan = selector.plan(w);
   ASSERT_TRUE(plan.is_ok()) << plan.status().message();
@@ -342,7 +347,8 @@ TEST(SelectionTest, WithoutAPluginTheBuiltinServesEveryBatch) {
   selector.set_preferred("head_tail");
   auto odd = selector.plan(causal_row(4095, 8));
   ASSERT_TRUE(odd.is_ok()) << odd.status().message();
-  EXPECT_EQ(odd->fallback_reason, "N=4095 is not a multiple of 2*cp_size=16");
+  EXPECT_EQ(odd->strategy_used, "contiguous");
+  EXPECT_HAS(odd->fallback_reason, "'head_tail' needs the fulcrum plugin");
 }
 
 // A stream of batches of varying length: head_tail where it applies, the
@@ -373,7 +379,7 @@ TEST(SelectionTest, VariableLengthStreamAlternatesHeadTailAndFallback) {
       EXPECT_EQ(r.reason, "");
     } else {
       EXPECT_EQ(r.used, "contiguous");
-      EXPECT_EQ(r.reason, "N=" + std::to_string(r.tokens) + " is not a multiple of 2*cp_size=8");
+      EXPECT_HAS(r.reason, "N=" + std::to_string(r.tokens) + " is not a multiple of 2*cp_size=8");
     }
   }
   EXPECT_TRUE(warnings.lines.empty());

@@ -1,16 +1,16 @@
 // Choosing the CP strategy of each micro-batch.
 //
-// The host holds a preferred strategy. For each workload it asks whether the
-// preferred strategy applies (head_tail needs N % 2P == 0, ptrr needs
-// N % (P*B) == 0, ...); when it does not, or the plugin answers kUnsupported,
-// the configured fallback serves and the plan records why. When the plugin
-// fails outright, the host's built-in contiguous sharding serves, with a
-// warning. Every plan that leaves the selector is validated and carries its
-// per-rank work.
+// The host holds a preferred strategy and asks the balancer for it on each
+// workload. Whether a strategy applies is the balancer's rule alone (head_tail
+// needs N % 2P == 0, ptrr N % (P*B) == 0, a third-party strategy its own);
+// the host keeps no copy of such rules. When the balancer answers
+// kUnsupported, the configured fallback serves and the plan records the
+// balancer's reason. When the balancer fails outright, or the fallback does,
+// the host's built-in contiguous sharding serves, with a warning. Every plan
+// that leaves the selector is validated and carries its per-rank work.
 #pragma once
 
 #include <memory>
-#include <optional>
 #include <string>
 
 #include "fulcrum/cp_types.h"
@@ -19,10 +19,6 @@
 #include "fulcrum/status.h"
 
 namespace fulcrum::host {
-
-// Why `strategy` cannot serve `workload`, judged by the host before asking the
-// plugin; nullopt when it can (or the host knows no rule for that name).
-std::optional<std::string> applicability(const std::string& strategy, const CpWorkload& workload);
 
 struct SelectorOptions {
   std::string preferred = "auto";

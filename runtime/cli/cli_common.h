@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "fulcrum/core/text.h"
 #include "fulcrum/core/workload.h"
 #include "fulcrum/host/config.h"
 #include "fulcrum/host/log.h"
@@ -109,8 +110,6 @@ LoadedBalancer load_balancer(const CommonOptions& common, const host::Config& co
 // A log function that writes each distinct message once: planning repeats
 // the same call for timing and should not repeat its warnings.
 host::LogFn deduplicating_log();
-
-std::string join(const std::vector<std::string>& items, std::string_view separator);
 
 // Whether `name` is one of `names` (a strategy or scheduler list).
 bool contains(const std::vector<std::string>& names, const std::string& name);

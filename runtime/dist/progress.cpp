@@ -1,5 +1,7 @@
 #include "dist/progress.h"
 
+#include "fulcrum/core/text.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <set>
@@ -34,15 +36,6 @@ std::optional<std::int64_t> parse_int(const std::string& text) {
     value = value * 10 + (c - '0');
   }
   return value;
-}
-
-std::string join(const std::vector<std::string>& parts, const std::string& separator) {
-  std::string out;
-  for (std::size_t i = 0; i < parts.size(); ++i) {
-    if (i > 0) out += separator;
-    out += parts[i];
-  }
-  return out;
 }
 
 }  // namespace

@@ -25,6 +25,8 @@
 
 #include "fulcrum/host/config.h"
 
+#include "fulcrum/core/text.h"
+
 #include "input_file.h"
 
 namespace fulcrum::host {
@@ -38,15 +40,6 @@ std::string number_text(double value) {
   char buffer[64];
   const auto [end, ec] = std::to_chars(buffer, buffer + sizeof(buffer), value);
   return ec == std::errc() ? std::string(buffer, end) : std::to_string(value);
-}
-
-std::string join(const std::vector<std::string>& items, std::string_view separator) {
-  std::string out;
-  for (std::size_t i = 0; i < items.size(); ++i) {
-    if (i != 0) out += separator;
-    out += items[i];
-  }
-  return out;
 }
 
 // A value as quoted in a message: one line (control characters escaped),

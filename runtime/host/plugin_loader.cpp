@@ -34,6 +34,7 @@
 #include "fulcrum/c_api.h"
 #include "fulcrum/core/plan_check.h"
 #include "fulcrum/core/schedule.h"
+#include "fulcrum/core/text.h"
 #include "fulcrum/core/work_model.h"
 #include "fulcrum/core/workload.h"
 #include "input_file.h"
@@ -99,15 +100,6 @@ Result<LibraryHandle> open_library(const std::string& path) {
 
 // ---------------------------------------------------------------------------
 // Finding the file and deciding whether to trust it.
-
-std::string join(const std::vector<std::string>& items, const char* separator) {
-  std::string out;
-  for (const std::string& item : items) {
-    if (!out.empty()) out += separator;
-    out += item;
-  }
-  return out;
-}
 
 std::string library_file_name(std::string_view name) {
   if (name.size() > 3 && name.substr(name.size() - 3) == ".so") return std::string(name);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "fulcrum/core/plan_check.h"
+#include "fulcrum/core/text.h"
 #include "fulcrum/core/work_model.h"
 #include "fulcrum/core/workload.h"
 #include "fulcrum/host/plugin_loader.h"
@@ -20,13 +21,8 @@ namespace {
 
 constexpr const char* kBuiltinStrategy = "contiguous";
 
-std::string join(const std::vector<std::string>& items) {
-  std::string out;
-  for (const std::string& item : items) {
-    if (!out.empty()) out += ", ";
-    out += item;
-  }
-  return out.empty() ? "(none)" : out;
+std::string names_or_none(const std::vector<std::string>& items) {
+  return items.empty() ? "(none)" : join(items, ", ");
 }
 
 void warn(const LogFn& log, const std::string& message) {
@@ -103,7 +99,7 @@ Result<ShardPlan> CpSelector::plan(const CpWorkload& workload) {
       }
       return invalid_argument("unknown CP strategy " + quote_text(preferred) + " for balancer '" +
                               balancer_->name() +
-                              "'; known strategies: " + join(balancer_->cp_strategies()));
+                              "'; known strategies: " + names_or_none(balancer_->cp_strategies()));
     default:
       break;
   }

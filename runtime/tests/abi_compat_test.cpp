@@ -19,6 +19,7 @@
 #include "fulcrum/core/plan_check.h"
 #include "fulcrum/core/schedule.h"
 #include "fulcrum/host/plugin_loader.h"
+#include "test_support.h"
 
 #ifndef FULCRUM_PLUGIN_PATH
 #error "FULCRUM_PLUGIN_PATH must name the built libfulcrum_balancer.so"
@@ -29,9 +30,6 @@
 
 namespace fulcrum::host {
 namespace {
-
-#define EXPECT_HAS(text, part) \
-  EXPECT_PRED_FORMAT2(::testing::IsSubstring, std::string(part), std::string(text))
 
 struct Captured {
   std::vector<std::string> lines;

@@ -15,38 +15,14 @@
 
 #include "fulcrum/core/cost_profile.h"
 #include "fulcrum/host/cost_profile_file.h"
+#include "test_support.h"
 
 namespace fulcrum::host {
 namespace {
 
 namespace fs = std::filesystem;
 
-#define EXPECT_HAS(text, part) \
-  EXPECT_PRED_FORMAT2(::testing::IsSubstring, std::string(part), std::string(text))
-
-class TempDir {
- public:
-  TempDir() {
-    std::string templ = (fs::temp_directory_path() / "fulcrum_profile_XXXXXX").string();
-    if (mkdtemp(templ.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = templ;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string file(const std::string& name, const std::string& text) const {
-    const fs::path p = path_ / name;
-    std::ofstream(p, std::ios::binary) << text;
-    return p.string();
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using test::TempDir;
 
 std::string yaml_of(const CostProfile& p) {
   char buffer[1024];

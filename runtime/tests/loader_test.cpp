@@ -22,6 +22,7 @@
 #include "fulcrum/core/work_model.h"
 #include "fulcrum/host/open_balancer.h"
 #include "fulcrum/host/plugin_loader.h"
+#include "test_support.h"
 
 // With the strategies library linked in, plans through the plugin are compared
 // with the direct call; without it, with the layouts the strategies promise.
@@ -41,10 +42,6 @@ namespace fulcrum::host {
 namespace {
 
 namespace fs = std::filesystem;
-
-// Message checks: the haystack first, as it reads.
-#define EXPECT_HAS(text, part) \
-  EXPECT_PRED_FORMAT2(::testing::IsSubstring, std::string(part), std::string(text))
 
 struct LogLine {
   LogLevel level;
@@ -79,26 +76,7 @@ std::string broken_plugin(const std::string& kind) {
       << " target (fulcrum_host_tests does not depend on it)"
 
 // A fresh directory (mode 0700) removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    std::string templ = (fs::temp_directory_path() / "fulcrum_loader_XXXXXX").string();
-    char* made = mkdtemp(templ.data());
-    if (made == nullptr) throw std::runtime_error("mkdtemp failed for " + templ);
-    path_ = made;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::permissions(path_, fs::perms::owner_all, ec);
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using test::TempDir;
 
 CpWorkload causal_row(std::int64_t tokens, std::int32_t cp_size) {
   CpWorkload w;

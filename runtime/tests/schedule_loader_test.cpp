@@ -15,6 +15,7 @@
 #include "fulcrum/core/schedule.h"
 #include "fulcrum/host/plugin_loader.h"
 #include "strategies/schedule_strategies.h"
+#include "test_support.h"
 
 #ifndef FULCRUM_PLUGIN_PATH
 #error "FULCRUM_PLUGIN_PATH must name the built libfulcrum_balancer.so"
@@ -27,9 +28,6 @@ namespace fulcrum::host {
 namespace {
 
 namespace fs = std::filesystem;
-
-#define EXPECT_HAS(text, part) \
-  EXPECT_PRED_FORMAT2(::testing::IsSubstring, std::string(part), std::string(text))
 
 LoaderOptions quiet_options() {
   LoaderOptions o;

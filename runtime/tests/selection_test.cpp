@@ -17,12 +17,10 @@
 #include "fulcrum/core/work_model.h"
 #include "fulcrum/host/plugin_loader.h"
 #include "fulcrum/host/selection.h"
+#include "test_support.h"
 
 namespace fulcrum::host {
 namespace {
-
-#define EXPECT_HAS(text, part) \
-  EXPECT_PRED_FORMAT2(::testing::IsSubstring, std::string(part), std::string(text))
 
 CpWorkload causal_row(std::int64_t tokens, std::int32_t cp_size) {
   CpWorkload w;

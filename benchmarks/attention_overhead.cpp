@@ -61,10 +61,10 @@
 #include "data/loader.h"
 #include "data/synthetic_dataset.h"
 #include "dist/communicator.h"
-#include "fulcrum/host/config.h"
 #include "fulcrum/host/plugin_loader.h"
 #include "fulcrum/host/selection.h"
 #include "runtime_bench_util.h"
+#include "train/job_schema.h"
 #include "train/options.h"
 
 namespace {
@@ -358,7 +358,7 @@ int main(int argc, char** argv) {
   std::printf("%s\n", fulcrum::bench::use_one_core().c_str());
 
   const fulcrum::host::Config config =
-      value_or_die(fulcrum::host::load_config(config_path, {}), config_path);
+      value_or_die(fulcrum::train::load_job_config(config_path, {}), config_path);
   const TrainOptions o =
       value_or_die(fulcrum::train::train_options_from_config(config), config_path);
   fulcrum::host::LoaderOptions lo;

@@ -2,7 +2,7 @@
 //
 // The input is text a user could have written: a YAML file, then optionally
 // a line "#--set" (a YAML comment, so the file part stays valid YAML) and one
-// "--set" override per line after it. load_config_string must either accept
+// "--set" override per line after it. load_job_config_string must either accept
 // it, after which every typed accessor of every schema key works and returns
 // a value the schema allows, or refuse it with one line (kInvalidArgument);
 // never crash, hang or throw. Streams that yaml-cpp 0.7's YAML::LoadAll
@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "fulcrum/host/config.h"
 #include "fulcrum/status.h"
 #include "fuzz_input.h"
+#include "train/job_schema.h"
 
 namespace fulcrum::fuzz {
 namespace {
@@ -83,7 +83,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
   }
 
-  Result<host::Config> loaded = host::load_config_string(yaml, "fuzz.yaml", overrides);
+  Result<host::Config> loaded = train::load_job_config_string(yaml, "fuzz.yaml", overrides);
   if (fuzz::verbose()) {
     std::fprintf(stderr, "config: %zu bytes, %zu overrides -> %s\n", yaml.size(), overrides.size(),
                  loaded ? "loaded" : loaded.status().message().c_str());

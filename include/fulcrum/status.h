@@ -24,7 +24,24 @@ enum class StatusCode {
   kInternal,         // a bug or a broken plugin
 };
 
-const char* status_code_name(StatusCode code) noexcept;
+// The code's name as messages print it ("invalid argument").
+inline const char* status_code_name(StatusCode code) noexcept {
+  switch (code) {
+    case StatusCode::kOk:
+      return "ok";
+    case StatusCode::kInvalidArgument:
+      return "invalid argument";
+    case StatusCode::kUnsupported:
+      return "unsupported";
+    case StatusCode::kNotFound:
+      return "not found";
+    case StatusCode::kPermission:
+      return "permission denied";
+    case StatusCode::kInternal:
+      return "internal error";
+  }
+  return "unknown";
+}
 
 class [[nodiscard]] Status {
  public:

@@ -5,7 +5,7 @@ slots: a group of ranks, the document pieces it runs packed into one row, the
 row's CP plan over the group, and a wave (docs/HYBRID.md). This module holds
 the result types, the cost profile a scheduler is given, and the checks the
 C++ host applies to every schedule before use (`validate_schedule` in
-plugin/core/schedule.cpp): exact cover of the batch's pieces, distinct ranks
+core/schedule.cpp): exact cover of the batch's pieces, distinct ranks
 in range, at most T tokens per member, one slot per rank per wave, each slot's
 plan a permutation of its row plus padding. Predicted step times come from
 the C++ cost model: `fulcrum schedule --format json` prints them.

@@ -18,6 +18,7 @@
 #include "fulcrum/host/open_balancer.h"
 #include "fulcrum/host/plugin_loader.h"
 #include "host/input_file.h"
+#include "train/job_schema.h"
 
 namespace fulcrum::cli {
 
@@ -253,7 +254,7 @@ po::variables_map parse_command_line(const std::vector<std::string>& args,
 }
 
 host::Config load_config_or_throw(const CommonOptions& common) {
-  auto config = host::load_config(common.config_path, common.overrides);
+  auto config = train::load_job_config(common.config_path, common.overrides);
   if (!config) {
     // Config messages name the place, the key and what is allowed; the CLI's
     // convention also ends every error with what to do.

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "fulcrum/host/config.h"
+#include "train/job_schema.h"
 
 namespace fulcrum::host {
 namespace {
@@ -26,14 +26,14 @@ testing::AssertionResult Lacks(const std::string& text, const std::string& part)
 }
 
 Config load_ok(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
-  auto config = load_config_string(yaml, "test.yaml", overrides);
+  auto config = train::load_job_config_string(yaml, "test.yaml", overrides);
   EXPECT_TRUE(config.is_ok()) << config.status().message();
   if (!config) return Config();
   return std::move(config).value();
 }
 
 std::string load_error(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
-  auto config = load_config_string(yaml, "test.yaml", overrides);
+  auto config = train::load_job_config_string(yaml, "test.yaml", overrides);
   EXPECT_FALSE(config.is_ok()) << "expected an error for:\n" << yaml;
   if (config) return "";
   EXPECT_EQ(config.status().code(), StatusCode::kInvalidArgument);
@@ -45,15 +45,15 @@ std::string load_error(const std::string& yaml, const std::vector<std::string>& 
 TEST(ConfigSchemaTest, EveryDefaultPassesItsOwnCheck) {
   // Each default, set explicitly, must load: a bad default would otherwise
   // only surface when someone reads the key.
-  for (const auto& spec : ConfigSchema::fulcrum().keys()) {
-    auto config = load_config_string("", "x", {spec.key + "=" + spec.default_value});
+  for (const auto& spec : train::job_schema().keys()) {
+    auto config = train::load_job_config_string("", "x", {spec.key + "=" + spec.default_value});
     EXPECT_TRUE(config.is_ok()) << spec.key << ": " << config.status().message();
     EXPECT_FALSE(spec.help.empty()) << spec.key;
   }
 }
 
 TEST(ConfigSchemaTest, NearestSuggestsCloseKeysOnly) {
-  const auto& schema = ConfigSchema::fulcrum();
+  const auto& schema = train::job_schema();
   EXPECT_EQ(schema.nearest("parallel.cp_sise"), "parallel.cp_size");
   EXPECT_EQ(schema.nearest("parallel.dp_szie"), "parallel.dp_size");
   EXPECT_EQ(schema.nearest("paralel"), "parallel");
@@ -69,7 +69,7 @@ TEST(ConfigSchemaTest, NearestSuggestsCloseKeysOnly) {
 }
 
 TEST(ConfigTest, DefaultsWithoutFileOrOverrides) {
-  auto config = load_config("", {});
+  auto config = train::load_job_config("", {});
   ASSERT_TRUE(config.is_ok()) << config.status().message();
   EXPECT_EQ(config->get_int("parallel.dp_size"), 1);
   EXPECT_EQ(config->get_int("parallel.cp_size"), 1);
@@ -322,7 +322,7 @@ TEST(ConfigTest, UserTextWithLineBreaksIsQuotedOnOneLine) {
 }
 
 TEST(ConfigTest, MissingFileIsNotFound) {
-  auto config = load_config("/nonexistent/x.yaml", {});
+  auto config = train::load_job_config("/nonexistent/x.yaml", {});
   ASSERT_FALSE(config.is_ok());
   EXPECT_EQ(config.status().code(), StatusCode::kNotFound);
   EXPECT_TRUE(
@@ -336,7 +336,7 @@ TEST(ConfigTest, LoadsFromAFile) {
     std::ofstream out(path);
     out << "parallel:\n  cp_size: 2\n";
   }
-  auto config = load_config(path.string(), {"parallel.dp_size=4"});
+  auto config = train::load_job_config(path.string(), {"parallel.dp_size=4"});
   std::filesystem::remove(path);
   ASSERT_TRUE(config.is_ok()) << config.status().message();
   EXPECT_EQ(config->get_int("parallel.cp_size"), 2);

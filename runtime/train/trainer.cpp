@@ -33,7 +33,6 @@
 #include "data/synthetic_dataset.h"
 #include "dist/gloo_communicator.h"
 #include "fulcrum/core/workload.h"
-#include "fulcrum/host/config.h"
 #include "fulcrum/host/log.h"
 #include "fulcrum/host/open_balancer.h"
 #include "fulcrum/host/plugin_loader.h"
@@ -41,6 +40,7 @@
 #include "launch/worker_env.h"
 #include "train/checkpoint.h"
 #include "train/consensus.h"
+#include "train/job_schema.h"
 #include "train/metrics.h"
 #include "train/model.h"
 #include "train/options.h"
@@ -1015,7 +1015,7 @@ int run_worker(const WorkerArgs& args) noexcept {
       return 2;
     }
     g_who = "fulcrum-worker: rank " + std::to_string(id->rank);
-    Result<host::Config> config = host::load_config(args.config_path, args.overrides);
+    Result<host::Config> config = load_job_config(args.config_path, args.overrides);
     if (!config) {
       print_error(config.status().message());
       return 2;

@@ -32,7 +32,8 @@ struct KeySpec {
   bool min_exclusive = false;        // min is a strict bound: "a number > 0"
   std::vector<std::string> choices;  // strings only; empty = any
   // Extra check for strings: returns what is wrong, or nullopt when fine.
-  std::function<std::optional<std::string>(const std::string&)> check;
+  using Check = std::function<std::optional<std::string>(const std::string&)>;
+  Check check;
   std::string help;  // "what it is; what is allowed"
 };
 
@@ -45,12 +46,19 @@ class ConfigSchema {
   std::string nearest(const std::string& key) const;
   const std::vector<KeySpec>& keys() const { return keys_; }
 
-  // Every key fulcrum's tools and runtime read.
-  static const ConfigSchema& fulcrum();
-
  private:
   std::vector<KeySpec> keys_;
 };
+
+// Builders that make one key of a schema's table one line. min and max are
+// inclusive bounds (std::nullopt: none); `exclusive` makes min strict.
+KeySpec int_key(std::string key, std::int64_t def, std::optional<double> min,
+                std::optional<double> max, std::string help);
+KeySpec double_key(std::string key, std::string def, std::optional<double> min, bool exclusive,
+                   std::string help);
+KeySpec bool_key(std::string key, bool def, std::string help);
+KeySpec string_key(std::string key, std::string def, std::vector<std::string> choices,
+                   KeySpec::Check check, std::string help);
 
 class Config {
  public:
@@ -85,13 +93,15 @@ class Config {
 // Loads `path` (may be empty: defaults plus overrides) and applies overrides
 // of the form "section.key=value". Errors are one line: kInvalidArgument for
 // bad content, kNotFound for a missing file.
+// The schema is the caller's: the trainer's job schema (train/job_schema.h),
+// a cost profile's, a test's.
 Result<Config> load_config(const std::string& path, const std::vector<std::string>& overrides,
-                           const ConfigSchema& schema = ConfigSchema::fulcrum());
+                           const ConfigSchema& schema);
 
 // The same, from YAML text; `name` stands for the file in messages.
 Result<Config> load_config_string(const std::string& yaml, const std::string& name,
                                   const std::vector<std::string>& overrides,
-                                  const ConfigSchema& schema = ConfigSchema::fulcrum());
+                                  const ConfigSchema& schema);
 
 // DP cost model as written in balancer.dp.cost and on the command line:
 // "tokens", "attention" (a = kDefaultAttentionA) or "attention:A" with A >= 0.

@@ -2,6 +2,7 @@
 // truncation, every flipped bit and every malformed table is refused with one
 // line naming the file. No LibTorch.
 #include "train/checkpoint.h"
+#include "train/job_schema.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -393,7 +394,7 @@ TEST(CheckpointSettings, OptionsAreCheckedAndPathsResolved) {
   TempDir dir;
   const std::string yaml = dir.path("run.yaml");
   write_all(yaml, "train:\n  checkpoint_every: 3\n  checkpoint_dir: ckpts\n");
-  Result<host::Config> config = host::load_config(yaml, {});
+  Result<host::Config> config = load_job_config(yaml, {});
   ASSERT_TRUE(config) << config.status().message();
   Result<CheckpointOptions> o = checkpoint_options_from_config(*config);
   ASSERT_TRUE(o) << o.status().message();
@@ -403,7 +404,7 @@ TEST(CheckpointSettings, OptionsAreCheckedAndPathsResolved) {
   EXPECT_EQ(o->resume, CheckpointOptions::Resume::kNo);
 
   Result<host::Config> set =
-      host::load_config(yaml, {"train.resume=some/step-00000003.ckpt", "train.checkpoint_keep=5"});
+      load_job_config(yaml, {"train.resume=some/step-00000003.ckpt", "train.checkpoint_keep=5"});
   ASSERT_TRUE(set);
   o = checkpoint_options_from_config(*set);
   ASSERT_TRUE(o);
@@ -412,22 +413,22 @@ TEST(CheckpointSettings, OptionsAreCheckedAndPathsResolved) {
   EXPECT_EQ(o->keep, 5);
 
   Result<host::Config> no_dir =
-      host::load_config_string("train: {checkpoint_every: 2}\n", "t.yaml", {});
+      load_job_config_string("train: {checkpoint_every: 2}\n", "t.yaml", {});
   ASSERT_TRUE(no_dir);
   Result<CheckpointOptions> bad = checkpoint_options_from_config(*no_dir);
   ASSERT_FALSE(bad);
   EXPECT_NE(bad.status().message().find("needs train.checkpoint_dir"), std::string::npos);
   EXPECT_NE(bad.status().message().find("t.yaml:1"), std::string::npos) << bad.status().message();
 
-  Result<host::Config> auto_no_dir = host::load_config_string("", "t.yaml", {"train.resume=auto"});
+  Result<host::Config> auto_no_dir = load_job_config_string("", "t.yaml", {"train.resume=auto"});
   ASSERT_TRUE(auto_no_dir);
   bad = checkpoint_options_from_config(*auto_no_dir);
   ASSERT_FALSE(bad);
   EXPECT_NE(bad.status().message().find("train.resume = auto"), std::string::npos)
       << bad.status().message();
 
-  EXPECT_FALSE(host::load_config_string("", "t.yaml", {"train.checkpoint_keep=0"}));
-  EXPECT_FALSE(host::load_config_string("", "t.yaml", {"train.resume="}));
+  EXPECT_FALSE(load_job_config_string("", "t.yaml", {"train.checkpoint_keep=0"}));
+  EXPECT_FALSE(load_job_config_string("", "t.yaml", {"train.resume="}));
 }
 
 }  // namespace

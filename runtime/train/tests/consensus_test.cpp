@@ -2,6 +2,7 @@
 // and the groups' all-gathers an in-process rendezvous with a deadline, so a
 // broken check fails the test instead of hanging it.
 #include "train/consensus.h"
+#include "train/job_schema.h"
 
 #include <gtest/gtest.h>
 
@@ -117,7 +118,7 @@ TEST(Fingerprint, WorkloadAndPlanFieldsAllCount) {
 // --- options -----------------------------------------------------------------
 
 host::Config defaults(const std::vector<std::string>& overrides = {}) {
-  auto config = host::load_config_string("", "test.yaml", overrides);
+  auto config = load_job_config_string("", "test.yaml", overrides);
   EXPECT_TRUE(config.is_ok()) << config.status().message();
   return config.is_ok() ? std::move(config).value() : host::Config();
 }

@@ -1,5 +1,5 @@
 // Independent recounts for tests; see brute_force.h. Deliberately simple and
-// deliberately sharing nothing with plugin/core.
+// deliberately sharing nothing with core/.
 #include "brute_force.h"
 
 #include <algorithm>

@@ -1,5 +1,5 @@
 // Independent recounts of schedules; see brute_schedule.h. Deliberately
-// simple and deliberately sharing nothing with plugin/core.
+// simple and deliberately sharing nothing with core/.
 #include "brute_schedule.h"
 
 #include <algorithm>

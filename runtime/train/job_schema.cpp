@@ -1,0 +1,114 @@
+// The job's configuration schema: every key `fulcrum train` and its workers
+// read (parallel, balancer, data, model, train, dist), in one table. The
+// plan, dp-partition and schedule commands read the same file through it.
+//
+// Adding a key is one line in build_job_schema(); the loader, the overrides,
+// the error messages and the defaults all follow from it.
+#include "train/job_schema.h"
+
+#include <optional>
+#include <string>
+
+#include "fulcrum/core/workload.h"
+
+namespace fulcrum::train {
+namespace {
+
+constexpr std::optional<double> kNoMax = std::nullopt;
+
+std::optional<std::string> check_mask(const std::string& text) {
+  auto mask = parse_mask(text);
+  if (!mask) return mask.status().message();
+  return std::nullopt;
+}
+
+std::optional<std::string> check_cost(const std::string& text) {
+  auto cost = host::parse_cost_model(text);
+  if (!cost) return cost.status().message();
+  return std::nullopt;
+}
+
+std::optional<std::string> check_not_empty(const std::string& text) {
+  if (text.empty()) return std::string("it is empty");
+  return std::nullopt;
+}
+
+host::ConfigSchema build_job_schema() {
+  using namespace host;
+  ConfigSchema s;
+  // clang-format off
+  // parallel: the job's shape; WORLD = dp_size x cp_size, CP fastest-varying.
+  s.add(int_key("parallel.dp_size", 1, 1, kNoMax, "data-parallel ranks; an integer >= 1"));
+  s.add(int_key("parallel.cp_size", 1, 1, kNoMax, "context-parallel ranks; an integer >= 1"));
+  // balancer: which plugin, and which strategies it is asked for.
+  s.add(string_key("balancer.plugin", "fulcrum_balancer", {}, check_not_empty, "balancer plugin; a plugin name, a path to one, or builtin (the host's contiguous balancer)"));
+  s.add(string_key("balancer.plugin_dirs", "", {}, {}, "directories searched for the plugin, colon-separated, before the defaults"));
+  s.add(bool_key("balancer.check_permissions", true, "refuse a plugin that group or others may write"));
+  s.add(string_key("balancer.cp.strategy", "auto", {}, check_not_empty, "preferred CP strategy; a name the plugin lists, or auto"));
+  s.add(string_key("balancer.cp.fallback", "contiguous", {}, check_not_empty, "CP strategy used when the preferred one cannot serve a batch; a name the plugin lists"));
+  s.add(int_key("balancer.cp.block_size", 128, 1, kNoMax, "kernel tile edge B in tokens; an integer >= 1"));
+  s.add(string_key("balancer.cp.mask", "causal", {}, check_mask, "attention mask; causal, full, sliding:W with W >= 1, or prefix:L with L >= 0"));
+  s.add(string_key("balancer.dp.strategy", "auto", {}, check_not_empty, "DP partition strategy; a name the plugin lists, or auto"));
+  s.add(string_key("balancer.dp.cost", "tokens", {}, check_cost, "DP cost model; tokens, attention or attention:A with A >= 0"));
+  s.add(bool_key("balancer.dp.equal_count", false, "give every DP rank floor(n/k) or ceil(n/k) samples"));
+  s.add(int_key("balancer.dp.window", 1, 1, kNoMax, "global batches balanced together; an integer >= 1"));
+  // data: where samples come from and how they are batched.
+  s.add(string_key("data.source", "synthetic", {"synthetic", "jsonl", "megatron"}, {}, "sample source"));
+  s.add(string_key("data.path", "", {}, {}, "JSONL file or Megatron dataset prefix (without .bin/.idx)"));
+  s.add(int_key("data.seq_length", 4096, 1, kNoMax, "tokens per packed row; an integer >= 1"));
+  s.add(bool_key("data.packing", true, "pack documents into rows with document boundaries"));
+  s.add(int_key("data.global_batch_size", 8, 1, kNoMax, "samples per global batch, over all DP ranks; an integer >= 1"));
+  s.add(int_key("data.micro_batch_size", 1, 1, kNoMax, "rows per micro-batch; an integer >= 1"));
+  s.add(int_key("data.num_samples", 1024, 1, kNoMax, "synthetic documents generated; an integer >= 1"));
+  s.add(int_key("data.seed", 1, 0, kNoMax, "seed of the synthetic data and the sampler; an integer >= 0"));
+  s.add(int_key("data.max_length", 4096, 1, kNoMax, "longest synthetic document when data.path names no lengths file; an integer >= 1"));
+  s.add(bool_key("data.shuffle", true, "shuffle the samples every epoch (seeded by data.seed); false keeps dataset order"));
+  // model: a small GPT-style model.
+  s.add(int_key("model.hidden_size", 64, 1, kNoMax, "model width; an integer >= 1"));
+  s.add(int_key("model.num_layers", 2, 1, kNoMax, "transformer blocks; an integer >= 1"));
+  s.add(int_key("model.num_heads", 4, 1, kNoMax, "attention heads; an integer >= 1"));
+  s.add(int_key("model.vocab_size", 1024, 1, kNoMax, "vocabulary size; an integer >= 1"));
+  s.add(int_key("model.ffn_size", 0, 0, kNoMax, "MLP inner width, 0 = 4 x hidden_size; an integer >= 0"));
+  s.add(string_key("model.position", "rope", {"rope", "learned"}, {}, "position encoding, from each token's position in its document"));
+  s.add(double_key("model.rope_base", "10000", 0.0, /*exclusive=*/true, "rotary embedding base; a number > 0"));
+  // train: the loop.
+  s.add(int_key("train.steps", 10, 1, kNoMax, "optimizer steps; an integer >= 1"));
+  s.add(int_key("train.seed", 1234, 0, kNoMax, "seed of the model initialisation; an integer >= 0"));
+  s.add(string_key("train.dtype", "float32", {"float32", "float64"}, {}, "parameter and activation dtype"));
+  s.add(string_key("train.device", "cpu", {"cpu", "cuda"}, {}, "where the model, the attention and the collectives' tensors live; cuda needs a LibTorch built with CUDA and a GPU (rank r uses GPU r % GPUs)"));
+  s.add(double_key("train.lr", "1e-3", 0.0, /*exclusive=*/true, "AdamW learning rate; a number > 0"));
+  s.add(int_key("train.checkpoint_every", 0, 0, kNoMax, "steps between checkpoints, 0 = never; an integer >= 0"));
+  s.add(string_key("train.checkpoint_dir", "", {}, {}, "directory of the checkpoint files (step-N.ckpt); needed by train.checkpoint_every and train.resume: auto"));
+  s.add(int_key("train.checkpoint_keep", 2, 1, kNoMax, "newest checkpoints kept in train.checkpoint_dir; an integer >= 1"));
+  s.add(string_key("train.resume", "none", {}, check_not_empty, "none (start at step 1), auto (the newest intact checkpoint in train.checkpoint_dir, if any) or a checkpoint file"));
+  s.add(double_key("train.weight_decay", "0.01", 0.0, /*exclusive=*/false, "AdamW decoupled weight decay; a number >= 0"));
+  s.add(int_key("train.threads", 0, 0, kNoMax, "intra-op threads per worker, 0 = the cores divided among this host's workers; an integer >= 0"));
+  s.add(bool_key("train.log_samples", false, "add every micro-batch's document pieces to the metrics (exactly-once audits)"));
+  // dist: rendezvous and collectives.
+  s.add(string_key("dist.backend", "gloo", {"gloo", "nccl"}, {}, "c10d backend of every process group; nccl needs train.device: cuda, a LibTorch built with NCCL and one GPU per rank on this host"));
+  s.add(double_key("dist.timeout_s", "60", 0.0, /*exclusive=*/true, "seconds a worker waits for the others at rendezvous; a number > 0"));
+  s.add(double_key("dist.op_timeout_s", "300", 0.0, /*exclusive=*/true, "seconds any one collective may take; a number > 0"));
+  s.add(int_key("dist.master_port", 0, 0, 65535, "rendezvous port fulcrum train hands its workers, 0 = a free one; an integer in [0, 65535]"));
+  s.add(bool_key("dist.plan_consensus", true, "all-gather a fingerprint of every CP plan and DP partition, and of the workload it came from, before the collectives that use them; a divergence ends the job with an error naming the ranks"));
+  // clang-format on
+  return s;
+}
+
+}  // namespace
+
+const host::ConfigSchema& job_schema() {
+  static const host::ConfigSchema schema = build_job_schema();
+  return schema;
+}
+
+Result<host::Config> load_job_config(const std::string& path,
+                                     const std::vector<std::string>& overrides) {
+  return host::load_config(path, overrides, job_schema());
+}
+
+Result<host::Config> load_job_config_string(const std::string& yaml, const std::string& name,
+                                            const std::vector<std::string>& overrides) {
+  return host::load_config_string(yaml, name, overrides, job_schema());
+}
+
+}  // namespace fulcrum::train

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "fulcrum/core/random.h"
 #include "strategies/dp_strategies.h"
 
 namespace fulcrum::dp {
@@ -39,17 +40,6 @@ constexpr std::size_t kNearRanks = 4;
 // Random swaps per kick of the iterated local search, and its fixed seed.
 constexpr std::size_t kKickSwaps = 4;
 constexpr std::uint64_t kSearchSeed = 0x9E3779B97F4A7C15ULL;
-
-// Uniform in [0, bound): rejection sampling written out, because
-// std::uniform_int_distribution differs between standard libraries and the
-// partition must not.
-std::size_t uniform_below(std::mt19937_64& rng, std::size_t bound) {
-  const std::uint64_t range = bound;
-  const std::uint64_t reject_below = (0 - range) % range;
-  std::uint64_t draw = rng();
-  while (draw < reject_below) draw = rng();
-  return static_cast<std::size_t>(draw % range);
-}
 
 // Work units (list entries scanned) the first descent may spend per sample
 // and per rank; bounds the search whatever the input, without reading a
@@ -414,12 +404,12 @@ class LocalSearch {
   // keeps both ranks' counts, so the count rule still holds.
   void kick(std::mt19937_64& rng) {
     for (std::size_t step = 0; step < kKickSwaps; ++step) {
-      const std::size_t a = step == 0 ? busiest_rank() : uniform_below(rng, k_);
-      std::size_t b = uniform_below(rng, k_ - 1);
+      const std::size_t a = step == 0 ? busiest_rank() : draw_below(rng, k_);
+      std::size_t b = draw_below(rng, k_ - 1);
       if (b >= a) ++b;
       if (items_[a].empty() || items_[b].empty()) continue;
-      const Item x = items_[a][uniform_below(rng, items_[a].size())];
-      const Item y = items_[b][uniform_below(rng, items_[b].size())];
+      const Item x = items_[a][draw_below(rng, items_[a].size())];
+      const Item y = items_[b][draw_below(rng, items_[b].size())];
       remove(a, x);
       insert(b, x);
       remove(b, y);

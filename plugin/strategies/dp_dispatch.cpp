@@ -6,37 +6,10 @@
 #include <numeric>
 #include <random>
 
+#include "fulcrum/core/random.h"
 #include "strategies/dp_strategies.h"
 
 namespace fulcrum::dp {
-namespace {
-
-std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
-
-// Uniform in [0, bound): rejects the low 2^64 mod bound draws so every value
-// is equally likely. Written out because std::uniform_int_distribution is
-// implementation-defined, and epochs must replay identically everywhere.
-std::uint64_t uniform_below(std::mt19937_64& rng, std::uint64_t bound) {
-  const std::uint64_t reject_below = (0 - bound) % bound;
-  std::uint64_t draw = rng();
-  while (draw < reject_below) draw = rng();
-  return draw % bound;
-}
-
-template <typename T>
-void fisher_yates(std::vector<T>& values, std::mt19937_64& rng) {
-  for (std::size_t i = values.size(); i > 1; --i) {
-    const std::size_t j = uniform_below(rng, i);
-    std::swap(values[i - 1], values[j]);
-  }
-}
-
-}  // namespace
 
 // --- WindowedDispatcher over the registry ----------------------------------
 
@@ -90,7 +63,7 @@ Result<LengthBucketedSampler> LengthBucketedSampler::create(std::vector<std::int
 
 std::vector<std::vector<std::int64_t>> LengthBucketedSampler::epoch_batches(
     std::uint64_t epoch) const {
-  std::mt19937_64 rng(splitmix64(options_.seed ^ splitmix64(epoch)));
+  std::mt19937_64 rng(derive_seed(options_.seed, epoch));
   std::vector<std::vector<std::int64_t>> members(static_cast<std::size_t>(options_.num_buckets));
   for (std::size_t i = 0; i < bucket_.size(); ++i) {
     members[static_cast<std::size_t>(bucket_[i])].push_back(static_cast<std::int64_t>(i));
@@ -98,14 +71,14 @@ std::vector<std::vector<std::int64_t>> LengthBucketedSampler::epoch_batches(
   const auto batch_size = static_cast<std::size_t>(options_.batch_size);
   std::vector<std::vector<std::int64_t>> batches;
   for (std::vector<std::int64_t>& in_bucket : members) {
-    fisher_yates(in_bucket, rng);
+    portable_shuffle(in_bucket, rng);
     for (std::size_t start = 0; start < in_bucket.size(); start += batch_size) {
       const std::size_t end = std::min(in_bucket.size(), start + batch_size);
       batches.emplace_back(in_bucket.begin() + static_cast<std::ptrdiff_t>(start),
                            in_bucket.begin() + static_cast<std::ptrdiff_t>(end));
     }
   }
-  fisher_yates(batches, rng);
+  portable_shuffle(batches, rng);
   return batches;
 }
 

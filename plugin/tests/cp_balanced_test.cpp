@@ -15,6 +15,7 @@
 
 #include "brute_force.h"
 #include "fulcrum/core/plan_check.h"
+#include "fulcrum/core/random.h"
 #include "fulcrum/core/synthetic.h"
 #include "fulcrum/core/work_model.h"
 #include "fulcrum/core/workload.h"
@@ -25,20 +26,11 @@
 namespace fulcrum::cp {
 namespace {
 
-// splitmix64: portable, so a failing seed reproduces on every platform.
-class Rng {
+// The core's SplitMix64 (the same stream on every platform, so a failing
+// seed reproduces everywhere) with the draws these tests want.
+class Rng : public SplitMix64 {
  public:
-  explicit Rng(std::uint64_t seed) : state_(seed) {}
-  std::uint64_t next() {
-    std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-  }
-  // Uniform in [lo, hi].
-  std::int64_t uniform(std::int64_t lo, std::int64_t hi) {
-    return lo + static_cast<std::int64_t>(next() % static_cast<std::uint64_t>(hi - lo + 1));
-  }
+  using SplitMix64::SplitMix64;
   // Log-uniform in [lo, hi]: short and long values equally likely per octave.
   std::int64_t log_uniform(std::int64_t lo, std::int64_t hi) {
     const int top = std::bit_width(static_cast<std::uint64_t>(hi)) - 1;
@@ -48,9 +40,6 @@ class Rng {
     const std::int64_t b = std::min(hi, (std::int64_t{1} << (octave + 1)) - 1);
     return uniform(a, std::max(a, b));
   }
-
- private:
-  std::uint64_t state_;
 };
 
 // Documents with a heavy tail: mostly short, sometimes one long.

@@ -19,6 +19,7 @@
 
 #include "brute_force.h"
 #include "fulcrum/core/plan_check.h"
+#include "fulcrum/core/random.h"
 #include "fulcrum/core/work_model.h"
 #include "fulcrum/core/workload.h"
 #include "fulcrum/cp_types.h"
@@ -28,21 +29,11 @@
 namespace fulcrum::cp {
 namespace {
 
-// splitmix64: the same stream on every platform and standard library, so a
-// failing seed reproduces everywhere (std distributions are not portable).
-class Rng {
+// The core's SplitMix64 (the same stream on every platform, so a failing
+// seed reproduces everywhere) with the draws these tests want.
+class Rng : public SplitMix64 {
  public:
-  explicit Rng(std::uint64_t seed) : state_(seed) {}
-  std::uint64_t next() {
-    std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-  }
-  // Uniform in [lo, hi].
-  std::int64_t uniform(std::int64_t lo, std::int64_t hi) {
-    return lo + static_cast<std::int64_t>(next() % static_cast<std::uint64_t>(hi - lo + 1));
-  }
+  using SplitMix64::SplitMix64;
   // Log-uniform in [lo, hi], lo >= 1: short and long values equally likely.
   std::int64_t log_uniform(std::int64_t lo, std::int64_t hi) {
     const double u = static_cast<double>(next() >> 11) / static_cast<double>(1ULL << 53);
@@ -56,9 +47,6 @@ class Rng {
   T pick(std::initializer_list<T> values) {
     return values.begin()[uniform(0, static_cast<std::int64_t>(values.size()) - 1)];
   }
-
- private:
-  std::uint64_t state_;
 };
 
 struct Limits {

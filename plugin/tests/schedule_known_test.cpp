@@ -15,6 +15,7 @@
 #include "brute_schedule.h"
 #include "fulcrum/core/cost_profile.h"
 #include "fulcrum/core/fixed_schedule.h"
+#include "fulcrum/core/random.h"
 #include "fulcrum/core/schedule.h"
 #include "strategies/schedule_strategies.h"
 
@@ -462,11 +463,8 @@ double best_single_rank_step(const ScheduleRequest& r, std::vector<std::int32_t>
 // when the exact price is lower). What it returns may be a baseline's
 // multi-rank schedule: that must be at least as fast.
 TEST(Hybrid, ReachesTheEnumeratedOptimumOnSmallBatches) {
-  std::uint64_t state = 99;
-  const auto draw = [&](std::int64_t lo, std::int64_t hi) {
-    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return lo + static_cast<std::int64_t>((state >> 33) % static_cast<std::uint64_t>(hi - lo + 1));
-  };
+  SplitMix64 rng(99);
+  const auto draw = [&](std::int64_t lo, std::int64_t hi) { return rng.uniform(lo, hi); };
   int cases = 0;
   for (int c = 0; c < 60; ++c) {
     const std::int64_t block = 4;

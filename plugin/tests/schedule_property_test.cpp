@@ -19,6 +19,7 @@
 #include "brute_schedule.h"
 #include "fulcrum/core/cost_profile.h"
 #include "fulcrum/core/fixed_schedule.h"
+#include "fulcrum/core/random.h"
 #include "fulcrum/core/schedule.h"
 #include "fulcrum/schedule_types.h"
 #include "strategies/cp_strategies.h"
@@ -27,19 +28,11 @@
 namespace fulcrum {
 namespace {
 
-// splitmix64: the same stream everywhere, so a failing seed reproduces.
-class Rng {
+// The core's SplitMix64 (the same stream on every platform, so a failing
+// seed reproduces everywhere) with the draws these tests want.
+class Rng : public SplitMix64 {
  public:
-  explicit Rng(std::uint64_t seed) : state_(seed) {}
-  std::uint64_t next() {
-    std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-  }
-  std::int64_t uniform(std::int64_t lo, std::int64_t hi) {
-    return lo + static_cast<std::int64_t>(next() % static_cast<std::uint64_t>(hi - lo + 1));
-  }
+  using SplitMix64::SplitMix64;
   std::int64_t log_uniform(std::int64_t lo, std::int64_t hi) {
     const double u = static_cast<double>(next() >> 11) / static_cast<double>(1ULL << 53);
     const double v =
@@ -51,9 +44,6 @@ class Rng {
   const T& pick(const std::vector<T>& items) {
     return items[next() % items.size()];
   }
-
- private:
-  std::uint64_t state_;
 };
 
 MaskSpec random_mask(Rng& rng, std::int64_t block) {

@@ -6,7 +6,7 @@
 #include <string>
 #include <utility>
 
-#include "data/little_endian.h"
+#include "fulcrum/core/bytes.h"
 
 namespace fulcrum::data {
 namespace {

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "data/seeded_random.h"
+#include "fulcrum/core/random.h"
 
 namespace fulcrum::data {
 namespace {
@@ -154,10 +154,7 @@ std::vector<std::int64_t> DataLoader::epoch_order(std::int64_t epoch) const {
   std::vector<std::int64_t> order = samples_;
   if (!options_.shuffle) return order;
   std::mt19937_64 rng(derive_seed(options_.seed, static_cast<std::uint64_t>(epoch)));
-  for (std::size_t i = order.size(); i > 1; --i) {
-    const auto j = static_cast<std::size_t>(draw_below(rng, i));
-    std::swap(order[i - 1], order[j]);
-  }
+  portable_shuffle(order, rng);
   return order;
 }
 

@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "data/seeded_random.h"
+#include "fulcrum/core/random.h"
 #include "fulcrum/core/synthetic.h"
 #include "host/input_file.h"
 

@@ -1,5 +1,6 @@
 #include "train/checkpoint.h"
 
+#include "fulcrum/core/bytes.h"
 #include "host/input_file.h"
 
 #include <fcntl.h>
@@ -24,7 +25,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The format is little-endian on disk; the encoders below copy host bytes.
+// The format is little-endian on disk (the core's byte codec writes it so on
+// any host); tensor payloads and i64 blobs are copied as host bytes.
 static_assert(std::endian::native == std::endian::little,
               "checkpoint encoding assumes a little-endian host");
 
@@ -43,39 +45,6 @@ std::array<std::uint32_t, 256> make_crc_table() {
   }
   return table;
 }
-
-template <typename T>
-void put(std::string& out, T value) {
-  char raw[sizeof(T)];
-  std::memcpy(raw, &value, sizeof(T));
-  out.append(raw, sizeof(T));
-}
-
-// Sequential reads from bounded bytes: every read checks what is left, so a
-// malformed length can never run past the end.
-class Reader {
- public:
-  explicit Reader(std::string_view bytes) : bytes_(bytes) {}
-  template <typename T>
-  bool get(T& value) {
-    if (left() < sizeof(T)) return false;
-    std::memcpy(&value, bytes_.data() + offset_, sizeof(T));
-    offset_ += sizeof(T);
-    return true;
-  }
-  bool get_bytes(std::size_t n, std::string_view& out) {
-    if (left() < n) return false;
-    out = bytes_.substr(offset_, n);
-    offset_ += n;
-    return true;
-  }
-  std::size_t left() const { return bytes_.size() - offset_; }
-  std::size_t offset() const { return offset_; }
-
- private:
-  std::string_view bytes_;
-  std::size_t offset_ = 0;
-};
 
 std::string hex32(std::uint32_t v) {
   char buf[16];
@@ -191,9 +160,9 @@ void Checkpoint::add(std::string name, std::string bytes) {
 }
 
 void Checkpoint::add_i64s(std::string name, const std::vector<std::int64_t>& values) {
-  std::string bytes;
-  for (std::int64_t v : values) put(bytes, v);
-  add(std::move(name), std::move(bytes));
+  ByteWriter<std::string> bytes;
+  for (std::int64_t v : values) bytes.i64(v);
+  add(std::move(name), bytes.take());
 }
 
 const std::string* Checkpoint::find(std::string_view name) const {
@@ -222,26 +191,20 @@ Result<std::vector<std::int64_t>> Checkpoint::i64s(std::string_view name, std::s
 
 std::string encode_checkpoint(const Checkpoint& checkpoint) {
   std::string payload;
-  put(payload, static_cast<std::uint32_t>(checkpoint.blobs().size()));
+  ByteWriter<std::string> p(payload);
+  p.put(static_cast<std::uint32_t>(checkpoint.blobs().size()));
   for (const auto& [name, bytes] : checkpoint.blobs()) {
-    put(payload, static_cast<std::uint32_t>(name.size()));
-    payload += name;
-    put(payload, static_cast<std::uint64_t>(bytes.size()));
-    payload += bytes;
+    p.put(static_cast<std::uint32_t>(name.size())).raw(name);
+    p.put(static_cast<std::uint64_t>(bytes.size())).raw(bytes);
   }
   const CheckpointHeader& h = checkpoint.header;
   std::string out;
   out.reserve(kCheckpointHeaderSize + payload.size());
-  out.append(kCheckpointMagic, 8);
-  put(out, kCheckpointFormatVersion);
-  put(out, std::uint32_t{0});
-  put(out, h.step);
-  put(out, h.dp_size);
-  put(out, h.cp_size);
-  put(out, h.config_fingerprint);
-  put(out, static_cast<std::uint64_t>(payload.size()));
-  put(out, crc32(payload));
-  put(out, crc32(out));
+  ByteWriter<std::string> w(out);
+  w.raw(std::string_view(kCheckpointMagic, 8)).put(kCheckpointFormatVersion).put(std::uint32_t{0});
+  w.put(h.step).put(h.dp_size).put(h.cp_size).put(h.config_fingerprint);
+  w.put(static_cast<std::uint64_t>(payload.size())).put(crc32(payload));
+  w.put(crc32(out));  // the header's own CRC covers everything before it
   out += payload;
   return out;
 }
@@ -261,7 +224,7 @@ Result<Checkpoint> decode_checkpoint(std::string_view bytes, const std::string& 
                             " bytes, shorter than the " + std::to_string(kCheckpointHeaderSize) +
                             "-byte header");
   }
-  Reader r(bytes.substr(8, kCheckpointHeaderSize - 8));
+  ByteReader r(bytes.substr(8, kCheckpointHeaderSize - 8));
   Checkpoint c;
   CheckpointHeader& h = c.header;
   std::uint32_t reserved = 0, header_crc = 0;
@@ -318,7 +281,7 @@ Result<Checkpoint> decode_checkpoint(std::string_view bytes, const std::string& 
 
   // The CRC matched, so a malformed table means a writer bug, not bit rot;
   // still never trust a length.
-  Reader p(payload);
+  ByteReader p(payload);
   auto malformed = [&](const std::string& what) {
     return invalid_argument(name + " has a malformed blob table at payload byte " +
                             std::to_string(p.offset()) + ": " + what);
@@ -373,12 +336,12 @@ const char* blob_dtype_name(BlobDtype dtype) {
 }
 
 std::string encode_tensor_blob(const TensorBlob& tensor) {
-  std::string out;
-  put(out, static_cast<std::uint8_t>(tensor.dtype));
-  put(out, static_cast<std::uint8_t>(tensor.shape.size()));
-  for (std::int64_t d : tensor.shape) put(out, d);
-  out += tensor.data;
-  return out;
+  ByteWriter<std::string> out;
+  out.put(static_cast<std::uint8_t>(tensor.dtype))
+      .put(static_cast<std::uint8_t>(tensor.shape.size()));
+  for (std::int64_t d : tensor.shape) out.i64(d);
+  out.raw(tensor.data);
+  return out.take();
 }
 
 Result<TensorBlob> decode_tensor_blob(std::string_view bytes, const std::string& name,
@@ -386,7 +349,7 @@ Result<TensorBlob> decode_tensor_blob(std::string_view bytes, const std::string&
   auto bad = [&](const std::string& what) {
     return invalid_argument("checkpoint " + source + " entry '" + name + "' " + what);
   };
-  Reader r(bytes);
+  ByteReader r(bytes);
   std::uint8_t code = 0, dims = 0;
   if (!r.get(code) || !r.get(dims)) return bad("is too short for a tensor");
   TensorBlob t;

@@ -13,6 +13,7 @@
 #include <thread>
 #include <utility>
 
+#include "fulcrum/core/bytes.h"
 #include "fulcrum/host/log.h"
 
 namespace fulcrum::train {
@@ -38,7 +39,8 @@ std::string hex(std::uint64_t value) {
 // --- records ----------------------------------------------------------------
 //
 // What ranks exchange: little-endian 64-bit words and length-prefixed
-// strings, led by a tag naming the record, so that a rank that reached a
+// strings (the core's byte codec), led by a tag naming the record, so that
+// a rank that reached a
 // different check (a bug, or another fulcrum build) is reported as such
 // rather than misread.
 
@@ -46,74 +48,7 @@ constexpr std::uint64_t kStepTag = 0x31504554532d4346ull;     // "FC-STEP1"
 constexpr std::uint64_t kRowTag = 0x31574f522d2d4346ull;      // "FC--ROW1"
 constexpr std::uint64_t kVerdictTag = 0x3144524556244346ull;  // "FC$VERD1"
 
-class Writer {
- public:
-  Writer& u64(std::uint64_t v) {
-    for (int i = 0; i < 8; ++i) bytes_.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
-    return *this;
-  }
-  Writer& i64(std::int64_t v) { return u64(static_cast<std::uint64_t>(v)); }
-  Writer& str(std::string_view s) {
-    u64(s.size());
-    bytes_.insert(bytes_.end(), s.begin(), s.end());
-    return *this;
-  }
-  Writer& list(const std::vector<std::int64_t>& v) {
-    u64(v.size());
-    for (std::int64_t x : v) i64(x);
-    return *this;
-  }
-  Bytes take() { return std::move(bytes_); }
-
- private:
-  Bytes bytes_;
-};
-
-// Reads what Writer wrote; any overrun sets !ok() and yields zeros, so a
-// short or garbled record is reported once, by the caller.
-class Reader {
- public:
-  explicit Reader(const Bytes& bytes) : bytes_(bytes) {}
-  std::uint64_t u64() {
-    if (pos_ > bytes_.size() || bytes_.size() - pos_ < 8) {
-      ok_ = false;
-      pos_ = bytes_.size();
-      return 0;
-    }
-    std::uint64_t v = 0;
-    for (int i = 0; i < 8; ++i) v |= std::uint64_t{bytes_[pos_ + i]} << (8 * i);
-    pos_ += 8;
-    return v;
-  }
-  std::int64_t i64() { return static_cast<std::int64_t>(u64()); }
-  std::string str() {
-    const std::uint64_t n = u64();
-    if (!ok_ || n > bytes_.size() - pos_) {
-      ok_ = false;
-      return {};
-    }
-    std::string s(bytes_.begin() + static_cast<std::ptrdiff_t>(pos_),
-                  bytes_.begin() + static_cast<std::ptrdiff_t>(pos_ + n));
-    pos_ += n;
-    return s;
-  }
-  std::vector<std::int64_t> list() {
-    const std::uint64_t n = u64();
-    if (!ok_ || n > (bytes_.size() - pos_) / 8) {
-      ok_ = false;
-      return {};
-    }
-    std::vector<std::int64_t> v(n);
-    for (auto& x : v) x = i64();
-    return v;
-  }
-  bool ok() const { return ok_ && pos_ == bytes_.size(); }
-
- private:
-  const Bytes& bytes_;
-  std::size_t pos_ = 0;
-  bool ok_ = true;
-};
+using Writer = ByteWriter<Bytes>;
 
 struct StepRecord {
   std::int64_t step = 0;
@@ -187,7 +122,7 @@ Bytes encode(const VerdictRecord& r) {
 }
 
 bool decode(const Bytes& bytes, StepRecord& r) {
-  Reader in(bytes);
+  ByteReader in(bytes);
   if (in.u64() != kStepTag) return false;
   r.step = in.i64();
   r.lengths = in.u64();
@@ -199,11 +134,11 @@ bool decode(const Bytes& bytes, StepRecord& r) {
   r.share_samples = in.i64();
   r.strategy = in.str();
   r.rank_samples = in.list();
-  return in.ok();
+  return in.done();
 }
 
 bool decode(const Bytes& bytes, RowRecord& r) {
-  Reader in(bytes);
+  ByteReader in(bytes);
   if (in.u64() != kRowTag) return false;
   r.step = in.i64();
   r.row = in.i64();
@@ -213,15 +148,15 @@ bool decode(const Bytes& bytes, RowRecord& r) {
   r.documents = in.i64();
   r.shard_len = in.i64();
   r.strategy = in.str();
-  return in.ok();
+  return in.done();
 }
 
 bool decode(const Bytes& bytes, VerdictRecord& r) {
-  Reader in(bytes);
+  ByteReader in(bytes);
   if (in.u64() != kVerdictTag) return false;
   r.step = in.i64();
   r.failure = in.str();
-  return in.ok();
+  return in.done();
 }
 
 // Gathers `mine` over `group` and decodes every member's record.

@@ -41,7 +41,6 @@
 #include <utility>
 #include <vector>
 
-#include "fulcrum/host/config.h"
 #include "fulcrum/status.h"
 
 namespace fulcrum::train {
@@ -166,18 +165,5 @@ Result<std::optional<ResumePoint>> latest_good_checkpoint(const std::string& dir
 // when `saved` and `current` agree, else one phrase naming every key that
 // differs: "model.hidden_size is 32 in the checkpoint and 64 now".
 std::string describe_difference(std::string_view saved, std::string_view current);
-
-// train.checkpoint_every, train.checkpoint_dir, train.checkpoint_keep and
-// train.resume, checked: a directory is needed to save or to resume with
-// auto, and paths are made absolute (relative to the config file that set
-// them, or to the working directory for --set).
-struct CheckpointOptions {
-  std::int64_t every = 0;  // 0 = never save
-  std::string dir;         // absolute, or empty
-  std::int64_t keep = 2;
-  enum class Resume { kNo, kAuto, kPath } resume = Resume::kNo;
-  std::string resume_path;  // kPath: absolute
-};
-Result<CheckpointOptions> checkpoint_options_from_config(const host::Config& config);
 
 }  // namespace fulcrum::train

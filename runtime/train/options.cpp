@@ -183,4 +183,30 @@ Result<TrainOptions> train_options_from_config(const host::Config& config) {
   return o;
 }
 
+Result<CheckpointOptions> checkpoint_options_from_config(const host::Config& config) {
+  CheckpointOptions o;
+  o.every = config.get_int("train.checkpoint_every");
+  o.keep = config.get_int("train.checkpoint_keep");
+  o.dir = resolve_path(config, "train.checkpoint_dir");
+  const std::string resume = config.get_string("train.resume");
+  if (resume == "auto") {
+    o.resume = CheckpointOptions::Resume::kAuto;
+  } else if (resume != "none" && !resume.empty()) {
+    o.resume = CheckpointOptions::Resume::kPath;
+    o.resume_path = resolve_path(config, "train.resume");
+  }
+  if (o.every > 0 && o.dir.empty()) {
+    return invalid_argument("train.checkpoint_every = " + std::to_string(o.every) + " (set at " +
+                            config.origin("train.checkpoint_every") +
+                            ") needs train.checkpoint_dir, the directory to write them to; "
+                            "set it, or set train.checkpoint_every: 0");
+  }
+  if (o.resume == CheckpointOptions::Resume::kAuto && o.dir.empty()) {
+    return invalid_argument(where(config, "train.resume", resume.empty() ? "''" : resume) +
+                            " needs train.checkpoint_dir, the directory to resume from; set it, "
+                            "or name a checkpoint file in train.resume");
+  }
+  return o;
+}
+
 }  // namespace fulcrum::train

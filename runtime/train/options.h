@@ -90,4 +90,17 @@ Result<TrainOptions> train_options_from_config(const host::Config& config);
 
 const char* dtype_name(Dtype dtype);
 
+// train.checkpoint_every, train.checkpoint_dir, train.checkpoint_keep and
+// train.resume, checked: a directory is needed to save or to resume with
+// auto, and paths are made absolute (relative to the config file that set
+// them, or to the working directory for --set).
+struct CheckpointOptions {
+  std::int64_t every = 0;  // 0 = never save
+  std::string dir;         // absolute, or empty
+  std::int64_t keep = 2;
+  enum class Resume { kNo, kAuto, kPath } resume = Resume::kNo;
+  std::string resume_path;  // kPath: absolute
+};
+Result<CheckpointOptions> checkpoint_options_from_config(const host::Config& config);
+
 }  // namespace fulcrum::train

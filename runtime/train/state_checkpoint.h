@@ -9,6 +9,7 @@
 
 #include "fulcrum/status.h"
 #include "train/checkpoint.h"
+#include "train/options.h"
 
 namespace fulcrum::data {
 class DataLoader;

@@ -3,6 +3,7 @@
 // line naming the file. No LibTorch.
 #include "train/checkpoint.h"
 #include "train/job_schema.h"
+#include "train/options.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>

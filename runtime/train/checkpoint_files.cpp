@@ -1,0 +1,251 @@
+// Checkpoint files on disk: their names, the directory's listing, atomic
+// writes, keeping the newest, and choosing the newest intact one to resume
+// from. The bytes inside are checkpoint.cpp's.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+
+#include "host/input_file.h"
+#include "train/checkpoint.h"
+
+namespace fulcrum::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr std::string_view kFilePrefix = "step-";
+constexpr std::string_view kFileSuffix = ".ckpt";
+constexpr std::string_view kTempSuffix = ".tmp";
+
+// An owned POSIX file descriptor, closed exactly once. close() is checked on
+// the success path (it can report a failed write-back, e.g. on NFS); the
+// destructor only releases on error paths, where a second error adds nothing.
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int close() {
+    const int fd = fd_;
+    fd_ = -1;
+    return ::close(fd);
+  }
+
+ private:
+  int fd_;
+};
+
+std::string errno_text() { return std::strerror(errno); }
+
+Status write_all(int fd, std::string_view bytes, const std::string& path) {
+  while (!bytes.empty()) {
+    const ssize_t n = ::write(fd, bytes.data(), bytes.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      return invalid_argument("cannot write " + path + ": " + errno_text() +
+                              "; free space or choose another train.checkpoint_dir");
+    }
+    bytes.remove_prefix(static_cast<std::size_t>(n));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+std::string checkpoint_file_name(std::int64_t step) {
+  char digits[32];
+  std::snprintf(digits, sizeof(digits), "%08lld", static_cast<long long>(step));
+  return std::string(kFilePrefix) + digits + std::string(kFileSuffix);
+}
+
+std::optional<std::int64_t> checkpoint_step_of(std::string_view file_name) {
+  if (!file_name.starts_with(kFilePrefix) || !file_name.ends_with(kFileSuffix)) return {};
+  const std::string_view digits = file_name.substr(
+      kFilePrefix.size(), file_name.size() - kFilePrefix.size() - kFileSuffix.size());
+  if (digits.empty() ||
+      !std::all_of(digits.begin(), digits.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
+    return {};
+  }
+  std::int64_t step = 0;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), step);
+  if (ec != std::errc() || end != digits.data() + digits.size()) return {};
+  return step;
+}
+
+Result<std::vector<CheckpointFile>> list_checkpoints(const std::string& dir) {
+  std::vector<CheckpointFile> files;
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) return files;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string file = it->path().filename().string();
+    if (std::optional<std::int64_t> step = checkpoint_step_of(file)) {
+      files.push_back({*step, it->path().string()});
+    }
+  }
+  if (ec) {
+    return invalid_argument("cannot list checkpoint directory " + dir + ": " + ec.message() +
+                            "; check train.checkpoint_dir and its permissions");
+  }
+  std::sort(files.begin(), files.end(),
+            [](const CheckpointFile& a, const CheckpointFile& b) { return a.step > b.step; });
+  return files;
+}
+
+Result<Checkpoint> read_checkpoint(const std::string& path) {
+  Result<host::InputFile> opened = host::open_input_file(
+      path, {"checkpoint " + path,
+             "give a checkpoint file written by fulcrum train, or train.resume: auto"});
+  if (!opened) return opened.status();
+  Fd fd(std::move(opened).value().release());
+  // The magic first: a large file of something else (a sparse file of
+  // zeros named like a checkpoint) is refused without reading it all.
+  char magic[sizeof kCheckpointMagic - 1] = {};
+  const ssize_t got = ::pread(fd.get(), magic, sizeof magic, 0);
+  if (got == static_cast<ssize_t>(sizeof magic) &&
+      std::memcmp(magic, kCheckpointMagic, sizeof magic) != 0) {
+    return invalid_argument("checkpoint " + path +
+                            " is not a fulcrum checkpoint (it does not start with '" +
+                            std::string(kCheckpointMagic) + "')");
+  }
+  std::string bytes;
+  char buffer[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd.get(), buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return invalid_argument("cannot read checkpoint " + path + ": " + errno_text());
+    if (n == 0) break;
+    bytes.append(buffer, static_cast<std::size_t>(n));
+  }
+  Result<Checkpoint> c = decode_checkpoint(bytes, path);
+  if (!c) return c;
+  const std::optional<std::int64_t> named = checkpoint_step_of(fs::path(path).filename().string());
+  if (named && *named != c->header.step) {
+    return invalid_argument("checkpoint " + path + " holds step " + std::to_string(c->header.step) +
+                            " but its name says step " + std::to_string(*named) +
+                            "; it was renamed or copied over another");
+  }
+  return c;
+}
+
+Status write_file_atomically(const std::string& path, std::string_view bytes) {
+  const fs::path target(path);
+  const fs::path dir = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  const std::string temp =
+      (dir / ("." + target.filename().string() + std::string(kTempSuffix))).string();
+  // On any failure below the temporary file must not stay behind.
+  struct Unlink {
+    const std::string& path;
+    bool armed = true;
+    ~Unlink() {
+      if (armed) ::unlink(path.c_str());
+    }
+  } cleanup{temp};
+
+  Fd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!fd.valid()) {
+    return invalid_argument("cannot create " + temp + ": " + errno_text() +
+                            "; check that train.checkpoint_dir is writable");
+  }
+  if (Status s = write_all(fd.get(), bytes, temp); !s) return s;
+  // The data must be on disk before the rename makes it the checkpoint:
+  // otherwise a power loss can leave a complete name over incomplete data.
+  if (::fsync(fd.get()) != 0) return invalid_argument("fsync of " + temp + ": " + errno_text());
+  if (fd.close() != 0) return invalid_argument("closing " + temp + ": " + errno_text());
+  if (::rename(temp.c_str(), path.c_str()) != 0) {
+    return invalid_argument("cannot rename " + temp + " to " + path + ": " + errno_text());
+  }
+  cleanup.armed = false;
+  // The rename is a change to the directory; it survives a crash only once
+  // the directory itself is synced.
+  Fd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir_fd.valid() || ::fsync(dir_fd.get()) != 0) {
+    return invalid_argument("fsync of directory " + dir.string() + ": " + errno_text());
+  }
+  return Status::ok();
+}
+
+Result<std::string> save_checkpoint(const std::string& dir, const Checkpoint& checkpoint,
+                                    std::int64_t keep) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) {
+    return invalid_argument("cannot create checkpoint directory " + dir + ": " + ec.message() +
+                            "; check train.checkpoint_dir");
+  }
+  const std::int64_t step = checkpoint.header.step;
+  const std::string path = (fs::path(dir) / checkpoint_file_name(step)).string();
+  if (Status s = write_file_atomically(path, encode_checkpoint(checkpoint)); !s) return s;
+
+  Result<std::vector<CheckpointFile>> files = list_checkpoints(dir);
+  if (!files) return files.status();
+  std::int64_t kept = 0;
+  for (const CheckpointFile& f : *files) {
+    if (f.step > step) continue;
+    if (++kept <= keep) continue;
+    if (!fs::remove(f.path, ec) && ec) {
+      return invalid_argument("cannot delete old checkpoint " + f.path + ": " + ec.message());
+    }
+  }
+  // Temporary files of an earlier writer that crashed mid-write.
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() > kTempSuffix.size() + 1 && name.front() == '.' &&
+        name.ends_with(kTempSuffix) &&
+        checkpoint_step_of(
+            std::string_view(name).substr(1, name.size() - 1 - kTempSuffix.size()))) {
+      std::error_code ignored;  // best effort: a stale temporary file is only wasted space
+      fs::remove(it->path(), ignored);
+    }
+  }
+  return path;
+}
+
+Status prepare_checkpoint_dir(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir, ec)) {
+    return invalid_argument("cannot create checkpoint directory " + dir + ": " +
+                            (ec ? ec.message() : std::string("a file of that name exists")) +
+                            "; fix train.checkpoint_dir");
+  }
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    return invalid_argument("checkpoint directory " + dir + " is not writable: " + errno_text() +
+                            "; fix its permissions or train.checkpoint_dir");
+  }
+  return Status::ok();
+}
+
+Result<std::optional<ResumePoint>> latest_good_checkpoint(const std::string& dir) {
+  Result<std::vector<CheckpointFile>> files = list_checkpoints(dir);
+  if (!files) return files.status();
+  if (files->empty()) return std::optional<ResumePoint>();
+  ResumePoint point;
+  for (const CheckpointFile& f : *files) {
+    Result<Checkpoint> c = read_checkpoint(f.path);
+    if (c) {
+      point.path = f.path;
+      point.checkpoint = std::move(c).value();
+      return std::optional<ResumePoint>(std::move(point));
+    }
+    point.refused.push_back(c.status().message());
+  }
+  return invalid_argument("none of the " + std::to_string(files->size()) + " checkpoints in " +
+                          dir + " is intact (the newest: " + point.refused.front() +
+                          "); restore one from a backup, or start afresh with "
+                          "train.resume=none and an empty train.checkpoint_dir");
+}
+
+}  // namespace fulcrum::train

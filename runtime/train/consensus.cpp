@@ -1,16 +1,9 @@
 #include "train/consensus.h"
 
-#include <signal.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <charconv>
-#include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <map>
 #include <numeric>
-#include <thread>
 #include <utility>
 
 #include "fulcrum/core/bytes.h"
@@ -271,91 +264,153 @@ std::string list_text(const std::vector<std::int64_t>& v) {
   return out + "]";
 }
 
-// --- options -----------------------------------------------------------------
-
-constexpr const char* kTestOnly =
-    "it is a test-only variable (docs/RELIABILITY.md): unset it outside fulcrum's tests";
-
-Result<std::int64_t> env_integer(const EnvFn& env, const char* name, std::int64_t min,
-                                 std::int64_t max, std::int64_t fallback) {
-  const std::optional<std::string> text = env(name);
-  if (!text) return fallback;
-  std::int64_t value = 0;
-  const auto [end, ec] = std::from_chars(text->data(), text->data() + text->size(), value);
-  if (text->empty() || ec != std::errc() || end != text->data() + text->size() || value < min ||
-      value > max) {
-    return invalid_argument(std::string(name) + "='" + *text + "' is not an integer from " +
-                            std::to_string(min) + " to " + std::to_string(max) + "; " + kTestOnly);
-  }
-  return value;
+// What this rank is about to train in `step`, as the DP check compares it.
+// `perturb_lengths`: the test-only `dp` perturbation.
+StepRecord step_record(std::int64_t step, const data::StepBatch& batch,
+                       const data::TokenDataset& dataset, std::int64_t dp_rank,
+                       bool perturb_lengths) {
+  StepRecord mine;
+  mine.step = step;
+  std::vector<std::int64_t> lengths;
+  lengths.reserve(batch.global_samples.size());
+  for (std::int64_t s : batch.global_samples) lengths.push_back(dataset.length(s));
+  if (perturb_lengths && !lengths.empty()) ++lengths.front();
+  mine.lengths = Fingerprint().add(batch.global_samples).add(lengths).value();
+  mine.samples = static_cast<std::int64_t>(lengths.size());
+  mine.tokens = std::accumulate(lengths.begin(), lengths.end(), std::int64_t{0});
+  mine.partition = Fingerprint()
+                       .add(std::string_view(batch.stats.strategy))
+                       .add(batch.stats.rank_samples)
+                       .add(batch.stats.rank_tokens)
+                       .value();
+  mine.strategy = batch.stats.strategy;
+  mine.rank_samples = batch.stats.rank_samples;
+  mine.share = Fingerprint().add(batch.samples).value();
+  mine.share_samples = static_cast<std::int64_t>(batch.samples.size());
+  mine.dp_rank = dp_rank;
+  return mine;
 }
 
-template <class Kind>
-struct TestVariable {
-  Kind kind;
-  int rank = 0;
-  std::int64_t step = 1;
-};
+// The global batch and its partition agree over WORLD.
+void check_dp_agreement(const ConsensusGroup& g, const std::vector<StepRecord>& all,
+                        const std::string& at) {
+  auto lengths_classes = classes_of(all, [](const StepRecord& r) { return r.lengths; });
+  if (lengths_classes.size() > 1) {
+    throw ConsensusError(
+        at +
+        differs("the DP workload (the global batch's sample ids and lengths)", g, all,
+                lengths_classes,
+                [](const StepRecord& r) {
+                  return plural(r.samples, "sample", "samples") + ", " +
+                         plural(r.tokens, "token", "tokens") + ", fingerprint " + hex(r.lengths);
+                }) +
+        "; every rank must read the same dataset with the same data.* settings: check that "
+        "all ranks see identical data files");
+  }
+  auto partition_classes = classes_of(all, [](const StepRecord& r) { return r.partition; });
+  if (partition_classes.size() > 1) {
+    throw ConsensusError(
+        at +
+        differs("the DP partition", g, all, partition_classes,
+                [](const StepRecord& r) {
+                  return "strategy " + r.strategy + ", samples per DP rank " +
+                         list_text(r.rank_samples) + ", fingerprint " + hex(r.partition);
+                }) +
+        "; the balancer split the same batch differently: run the same plugin build and "
+        "balancer.dp settings on every rank");
+  }
+}
 
-// "<PREFIX>" names the kind; "<PREFIX>_RANK" and "<PREFIX>_STEP" where and
-// when. Rank and step without the kind are refused: a test that forgot the
-// kind would otherwise pass without any fault.
-template <class Kind>
-Result<std::optional<TestVariable<Kind>>> parse_test_variable(
-    const EnvFn& env, const std::string& prefix,
-    const std::vector<std::pair<std::string, Kind>>& kinds, int world_size, std::int64_t min_step) {
-  const std::string rank_name = prefix + "_RANK";
-  const std::string step_name = prefix + "_STEP";
-  const std::optional<std::string> kind_text = env(prefix);
-  if (!kind_text) {
-    for (const std::string& name : {rank_name, step_name}) {
-      if (env(name)) {
-        return invalid_argument(name + " is set but " + prefix + " is not; " + kTestOnly);
-      }
+// The CP ranks of one DP rank hold the same share, of the size the agreed
+// partition gives that DP rank.
+void check_dp_shares(const ConsensusGroup& g, const std::vector<StepRecord>& all,
+                     const std::string& at) {
+  std::map<std::int64_t, std::vector<std::size_t>> by_dp;
+  for (std::size_t i = 0; i < all.size(); ++i) by_dp[all[i].dp_rank].push_back(i);
+  for (const auto& [dp_rank, members] : by_dp) {
+    std::vector<StepRecord> sub;
+    ConsensusGroup sub_group{g.name, {}, nullptr};
+    for (std::size_t i : members) {
+      sub.push_back(all[i]);
+      sub_group.ranks.push_back(g.ranks[i]);
     }
-    return std::optional<TestVariable<Kind>>();
+    auto share_classes = classes_of(sub, [](const StepRecord& r) { return r.share; });
+    if (share_classes.size() > 1) {
+      throw ConsensusError(
+          at +
+          differs("the share of DP rank " + std::to_string(dp_rank), sub_group, sub, share_classes,
+                  [](const StepRecord& r) {
+                    return plural(r.share_samples, "sample", "samples") + ", fingerprint " +
+                           hex(r.share);
+                  }) +
+          "; the CP ranks of one DP rank must train the same samples: run the same loader "
+          "settings on every rank");
+    }
+    const auto& rank_samples = all.front().rank_samples;
+    const StepRecord& r = sub.front();
+    if (dp_rank < 0 || static_cast<std::size_t>(dp_rank) >= rank_samples.size() ||
+        rank_samples[static_cast<std::size_t>(dp_rank)] != r.share_samples) {
+      throw ConsensusError(at + rank_list(sub_group.ranks) + " (DP rank " +
+                           std::to_string(dp_rank) + ") hold " +
+                           plural(r.share_samples, "sample", "samples") +
+                           " but the agreed partition " + list_text(rank_samples) +
+                           " gives that DP rank another count; the loader's share does not match "
+                           "its partition, which is a bug in fulcrum: please report it");
+    }
   }
-  std::string names;
-  std::optional<Kind> kind;
-  for (const auto& [name, k] : kinds) {
-    names += (names.empty() ? "" : ", ") + name;
-    if (*kind_text == name) kind = k;
-  }
-  if (!kind) {
-    return invalid_argument(prefix + "='" + *kind_text + "' is not one of " + names + "; " +
-                            kTestOnly);
-  }
-  Result<std::int64_t> rank = env_integer(env, rank_name.c_str(), 0, world_size - 1, 0);
-  if (!rank) return rank.status();
-  Result<std::int64_t> step =
-      env_integer(env, step_name.c_str(), min_step, std::int64_t{1} << 62, 1);
-  if (!step) return step.status();
-  return std::optional<TestVariable<Kind>>(
-      TestVariable<Kind>{*kind, static_cast<int>(*rank), *step});
 }
 
-const char* fault_name(FaultKind kind) {
-  switch (kind) {
-    case FaultKind::kKill:
-      return "kill";
-    case FaultKind::kThrow:
-      return "throw";
-    case FaultKind::kStall:
-      return "stall";
+// What this rank is about to attend in row `row` of `step`, as the CP check
+// compares it. `perturb_plan`: the test-only `plan` perturbation.
+RowRecord row_record(std::int64_t step, std::int64_t row, const CpWorkload& workload,
+                     const ShardPlan& plan, bool perturb_plan) {
+  RowRecord mine;
+  mine.step = step;
+  mine.row = row;
+  mine.workload = workload_fingerprint(workload);
+  if (perturb_plan && plan.positions.size() >= 2) {
+    ShardPlan other = plan;
+    std::swap(other.positions[0], other.positions[1]);
+    mine.plan = plan_fingerprint(other);
+  } else {
+    mine.plan = plan_fingerprint(plan);
   }
-  return "?";
+  mine.tokens = workload.tokens;
+  mine.documents =
+      workload.doc_lengths.empty() ? 1 : static_cast<std::int64_t>(workload.doc_lengths.size());
+  mine.shard_len = plan.shard_len;
+  mine.strategy = plan.strategy_used;
+  return mine;
 }
 
-const char* perturb_name(PerturbKind kind) {
-  switch (kind) {
-    case PerturbKind::kCpWorkload:
-      return "cp";
-    case PerturbKind::kCpPlan:
-      return "plan";
-    case PerturbKind::kDpLengths:
-      return "dp";
+// "" when the CP group agrees on the row, else the one-line error.
+std::string row_failure(const ConsensusGroup& g, const std::vector<RowRecord>& all,
+                        const std::string& at) {
+  std::string failure;
+  auto workload_classes = classes_of(all, [](const RowRecord& r) { return r.workload; });
+  auto plan_classes = classes_of(all, [](const RowRecord& r) { return r.plan; });
+  if (workload_classes.size() > 1) {
+    failure = at +
+              differs("the CP workload", g, all, workload_classes,
+                      [](const RowRecord& r) {
+                        return "N=" + std::to_string(r.tokens) + ", " +
+                               plural(r.documents, "document", "documents") + ", fingerprint " +
+                               hex(r.workload);
+                      }) +
+              "; the ranks of a CP group must build the same rows from replicated inputs: check "
+              "that every rank reads the same data and configuration";
+  } else if (plan_classes.size() > 1) {
+    failure = at + "the CP workload agrees (N=" + std::to_string(all.front().tokens) + ", " +
+              plural(all.front().documents, "document", "documents") + ") but " +
+              differs("the plan", g, all, plan_classes,
+                      [](const RowRecord& r) {
+                        return "strategy " + r.strategy + ", shard " + std::to_string(r.shard_len) +
+                               ", fingerprint " + hex(r.plan);
+                      }) +
+              "; the balancer answered the same workload differently: run the same plugin "
+              "build and balancer.cp settings on every rank";
   }
-  return "?";
+  return failure;
 }
 
 }  // namespace
@@ -409,85 +464,29 @@ std::uint64_t plan_fingerprint(const ShardPlan& plan) {
 
 // --- options -----------------------------------------------------------------
 
-std::optional<std::string> process_environment(std::string_view name) {
-  const char* value = std::getenv(std::string(name).c_str());
-  if (value == nullptr) return std::nullopt;
-  return std::string(value);
-}
-
 Result<ReliabilityOptions> reliability_options(const host::Config& config, int world_size,
                                                const EnvFn& env) {
   ReliabilityOptions o;
   o.plan_consensus = config.get_bool("dist.plan_consensus");
-  auto fault = parse_test_variable<FaultKind>(
-      env, "FULCRUM_TEST_FAULT",
-      {{"kill", FaultKind::kKill}, {"throw", FaultKind::kThrow}, {"stall", FaultKind::kStall}},
-      world_size, /*min_step=*/0);
+  Result<std::optional<FaultSpec>> fault = fault_from_environment(env, world_size);
   if (!fault) return fault.status();
-  if (*fault) o.fault = FaultSpec{(*fault)->kind, (*fault)->rank, (*fault)->step};
-  auto perturb = parse_test_variable<PerturbKind>(env, "FULCRUM_TEST_PERTURB",
-                                                  {{"cp", PerturbKind::kCpWorkload},
-                                                   {"plan", PerturbKind::kCpPlan},
-                                                   {"dp", PerturbKind::kDpLengths}},
-                                                  world_size, /*min_step=*/1);
+  o.fault = *fault;
+  Result<std::optional<PerturbSpec>> perturb = perturb_from_environment(env, world_size);
   if (!perturb) return perturb.status();
-  if (*perturb) {
-    o.perturb = PerturbSpec{(*perturb)->kind, (*perturb)->rank, (*perturb)->step};
-  }
+  o.perturb = *perturb;
   return o;
 }
 
 // --- hooks ------------------------------------------------------------------
 
 ReliabilityHooks::ReliabilityHooks(ReliabilityOptions options, int rank)
-    : options_(std::move(options)), rank_(rank) {
-  // Said once, by rank 0, so that a variable left set by accident is seen.
-  if (rank_ != 0) return;
-  if (options_.fault) {
-    host::log_to_stderr(host::LogLevel::kWarning,
-                        std::string("test-only FULCRUM_TEST_FAULT=") +
-                            fault_name(options_.fault->kind) + " is set (rank " +
-                            std::to_string(options_.fault->rank) + ", step " +
-                            std::to_string(options_.fault->step) + "): this run fails on purpose");
-  }
-  if (options_.perturb) {
-    host::log_to_stderr(host::LogLevel::kWarning,
-                        std::string("test-only FULCRUM_TEST_PERTURB=") +
-                            perturb_name(options_.perturb->kind) + " is set (rank " +
-                            std::to_string(options_.perturb->rank) + ", step " +
-                            std::to_string(options_.perturb->step) +
-                            "): that rank's inputs are altered on purpose");
-  }
-}
+    : options_(std::move(options)), faults_(options_.fault, options_.perturb, rank), rank_(rank) {}
 
-void ReliabilityHooks::before_rendezvous() { maybe_fault(0); }
+void ReliabilityHooks::before_rendezvous() { faults_.maybe_fault(0); }
 
 void ReliabilityHooks::connect(ConsensusGroup world, ConsensusGroup cp) {
   world_ = std::move(world);
   cp_ = std::move(cp);
-}
-
-bool ReliabilityHooks::armed(const std::optional<PerturbSpec>& p, PerturbKind kind) const {
-  return p && p->kind == kind && p->rank == rank_ && p->step == step_;
-}
-
-void ReliabilityHooks::maybe_fault(std::int64_t step) {
-  const std::optional<FaultSpec>& f = options_.fault;
-  if (!f || fault_fired_ || f->rank != rank_ || f->step != step) return;
-  fault_fired_ = true;
-  switch (f->kind) {
-    case FaultKind::kKill:
-      // As the OOM killer would: no message, no unwinding.
-      ::kill(::getpid(), SIGKILL);
-      std::abort();  // not reached
-    case FaultKind::kThrow:
-      throw std::runtime_error("injected failure (test-only FULCRUM_TEST_FAULT=throw) in step " +
-                               std::to_string(step));
-    case FaultKind::kStall:
-      // Silent, as a rank stuck in I/O or a dead lock would be; only the
-      // others' timeouts and the launcher can end it.
-      for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
-  }
 }
 
 void ReliabilityHooks::begin_step(std::int64_t step, const data::StepBatch& batch,
@@ -497,164 +496,38 @@ void ReliabilityHooks::begin_step(std::int64_t step, const data::StepBatch& batc
   had_row_ = false;
   failure_.clear();
   if (!enabled() || !world_ || world_->ranks.size() < 2) return;
-
-  StepRecord mine;
-  mine.step = step;
-  std::vector<std::int64_t> lengths;
-  lengths.reserve(batch.global_samples.size());
-  for (std::int64_t s : batch.global_samples) lengths.push_back(dataset.length(s));
-  if (armed(options_.perturb, PerturbKind::kDpLengths) && !lengths.empty()) ++lengths.front();
-  mine.lengths = Fingerprint().add(batch.global_samples).add(lengths).value();
-  mine.samples = static_cast<std::int64_t>(lengths.size());
-  mine.tokens = std::accumulate(lengths.begin(), lengths.end(), std::int64_t{0});
-  mine.partition = Fingerprint()
-                       .add(std::string_view(batch.stats.strategy))
-                       .add(batch.stats.rank_samples)
-                       .add(batch.stats.rank_tokens)
-                       .value();
-  mine.strategy = batch.stats.strategy;
-  mine.rank_samples = batch.stats.rank_samples;
-  mine.share = Fingerprint().add(batch.samples).value();
-  mine.share_samples = static_cast<std::int64_t>(batch.samples.size());
   const int cp_size = cp_ ? static_cast<int>(cp_->ranks.size()) : 1;
-  mine.dp_rank = rank_ / std::max(1, cp_size);
-
+  const StepRecord mine = step_record(step, batch, dataset, rank_ / std::max(1, cp_size),
+                                      armed(PerturbKind::kDpLengths));
   const ConsensusGroup& g = *world_;
   const std::vector<StepRecord> all = exchange(g, mine, "step check");
   check_in_step(g, all);
   const std::string at =
       "plan consensus failed at step " + std::to_string(step) + " on group " + g.name + ": ";
-
-  auto lengths_classes = classes_of(all, [](const StepRecord& r) { return r.lengths; });
-  if (lengths_classes.size() > 1) {
-    throw ConsensusError(
-        at +
-        differs("the DP workload (the global batch's sample ids and lengths)", g, all,
-                lengths_classes,
-                [](const StepRecord& r) {
-                  return plural(r.samples, "sample", "samples") + ", " +
-                         plural(r.tokens, "token", "tokens") + ", fingerprint " + hex(r.lengths);
-                }) +
-        "; every rank must read the same dataset with the same data.* settings: check that "
-        "all ranks see identical data files");
-  }
-  auto partition_classes = classes_of(all, [](const StepRecord& r) { return r.partition; });
-  if (partition_classes.size() > 1) {
-    throw ConsensusError(
-        at +
-        differs("the DP partition", g, all, partition_classes,
-                [](const StepRecord& r) {
-                  return "strategy " + r.strategy + ", samples per DP rank " +
-                         list_text(r.rank_samples) + ", fingerprint " + hex(r.partition);
-                }) +
-        "; the balancer split the same batch differently: run the same plugin build and "
-        "balancer.dp settings on every rank");
-  }
-  // The CP ranks of one DP rank train the same samples; and each share must
-  // be the size the agreed partition gives its DP rank.
-  std::map<std::int64_t, std::vector<std::size_t>> by_dp;
-  for (std::size_t i = 0; i < all.size(); ++i) by_dp[all[i].dp_rank].push_back(i);
-  for (const auto& [dp_rank, members] : by_dp) {
-    std::vector<StepRecord> sub;
-    ConsensusGroup sub_group{g.name, {}, nullptr};
-    for (std::size_t i : members) {
-      sub.push_back(all[i]);
-      sub_group.ranks.push_back(g.ranks[i]);
-    }
-    auto share_classes = classes_of(sub, [](const StepRecord& r) { return r.share; });
-    if (share_classes.size() > 1) {
-      throw ConsensusError(
-          at +
-          differs("the share of DP rank " + std::to_string(dp_rank), sub_group, sub, share_classes,
-                  [](const StepRecord& r) {
-                    return plural(r.share_samples, "sample", "samples") + ", fingerprint " +
-                           hex(r.share);
-                  }) +
-          "; the CP ranks of one DP rank must train the same samples: run the same loader "
-          "settings on every rank");
-    }
-    const auto& rank_samples = all.front().rank_samples;
-    const StepRecord& r = sub.front();
-    if (dp_rank < 0 || static_cast<std::size_t>(dp_rank) >= rank_samples.size() ||
-        rank_samples[static_cast<std::size_t>(dp_rank)] != r.share_samples) {
-      throw ConsensusError(at + rank_list(sub_group.ranks) + " (DP rank " +
-                           std::to_string(dp_rank) + ") hold " +
-                           plural(r.share_samples, "sample", "samples") +
-                           " but the agreed partition " + list_text(rank_samples) +
-                           " gives that DP rank another count; the loader's share does not match "
-                           "its partition, which is a bug in fulcrum: please report it");
-    }
-  }
+  check_dp_agreement(g, all, at);
+  check_dp_shares(g, all, at);
 }
 
 void ReliabilityHooks::begin_row(CpWorkload& workload) {
   const bool first = !had_row_;
   had_row_ = true;
-  maybe_fault(step_);
-  if (first && armed(options_.perturb, PerturbKind::kCpWorkload) && workload.tokens >= 2) {
-    // Another split of the same N: the shapes stay equal, so without the
-    // check this rank would silently plan (and attend) differently.
-    std::vector<std::int64_t>& d = workload.doc_lengths;
-    if (d.size() <= 1) {
-      d = {1, workload.tokens - 1};
-    } else {
-      d[1] += d[0];
-      d.erase(d.begin());
-    }
-  }
+  faults_.maybe_fault(step_);
+  if (first && armed(PerturbKind::kCpWorkload)) InjectedFaults::perturb_workload(workload);
 }
 
 bool ReliabilityHooks::check_row(const CpWorkload& workload, const ShardPlan& plan) {
   if (!failure_.empty()) return false;
   const std::int64_t row = row_++;
   if (!enabled() || !cp_ || cp_->ranks.size() < 2) return true;
-
-  RowRecord mine;
-  mine.step = step_;
-  mine.row = row;
-  mine.workload = workload_fingerprint(workload);
-  if (row == 0 && armed(options_.perturb, PerturbKind::kCpPlan) && plan.positions.size() >= 2) {
-    ShardPlan other = plan;
-    std::swap(other.positions[0], other.positions[1]);
-    mine.plan = plan_fingerprint(other);
-  } else {
-    mine.plan = plan_fingerprint(plan);
-  }
-  mine.tokens = workload.tokens;
-  mine.documents =
-      workload.doc_lengths.empty() ? 1 : static_cast<std::int64_t>(workload.doc_lengths.size());
-  mine.shard_len = plan.shard_len;
-  mine.strategy = plan.strategy_used;
-
+  const RowRecord mine =
+      row_record(step_, row, workload, plan, row == 0 && armed(PerturbKind::kCpPlan));
   const ConsensusGroup& g = *cp_;
   const std::vector<RowRecord> all = exchange(g, mine, "row check");
   check_in_step(g, all);
-  const std::string at = "plan consensus failed at step " + std::to_string(step_) + ", row " +
-                         std::to_string(row) + " of group " + g.name + ": ";
-  std::string failure;
-  auto workload_classes = classes_of(all, [](const RowRecord& r) { return r.workload; });
-  auto plan_classes = classes_of(all, [](const RowRecord& r) { return r.plan; });
-  if (workload_classes.size() > 1) {
-    failure = at +
-              differs("the CP workload", g, all, workload_classes,
-                      [](const RowRecord& r) {
-                        return "N=" + std::to_string(r.tokens) + ", " +
-                               plural(r.documents, "document", "documents") + ", fingerprint " +
-                               hex(r.workload);
-                      }) +
-              "; the ranks of a CP group must build the same rows from replicated inputs: check "
-              "that every rank reads the same data and configuration";
-  } else if (plan_classes.size() > 1) {
-    failure = at + "the CP workload agrees (N=" + std::to_string(all.front().tokens) + ", " +
-              plural(all.front().documents, "document", "documents") + ") but " +
-              differs("the plan", g, all, plan_classes,
-                      [](const RowRecord& r) {
-                        return "strategy " + r.strategy + ", shard " + std::to_string(r.shard_len) +
-                               ", fingerprint " + hex(r.plan);
-                      }) +
-              "; the balancer answered the same workload differently: run the same plugin "
-              "build and balancer.cp settings on every rank";
-  }
+  std::string failure =
+      row_failure(g, all,
+                  "plan consensus failed at step " + std::to_string(step_) + ", row " +
+                      std::to_string(row) + " of group " + g.name + ": ");
   if (failure.empty()) return true;
   // The whole job is this CP group: everyone already knows.
   if (!world_ || world_->ranks.size() == g.ranks.size()) throw ConsensusError(failure);
@@ -664,7 +537,7 @@ bool ReliabilityHooks::check_row(const CpWorkload& workload, const ShardPlan& pl
 
 void ReliabilityHooks::end_step() {
   // A rank without rows in the faulty step fails here instead.
-  maybe_fault(step_);
+  faults_.maybe_fault(step_);
   if (!enabled() || !world_ || !cp_ || cp_->ranks.size() < 2 ||
       world_->ranks.size() == cp_->ranks.size()) {
     return;

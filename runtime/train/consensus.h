@@ -26,18 +26,8 @@
 // over WORLD and one per row over the CP group (docs/RELIABILITY.md has
 // figures). `dist.plan_consensus: false` turns it off.
 //
-// Test-only environment variables (docs/RELIABILITY.md; never set them in a
-// real job):
-//   FULCRUM_TEST_FAULT=kill|throw|stall  with FULCRUM_TEST_FAULT_RANK=R
-//     (default 0) and FULCRUM_TEST_FAULT_STEP=S (default 1; 0 = before the
-//     rendezvous): rank R SIGKILLs itself, throws, or sleeps forever at the
-//     first row of step S (at end_step when it has no row in step S).
-//   FULCRUM_TEST_PERTURB=cp|plan|dp  with FULCRUM_TEST_PERTURB_RANK=R
-//     (default 0) and FULCRUM_TEST_PERTURB_STEP=S (default 1): rank R sees
-//     different document lengths in its first row of step S (the workload is
-//     really changed, N kept), or a different plan of that row, or different
-//     sample lengths in step S's DP check (only what the check hashes is
-//     changed for `plan` and `dp`).
+// The test-only fault and perturbation variables are test_faults.h's; the
+// hooks below fire them at their points of the step.
 #pragma once
 
 #include <cstdint>
@@ -56,6 +46,7 @@
 #include "fulcrum/cp_types.h"
 #include "fulcrum/host/config.h"
 #include "fulcrum/status.h"
+#include "train/test_faults.h"
 
 namespace fulcrum::train {
 
@@ -115,25 +106,6 @@ class ConsensusError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Environment lookup (nullopt = unset); tests pass their own.
-using EnvFn = std::function<std::optional<std::string>(std::string_view name)>;
-std::optional<std::string> process_environment(std::string_view name);
-
-enum class FaultKind { kKill, kThrow, kStall };
-enum class PerturbKind { kCpWorkload, kCpPlan, kDpLengths };
-
-struct FaultSpec {
-  FaultKind kind = FaultKind::kThrow;
-  int rank = 0;
-  std::int64_t step = 1;  // 0 = before the rendezvous
-};
-
-struct PerturbSpec {
-  PerturbKind kind = PerturbKind::kCpWorkload;
-  int rank = 0;
-  std::int64_t step = 1;
-};
-
 struct ReliabilityOptions {
   bool plan_consensus = true;  // dist.plan_consensus
   std::optional<FaultSpec> fault;
@@ -178,18 +150,17 @@ class ReliabilityHooks {
   bool enabled() const { return options_.plan_consensus; }
 
  private:
-  void maybe_fault(std::int64_t step);
-  bool armed(const std::optional<PerturbSpec>& p, PerturbKind kind) const;
+  bool armed(PerturbKind kind) const { return faults_.armed(kind, step_); }
 
   ReliabilityOptions options_{false, std::nullopt, std::nullopt};
+  InjectedFaults faults_;
   int rank_ = 0;
   std::optional<ConsensusGroup> world_;
   std::optional<ConsensusGroup> cp_;
   std::int64_t step_ = 0;
-  std::int64_t row_ = 0;      // rows checked in this step
-  bool had_row_ = false;      // this rank began a row in this step
-  bool fault_fired_ = false;  // a fault fires once
-  std::string failure_;       // this step's CP divergence, "" = none
+  std::int64_t row_ = 0;  // rows checked in this step
+  bool had_row_ = false;  // this rank began a row in this step
+  std::string failure_;   // this step's CP divergence, "" = none
 };
 
 }  // namespace fulcrum::train

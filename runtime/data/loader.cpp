@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "fulcrum/core/bytes.h"
 #include "fulcrum/core/random.h"
 
 namespace fulcrum::data {
@@ -52,49 +53,12 @@ DpPartition round_robin_partition(std::size_t m, std::size_t k, std::string reas
   return part;
 }
 
-// The window state's bytes: little-endian int64 fields.
-class StateWriter {
- public:
-  void i64(std::int64_t v) {
-    auto u = static_cast<std::uint64_t>(v);
-    for (int b = 0; b < 8; ++b, u >>= 8) bytes_.push_back(static_cast<char>(u & 0xFF));
-  }
-  std::string take() { return std::move(bytes_); }
-
- private:
-  std::string bytes_;
-};
-
-class StateReader {
- public:
-  explicit StateReader(std::string_view bytes) : bytes_(bytes) {}
-  // False once a read ran past the end; every later read then fails too.
-  bool i64(std::int64_t& v) {
-    if (bytes_.size() - at_ < 8) return ok_ = false;
-    std::uint64_t u = 0;
-    for (int b = 7; b >= 0; --b) {
-      u = (u << 8) | static_cast<unsigned char>(bytes_[at_ + static_cast<std::size_t>(b)]);
-    }
-    at_ += 8;
-    v = static_cast<std::int64_t>(u);
-    return ok_;
-  }
-  bool at_end() const { return ok_ && at_ == bytes_.size(); }
-
- private:
-  std::string_view bytes_;
-  std::size_t at_ = 0;
-  bool ok_ = true;
-};
-
 // Version 1 held the dispatched batches of a DP-size-dependent window; a
 // window now depends on the epoch order alone and its state is its identity.
 constexpr std::int64_t kWindowStateVersion = 2;
 
-}  // namespace
-
-Result<DataLoader> DataLoader::create(const TokenDataset& dataset, LoadBalancer& balancer,
-                                      LoaderOptions options) {
+// The options a loader can serve, and a DP strategy the balancer offers.
+Status check_options(const LoaderOptions& options, LoadBalancer& balancer) {
   auto at_least_one = [](const char* name, std::int64_t v) -> Status {
     if (v >= 1) return Status::ok();
     return invalid_argument(std::string("data loader ") + name + " is " + std::to_string(v) +
@@ -134,6 +98,129 @@ Result<DataLoader> DataLoader::create(const TokenDataset& dataset, LoadBalancer&
                      " (it offers: " + list + ")");
   }
 
+  return Status::ok();
+}
+
+// --- packing ----------------------------------------------------------------
+
+struct Piece {
+  std::size_t sample_index;  // into the samples being packed
+  std::int64_t begin;
+  std::int64_t end;
+};
+
+// Every sample cut at the multiples of `seq` within it.
+std::vector<Piece> cut_pieces(const std::vector<std::vector<std::int64_t>>& tokens,
+                              std::int64_t seq) {
+  std::vector<Piece> pieces;
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    const auto len = static_cast<std::int64_t>(tokens[i].size());
+    for (std::int64_t b = 0; b < len; b += seq) pieces.push_back({i, b, std::min(len, b + seq)});
+  }
+  return pieces;
+}
+
+// Without packing every piece is a row of its own.
+std::vector<std::vector<std::size_t>> one_row_each(const std::vector<Piece>& pieces) {
+  std::vector<std::vector<std::size_t>> rows;
+  for (std::size_t p = 0; p < pieces.size(); ++p) rows.push_back({p});
+  return rows;
+}
+
+// Which row each piece goes to, with packing: best fit, longest piece first
+// (ties in sample order), so rows are full but for what no remaining piece
+// fits; deterministic.
+std::vector<std::vector<std::size_t>> best_fit_rows(const std::vector<Piece>& pieces,
+                                                    std::int64_t seq) {
+  std::vector<std::size_t> order(pieces.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return pieces[a].end - pieces[a].begin > pieces[b].end - pieces[b].begin;
+  });
+  std::vector<std::vector<std::size_t>> rows;
+  std::multimap<std::int64_t, std::size_t> room;  // free tokens -> row
+  for (std::size_t p : order) {
+    const std::int64_t len = pieces[p].end - pieces[p].begin;
+    auto fit = room.lower_bound(len);
+    std::size_t row = 0;
+    std::int64_t left = 0;
+    if (fit == room.end()) {
+      row = rows.size();
+      rows.emplace_back();
+      left = seq;
+    } else {
+      row = fit->second;
+      left = fit->first;
+      room.erase(fit);
+    }
+    rows[row].push_back(p);
+    if (left > len) room.emplace(left - len, row);
+  }
+  return rows;
+}
+
+// A piece of sample `sample` (whose tokens are `toks`) appended to `row`:
+// its tokens, their next tokens as labels (pad where the sample ends), their
+// positions within the sample and its id.
+void append_piece(const Piece& piece, std::int64_t sample, const std::vector<std::int64_t>& toks,
+                  std::int64_t pad, PackedRow& row) {
+  const auto len = static_cast<std::int64_t>(toks.size());
+  row.pieces.push_back({sample, piece.begin, piece.end});
+  row.doc_lengths.push_back(piece.end - piece.begin);
+  for (std::int64_t t = piece.begin; t < piece.end; ++t) {
+    const auto ut = static_cast<std::size_t>(t);
+    const bool has_next = t + 1 < len;
+    row.tokens.push_back(toks[ut]);
+    row.labels.push_back(has_next ? toks[ut + 1] : pad);
+    row.loss_mask.push_back(has_next ? 1 : 0);
+    row.positions.push_back(t);
+    row.document_ids.push_back(sample);
+  }
+}
+
+// A packed row filled to `seq` tokens with padding, a document of its own.
+void pad_row(std::int64_t seq, std::int64_t pad, PackedRow& row) {
+  const std::int64_t p = seq - row.size();
+  for (std::int64_t t = 0; t < p; ++t) {
+    row.tokens.push_back(pad);
+    row.labels.push_back(pad);
+    row.loss_mask.push_back(0);
+    row.positions.push_back(t);
+    row.document_ids.push_back(kPadDocument);
+  }
+  if (p > 0) row.doc_lengths.push_back(p);
+  row.padding = p;
+}
+
+// --- DP windows --------------------------------------------------------------
+
+// Which of `num_steps` steps each sample of a window goes to: longest first
+// (`longest`: indices into the window), dealt in snake order 0, 1, .., m-1,
+// m-1, .., 0, 0, .. to the steps that still have room (`capacity`). True
+// for the samples of step `wanted`.
+std::vector<char> snake_deal(const std::vector<std::size_t>& longest,
+                             std::vector<std::int64_t> capacity, std::size_t wanted) {
+  const std::size_t num_steps = capacity.size();
+  std::vector<char> mine(longest.size(), 0);
+  std::size_t at = 0;  // position in the snake
+  for (std::size_t i : longest) {
+    std::size_t target = 0;
+    do {
+      const std::size_t lap = at / num_steps, k = at % num_steps;
+      target = lap % 2 == 0 ? k : num_steps - 1 - k;
+      ++at;
+    } while (capacity[target] == 0);
+    --capacity[target];
+    if (target == wanted) mine[i] = 1;
+  }
+  return mine;
+}
+
+}  // namespace
+
+Result<DataLoader> DataLoader::create(const TokenDataset& dataset, LoadBalancer& balancer,
+                                      LoaderOptions options) {
+  if (Status s = check_options(options, balancer); !s) return s;
   DataLoader loader(dataset, balancer, std::move(options));
   for (std::int64_t i = 0; i < dataset.size(); ++i) {
     if (dataset.length(i) > 0) loader.samples_.push_back(i);
@@ -307,19 +394,8 @@ std::vector<std::int64_t> DataLoader::window_step(std::int64_t step) const {
   for (std::size_t j = 0; j < num_steps; ++j) {
     capacity[j] = std::min(gbs, n - (first + static_cast<std::int64_t>(j)) * gbs);
   }
-  const auto wanted = static_cast<std::size_t>(step - first);
-  std::vector<char> mine(window.size(), 0);
-  std::size_t at = 0;  // position in the snake 0, 1, .., m-1, m-1, .., 0, 0, ..
-  for (std::size_t i : longest) {
-    std::size_t target = 0;
-    do {
-      const std::size_t lap = at / num_steps, k = at % num_steps;
-      target = lap % 2 == 0 ? k : num_steps - 1 - k;
-      ++at;
-    } while (capacity[target] == 0);
-    --capacity[target];
-    if (target == wanted) mine[i] = 1;
-  }
+  const std::vector<char> mine =
+      snake_deal(longest, std::move(capacity), static_cast<std::size_t>(step - first));
   std::vector<std::int64_t> samples;
   for (std::size_t i = 0; i < window.size(); ++i) {
     if (mine[i]) samples.push_back(window[i]);
@@ -329,13 +405,14 @@ std::vector<std::int64_t> DataLoader::window_step(std::int64_t step) const {
 
 std::string DataLoader::window_state() const {
   if (options_.dp_window == 1) return "";
-  StateWriter w;
-  w.i64(kWindowStateVersion);
-  w.i64(options_.dp_window);
-  w.i64(options_.global_batch_size);
-  w.i64(position_.epoch);
-  w.i64(position_.step);
-  return w.take();
+  // Little-endian int64 fields.
+  return ByteWriter<std::string>()
+      .i64(kWindowStateVersion)
+      .i64(options_.dp_window)
+      .i64(options_.global_batch_size)
+      .i64(position_.epoch)
+      .i64(position_.step)
+      .take();
 }
 
 Status DataLoader::restore_window_state(std::string_view bytes) {
@@ -347,15 +424,15 @@ Status DataLoader::restore_window_state(std::string_view bytes) {
         std::to_string(options_.dp_window) + "; resume with balancer.dp.window: 1");
   }
   const std::string corrupt = "its DP window state is malformed; the checkpoint is corrupt";
-  StateReader in(bytes);
+  ByteReader in(bytes);
   std::int64_t version = 0, window = 0, batch_size = 0, epoch = 0, step = 0;
-  if (!in.i64(version)) return invalid_argument(corrupt);
+  if (!in.get(version)) return invalid_argument(corrupt);
   if (version != kWindowStateVersion) {
     return invalid_argument("its DP window state has version " + std::to_string(version) +
                             ", this build reads " + std::to_string(kWindowStateVersion) +
                             "; resume with the build that wrote it");
   }
-  if (!in.i64(window) || !in.i64(batch_size) || !in.i64(epoch) || !in.i64(step) || !in.at_end()) {
+  if (!in.get(window) || !in.get(batch_size) || !in.get(epoch) || !in.get(step) || !in.done()) {
     return invalid_argument(corrupt);
   }
   if (window != options_.dp_window) {
@@ -381,85 +458,18 @@ std::vector<PackedRow> DataLoader::pack(const std::vector<std::int64_t>& samples
   // and every token whose next token is in the same sample keeps its label
   // and its loss. The pieces are then placed whole into rows; where a piece
   // lands changes who computes it, never what it sees or predicts.
-  const std::int64_t seq = options_.seq_length;
-  const std::int64_t pad = options_.pad_token;
-
-  struct Piece {
-    std::size_t sample_index;  // into `samples`
-    std::int64_t begin;
-    std::int64_t end;
-  };
-  std::vector<Piece> pieces;
   std::vector<std::vector<std::int64_t>> tokens(samples.size());
-  for (std::size_t i = 0; i < samples.size(); ++i) {
-    tokens[i] = dataset_->tokens(samples[i]);
-    const auto len = static_cast<std::int64_t>(tokens[i].size());
-    for (std::int64_t b = 0; b < len; b += seq) pieces.push_back({i, b, std::min(len, b + seq)});
-  }
-
-  // Which row each piece goes to. Without packing every piece is a row of its
-  // own. With packing: best fit, longest piece first (ties in sample order),
-  // so rows are full but for what no remaining piece fits; deterministic.
-  std::vector<std::vector<std::size_t>> row_pieces;
-  if (!options_.packing) {
-    for (std::size_t p = 0; p < pieces.size(); ++p) row_pieces.push_back({p});
-  } else {
-    std::vector<std::size_t> order(pieces.size());
-    std::iota(order.begin(), order.end(), std::size_t{0});
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-      return pieces[a].end - pieces[a].begin > pieces[b].end - pieces[b].begin;
-    });
-    std::multimap<std::int64_t, std::size_t> room;  // free tokens -> row
-    for (std::size_t p : order) {
-      const std::int64_t len = pieces[p].end - pieces[p].begin;
-      auto fit = room.lower_bound(len);
-      std::size_t row = 0;
-      std::int64_t left = 0;
-      if (fit == room.end()) {
-        row = row_pieces.size();
-        row_pieces.emplace_back();
-        left = seq;
-      } else {
-        row = fit->second;
-        left = fit->first;
-        room.erase(fit);
-      }
-      row_pieces[row].push_back(p);
-      if (left > len) room.emplace(left - len, row);
-    }
-  }
-
+  for (std::size_t i = 0; i < samples.size(); ++i) tokens[i] = dataset_->tokens(samples[i]);
+  const std::vector<Piece> pieces = cut_pieces(tokens, options_.seq_length);
+  const std::vector<std::vector<std::size_t>> row_pieces =
+      options_.packing ? best_fit_rows(pieces, options_.seq_length) : one_row_each(pieces);
   std::vector<PackedRow> rows(row_pieces.size());
   for (std::size_t r = 0; r < rows.size(); ++r) {
-    PackedRow& row = rows[r];
     for (std::size_t p : row_pieces[r]) {
-      const Piece& piece = pieces[p];
-      const std::int64_t s = samples[piece.sample_index];
-      const std::vector<std::int64_t>& toks = tokens[piece.sample_index];
-      const auto len = static_cast<std::int64_t>(toks.size());
-      row.pieces.push_back({s, piece.begin, piece.end});
-      row.doc_lengths.push_back(piece.end - piece.begin);
-      for (std::int64_t t = piece.begin; t < piece.end; ++t) {
-        const auto ut = static_cast<std::size_t>(t);
-        const bool has_next = t + 1 < len;
-        row.tokens.push_back(toks[ut]);
-        row.labels.push_back(has_next ? toks[ut + 1] : pad);
-        row.loss_mask.push_back(has_next ? 1 : 0);
-        row.positions.push_back(t);
-        row.document_ids.push_back(s);
-      }
+      append_piece(pieces[p], samples[pieces[p].sample_index], tokens[pieces[p].sample_index],
+                   options_.pad_token, rows[r]);
     }
-    if (!options_.packing) continue;
-    const std::int64_t p = seq - row.size();
-    for (std::int64_t t = 0; t < p; ++t) {
-      row.tokens.push_back(pad);
-      row.labels.push_back(pad);
-      row.loss_mask.push_back(0);
-      row.positions.push_back(t);
-      row.document_ids.push_back(kPadDocument);
-    }
-    if (p > 0) row.doc_lengths.push_back(p);
-    row.padding = p;
+    if (options_.packing) pad_row(options_.seq_length, options_.pad_token, rows[r]);
   }
   return rows;
 }

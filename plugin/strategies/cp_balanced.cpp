@@ -265,10 +265,10 @@ std::vector<std::int32_t> order_by_key_desc(const std::vector<double>& key) {
 // The full units' refinement state: for every rank its full units sorted by
 // combined cost (descending) in a fixed-stride slot array, and its loads
 // normalised so that a perfectly balanced rank is at 1 in both models.
-class Balancer {
+class UnitRefiner {
  public:
-  Balancer(const Units& units, const std::vector<std::int32_t>& full, std::int32_t ranks, double wp,
-           double wt, std::vector<double> base_p, std::vector<double> base_t)
+  UnitRefiner(const Units& units, const std::vector<std::int32_t>& full, std::int32_t ranks,
+              double wp, double wt, std::vector<double> base_p, std::vector<double> base_t)
       : ranks_(ranks),
         per_rank_(static_cast<std::int64_t>(full.size()) / ranks),
         extra_(static_cast<std::int64_t>(full.size()) % ranks),
@@ -647,8 +647,8 @@ Balanced balance_units(const CpWorkload& workload, const RowLayout& layout, cons
     base_p[r] = tail_work[r].pairs * wp;
     base_t[r] = tail_work[r].tiles * wt;
   }
-  Balancer balancer(units, full, p, wp, wt, std::move(base_p), std::move(base_t));
-  balancer.deal();
+  UnitRefiner refiner(units, full, p, wp, wt, std::move(base_p), std::move(base_t));
+  refiner.deal();
   Balanced out;
   // Each round moves one unit pair; a good deal leaves a few to do, and a
   // row that keeps improving by crumbs should not cost more than a second
@@ -657,10 +657,10 @@ Balanced balance_units(const CpWorkload& workload, const RowLayout& layout, cons
       options.max_rounds != 0
           ? std::max<std::int64_t>(options.max_rounds, 0)
           : 4 * static_cast<std::int64_t>(p) + static_cast<std::int64_t>(full.size()) / 8;
-  out.rounds = balancer.refine(options.tolerance, rounds);
+  out.rounds = refiner.refine(options.tolerance, rounds);
 
   // Runs: each rank's full units ascending, then its pieces.
-  const std::vector<std::int32_t>& owner = balancer.owner();
+  const std::vector<std::int32_t>& owner = refiner.owner();
   RunPlan& plan = out.runs;
   plan.ranks = p;
   plan.shard_len = *std::max_element(tokens.begin(), tokens.end());

@@ -10,7 +10,7 @@
 
 #include <gtest/gtest.h>
 
-#include "strategies/dp_dispatch.h"
+#include "strategies/dp_stream.h"
 #include "strategies/dp_strategies.h"
 
 namespace fulcrum::dp {

@@ -281,7 +281,7 @@ struct OutputChannel {
   std::string partial;  // bytes after the last newline
 };
 
-struct Worker {
+struct WorkerProcess {
   int rank = 0;
   pid_t pid = -1;
   UniqueFd pidfd;  // readable when the worker exits; invalid on kernels without pidfd
@@ -394,7 +394,7 @@ bool is_stopped(pid_t pid) {
 // Signals a worker together with everything it started: it leads its own
 // process group. Falls back to the worker alone if it moved itself to another
 // group (setsid), where the group no longer exists.
-void signal_worker(const Worker& worker, int sig) {
+void signal_worker(const WorkerProcess& worker, int sig) {
   if (worker.reaped || worker.pid <= 0) return;
   if (::kill(-worker.pid, sig) != 0) ::kill(worker.pid, sig);
 }
@@ -526,7 +526,7 @@ class Job {
   // Stops and reaps whatever was started: the launcher must not return while
   // a worker it created is still running.
   ~Job() {
-    for (Worker& w : workers_) {
+    for (WorkerProcess& w : workers_) {
       if (w.reaped) continue;
       signal_worker(w, SIGKILL);
       int st = 0;
@@ -567,7 +567,7 @@ class Job {
     // the stall reports point at, is the cause.
     std::vector<int> stopped;
     auto start_teardown = [&](int sig) {
-      for (Worker& w : workers_) {
+      for (WorkerProcess& w : workers_) {
         if (!w.reaped && is_stopped(w.pid)) {
           stopped.push_back(w.rank);
           // A stopped process keeps SIGTERM pending until it is continued:
@@ -575,7 +575,7 @@ class Job {
           signal_worker(w, SIGKILL);
         }
       }
-      for (Worker& w : workers_) signal_worker(w, sig);
+      for (WorkerProcess& w : workers_) signal_worker(w, sig);
       kill_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                    std::chrono::duration<double>(options_.failure_grace_s));
     };
@@ -584,7 +584,7 @@ class Job {
       std::vector<pollfd> fds;
       fds.push_back({signals_.read_fd(), POLLIN, 0});
       bool have_all_pidfds = true;
-      for (Worker& w : workers_) {
+      for (WorkerProcess& w : workers_) {
         if (w.out.fd.valid()) fds.push_back({w.out.fd.get(), POLLIN, 0});
         if (w.err.fd.valid()) fds.push_back({w.err.fd.get(), POLLIN, 0});
         if (!w.reaped) {
@@ -614,17 +614,17 @@ class Job {
           start_teardown(sig);
         } else if (!killed) {
           // A second Ctrl-C means "now".
-          for (Worker& w : workers_) signal_worker(w, SIGKILL);
+          for (WorkerProcess& w : workers_) signal_worker(w, SIGKILL);
           killed = true;
         }
       }
 
-      for (Worker& w : workers_) {
+      for (WorkerProcess& w : workers_) {
         relay_.pump(w.rank, OutputStream::kStdout, w.out);
         relay_.pump(w.rank, OutputStream::kStderr, w.err);
       }
 
-      for (Worker& w : workers_) {
+      for (WorkerProcess& w : workers_) {
         if (w.reaped || !reap(w)) continue;
         if (!w.exit.ok() && !report.failed_rank && report.interrupted_by == 0) {
           report.failed_rank = w.rank;
@@ -633,12 +633,12 @@ class Job {
       }
 
       if (kill_at && !killed && Clock::now() >= *kill_at) {
-        for (Worker& w : workers_) signal_worker(w, SIGKILL);
+        for (WorkerProcess& w : workers_) signal_worker(w, SIGKILL);
         killed = true;
       }
     }
 
-    for (Worker& w : workers_) report.workers.push_back(w.exit);
+    for (WorkerProcess& w : workers_) report.workers.push_back(w.exit);
     if (report.failed_rank) {
       const WorkerExit& e = report.workers[static_cast<std::size_t>(*report.failed_rank)];
       if (e.signal != 0) {
@@ -686,8 +686,8 @@ class Job {
 
  private:
   std::size_t live() const {
-    return static_cast<std::size_t>(
-        std::count_if(workers_.begin(), workers_.end(), [](const Worker& w) { return !w.reaped; }));
+    return static_cast<std::size_t>(std::count_if(
+        workers_.begin(), workers_.end(), [](const WorkerProcess& w) { return !w.reaped; }));
   }
 
   Status spawn(int rank, const std::string& path, char* const* argv, int stdin_fd, int port) {
@@ -719,7 +719,7 @@ class Job {
     // exists before the parent might signal it.
     ::setpgid(pid, pid);
 
-    Worker w;
+    WorkerProcess w;
     w.rank = rank;
     w.pid = pid;
     w.exit.rank = rank;
@@ -751,7 +751,7 @@ class Job {
   // Reaps `w` if it exited. Before reaping, while its pid still pins the
   // process group id, kills whatever it left running in its group: those
   // processes would hold our pipes open and outlive the launcher.
-  bool reap(Worker& w) {
+  bool reap(WorkerProcess& w) {
     siginfo_t info{};
     if (::waitid(P_PID, static_cast<id_t>(w.pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0 ||
         info.si_pid == 0) {
@@ -782,7 +782,7 @@ class Job {
   SignalScope& signals_;
   LineRelay relay_;
   ReportDir reports_;
-  std::vector<Worker> workers_;
+  std::vector<WorkerProcess> workers_;
 };
 
 }  // namespace

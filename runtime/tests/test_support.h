@@ -36,6 +36,11 @@ class TempDir {
   TempDir& operator=(const TempDir&) = delete;
 
   const std::filesystem::path& path() const { return path_; }
+  // The path of `name` in the directory (the directory itself for ""),
+  // nothing written.
+  std::string at(const std::string& name = "") const {
+    return name.empty() ? path_.string() : (path_ / name).string();
+  }
   // Writes `text` to `name` in the directory; returns its path.
   std::string file(const std::string& name, const std::string& text) const {
     const std::filesystem::path p = path_ / name;

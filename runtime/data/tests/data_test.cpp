@@ -19,32 +19,12 @@
 #include "data/synthetic_dataset.h"
 #include "data/token_dataset.h"
 #include "fulcrum/core/synthetic.h"
+#include "tests/test_support.h"
 
 namespace fulcrum::data {
 namespace {
 
 namespace fs = std::filesystem;
-
-#define EXPECT_HAS(text, part) \
-  EXPECT_PRED_FORMAT2(::testing::IsSubstring, std::string(part), std::string(text))
-
-// A fresh directory per test, removed after.
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    std::string name = info->name();  // "ReadsBackExactly/uint8" for parameterised tests
-    std::replace(name.begin(), name.end(), '/', '_');
-    path_ = fs::temp_directory_path() / ("fulcrum_data_" + std::to_string(::getpid()) + "_" + name);
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
 
 void write_file(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -117,10 +97,10 @@ Pair build_pair(int code, const std::vector<std::vector<std::int64_t>>& sequence
   return p;
 }
 
-std::string write_pair(const TempDir& dir, const Pair& p, const std::string& name = "ds") {
-  write_file(dir.file(name + ".idx"), p.idx);
-  write_file(dir.file(name + ".bin"), p.bin);
-  return dir.file(name);
+std::string write_pair(const test::TempDir& dir, const Pair& p, const std::string& name = "ds") {
+  write_file(dir.at(name + ".idx"), p.idx);
+  write_file(dir.at(name + ".bin"), p.bin);
+  return dir.at(name);
 }
 
 // Sequences whose values exercise each dtype's range.
@@ -155,7 +135,7 @@ std::vector<std::vector<std::int64_t>> sample_sequences(int code) {
 class IndexedDtype : public ::testing::TestWithParam<int> {};
 
 TEST_P(IndexedDtype, ReadsBackExactly) {
-  TempDir dir;
+  test::TempDir dir;
   const int code = GetParam();
   const auto sequences = sample_sequences(code);
   const std::string prefix = write_pair(dir, build_pair(code, sequences, {0, 1, 3}));
@@ -180,7 +160,7 @@ INSTANTIATE_TEST_SUITE_P(AllDtypes, IndexedDtype, ::testing::Range(1, 9),
                          });
 
 TEST(IndexedDataset, EmptyDatasetIsValid) {
-  TempDir dir;
+  test::TempDir dir;
   const std::string prefix = write_pair(dir, build_pair(4, {}, {0}));
   auto ds = IndexedDataset::open(prefix);
   ASSERT_TRUE(ds) << ds.status().message();
@@ -188,7 +168,7 @@ TEST(IndexedDataset, EmptyDatasetIsValid) {
 }
 
 TEST(IndexedDataset, StaysValidAfterMove) {
-  TempDir dir;
+  test::TempDir dir;
   const std::string prefix = write_pair(dir, build_pair(4, {{1, 2, 3}}, {0, 1}));
   auto ds = IndexedDataset::open(prefix);
   ASSERT_TRUE(ds);
@@ -216,10 +196,10 @@ class IndexedCorruption : public ::testing::Test {
   static constexpr std::uint64_t kSizes = 34, kPointers = 34 + 8, kDocs = 34 + 24;
 
   std::string write(const Pair& p) { return write_pair(dir_, p); }
-  std::string idx() const { return dir_.file("ds.idx"); }
-  std::string bin() const { return dir_.file("ds.bin"); }
+  std::string idx() const { return dir_.at("ds.idx"); }
+  std::string bin() const { return dir_.at("ds.bin"); }
 
-  TempDir dir_;
+  test::TempDir dir_;
   Pair good_;
 };
 
@@ -320,7 +300,7 @@ TEST_F(IndexedCorruption, FloatTokenThatIsNotAWholeNumber) {
 TEST_F(IndexedCorruption, MissingBin) {
   write(good_);
   fs::remove(bin());
-  auto ds = IndexedDataset::open(dir_.file("ds"));
+  auto ds = IndexedDataset::open(dir_.at("ds"));
   ASSERT_FALSE(ds);
   EXPECT_EQ(ds.status().code(), StatusCode::kNotFound);
   EXPECT_HAS(ds.status().message(), bin());
@@ -329,8 +309,8 @@ TEST_F(IndexedCorruption, MissingBin) {
 // --- JSONL ------------------------------------------------------------------
 
 TEST(JsonlDataset, ReadsListsAndSkipsBlankLines) {
-  TempDir dir;
-  const std::string path = dir.file("tokens.jsonl");
+  test::TempDir dir;
+  const std::string path = dir.at("tokens.jsonl");
   write_file(path, "[1, 2, 3]\n\n  \n[]\n[9223372036854775807, 0]\r\n[42]");
   auto ds = JsonlDataset::open(path);
   ASSERT_TRUE(ds) << ds.status().message();
@@ -343,8 +323,8 @@ TEST(JsonlDataset, ReadsListsAndSkipsBlankLines) {
 }
 
 TEST(JsonlDataset, RefusesBadLinesNamingFileAndLine) {
-  TempDir dir;
-  const std::string path = dir.file("bad.jsonl");
+  test::TempDir dir;
+  const std::string path = dir.at("bad.jsonl");
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"[1, 2", ":2:"},  // not JSON
       {"{\"tokens\": [1]}", ":2: found a JSON object"},
@@ -361,10 +341,10 @@ TEST(JsonlDataset, RefusesBadLinesNamingFileAndLine) {
     EXPECT_HAS(ds.status().message(), path + expected);
     EXPECT_EQ(ds.status().message().find('\n'), std::string::npos);
   }
-  auto missing = JsonlDataset::open(dir.file("nope.jsonl"));
+  auto missing = JsonlDataset::open(dir.at("nope.jsonl"));
   ASSERT_FALSE(missing);
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
-  auto directory = JsonlDataset::open(dir.file(""));
+  auto directory = JsonlDataset::open(dir.at(""));
   ASSERT_FALSE(directory);
   EXPECT_EQ(directory.status().code(), StatusCode::kInvalidArgument);
   EXPECT_HAS(directory.status().message(),
@@ -409,8 +389,8 @@ TEST(SyntheticDataset, TokensAreSeededAndIndependentOfReadOrder) {
 }
 
 TEST(SyntheticDataset, LengthsFile) {
-  TempDir dir;
-  const std::string path = dir.file("lengths.json");
+  test::TempDir dir;
+  const std::string path = dir.at("lengths.json");
   write_file(path, "[3, 1, 4, 1, 5]");
   SyntheticOptions o;
   o.lengths_file = path;
@@ -448,16 +428,16 @@ TEST(SyntheticDataset, SharedWorkloadFileWhenPresent) {
 }
 
 TEST(OpenTokenDataset, PicksTheReaderByPath) {
-  TempDir dir;
-  write_file(dir.file("a.jsonl"), "[1, 2]\n");
+  test::TempDir dir;
+  write_file(dir.at("a.jsonl"), "[1, 2]\n");
   const std::string prefix = write_pair(dir, build_pair(8, {{7, 8, 9}}, {0, 1}), "b");
-  auto jsonl = open_token_dataset(dir.file("a.jsonl"));
+  auto jsonl = open_token_dataset(dir.at("a.jsonl"));
   ASSERT_TRUE(jsonl) << jsonl.status().message();
   EXPECT_EQ((*jsonl)->tokens(0), (std::vector<std::int64_t>{1, 2}));
   auto indexed = open_token_dataset(prefix);
   ASSERT_TRUE(indexed) << indexed.status().message();
   EXPECT_EQ((*indexed)->tokens(0), (std::vector<std::int64_t>{7, 8, 9}));
-  EXPECT_FALSE(open_token_dataset(dir.file("missing")));
+  EXPECT_FALSE(open_token_dataset(dir.at("missing")));
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "data/loader.h"
 #include "data/synthetic_dataset.h"
 #include "fulcrum/host/plugin_loader.h"
+#include "tests/test_support.h"
 
 #ifndef FULCRUM_PLUGIN_PATH
 #error "FULCRUM_PLUGIN_PATH must name the built libfulcrum_balancer.so"
@@ -23,9 +24,6 @@
 
 namespace fulcrum::data {
 namespace {
-
-#define EXPECT_HAS(text, part) \
-  EXPECT_PRED_FORMAT2(::testing::IsSubstring, std::string(part), std::string(text))
 
 // Token t of sample s is 1000 * s + t: any row content can be traced back.
 class TracedDataset final : public TokenDataset {

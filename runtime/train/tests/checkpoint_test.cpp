@@ -2,6 +2,7 @@
 // truncation, every flipped bit and every malformed table is refused with one
 // line naming the file. No LibTorch.
 #include "train/checkpoint.h"
+#include "tests/test_support.h"
 #include "train/job_schema.h"
 #include "train/options.h"
 
@@ -22,26 +23,6 @@ namespace fulcrum::train {
 namespace {
 
 namespace fs = std::filesystem;
-
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "fulcrum_ckpt_XXXXXX").string();
-    if (::mkdtemp(pattern.data()) != nullptr) path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string path(const std::string& name = "") const {
-    return name.empty() ? path_.string() : (path_ / name).string();
-  }
-
- private:
-  fs::path path_;
-};
 
 std::string read_all(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -280,8 +261,8 @@ TEST(CheckpointFiles, NamesAndTheirSteps) {
 }
 
 TEST(CheckpointFiles, SaveWritesAtomicallyAndKeepsTheNewest) {
-  TempDir dir;
-  const std::string ckpts = dir.path("run/ckpt");  // created on demand
+  test::TempDir dir("fulcrum_ckpt");
+  const std::string ckpts = dir.at("run/ckpt");  // created on demand
   // A temporary file left by a writer that crashed.
   fs::create_directories(ckpts);
   write_all(ckpts + "/.step-00000009.ckpt.tmp", "half");
@@ -312,34 +293,34 @@ TEST(CheckpointFiles, SaveWritesAtomicallyAndKeepsTheNewest) {
 }
 
 TEST(CheckpointFiles, AtomicWriteFailsCleanly) {
-  TempDir dir;
-  const Status s = write_file_atomically(dir.path("missing/x.ckpt"), "bytes");
+  test::TempDir dir("fulcrum_ckpt");
+  const Status s = write_file_atomically(dir.at("missing/x.ckpt"), "bytes");
   EXPECT_FALSE(s);
   EXPECT_NE(s.message().find("missing"), std::string::npos) << s.message();
-  EXPECT_TRUE(fs::is_empty(dir.path()));
-  ASSERT_TRUE(write_file_atomically(dir.path("x.ckpt"), "bytes"));
-  EXPECT_EQ(read_all(dir.path("x.ckpt")), "bytes");
-  ASSERT_TRUE(write_file_atomically(dir.path("x.ckpt"), "other"));
-  EXPECT_EQ(read_all(dir.path("x.ckpt")), "other");
+  EXPECT_TRUE(fs::is_empty(dir.at()));
+  ASSERT_TRUE(write_file_atomically(dir.at("x.ckpt"), "bytes"));
+  EXPECT_EQ(read_all(dir.at("x.ckpt")), "bytes");
+  ASSERT_TRUE(write_file_atomically(dir.at("x.ckpt"), "other"));
+  EXPECT_EQ(read_all(dir.at("x.ckpt")), "other");
   std::size_t files = 0;
-  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir.path())) ++files;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir.at())) ++files;
   EXPECT_EQ(files, 1u) << "a temporary file stayed behind";
 }
 
 TEST(CheckpointFiles, PrepareDirCreatesOrRefuses) {
-  TempDir dir;
-  EXPECT_TRUE(prepare_checkpoint_dir(dir.path("a/b")));
-  EXPECT_TRUE(fs::is_directory(dir.path("a/b")));
-  write_all(dir.path("file"), "x");
-  const Status s = prepare_checkpoint_dir(dir.path("file"));
+  test::TempDir dir("fulcrum_ckpt");
+  EXPECT_TRUE(prepare_checkpoint_dir(dir.at("a/b")));
+  EXPECT_TRUE(fs::is_directory(dir.at("a/b")));
+  write_all(dir.at("file"), "x");
+  const Status s = prepare_checkpoint_dir(dir.at("file"));
   EXPECT_FALSE(s);
   EXPECT_NE(s.message().find("train.checkpoint_dir"), std::string::npos) << s.message();
 }
 
 TEST(CheckpointFiles, LatestGoodSkipsCorruptAndTruncatedNewerOnes) {
-  TempDir dir;
-  const std::string d = dir.path();
-  Result<std::optional<ResumePoint>> none = latest_good_checkpoint(dir.path("absent"));
+  test::TempDir dir("fulcrum_ckpt");
+  const std::string d = dir.at();
+  Result<std::optional<ResumePoint>> none = latest_good_checkpoint(dir.at("absent"));
   ASSERT_TRUE(none);
   EXPECT_FALSE(none->has_value());
 
@@ -372,13 +353,13 @@ TEST(CheckpointFiles, LatestGoodSkipsCorruptAndTruncatedNewerOnes) {
 }
 
 TEST(CheckpointFiles, ARenamedCheckpointIsRefused) {
-  TempDir dir;
-  ASSERT_TRUE(save_checkpoint(dir.path(), sample(2), 2));
-  fs::copy_file(dir.path("step-00000002.ckpt"), dir.path("step-00000006.ckpt"));
-  Result<Checkpoint> c = read_checkpoint(dir.path("step-00000006.ckpt"));
+  test::TempDir dir("fulcrum_ckpt");
+  ASSERT_TRUE(save_checkpoint(dir.at(), sample(2), 2));
+  fs::copy_file(dir.at("step-00000002.ckpt"), dir.at("step-00000006.ckpt"));
+  Result<Checkpoint> c = read_checkpoint(dir.at("step-00000006.ckpt"));
   ASSERT_FALSE(c);
   EXPECT_NE(c.status().message().find("its name says step 6"), std::string::npos);
-  Result<Checkpoint> missing = read_checkpoint(dir.path("nope.ckpt"));
+  Result<Checkpoint> missing = read_checkpoint(dir.at("nope.ckpt"));
   ASSERT_FALSE(missing);
   EXPECT_NE(missing.status().message().find("nope.ckpt"), std::string::npos);
 }
@@ -392,8 +373,8 @@ TEST(CheckpointSettings, DifferencesAreNamed) {
 }
 
 TEST(CheckpointSettings, OptionsAreCheckedAndPathsResolved) {
-  TempDir dir;
-  const std::string yaml = dir.path("run.yaml");
+  test::TempDir dir("fulcrum_ckpt");
+  const std::string yaml = dir.at("run.yaml");
   write_all(yaml, "train:\n  checkpoint_every: 3\n  checkpoint_dir: ckpts\n");
   Result<host::Config> config = load_job_config(yaml, {});
   ASSERT_TRUE(config) << config.status().message();
@@ -401,7 +382,7 @@ TEST(CheckpointSettings, OptionsAreCheckedAndPathsResolved) {
   ASSERT_TRUE(o) << o.status().message();
   EXPECT_EQ(o->every, 3);
   EXPECT_EQ(o->keep, 2);
-  EXPECT_EQ(o->dir, dir.path("ckpts"));  // next to the file that set it
+  EXPECT_EQ(o->dir, dir.at("ckpts"));  // next to the file that set it
   EXPECT_EQ(o->resume, CheckpointOptions::Resume::kNo);
 
   Result<host::Config> set =

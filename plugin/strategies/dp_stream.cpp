@@ -1,4 +1,4 @@
-#include "strategies/dp_dispatch.h"
+#include "strategies/dp_stream.h"
 
 #include <algorithm>
 #include <cmath>

@@ -56,14 +56,12 @@
 
 #include "attention/cp_attention.h"
 #include "attention/sharding.h"
-#include "data/indexed_dataset.h"
-#include "data/jsonl_dataset.h"
 #include "data/loader.h"
-#include "data/synthetic_dataset.h"
 #include "dist/communicator.h"
 #include "fulcrum/host/plugin_loader.h"
 #include "fulcrum/host/selection.h"
 #include "runtime_bench_util.h"
+#include "train/job_inputs.h"
 #include "train/job_schema.h"
 #include "train/options.h"
 
@@ -120,27 +118,6 @@ class PlanOnlyGroup final : public fulcrum::dist::Communicator {
   int rank_;
   int size_;
 };
-
-std::unique_ptr<fulcrum::data::TokenDataset> open_dataset(const TrainOptions& o) {
-  using fulcrum::train::DataSource;
-  if (o.source == DataSource::kJsonl) {
-    return std::make_unique<fulcrum::data::JsonlDataset>(
-        value_or_die(fulcrum::data::JsonlDataset::open(o.data_path), "data.path"));
-  }
-  if (o.source == DataSource::kMegatron) {
-    return std::make_unique<fulcrum::data::IndexedDataset>(
-        value_or_die(fulcrum::data::IndexedDataset::open(o.data_path), "data.path"));
-  }
-  // The trainer's synthetic source, with the same options.
-  fulcrum::data::SyntheticOptions s;
-  s.lengths_file = o.data_path;
-  s.num_samples = o.data_path.empty() || o.num_samples_set ? o.num_samples : 0;
-  s.seed = o.data_seed;
-  s.max_length = o.max_length;
-  s.vocab_size = o.model.vocab_size;
-  return std::make_unique<fulcrum::data::SyntheticDataset>(
-      value_or_die(fulcrum::data::SyntheticDataset::create(s), "synthetic data"));
-}
 
 // The trainer's row buffers: one int64 [N, 5] tensor so one shard() moves
 // tokens, positions, labels, loss mask and document ids alike.
@@ -367,7 +344,7 @@ int main(int argc, char** argv) {
   lo.check_permissions = o.check_permissions;
   std::shared_ptr<fulcrum::LoadBalancer> plugin =
       value_or_die(fulcrum::host::load_plugin(o.plugin, lo), "balancer.plugin " + o.plugin);
-  const auto dataset = open_dataset(o);
+  const auto dataset = value_or_die(fulcrum::train::open_dataset(o), "data.path");
 
   fulcrum::host::SelectorOptions so;
   so.preferred = o.cp_strategy;
@@ -376,21 +353,9 @@ int main(int argc, char** argv) {
 
   std::vector<fulcrum::data::DataLoader> loaders;
   for (int dp = 0; dp < o.dp_size; ++dp) {
-    fulcrum::data::LoaderOptions opt;
-    opt.global_batch_size = o.global_batch_size;
-    opt.micro_batch_size = o.micro_batch_size;
-    opt.seq_length = o.seq_length;
-    opt.packing = o.packing;
-    opt.dp_size = o.dp_size;
-    opt.dp_rank = dp;
-    opt.seed = o.data_seed;
-    opt.shuffle = o.shuffle;
-    opt.num_epochs = std::nullopt;
-    opt.dp_strategy = o.dp_strategy;
-    opt.cost = o.dp_cost;
-    opt.equal_count = o.dp_equal_count;
-    loaders.push_back(
-        value_or_die(fulcrum::data::DataLoader::create(*dataset, *plugin, opt), "data loader"));
+    loaders.push_back(value_or_die(
+        fulcrum::data::DataLoader::create(*dataset, *plugin, fulcrum::train::loader_options(o, dp)),
+        "data loader"));
   }
   std::printf(
       "config: %s (DP %d x CP %d, seq_length %lld, block %lld, %lld layers, hidden %lld, %s, "

@@ -54,7 +54,8 @@ void write_bytes(const std::string& path, const std::string& bytes) {
 }
 
 // A job's record, from its metrics: per step its loss and the document
-// pieces [sample, begin, end, checksum] every DP rank trained on.
+// pieces [sample, begin, end, checksum] every DP rank (every hybrid slot)
+// trained on.
 struct Record {
   std::map<std::int64_t, double> loss;
   std::map<std::int64_t, std::vector<std::array<std::int64_t, 4>>> pieces;
@@ -73,6 +74,16 @@ Record read_record(const std::string& metrics, const std::string& params = "") {
     if (j.contains("pieces")) {
       for (const json& p : j.at("pieces"))
         r.pieces[step].push_back(p.get<std::array<std::int64_t, 4>>());
+    }
+    // Hybrid mode: each slot's pieces, on its first member's record.
+    if (j.contains("scheduler")) {
+      for (const json& rank : j.at("ranks")) {
+        for (const json& slot : rank.at("slots")) {
+          if (!slot.contains("pieces")) continue;
+          for (const json& p : slot.at("pieces"))
+            r.pieces[step].push_back(p.get<std::array<std::int64_t, 4>>());
+        }
+      }
     }
   }
   for (auto& [step, pieces] : r.pieces) std::sort(pieces.begin(), pieces.end());
@@ -118,10 +129,12 @@ dist: {timeout_s: 30, op_timeout_s: 30}
 class Job {
  public:
   Job(int dp, int cp)
+      : Job(std::vector<std::string>{"parallel.dp_size=" + std::to_string(dp),
+                                     "parallel.cp_size=" + std::to_string(cp)}) {}
+  explicit Job(std::vector<std::string> layout)
       : samples_(write_tokens(dir_)),
         config_(dir_.write("run.yaml", kConfig)),
-        layout_{"parallel.dp_size=" + std::to_string(dp),
-                "parallel.cp_size=" + std::to_string(cp)} {}
+        layout_(std::move(layout)) {}
 
   // `fulcrum train` with `sets` (after the layout, so they may change it);
   // metrics and parameters go to <tag>.jsonl and <tag>.params.
@@ -229,8 +242,10 @@ std::vector<std::string> checkpoint_names(const std::string& dir) {
   return names;
 }
 
-TEST(CheckpointResume, StoppedRunResumesBitwiseAndTrainsEverySampleOnce) {
-  Job job(2, 2);
+// A run stopped after step 4 and resumed from its checkpoint of step 3
+// trains steps 4-6 as the uninterrupted run did, bit for bit, and every
+// sample exactly once.
+void expect_stopped_run_resumes_bitwise(const Job& job) {
   const std::string ref_dir = job.path("ref_ckpt");
   const RunResult u =
       job.train("ref", {"train.checkpoint_every=3", "train.checkpoint_dir=" + ref_dir});
@@ -269,6 +284,19 @@ TEST(CheckpointResume, StoppedRunResumesBitwiseAndTrainsEverySampleOnce) {
   // The newest two are kept.
   EXPECT_EQ(checkpoint_names(dir),
             (std::vector<std::string>{"step-00000003.ckpt", "step-00000006.ckpt"}));
+}
+
+TEST(CheckpointResume, StoppedRunResumesBitwiseAndTrainsEverySampleOnce) {
+  expect_stopped_run_resumes_bitwise(Job(2, 2));
+}
+
+// The same in hybrid mode: four ranks as one pool, every step's schedule
+// made again from the resumed loader's batch (T = 32: a 96-token piece on
+// three ranks or more, short ones on one).
+TEST(CheckpointResume, HybridStoppedRunResumesBitwiseAndTrainsEverySampleOnce) {
+  expect_stopped_run_resumes_bitwise(
+      Job({"parallel.mode=hybrid", "parallel.dp_size=1", "parallel.cp_size=1",
+           "parallel.world_size=4", "parallel.max_tokens_per_rank=32"}));
 }
 
 TEST(CheckpointResume, KilledRunResumesFromItsNewestCheckpoint) {

@@ -461,6 +461,95 @@ TEST(Fault, WorkerStalledBeforeTheRendezvousIsEndedByItsTimeout) {
               r.wall_s, kRendezvousTimeoutS);
 }
 
+// --- hybrid mode -------------------------------------------------------------
+
+// The same job as one pool of four ranks placed by the hybrid scheduler
+// (T = 16: the 64-token pieces run on four ranks, shorter ones on fewer):
+// faults now meet the ranks in a slot's point-to-point exchange.
+const std::vector<std::string> kHybrid = {"parallel.mode=hybrid", "parallel.dp_size=1",
+                                          "parallel.cp_size=1", "parallel.world_size=4",
+                                          "parallel.max_tokens_per_rank=16"};
+
+TEST(HybridFault, KilledWorkerEndsTheJobAtOnce) {
+  Job job;
+  const ChildResult r = job.train(
+      {"FULCRUM_TEST_FAULT=kill", "FULCRUM_TEST_FAULT_RANK=1", "FULCRUM_TEST_FAULT_STEP=2"},
+      kHybrid);
+  EXPECT_FALSE(r.timed_out) << r;
+  EXPECT_EQ(r.exit_code, 128 + SIGKILL) << r;
+  EXPECT_EQ(last_line(r.err), "fulcrum: rank 1 killed by signal SIGKILL") << r;
+  EXPECT_LT(seconds_after_step_one(r), kOpTimeoutS) << r;
+  expect_no_orphans(job.marker);
+}
+
+TEST(HybridFault, ThrowingWorkerEndsTheJobWithItsMessage) {
+  Job job;
+  const ChildResult r = job.train(
+      {"FULCRUM_TEST_FAULT=throw", "FULCRUM_TEST_FAULT_RANK=1", "FULCRUM_TEST_FAULT_STEP=2"},
+      kHybrid);
+  EXPECT_FALSE(r.timed_out) << r;
+  EXPECT_EQ(r.exit_code, 1) << r;
+  EXPECT_TRUE(contains(r.err,
+                       "[rank 1] fulcrum-worker: rank 1: internal error: injected failure "
+                       "(test-only FULCRUM_TEST_FAULT=throw) in step 2"))
+      << r;
+  // The others lost their peer in a slot's exchange, and say where.
+  for (int peer : {0, 2, 3}) {
+    const std::string prefix =
+        "[rank " + std::to_string(peer) + "] fulcrum-worker: rank " + std::to_string(peer) + ": ";
+    for (const std::string& l : lines_of(r.err)) {
+      if (l.rfind(prefix, 0) != 0) continue;
+      EXPECT_TRUE(contains(l, "slot ") && contains(l, "(wave ") && contains(l, "exchange") &&
+                  contains(l, "a peer rank may have exited"))
+          << "rank " << peer << ": " << l;
+    }
+  }
+  EXPECT_LT(seconds_after_step_one(r), kOpTimeoutS) << r;
+  expect_no_orphans(job.marker);
+}
+
+TEST(HybridFault, StalledWorkerIsNamedWithTheSlotTheWaveAndThePeer) {
+  Job job;
+  const ChildResult r = job.train(
+      {"FULCRUM_TEST_FAULT=stall", "FULCRUM_TEST_FAULT_RANK=3", "FULCRUM_TEST_FAULT_STEP=2"},
+      kHybrid);
+  EXPECT_FALSE(r.timed_out) << r;
+  EXPECT_EQ(r.exit_code, 1) << r;
+  // Rank 3 never runs its first slot of step 2; the members waiting for it
+  // time out in that slot's exchange, each naming the slot, its wave, the
+  // pass and rank 3.
+  int named = 0;
+  for (const std::string& l : lines_of(r.err)) {
+    if (!contains(l, "fulcrum-worker: rank ")) continue;
+    EXPECT_TRUE(contains(l, "exchange on group world timed out after 3 s")) << l;
+    if (contains(l, "slot ") && contains(l, " (wave ") && contains(l, ") forward: ") &&
+        contains(l, "waiting for the receive from rank 3")) {
+      ++named;
+    }
+  }
+  EXPECT_GE(named, 1) << r;
+  EXPECT_FALSE(contains(r.err, "[rank 3] fulcrum-worker")) << "rank 3 stalled silently: " << r;
+  const double after = seconds_after_step_one(r);
+  EXPECT_GT(after, kOpTimeoutS - 0.5) << r;
+  EXPECT_LT(after, kOpTimeoutS + 5) << r;
+  expect_no_orphans(job.marker);
+}
+
+TEST(HybridConsensus, DivergentScheduleEndsTheJobNamingTheRank) {
+  Job job;
+  const ChildResult r =
+      job.train({"FULCRUM_TEST_PERTURB=plan", "FULCRUM_TEST_PERTURB_RANK=2"}, kHybrid);
+  EXPECT_FALSE(r.timed_out) << r;
+  EXPECT_EQ(r.exit_code, 1) << r;
+  EXPECT_TRUE(contains(r.err,
+                       "plan consensus failed at step 1 on group world: the schedule of rank 2 "
+                       "(scheduler hybrid, "))
+      << r;
+  EXPECT_TRUE(contains(r.err, "differs from that of ranks 0, 1, 3 (scheduler hybrid, ")) << r;
+  EXPECT_LT(r.wall_s, kOpTimeoutS + 20) << r;
+  expect_no_orphans(job.marker);
+}
+
 // Not a fault but the one input only the workers check: the Gloo interface.
 // Every rank refuses it before the rendezvous, with exit status 2.
 // --- plan consensus -----------------------------------------------------------
@@ -700,6 +789,42 @@ TEST(BadInput, TrainFlagsAreRefusedBeforeAnyWorkerStarts) {
        {},
        "--nproc 3 does not match parallel.dp_size x parallel.cp_size = 2 x 2 = 4"},
       {"--nproc without value", train({"--config", config, "--nproc"}), {}, "--nproc"},
+      {"--nproc not the hybrid world",
+       train({"--config", config, "--nproc", "4", "--set", "parallel.mode=hybrid", "--set",
+              "parallel.dp_size=1", "--set", "parallel.cp_size=1", "--set",
+              "parallel.world_size=6"}),
+       {},
+       "--nproc 4 does not match parallel.world_size = 6"},
+      {"world size against dp x cp in fixed mode",
+       train({"--config", config, "--set", "parallel.world_size=4", "--nproc", "4", "--set",
+              "parallel.dp_size=4"}),
+       {},
+       "fulcrum train: parallel.world_size = 4 (set at --set) disagrees with"},
+      {"hybrid T too small for a piece",
+       train({"--config", config, "--set", "parallel.mode=hybrid", "--set",
+              "parallel.max_tokens_per_rank=8"}),
+       {},
+       "fulcrum train: parallel.max_tokens_per_rank = 8 (set at --set) x 4 ranks holds fewer"},
+      {"hybrid over NCCL",
+       train({"--config", config, "--set", "parallel.mode=hybrid", "--set", "dist.backend=nccl",
+              "--set", "train.device=cuda"}),
+       {},
+       "fulcrum train: parallel.mode: hybrid exchanges K/V point-to-point over Gloo only"},
+      {"hybrid profile file missing",
+       train({"--config", config, "--set", "parallel.mode=hybrid", "--set",
+              "balancer.schedule.profile=" + dir.file("absent_profile.yaml")}),
+       {},
+       "fulcrum train: balancer.schedule.profile (set at --set): cost profile file"},
+      {"hybrid scheduler unknown",
+       train({"--config", config, "--set", "parallel.mode=hybrid", "--set",
+              "balancer.schedule.strategy=zigzag"}),
+       {},
+       "fulcrum train: balancer.schedule.strategy = 'zigzag' is not a scheduler of"},
+      {"parallel.mode unknown",
+       train({"--config", config, "--set", "parallel.mode=pooled"}),
+       {},
+       "parallel.mode"},
+
       {"no --config", train({}), {}, "--config is required"},
       {"missing config file", train({"--config", dir.file("absent.yaml")}), {}, "absent.yaml"},
       {"config is a directory", train({"--config", dir.file("")}), {}, "fulcrum train"},

@@ -27,6 +27,7 @@
 #include <memory>
 
 #include "attention/blocked_attention.h"
+#include "attention/row_attention.h"
 #include "attention/tile_schedule.h"
 #include "dist/communicator.h"
 #include "fulcrum/cp_types.h"
@@ -59,7 +60,7 @@ struct CpGrads {
   at::Tensor dv;  // [S, H, D]
 };
 
-class CpAttention : public std::enable_shared_from_this<CpAttention> {
+class CpAttention final : public RowAttention, public std::enable_shared_from_this<CpAttention> {
  public:
   // Validates the workload and plan, checks that the group has cp_size
   // ranks, and builds this rank's (= cp_group->rank()) tile schedule.
@@ -70,7 +71,7 @@ class CpAttention : public std::enable_shared_from_this<CpAttention> {
 
   // Differentiable attention of local q, k, v ([S, H, D], float32/float64):
   // a torch::autograd::Function whose backward runs `backward` below.
-  at::Tensor apply(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
+  at::Tensor apply(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) override;
 
   // The same two passes without autograd, for tests and benchmarks.
   CpForward forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);

@@ -32,6 +32,7 @@
 
 #include "attention/blocked_attention.h"
 #include "attention/kv_exchange.h"
+#include "attention/row_attention.h"
 #include "attention/tile_schedule.h"
 #include "dist/communicator.h"
 #include "fulcrum/cp_types.h"
@@ -72,7 +73,8 @@ struct SlotGrads {
   at::Tensor dv;
 };
 
-class SlotAttention : public std::enable_shared_from_this<SlotAttention> {
+class SlotAttention final : public RowAttention,
+                            public std::enable_shared_from_this<SlotAttention> {
  public:
   // `row` and `plan` are the slot's (cp_size = g = ranks.size()); plan rank
   // i runs on world rank ranks[i], and world->rank() must be one of them.
@@ -84,7 +86,7 @@ class SlotAttention : public std::enable_shared_from_this<SlotAttention> {
                                                        const SlotAttentionOptions& options = {});
 
   // Differentiable attention of local q, k, v ([S, H, D], float32/float64).
-  at::Tensor apply(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
+  at::Tensor apply(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) override;
 
   // The two passes without autograd, for tests and benchmarks.
   SlotForward forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);

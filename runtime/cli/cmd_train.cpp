@@ -24,6 +24,9 @@
 #include "launch/preflight.h"
 #include "launch/unique_fd.h"
 #include "train_preflight.h"
+#ifdef FULCRUM_HAVE_TRAINER
+#include "train/options.h"
+#endif
 
 namespace fulcrum::cli {
 namespace {
@@ -98,6 +101,15 @@ po::options_description train_options(TrainFlags& f) {
   require("balancer.cp.strategy", loaded.balancer->cp_strategies());
   require("balancer.cp.fallback", loaded.balancer->cp_strategies());
   require("balancer.dp.strategy", loaded.balancer->dp_strategies());
+  if (config.get_string("parallel.mode") != "hybrid") return;
+  const std::vector<std::string> schedulers = loaded.balancer->schedule_strategies();
+  const std::string scheduler = config.get_string("balancer.schedule.strategy");
+  if (std::find(schedulers.begin(), schedulers.end(), scheduler) == schedulers.end()) {
+    throw UsageError("balancer.schedule.strategy = '" + scheduler +
+                     "' is not a scheduler of balancer plugin '" +
+                     config.get_string("balancer.plugin") + "' (it has " + join(schedulers, ", ") +
+                     "); choose one of them");
+  }
 }
 
 // Every path the run will write or read, checked before any worker starts:
@@ -259,21 +271,21 @@ int train_body(const std::vector<std::string>& args) {
   const host::Config config = load_config_or_throw(common);
   check_config_not_empty(f.config_path);
 
-  const std::int64_t dp = config.get_int("parallel.dp_size");
-  const std::int64_t cp = config.get_int("parallel.cp_size");
-  const std::int64_t world = dp * cp;
+  const std::int64_t world = train::job_world_size(config);
+  const std::string world_text =
+      config.get_int("parallel.world_size") > 0
+          ? "parallel.world_size = " + std::to_string(world)
+          : "parallel.dp_size x parallel.cp_size = " +
+                std::to_string(config.get_int("parallel.dp_size")) + " x " +
+                std::to_string(config.get_int("parallel.cp_size")) + " = " + std::to_string(world);
   // An empty --nproc is a mistake (an unset shell variable), not "the default".
   const std::int64_t nproc =
-      given.count("nproc") == 0
-          ? world
-          : parse_int(f.nproc, "--nproc", 1, kMaxRanks,
-                      "pass parallel.dp_size x parallel.cp_size = " + std::to_string(world));
+      given.count("nproc") == 0 ? world
+                                : parse_int(f.nproc, "--nproc", 1, kMaxRanks, "pass " + world_text);
   if (nproc != world) {
-    throw UsageError("--nproc " + std::to_string(nproc) +
-                     " does not match parallel.dp_size x parallel.cp_size = " + std::to_string(dp) +
-                     " x " + std::to_string(cp) + " = " + std::to_string(world) +
+    throw UsageError("--nproc " + std::to_string(nproc) + " does not match " + world_text +
                      "; pass --nproc " + std::to_string(world) +
-                     " or change parallel.dp_size / parallel.cp_size");
+                     " or change the config's parallel section");
   }
   check_train_options(config);
   check_plugin(config);

@@ -37,9 +37,10 @@ std::string hex(std::uint64_t value) {
 // different check (a bug, or another fulcrum build) is reported as such
 // rather than misread.
 
-constexpr std::uint64_t kStepTag = 0x31504554532d4346ull;     // "FC-STEP1"
-constexpr std::uint64_t kRowTag = 0x31574f522d2d4346ull;      // "FC--ROW1"
-constexpr std::uint64_t kVerdictTag = 0x3144524556244346ull;  // "FC$VERD1"
+constexpr std::uint64_t kStepTag = 0x31504554532d4346ull;      // "FC-STEP1"
+constexpr std::uint64_t kRowTag = 0x31574f522d2d4346ull;       // "FC--ROW1"
+constexpr std::uint64_t kVerdictTag = 0x3144524556244346ull;   // "FC$VERD1"
+constexpr std::uint64_t kScheduleTag = 0x3144484353234346ull;  // "FC#SCHD1"
 
 using Writer = ByteWriter<Bytes>;
 
@@ -65,6 +66,13 @@ struct RowRecord {
   std::int64_t documents = 0;
   std::int64_t shard_len = 0;
   std::string strategy;
+};
+
+struct ScheduleRecord {
+  std::int64_t step = 0;
+  std::uint64_t schedule = 0;  // slots: ranks, pieces, wave, plan; the scheduler used
+  std::int64_t slots = 0;
+  std::string scheduler;
 };
 
 struct VerdictRecord {
@@ -102,6 +110,16 @@ Bytes encode(const RowRecord& r) {
       .take();
 }
 
+Bytes encode(const ScheduleRecord& r) {
+  return Writer()
+      .u64(kScheduleTag)
+      .i64(r.step)
+      .u64(r.schedule)
+      .i64(r.slots)
+      .str(r.scheduler)
+      .take();
+}
+
 Bytes encode(const VerdictRecord& r) {
   return Writer().u64(kVerdictTag).i64(r.step).str(r.failure).take();
 }
@@ -112,6 +130,16 @@ Bytes encode(const VerdictRecord& r) {
                        std::to_string(group.ranks[member]) + " sent a record of " +
                        std::to_string(size) + " bytes that is not a " + expected +
                        "; every rank must run the same fulcrum build and reach the same check");
+}
+
+bool decode(const Bytes& bytes, ScheduleRecord& r) {
+  ByteReader in(bytes);
+  if (in.u64() != kScheduleTag) return false;
+  r.step = in.i64();
+  r.schedule = in.u64();
+  r.slots = in.i64();
+  r.scheduler = in.str();
+  return in.done();
 }
 
 bool decode(const Bytes& bytes, StepRecord& r) {
@@ -235,6 +263,9 @@ std::string differs(const std::string& what, const ConsensusGroup& group,
 std::string describe_position(const StepRecord& r) { return "step " + std::to_string(r.step); }
 std::string describe_position(const RowRecord& r) {
   return "step " + std::to_string(r.step) + ", row " + std::to_string(r.row);
+}
+std::string describe_position(const ScheduleRecord& r) {
+  return "step " + std::to_string(r.step) + ", schedule";
 }
 std::string describe_position(const VerdictRecord& r) {
   return "step " + std::to_string(r.step) + ", end";
@@ -453,6 +484,20 @@ std::uint64_t workload_fingerprint(const CpWorkload& w) {
   return f.value();
 }
 
+std::uint64_t schedule_fingerprint(const Schedule& schedule) {
+  Fingerprint f;
+  f.add(std::string_view(schedule.strategy_used))
+      .add(static_cast<std::int64_t>(schedule.slots.size()));
+  for (const ScheduleSlot& slot : schedule.slots) {
+    f.add(static_cast<std::int64_t>(slot.wave))
+        .add(std::vector<std::int64_t>(slot.ranks.begin(), slot.ranks.end()))
+        .add(static_cast<std::int64_t>(slot.pieces.size()));
+    for (const DocPiece& p : slot.pieces) f.add(p.doc).add(p.offset).add(p.length);
+    f.add(plan_fingerprint(slot.plan));
+  }
+  return f.value();
+}
+
 std::uint64_t plan_fingerprint(const ShardPlan& plan) {
   Fingerprint f;
   f.add(std::string_view(plan.strategy_used))
@@ -533,6 +578,30 @@ bool ReliabilityHooks::check_row(const CpWorkload& workload, const ShardPlan& pl
   if (!world_ || world_->ranks.size() == g.ranks.size()) throw ConsensusError(failure);
   failure_ = std::move(failure);
   return false;
+}
+
+void ReliabilityHooks::begin_slot() { faults_.maybe_fault(step_); }
+
+void ReliabilityHooks::check_schedule(const Schedule& schedule) {
+  if (!enabled() || !world_ || world_->ranks.size() < 2) return;
+  ScheduleRecord mine{step_, schedule_fingerprint(schedule),
+                      static_cast<std::int64_t>(schedule.slots.size()), schedule.strategy_used};
+  // The test-only `plan` perturbation: this rank's schedule reads differently.
+  if (armed(PerturbKind::kCpPlan)) mine.schedule ^= 1;
+  const ConsensusGroup& g = *world_;
+  const std::vector<ScheduleRecord> all = exchange(g, mine, "schedule check");
+  check_in_step(g, all);
+  auto classes = classes_of(all, [](const ScheduleRecord& r) { return r.schedule; });
+  if (classes.size() == 1) return;
+  throw ConsensusError(
+      "plan consensus failed at step " + std::to_string(step_) + " on group " + g.name + ": " +
+      differs("the schedule", g, all, classes,
+              [](const ScheduleRecord& r) {
+                return "scheduler " + r.scheduler + ", " + plural(r.slots, "slot", "slots") +
+                       ", fingerprint " + hex(r.schedule);
+              }) +
+      "; the balancer placed the same batch differently: run the same plugin build and "
+      "balancer.schedule settings on every rank");
 }
 
 void ReliabilityHooks::end_step() {

@@ -45,6 +45,7 @@
 #include "dist/group_layout.h"
 #include "fulcrum/cp_types.h"
 #include "fulcrum/host/config.h"
+#include "fulcrum/schedule_types.h"
 #include "fulcrum/status.h"
 #include "train/test_faults.h"
 
@@ -77,6 +78,8 @@ class Fingerprint {
 std::uint64_t workload_fingerprint(const CpWorkload& workload);
 // Strategy used, P, shard length, positions.
 std::uint64_t plan_fingerprint(const ShardPlan& plan);
+// The scheduler used, then every slot: wave, ranks, pieces, plan.
+std::uint64_t schedule_fingerprint(const Schedule& schedule);
 
 // One byte vector per member of a group, in group-rank order: what
 // dist::Communicator::all_gather_bytes returns. Throws on failure.
@@ -144,6 +147,13 @@ class ReliabilityHooks {
   // group diverged; end_step() will raise the error on every rank). Returns
   // false again, without communicating, for every later row of the step.
   [[nodiscard]] bool check_row(const CpWorkload& workload, const ShardPlan& plan);
+  // Hybrid mode, a slot of this rank is about to run: fault injection.
+  void begin_slot();
+  // Hybrid mode, once the step's schedule is made and before any slot runs:
+  // the schedule's fingerprint compared over WORLD
+  // (every rank schedules the global batch itself); a divergence throws
+  // ConsensusError naming the ranks. The `plan` perturbation alters it.
+  void check_schedule(const Schedule& schedule);
   // Before the step's gradient all-reduce: the CP verdict over WORLD.
   void end_step();
 

@@ -86,6 +86,15 @@ data::LoaderOptions loader_options(const TrainOptions& options, int dp_rank) {
   loader.cost = options.dp_cost;
   loader.equal_count = options.dp_equal_count;
   loader.dp_window = static_cast<std::int32_t>(options.dp_window);  // bounded by options.cpp
+  if (options.mode == ParallelMode::kHybrid) {
+    // Every rank reads the whole global batch, cut into the same pieces as
+    // fixed mode (at multiples of data.seq_length), one piece a row: the
+    // schedule, not the loader, says who computes which.
+    loader.dp_size = 1;
+    loader.dp_rank = 0;
+    loader.packing = false;
+    loader.micro_batch_size = 1;
+  }
   return loader;
 }
 

@@ -39,7 +39,8 @@ LoadBalancer& dp_balancer(const BalancerChoice& choice, TrainOptions& options,
 Result<std::unique_ptr<data::TokenDataset>> open_dataset(const TrainOptions& options);
 
 // The loader's options for DP rank `dp_rank`; epochs are unbounded
-// (train.steps decides when to stop, epochs wrap).
+// (train.steps decides when to stop, epochs wrap). In hybrid mode every rank
+// loads the whole global batch as unpacked pieces.
 data::LoaderOptions loader_options(const TrainOptions& options, int dp_rank);
 
 // Host warnings, each distinct message once per process and only where

@@ -40,6 +40,9 @@ host::ConfigSchema build_job_schema() {
   // parallel: the job's shape; WORLD = dp_size x cp_size, CP fastest-varying.
   s.add(int_key("parallel.dp_size", 1, 1, kNoMax, "data-parallel ranks; an integer >= 1"));
   s.add(int_key("parallel.cp_size", 1, 1, kNoMax, "context-parallel ranks; an integer >= 1"));
+  s.add(string_key("parallel.mode", "fixed", {"fixed", "hybrid"}, {}, "fixed: DP groups of CP groups, every row on one CP group; hybrid: the world is one pool and the balancer's scheduler places each document piece on a group of any size (docs/HYBRID_RUNTIME.md)"));
+  s.add(int_key("parallel.world_size", 0, 0, kNoMax, "ranks of the job, 0 = parallel.dp_size x parallel.cp_size; hybrid mode only, with dp_size and cp_size left at 1"));
+  s.add(int_key("parallel.max_tokens_per_rank", 0, 0, kNoMax, "hybrid mode: T, the most tokens one rank holds in a slot; 0 = data.seq_length / world size, rounded up"));
   // balancer: which plugin, and which strategies it is asked for.
   s.add(string_key("balancer.plugin", "fulcrum_balancer", {}, check_not_empty, "balancer plugin; a plugin name, a path to one, or builtin (the host's contiguous balancer)"));
   s.add(string_key("balancer.plugin_dirs", "", {}, {}, "directories searched for the plugin, colon-separated, before the defaults"));
@@ -52,6 +55,8 @@ host::ConfigSchema build_job_schema() {
   s.add(string_key("balancer.dp.cost", "tokens", {}, check_cost, "DP cost model; tokens, attention or attention:A with A >= 0"));
   s.add(bool_key("balancer.dp.equal_count", false, "give every DP rank floor(n/k) or ceil(n/k) samples"));
   s.add(int_key("balancer.dp.window", 1, 1, kNoMax, "global batches balanced together; an integer >= 1"));
+  s.add(string_key("balancer.schedule.strategy", "hybrid", {}, check_not_empty, "hybrid mode: the scheduler that places each global batch; a name the balancer lists (fixed, megatron_dcp, hybrid)"));
+  s.add(string_key("balancer.schedule.profile", "cpu_gloo", {}, check_not_empty, "hybrid mode: the step-time cost profile the scheduler plans with; a bundled name (cpu_gloo, h100_7b, ...) or a profile YAML file"));
   // data: where samples come from and how they are batched.
   s.add(string_key("data.source", "synthetic", {"synthetic", "jsonl", "megatron"}, {}, "sample source"));
   s.add(string_key("data.path", "", {}, {}, "JSONL file or Megatron dataset prefix (without .bin/.idx)"));

@@ -21,9 +21,10 @@ namespace {
 // ordered: "step" and "loss" lead each line, as a reader expects.
 using json = nlohmann::ordered_json;
 
+json pieces_json(const std::vector<std::array<std::int64_t, 4>>& pieces);
+
 json to_json(const MicroBatchFigures& m) {
-  json pieces = json::array();
-  for (const auto& p : m.pieces) pieces.push_back({p[0], p[1], p[2], p[3]});
+  const json pieces = pieces_json(m.pieces);
   return {{"dp", m.dp_rank},
           {"cp", m.cp_rank},
           {"mb", m.microbatch},
@@ -58,6 +59,47 @@ MicroBatchFigures from_json(const json& j) {
                         p.at(2).get<std::int64_t>(), p.at(3).get<std::int64_t>()});
   }
   return m;
+}
+
+json pieces_json(const std::vector<std::array<std::int64_t, 4>>& pieces) {
+  json out = json::array();
+  for (const auto& p : pieces) out.push_back({p[0], p[1], p[2], p[3]});
+  return out;
+}
+
+std::vector<std::array<std::int64_t, 4>> pieces_from_json(const json& j) {
+  std::vector<std::array<std::int64_t, 4>> out;
+  for (const json& p : j) {
+    out.push_back({p.at(0).get<std::int64_t>(), p.at(1).get<std::int64_t>(),
+                   p.at(2).get<std::int64_t>(), p.at(3).get<std::int64_t>()});
+  }
+  return out;
+}
+
+json to_json(const SlotFigures& s) {
+  return {{"slot", s.slot},       {"wave", s.wave},
+          {"g", s.group},         {"member", s.member},
+          {"tokens", s.tokens},   {"tiles", s.tiles},
+          {"sent", s.bytes_sent}, {"received", s.bytes_received},
+          {"busy_ms", s.busy_ms}, {"ms", s.compute_ms},
+          {"cms", s.comm_ms},     {"pieces", pieces_json(s.pieces)}};
+}
+
+SlotFigures slot_from_json(const json& j) {
+  SlotFigures s;
+  s.slot = j.at("slot").get<std::int64_t>();
+  s.wave = j.at("wave").get<std::int32_t>();
+  s.group = j.at("g").get<std::int32_t>();
+  s.member = j.at("member").get<std::int32_t>();
+  s.tokens = j.at("tokens").get<std::int64_t>();
+  s.tiles = j.at("tiles").get<std::int64_t>();
+  s.bytes_sent = j.at("sent").get<std::int64_t>();
+  s.bytes_received = j.at("received").get<std::int64_t>();
+  s.busy_ms = j.at("busy_ms").get<double>();
+  s.compute_ms = j.at("ms").get<double>();
+  s.comm_ms = j.at("cms").get<double>();
+  s.pieces = pieces_from_json(j.at("pieces"));
+  return s;
 }
 
 // Milliseconds to the microsecond: more digits are noise and bloat the file.
@@ -122,11 +164,14 @@ std::map<std::pair<int, std::int64_t>, std::vector<const MicroBatchFigures*>> me
 std::vector<std::uint8_t> encode_figures(const RankStepFigures& figures) {
   json mbs = json::array();
   for (const auto& m : figures.micro_batches) mbs.push_back(to_json(m));
+  json slots = json::array();
+  for (const auto& s : figures.slots) slots.push_back(to_json(s));
   const json j = {{"rank", figures.rank},
                   {"step_ms", figures.step_ms},
                   {"plan_ms", figures.plan_ms},
                   {"shard_ms", figures.shard_ms},
-                  {"mbs", mbs}};
+                  {"mbs", mbs},
+                  {"slots", slots}};
   const std::string text = j.dump();
   return {text.begin(), text.end()};
 }
@@ -140,11 +185,55 @@ Result<RankStepFigures> decode_figures(const std::vector<std::uint8_t>& bytes) {
     f.plan_ms = j.at("plan_ms").get<double>();
     f.shard_ms = j.at("shard_ms").get<double>();
     for (const json& m : j.at("mbs")) f.micro_batches.push_back(from_json(m));
+    for (const json& s : j.at("slots")) f.slots.push_back(slot_from_json(s));
     return f;
   } catch (const std::exception& e) {
     return internal_error(std::string("step figures from a rank do not decode: ") + e.what());
   }
 }
+
+namespace {
+
+// Hybrid mode: the schedule and, per rank, what its slots measured.
+json hybrid_line(const StepReport& step, const std::vector<RankStepFigures>& ranks) {
+  json per_rank = json::array();
+  for (const RankStepFigures& r : ranks) {
+    double busy = 0, compute = 0, comm = 0;
+    std::int64_t sent = 0, received = 0;
+    json slots = json::array();
+    for (const SlotFigures& s : r.slots) {
+      busy += s.busy_ms;
+      compute += s.compute_ms;
+      comm += s.comm_ms;
+      sent += s.bytes_sent;
+      received += s.bytes_received;
+      json slot = {{"slot", s.slot},     {"wave", s.wave},   {"g", s.group},
+                   {"tokens", s.tokens}, {"tiles", s.tiles}, {"busy_ms", round_ms(s.busy_ms)}};
+      if (!s.pieces.empty()) slot["pieces"] = pieces_json(s.pieces);
+      slots.push_back(slot);
+    }
+    per_rank.push_back({{"rank", r.rank},
+                        {"busy_ms", round_ms(busy)},
+                        {"idle_ms", round_ms(std::max(0.0, r.step_ms - busy))},
+                        {"attention_ms", round_ms(compute)},
+                        {"comm_ms", round_ms(comm)},
+                        {"bytes_sent", sent},
+                        {"bytes_received", received},
+                        {"slots", slots}});
+  }
+  return {{"step", step.step},
+          {"scheduler", step.hybrid->scheduler},
+          {"schedule_fallback_reason", nullable(step.hybrid->fallback_reason)},
+          {"groups", step.hybrid->groups},
+          {"predicted_step_ms", round_ms(step.hybrid->predicted_ms)},
+          {"fixed_predicted_step_ms", step.hybrid->fixed_predicted_ms > 0
+                                          ? json(round_ms(step.hybrid->fixed_predicted_ms))
+                                          : json(nullptr)},
+          {"measured_step_ms", round_ms(step.wall_ms)},
+          {"ranks", per_rank}};
+}
+
+}  // namespace
 
 std::vector<std::string> metrics_lines(const StepReport& step,
                                        const std::vector<RankStepFigures>& ranks, int dp_size,
@@ -210,6 +299,7 @@ std::vector<std::string> metrics_lines(const StepReport& step,
       {"shard_ms", round_ms(shard_ms)},
   };
   lines.push_back(record.dump());
+  if (step.hybrid) lines.push_back(hybrid_line(step, ranks).dump());
   return lines;
 }
 
@@ -250,6 +340,7 @@ void RunSummary::add(const StepReport& step, const std::vector<RankStepFigures>&
   for (const RankStepFigures& r : ranks) overhead = std::max(overhead, r.plan_ms + r.shard_ms);
   overhead_ms_ += overhead;
 
+  if (step.hybrid) add_hybrid(*step.hybrid, ranks);
   for (const auto& [key, per_rank] : merge(ranks, cp_size)) {
     const MicroBatchFigures* base = nullptr;
     std::vector<double> ms;
@@ -279,6 +370,53 @@ void RunSummary::add(const StepReport& step, const std::vector<RankStepFigures>&
   }
 }
 
+void RunSummary::add_hybrid(const StepReport::Hybrid& hybrid,
+                            const std::vector<RankStepFigures>& ranks) {
+  ++hybrid_steps_;
+  ++schedulers_[hybrid.scheduler];
+  for (std::int32_t g : hybrid.groups) ++group_slots_[g];
+  predicted_ms_ += hybrid.predicted_ms;
+  fixed_predicted_ms_ += hybrid.fixed_predicted_ms;
+  std::vector<double> busy;
+  for (const RankStepFigures& r : ranks) {
+    double b = 0;
+    for (const SlotFigures& f : r.slots) {
+      b += f.busy_ms;
+      bytes_moved_ += f.bytes_received;
+    }
+    busy.push_back(b);
+  }
+  const auto [top, mean] = max_and_mean(busy);
+  busy_max_ += top;
+  busy_mean_ += mean;
+}
+
+std::string RunSummary::render_hybrid() const {
+  std::ostringstream out;
+  const double n = static_cast<double>(hybrid_steps_);
+  std::string schedulers, groups;
+  for (const auto& [name, steps] : schedulers_) {
+    schedulers += (schedulers.empty() ? "" : ", ") + name + " " + std::to_string(steps);
+  }
+  for (const auto& [g, slots] : group_slots_) {
+    groups += (groups.empty() ? "" : ", ") + std::to_string(slots) + " of " + std::to_string(g);
+  }
+  out << "  schedule       " << schedulers << (hybrid_steps_ == 1 ? " step" : " steps")
+      << "; slots by group size: " << groups << "\n";
+  out << "  step time      measured " << fixed(step_ms_ / n, 1) << " ms, predicted "
+      << fixed(predicted_ms_ / n, 1) << " ms";
+  if (fixed_predicted_ms_ > 0) {
+    out << "; fixed mode's schedule of the same batches predicted "
+        << fixed(fixed_predicted_ms_ / n, 1) << " ms ("
+        << fixed(predicted_ms_ > 0 ? fixed_predicted_ms_ / predicted_ms_ : 1.0, 2) << "x)";
+  }
+  out << "  [mean per step; predictions by the cost profile]\n";
+  out << "  rank busy      max / mean " << fixed(busy_mean_ > 0 ? busy_max_ / busy_mean_ : 1.0, 3)
+      << ", K/V moved " << fixed(static_cast<double>(bytes_moved_) / n / 1e6, 2)
+      << " MB per step  [slots' measured time and received bytes, all ranks]\n";
+  return out.str();
+}
+
 std::string RunSummary::render(const std::string& header, double wall_s) const {
   auto ratio = [](double top, double mean) { return mean > 0 ? top / mean : 1.0; };
   std::ostringstream out;
@@ -288,6 +426,13 @@ std::string RunSummary::render(const std::string& header, double wall_s) const {
   if (!losses_.empty()) {
     out << "  loss           " << fixed(losses_.front(), 4) << " at step 1 -> "
         << fixed(losses_.back(), 4) << " at step " << losses_.size() << "\n";
+  }
+  if (hybrid_steps_ > 0) {
+    const double n = static_cast<double>(steps_);
+    out << render_hybrid();
+    out << "  overhead       scheduling " << fixed(overhead_ms_ / n, 2) << " ms per step, "
+        << fixed(step_ms_ > 0 ? 100.0 * overhead_ms_ / step_ms_ : 0.0, 2) << "% of step time\n";
+    return out.str();
   }
   std::string strategies;
   for (const auto& [name, rows] : strategy_rows_) {

@@ -45,6 +45,23 @@ struct MicroBatchFigures {
   std::vector<std::array<std::int64_t, 4>> pieces;
 };
 
+// One slot of a hybrid step as one of its members ran it.
+struct SlotFigures {
+  std::int64_t slot = 0;  // index in the schedule
+  std::int32_t wave = 0;
+  std::int32_t group = 1;       // g, the slot's members
+  std::int32_t member = 0;      // this rank's index among them
+  std::int64_t tokens = 0;      // real tokens this member held
+  std::int64_t tiles = 0;       // forward tiles, summed over layers
+  std::int64_t bytes_sent = 0;  // K/V forward and dK/dV backward, all layers
+  std::int64_t bytes_received = 0;
+  double busy_ms = 0.0;     // the slot from its row's assembly to its backward's end
+  double compute_ms = 0.0;  // attention kernels, forward + backward, all layers
+  double comm_ms = 0.0;     // exchanges, with gathering and placing rows
+  // With train.log_samples, on member 0: as MicroBatchFigures::pieces.
+  std::vector<std::array<std::int64_t, 4>> pieces;
+};
+
 // What one rank sends to rank 0 after a step.
 struct RankStepFigures {
   int rank = 0;
@@ -52,6 +69,7 @@ struct RankStepFigures {
   double plan_ms = 0.0;   // the CP selector, for every row
   double shard_ms = 0.0;  // sharding the row buffers by the plans
   std::vector<MicroBatchFigures> micro_batches;
+  std::vector<SlotFigures> slots;  // hybrid mode: this rank's slots, in wave order
 };
 
 std::vector<std::uint8_t> encode_figures(const RankStepFigures& figures);
@@ -68,6 +86,18 @@ struct StepReport {
   double dp_imbalance = 1.0;
   double dp_round_robin_imbalance = 1.0;  // sample i to rank i % dp_size, same cost model
   double wall_ms = 0.0;                   // rank 0's step time
+  // Hybrid mode: the scheduler that served, why another than the one asked
+  // for ("" = none), every slot's group size and the cost model's step time.
+  struct Hybrid {
+    std::string scheduler;
+    std::string fallback_reason;
+    std::vector<std::int32_t> groups;
+    double predicted_ms = 0.0;
+    // The cost model's step time for fixed mode's schedule of the same batch
+    // (the `fixed` scheduler), for comparison; 0 = not known.
+    double fixed_predicted_ms = 0.0;
+  };
+  std::optional<Hybrid> hybrid;
 };
 
 // The metrics JSON lines of one step. `ranks` is indexed by global rank.
@@ -97,6 +127,9 @@ class RunSummary {
   std::string render(const std::string& header, double wall_s) const;
 
  private:
+  void add_hybrid(const StepReport::Hybrid& hybrid, const std::vector<RankStepFigures>& ranks);
+  std::string render_hybrid() const;
+
   std::vector<double> losses_;
   std::int64_t tokens_ = 0;
   std::map<std::string, std::int64_t> strategy_rows_;
@@ -110,6 +143,12 @@ class RunSummary {
   std::map<std::string, std::int64_t> dp_strategies_;
   double step_ms_ = 0, overhead_ms_ = 0;
   std::int64_t steps_ = 0;
+  // Hybrid mode.
+  std::int64_t hybrid_steps_ = 0;
+  std::map<std::string, std::int64_t> schedulers_;
+  std::map<std::int32_t, std::int64_t> group_slots_;  // group size -> slots
+  double predicted_ms_ = 0, fixed_predicted_ms_ = 0, busy_max_ = 0, busy_mean_ = 0;
+  std::int64_t bytes_moved_ = 0;
 };
 
 // Progress of rank 0: a bar redrawn in place when it writes to a terminal;

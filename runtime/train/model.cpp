@@ -86,7 +86,7 @@ at::Tensor GptModel::rotate(const at::Tensor& x, const at::Tensor& cos,
 
 at::Tensor GptModel::forward(
     const at::Tensor& tokens, const at::Tensor& positions,
-    const std::vector<std::shared_ptr<attention::CpAttention>>& layers) const {
+    const std::vector<std::shared_ptr<attention::RowAttention>>& layers) const {
   const std::int64_t s = tokens.size(0);
   const std::int64_t h = options_.hidden_size;
   const std::int64_t heads = options_.num_heads;

@@ -6,7 +6,8 @@
 //
 // The model only ever sees one CP rank's shard of a row: every op but
 // attention is per token, so it runs on the shard as is; attention goes
-// through the colleague's CpAttention, which gathers K and V in the CP group.
+// through a RowAttention (CpAttention gathers K and V in the CP
+// group, SlotAttention exchanges the touched blocks within a hybrid slot).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -16,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "attention/cp_attention.h"
+#include "attention/row_attention.h"
 #include "train/options.h"
 
 namespace fulcrum::train {
@@ -31,10 +32,10 @@ class GptModel {
 
   // Logits [S, vocab] of the shard's tokens. `tokens` and `positions` are
   // int64 [S] (positions: each token's position in its document, from the
-  // unsharded row); `layers` holds one CpAttention per block, built for this
-  // row's plan.
+  // unsharded row); `layers` holds one attention per block (CpAttention in
+  // fixed mode, SlotAttention in a hybrid slot), built for this row's plan.
   at::Tensor forward(const at::Tensor& tokens, const at::Tensor& positions,
-                     const std::vector<std::shared_ptr<attention::CpAttention>>& layers) const;
+                     const std::vector<std::shared_ptr<attention::RowAttention>>& layers) const;
 
   // Summed next-token cross-entropy over the positions where `loss_mask` is 1.
   at::Tensor loss_sum(const at::Tensor& logits, const at::Tensor& labels,

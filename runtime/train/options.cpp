@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "fulcrum/core/workload.h"
+#include "fulcrum/host/cost_profile_file.h"
 #include "fulcrum/host/open_balancer.h"
 
 namespace fulcrum::train {
@@ -58,14 +59,84 @@ std::chrono::milliseconds seconds_to_ms(double seconds) {
   return std::chrono::milliseconds(static_cast<std::int64_t>(std::llround(seconds * 1000.0)));
 }
 
+// parallel.mode, parallel.world_size and the schedule's keys. Hybrid mode
+// runs W = world ranks as dp_size = W, cp_size = 1.
+Status read_parallel_mode(const host::Config& config, TrainOptions& o) {
+  const std::int64_t world_key = config.get_int("parallel.world_size");
+  o.mode =
+      config.get_string("parallel.mode") == "hybrid" ? ParallelMode::kHybrid : ParallelMode::kFixed;
+  if (world_key > 0 && (o.mode == ParallelMode::kFixed || o.dp_size * o.cp_size != 1) &&
+      world_key != static_cast<std::int64_t>(o.dp_size) * o.cp_size) {
+    return invalid_argument(
+        where(config, "parallel.world_size", std::to_string(world_key)) +
+        " disagrees with parallel.dp_size x parallel.cp_size = " + std::to_string(o.dp_size) +
+        " x " + std::to_string(o.cp_size) +
+        "; in fixed mode leave parallel.world_size at 0, in hybrid mode set either the world "
+        "size or dp_size and cp_size");
+  }
+  o.schedule_strategy = config.get_string("balancer.schedule.strategy");
+  o.schedule_profile = config.get_string("balancer.schedule.profile");
+  if (o.schedule_profile.find('/') != std::string::npos ||
+      o.schedule_profile.find('.') != std::string::npos) {
+    o.schedule_profile = resolve_path(config, "balancer.schedule.profile");
+  }
+  if (o.mode == ParallelMode::kHybrid) {
+    o.dp_size = static_cast<int>(job_world_size(config));
+    o.cp_size = 1;
+    Result<CostProfile> profile = host::resolve_cost_profile(o.schedule_profile);
+    if (!profile) {
+      return invalid_argument("balancer.schedule.profile (" +
+                              (config.is_set("balancer.schedule.profile")
+                                   ? "set at " + config.origin("balancer.schedule.profile")
+                                   : std::string("the default")) +
+                              "): " + profile.status().message());
+    }
+    o.profile = *profile;
+  }
+  return Status::ok();
+}
+
+// Hybrid mode: T, and pieces of data.seq_length that fit the world.
+Status check_hybrid(const host::Config& config, TrainOptions& o) {
+  if (o.mode != ParallelMode::kHybrid) return Status::ok();
+  if (config.get_string("dist.backend") == "nccl") {
+    return invalid_argument(
+        "parallel.mode: hybrid exchanges K/V point-to-point over Gloo only; set dist.backend: "
+        "gloo, or parallel.mode: fixed for NCCL");
+  }
+  if (o.mask.kind == MaskKind::kBlockSparse) {
+    return invalid_argument(where(config, "balancer.cp.mask", mask_to_string(o.mask)) +
+                            " is block-sparse, which schedules do not take; use causal, full, "
+                            "sliding:W or prefix:L in parallel.mode: hybrid");
+  }
+  const std::int64_t world = o.dp_size;
+  const std::int64_t t = config.get_int("parallel.max_tokens_per_rank");
+  o.max_tokens_per_rank = t > 0 ? t : (o.seq_length + world - 1) / world;
+  if (o.seq_length > world * o.max_tokens_per_rank) {
+    return invalid_argument(
+        where(config, "parallel.max_tokens_per_rank", std::to_string(t)) + " x " +
+        std::to_string(world) + " ranks holds fewer tokens than a piece of data.seq_length = " +
+        std::to_string(o.seq_length) + "; raise it to at least " +
+        std::to_string((o.seq_length + world - 1) / world) + " or lower data.seq_length");
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 const char* dtype_name(Dtype dtype) { return dtype == Dtype::kFloat64 ? "float64" : "float32"; }
+
+std::int64_t job_world_size(const host::Config& config) {
+  const std::int64_t world = config.get_int("parallel.world_size");
+  return world > 0 ? world
+                   : config.get_int("parallel.dp_size") * config.get_int("parallel.cp_size");
+}
 
 Result<TrainOptions> train_options_from_config(const host::Config& config) {
   TrainOptions o;
   o.dp_size = static_cast<int>(config.get_int("parallel.dp_size"));
   o.cp_size = static_cast<int>(config.get_int("parallel.cp_size"));
+  if (Status s = read_parallel_mode(config, o); !s) return s;
 
   o.plugin = config.get_string("balancer.plugin");
   o.plugin_dirs = host::split_plugin_dirs(config.get_string("balancer.plugin_dirs"));
@@ -94,6 +165,7 @@ Result<TrainOptions> train_options_from_config(const host::Config& config) {
         (o.source == DataSource::kJsonl ? "JSONL file" : "Megatron dataset prefix") + " to read");
   }
   o.seq_length = config.get_int("data.seq_length");
+  if (Status s = check_hybrid(config, o); !s) return s;
   o.packing = config.get_bool("data.packing");
   o.global_batch_size = config.get_int("data.global_batch_size");
   o.micro_batch_size = config.get_int("data.micro_batch_size");

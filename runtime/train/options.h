@@ -12,6 +12,7 @@
 #include "fulcrum/cp_types.h"
 #include "fulcrum/dp_types.h"
 #include "fulcrum/host/config.h"
+#include "fulcrum/schedule_types.h"
 #include "fulcrum/status.h"
 
 namespace fulcrum::train {
@@ -21,6 +22,7 @@ enum class PositionKind { kRope, kLearned };
 enum class Dtype { kFloat32, kFloat64 };
 enum class Device { kCpu, kCuda };
 enum class Backend { kGloo, kNccl };
+enum class ParallelMode { kFixed, kHybrid };
 
 struct ModelOptions {
   std::int64_t hidden_size = 64;
@@ -36,9 +38,15 @@ struct ModelOptions {
 };
 
 struct TrainOptions {
-  // parallel
+  // parallel. In hybrid mode the world of W ranks is dp_size = W, cp_size = 1
+  // (every rank its own CP group) and the schedule places the work.
+  ParallelMode mode = ParallelMode::kFixed;
   int dp_size = 1;
   int cp_size = 1;
+  std::int64_t max_tokens_per_rank = 0;  // hybrid: T, resolved (>= 1)
+  std::string schedule_strategy = "hybrid";
+  std::string schedule_profile = "cpu_gloo";  // a bundled name or an absolute path
+  CostProfile profile;                        // hybrid: schedule_profile, read and checked
   // balancer
   std::string plugin = "fulcrum_balancer";
   std::vector<std::string> plugin_dirs;  // searched before the defaults
@@ -89,6 +97,10 @@ struct TrainOptions {
 Result<TrainOptions> train_options_from_config(const host::Config& config);
 
 const char* dtype_name(Dtype dtype);
+
+// The ranks a job runs on: parallel.world_size when set, else
+// parallel.dp_size x parallel.cp_size.
+std::int64_t job_world_size(const host::Config& config);
 
 // train.checkpoint_every, train.checkpoint_dir, train.checkpoint_keep and
 // train.resume, checked: a directory is needed to save or to resume with

@@ -18,10 +18,15 @@
 
 #include "attention/cp_attention.h"
 #include "attention/sharding.h"
+#include "attention/slot_attention.h"
 #include "data/loader.h"
 #include "dist/gloo_communicator.h"
+#include "fulcrum/core/schedule.h"
+#include "fulcrum/core/text.h"
 #include "fulcrum/core/workload.h"
+#include "fulcrum/host/cost_profile_file.h"
 #include "fulcrum/host/log.h"
+#include "fulcrum/host/plugin_loader.h"
 #include "fulcrum/host/selection.h"
 #include "train/job_inputs.h"
 #include "train/metrics.h"
@@ -99,6 +104,48 @@ CpWorkload row_workload(const data::PackedRow& row, const TrainOptions& options)
   return w;
 }
 
+// Checked on each rank before the all-reduce spreads it: a NaN would
+// otherwise train on silently and surface, if at all, as replicas whose
+// parameters differ.
+void check_finite(double loss_sum, std::int64_t step, int rank) {
+  if (std::isfinite(loss_sum)) return;
+  throw NumericError("the loss of step " + std::to_string(step) + " is " +
+                     (std::isnan(loss_sum) ? "NaN" : "infinite") + " on rank " +
+                     std::to_string(rank) +
+                     " (its micro-batches' loss sum, before the all-reduce); lower train.lr, "
+                     "check the data, or train with train.dtype: float64");
+}
+
+// The slot's row: its pieces' columns in order. A piece is a whole loader
+// row (documents longer than data.seq_length were cut there, labels kept)
+// or, should a scheduler cut one, part of it.
+data::PackedRow slot_row(const ScheduleSlot& slot,
+                         const std::vector<const data::PackedRow*>& rows) {
+  data::PackedRow out;
+  for (const DocPiece& piece : slot.pieces) {
+    const data::PackedRow& row = *rows[static_cast<std::size_t>(piece.doc)];
+    const auto b = static_cast<std::ptrdiff_t>(piece.offset);
+    const auto e = static_cast<std::ptrdiff_t>(piece.offset + piece.length);
+    const auto append = [&](auto& to, const auto& from) {
+      to.insert(to.end(), from.begin() + b, from.begin() + e);
+    };
+    append(out.tokens, row.tokens);
+    append(out.labels, row.labels);
+    append(out.loss_mask, row.loss_mask);
+    append(out.positions, row.positions);
+    append(out.document_ids, row.document_ids);
+    out.doc_lengths.push_back(piece.length);
+    std::int64_t at = 0;  // the row position where range r starts
+    for (const data::TokenRange& r : row.pieces) {
+      const std::int64_t lo = std::max(at, piece.offset);
+      const std::int64_t hi = std::min(at + (r.end - r.begin), piece.offset + piece.length);
+      if (lo < hi) out.pieces.push_back({r.sample, r.begin + (lo - at), r.begin + (hi - at)});
+      at += r.end - r.begin;
+    }
+  }
+  return out;
+}
+
 class Worker {
  public:
   Worker(TrainOptions options, CheckpointOptions checkpoints, launch::WorkerIdentity id,
@@ -136,7 +183,13 @@ class Worker {
   };
 
   void build_model();
+  Status prepare_scheduler();
   StepResult run_micro_batches(std::int64_t step, const data::StepBatch& batch);
+  StepResult run_slots(std::int64_t step, const data::StepBatch& batch);
+  double fixed_prediction_ms(const ScheduleRequest& request) const;
+  at::Tensor run_slot(std::int64_t index, const ScheduleSlot& slot, const ScheduleRequest& request,
+                      const std::vector<const data::PackedRow*>& rows, SlotFigures& figures,
+                      std::int64_t& loss_tokens);
   MicroBatchResult run_micro_batch(const data::MicroBatch& mb, std::int64_t index,
                                    RankStepFigures& step);
   void record_row(const data::PackedRow& row, const CpWorkload& w, const ShardPlan& plan,
@@ -164,6 +217,11 @@ class Worker {
   std::unique_ptr<AdamW> optimizer_;
   dist::ProcessGroups groups_;
   std::unique_ptr<MetricsFile> metrics_;
+  // Hybrid mode: the balancer that schedules, the profile it plans with, and
+  // the step's schedule for its report.
+  std::shared_ptr<LoadBalancer> scheduler_;
+  CostProfile profile_;
+  std::optional<StepReport::Hybrid> hybrid_report_;
   TrainingState state_;  // what a checkpoint holds and the settings it must match
   ResumedAt resumed_;    // the step training resumes after, and the file's CRC
   RunSummary summary_;
@@ -194,6 +252,7 @@ Status Worker::prepare() {
   selector_options.fallback = options_.cp_fallback;
   selector_options.log = once_per_message_log(cp_rank_ == 0);
   selector_ = std::make_unique<host::CpSelector>(balancer_.plugin, selector_options);
+  if (Status s = prepare_scheduler(); !s) return s;
   build_model();
 
   state_ = {model_.get(), optimizer_.get(), &*loader_,
@@ -245,15 +304,25 @@ void Worker::connect() {
   g.cuda_device = options_.cuda_device;
   reliability_.before_rendezvous();
   groups_ = dist::init_gloo_process_groups(g);
+  // In hybrid mode the schedule, not a CP group, says who shares a row: the
+  // per-row check becomes the schedule check over WORLD, and the DP check
+  // sees one DP rank (every rank holds the whole global batch).
+  const bool hybrid = options_.mode == ParallelMode::kHybrid;
   reliability_.connect(consensus_group(groups_.world, groups_.layout.world),
-                       consensus_group(groups_.cp, groups_.layout.cp));
+                       hybrid ? consensus_group(groups_.world, groups_.layout.world)
+                              : consensus_group(groups_.cp, groups_.layout.cp));
 }
 
 std::string Worker::header() const {
-  return "DP " + std::to_string(options_.dp_size) + " x CP " + std::to_string(options_.cp_size) +
-         ", " + dtype_name(options_.dtype) + ", " + std::to_string(model_->num_parameters()) +
-         " parameters, mask " + mask_to_string(options_.mask) + ", balancer " +
-         balancer_.description;
+  const std::string layout =
+      options_.mode == ParallelMode::kHybrid
+          ? "hybrid over " + std::to_string(options_.dp_size) +
+                " ranks (T = " + std::to_string(options_.max_tokens_per_rank) + ", scheduler " +
+                options_.schedule_strategy + ", profile " + profile_.name + ")"
+          : "DP " + std::to_string(options_.dp_size) + " x CP " + std::to_string(options_.cp_size);
+  return layout + ", " + dtype_name(options_.dtype) + ", " +
+         std::to_string(model_->num_parameters()) + " parameters, mask " +
+         mask_to_string(options_.mask) + ", balancer " + balancer_.description;
 }
 
 // The row's work against what contiguous sharding would have cost (the
@@ -316,7 +385,7 @@ Worker::MicroBatchResult Worker::run_micro_batch(const data::MicroBatch& mb, std
     const at::Tensor local =
         attention::shard(row_buffers(row), *plan, cp_rank_).to(device_of(options_));
     step.shard_ms += ms_since(shard_start);
-    std::vector<std::shared_ptr<attention::CpAttention>> layers;
+    std::vector<std::shared_ptr<attention::RowAttention>> layers;
     for (std::int64_t l = 0; l < options_.model.num_layers; ++l) {
       Result<std::shared_ptr<attention::CpAttention>> a =
           attention::CpAttention::create(w, *plan, groups_.cp);
@@ -354,16 +423,7 @@ Worker::StepResult Worker::run_micro_batches(std::int64_t step, const data::Step
     if (mb.loss.defined()) loss = loss + mb.loss.to(at::kDouble);
   }
   result.loss_sum = loss.item<double>();
-  // Checked on each rank before the all-reduce spreads it: a NaN would
-  // otherwise train on silently and surface, if at all, as replicas whose
-  // parameters differ.
-  if (!std::isfinite(result.loss_sum)) {
-    throw NumericError("the loss of step " + std::to_string(step) + " is " +
-                       (std::isnan(result.loss_sum) ? "NaN" : "infinite") + " on rank " +
-                       std::to_string(id_.rank) +
-                       " (its micro-batches' loss sum, before the all-reduce); lower train.lr, "
-                       "check the data, or train with train.dtype: float64");
-  }
+  check_finite(result.loss_sum, step, id_.rank);
   return result;
 }
 
@@ -418,6 +478,7 @@ void Worker::report_step(std::int64_t step, const data::StepBatch& batch, const 
   report.dp_round_robin_imbalance =
       round_robin_imbalance(batch.global_samples, *dataset_, options_.dp_cost, options_.dp_size);
   report.wall_ms = step_ms;
+  report.hybrid = hybrid_report_;
   if (metrics_) {
     const auto lines = metrics_lines(report, ranks, options_.dp_size, options_.cp_size);
     if (Status s = metrics_->write(lines); !s) throw CheckpointError(s.message());
@@ -442,7 +503,8 @@ void Worker::train() {
     std::optional<data::StepBatch> batch = loader_->next_step();
     if (!batch) throw std::runtime_error("the data loader ended although epochs are unbounded");
     reliability_.begin_step(step, *batch, *dataset_);
-    StepResult result = run_micro_batches(step, *batch);
+    StepResult result = options_.mode == ParallelMode::kHybrid ? run_slots(step, *batch)
+                                                               : run_micro_batches(step, *batch);
     reliability_.end_step();
     const GlobalLoss loss = reduce_and_step(result.loss_sum, result.loss_tokens);
     result.figures.step_ms = ms_since(step_start);
@@ -479,6 +541,147 @@ void Worker::finish(double wall_s) {
       throw InputError(s.message());
     }
   }
+}
+
+// Hybrid mode: the balancer that schedules (the plugin, else the built-in
+// one, whose fixed schedule the host serves) and that it offers the
+// scheduler asked for; options.cpp has read the cost profile.
+Status Worker::prepare_scheduler() {
+  if (options_.mode != ParallelMode::kHybrid) return Status::ok();
+  scheduler_ = balancer_.plugin ? balancer_.plugin : host::builtin_balancer();
+  const std::vector<std::string> offered = scheduler_->schedule_strategies();
+  if (std::find(offered.begin(), offered.end(), options_.schedule_strategy) == offered.end()) {
+    return invalid_argument("balancer.schedule.strategy " + quote_text(options_.schedule_strategy) +
+                            " is not offered by balancer " + quote_text(balancer_.description) +
+                            " (it offers: " + join(offered, ", ") + ")");
+  }
+  profile_ = options_.profile;
+  return Status::ok();
+}
+
+// One slot on this member: its row assembled and sharded by the slot's plan,
+// forward with SlotAttention over the world group, backward at once. Every
+// member runs the slot's forward and backward exchanges in the same order
+// before its next slot, which is what keeps wave order deadlock-free
+// (docs/HYBRID_RUNTIME.md). Returns the member's summed token loss.
+at::Tensor Worker::run_slot(std::int64_t index, const ScheduleSlot& slot,
+                            const ScheduleRequest& request,
+                            const std::vector<const data::PackedRow*>& rows, SlotFigures& f,
+                            std::int64_t& loss_tokens) {
+  const auto start = Clock::now();
+  reliability_.begin_slot();
+  const data::PackedRow row = slot_row(slot, rows);
+  check_vocabulary(row, options_.model.vocab_size, *dataset_);
+  const CpWorkload w = slot_workload(request, slot);
+  const auto member = static_cast<std::int32_t>(
+      std::find(slot.ranks.begin(), slot.ranks.end(), id_.rank) - slot.ranks.begin());
+  f.slot = index;
+  f.wave = slot.wave;
+  f.group = static_cast<std::int32_t>(slot.ranks.size());
+  f.member = member;
+  const at::Tensor local =
+      attention::shard(row_buffers(row), slot.plan, member).to(device_of(options_));
+  attention::SlotAttentionOptions slot_options;
+  slot_options.label =
+      "slot " + std::to_string(index) + " (wave " + std::to_string(slot.wave) + ")";
+  std::vector<std::shared_ptr<attention::SlotAttention>> used;
+  std::vector<std::shared_ptr<attention::RowAttention>> layers;
+  for (std::int64_t l = 0; l < options_.model.num_layers; ++l) {
+    Result<std::shared_ptr<attention::SlotAttention>> a =
+        attention::SlotAttention::create(w, slot.plan, slot.ranks, groups_.world, slot_options);
+    if (!a) throw std::runtime_error(slot_options.label + ": " + a.status().message());
+    layers.push_back(*a);
+    used.push_back(*a);
+  }
+  const at::Tensor logits =
+      model_->forward(local.select(1, kTokens), local.select(1, kPositions), layers);
+  const at::Tensor mask = local.select(1, kLossMask);
+  at::Tensor loss = model_->loss_sum(logits, local.select(1, kLabels), mask);
+  const std::int64_t tokens = mask.sum().item<std::int64_t>();
+  loss.backward();
+  loss_tokens += tokens;
+  const auto shard_begin = slot.plan.positions.begin() + member * slot.plan.shard_len;
+  f.tokens = std::count_if(shard_begin, shard_begin + slot.plan.shard_len,
+                           [](std::int64_t position) { return position >= 0; });
+  for (const auto& a : used) {
+    f.tiles += a->last_forward().tiles;
+    f.bytes_sent += a->last_forward().bytes_sent + a->last_backward().bytes_sent;
+    f.bytes_received += a->last_forward().bytes_received + a->last_backward().bytes_received;
+    f.compute_ms += a->last_forward().compute_ms + a->last_backward().compute_ms;
+    f.comm_ms += a->last_forward().comm_ms + a->last_backward().comm_ms;
+  }
+  if (options_.log_samples && member == 0) {
+    std::size_t at = 0;
+    for (const data::TokenRange& piece : row.pieces) {
+      f.pieces.push_back({piece.sample, piece.begin, piece.end, piece_checksum(row, at, piece)});
+      at += static_cast<std::size_t>(piece.end - piece.begin);
+    }
+  }
+  f.busy_ms = ms_since(start);
+  return loss.detach();
+}
+
+// What fixed mode's schedule of the same batch would take by the cost
+// model: the summary's baseline (0 when the balancer has no fixed schedule
+// for it).
+double Worker::fixed_prediction_ms(const ScheduleRequest& request) const {
+  Result<Schedule> fixed = scheduler_->schedule("fixed", request);
+  return fixed ? evaluate_schedule(request, *fixed).step_seconds * 1e3 : 0.0;
+}
+
+// Hybrid mode: every rank schedules the whole global batch itself (the
+// pieces the loader cut), checks that the others made the same schedule,
+// then runs its own slots in wave order.
+Worker::StepResult Worker::run_slots(std::int64_t step, const data::StepBatch& batch) {
+  StepResult result;
+  result.figures.rank = id_.rank;
+  std::vector<const data::PackedRow*> rows;
+  for (const data::MicroBatch& mb : batch.micro_batches) {
+    for (const data::PackedRow& row : mb.rows) rows.push_back(&row);
+  }
+  ScheduleRequest request;
+  for (const data::PackedRow* row : rows) request.doc_lengths.push_back(row->size());
+  request.world_size = options_.dp_size;
+  request.max_tokens_per_rank = options_.max_tokens_per_rank;
+  request.mask = options_.mask;
+  request.block_size = options_.block_size;
+  request.profile = profile_;
+  const auto plan_start = Clock::now();
+  Result<Schedule> schedule = scheduler_->schedule(options_.schedule_strategy, request);
+  result.figures.plan_ms = ms_since(plan_start);
+  if (!schedule) {
+    throw std::runtime_error("scheduling step " + std::to_string(step) + " with " +
+                             quote_text(options_.schedule_strategy) +
+                             " failed: " + schedule.status().message());
+  }
+  reliability_.check_schedule(*schedule);
+  hybrid_report_ = StepReport::Hybrid{schedule->strategy_used,
+                                      schedule->fallback_reason,
+                                      {},
+                                      evaluate_schedule(request, *schedule).step_seconds * 1e3};
+  if (id_.rank == 0) hybrid_report_->fixed_predicted_ms = fixed_prediction_ms(request);
+  std::vector<std::size_t> mine;
+  for (std::size_t i = 0; i < schedule->slots.size(); ++i) {
+    const ScheduleSlot& slot = schedule->slots[i];
+    hybrid_report_->groups.push_back(static_cast<std::int32_t>(slot.ranks.size()));
+    if (std::find(slot.ranks.begin(), slot.ranks.end(), id_.rank) != slot.ranks.end()) {
+      mine.push_back(i);
+    }
+  }
+  std::stable_sort(mine.begin(), mine.end(), [&](std::size_t a, std::size_t b) {
+    return schedule->slots[a].wave < schedule->slots[b].wave;
+  });
+  at::Tensor loss = at::zeros({}, at::kDouble);
+  for (std::size_t i : mine) {
+    SlotFigures f;
+    loss = loss + run_slot(static_cast<std::int64_t>(i), schedule->slots[i], request, rows, f,
+                           result.loss_tokens)
+                      .to(at::kDouble);
+    result.figures.slots.push_back(std::move(f));
+  }
+  result.loss_sum = loss.item<double>();
+  check_finite(result.loss_sum, step, id_.rank);
+  return result;
 }
 
 // Ranks that resumed from different files (a checkpoint_dir that is not

@@ -258,6 +258,14 @@ TEST(Hybrid, EverySchedulerAtFourAndSixRanksMatchesOneProcessAndFixedMode) {
         ++hybrid_lines;
         EXPECT_EQ(line.at("ranks").size(), static_cast<std::size_t>(world)) << what;
         for (const json& g : line.at("groups")) groups.insert(g.get<std::int64_t>());
+        // The K/V each member moved is, to the byte, what the cost model
+        // says its slots need (with this model's bytes per token).
+        for (const json& rank : line.at("ranks")) {
+          for (const json& slot : rank.at("slots")) {
+            EXPECT_EQ(slot.at("kv_received"), slot.at("predicted_kv_received")) << what;
+            EXPECT_EQ(slot.at("kv_sent"), slot.at("predicted_kv_sent")) << what;
+          }
+        }
       }
       EXPECT_EQ(hybrid_lines, 3) << what << ": one schedule line per step";
       // hybrid's point: a short piece on one rank, moving nothing.

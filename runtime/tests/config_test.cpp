@@ -62,8 +62,12 @@ TEST(ConfigSchemaTest, NearestSuggestsCloseKeysOnly) {
   EXPECT_EQ(schema.nearest("data.seq_len"), "data.seq_length");
   // A swap of two letters is one edit.
   EXPECT_EQ(schema.nearest("balancer.cp.stratgey"), "balancer.cp.strategy");
-  // A shared section prefix does not make unrelated words close.
-  EXPECT_EQ(schema.nearest("balancer.cp.mode"), "");
+  // A shared section prefix does not make unrelated words close ("moat" is
+  // not "mask")...
+  EXPECT_EQ(schema.nearest("balancer.cp.moat"), "");
+  // ... and a word of another section is found there, not near a look-alike
+  // of this one ("mode" is parallel.mode, not balancer.cp.mask).
+  EXPECT_EQ(schema.nearest("balancer.cp.mode"), "parallel.mode");
   EXPECT_EQ(schema.nearest("completely.unrelated"), "");
   EXPECT_EQ(schema.nearest("zzz"), "");
 }
@@ -212,8 +216,8 @@ TEST(ConfigTest, MappingWhereScalarExpectedAndViceVersa) {
   EXPECT_EQ(load_error("parallel:\n  cp_size: [1, 2]\n"),
             "test.yaml:2:12: parallel.cp_size must be an integer >= 1, got a sequence");
   EXPECT_EQ(load_error("parallel: 4\n"),
-            "test.yaml:1:11: parallel must be a mapping of its keys (dp_size, cp_size), got a "
-            "scalar '4'");
+            "test.yaml:1:11: parallel must be a mapping of its keys (dp_size, cp_size, mode, "
+            "world_size, max_tokens_per_rank), got a scalar '4'");
   EXPECT_TRUE(Contains(load_error("- a\n- b\n"),
                        "test.yaml:1:1: the config must be a mapping of sections (parallel, "
                        "balancer, data, model, train, dist), got a sequence"));

@@ -77,12 +77,26 @@ std::vector<std::array<std::int64_t, 4>> pieces_from_json(const json& j) {
 }
 
 json to_json(const SlotFigures& s) {
-  return {{"slot", s.slot},       {"wave", s.wave},
-          {"g", s.group},         {"member", s.member},
-          {"tokens", s.tokens},   {"tiles", s.tiles},
-          {"sent", s.bytes_sent}, {"received", s.bytes_received},
-          {"busy_ms", s.busy_ms}, {"ms", s.compute_ms},
-          {"cms", s.comm_ms},     {"pieces", pieces_json(s.pieces)}};
+  return {{"slot", s.slot},
+          {"wave", s.wave},
+          {"g", s.group},
+          {"member", s.member},
+          {"tokens", s.tokens},
+          {"tiles", s.tiles},
+          {"sent", s.bytes_sent},
+          {"received", s.bytes_received},
+          {"kv_sent", s.kv_sent},
+          {"kv_received", s.kv_received},
+          {"busy_ms", s.busy_ms},
+          {"cpu_ms", s.cpu_ms},
+          {"setup_ms", s.setup_ms},
+          {"ms", s.compute_ms},
+          {"cms", s.comm_ms},
+          {"p_ms", s.predicted_compute_ms},
+          {"p_cms", s.predicted_comm_ms},
+          {"p_kv_sent", s.predicted_kv_sent},
+          {"p_kv_received", s.predicted_kv_received},
+          {"pieces", pieces_json(s.pieces)}};
 }
 
 SlotFigures slot_from_json(const json& j) {
@@ -95,7 +109,15 @@ SlotFigures slot_from_json(const json& j) {
   s.tiles = j.at("tiles").get<std::int64_t>();
   s.bytes_sent = j.at("sent").get<std::int64_t>();
   s.bytes_received = j.at("received").get<std::int64_t>();
+  s.kv_sent = j.at("kv_sent").get<std::int64_t>();
+  s.kv_received = j.at("kv_received").get<std::int64_t>();
   s.busy_ms = j.at("busy_ms").get<double>();
+  s.cpu_ms = j.at("cpu_ms").get<double>();
+  s.setup_ms = j.at("setup_ms").get<double>();
+  s.predicted_compute_ms = j.at("p_ms").get<double>();
+  s.predicted_comm_ms = j.at("p_cms").get<double>();
+  s.predicted_kv_sent = j.at("p_kv_sent").get<std::int64_t>();
+  s.predicted_kv_received = j.at("p_kv_received").get<std::int64_t>();
   s.compute_ms = j.at("ms").get<double>();
   s.comm_ms = j.at("cms").get<double>();
   s.pieces = pieces_from_json(j.at("pieces"));
@@ -170,6 +192,7 @@ std::vector<std::uint8_t> encode_figures(const RankStepFigures& figures) {
                   {"step_ms", figures.step_ms},
                   {"plan_ms", figures.plan_ms},
                   {"shard_ms", figures.shard_ms},
+                  {"cpu_ms", figures.compute_cpu_ms},
                   {"mbs", mbs},
                   {"slots", slots}};
   const std::string text = j.dump();
@@ -184,6 +207,7 @@ Result<RankStepFigures> decode_figures(const std::vector<std::uint8_t>& bytes) {
     f.step_ms = j.at("step_ms").get<double>();
     f.plan_ms = j.at("plan_ms").get<double>();
     f.shard_ms = j.at("shard_ms").get<double>();
+    f.compute_cpu_ms = j.at("cpu_ms").get<double>();
     for (const json& m : j.at("mbs")) f.micro_batches.push_back(from_json(m));
     for (const json& s : j.at("slots")) f.slots.push_back(slot_from_json(s));
     return f;
@@ -207,8 +231,20 @@ json hybrid_line(const StepReport& step, const std::vector<RankStepFigures>& ran
       comm += s.comm_ms;
       sent += s.bytes_sent;
       received += s.bytes_received;
-      json slot = {{"slot", s.slot},     {"wave", s.wave},   {"g", s.group},
-                   {"tokens", s.tokens}, {"tiles", s.tiles}, {"busy_ms", round_ms(s.busy_ms)}};
+      json slot = {{"slot", s.slot},
+                   {"wave", s.wave},
+                   {"g", s.group},
+                   {"tokens", s.tokens},
+                   {"tiles", s.tiles},
+                   {"busy_ms", round_ms(s.busy_ms)},
+                   {"cpu_ms", round_ms(s.cpu_ms)},
+                   {"setup_ms", round_ms(s.setup_ms)},
+                   {"predicted_compute_ms", round_ms(s.predicted_compute_ms)},
+                   {"predicted_comm_ms", round_ms(s.predicted_comm_ms)},
+                   {"kv_received", s.kv_received},
+                   {"predicted_kv_received", s.predicted_kv_received},
+                   {"kv_sent", s.kv_sent},
+                   {"predicted_kv_sent", s.predicted_kv_sent}};
       if (!s.pieces.empty()) slot["pieces"] = pieces_json(s.pieces);
       slots.push_back(slot);
     }
@@ -219,6 +255,7 @@ json hybrid_line(const StepReport& step, const std::vector<RankStepFigures>& ran
                         {"comm_ms", round_ms(comm)},
                         {"bytes_sent", sent},
                         {"bytes_received", received},
+                        {"compute_cpu_ms", round_ms(r.compute_cpu_ms)},
                         {"slots", slots}});
   }
   return {{"step", step.step},
@@ -280,6 +317,8 @@ std::vector<std::string> metrics_lines(const StepReport& step,
     lines.push_back(record.dump());
   }
   double plan_ms = 0, shard_ms = 0;
+  json rank_cpu = json::array();
+  for (const RankStepFigures& r : ranks) rank_cpu.push_back(round_ms(r.compute_cpu_ms));
   for (const RankStepFigures& r : ranks) {
     plan_ms = std::max(plan_ms, r.plan_ms);
     shard_ms = std::max(shard_ms, r.shard_ms);
@@ -297,6 +336,7 @@ std::vector<std::string> metrics_lines(const StepReport& step,
       {"step_ms", round_ms(step.wall_ms)},
       {"plan_ms", round_ms(plan_ms)},
       {"shard_ms", round_ms(shard_ms)},
+      {"rank_compute_cpu_ms", rank_cpu},
   };
   lines.push_back(record.dump());
   if (step.hybrid) lines.push_back(hybrid_line(step, ranks).dump());

@@ -55,9 +55,20 @@ struct SlotFigures {
   std::int64_t tiles = 0;       // forward tiles, summed over layers
   std::int64_t bytes_sent = 0;  // K/V forward and dK/dV backward, all layers
   std::int64_t bytes_received = 0;
-  double busy_ms = 0.0;     // the slot from its row's assembly to its backward's end
-  double compute_ms = 0.0;  // attention kernels, forward + backward, all layers
-  double comm_ms = 0.0;     // exchanges, with gathering and placing rows
+  std::int64_t kv_sent = 0;      // K/V forward only, all layers: the cost model's bytes_sent
+  std::int64_t kv_received = 0;  // and bytes_received
+  double busy_ms = 0.0;          // the slot from its row's assembly to its backward's end
+  double cpu_ms = 0.0;           // the same span in this thread's CPU time
+  double setup_ms = 0.0;         // building its SlotAttentions (tile schedules, exchange plan)
+  double compute_ms = 0.0;       // attention kernels, forward + backward, all layers
+  double comm_ms = 0.0;          // exchanges, with gathering and placing rows
+  // The cost model's figures for this member (evaluate_schedule): compute
+  // and exchange time by the profile, and K/V bytes with the profile's
+  // kv_bytes_per_token replaced by this model's (2 x hidden x layers x dtype).
+  double predicted_compute_ms = 0.0;
+  double predicted_comm_ms = 0.0;
+  std::int64_t predicted_kv_sent = 0;
+  std::int64_t predicted_kv_received = 0;
   // With train.log_samples, on member 0: as MicroBatchFigures::pieces.
   std::vector<std::array<std::int64_t, 4>> pieces;
 };
@@ -68,6 +79,9 @@ struct RankStepFigures {
   double step_ms = 0.0;
   double plan_ms = 0.0;   // the CP selector, for every row
   double shard_ms = 0.0;  // sharding the row buffers by the plans
+  // This thread's CPU time from the step's batch to the gradient all-reduce:
+  // planning or scheduling, forward and backward of every row or slot.
+  double compute_cpu_ms = 0.0;
   std::vector<MicroBatchFigures> micro_batches;
   std::vector<SlotFigures> slots;  // hybrid mode: this rank's slots, in wave order
 };

@@ -4,6 +4,8 @@
 #include <ATen/Parallel.h>
 #include <torch/cuda.h>
 
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>
@@ -42,6 +44,14 @@ using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+// This thread's CPU time in ms. With train.threads: 1 every ATen op runs on
+// it, so it is the rank's compute, free of the shared machine's wall clock.
+double thread_cpu_ms() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_nsec) * 1e-6;
 }
 
 at::Device device_of(const TrainOptions& options) {
@@ -187,6 +197,8 @@ class Worker {
   StepResult run_micro_batches(std::int64_t step, const data::StepBatch& batch);
   StepResult run_slots(std::int64_t step, const data::StepBatch& batch);
   double fixed_prediction_ms(const ScheduleRequest& request) const;
+  ScheduleRequest exact_kv_request(const ScheduleRequest& request) const;
+  void predict(const SlotCost& cost, const SlotCost& bytes, SlotFigures& f) const;
   at::Tensor run_slot(std::int64_t index, const ScheduleSlot& slot, const ScheduleRequest& request,
                       const std::vector<const data::PackedRow*>& rows, SlotFigures& figures,
                       std::int64_t& loss_tokens);
@@ -503,8 +515,10 @@ void Worker::train() {
     std::optional<data::StepBatch> batch = loader_->next_step();
     if (!batch) throw std::runtime_error("the data loader ended although epochs are unbounded");
     reliability_.begin_step(step, *batch, *dataset_);
+    const double cpu_start = thread_cpu_ms();
     StepResult result = options_.mode == ParallelMode::kHybrid ? run_slots(step, *batch)
                                                                : run_micro_batches(step, *batch);
+    result.figures.compute_cpu_ms = thread_cpu_ms() - cpu_start;
     reliability_.end_step();
     const GlobalLoss loss = reduce_and_step(result.loss_sum, result.loss_tokens);
     result.figures.step_ms = ms_since(step_start);
@@ -569,6 +583,7 @@ at::Tensor Worker::run_slot(std::int64_t index, const ScheduleSlot& slot,
                             const std::vector<const data::PackedRow*>& rows, SlotFigures& f,
                             std::int64_t& loss_tokens) {
   const auto start = Clock::now();
+  const double cpu_start = thread_cpu_ms();
   reliability_.begin_slot();
   const data::PackedRow row = slot_row(slot, rows);
   check_vocabulary(row, options_.model.vocab_size, *dataset_);
@@ -586,6 +601,7 @@ at::Tensor Worker::run_slot(std::int64_t index, const ScheduleSlot& slot,
       "slot " + std::to_string(index) + " (wave " + std::to_string(slot.wave) + ")";
   std::vector<std::shared_ptr<attention::SlotAttention>> used;
   std::vector<std::shared_ptr<attention::RowAttention>> layers;
+  const auto setup_start = Clock::now();
   for (std::int64_t l = 0; l < options_.model.num_layers; ++l) {
     Result<std::shared_ptr<attention::SlotAttention>> a =
         attention::SlotAttention::create(w, slot.plan, slot.ranks, groups_.world, slot_options);
@@ -593,6 +609,7 @@ at::Tensor Worker::run_slot(std::int64_t index, const ScheduleSlot& slot,
     layers.push_back(*a);
     used.push_back(*a);
   }
+  f.setup_ms = ms_since(setup_start);
   const at::Tensor logits =
       model_->forward(local.select(1, kTokens), local.select(1, kPositions), layers);
   const at::Tensor mask = local.select(1, kLossMask);
@@ -607,6 +624,8 @@ at::Tensor Worker::run_slot(std::int64_t index, const ScheduleSlot& slot,
     f.tiles += a->last_forward().tiles;
     f.bytes_sent += a->last_forward().bytes_sent + a->last_backward().bytes_sent;
     f.bytes_received += a->last_forward().bytes_received + a->last_backward().bytes_received;
+    f.kv_sent += a->last_forward().bytes_sent;
+    f.kv_received += a->last_forward().bytes_received;
     f.compute_ms += a->last_forward().compute_ms + a->last_backward().compute_ms;
     f.comm_ms += a->last_forward().comm_ms + a->last_backward().comm_ms;
   }
@@ -618,7 +637,30 @@ at::Tensor Worker::run_slot(std::int64_t index, const ScheduleSlot& slot,
     }
   }
   f.busy_ms = ms_since(start);
+  f.cpu_ms = thread_cpu_ms() - cpu_start;
   return loss.detach();
+}
+
+// The request with kv_bytes_per_token set to what this model's K and V of
+// one token are over all layers, so that the cost model's bytes are the
+// bytes the exchanges move.
+ScheduleRequest Worker::exact_kv_request(const ScheduleRequest& request) const {
+  ScheduleRequest exact = request;
+  const double dtype_bytes = options_.dtype == Dtype::kFloat64 ? 8.0 : 4.0;
+  exact.profile.kv_bytes_per_token = 2.0 * static_cast<double>(options_.model.hidden_size) *
+                                     static_cast<double>(options_.model.num_layers) * dtype_bytes;
+  return exact;
+}
+
+// This rank's member of a slot as the cost model sees it.
+void Worker::predict(const SlotCost& cost, const SlotCost& bytes, SlotFigures& f) const {
+  for (std::size_t m = 0; m < cost.members.size(); ++m) {
+    if (cost.members[m].rank != id_.rank) continue;
+    f.predicted_compute_ms = cost.members[m].compute_seconds * 1e3;
+    f.predicted_comm_ms = cost.members[m].comm_seconds * 1e3;
+    f.predicted_kv_sent = bytes.members[m].bytes_sent;
+    f.predicted_kv_received = bytes.members[m].bytes_received;
+  }
 }
 
 // What fixed mode's schedule of the same batch would take by the cost
@@ -655,10 +697,10 @@ Worker::StepResult Worker::run_slots(std::int64_t step, const data::StepBatch& b
                              " failed: " + schedule.status().message());
   }
   reliability_.check_schedule(*schedule);
-  hybrid_report_ = StepReport::Hybrid{schedule->strategy_used,
-                                      schedule->fallback_reason,
-                                      {},
-                                      evaluate_schedule(request, *schedule).step_seconds * 1e3};
+  const ScheduleCost cost = evaluate_schedule(request, *schedule);
+  const ScheduleCost bytes = evaluate_schedule(exact_kv_request(request), *schedule);
+  hybrid_report_ = StepReport::Hybrid{
+      schedule->strategy_used, schedule->fallback_reason, {}, cost.step_seconds * 1e3};
   if (id_.rank == 0) hybrid_report_->fixed_predicted_ms = fixed_prediction_ms(request);
   std::vector<std::size_t> mine;
   for (std::size_t i = 0; i < schedule->slots.size(); ++i) {
@@ -674,6 +716,7 @@ Worker::StepResult Worker::run_slots(std::int64_t step, const data::StepBatch& b
   at::Tensor loss = at::zeros({}, at::kDouble);
   for (std::size_t i : mine) {
     SlotFigures f;
+    predict(cost.slots[i], bytes.slots[i], f);
     loss = loss + run_slot(static_cast<std::int64_t>(i), schedule->slots[i], request, rows, f,
                            result.loss_tokens)
                       .to(at::kDouble);

@@ -325,25 +325,35 @@ double seconds_after_step_one(const ChildResult& r) {
   return at ? r.wall_s - *at : 1e9;
 }
 
-TEST(Fault, KilledWorkerEndsTheJobAtOnce) {
-  Job job;
-  const ChildResult r = job.train(
-      {"FULCRUM_TEST_FAULT=kill", "FULCRUM_TEST_FAULT_RANK=1", "FULCRUM_TEST_FAULT_STEP=2"});
+// Test-only fault `kind` on `rank` in step 2 of `job`, with `sets`.
+ChildResult inject(const Job& job, const std::string& kind, int rank,
+                   const std::vector<std::string>& sets = {}) {
+  return job.train({"FULCRUM_TEST_FAULT=" + kind, "FULCRUM_TEST_FAULT_RANK=" + std::to_string(rank),
+                    "FULCRUM_TEST_FAULT_STEP=2"},
+                   sets);
+}
+
+// Rank 1 died in step 2: the launcher saw it at once, without waiting for
+// any collective or exchange to time out, and left nothing behind.
+void expect_killed_rank_ends_the_job_at_once(const Job& job, const ChildResult& r) {
   EXPECT_FALSE(r.timed_out) << r;
   EXPECT_EQ(r.exit_code, 128 + SIGKILL) << r;
   EXPECT_EQ(last_line(r.err), "fulcrum: rank 1 killed by signal SIGKILL") << r;
-  // Rank 1 died in step 2: the launcher saw it at once, without waiting for
-  // any collective to time out.
   EXPECT_LT(seconds_after_step_one(r), kOpTimeoutS) << r;
   expect_no_orphans(job.marker);
+}
+
+TEST(Fault, KilledWorkerEndsTheJobAtOnce) {
+  Job job;
+  const ChildResult r = inject(job, "kill", 1);
+  expect_killed_rank_ends_the_job_at_once(job, r);
   std::printf("[ figure ] kill: launcher exit %.2f s after step 1, %.2f s in all\n",
               seconds_after_step_one(r), r.wall_s);
 }
 
 TEST(Fault, ThrowingWorkerEndsTheJobWithItsMessage) {
   Job job;
-  const ChildResult r = job.train(
-      {"FULCRUM_TEST_FAULT=throw", "FULCRUM_TEST_FAULT_RANK=2", "FULCRUM_TEST_FAULT_STEP=2"});
+  const ChildResult r = inject(job, "throw", 2);
   EXPECT_FALSE(r.timed_out) << r;
   EXPECT_EQ(r.exit_code, 1) << r;
   // The launcher names the first rank to exit. Rank 2 unwinds (closing its
@@ -418,8 +428,7 @@ void expect_stall_named(const ChildResult& r, const Job& job, int rank) {
 
 TEST(Fault, StalledWorkerIsEndedByTheCollectiveTimeout) {
   Job job;
-  const ChildResult r = job.train(
-      {"FULCRUM_TEST_FAULT=stall", "FULCRUM_TEST_FAULT_RANK=3", "FULCRUM_TEST_FAULT_STEP=2"});
+  const ChildResult r = inject(job, "stall", 3);
   // Rank 3 never answers: its CP peer (rank 2) times out in the row's plan
   // check on cp[dp=1], ranks 0 and 1 in the step's verdict on world. Each
   // reads the others' progress from the store, follows who waits for whom
@@ -435,8 +444,7 @@ TEST(Fault, StalledStoreHostIsNamedToo) {
   // Rank 0 hosts the store. Its training thread stalls, but the store runs
   // on a thread of its own and still answers the others' reads.
   Job job;
-  const ChildResult r = job.train(
-      {"FULCRUM_TEST_FAULT=stall", "FULCRUM_TEST_FAULT_RANK=0", "FULCRUM_TEST_FAULT_STEP=2"});
+  const ChildResult r = inject(job, "stall", 0);
   expect_stall_named(r, job, 0);
   std::printf(
       "[ figure ] stall of rank 0: launcher exit %.2f s after step 1 (op timeout %.0f s), %.2f s "
@@ -472,21 +480,12 @@ const std::vector<std::string> kHybrid = {"parallel.mode=hybrid", "parallel.dp_s
 
 TEST(HybridFault, KilledWorkerEndsTheJobAtOnce) {
   Job job;
-  const ChildResult r = job.train(
-      {"FULCRUM_TEST_FAULT=kill", "FULCRUM_TEST_FAULT_RANK=1", "FULCRUM_TEST_FAULT_STEP=2"},
-      kHybrid);
-  EXPECT_FALSE(r.timed_out) << r;
-  EXPECT_EQ(r.exit_code, 128 + SIGKILL) << r;
-  EXPECT_EQ(last_line(r.err), "fulcrum: rank 1 killed by signal SIGKILL") << r;
-  EXPECT_LT(seconds_after_step_one(r), kOpTimeoutS) << r;
-  expect_no_orphans(job.marker);
+  expect_killed_rank_ends_the_job_at_once(job, inject(job, "kill", 1, kHybrid));
 }
 
 TEST(HybridFault, ThrowingWorkerEndsTheJobWithItsMessage) {
   Job job;
-  const ChildResult r = job.train(
-      {"FULCRUM_TEST_FAULT=throw", "FULCRUM_TEST_FAULT_RANK=1", "FULCRUM_TEST_FAULT_STEP=2"},
-      kHybrid);
+  const ChildResult r = inject(job, "throw", 1, kHybrid);
   EXPECT_FALSE(r.timed_out) << r;
   EXPECT_EQ(r.exit_code, 1) << r;
   EXPECT_TRUE(contains(r.err,
@@ -510,14 +509,12 @@ TEST(HybridFault, ThrowingWorkerEndsTheJobWithItsMessage) {
 
 TEST(HybridFault, StalledWorkerIsNamedWithTheSlotTheWaveAndThePeer) {
   Job job;
-  const ChildResult r = job.train(
-      {"FULCRUM_TEST_FAULT=stall", "FULCRUM_TEST_FAULT_RANK=3", "FULCRUM_TEST_FAULT_STEP=2"},
-      kHybrid);
+  const ChildResult r = inject(job, "stall", 3, kHybrid);
   EXPECT_FALSE(r.timed_out) << r;
   EXPECT_EQ(r.exit_code, 1) << r;
   // Rank 3 never runs its first slot of step 2; the members waiting for it
   // time out in that slot's exchange, each naming the slot, its wave, the
-  // pass and rank 3.
+  // pass and rank 3 (and, from the progress board, that rank 3 stopped).
   int named = 0;
   for (const std::string& l : lines_of(r.err)) {
     if (!contains(l, "fulcrum-worker: rank ")) continue;
@@ -528,6 +525,12 @@ TEST(HybridFault, StalledWorkerIsNamedWithTheSlotTheWaveAndThePeer) {
     }
   }
   EXPECT_GE(named, 1) << r;
+  // The waits are in the progress board as pair groups: the launcher
+  // follows them to rank 3 and names it.
+  const std::string last = last_line(r.err);
+  EXPECT_EQ(last.rfind("fulcrum: rank 3 stalled (ranks ", 0), 0u) << r;
+  EXPECT_TRUE(contains(last, "were waiting for it in exchange on group p2p[")) << r;
+  EXPECT_TRUE(contains(last, " timed out after 3 s); stopped all ranks")) << r;
   EXPECT_FALSE(contains(r.err, "[rank 3] fulcrum-worker")) << "rank 3 stalled silently: " << r;
   const double after = seconds_after_step_one(r);
   EXPECT_GT(after, kOpTimeoutS - 0.5) << r;

@@ -15,6 +15,16 @@
 namespace fulcrum::attention {
 namespace {
 
+void accumulate(SlotAttentionStats& total, const SlotAttentionStats& one) {
+  total.tiles += one.tiles;
+  total.heads = one.heads;
+  total.bytes_sent += one.bytes_sent;
+  total.bytes_received += one.bytes_received;
+  total.peers = std::max(total.peers, one.peers);
+  total.compute_ms += one.compute_ms;
+  total.comm_ms += one.comm_ms;
+}
+
 using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point start) {
@@ -198,6 +208,7 @@ SlotForward SlotAttention::forward(const at::Tensor& q, const at::Tensor& k, con
   f.out = std::move(local.out);
   f.lse = std::move(local.lse);
   last_forward_ = stats;
+  accumulate(total_forward_, stats);
   return f;
 }
 
@@ -246,6 +257,7 @@ SlotGrads SlotAttention::backward(const at::Tensor& q, const SlotForward& f,
   g.dv = dkv.narrow(-1, dim, dim).contiguous();
   stats.comm_ms = ms_since(comm_start);
   last_backward_ = stats;
+  accumulate(total_backward_, stats);
   return g;
 }
 

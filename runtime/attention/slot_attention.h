@@ -99,6 +99,10 @@ class SlotAttention final : public RowAttention,
   // Not synchronised: one SlotAttention belongs to one rank's thread.
   const SlotAttentionStats& last_forward() const { return last_forward_; }
   const SlotAttentionStats& last_backward() const { return last_backward_; }
+  // Every forward and every backward call so far, summed (one SlotAttention
+  // serving all layers of a slot: the slot's figures); peers is the largest.
+  const SlotAttentionStats& total_forward() const { return total_forward_; }
+  const SlotAttentionStats& total_backward() const { return total_backward_; }
 
  private:
   SlotAttention() = default;
@@ -127,6 +131,8 @@ class SlotAttention final : public RowAttention,
   std::vector<TransferIndex> outgoing_;  // keys this member sends, by peer
   SlotAttentionStats last_forward_;
   SlotAttentionStats last_backward_;
+  SlotAttentionStats total_forward_;
+  SlotAttentionStats total_backward_;
 };
 
 }  // namespace fulcrum::attention

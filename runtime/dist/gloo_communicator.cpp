@@ -110,6 +110,18 @@ class ProgressBoard {
     return seq;
   }
 
+  // The rank now waits in its latest operation on `group` (ProgressRecord::wait_in).
+  void wait_in(const std::string& group) {
+    bool was_clean;
+    {
+      std::lock_guard<std::mutex> lock(shared_->mutex);
+      shared_->record.wait_in(group);
+      was_clean = !shared_->dirty;
+      shared_->dirty = true;
+    }
+    if (was_clean) shared_->wake.notify_one();
+  }
+
   // What the error line of a timed-out collective adds, e.g. "; rank 3 never
   // entered it (last seen in ...)"; also writes the report for the launcher.
   // Empty when nothing could be learnt.
@@ -359,11 +371,11 @@ class C10dCommunicator final : public Communicator {
   }
 
   // Every receive, then every send, is posted before the first wait, so the
-  // order peers list their messages in cannot matter. Point-to-point waits
-  // are not counted in the progress board: its per-group sequence numbers
-  // assume every member enters every operation of the group, which an
-  // exchange between two members of the world does not. A timeout here names
-  // the message it was waiting for instead.
+  // order peers list their messages in cannot matter. In the progress board
+  // the call is an operation of the pair group of each peer (pair_group,
+  // progress.h), entered at once; before each wait the rank says which pair
+  // it waits in. A timeout names the message it was waiting for and, from
+  // the peers' records, the rank at the end of the chain of waits.
   void do_exchange(const std::vector<PeerMessage>& sends, const std::vector<PeerMessage>& receives,
                    Timeout timeout) override {
     struct Posted {
@@ -378,6 +390,17 @@ class C10dCommunicator final : public Communicator {
     const auto deadline = start + timeout;
     std::size_t waiting = 0;  // sends and receives before it have completed
     bool all_posted = false;
+    // The pair group of each peer, and this call's sequence number there.
+    std::map<int, std::pair<std::string, std::int64_t>> pairs;
+    if (board_) {
+      for (const auto* list : {&receives, &sends}) {
+        for (const PeerMessage& m : *list) {
+          if (pairs.count(m.peer) != 0) continue;
+          const std::string group = pair_group(global_rank(rank()), global_rank(m.peer));
+          pairs[m.peer] = {group, board_->enter(group, "exchange")};
+        }
+      }
+    }
     try {
       for (const PeerMessage& r : receives) {
         posted.push_back({"receive from", r.peer, {r.tensor}, {}});
@@ -389,6 +412,7 @@ class C10dCommunicator final : public Communicator {
       }
       all_posted = true;
       for (; waiting < posted.size(); ++waiting) {
+        if (board_) board_->wait_in(pairs.at(posted[waiting].peer).first);
         const auto left = std::chrono::duration_cast<Timeout>(deadline - Clock::now());
         posted[waiting].work->wait(std::max(left, Timeout(1)));
       }
@@ -413,8 +437,17 @@ class C10dCommunicator final : public Communicator {
                       : " (posting the " + describe(posted.size() - 1)) +
           ")";
       if (mentions_timeout(what) || Clock::now() - start >= timeout) {
+        const int peer = posted[std::min(waiting, posted.size() - 1)].peer;
+        std::string stall;
+        if (board_ && all_posted) {
+          const auto& [group, seq] = pairs.at(peer);
+          stall = board_->explain_timeout({"exchange", seq, group},
+                                          {global_rank(rank()), global_rank(peer)}, timeout);
+        }
         throw CommError(timeout_message("exchange", name(), timeout) + " " + where +
-                        "; that peer failed, exited or did not post the matching message");
+                        (stall.empty()
+                             ? "; that peer failed, exited or did not post the matching message"
+                             : stall));
       }
       if (board_) board_->note_lost_peer();
       throw CommError("exchange on group " + name() + " failed " + where + ": " + what +
@@ -423,6 +456,12 @@ class C10dCommunicator final : public Communicator {
   }
 
  private:
+  // The global rank of this group's rank `r`.
+  int global_rank(int r) const {
+    return r >= 0 && static_cast<std::size_t>(r) < members_.size()
+               ? members_[static_cast<std::size_t>(r)]
+               : r;
+  }
   // One tag for every message: an exchange holds at most one message per
   // direction and peer, and completes before the next begins.
   static constexpr int kExchangeTag = 0;

@@ -49,6 +49,15 @@ std::int64_t ProgressRecord::enter(const std::string& group, const std::string& 
   return ++g.entered;
 }
 
+void ProgressRecord::wait_in(const std::string& group) {
+  if (groups.count(group) != 0) last_group = group;
+}
+
+std::string pair_group(int rank, int peer) {
+  return "p2p[" + std::to_string(std::min(rank, peer)) + "," +
+         std::to_string(std::max(rank, peer)) + "]";
+}
+
 std::string ProgressRecord::encode() const {
   std::string text;
   for (const auto& [name, g] : groups) {
@@ -146,6 +155,16 @@ MembersOf job_groups(int world_size, int dp_size, int cp_size) {
     }
     if (const auto i = index_of("dp[cp="); i && *i < cp_size) {
       return all_dp_groups(dp_size, cp_size)[static_cast<std::size_t>(*i)];
+    }
+    // "p2p[a,b]"
+    if (group.size() > 6 && group.compare(0, 4, "p2p[") == 0 && group.back() == ']') {
+      const std::string inner = group.substr(4, group.size() - 5);
+      const auto comma = inner.find(',');
+      if (comma == std::string::npos) return none;
+      const auto a = parse_int(inner.substr(0, comma));
+      const auto b = parse_int(inner.substr(comma + 1));
+      if (!a || !b || *a < 0 || *b <= *a || *b >= world_size) return none;
+      return std::vector<int>{static_cast<int>(*a), static_cast<int>(*b)};
     }
     return none;
   };

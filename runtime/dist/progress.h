@@ -37,6 +37,10 @@ struct ProgressRecord {
   // Called when the rank enters collective `op` on `group`; returns its
   // sequence number there (1 for the first).
   std::int64_t enter(const std::string& group, const std::string& op);
+  // The rank now waits in its latest operation on `group`, entered before:
+  // an exchange enters the pair group of every peer at once, then waits for
+  // them one by one, and the one it waits for is what others must see.
+  void wait_in(const std::string& group);
   // "g <name> <entered> <op>" lines and a "last <name>" line.
   std::string encode() const;
   static Result<ProgressRecord> decode(const std::string& text);
@@ -71,7 +75,13 @@ struct StallAnalysis {
   std::vector<int> unknown;
 };
 
-// The ranks of the job's groups by name, as make_group_layout builds them.
+// Point-to-point messages between two ranks count as operations of their
+// pair group "p2p[a,b]" (a < b, global ranks): both call exchange with each
+// other equally often, so the pair's sequence numbers agree as a group's do.
+std::string pair_group(int rank, int peer);
+
+// The ranks of the job's groups by name, as make_group_layout builds them,
+// and of pair groups.
 using MembersOf = std::function<std::vector<int>(const std::string& group)>;
 MembersOf job_groups(int world_size, int dp_size, int cp_size);
 

@@ -122,22 +122,8 @@ Status check_hybrid(const host::Config& config, TrainOptions& o) {
   return Status::ok();
 }
 
-}  // namespace
-
-const char* dtype_name(Dtype dtype) { return dtype == Dtype::kFloat64 ? "float64" : "float32"; }
-
-std::int64_t job_world_size(const host::Config& config) {
-  const std::int64_t world = config.get_int("parallel.world_size");
-  return world > 0 ? world
-                   : config.get_int("parallel.dp_size") * config.get_int("parallel.cp_size");
-}
-
-Result<TrainOptions> train_options_from_config(const host::Config& config) {
-  TrainOptions o;
-  o.dp_size = static_cast<int>(config.get_int("parallel.dp_size"));
-  o.cp_size = static_cast<int>(config.get_int("parallel.cp_size"));
-  if (Status s = read_parallel_mode(config, o); !s) return s;
-
+// balancer.*: the plugin, the CP and DP strategies.
+Status read_balancer(const host::Config& config, TrainOptions& o) {
   o.plugin = config.get_string("balancer.plugin");
   o.plugin_dirs = host::split_plugin_dirs(config.get_string("balancer.plugin_dirs"));
   o.check_permissions = config.get_bool("balancer.check_permissions");
@@ -153,7 +139,11 @@ Result<TrainOptions> train_options_from_config(const host::Config& config) {
   o.dp_cost = *cost;
   o.dp_equal_count = config.get_bool("balancer.dp.equal_count");
   o.dp_window = config.get_int("balancer.dp.window");
+  return Status::ok();
+}
 
+// data.*; in hybrid mode also T against data.seq_length (check_hybrid).
+Status read_data(const host::Config& config, TrainOptions& o) {
   const std::string source = config.get_string("data.source");
   o.source = source == "jsonl"      ? DataSource::kJsonl
              : source == "megatron" ? DataSource::kMegatron
@@ -183,7 +173,11 @@ Result<TrainOptions> train_options_from_config(const host::Config& config) {
         ": window x global_batch_size must stay below " + std::to_string(kMaxWindowSamples) +
         "; lower balancer.dp.window");
   }
+  return Status::ok();
+}
 
+// model.*, with the head width every attention needs.
+Status read_model(const host::Config& config, TrainOptions& o) {
   ModelOptions& m = o.model;
   m.hidden_size = config.get_int("model.hidden_size");
   m.num_layers = config.get_int("model.num_layers");
@@ -207,7 +201,12 @@ Result<TrainOptions> train_options_from_config(const host::Config& config) {
         std::to_string(m.hidden_size / m.num_heads) +
         " is odd; make it even or set model.position: learned");
   }
+  return Status::ok();
+}
 
+// train.* and the device and backend they run on; then a row long enough
+// for the CP group.
+Status read_loop(const host::Config& config, TrainOptions& o) {
   o.steps = config.get_int("train.steps");
   o.seed = static_cast<std::uint64_t>(config.get_int("train.seed"));
   o.dtype = config.get_string("train.dtype") == "float64" ? Dtype::kFloat64 : Dtype::kFloat32;
@@ -233,6 +232,11 @@ Result<TrainOptions> train_options_from_config(const host::Config& config) {
                             "data.seq_length to at least " +
                             std::to_string(std::max<std::int64_t>(2, o.cp_size)));
   }
+  return Status::ok();
+}
+
+// dist.timeout_s and dist.op_timeout_s.
+Status read_deadlines(const host::Config& config, TrainOptions& o) {
   // Deadlines are turned into nanoseconds by the collectives; past this they
   // overflow and every collective times out at once.
   constexpr double kMaxTimeoutSeconds = 7 * 24 * 3600.0;
@@ -251,6 +255,28 @@ Result<TrainOptions> train_options_from_config(const host::Config& config) {
     return invalid_argument("dist.timeout_s and dist.op_timeout_s must be at least 0.001 s; got " +
                             std::to_string(config.get_double("dist.timeout_s")) + " and " +
                             std::to_string(config.get_double("dist.op_timeout_s")));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+const char* dtype_name(Dtype dtype) { return dtype == Dtype::kFloat64 ? "float64" : "float32"; }
+
+std::int64_t job_world_size(const host::Config& config) {
+  const std::int64_t world = config.get_int("parallel.world_size");
+  return world > 0 ? world
+                   : config.get_int("parallel.dp_size") * config.get_int("parallel.cp_size");
+}
+
+Result<TrainOptions> train_options_from_config(const host::Config& config) {
+  TrainOptions o;
+  o.dp_size = static_cast<int>(config.get_int("parallel.dp_size"));
+  o.cp_size = static_cast<int>(config.get_int("parallel.cp_size"));
+  // In this order, so that of several mistakes the same one is named first.
+  for (const auto read :
+       {read_parallel_mode, read_balancer, read_data, read_model, read_loop, read_deadlines}) {
+    if (Status s = read(config, o); !s) return s;
   }
   return o;
 }

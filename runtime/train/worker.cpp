@@ -199,9 +199,16 @@ class Worker {
   double fixed_prediction_ms(const ScheduleRequest& request) const;
   ScheduleRequest exact_kv_request(const ScheduleRequest& request) const;
   void predict(const SlotCost& cost, const SlotCost& bytes, SlotFigures& f) const;
-  at::Tensor run_slot(std::int64_t index, const ScheduleSlot& slot, const ScheduleRequest& request,
-                      const std::vector<const data::PackedRow*>& rows, SlotFigures& figures,
-                      std::int64_t& loss_tokens);
+  // A slot's summed token loss on this member and its loss-token count.
+  struct SlotResult {
+    at::Tensor loss;
+    std::int64_t loss_tokens = 0;
+  };
+  SlotResult run_slot(std::int64_t index, const ScheduleSlot& slot, const ScheduleRequest& request,
+                      const std::vector<const data::PackedRow*>& rows, SlotFigures& figures);
+  std::shared_ptr<attention::SlotAttention> slot_attention(const CpWorkload& w,
+                                                           const ScheduleSlot& slot,
+                                                           std::int64_t index) const;
   MicroBatchResult run_micro_batch(const data::MicroBatch& mb, std::int64_t index,
                                    RankStepFigures& step);
   void record_row(const data::PackedRow& row, const CpWorkload& w, const ShardPlan& plan,
@@ -229,10 +236,9 @@ class Worker {
   std::unique_ptr<AdamW> optimizer_;
   dist::ProcessGroups groups_;
   std::unique_ptr<MetricsFile> metrics_;
-  // Hybrid mode: the balancer that schedules, the profile it plans with, and
-  // the step's schedule for its report.
+  // Hybrid mode: the balancer that schedules, and the step's schedule for
+  // its report.
   std::shared_ptr<LoadBalancer> scheduler_;
-  CostProfile profile_;
   std::optional<StepReport::Hybrid> hybrid_report_;
   TrainingState state_;  // what a checkpoint holds and the settings it must match
   ResumedAt resumed_;    // the step training resumes after, and the file's CRC
@@ -330,7 +336,7 @@ std::string Worker::header() const {
       options_.mode == ParallelMode::kHybrid
           ? "hybrid over " + std::to_string(options_.dp_size) +
                 " ranks (T = " + std::to_string(options_.max_tokens_per_rank) + ", scheduler " +
-                options_.schedule_strategy + ", profile " + profile_.name + ")"
+                options_.schedule_strategy + ", profile " + options_.profile.name + ")"
           : "DP " + std::to_string(options_.dp_size) + " x CP " + std::to_string(options_.cp_size);
   return layout + ", " + dtype_name(options_.dtype) + ", " +
          std::to_string(model_->num_parameters()) + " parameters, mask " +
@@ -569,76 +575,85 @@ Status Worker::prepare_scheduler() {
                             " is not offered by balancer " + quote_text(balancer_.description) +
                             " (it offers: " + join(offered, ", ") + ")");
   }
-  profile_ = options_.profile;
   return Status::ok();
+}
+
+// What a slot's SlotAttention did on this member over every layer.
+void add_attention_figures(const attention::SlotAttention& a, SlotFigures& f) {
+  const attention::SlotAttentionStats& fwd = a.total_forward();
+  const attention::SlotAttentionStats& bwd = a.total_backward();
+  f.tiles = fwd.tiles;
+  f.bytes_sent = fwd.bytes_sent + bwd.bytes_sent;
+  f.bytes_received = fwd.bytes_received + bwd.bytes_received;
+  f.kv_sent = fwd.bytes_sent;
+  f.kv_received = fwd.bytes_received;
+  f.compute_ms = fwd.compute_ms + bwd.compute_ms;
+  f.comm_ms = fwd.comm_ms + bwd.comm_ms;
+}
+
+// With train.log_samples, on a slot's first member: its row's pieces.
+void add_pieces(const data::PackedRow& row, SlotFigures& f) {
+  std::size_t at = 0;
+  for (const data::TokenRange& piece : row.pieces) {
+    f.pieces.push_back({piece.sample, piece.begin, piece.end, piece_checksum(row, at, piece)});
+    at += static_cast<std::size_t>(piece.end - piece.begin);
+  }
+}
+
+// This member's SlotAttention for `slot`, over the world; every layer uses
+// it (its exchanges pair up in layer order on every member).
+std::shared_ptr<attention::SlotAttention> Worker::slot_attention(const CpWorkload& w,
+                                                                 const ScheduleSlot& slot,
+                                                                 std::int64_t index) const {
+  attention::SlotAttentionOptions slot_options;
+  slot_options.label =
+      "slot " + std::to_string(index) + " (wave " + std::to_string(slot.wave) + ")";
+  Result<std::shared_ptr<attention::SlotAttention>> a =
+      attention::SlotAttention::create(w, slot.plan, slot.ranks, groups_.world, slot_options);
+  if (!a) throw std::runtime_error(slot_options.label + ": " + a.status().message());
+  return *a;
 }
 
 // One slot on this member: its row assembled and sharded by the slot's plan,
 // forward with SlotAttention over the world group, backward at once. Every
 // member runs the slot's forward and backward exchanges in the same order
 // before its next slot, which is what keeps wave order deadlock-free
-// (docs/HYBRID_RUNTIME.md). Returns the member's summed token loss.
-at::Tensor Worker::run_slot(std::int64_t index, const ScheduleSlot& slot,
-                            const ScheduleRequest& request,
-                            const std::vector<const data::PackedRow*>& rows, SlotFigures& f,
-                            std::int64_t& loss_tokens) {
+// (docs/HYBRID_RUNTIME.md).
+Worker::SlotResult Worker::run_slot(std::int64_t index, const ScheduleSlot& slot,
+                                    const ScheduleRequest& request,
+                                    const std::vector<const data::PackedRow*>& rows,
+                                    SlotFigures& f) {
   const auto start = Clock::now();
   const double cpu_start = thread_cpu_ms();
   reliability_.begin_slot();
   const data::PackedRow row = slot_row(slot, rows);
   check_vocabulary(row, options_.model.vocab_size, *dataset_);
-  const CpWorkload w = slot_workload(request, slot);
   const auto member = static_cast<std::int32_t>(
       std::find(slot.ranks.begin(), slot.ranks.end(), id_.rank) - slot.ranks.begin());
   f.slot = index;
   f.wave = slot.wave;
   f.group = static_cast<std::int32_t>(slot.ranks.size());
   f.member = member;
-  const at::Tensor local =
-      attention::shard(row_buffers(row), slot.plan, member).to(device_of(options_));
-  attention::SlotAttentionOptions slot_options;
-  slot_options.label =
-      "slot " + std::to_string(index) + " (wave " + std::to_string(slot.wave) + ")";
-  std::vector<std::shared_ptr<attention::SlotAttention>> used;
-  std::vector<std::shared_ptr<attention::RowAttention>> layers;
-  const auto setup_start = Clock::now();
-  for (std::int64_t l = 0; l < options_.model.num_layers; ++l) {
-    Result<std::shared_ptr<attention::SlotAttention>> a =
-        attention::SlotAttention::create(w, slot.plan, slot.ranks, groups_.world, slot_options);
-    if (!a) throw std::runtime_error(slot_options.label + ": " + a.status().message());
-    layers.push_back(*a);
-    used.push_back(*a);
-  }
-  f.setup_ms = ms_since(setup_start);
-  const at::Tensor logits =
-      model_->forward(local.select(1, kTokens), local.select(1, kPositions), layers);
-  const at::Tensor mask = local.select(1, kLossMask);
-  at::Tensor loss = model_->loss_sum(logits, local.select(1, kLabels), mask);
-  const std::int64_t tokens = mask.sum().item<std::int64_t>();
-  loss.backward();
-  loss_tokens += tokens;
   const auto shard_begin = slot.plan.positions.begin() + member * slot.plan.shard_len;
   f.tokens = std::count_if(shard_begin, shard_begin + slot.plan.shard_len,
                            [](std::int64_t position) { return position >= 0; });
-  for (const auto& a : used) {
-    f.tiles += a->last_forward().tiles;
-    f.bytes_sent += a->last_forward().bytes_sent + a->last_backward().bytes_sent;
-    f.bytes_received += a->last_forward().bytes_received + a->last_backward().bytes_received;
-    f.kv_sent += a->last_forward().bytes_sent;
-    f.kv_received += a->last_forward().bytes_received;
-    f.compute_ms += a->last_forward().compute_ms + a->last_backward().compute_ms;
-    f.comm_ms += a->last_forward().comm_ms + a->last_backward().comm_ms;
-  }
-  if (options_.log_samples && member == 0) {
-    std::size_t at = 0;
-    for (const data::TokenRange& piece : row.pieces) {
-      f.pieces.push_back({piece.sample, piece.begin, piece.end, piece_checksum(row, at, piece)});
-      at += static_cast<std::size_t>(piece.end - piece.begin);
-    }
-  }
+  const at::Tensor local =
+      attention::shard(row_buffers(row), slot.plan, member).to(device_of(options_));
+  const auto setup_start = Clock::now();
+  const auto attention = slot_attention(slot_workload(request, slot), slot, index);
+  f.setup_ms = ms_since(setup_start);
+  const std::vector<std::shared_ptr<attention::RowAttention>> layers(
+      static_cast<std::size_t>(options_.model.num_layers), attention);
+  const at::Tensor logits =
+      model_->forward(local.select(1, kTokens), local.select(1, kPositions), layers);
+  const at::Tensor mask = local.select(1, kLossMask);
+  const at::Tensor loss = model_->loss_sum(logits, local.select(1, kLabels), mask);
+  loss.backward();
+  add_attention_figures(*attention, f);
+  if (options_.log_samples && member == 0) add_pieces(row, f);
   f.busy_ms = ms_since(start);
   f.cpu_ms = thread_cpu_ms() - cpu_start;
-  return loss.detach();
+  return {loss.detach(), mask.sum().item<std::int64_t>()};
 }
 
 // The request with kv_bytes_per_token set to what this model's K and V of
@@ -687,7 +702,7 @@ Worker::StepResult Worker::run_slots(std::int64_t step, const data::StepBatch& b
   request.max_tokens_per_rank = options_.max_tokens_per_rank;
   request.mask = options_.mask;
   request.block_size = options_.block_size;
-  request.profile = profile_;
+  request.profile = options_.profile;
   const auto plan_start = Clock::now();
   Result<Schedule> schedule = scheduler_->schedule(options_.schedule_strategy, request);
   result.figures.plan_ms = ms_since(plan_start);
@@ -717,9 +732,10 @@ Worker::StepResult Worker::run_slots(std::int64_t step, const data::StepBatch& b
   for (std::size_t i : mine) {
     SlotFigures f;
     predict(cost.slots[i], bytes.slots[i], f);
-    loss = loss + run_slot(static_cast<std::int64_t>(i), schedule->slots[i], request, rows, f,
-                           result.loss_tokens)
-                      .to(at::kDouble);
+    const SlotResult slot =
+        run_slot(static_cast<std::int64_t>(i), schedule->slots[i], request, rows, f);
+    loss = loss + slot.loss.to(at::kDouble);
+    result.loss_tokens += slot.loss_tokens;
     result.figures.slots.push_back(std::move(f));
   }
   result.loss_sum = loss.item<double>();

@@ -129,6 +129,53 @@ TEST(StallAnalysis, AWorldRankFollowsTheWaitsToTheStalledRank) {
             "stopped entering collectives: check what it is doing");
 }
 
+// Hybrid mode, W = 4 as dp 4 x cp 1: one step done; in the next, every rank
+// passes the schedule check, then rank 3 stops. Ranks 1 and 2 share a slot
+// with rank 3 and wait in their exchanges with it (each pair group entered
+// once per exchange, rank 2 having moved on to waiting for rank 3 after its
+// message from rank 1 arrived); rank 0, whose slot ran alone, waits in the
+// gradient all-reduce.
+SimulatedJob hybrid_stall_in_a_slot() {
+  SimulatedJob job(4, 1);
+  for (int r = 0; r < 4; ++r) job.enter(r, "world", "all_gather");  // schedule check
+  for (int r : {1, 2}) {
+    job.enter(r, pair_group(r, 3), "exchange");
+    job.enter(r, pair_group(1, 2), "exchange");
+  }
+  job.records[1]->wait_in(pair_group(1, 3));
+  job.records[2]->wait_in(pair_group(2, 3));
+  job.enter(0, "world", "all_reduce_sum");
+  return job;
+}
+
+TEST(StallAnalysis, PointToPointWaitsAreFollowedToTheStalledRank) {
+  const SimulatedJob job = hybrid_stall_in_a_slot();
+  // Rank 0 timed out in the all-reduce: ranks 1 and 2 are behind it, but
+  // blocked in exchanges with rank 3, which is the one that stopped.
+  const StallAnalysis a = job.analyse(0, {0, 1, 2, 3});
+  EXPECT_EQ(a.missing, (std::vector<int>{1, 2, 3}));
+  EXPECT_EQ(a.stalled, std::vector<int>{3});
+  EXPECT_EQ(a.last_seen.at(3).describe(), "all_gather #1 on group world");
+  // Rank 1 timed out in its exchange with rank 3.
+  const StallAnalysis b =
+      analyse_stall(1, {"exchange", 1, pair_group(1, 3)}, {1, 3}, job.records, job_groups(4, 4, 1));
+  EXPECT_EQ(b.missing, std::vector<int>{3});
+  EXPECT_EQ(b.stalled, std::vector<int>{3});
+  EXPECT_EQ(describe_stall(b),
+            "; rank 3 never entered it (last seen in all_gather #1 on group world); rank 3 has "
+            "stopped entering collectives: check what it is doing");
+}
+
+TEST(JobGroups, PairGroupsNameTwoRanksOfTheWorld) {
+  const MembersOf members_of = job_groups(6, 6, 1);
+  EXPECT_EQ(pair_group(4, 1), "p2p[1,4]");
+  EXPECT_EQ(pair_group(1, 4), "p2p[1,4]");
+  EXPECT_EQ(members_of("p2p[1,4]"), (std::vector<int>{1, 4}));
+  for (const char* bad : {"p2p[4,1]", "p2p[1,1]", "p2p[1,6]", "p2p[-1,2]", "p2p[1]", "p2p[a,b]"}) {
+    EXPECT_TRUE(members_of(bad).empty()) << bad;
+  }
+}
+
 TEST(StallAnalysis, TheStoreHostStallingIsNamedLikeAnyRank) {
   const SimulatedJob job = dp2_cp2_stall_in_step_two(0);
   EXPECT_EQ(job.analyse(1, {0, 1}).stalled, std::vector<int>{0});

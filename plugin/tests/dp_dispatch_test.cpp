@@ -10,8 +10,8 @@
 
 #include <gtest/gtest.h>
 
-#include "strategies/dp_stream.h"
 #include "strategies/dp_strategies.h"
+#include "strategies/dp_stream.h"
 
 namespace fulcrum::dp {
 namespace {

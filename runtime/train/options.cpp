@@ -81,6 +81,11 @@ Status read_parallel_mode(const host::Config& config, TrainOptions& o) {
     o.schedule_profile = resolve_path(config, "balancer.schedule.profile");
   }
   if (o.mode == ParallelMode::kHybrid) {
+    if (job_world_size(config) > kMaxGroupSize) {
+      return invalid_argument("parallel.mode: hybrid over " +
+                              std::to_string(job_world_size(config)) +
+                              " ranks is more than the 2^20 a schedule places; use fewer ranks");
+    }
     o.dp_size = static_cast<int>(job_world_size(config));
     o.cp_size = 1;
     Result<CostProfile> profile = host::resolve_cost_profile(o.schedule_profile);
@@ -111,13 +116,14 @@ Status check_hybrid(const host::Config& config, TrainOptions& o) {
   }
   const std::int64_t world = o.dp_size;
   const std::int64_t t = config.get_int("parallel.max_tokens_per_rank");
-  o.max_tokens_per_rank = t > 0 ? t : (o.seq_length + world - 1) / world;
-  if (o.seq_length > world * o.max_tokens_per_rank) {
-    return invalid_argument(
-        where(config, "parallel.max_tokens_per_rank", std::to_string(t)) + " x " +
-        std::to_string(world) + " ranks holds fewer tokens than a piece of data.seq_length = " +
-        std::to_string(o.seq_length) + "; raise it to at least " +
-        std::to_string((o.seq_length + world - 1) / world) + " or lower data.seq_length");
+  const std::int64_t needed = (o.seq_length + world - 1) / world;  // W x T >= seq_length
+  o.max_tokens_per_rank = t > 0 ? t : needed;
+  if (o.max_tokens_per_rank < needed) {
+    return invalid_argument(where(config, "parallel.max_tokens_per_rank", std::to_string(t)) +
+                            " x " + std::to_string(world) +
+                            " ranks holds fewer tokens than a piece of data.seq_length = " +
+                            std::to_string(o.seq_length) + "; raise it to at least " +
+                            std::to_string(needed) + " or lower data.seq_length");
   }
   return Status::ok();
 }

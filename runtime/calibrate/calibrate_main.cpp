@@ -34,6 +34,7 @@
 
 #include "attention/blocked_attention.h"
 #include "attention/tile_schedule.h"
+#include "dist/directory_store.h"
 #include "fulcrum/core/workload.h"
 
 namespace {
@@ -172,12 +173,21 @@ int run_comm(int repetitions) {
   const int port = env_int("MASTER_PORT");
   const char* addr = std::getenv("MASTER_ADDR");
   if (world != 2) throw UsageFailure("WORLD_SIZE=" + std::to_string(world) + "; comm needs 2");
-  c10d::TCPStoreOptions store_options;
-  store_options.port = static_cast<std::uint16_t>(port);
-  store_options.isServer = rank == 0;
-  store_options.numWorkers = world;
-  store_options.timeout = std::chrono::seconds(60);
-  auto store = c10::make_intrusive<c10d::TCPStore>(addr ? addr : "127.0.0.1", store_options);
+  // Started by fulcrum calibrate's launcher: the two ranks meet in its
+  // private directory, and nothing listens on the network.
+  c10::intrusive_ptr<c10d::Store> store;
+  if (const char* dir = std::getenv(fulcrum::dist::kRendezvousDirVariable); dir && *dir) {
+    auto opened = fulcrum::dist::DirectoryStore::open(dir, std::chrono::seconds(60));
+    if (!opened) throw UsageFailure(opened.status().message());
+    store = std::move(opened).value();
+  } else {
+    c10d::TCPStoreOptions store_options;
+    store_options.port = static_cast<std::uint16_t>(port);
+    store_options.isServer = rank == 0;
+    store_options.numWorkers = world;
+    store_options.timeout = std::chrono::seconds(60);
+    store = c10::make_intrusive<c10d::TCPStore>(addr ? addr : "127.0.0.1", store_options);
+  }
   auto options = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(120));
   options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
   options->threads = 2;

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -23,6 +24,7 @@
 #include "calibrate/calibration_fit.h"
 #include "cli_common.h"
 #include "commands.h"
+#include "host/input_file.h"
 #include "launch/launch.h"
 
 namespace fulcrum::cli {
@@ -125,13 +127,16 @@ std::string utc_now() {
   return text;
 }
 
+// /proc files are read with read(2): a failed read is "unknown", never an
+// exception out of a stream (host/input_file.h).
 std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
+  const std::string info = host::read_transient_file("/proc/cpuinfo", 1 << 20).value_or("");
+  std::istringstream lines(info);
   std::string line;
-  while (std::getline(in, line)) {
+  while (std::getline(lines, line)) {
     if (line.rfind("model name", 0) == 0) {
       const auto colon = line.find(':');
-      if (colon != std::string::npos) return line.substr(colon + 2);
+      if (colon != std::string::npos && colon + 2 <= line.size()) return line.substr(colon + 2);
     }
   }
   return "unknown CPU";
@@ -140,14 +145,14 @@ std::string cpu_model() {
 // Other processes share the cores being timed: the figures mean little
 // without it.
 std::string load_average() {
-  std::ifstream in("/proc/loadavg");
+  std::istringstream in(host::read_transient_file("/proc/loadavg", 4096).value_or(""));
   std::string one, five, fifteen;
   if (!(in >> one >> five >> fifteen)) return "load average unknown";
   return "load average " + one + " " + five + " " + fifteen;
 }
 
 double load_average_1min() {
-  std::ifstream in("/proc/loadavg");
+  std::istringstream in(host::read_transient_file("/proc/loadavg", 4096).value_or(""));
   double one = 0;
   return (in >> one) ? one : 0.0;
 }

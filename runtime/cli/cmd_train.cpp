@@ -293,8 +293,6 @@ int train_body(const std::vector<std::string>& args) {
   check_sizes(config, static_cast<int>(nproc));
   check_device(config);
   check_environment(static_cast<int>(nproc));
-  // Held, like the checkpoint lock below, until the workers are gone.
-  const launch::UniqueFd port_lock(lock_master_port(config));
   check_train_data(config);
   check_resume(config);
   // Held, and so the directory kept, until the workers are gone.
@@ -319,7 +317,10 @@ int train_body(const std::vector<std::string>& args) {
   if (!f.save_params.empty()) {
     launch.args.insert(launch.args.end(), {"--save-params", f.save_params});
   }
+  // The workers meet in the launcher's private directory, so the port is only
+  // their MASTER_PORT (torchrun's variable); nothing listens on it.
   launch.master_port = static_cast<int>(config.get_int("dist.master_port"));
+  launch.require_completion_note = true;
   TerminalRelay relay;
   if (::isatty(STDOUT_FILENO)) {
     launch.extra_env.push_back("FULCRUM_PROGRESS=protocol");

@@ -1,10 +1,7 @@
 #include "train_preflight.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <sys/file.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -114,46 +111,6 @@ void check_resume(const host::Config& config) {
                      " is not a fulcrum checkpoint (it does not start with '" +
                      std::string(train::kCheckpointMagic) + "'); " + fix);
   }
-}
-
-int lock_master_port(const host::Config& config) {
-  const std::int64_t port = config.get_int("dist.master_port");
-  if (port == 0) return -1;  // the launcher picks a free one
-  const std::string lock_path = "/tmp/fulcrum-master-port-" + std::to_string(port) + ".lock";
-  // Read-only: a lock file another user created (mode 0644) still locks.
-  const int lock_fd =
-      ::open(lock_path.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
-  if (lock_fd >= 0 && ::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
-    const int err = errno;
-    ::close(lock_fd);
-    if (err == EWOULDBLOCK) {
-      throw UsageError("dist.master_port " + std::to_string(port) +
-                       " is in use by another fulcrum train job on this host (it holds " +
-                       lock_path + "); choose another port, or 0 to let fulcrum train pick one");
-    }
-  }
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return lock_fd;  // no sockets at all: the rendezvous will say so
-  // As the store will bind it: connections of an earlier job still in
-  // TIME_WAIT do not make the port busy, only a listener does.
-  const int reuse = 1;
-  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &reuse, sizeof reuse);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<std::uint16_t>(port));
-  address.sin_addr.s_addr = htonl(INADDR_ANY);
-  const int bound = ::bind(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address);
-  const int err = errno;
-  ::close(fd);
-  if (bound == 0) return lock_fd;
-  if (lock_fd >= 0) ::close(lock_fd);
-  if (err == EADDRINUSE) {
-    throw UsageError("dist.master_port " + std::to_string(port) +
-                     " is in use on this host (by another job or program); choose another "
-                     "port, or 0 to let fulcrum train pick a free one");
-  }
-  throw UsageError("dist.master_port " + std::to_string(port) + " cannot be bound (" +
-                   std::strerror(err) + "); choose a port from 1024 to 65535, or 0");
 }
 
 int lock_checkpoint_dir(const host::Config& config) {

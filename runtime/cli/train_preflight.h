@@ -32,15 +32,6 @@ void check_config_not_empty(const std::string& path);
 // something else is refused without reading it all).
 void check_resume(const host::Config& config);
 
-// dist.master_port, when one is given, is this job's alone: a second job on
-// the same port would otherwise join the first one's rendezvous and end it.
-// Two checks: a lock (/tmp/fulcrum-master-port-P.lock) held for the life of
-// the returned descriptor, which refuses a second `fulcrum train` on this
-// host even before the first one's store has bound the port, and a bind
-// test, which refuses a port some other program holds. -1 when the port is
-// 0 (the launcher picks a free one).
-int lock_master_port(const host::Config& config);
-
 // An exclusive lock (flock) on the train.checkpoint_dir directory for the life of the returned
 // descriptor (-1 when the run writes no checkpoints): a second run into the
 // same directory is refused instead of overwriting the first one's files.

@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "dist/directory_store.h"
 #include "dist/local_communicator.h"
 #include "dist/progress.h"
 #include "dist/socket_interface.h"
@@ -679,36 +680,49 @@ ProcessGroups init_gloo_process_groups(const GlooOptions& o) {
     groups.cp = std::make_shared<LocalCommunicator>(layout->cp.name, o.op_timeout);
     return groups;
   }
-  if (o.master_port < 1 || o.master_port > 65535) {
+  std::string rendezvous_dir = o.rendezvous_dir;
+  if (rendezvous_dir.empty()) rendezvous_dir = env_text(kRendezvousDirVariable).value_or("");
+  if (rendezvous_dir.empty() && (o.master_port < 1 || o.master_port > 65535)) {
     throw CommError("init_gloo_process_groups: master_port " + std::to_string(o.master_port) +
                     " is outside [1, 65535]; set MASTER_PORT");
   }
-  const std::string where = o.master_addr + ":" + std::to_string(o.master_port);
+  const std::string where = rendezvous_dir.empty()
+                                ? o.master_addr + ":" + std::to_string(o.master_port)
+                                : "the rendezvous directory " + rendezvous_dir;
   const std::string who = "rank " + std::to_string(o.rank) + " of " + std::to_string(o.world_size);
 
   // Local settings first: a wrong interface is this rank's input error, found
   // before it makes the others wait at the rendezvous.
   const std::vector<std::shared_ptr<::gloo::transport::Device>> devices =
       make_devices(o, chosen_interfaces(o), who);
-  check_resolves(o.master_addr, who);
 
   c10::intrusive_ptr<c10d::Store> store;
-  try {
-    c10d::TCPStoreOptions so;
-    so.port = static_cast<std::uint16_t>(o.master_port);
-    so.isServer = o.rank == 0;
-    // LibTorch 1.13's own wait for workers gives up silently at the
-    // deadline; join_store below counts the ranks and says who is missing.
-    so.waitWorkers = false;
-    so.timeout = o.rendezvous_timeout;
-    store = c10::make_intrusive<c10d::TCPStore>(o.master_addr, so);
-  } catch (const std::exception& e) {
-    throw CommError("rendezvous at " + where + " failed for " + who + " within " +
-                    format_timeout(o.rendezvous_timeout) + " (" +
-                    (o.rank == 0 ? "hosting the store, waiting for the other ranks"
-                                 : "connecting to the store hosted by rank 0") +
-                    "): " + first_line(e) + "; check MASTER_ADDR/MASTER_PORT and that all " +
-                    std::to_string(o.world_size) + " ranks started");
+  if (!rendezvous_dir.empty()) {
+    // Every rank is on this host: they meet in a directory only this user can
+    // reach, and nothing listens on the network for the rendezvous.
+    Result<c10::intrusive_ptr<DirectoryStore>> opened =
+        DirectoryStore::open(rendezvous_dir, o.rendezvous_timeout);
+    if (!opened) throw ConfigError(opened.status().message());
+    store = std::move(opened).value();
+  } else {
+    check_resolves(o.master_addr, who);
+    try {
+      c10d::TCPStoreOptions so;
+      so.port = static_cast<std::uint16_t>(o.master_port);
+      so.isServer = o.rank == 0;
+      // LibTorch 1.13's own wait for workers gives up silently at the
+      // deadline; join_store below counts the ranks and says who is missing.
+      so.waitWorkers = false;
+      so.timeout = o.rendezvous_timeout;
+      store = c10::make_intrusive<c10d::TCPStore>(o.master_addr, so);
+    } catch (const std::exception& e) {
+      throw CommError("rendezvous at " + where + " failed for " + who + " within " +
+                      format_timeout(o.rendezvous_timeout) + " (" +
+                      (o.rank == 0 ? "hosting the store, waiting for the other ranks"
+                                   : "connecting to the store hosted by rank 0") +
+                      "): " + first_line(e) + "; check MASTER_ADDR/MASTER_PORT and that all " +
+                      std::to_string(o.world_size) + " ranks started");
+    }
   }
 
   join_store(*store, o, where, who);

@@ -1,5 +1,6 @@
-// Process groups over c10d's ProcessGroupGloo (CPU tensors), rendezvous over
-// c10d's TCPStore hosted by rank 0 at MASTER_ADDR:MASTER_PORT. Callers see
+// Process groups over c10d's ProcessGroupGloo (CPU tensors), rendezvous in a
+// private directory when every rank runs on this host, else over c10d's
+// TCPStore hosted by rank 0 at MASTER_ADDR:MASTER_PORT. Callers see
 // only Communicator; the c10d headers stay inside gloo_communicator.cpp.
 #pragma once
 
@@ -42,6 +43,12 @@ struct GlooOptions {
   // group (progress.h), so that a rank whose collective times out can name
   // the rank that never came. Costs one small store write per collective.
   bool record_progress = true;
+  // A private directory of this host where the ranks meet (directory_store.h)
+  // instead of at a TCPStore on master_addr:master_port; empty =
+  // FULCRUM_RENDEZVOUS_DIR when set (fulcrum train's launcher sets it), else
+  // the TCPStore, which LibTorch 1.13 binds on every interface (a job across
+  // hosts; docs/RELIABILITY.md says what it exposes).
+  std::string rendezvous_dir;
   // Where a rank whose collective timed out writes its StallReport for the
   // launcher; empty = FULCRUM_STALL_REPORT_DIR when set, else nowhere.
   std::string stall_report_dir;

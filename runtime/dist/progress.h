@@ -112,6 +112,11 @@ std::string ranks_phrase(const std::vector<int>& ranks);
 // FULCRUM_STALL_REPORT_DIR): line based, first line "fulcrum-stall-report 1".
 inline constexpr const char* kStallReportDirVariable = "FULCRUM_STALL_REPORT_DIR";
 
+// The directory where the ranks of a job on one host meet (a DirectoryStore,
+// dist/directory_store.h) instead of at a TCPStore: set by the launcher to a
+// private directory of its own, mode 0700.
+inline constexpr const char* kRendezvousDirVariable = "FULCRUM_RENDEZVOUS_DIR";
+
 struct StallReport {
   int reporter = 0;
   std::int64_t timeout_ms = 0;

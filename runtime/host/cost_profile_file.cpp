@@ -10,7 +10,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <string>
 #include <utility>
@@ -18,6 +17,7 @@
 
 #include "fulcrum/core/cost_profile.h"
 #include "fulcrum/host/config.h"
+#include "input_file.h"
 #include "yaml-cpp/yaml.h"
 
 namespace fulcrum::host {
@@ -178,20 +178,14 @@ Result<CostProfile> load_cost_profile_file(const std::string& path) {
                             " bytes, more than the " + std::to_string(kMaxCostProfileFileBytes) +
                             " a profile of nine fields could need; check the path");
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in.is_open()) {
-    return invalid_argument("cost profile file " + file +
-                            " could not be opened; check its permissions");
-  }
-  // Read at most one byte past the limit: the file may have grown since stat.
-  std::string text(kMaxCostProfileFileBytes + 1, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  text.resize(static_cast<std::size_t>(in.gcount()));
-  if (text.size() > kMaxCostProfileFileBytes) {
-    return invalid_argument("cost profile file " + file + " grew past " +
-                            std::to_string(kMaxCostProfileFileBytes) +
-                            " bytes while being read; check the path");
-  }
+  // Opened and read by descriptor: a path swapped for a FIFO after the stat
+  // above is refused instead of blocking, and a failed read is an error, not
+  // an exception (host/input_file.h).
+  const std::string what = "cost profile file " + file;
+  Result<std::string> read =
+      read_input_file(path, {what, "check the path", kMaxCostProfileFileBytes});
+  if (!read) return invalid_argument(read.status().message());
+  const std::string& text = read.value();
   if (text.find('\0') != std::string::npos) {
     return invalid_argument("cost profile file " + file +
                             " holds a NUL byte, so it is not YAML text; check the path");

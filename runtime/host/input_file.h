@@ -12,9 +12,11 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -199,6 +201,43 @@ inline bool json_nesting_within(std::string_view text, int max_depth, std::size_
     }
   }
   return true;
+}
+
+// A file that can vanish or fail in the middle of a read, such as
+// /proc/PID/stat of a process that is exiting (read(2) then fails with
+// ESRCH), or a report another process is writing. Read with read(2) and
+// errno, never a stream: libstdc++ can throw from inside getline when the
+// underlying read fails. nullopt means "could not be read" (the process is
+// gone, the file was removed, it is not readable): an answer, not an error.
+// The text is cut off after max_bytes.
+inline std::optional<std::string> read_transient_fd(int fd, std::size_t max_bytes,
+                                                    int* error = nullptr) {
+  std::string text;
+  char buffer[4096];
+  while (text.size() < max_bytes) {
+    const std::size_t want = std::min(sizeof buffer, max_bytes - text.size());
+    const ssize_t n = ::read(fd, buffer, want);
+    if (n == 0) break;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (error != nullptr) *error = errno;
+      return std::nullopt;
+    }
+    text.append(buffer, static_cast<std::size_t>(n));
+  }
+  return text;
+}
+
+inline std::optional<std::string> read_transient_file(const std::string& path,
+                                                      std::size_t max_bytes, int* error = nullptr) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) {
+    if (error != nullptr) *error = errno;
+    return std::nullopt;
+  }
+  std::optional<std::string> text = read_transient_fd(fd, max_bytes, error);
+  ::close(fd);
+  return text;
 }
 
 }  // namespace fulcrum::host

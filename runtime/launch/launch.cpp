@@ -24,16 +24,17 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
-#include <sstream>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "dist/progress.h"
+#include "host/input_file.h"
 #include "launch/unique_fd.h"
+#include "launch/worker_env.h"
 
 extern char** environ;
 
@@ -47,6 +48,13 @@ using Clock = std::chrono::steady_clock;
 // without bound.
 constexpr std::size_t kMaxLineBytes = 1 << 20;
 
+// How long the launcher waits, after a rank failed because it lost a peer, for
+// the rank that caused it to fail on its own and be named instead.
+constexpr auto kLostPeerSettle = std::chrono::milliseconds(1500);
+
+// A stall report names a few ranks and collectives; anything longer is not one.
+constexpr std::size_t kMaxStallReportBytes = 1 << 20;
+
 // The variables the launcher owns; inherited values are replaced, so a
 // launcher started inside another job does not leak that job's identity.
 constexpr std::string_view kOwnedVariables[] = {"RANK",
@@ -55,7 +63,9 @@ constexpr std::string_view kOwnedVariables[] = {"RANK",
                                                 "LOCAL_WORLD_SIZE",
                                                 "MASTER_ADDR",
                                                 "MASTER_PORT",
-                                                dist::kStallReportDirVariable};
+                                                dist::kStallReportDirVariable,
+                                                dist::kRendezvousDirVariable,
+                                                kCompletionNoteVariable};
 
 std::string errno_text(int err) { return std::strerror(err); }
 
@@ -215,18 +225,44 @@ class BlockForwardedSignals {
 
 // --- stall reports --------------------------------------------------------------
 
-// A private directory where a worker whose collective timed out leaves a
-// StallReport (dist/progress.h) naming the rank it waited for; removed with
-// everything in it when the launch ends. Without one (mkdtemp failed) the
-// launch runs as before and names the first rank to exit.
+// The job's private directory (mkdtemp: mode 0700, this user's), removed with
+// everything in it when the launch ends. The workers meet in its rendezvous/
+// (a DirectoryStore, so nothing listens on the network), a worker whose
+// collective timed out leaves a StallReport (dist/progress.h) naming the rank
+// it waited for, one that lost a peer says so, and one whose run finished
+// leaves its completion note. Without it the launch does not start.
 class ReportDir {
  public:
   ReportDir() {
     std::error_code ec;
     std::string pattern = (std::filesystem::temp_directory_path(ec) / "fulcrum-launch-XXXXXX");
     if (ec) pattern = "/tmp/fulcrum-launch-XXXXXX";
-    if (::mkdtemp(pattern.data()) != nullptr) path_ = pattern;
+    if (::mkdtemp(pattern.data()) == nullptr) {
+      error_ = "cannot create the job's private directory " + pattern + " (" +
+               std::strerror(errno) + "); set TMPDIR to a directory this user can write";
+      return;
+    }
+    path_ = pattern;
+    if (::mkdir(rendezvous_path().c_str(), 0700) != 0) {
+      error_ = "cannot create the job's rendezvous directory " + rendezvous_path() + " (" +
+               std::strerror(errno) + "); set TMPDIR to a directory this user can write";
+    }
   }
+
+  // Why the directory could not be made; empty when it was.
+  const std::string& error() const { return error_; }
+  std::string rendezvous_path() const { return path_ + "/rendezvous"; }
+  static std::string completion_note_name(int rank) {
+    return "rank-" + std::to_string(rank) + ".done";
+  }
+  std::string completion_note_path(int rank) const {
+    return path_ + "/" + completion_note_name(rank);
+  }
+  bool has(const std::string& name) const {
+    struct stat st {};
+    return !path_.empty() && ::lstat((path_ + "/" + name).c_str(), &st) == 0;
+  }
+  bool noted_lost_peer(int rank) const { return has(dist::lost_peer_note_name(rank)); }
   ~ReportDir() {
     std::error_code ec;
     if (!path_.empty()) std::filesystem::remove_all(path_, ec);
@@ -250,10 +286,10 @@ class ReportDir {
       if (name.size() < 7 || name.compare(name.size() - 6, 6, ".stall") != 0 || name[0] == '.') {
         continue;
       }
-      std::ifstream in(entry.path());
-      std::stringstream text;
-      text << in.rdbuf();
-      Result<dist::StallReport> report = dist::StallReport::decode(text.str());
+      const std::optional<std::string> text =
+          host::read_transient_file(entry.path().string(), kMaxStallReportBytes);
+      if (!text) continue;
+      Result<dist::StallReport> report = dist::StallReport::decode(*text);
       if (!report) continue;
       if (report->reporter == first) {
         have_first = true;
@@ -263,15 +299,13 @@ class ReportDir {
       }
     }
     if (reports.empty()) return std::nullopt;
-    if (!have_first && !std::filesystem::exists(
-                           std::filesystem::path(path_) / dist::lost_peer_note_name(first), ec)) {
-      return std::nullopt;
-    }
+    if (!have_first && !noted_lost_peer(first)) return std::nullopt;
     return reports;
   }
 
  private:
   std::string path_;
+  std::string error_;
 };
 
 // --- workers ----------------------------------------------------------------
@@ -381,14 +415,12 @@ class LineRelay {
 
 // Whether `pid` is stopped (SIGSTOP, SIGTSTP, a debugger): state T or t in
 // /proc/PID/stat, the character after the parenthesised command name.
+// A process that exits while it is looked at (the file vanishes, or the read
+// fails with ESRCH) is not stopped: its exit is reaped and reported as usual.
 bool is_stopped(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat;
-  std::getline(in, stat);
-  const std::size_t close = stat.rfind(')');
-  if (close == std::string::npos || close + 2 >= stat.size()) return false;
-  const char state = stat[close + 2];
-  return state == 'T' || state == 't';
+  const std::optional<std::string> stat =
+      host::read_transient_file("/proc/" + std::to_string(pid) + "/stat", 4096);
+  return stat && process_state_is_stopped(*stat);
 }
 
 // Signals a worker together with everything it started: it leads its own
@@ -430,7 +462,7 @@ Result<std::string> resolve_program(const std::string& program) {
 }
 
 std::vector<std::string> worker_environment(const LaunchOptions& options, int rank, int port,
-                                            const std::string& report_dir) {
+                                            const ReportDir& job_dir) {
   std::vector<std::string> env;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     std::string_view entry(*e);
@@ -448,8 +480,10 @@ std::vector<std::string> worker_environment(const LaunchOptions& options, int ra
   env.push_back("LOCAL_WORLD_SIZE=" + std::to_string(options.nproc));
   env.push_back("MASTER_ADDR=" + options.master_addr);
   env.push_back("MASTER_PORT=" + std::to_string(port));
-  if (!report_dir.empty()) {
-    env.push_back(std::string(dist::kStallReportDirVariable) + "=" + report_dir);
+  env.push_back(std::string(dist::kStallReportDirVariable) + "=" + job_dir.path());
+  env.push_back(std::string(dist::kRendezvousDirVariable) + "=" + job_dir.rendezvous_path());
+  if (options.require_completion_note) {
+    env.push_back(std::string(kCompletionNoteVariable) + "=" + job_dir.completion_note_path(rank));
   }
   for (const std::string& extra : options.extra_env) env.push_back(extra);
   return env;
@@ -537,6 +571,7 @@ class Job {
   }
 
   Status spawn_all(int port) {
+    if (!reports_.error().empty()) return invalid_argument(reports_.error());
     auto path = resolve_program(options_.program);
     if (!path) return path.status();
     const int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -566,6 +601,10 @@ class Job {
     // answers nothing, so its peers time out; it, not whichever of them
     // the stall reports point at, is the cause.
     std::vector<int> stopped;
+    // The first rank that failed only because it lost a peer, and until when
+    // another rank may still turn out to be the cause.
+    std::optional<int> lost_peer_rank;
+    std::optional<Clock::time_point> settle_at;
     auto start_teardown = [&](int sig) {
       for (WorkerProcess& w : workers_) {
         if (!w.reaped && is_stopped(w.pid)) {
@@ -597,11 +636,13 @@ class Job {
       }
       // Without pidfds, exits are noticed by polling waitpid every 50 ms.
       int timeout_ms = have_all_pidfds ? -1 : 50;
-      if (kill_at && !killed) {
-        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*kill_at - Clock::now());
+      auto wake_by = [&](Clock::time_point when) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(when - Clock::now());
         int left_ms = static_cast<int>(std::max<std::int64_t>(left.count() + 1, 0));
         timeout_ms = timeout_ms < 0 ? left_ms : std::min(timeout_ms, left_ms);
-      }
+      };
+      if (settle_at && !report.failed_rank) wake_by(*settle_at);
+      if (kill_at && !killed) wake_by(*kill_at);
       if (::poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) {
         // poll failing is a bug or a resource exhaustion; stop the job rather
         // than spin.
@@ -626,10 +667,24 @@ class Job {
 
       for (WorkerProcess& w : workers_) {
         if (w.reaped || !reap(w)) continue;
-        if (!w.exit.ok() && !report.failed_rank && report.interrupted_by == 0) {
-          report.failed_rank = w.rank;
-          start_teardown(SIGTERM);
+        if (w.exit.ok() || report.failed_rank || report.interrupted_by != 0) continue;
+        if (reports_.noted_lost_peer(w.rank)) {
+          // A consequence: the peer it lost is failing on its own and may
+          // still be on its way out (closing its connections before it
+          // exits). Give it a moment to be the one named.
+          if (!lost_peer_rank) {
+            lost_peer_rank = w.rank;
+            settle_at = Clock::now() + kLostPeerSettle;
+          }
+          continue;
         }
+        report.failed_rank = w.rank;
+        start_teardown(SIGTERM);
+      }
+      if (lost_peer_rank && !report.failed_rank && report.interrupted_by == 0 &&
+          (Clock::now() >= *settle_at || live() == 0)) {
+        report.failed_rank = lost_peer_rank;
+        start_teardown(SIGTERM);
       }
 
       if (kill_at && !killed && Clock::now() >= *kill_at) {
@@ -641,7 +696,12 @@ class Job {
     for (WorkerProcess& w : workers_) report.workers.push_back(w.exit);
     if (report.failed_rank) {
       const WorkerExit& e = report.workers[static_cast<std::size_t>(*report.failed_rank)];
-      if (e.signal != 0) {
+      if (e.left_early) {
+        report.exit_code = 1;
+        report.summary = "fulcrum: rank " + std::to_string(e.rank) +
+                         " exited with status 0 before its run finished (it left no completion "
+                         "note); stopped all ranks: the run did not complete";
+      } else if (e.signal != 0) {
         report.exit_code = 128 + e.signal;
         report.summary = "fulcrum: rank " + std::to_string(e.rank) + " killed by signal " +
                          signal_name(e.signal);
@@ -697,8 +757,7 @@ class Job {
     if (!err) return err.status();
     auto report = make_pipe("exec report");
     if (!report) return report.status();
-    std::vector<std::string> env_strings =
-        worker_environment(options_, rank, port, reports_.path());
+    std::vector<std::string> env_strings = worker_environment(options_, rank, port, reports_);
     std::vector<char*> envp = as_argv(env_strings);
 
     const pid_t launcher = ::getpid();
@@ -769,6 +828,8 @@ class Job {
       w.exit.signal = WTERMSIG(st);
     } else if (WIFEXITED(st)) {
       w.exit.exit_status = WEXITSTATUS(st);
+      w.exit.left_early = w.exit.exit_status == 0 && options_.require_completion_note &&
+                          !reports_.has(ReportDir::completion_note_name(w.rank));
     }
     // What it wrote before exiting is still in the pipes.
     relay_.pump(w.rank, OutputStream::kStdout, w.out);
@@ -786,6 +847,15 @@ class Job {
 };
 
 }  // namespace
+
+bool process_state_is_stopped(std::string_view stat) {
+  // The command name is parenthesised and may itself hold ')' or spaces: the
+  // state is the character after the last ") ".
+  const std::size_t close = stat.rfind(')');
+  if (close == std::string_view::npos || close + 2 >= stat.size()) return false;
+  const char state = stat[close + 2];
+  return state == 'T' || state == 't';
+}
 
 std::string signal_name(int signal) {
   const char* abbrev = ::sigabbrev_np(signal);

@@ -41,6 +41,10 @@ struct LaunchOptions {
   // After the first failure (or a forwarded SIGINT/SIGTERM), how long the
   // other workers get between SIGTERM and SIGKILL.
   double failure_grace_s = 5;
+  // Whether a worker must say that its run finished (launch/worker_env.h,
+  // note_completion): one that exits 0 without the note stopped early, and the
+  // job fails instead of reporting success. fulcrum train sets it.
+  bool require_completion_note = false;
   // Extra "NAME=value" variables for every worker, set after the launcher's own.
   std::vector<std::string> extra_env;
 
@@ -60,13 +64,17 @@ struct WorkerExit {
   pid_t pid = 0;
   int exit_status = 0;  // valid when signal == 0
   int signal = 0;       // the signal that killed it, 0 if it exited
-  bool ok() const { return signal == 0 && exit_status == 0; }
+  // Exited 0 without the completion note it was asked for (its run did not finish).
+  bool left_early = false;
+  bool ok() const { return signal == 0 && exit_status == 0 && !left_early; }
 };
 
 struct LaunchReport {
   std::vector<WorkerExit> workers;  // indexed by rank
-  // The first worker seen to fail; the others were then stopped by the
-  // launcher, so their own exits are consequences, not causes.
+  // The first worker to fail on its own; the others were then stopped by the
+  // launcher, so their own exits are consequences, not causes. A rank that
+  // failed because a peer went away (it noted a lost peer) is named only when
+  // no other rank failed on its own within a short settling time.
   std::optional<int> failed_rank;
   int interrupted_by = 0;  // SIGINT or SIGTERM the launcher received and forwarded, else 0
   int master_port = 0;     // the port handed to the workers
@@ -102,6 +110,11 @@ int launch_workers(const LaunchOptions& options);
 // back what the kernel chose. Another process may take it before the store
 // binds it; rendezvous then fails loudly and a retry picks another.
 Result<int> pick_free_port();
+
+// Whether a /proc/PID/stat line says the process is stopped (state T, by
+// SIGSTOP or SIGTSTP, or t, by a debugger). Text that is not such a line
+// (empty: the process was gone before it could be read) is "not stopped".
+bool process_state_is_stopped(std::string_view stat);
 
 // "SIGKILL" for SIGKILL, "signal 77" for a number with no name.
 std::string signal_name(int signal);

@@ -1,7 +1,12 @@
 #include "launch/worker_env.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <charconv>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <system_error>
 
@@ -164,6 +169,18 @@ Result<WorkerIdentity> detect_worker_identity(const EnvLookup& env) {
     id.master_port = *parsed;
   }
   return id;
+}
+
+Status note_completion(const EnvLookup& env) {
+  const std::optional<std::string> path = env(kCompletionNoteVariable);
+  if (!path || path->empty()) return Status::ok();
+  const int fd = ::open(path->c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return internal_error("cannot write the completion note " + *path + " (" +
+                          std::strerror(errno) + ") that tells the launcher this run finished");
+  }
+  ::close(fd);
+  return Status::ok();
 }
 
 }  // namespace fulcrum::launch

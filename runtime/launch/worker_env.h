@@ -50,4 +50,13 @@ std::optional<std::string> process_env(std::string_view name);
 // error is one line naming the variable and its value.
 Result<WorkerIdentity> detect_worker_identity(const EnvLookup& env = process_env);
 
+// The file a worker started by `fulcrum train` creates when its run finished,
+// named by the launcher in this variable: a worker that exits 0 without it
+// stopped early, and the launcher says so instead of reporting success.
+inline constexpr const char* kCompletionNoteVariable = "FULCRUM_COMPLETION_NOTE";
+
+// Creates the completion note when the launcher asked for one (else does
+// nothing). Call once, after everything the run writes was written.
+Status note_completion(const EnvLookup& env = process_env);
+
 }  // namespace fulcrum::launch

@@ -113,6 +113,12 @@ int run_worker(const WorkerArgs& args) noexcept {
       print_error(prepared.message());
       return 2;
     }
+    // Last: the launcher takes a worker that exits 0 without it for one that
+    // stopped early.
+    if (Status noted = launch::note_completion(); !noted) {
+      print_error(noted.message());
+      return 1;
+    }
     return 0;
   } catch (...) {
     return exit_code_of_current_exception();

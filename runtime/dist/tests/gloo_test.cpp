@@ -140,6 +140,54 @@ struct ScratchDir {
   }
 };
 
+// The ranks of fulcrum train's jobs meet in the launcher's private directory:
+// collectives work, and no rank listens on anything but loopback. The same
+// job over the TCPStore shows the check can fail: rank 0's store listens on
+// every interface.
+TEST(Gloo, APrivateRendezvousDirectoryListensOnNoPublicSocket) {
+  ScratchDir dir;
+  ASSERT_FALSE(dir.path.empty());
+  const int port = free_port();
+  ASSERT_GT(port, 0);
+  auto specs = rank_children(kWorker, {"collectives", "2", "2", "20000", "20000"}, 4, port);
+  for (auto& spec : specs) spec.env.push_back("FULCRUM_RENDEZVOUS_DIR=" + dir.path.string());
+  auto results = run_children(specs, 60s);
+  for (const auto& r : results) ASSERT_EQ(r.exit_code, 0) << describe(results);
+
+  // Every job has a directory of its own (the launcher makes one per launch).
+  ScratchDir second;
+  ASSERT_FALSE(second.path.empty());
+  specs = rank_children(kWorker, {"listeners", "1", "2", "20000", "20000"}, 2, port);
+  for (auto& spec : specs) spec.env.push_back("FULCRUM_RENDEZVOUS_DIR=" + second.path.string());
+  results = run_children(specs, 60s);
+  for (const auto& r : results) EXPECT_EQ(r.exit_code, 0) << describe(results);
+
+  const int tcp_port = free_port();
+  ASSERT_GT(tcp_port, 0);
+  results = run_children(
+      rank_children(kWorker, {"listeners", "1", "2", "20000", "20000"}, 2, tcp_port), 60s);
+  EXPECT_EQ(results[0].exit_code, 4) << describe(results);
+  EXPECT_NE(results[0].output.find("LISTEN"), std::string::npos) << describe(results);
+}
+
+TEST(Gloo, ARendezvousDirectoryOtherUsersCanReachIsRefused) {
+  ScratchDir dir;
+  ASSERT_FALSE(dir.path.empty());
+  std::filesystem::permissions(
+      dir.path, std::filesystem::perms::owner_all | std::filesystem::perms::group_read |
+                    std::filesystem::perms::group_exec | std::filesystem::perms::others_read |
+                    std::filesystem::perms::others_exec);
+  auto specs = rank_children(kWorker, {"collectives", "1", "2", "5000", "5000"}, 2, 1);
+  for (auto& spec : specs) spec.env.push_back("FULCRUM_RENDEZVOUS_DIR=" + dir.path.string());
+  const auto results = run_children(specs, 30s);
+  for (const auto& r : results) {
+    EXPECT_NE(r.exit_code, 0) << describe(results);
+    EXPECT_NE(r.output.find("has mode 0755: other users can reach it; it must be 0700"),
+              std::string::npos)
+        << describe(results);
+  }
+}
+
 TEST(Gloo, ATimedOutCollectiveNamesTheRankThatStoppedAndReportsIt) {
   // world 3 = dp 1 x cp 3: after one barrier rank 2 stops; ranks 0 and 1
   // time out in their all-reduce and name it.

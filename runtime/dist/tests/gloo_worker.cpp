@@ -5,7 +5,8 @@
 //
 // Exit codes: 0 the scenario held, 1 a check failed (a "FAIL:" line says
 // which), 2 a CommError (an "ERROR:" line holds its message), 3 bad usage.
-// Scenarios: collectives, rendezvous, op_timeout, stall; cost_on / cost_off
+// Scenarios: collectives, rendezvous, op_timeout, stall, listeners (exit 4
+// when the rank listens beyond loopback); cost_on / cost_off
 // print what recording progress costs per collective.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -13,6 +14,10 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -82,6 +87,41 @@ void check_group(Communicator& c, const GroupSpec& spec) {
   }
 }
 
+// This process's TCP sockets in state LISTEN bound to an address other than
+// loopback, as "address:port" lines read from /proc/net/tcp and tcp6 and
+// matched to its own descriptors by inode.
+std::vector<std::string> public_listeners() {
+  std::set<std::string> own;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    const std::string target = std::filesystem::read_symlink(entry.path(), ec).string();
+    if (!ec && target.rfind("socket:[", 0) == 0) own.insert(target.substr(8, target.size() - 9));
+  }
+  std::vector<std::string> found;
+  for (const char* table : {"/proc/self/net/tcp", "/proc/self/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);  // the header
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote, state, queues, timer, retransmits, uid, timeout, inode;
+      fields >> slot >> local >> remote >> state >> queues >> timer >> retransmits >> uid >>
+          timeout >> inode;
+      if (state != "0A" || own.count(inode) == 0) continue;  // 0A: LISTEN
+      const std::string address = local.substr(0, local.find(':'));
+      // 127.x.x.x is 0100007F-style (little-endian bytes) in tcp, and
+      // ::1 or ::ffff:127.x.x.x in tcp6.
+      const bool loopback = address.size() == 8
+                                ? address.substr(6, 2) == "7F"
+                                : address == "00000000000000000000000001000000" ||
+                                      (address.substr(0, 24) == "0000000000000000FFFF0000" &&
+                                       address.substr(30, 2) == "7F");
+      if (!loopback) found.push_back(std::string(table) + " " + local);
+    }
+  }
+  return found;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -108,6 +148,15 @@ int main(int argc, char** argv) {
       check_group(*groups.dp, groups.layout.dp);
       groups.world->barrier();
       return 0;
+    }
+    if (scenario == "listeners") {
+      // After the rendezvous, while the groups are up: what does this rank
+      // listen on beyond loopback? Printed, and exit 4 when anything.
+      const std::vector<std::string> found = public_listeners();
+      groups.world->barrier();
+      for (const std::string& f : found) std::printf("LISTEN %s\n", f.c_str());
+      std::fflush(stdout);
+      return found.empty() ? 0 : 4;
     }
     if (scenario == "stall") {
       // Every rank meets once; then the last rank stops entering

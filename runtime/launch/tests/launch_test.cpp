@@ -13,11 +13,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -25,6 +27,7 @@
 
 #include <gtest/gtest.h>
 
+#include "host/input_file.h"
 #include "launch/launch.h"
 
 namespace fulcrum::launch {
@@ -49,8 +52,8 @@ bool eventually(const std::function<bool()>& done, double limit_s) {
 
 // "R" (running), "S" (sleeping), "Z" (zombie)... or "" when gone.
 std::string process_state(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string stat =
+      host::read_transient_file("/proc/" + std::to_string(pid) + "/stat", 4096).value_or("");
   const auto paren = stat.rfind(')');
   if (paren == std::string::npos || paren + 2 >= stat.size()) return "";
   return stat.substr(paren + 2, 1);
@@ -70,8 +73,8 @@ std::vector<pid_t> running_in_group(pid_t pgid) {
   for (const auto& entry : fs::directory_iterator("/proc", ec)) {
     const std::string name = entry.path().filename().string();
     if (name.empty() || !std::all_of(name.begin(), name.end(), ::isdigit)) continue;
-    std::ifstream in(entry.path() / "stat");
-    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string stat =
+        host::read_transient_file((entry.path() / "stat").string(), 4096).value_or("");
     const auto paren = stat.rfind(')');
     if (paren == std::string::npos) continue;
     std::istringstream fields(stat.substr(paren + 2));
@@ -327,7 +330,8 @@ TEST(Launch, AReportOfAnotherRankDoesNotOverrideTheFirstFailure) {
 
 TEST(Launch, ARankThatLostItsPeerDefersToTheReportOfTheStall) {
   // Rank 1 timed out and reported; rank 3 lost its connection to it and
-  // exited first. The verdict is rank 1's.
+  // exited first. Rank 1 is the first to fail on its own, and the verdict is
+  // its report's.
   Harness h;
   LaunchOptions o = h.options(
       4, std::string("if [ \"$RANK\" = 1 ]; then ") + kStallReportOfRank1 +
@@ -337,7 +341,7 @@ TEST(Launch, ARankThatLostItsPeerDefersToTheReportOfTheStall) {
   auto report = run_workers(o);
   ASSERT_TRUE(report) << report.status().message();
   ASSERT_TRUE(report->failed_rank.has_value());
-  EXPECT_EQ(*report->failed_rank, 3);
+  EXPECT_EQ(*report->failed_rank, 1);
   EXPECT_EQ(report->exit_code, 1);
   EXPECT_EQ(report->stalled_ranks, std::vector<int>{0});
   EXPECT_EQ(report->summary.rfind("fulcrum: rank 0 stalled (ranks 1, 2, 3 were waiting", 0), 0u)
@@ -596,6 +600,169 @@ TEST(Launch, SignalNames) {
   EXPECT_EQ(signal_name(SIGKILL), "SIGKILL");
   EXPECT_EQ(signal_name(SIGSEGV), "SIGSEGV");
   EXPECT_EQ(signal_name(1000), "signal 1000");
+}
+
+// --- a process that exits while it is looked at ---------------------------------
+
+TEST(ProcState, StoppedStatesAreReadAfterTheLastParenthesis) {
+  EXPECT_TRUE(process_state_is_stopped("123 (sleep) T 1 123 123"));
+  EXPECT_TRUE(process_state_is_stopped("123 (gdb target) t 1 123 123"));
+  EXPECT_FALSE(process_state_is_stopped("123 (sleep) S 1 123 123"));
+  // A command name holding ") T " does not fool it.
+  EXPECT_FALSE(process_state_is_stopped("123 (a) T (b) R 1 123 123"));
+  EXPECT_TRUE(process_state_is_stopped("123 (a) R (b) T 1 123 123"));
+  // What a vanished or half-read file leaves: not stopped.
+  EXPECT_FALSE(process_state_is_stopped(""));
+  EXPECT_FALSE(process_state_is_stopped("123 (sleep)"));
+  EXPECT_FALSE(process_state_is_stopped("123 (sleep) "));
+}
+
+// The race behind a launcher that threw "basic_filebuf::underflow error
+// reading the file: No such process": /proc/PID/stat opened while the process
+// lives, read after it was reaped. Made deterministic here: the read fails
+// with ESRCH, and the reader answers "gone" instead of throwing.
+TEST(ProcState, ReadingTheStatOfAProcessReapedAfterTheOpenIsAnAnswer) {
+  for (int round = 0; round < 20; ++round) {
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      ::pause();
+      ::_exit(0);
+    }
+    const std::string path = "/proc/" + std::to_string(child) + "/stat";
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    ASSERT_GE(fd, 0) << path;
+    ASSERT_EQ(::kill(child, SIGKILL), 0);
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    int error = 0;
+    std::optional<std::string> text;
+    EXPECT_NO_THROW(text = host::read_transient_fd(fd, 4096, &error));
+    ::close(fd);
+    EXPECT_FALSE(text.has_value()) << "read " << text.value_or("");
+    EXPECT_EQ(error, ESRCH) << std::strerror(error);
+    // And by path, once it is gone.
+    error = 0;
+    EXPECT_FALSE(host::read_transient_file(path, 4096, &error).has_value());
+    EXPECT_EQ(error, ENOENT) << std::strerror(error);
+  }
+}
+
+// The launcher looks at every live worker's state when the first failure
+// arrives (is a rank stopped?), while the others are exiting on their own.
+// Whatever the interleaving, the report is the failed rank's real exit: no
+// exception, no other rank blamed.
+TEST(Launch, WorkersExitingWhileTheLauncherLooksAtThemKeepTheRealReport) {
+  for (int round = 0; round < 15; ++round) {
+    Harness h;
+    auto report =
+        run_workers(h.options(8,
+                              "sleep 0.1; if [ \"$RANK\" = 0 ]; then exit 3; fi; i=0; "
+                              "while [ $i -lt $((RANK * 20)) ]; do i=$((i+1)); done; exit 0"));
+    ASSERT_TRUE(report) << report.status().message();
+    EXPECT_EQ(report->exit_code, 3) << "round " << round << ": " << report->summary;
+    EXPECT_EQ(report->failed_rank, 0) << "round " << round;
+    EXPECT_EQ(report->summary, "fulcrum: rank 0 failed with exit status 3") << "round " << round;
+    h.expect_no_survivors();
+  }
+}
+
+// --- a launcher that tells the truth ----------------------------------------------
+
+TEST(Launch, WorkersMeetInAPrivateDirectoryOfTheirOwn) {
+  Harness h;
+  auto report = run_workers(h.options(2,
+                                      "stat -c '%a %u %F' \"$FULCRUM_RENDEZVOUS_DIR\"; "
+                                      "test -z \"$FULCRUM_COMPLETION_NOTE\" && echo no-note"));
+  ASSERT_TRUE(report) << report.status().message();
+  EXPECT_EQ(report->exit_code, 0) << report->summary;
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(
+        h.lines_of(rank, OutputStream::kStdout),
+        (std::vector<std::string>{"700 " + std::to_string(::geteuid()) + " directory", "no-note"}));
+  }
+}
+
+TEST(Launch, AWorkerThatExitsZeroWithoutItsCompletionNoteFailsTheJob) {
+  Harness h;
+  LaunchOptions o = h.options(
+      3, "if [ \"$RANK\" != 1 ]; then : > \"$FULCRUM_COMPLETION_NOTE\"; sleep 0.3; fi; exit 0");
+  o.require_completion_note = true;
+  auto report = run_workers(o);
+  ASSERT_TRUE(report) << report.status().message();
+  EXPECT_EQ(report->failed_rank, 1);
+  EXPECT_EQ(report->exit_code, 1);
+  EXPECT_TRUE(report->workers[1].left_early);
+  EXPECT_FALSE(report->workers[1].ok());
+  EXPECT_EQ(report->summary,
+            "fulcrum: rank 1 exited with status 0 before its run finished (it left no completion "
+            "note); stopped all ranks: the run did not complete");
+  h.expect_no_survivors();
+
+  // Every rank noting its completion: success.
+  Harness all;
+  o = all.options(3, ": > \"$FULCRUM_COMPLETION_NOTE\"; exit 0");
+  o.require_completion_note = true;
+  report = run_workers(o);
+  ASSERT_TRUE(report) << report.status().message();
+  EXPECT_EQ(report->exit_code, 0) << report->summary;
+  EXPECT_EQ(report->summary, "");
+}
+
+// Rank 0 fails on its own (a full disk), slowly; rank 1 loses it as a peer and
+// exits first. The launcher names rank 0, with its status.
+TEST(Launch, ARankThatLostAPeerIsNotBlamedForThePeersFailure) {
+  Harness h;
+  LaunchOptions o = h.options(
+      3,
+      "case $RANK in "
+      "0) sleep 0.4; echo 'cannot write checkpoint: No space left on device' >&2; exit 2;; "
+      "1) : > \"$FULCRUM_STALL_REPORT_DIR/rank-1.lost\"; exit 1;; "
+      "*) sleep 10;; esac");
+  auto report = run_workers(o);
+  ASSERT_TRUE(report) << report.status().message();
+  EXPECT_EQ(report->failed_rank, 0) << report->summary;
+  EXPECT_EQ(report->exit_code, 2);
+  EXPECT_EQ(report->summary, "fulcrum: rank 0 failed with exit status 2");
+  h.expect_no_survivors();
+}
+
+// When no other rank turns out to be the cause, the rank that lost its peer
+// is named after the settling time, and the job still ends.
+TEST(Launch, ALostPeerAloneIsNamedAfterTheSettlingTime) {
+  Harness h;
+  LaunchOptions o =
+      h.options(2,
+                "if [ \"$RANK\" = 1 ]; then : > \"$FULCRUM_STALL_REPORT_DIR/rank-1.lost\"; exit 1; "
+                "fi; sleep 10");
+  o.failure_grace_s = 0.5;
+  const auto start = Clock::now();
+  auto report = run_workers(o);
+  ASSERT_TRUE(report) << report.status().message();
+  EXPECT_LT(seconds_since(start), 6.0);
+  EXPECT_EQ(report->failed_rank, 1);
+  EXPECT_EQ(report->summary, "fulcrum: rank 1 failed with exit status 1");
+  h.expect_no_survivors();
+}
+
+// Without a private directory the job does not start (its ranks would have
+// to meet on the network).
+TEST(Launch, NoPrivateDirectoryMeansNoJob) {
+  Harness h;
+  const char* old = std::getenv("TMPDIR");
+  const std::string saved = old != nullptr ? old : "";
+  ::setenv("TMPDIR", "/proc", 1);
+  auto report = run_workers(h.options(2, "exit 0"));
+  if (old != nullptr) {
+    ::setenv("TMPDIR", saved.c_str(), 1);
+  } else {
+    ::unsetenv("TMPDIR");
+  }
+  ASSERT_FALSE(report);
+  EXPECT_NE(report.status().message().find("cannot create the job's private directory"),
+            std::string::npos)
+      << report.status().message();
+  EXPECT_TRUE(h.pids.empty());
 }
 
 }  // namespace

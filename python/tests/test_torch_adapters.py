@@ -1,10 +1,14 @@
-"""The PyTorch adapters' index tensors against the plans they come from."""
+"""fulcrum.torch (the PyTorch adapters) against the plans they come from; the
+parts that need no PyTorch CP class, so they run on any torch (Debian's 1.13
+included). benchmarks/gpu/tests/test_torch_cp_classes.py holds the adapters
+to PyTorch's own CP classes where the installed torch has them."""
 
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="python3-torch is not installed")
-from fulcrum import torch_cp  # noqa: E402
+from fulcrum import torch as torch_cp  # noqa: E402
+from fulcrum import torch_cp as old_name  # noqa: E402
 
 
 def shards(indices, cp):
@@ -96,3 +100,76 @@ def test_split_samples_over_dp_ranks(balancer):
     assert by_index == [r.tolist() for r in want.ranks]
     with pytest.raises(torch_cp.FulcrumError, match="one length per sample"):
         torch_cp.split_samples(balancer, samples, 4, lengths=[1, 2])
+
+
+def test_the_old_module_name_is_the_same_module():
+    for name in torch_cp.__all__:
+        assert getattr(old_name, name) is getattr(torch_cp, name), name
+    assert old_name._TorchLoadBalancer is torch_cp._TorchLoadBalancer
+
+
+def test_shard_keeps_what_pytorchs_sharding_keeps(balancer):
+    rows = [[300, 212, 9], [521]]
+    lb = torch_cp.FulcrumLoadBalancer(balancer, world_size=3, doc_lengths=rows,
+                                      strategy="per_document_padded", block_size=16)
+    idx = lb._generate_indices()
+    x = torch.arange(2 * 521 * 4).reshape(2, 521, 4)
+    x = torch_cp.pad_sequence(x, lb.padded_length, seq_dim=1, value=-1)
+    for rank in range(3):
+        got = torch_cp.shard(x, idx, rank, 3, seq_dim=1)
+        # What _context_parallel_shard does: rearrange, then the rank's chunk.
+        want = torch.stack([x[b, idx[b]] for b in range(2)]).chunk(3, dim=1)[rank]
+        assert torch.equal(got, want)
+    one = lb._generate_indices()[:1]
+    assert torch.equal(torch_cp.shard(x, one, 1, 3), x[:, one[0]].chunk(3, dim=1)[1])
+    with pytest.raises(torch_cp.FulcrumError, match="pad_sequence the tensor"):
+        torch_cp.shard(x[:, :500], idx, 0, 3)
+    with pytest.raises(torch_cp.FulcrumError, match="not a sequence dimension"):
+        torch_cp.shard(x, idx, 0, 3, seq_dim=0)
+
+
+def test_rank_block_masks_follow_the_balancers_plans(balancer):
+    rows = [[300, 212], [100, 412]]
+    lb = torch_cp.FulcrumLoadBalancer(balancer, world_size=4, doc_lengths=rows,
+                                      strategy="balanced", block_size=32)
+    idx = lb._generate_indices()
+    for rank in range(4):
+        masks = lb.rank_block_masks(rank)
+        for b, m in enumerate(masks):
+            chunk = idx[b].chunk(4)[rank].numpy()
+            real = m.q_positions >= 0
+            assert (m.q_positions[real] == chunk[real]).all()
+            assert (chunk[~real] >= 512).all()  # pads index the appended tail
+            assert m.pairs == lb.plans[b].rank_pairs[rank]
+        row = lb.rank_block_masks(rank, key_order="row")
+        assert [m.tiles for m in row] == [p.rank_tiles[rank] for p in lb.plans]
+
+
+def test_what_this_torch_lacks_is_said(balancer):
+    found = torch_cp.support()
+    assert found.torch_version == str(torch.__version__)
+    lb = torch_cp.FulcrumLoadBalancer(balancer, world_size=2, seq_length=64, block_size=16)
+    if found.from_kv_blocks:
+        mask = lb.block_mask(0)
+        assert tuple(mask.kv_num_blocks.shape) == (1, 1, 2)
+    else:
+        with pytest.raises(torch_cp.FulcrumError, match="does not have") as error:
+            lb.block_mask(0)
+        assert error.value.code == "unsupported"
+        assert found.torch_version in str(error.value)
+    if not found.load_balancer_base:
+        assert torch_cp._TorchLoadBalancer is object
+
+
+def test_sdpa_accepts_head_tail_of_one_causal_row_only(balancer):
+    head_tail = torch_cp.FulcrumLoadBalancer(balancer, world_size=4, seq_length=256,
+                                             strategy="head_tail", block_size=16)
+    head_tail.check_sdpa()
+    for kwargs in ({"seq_length": 256, "strategy": "contiguous"},
+                   {"seq_length": 256, "strategy": "balanced"},
+                   {"doc_lengths": [128, 128], "strategy": "per_document"},
+                   {"seq_length": 256, "strategy": "head_tail", "mask": "sliding:32"},
+                   {"seq_length": 250, "strategy": "head_tail"}):
+        lb = torch_cp.FulcrumLoadBalancer(balancer, world_size=4, block_size=16, **kwargs)
+        with pytest.raises(torch_cp.FulcrumError, match="SDPA ring attention"):
+            lb.check_sdpa()

@@ -32,7 +32,7 @@ from .dp import split_samples
 from .errors import FulcrumError
 
 __all__ = ["FulcrumError", "FulcrumLoadBalancer", "RankBlockMask", "TorchSupport",
-           "block_mask", "pad_sequence", "plan_index", "rank_block_mask", "rearrange_indices",
+           "block_mask", "pad_sequence", "position_mask_mod", "plan_index", "rank_block_mask", "rearrange_indices",
            "restore_indices", "shard", "split_samples", "support"]
 
 # Where PyTorch keeps its CP code: the _context_parallel package first (the
@@ -213,31 +213,15 @@ def shard(tensor, indices, rank, cp, seq_dim=1):
     return torch.gather(tensor, seq_dim, mine)
 
 
-def block_mask(rank_masks, device=None, heads=1):
-    """A FlexAttention ``BlockMask`` from one RankBlockMask per batch row (the
-    same rank, block size and shapes): ``BlockMask.from_kv_blocks`` with a
-    mask_mod that reads the row positions and documents, so no (queries x
-    keys) mask is ever built. Raises FulcrumError("unsupported") on a torch
-    without FlexAttention."""
-    found = support()
-    if not found.from_kv_blocks:
-        raise FulcrumError("unsupported", found.missing("a BlockMask"))
-    from torch.nn.attention.flex_attention import BlockMask
-
+def position_mask_mod(rank_masks, device=None):
+    """FlexAttention's mask_mod(b, h, q_idx, kv_idx) for rank masks of one
+    batch: reads the tables of row positions and documents, so it holds for
+    any plan and either key order. Plain tensor indexing: it runs on any torch
+    (the tests evaluate it on a grid against the dense mask)."""
     if isinstance(rank_masks, RankBlockMask):
         rank_masks = [rank_masks]
     first = rank_masks[0]
-    if any((m.block_size, m.q_len, m.kv_len, m.mask, m.key_order) !=
-           (first.block_size, first.q_len, first.kv_len, first.mask, first.key_order)
-           for m in rank_masks):
-        raise FulcrumError("invalid_argument", "the rows' block masks differ in block size, "
-                           "shapes, mask or key order; build them from one batch's plans")
     block = first.block_size
-
-    def stacked(name, dtype=torch.int32):
-        array = np.stack([getattr(m, name) for m in rank_masks])
-        tensor = torch.as_tensor(array, dtype=dtype, device=device)
-        return tensor.unsqueeze(1).expand(tensor.shape[0], heads, *tensor.shape[1:])
 
     # The kernel may read the mask on the padded tail of a last short block:
     # the tables run to whole blocks, the tail a pad that matches nothing.
@@ -265,6 +249,36 @@ def block_mask(rank_masks, device=None, heads=1):
             return allowed & ((k <= q) | (k_off[b, kv_idx] < param))
         return allowed  # full
 
+    return mask_mod
+
+
+def block_mask(rank_masks, device=None, heads=1):
+    """A FlexAttention ``BlockMask`` from one RankBlockMask per batch row (the
+    same rank, block size and shapes): ``BlockMask.from_kv_blocks`` with a
+    mask_mod that reads the row positions and documents, so no (queries x
+    keys) mask is ever built. Raises FulcrumError("unsupported") on a torch
+    without FlexAttention."""
+    found = support()
+    if not found.from_kv_blocks:
+        raise FulcrumError("unsupported", found.missing("a BlockMask"))
+    from torch.nn.attention.flex_attention import BlockMask
+
+    if isinstance(rank_masks, RankBlockMask):
+        rank_masks = [rank_masks]
+    first = rank_masks[0]
+    if any((m.block_size, m.q_len, m.kv_len, m.mask, m.key_order) !=
+           (first.block_size, first.q_len, first.kv_len, first.mask, first.key_order)
+           for m in rank_masks):
+        raise FulcrumError("invalid_argument", "the rows' block masks differ in block size, "
+                           "shapes, mask or key order; build them from one batch's plans")
+    block = first.block_size
+
+    def stacked(name, dtype=torch.int32):
+        array = np.stack([getattr(m, name) for m in rank_masks])
+        tensor = torch.as_tensor(array, dtype=dtype, device=device)
+        return tensor.unsqueeze(1).expand(tensor.shape[0], heads, *tensor.shape[1:])
+
+    mask_mod = position_mask_mod(rank_masks, device)
     kwargs = {}
     if found.from_kv_blocks_seq_lengths:
         kwargs["seq_lengths"] = (first.q_len, first.kv_len)

@@ -173,3 +173,22 @@ def test_sdpa_accepts_head_tail_of_one_causal_row_only(balancer):
         lb = torch_cp.FulcrumLoadBalancer(balancer, world_size=4, block_size=16, **kwargs)
         with pytest.raises(torch_cp.FulcrumError, match="SDPA ring attention"):
             lb.check_sdpa()
+
+
+@pytest.mark.parametrize("mask", ["causal", "full", "sliding:21", "prefix:17"])
+def test_the_mask_mod_is_the_dense_mask(mask, balancer):
+    from test_block_mask import dense_allowed
+
+    rows = [[61, 40, 99], [200]]
+    lb = torch_cp.FulcrumLoadBalancer(balancer, world_size=3, doc_lengths=rows,
+                                      strategy="balanced", block_size=16, mask=mask)
+    for key_order in ("gathered", "row"):
+        for rank in range(3):
+            masks = lb.rank_block_masks(rank, key_order)
+            mask_mod = torch_cp.position_mask_mod(masks)
+            for b, m in enumerate(masks):
+                q_idx = torch.arange(m.q_len).view(-1, 1)
+                kv_idx = torch.arange(m.kv_len).view(1, -1)
+                got = mask_mod(torch.tensor(b), torch.tensor(0), q_idx, kv_idx).numpy()
+                want = dense_allowed(m.q_positions, m.kv_positions, 200, rows[b], mask)
+                assert (got == want).all(), (key_order, rank, b)

@@ -84,8 +84,10 @@ int main(int argc, char** argv) {
     for (std::int64_t sample : part->ranks[r]) ++taken[sample];
     std::printf("dp rank %zu: %zu samples, cost %.4g\n", r, part->ranks[r].size(), part->cost[r]);
   }
-  std::printf("dp: strategy %s, imbalance %.4f, every sample once: %s\n", part->strategy.c_str(),
-              part->imbalance, each_once(taken) ? "yes" : "NO");
+  // No partition's heaviest rank can cost less than lower_bound.
+  std::printf("dp: strategy %s, imbalance %.4f, lower bound %.4g, every sample once: %s\n",
+              part->strategy.c_str(), part->imbalance, part->lower_bound,
+              each_once(taken) ? "yes" : "NO");
 
   // 4. Hybrid placement: the same documents over a pool of 8 ranks, at most
   //    4096 tokens per rank in a slot, priced with a bundled cost profile.

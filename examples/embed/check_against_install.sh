@@ -32,10 +32,17 @@ for line in "plugin: fulcrum" "cp: strategy .*, every token once: yes" \
     exit 1
   fi
 done
-# A plugin that is not installed is refused, not replaced silently.
-if "$scratch/build/embed" no_such_plugin >/dev/null 2>"$scratch/err.txt"; then
-  echo "check_against_install: the example accepted a missing plugin" >&2
-  exit 1
-fi
-grep -q "embed: no plugin 'no_such_plugin'" "$scratch/err.txt"
+# A plugin that is not installed is refused, not replaced silently; a file
+# that is not a plugin is refused too. Each: one line on stderr, exit 2.
+printf 'not a plugin\n' > "$scratch/libfake.so"
+for bad in no_such_plugin "$scratch/libfake.so"; do
+  rc=0
+  "$scratch/build/embed" "$bad" >/dev/null 2>"$scratch/err.txt" || rc=$?
+  if [[ $rc -ne 2 || $(wc -l < "$scratch/err.txt") -ne 1 ]] ||
+     ! grep -q "^embed: " "$scratch/err.txt"; then
+    echo "check_against_install: embed $bad: exit $rc, stderr:" >&2
+    cat "$scratch/err.txt" >&2
+    exit 1
+  fi
+done
 echo "embed example against the install: ok"

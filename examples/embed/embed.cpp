@@ -17,9 +17,11 @@
 
 namespace {
 
-int fail(const char* what, const fulcrum::Status& status) {
+// One line on stderr. Exit 2 when the plugin named cannot be used (the
+// caller's input), 1 when a call on a working plugin fails.
+int fail(const char* what, const fulcrum::Status& status, int code = 1) {
   std::fprintf(stderr, "embed: %s: %s\n", what, status.message().c_str());
-  return 1;
+  return code;
 }
 
 // True when `seen` counted every index in [0, n) exactly once.
@@ -39,10 +41,10 @@ int main(int argc, char** argv) {
   auto opened =
       fulcrum::host::open_balancer(name, {FULCRUM_EXAMPLE_PLUGIN_DIR},
                                    /*check_permissions=*/true, fulcrum::host::log_to_stderr);
-  if (!opened) return fail("opening the balancer", opened.status());
+  if (!opened) return fail("opening the balancer", opened.status(), 2);
   if (opened->is_builtin) {
     std::fprintf(stderr, "embed: no plugin '%s' (%s)\n", name.c_str(), opened->not_found.c_str());
-    return 1;
+    return 2;
   }
   std::shared_ptr<fulcrum::LoadBalancer> balancer = opened->balancer;
   std::printf("plugin: %s\n", balancer->name().c_str());

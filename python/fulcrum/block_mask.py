@@ -145,8 +145,8 @@ def rank_block_mask(plan, rank, key_order="gathered", shard_len=None):
         raise FulcrumError("invalid_argument", f"key_order {key_order!r} is unknown; use "
                            "'gathered' (PyTorch's all-gathered K/V) or 'row' (K/V restored)")
     if not 0 <= rank < plan.cp:
-        raise FulcrumError("invalid_argument",
-                           f"rank {rank} is outside the plan's {plan.cp} CP ranks; give 0..{plan.cp - 1}")
+        raise FulcrumError("invalid_argument", f"rank {rank} is outside the plan's {plan.cp} CP "
+                           f"ranks; give 0..{plan.cp - 1}")
     shard_len = plan.shard_len if shard_len is None else int(shard_len)
     if shard_len < plan.shard_len:
         raise FulcrumError("invalid_argument", f"shard_len {shard_len} is shorter than the "

@@ -32,8 +32,8 @@ from .dp import split_samples
 from .errors import FulcrumError
 
 __all__ = ["FulcrumError", "FulcrumLoadBalancer", "RankBlockMask", "TorchSupport",
-           "block_mask", "pad_sequence", "position_mask_mod", "plan_index", "rank_block_mask", "rearrange_indices",
-           "restore_indices", "shard", "split_samples", "support"]
+           "block_mask", "pad_sequence", "plan_index", "position_mask_mod", "rank_block_mask",
+           "rearrange_indices", "restore_indices", "shard", "split_samples", "support"]
 
 # Where PyTorch keeps its CP code: the _context_parallel package first (the
 # newer layout), then the single modules it replaced.
@@ -106,7 +106,8 @@ def support():
         attention_module=attention.__name__ if attention else None,
         load_balancer_base=balancers is not None and hasattr(balancers, "_LoadBalancer"),
         head_tail=balancers is not None and hasattr(balancers, "_HeadTailLoadBalancer"),
-        per_document=balancers is not None and hasattr(balancers, "_PerDocumentHeadTailLoadBalancer"),
+        per_document=balancers is not None and hasattr(balancers,
+                                                       "_PerDocumentHeadTailLoadBalancer"),
         ptrr=balancers is not None and hasattr(balancers, "_PTRRLoadBalancer"),
         context_parallel_shard=shard_fn is not None and _takes(shard_fn, "load_balancer"),
         unshard_takes_load_balancer=unshard_fn is not None and _takes(unshard_fn, "load_balancer"),

@@ -277,7 +277,7 @@ def block_mask(rank_masks, device=None, heads=1):
     def stacked(name, dtype=torch.int32):
         array = np.stack([getattr(m, name) for m in rank_masks])
         tensor = torch.as_tensor(array, dtype=dtype, device=device)
-        return tensor.unsqueeze(1).expand(tensor.shape[0], heads, *tensor.shape[1:])
+        return tensor.unsqueeze(1).repeat(1, heads, *([1] * (tensor.dim() - 1)))
 
     mask_mod = position_mask_mod(rank_masks, device)
     kwargs = {}

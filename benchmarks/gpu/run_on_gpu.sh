@@ -7,6 +7,8 @@
 #                                                    # tables, fitted H100 profile
 #   bash benchmarks/gpu/run_on_gpu.sh runtime [OUT]  # CUDA LibTorch build, quickstart on cuda,
 #                                                    # float64 layout equivalence on cuda
+#   bash benchmarks/gpu/run_on_gpu.sh torch   [OUT]  # fulcrum.torch against PyTorch's own CP
+#                                                    # classes and FlexAttention (pytest)
 #
 # The machine has no ../shared and no network: prepare the rows here first
 # (python3 benchmarks/gpu/prepare.py) and carry benchmarks/gpu/.data with the
@@ -14,9 +16,9 @@
 # the CLI or the plugin cannot be built there. BENCH_ARGS adds options to
 # run.py (e.g. BENCH_ARGS="--rows single_causal_65536 --cp 8").
 set -euo pipefail
-stage=${1:?usage: run_on_gpu.sh bench|runtime [OUT]}
-if [[ $stage != bench && $stage != runtime ]]; then
-  echo "run_on_gpu.sh: unknown stage '$stage'; use bench or runtime" >&2
+stage=${1:?usage: run_on_gpu.sh bench|runtime|torch [OUT]}
+if [[ $stage != bench && $stage != runtime && $stage != torch ]]; then
+  echo "run_on_gpu.sh: unknown stage '$stage'; use bench, runtime or torch" >&2
   exit 2
 fi
 out=${2:-${OUT:?give OUT as the second argument or in the environment}}
@@ -37,6 +39,15 @@ case "$stage" in
     fi
     # shellcheck disable=SC2086
     "$py" benchmarks/gpu/run.py --out "$out/bench" --budget-s "${BUDGET_S:-480}" ${BENCH_ARGS:-}
+    ;;
+  torch)
+    # The tests that need PyTorch's CP classes (they skip on a torch without
+    # them), then the adapters' own tests and the parity with PyTorch's
+    # balancers, all against this torch. Needs the plugin only.
+    export FULCRUM_PLUGIN=${FULCRUM_PLUGIN:-build/release/lib/fulcrum/libfulcrum_balancer.so}
+    "$py" -m pytest -q -rs -p no:cacheprovider benchmarks/gpu/tests/test_torch_cp_classes.py \
+      python/tests/test_torch_adapters.py python/tests/test_pytorch_parity.py \
+      python/tests/test_block_mask.py 2>&1 | tee "$out/torch_tests.txt"
     ;;
   runtime)
     prefix=$("$py" -c 'import torch; print(torch.utils.cmake_prefix_path)')

@@ -8,7 +8,8 @@
     sched = balancer.schedule("hybrid", world=8, max_tokens_per_rank=8192,
                               doc_lengths=[30000, 900, 5000], profile="profile.yaml")
 
-PyTorch adapters live in fulcrum.torch_cp (imported only on demand).
+PyTorch adapters live in fulcrum.torch (imported only on demand; fulcrum.torch_cp
+is its former name); fulcrum.block_mask needs NumPy only.
 """
 
 from .balancer import (Balancer, CpPlan, DpPartition, Imbalance, RankWork, load, parse_cost)

@@ -435,3 +435,15 @@ def test_random_batches_at_non_power_of_two_worlds():
             kind, _ = same(pairs, world // 2, 2, per_rank)
             seen_ok += kind == "ok"
     assert seen_ok > 100
+
+
+def test_pinned_alignment_megatron_never_finishes():
+    # Three 2-rank groups at W = 6 aligned to 2: the front half [A, A, B, B]
+    # doubles A into 4 ranks, the back half [C, C] doubles to 4 ranks and then
+    # has one run of 4 with 2 empty ranks, which Megatron's refill neither
+    # grows nor leaves: its loop never ends. fulcrum raises instead.
+    pairs = [(0, 150), (1, 150), (2, 150)]
+    assert dcp(pairs, 3, 2, 100) == [[[0], [0], [1], [1], [2], [2]]]
+    assert outcome(lambda: reference(pairs, 6, 100, vpp=2))[0] == "loop"
+    with pytest.raises(AssertionError, match="does not terminate"):
+        dcp(pairs, 3, 2, 100, vpp=2)

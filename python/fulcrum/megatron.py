@@ -486,9 +486,6 @@ def megatron_scheduler_class(strategy="hybrid", profile=None, balancer=None):
     packs the samples) whose ``get_groups_and_subsamples`` is fulcrum's."""
     from megatron.core.datasets.data_schedule import DefaultDynamicCPScheduler as base
 
-    def init(self, *args, **kwargs):
-        base.__init__(self, *args, **kwargs)
-
     def groups(self, sample_id_seqlens):
         return get_groups_and_subsamples(
             sample_id_seqlens, max_seqlen_per_dp_cp_rank=self.max_seqlen_per_dp_cp_rank,
@@ -497,4 +494,4 @@ def megatron_scheduler_class(strategy="hybrid", profile=None, balancer=None):
             min_cp_size=self.min_cp_size, balancer=balancer)
 
     return type("FulcrumDynamicCPScheduler", (base,),
-                {"__init__": init, "get_groups_and_subsamples": groups})
+                {"get_groups_and_subsamples": groups})

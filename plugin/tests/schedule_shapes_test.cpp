@@ -14,6 +14,7 @@
 #include "fulcrum/core/fixed_schedule.h"
 #include "fulcrum/core/random.h"
 #include "fulcrum/core/schedule.h"
+#include "fulcrum/plugin_sdk.h"
 #include "strategies/schedule_strategies.h"
 
 namespace fulcrum {
@@ -196,6 +197,37 @@ TEST(GroupShapes, OtherSchedulersAnswerOnlyWithinTheShapes) {
   EXPECT_NE(fixed.status().message().find("fixed cannot keep the request's group_shapes"),
             std::string::npos)
       << fixed.status().message();
+}
+
+TEST(GroupShapes, CrossTheAbiOnlyWhenTheRequestIsLongEnough) {
+  const std::int64_t docs[] = {100, 50};
+  fulcrum_schedule_request c{};
+  c.world_size = 4;
+  c.max_tokens_per_rank = 100;
+  c.doc_lengths = docs;
+  c.num_docs = 2;
+  c.block_size = 16;
+  c.ranks_per_node = 8;
+  c.group_sizes = 0b11;
+  c.group_flags = FULCRUM_GROUPS_WORLD | FULCRUM_GROUPS_ALIGNED | FULCRUM_GROUPS_EVERY_WAVE;
+  c.wave_multiple = 2;
+  // A 1.1 host's request ends before the fields: no shapes, whatever follows.
+  c.struct_size = FULCRUM_SCHEDULE_REQUEST_V1_1_SIZE;
+  Result<ScheduleRequest> old = sdk::schedule_request_from_c(c);
+  ASSERT_TRUE(old) << old.status().message();
+  EXPECT_FALSE(old->group_shapes.restricts());
+  c.struct_size = FULCRUM_SCHEDULE_REQUEST_V1_2_SIZE;
+  Result<ScheduleRequest> now = sdk::schedule_request_from_c(c);
+  ASSERT_TRUE(now) << now.status().message();
+  const GroupShapes& s = now->group_shapes;
+  EXPECT_EQ(s.sizes, 0b11U);
+  EXPECT_TRUE(s.world && s.aligned && s.every_wave);
+  EXPECT_EQ(s.wave_multiple, 2);
+  c.group_flags = 8;  // a bit this plugin does not know
+  EXPECT_FALSE(sdk::schedule_request_from_c(c));
+  c.group_flags = 0;
+  c.wave_multiple = -1;
+  EXPECT_FALSE(sdk::schedule_request_from_c(c));
 }
 
 }  // namespace

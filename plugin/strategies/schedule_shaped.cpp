@@ -282,6 +282,15 @@ class Shaper {
     for (const auto& s : seq_) waves = std::max(waves, s.size());
     const auto multiple = static_cast<std::size_t>(request_.group_shapes.wave_multiple);
     waves = (waves + multiple - 1) / multiple * multiple;
+    // Every wave needs a slot, and every slot a piece; the grid below holds
+    // waves x units entries.
+    if (waves > pieces_.size() ||
+        waves * static_cast<std::size_t>(units_) > (std::size_t{1} << 26)) {
+      return unsupported("hybrid: every rank in each of " + str(static_cast<std::int64_t>(waves)) +
+                         " waves needs at least that many document pieces (the batch has " +
+                         str(static_cast<std::int64_t>(pieces_.size())) + ") and at most 2^26 " +
+                         "rank-waves; lower wave_multiple or add documents");
+    }
     // Split own rows, then borrow from the unit with the most pieces to split.
     for (std::int32_t u = 0; u < units_; ++u) {
       while (seq_[u].size() < waves) {

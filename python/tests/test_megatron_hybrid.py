@@ -111,6 +111,9 @@ def test_refusals(balancer):
     with pytest.raises(FulcrumError, match="cannot split a sample"):
         hybrid([(0, 1000)], 4, 100, balancer)
     assert hybrid([], 4, 100, balancer) == []
+    with pytest.raises(FulcrumError, match="waves") as caught:
+        hybrid([(7, 50)], 4, 100, balancer, vpp=4)  # one sample, four micro-batches
+    assert caught.value.code == "unsupported"
 
 
 def test_the_plugin_refuses_a_shape_breaking_schedule(balancer):

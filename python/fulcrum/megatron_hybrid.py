@@ -128,7 +128,8 @@ def megatron_runtime_problem(groups, rows, world, budget, min_cp_size=1, multipl
                 return f"rank {r} holds nothing in micro-batch {m}"
             members = [q for q in range(world) if micro[q] and ids[0] in micro[q]]
             if any(micro[q] != ids for q in members):
-                return f"ranks {members} share sample {ids[0]} in micro-batch {m} with different lists"
+                return (f"ranks {members} share sample {ids[0]} in micro-batch {m} with "
+                        "different lists")
             if not group_is_megatron_group(members, world, min_cp_size):
                 return f"ranks {members} in micro-batch {m} are no Megatron CP group"
             if sum(lengths[i] for i in ids) > budget * len(members):

@@ -407,7 +407,7 @@ def random_case(rng):
         lengths.append(top * 2)  # one sample too long for the world
     ids = list(range(len(lengths)))
     rng.shuffle(ids)
-    min_cp = rng.choice([1, 1, 1, 2, 4])
+    min_cp = rng.choice([1, 1, 1, 2, 3, 4])
     vpp = rng.choice([None, None, 1, 2, 3, 4])
     return list(zip(ids, lengths)), dp, cp, per_rank, min_cp, vpp
 

@@ -3,6 +3,7 @@
 #include "fulcrum/core/schedule.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -291,7 +292,44 @@ Status validate_schedule_request(const ScheduleRequest& r) {
         " per rank; schedule fewer documents per step, or raise max_tokens_per_rank (documents "
         "longer than world_size x max_tokens_per_rank are cut into pieces)");
   }
+  const GroupShapes& shapes = r.group_shapes;
+  if (shapes.wave_multiple < 1 || shapes.wave_multiple > kMaxGroupSize) {
+    return invalid_argument("schedule request: group_shapes wave_multiple = " +
+                            str(shapes.wave_multiple) + " is outside [1, 2^20]");
+  }
+  if (shapes.wave_multiple > 1 && !shapes.every_wave) {
+    return invalid_argument(
+        "schedule request: group_shapes wave_multiple = " + str(shapes.wave_multiple) +
+        " needs every_wave (a wave count is only a constraint when every rank runs every wave)");
+  }
+  if (shapes.sizes >> 21 != 0) {
+    return invalid_argument(
+        "schedule request: group_shapes sizes allows groups of more than "
+        "2^20 ranks; set bits 0 to 20 only");
+  }
   return validate_cost_profile(r.profile);
+}
+
+bool group_shape_allowed(const GroupShapes& shapes, std::int32_t world,
+                         const std::vector<std::int32_t>& ranks) {
+  const auto g = static_cast<std::int64_t>(ranks.size());
+  if (g < 1) return false;
+  const bool whole = g == world;
+  if (shapes.sized()) {
+    const bool power = (g & (g - 1)) == 0;
+    const bool listed =
+        power && g < 64 &&
+        ((shapes.sizes >> std::countr_zero(static_cast<std::uint64_t>(g))) & 1U) != 0;
+    if (!listed && !(whole && shapes.world)) return false;
+  }
+  if (shapes.aligned) {
+    const std::int64_t first = ranks[0];
+    if (first % g != 0 || first + g > world) return false;
+    for (std::int64_t i = 0; i < g; ++i) {
+      if (ranks[i] != first + i) return false;
+    }
+  }
+  return true;
 }
 
 std::vector<DocPiece> schedule_pieces(const ScheduleRequest& request) {
@@ -388,6 +426,15 @@ Status validate_schedule(const ScheduleRequest& request, const Schedule& schedul
                               " tokens (padding included), more than T = " + str(budget));
     }
   }
+  const GroupShapes& shapes = request.group_shapes;
+  for (std::size_t s = 0; s < schedule.slots.size() && shapes.restricts(); ++s) {
+    const std::vector<std::int32_t>& ranks = schedule.slots[s].ranks;
+    if (!group_shape_allowed(shapes, request.world_size, ranks)) {
+      return invalid_argument("schedule slot " + str(static_cast<std::int64_t>(s)) + " spans " +
+                              str(static_cast<std::int64_t>(ranks.size())) + " ranks from rank " +
+                              str(ranks[0]) + ", not a group the request's group_shapes allow");
+    }
+  }
   std::sort(rank_waves.begin(), rank_waves.end());
   for (std::size_t i = 1; i < rank_waves.size(); ++i) {
     if (rank_waves[i].first == rank_waves[i - 1].first) {
@@ -396,6 +443,30 @@ Status validate_schedule(const ScheduleRequest& request, const Schedule& schedul
                               str(rank_waves[i].second) + " both hold rank " +
                               str(key % request.world_size) + " in wave " +
                               str(key / request.world_size) + "; a rank runs one slot per wave");
+    }
+  }
+  if (shapes.every_wave) {
+    // The keys wave x W + rank are sorted and distinct now: every rank holds
+    // a slot in every wave 0 .. last exactly when key i sits at index i and
+    // the count is a whole number of waves.
+    const auto n = static_cast<std::int64_t>(rank_waves.size());
+    std::int64_t missing = n % request.world_size == 0 ? -1 : n;
+    for (std::int64_t i = 0; i < n; ++i) {
+      if (rank_waves[static_cast<std::size_t>(i)].first != i) {
+        missing = i;
+        break;
+      }
+    }
+    if (missing >= 0) {
+      return invalid_argument("rank " + str(missing % request.world_size) +
+                              " holds no slot in wave " + str(missing / request.world_size) +
+                              "; the request's group_shapes need every rank in every wave");
+    }
+    const std::int64_t waves = n / request.world_size;
+    if (waves % shapes.wave_multiple != 0) {
+      return invalid_argument("the schedule has " + str(waves) +
+                              " waves; the request's group_shapes need a multiple of " +
+                              str(shapes.wave_multiple));
     }
   }
   for (std::size_t d = 0; d < request.doc_lengths.size(); ++d) {

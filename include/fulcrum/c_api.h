@@ -43,7 +43,7 @@ extern "C" {
 #endif
 
 #define FULCRUM_ABI_MAJOR 1
-#define FULCRUM_ABI_MINOR 1
+#define FULCRUM_ABI_MINOR 2
 
 /* Bytes of `type` up to the end of `field`: a shipped version's size when
  * `field` is that version's last field. A constant expression in C and C++. */
@@ -184,7 +184,17 @@ typedef struct fulcrum_schedule_request {
   double latency_seconds;
   int32_t ranks_per_node; /* >= 1 */
   int32_t reserved0;      /* zero */
+  /* ABI 1.2: which groups the schedule may use, for hosts whose runtime has
+   * only some communicators (fulcrum::GroupShapes). All zero: any group. */
+  uint64_t group_sizes;  /* bit k: a slot may span 2^k ranks (0 and no WORLD flag: any size) */
+  int32_t group_flags;   /* FULCRUM_GROUPS_* bits */
+  int32_t wave_multiple; /* 0 or 1: any wave count; k > 1: a multiple of k (with EVERY_WAVE) */
 } fulcrum_schedule_request;
+
+/* ABI 1.2 group_flags bits. */
+#define FULCRUM_GROUPS_WORLD 1      /* a slot of all W ranks is allowed (with no sizes: alone) */
+#define FULCRUM_GROUPS_ALIGNED 2    /* a slot of g ranks is ranks [k g, (k + 1) g), in order */
+#define FULCRUM_GROUPS_EVERY_WAVE 4 /* every rank holds one slot in every wave 0 .. last */
 
 /* A schedule written by the plugin, as flat arrays (rule 6). The host
  * zero-initialises it and sets struct_size; the plugin fills the rest. Every
@@ -272,6 +282,8 @@ typedef const fulcrum_plugin_v1* (*fulcrum_get_plugin_fn)(void);
 #define FULCRUM_PLUGIN_V1_1_SIZE FULCRUM_STRUCT_SIZE(fulcrum_plugin_v1, release_schedule)
 #define FULCRUM_SCHEDULE_REQUEST_V1_1_SIZE FULCRUM_STRUCT_SIZE(fulcrum_schedule_request, reserved0)
 #define FULCRUM_SCHEDULE_V1_1_SIZE FULCRUM_STRUCT_SIZE(fulcrum_schedule, plugin_data)
+#define FULCRUM_SCHEDULE_REQUEST_V1_2_SIZE \
+  FULCRUM_STRUCT_SIZE(fulcrum_schedule_request, wave_multiple)
 
 /* The layout is defined for LP64 targets; these pin every shipped size and
  * the offsets readers rely on. A failure here is an ABI break. */
@@ -324,6 +336,12 @@ FULCRUM_STATIC_ASSERT(offsetof(fulcrum_schedule_request, tile_seconds) == 72,
 FULCRUM_STATIC_ASSERT(offsetof(fulcrum_schedule_request, ranks_per_node) == 128,
                       "fulcrum_schedule_request v1.1 moved");
 FULCRUM_STATIC_ASSERT(FULCRUM_SCHEDULE_V1_1_SIZE == 120, "fulcrum_schedule v1.1 moved");
+FULCRUM_STATIC_ASSERT(FULCRUM_SCHEDULE_REQUEST_V1_2_SIZE == 152,
+                      "fulcrum_schedule_request v1.2 moved");
+FULCRUM_STATIC_ASSERT(offsetof(fulcrum_schedule_request, group_sizes) == 136,
+                      "fulcrum_schedule_request v1.2 moved");
+FULCRUM_STATIC_ASSERT(offsetof(fulcrum_schedule_request, group_flags) == 144,
+                      "fulcrum_schedule_request v1.2 moved");
 FULCRUM_STATIC_ASSERT(offsetof(fulcrum_schedule, slot_rank_offsets) == 8,
                       "fulcrum_schedule v1.1 moved");
 FULCRUM_STATIC_ASSERT(offsetof(fulcrum_schedule, slot_waves) == 56, "fulcrum_schedule v1.1 moved");

@@ -138,6 +138,23 @@ inline Result<ScheduleRequest> schedule_request_from_c(const fulcrum_schedule_re
   p.inter_node_bytes_per_second = req.inter_node_bytes_per_second;
   p.latency_seconds = req.latency_seconds;
   p.ranks_per_node = req.ranks_per_node;
+  // ABI 1.2: a shorter (older) request restricts no group.
+  if (FULCRUM_HAS_FIELD(fulcrum_schedule_request, wave_multiple, req.struct_size)) {
+    if (req.wave_multiple < 0 ||
+        (req.group_flags &
+         ~(FULCRUM_GROUPS_WORLD | FULCRUM_GROUPS_ALIGNED | FULCRUM_GROUPS_EVERY_WAVE)) != 0) {
+      return invalid_argument("schedule request group_flags " + std::to_string(req.group_flags) +
+                              " or wave_multiple " + std::to_string(req.wave_multiple) +
+                              " is not one this plugin knows; flags are FULCRUM_GROUPS_* bits, "
+                              "wave_multiple >= 0");
+    }
+    GroupShapes& shapes = r.group_shapes;
+    shapes.sizes = req.group_sizes;
+    shapes.world = (req.group_flags & FULCRUM_GROUPS_WORLD) != 0;
+    shapes.aligned = (req.group_flags & FULCRUM_GROUPS_ALIGNED) != 0;
+    shapes.every_wave = (req.group_flags & FULCRUM_GROUPS_EVERY_WAVE) != 0;
+    shapes.wave_multiple = req.wave_multiple > 1 ? req.wave_multiple : 1;
+  }
   return r;
 }
 

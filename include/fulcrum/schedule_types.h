@@ -32,6 +32,21 @@ struct CostProfile {
   std::int32_t ranks_per_node = 8;  // ranks r and s share a node iff r / n == s / n
 };
 
+// Which groups a schedule may use, for hosts whose runtime has only some
+// communicators (docs/INTEGRATION.md: Megatron-core's dynamic CP builds
+// aligned power-of-two groups and the whole world, and runs every rank in
+// every micro-batch). Default: no restriction.
+struct GroupShapes {
+  std::uint64_t sizes = 0;         // bit k: a slot may span 2^k ranks
+  bool world = false;              // a slot of all W ranks is allowed (sizes = 0: it alone)
+  bool aligned = false;            // a slot of g ranks is ranks [k g, (k + 1) g), in order
+  bool every_wave = false;         // every rank holds one slot in every wave 0 .. last
+  std::int32_t wave_multiple = 1;  // >= 1; > 1 needs every_wave: the wave count is a multiple
+  // sizes = 0 and world false: any size.
+  bool sized() const { return sizes != 0 || world; }
+  bool restricts() const { return sized() || aligned || every_wave || wave_multiple > 1; }
+};
+
 // One global batch over the pool.
 struct ScheduleRequest {
   std::vector<std::int64_t> doc_lengths;        // the global batch's documents, each >= 1
@@ -41,6 +56,7 @@ struct ScheduleRequest {
   std::int64_t block_size = kDefaultBlockSize;  // B
   std::int32_t cp_size = 0;                     // for `fixed` only: its CP group size; 0 = choose
   CostProfile profile;
+  GroupShapes group_shapes;  // ABI 1.2; the default restricts nothing
 };
 
 // A run of one document placed in a slot: tokens [offset, offset + length) of

@@ -679,6 +679,7 @@ Status plan_slots(const ScheduleRequest& request, Schedule& schedule) {
 }  // namespace
 
 Result<Schedule> decide_hybrid(const ScheduleRequest& request) {
+  if (request.group_shapes.restricts()) return decide_hybrid_shaped(request);
   return decide_hybrid_with(request, true);
 }
 
@@ -726,6 +727,8 @@ Status keep_fastest_of_baselines(const ScheduleRequest& request, Schedule& sched
     // above rounding keeps "cannot be cheaper" certain.
     if (decided_step_lower_bound(request, *other) * (1 - 1e-9) >= best) continue;
     if (Status status = baseline.plan(request, *other); !status) continue;
+    // Under group_shapes a baseline is a candidate only where it keeps them.
+    if (request.group_shapes.restricts() && !validate_schedule(request, *other)) continue;
     const double step = evaluate_schedule(request, *other).step_seconds;
     if (step < best) {
       best = step;
@@ -744,6 +747,10 @@ Status keep_fastest_of_baselines(const ScheduleRequest& request, Schedule& sched
 }
 
 Status plan_hybrid(const ScheduleRequest& request, Schedule& schedule) {
+  if (request.group_shapes.restricts()) {
+    if (Status status = plan_hybrid_shaped(request, schedule); !status) return status;
+    return keep_fastest_of_baselines(request, schedule);
+  }
   if (Status status = plan_hybrid_slots(request, schedule); !status) return status;
   return keep_fastest_of_baselines(request, schedule);
 }

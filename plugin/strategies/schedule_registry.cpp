@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "fulcrum/core/schedule.h"
 #include "strategies/schedule_strategies.h"
 
 namespace fulcrum {
@@ -48,6 +49,14 @@ Result<Schedule> run_schedule_strategy(std::string_view name, const ScheduleRequ
   Result<Schedule> schedule = it->decide(request);
   if (!schedule) return schedule;
   if (Status status = it->plan(request, *schedule); !status) return status;
+  // A scheduler that does not shape its groups answers a shaped request
+  // only where its schedule happens to keep the shapes.
+  if (request.group_shapes.restricts()) {
+    if (Status status = validate_schedule(request, *schedule); !status) {
+      return unsupported(std::string(it->name) +
+                         " cannot keep the request's group_shapes: " + status.message());
+    }
+  }
   return schedule;
 }
 

@@ -47,6 +47,10 @@ Result<Schedule> decide_hybrid(const ScheduleRequest& request);
 Status plan_hybrid(const ScheduleRequest& request, Schedule& schedule);
 Status plan_hybrid_slots(const ScheduleRequest& request, Schedule& schedule);
 Status keep_fastest_of_baselines(const ScheduleRequest& request, Schedule& schedule);
+// `hybrid` under a request's group_shapes (schedule_shaped.cpp): decide_hybrid
+// and plan_hybrid hand a request that restricts groups to these.
+Result<Schedule> decide_hybrid_shaped(const ScheduleRequest& request);
+Status plan_hybrid_shaped(const ScheduleRequest& request, Schedule& schedule);
 // No plan of a decided schedule (slots without plans) ends sooner than this:
 // the guard plans a baseline only when this is below hybrid's step.
 double decided_step_lower_bound(const ScheduleRequest& request, const Schedule& schedule);

@@ -11,7 +11,7 @@ package and a newer plugin's extra functions simply go unused.
 import ctypes
 
 ABI_MAJOR = 1
-ABI_MINOR = 1
+ABI_MINOR = 2
 PLUGIN_ENTRY = "fulcrum_get_plugin"
 
 # fulcrum_status
@@ -114,7 +114,7 @@ class DpResult(ctypes.Structure):
 
 
 class ScheduleRequest(ctypes.Structure):
-    """fulcrum_schedule_request (ABI 1.1)."""
+    """fulcrum_schedule_request (ABI 1.1; group_* and wave_multiple ABI 1.2)."""
 
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
@@ -137,7 +137,16 @@ class ScheduleRequest(ctypes.Structure):
         ("latency_seconds", ctypes.c_double),
         ("ranks_per_node", ctypes.c_int32),
         ("reserved0", ctypes.c_int32),
+        ("group_sizes", ctypes.c_uint64),
+        ("group_flags", ctypes.c_int32),
+        ("wave_multiple", ctypes.c_int32),
     ]
+
+
+# ABI 1.2 group_flags bits (c_api.h FULCRUM_GROUPS_*).
+GROUPS_WORLD = 1
+GROUPS_ALIGNED = 2
+GROUPS_EVERY_WAVE = 4
 
 
 c_int32_p = ctypes.POINTER(ctypes.c_int32)

@@ -462,7 +462,7 @@ class Balancer:
     # -- hybrid placement -------------------------------------------------
 
     def schedule(self, strategy="hybrid", *, world, max_tokens_per_rank, doc_lengths, profile,
-                 mask="causal", block_size=128, cp=0):
+                 mask="causal", block_size=128, cp=0, group_shapes=None):
         """Places one global batch of documents on ``world`` ranks (the ABI 1.1
         schedule hook; docs/HYBRID.md). ``profile`` is a schedule.CostProfile,
         a dict of its fields, or the path of a profile YAML file. ``cp`` is
@@ -470,7 +470,9 @@ class Balancer:
         checked as the host checks it before it is returned. A plugin without
         a scheduler (ABI 1.0) raises FulcrumError 'unsupported': the C++
         host serves its built-in fixed schedule there, a Python caller
-        decides."""
+        decides. ``group_shapes`` (a schedule.GroupShapes, ABI 1.2)
+        restricts the groups; a plugin older than 1.2 would not see it, so
+        it raises 'unsupported' there."""
         world = _c_int(world, "world", _INT32)
         budget = _c_int(max_tokens_per_rank, "max_tokens_per_rank", _INT64)
         block_size = _c_int(block_size, "block_size", _INT64)
@@ -497,8 +499,23 @@ class Balancer:
                                "load a plugin of ABI 1.1 or later, or use `fulcrum schedule`, "
                                "which serves the host's fixed schedule")
 
+        if group_shapes is not None and not isinstance(group_shapes, schedule_model.GroupShapes):
+            raise FulcrumError("invalid_argument", "group_shapes must be a "
+                               "fulcrum.schedule.GroupShapes")
+        shaped = group_shapes is not None and group_shapes.restricts()
+        if shaped and tuple(self.abi_version) < (1, 2):
+            raise FulcrumError("unsupported", f"plugin {self.name!r} (ABI "
+                               f"{self.abi_version[0]}.{self.abi_version[1]}) cannot restrict "
+                               "group shapes; load a plugin of ABI 1.2 or later")
+
         request = _abi.ScheduleRequest()
         request.struct_size = ctypes.sizeof(request)
+        if shaped:
+            request.group_sizes = group_shapes.mask()
+            request.group_flags = ((_abi.GROUPS_WORLD if group_shapes.world else 0)
+                                   | (_abi.GROUPS_ALIGNED if group_shapes.aligned else 0)
+                                   | (_abi.GROUPS_EVERY_WAVE if group_shapes.every_wave else 0))
+            request.wave_multiple = group_shapes.wave_multiple
         request.world_size = world
         request.max_tokens_per_rank = budget
         request.doc_lengths = docs.ctypes.data_as(_abi.c_int64_p)
@@ -534,6 +551,8 @@ class Balancer:
             requested=strategy, used=used or strategy, fallback_reason=reason, world=world,
             max_tokens_per_rank=budget, doc_lengths=docs, slots=slots, plan_time_us=elapsed_us)
         schedule_model.check_schedule(result, self.name)
+        if shaped:
+            schedule_model.check_group_shapes(result, group_shapes, self.name)
         return result
 
     def _copy_schedule(self, answer, world, strategy):

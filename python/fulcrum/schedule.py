@@ -220,6 +220,84 @@ class Schedule:
         }
 
 
+@dataclass(frozen=True)
+class GroupShapes:
+    """Which groups a schedule may use (GroupShapes in
+    include/fulcrum/schedule_types.h; ABI 1.2): ``sizes`` the allowed group
+    sizes, powers of two (empty: any size), ``world`` whether the group of
+    all W ranks is allowed too, ``aligned`` that a group of g ranks is ranks
+    [k g, (k + 1) g), ``every_wave`` that every rank holds a slot in every
+    wave, ``wave_multiple`` that the wave count is a multiple of it. No
+    sizes and ``world`` set: only the world group."""
+
+    sizes: tuple = ()
+    world: bool = False
+    aligned: bool = False
+    every_wave: bool = False
+    wave_multiple: int = 1
+
+    def __post_init__(self):
+        for g in self.sizes:
+            if isinstance(g, bool) or not isinstance(g, (int, np.integer)) or g < 1 \
+                    or g > 2**20 or g & (g - 1):
+                raise FulcrumError("invalid_argument", f"group_shapes size {g!r} is not a power "
+                                   "of two in [1, 2^20]")
+        m = self.wave_multiple
+        if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or not 1 <= m <= 2**20:
+            raise FulcrumError("invalid_argument", f"group_shapes wave_multiple {m!r} must be an "
+                               "integer in [1, 2^20]")
+        if m > 1 and not self.every_wave:
+            raise FulcrumError("invalid_argument", "group_shapes wave_multiple > 1 needs "
+                               "every_wave")
+
+    def restricts(self):
+        return bool(self.sizes) or self.world or self.aligned or self.every_wave \
+            or self.wave_multiple > 1
+
+    def mask(self):
+        out = 0
+        for g in self.sizes:
+            out |= 1 << (int(g).bit_length() - 1)
+        return out
+
+    def allows(self, ranks, world):
+        """Whether the member list ``ranks`` is an allowed group."""
+        g = len(ranks)
+        if g < 1:
+            return False
+        if (self.sizes or self.world) and g not in self.sizes and not (self.world and g == world):
+            return False
+        if self.aligned:
+            first = int(ranks[0])
+            if first % g or first + g > world or list(map(int, ranks)) != \
+                    list(range(first, first + g)):
+                return False
+        return True
+
+
+def check_group_shapes(schedule, shapes, name):
+    """Raises FulcrumError naming the first slot or wave that breaks
+    ``shapes`` (the check validate_schedule makes in C++)."""
+    bad = f"plugin {name!r} scheduler {schedule.used!r} returned a schedule outside the " \
+          "requested group shapes: "
+    for s in schedule.slots:
+        if not shapes.allows(s.group.tolist(), schedule.world):
+            raise FulcrumError("internal", bad + f"slot {s.slot} spans ranks "
+                               f"{s.group.tolist()}")
+    if shapes.every_wave:
+        waves = schedule.num_waves
+        held = np.zeros((waves, schedule.world), dtype=np.int64)
+        for s in schedule.slots:
+            held[s.wave, s.group] += 1
+        if (held != 1).any():
+            wave, rank = map(int, np.argwhere(held != 1)[0])
+            raise FulcrumError("internal", bad + f"rank {rank} holds {int(held[wave, rank])} "
+                               f"slots in wave {wave}")
+        if waves % shapes.wave_multiple:
+            raise FulcrumError("internal", bad + f"{waves} waves, not a multiple of "
+                               f"{shapes.wave_multiple}")
+
+
 def schedule_pieces(doc_lengths, world, max_tokens_per_rank):
     """The pieces every schedule places once: a document whole, or cut at
     multiples of W x T when longer (docs/PACKING.md's rule), as

@@ -243,12 +243,19 @@ def test_a_damaged_answer_is_refused_and_still_released(damage, words, plugin_pa
 def test_the_v1_1_layout_is_pinned():
     assert _abi.field_end(_abi.PluginTableV1_1, "release_schedule") == 120
     assert _abi.field_end(_abi.PluginTableV1_1, "schedule_strategies") == 96
-    assert ctypes.sizeof(_abi.ScheduleRequest) == 136
+    assert _abi.field_end(_abi.ScheduleRequest, "reserved0") == 136
     assert _abi.ScheduleRequest.tile_seconds.offset == 72
     assert _abi.ScheduleRequest.ranks_per_node.offset == 128
     assert ctypes.sizeof(_abi.ScheduleAnswer) == 120
     assert _abi.ScheduleAnswer.slot_waves.offset == 56
     assert _abi.ScheduleAnswer.strategy_used.offset == 96
+
+
+def test_the_v1_2_group_shapes_layout_is_pinned():
+    assert ctypes.sizeof(_abi.ScheduleRequest) == 152
+    assert _abi.ScheduleRequest.group_sizes.offset == 136
+    assert _abi.ScheduleRequest.group_flags.offset == 144
+    assert _abi.field_end(_abi.ScheduleRequest, "wave_multiple") == 152
 
 
 def test_a_v1_0_table_plans_but_has_no_scheduler(plugin_path):

@@ -624,7 +624,7 @@ class PluginBalancer final : public LoadBalancer {
     if (schedule_names_.empty()) return host_fixed_schedule(name, request);
 
     fulcrum_schedule_request c_request{};
-    c_request.struct_size = FULCRUM_SCHEDULE_REQUEST_V1_1_SIZE;
+    c_request.struct_size = FULCRUM_SCHEDULE_REQUEST_V1_2_SIZE;
     c_request.world_size = request.world_size;
     c_request.max_tokens_per_rank = request.max_tokens_per_rank;
     c_request.doc_lengths = request.doc_lengths.data();
@@ -644,6 +644,14 @@ class PluginBalancer final : public LoadBalancer {
     c_request.inter_node_bytes_per_second = profile.inter_node_bytes_per_second;
     c_request.latency_seconds = profile.latency_seconds;
     c_request.ranks_per_node = profile.ranks_per_node;
+    // ABI 1.2. A 1.1 plugin does not see the shapes; the schedule it returns
+    // is validated against them below all the same.
+    const GroupShapes& shapes = request.group_shapes;
+    c_request.group_sizes = shapes.sizes;
+    c_request.group_flags = (shapes.world ? FULCRUM_GROUPS_WORLD : 0) |
+                            (shapes.aligned ? FULCRUM_GROUPS_ALIGNED : 0) |
+                            (shapes.every_wave ? FULCRUM_GROUPS_EVERY_WAVE : 0);
+    c_request.wave_multiple = shapes.wave_multiple;
 
     Schedule schedule;
     {

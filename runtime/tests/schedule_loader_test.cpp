@@ -111,6 +111,15 @@ TEST(PluginScheduleTest, EverySchedulerCrossesTheBoundaryUnchangedAndValid) {
   wide.world_size = 16;
   wide.max_tokens_per_rank = 2048;
   requests.push_back(wide);
+  // ABI 1.2 group shapes cross too (Megatron-core's at 16 ranks: aligned
+  // 1, 2, 4 and 8, the world, every rank in every wave, waves a multiple of 2).
+  ScheduleRequest shaped = wide;
+  shaped.group_shapes.sizes = 0b1111;
+  shaped.group_shapes.world = true;
+  shaped.group_shapes.aligned = true;
+  shaped.group_shapes.every_wave = true;
+  shaped.group_shapes.wave_multiple = 2;
+  requests.push_back(shaped);
 
   for (std::size_t r = 0; r < requests.size(); ++r) {
     const ScheduleRequest& request = requests[r];

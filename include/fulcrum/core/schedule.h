@@ -30,9 +30,19 @@ std::vector<DocPiece> schedule_pieces(const ScheduleRequest& request);
 // inside each piece), the request's mask and block size, cp_size = g.
 CpWorkload slot_workload(const ScheduleRequest& request, const ScheduleSlot& slot);
 
+// Whether `ranks` (a slot's members in plan order) is a group `shapes`
+// allows on a world of `world` ranks: its size one of the set sizes (or the
+// world, when allowed) and, when aligned, ranks k g, k g + 1, ... , k g + g - 1
+// (the world group: 0 .. W - 1).
+bool group_shape_allowed(const GroupShapes& shapes, std::int32_t world,
+                         const std::vector<std::int32_t>& ranks);
+
 // Exact cover of schedule_pieces, distinct in-range ranks per slot, at most T
 // tokens per member, one slot per rank per wave, every slot's plan valid for
-// its row. The message names the first violation (slot, rank, wave, value).
+// its row, and the request's group_shapes (every slot's group allowed; with
+// every_wave, every rank in a slot of every wave up to the last, and the
+// wave count a multiple of wave_multiple). The message names the first
+// violation (slot, rank, wave, value).
 Status validate_schedule(const ScheduleRequest& request, const Schedule& schedule);
 
 struct SlotMemberCost {

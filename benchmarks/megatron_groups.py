@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""How often Megatron-core's own dynamic-CP scheduler (fulcrum.megatron's
+strategy="megatron_dcp", exact to Megatron-LM dev) plans a micro-batch whose
+CP groups its runtime does not have (docs/INTEGRATION.md): a group whose size
+has no communicator, or one that is not the aligned block its members find
+when they look their group up by size; and how often it raises.
+
+Batches: documents drawn with replacement (seeded) from the shared mixes in
+../shared/workloads (run from the repository root; without them the script
+says so and stops), until they hold --mb micro-batches' worth of tokens per
+rank, each clipped to W x T (Megatron cannot split a sample).
+
+    python3 benchmarks/megatron_groups.py [--ranks 8,16,64,12,24] [--tokens 8192,16384]
+        [--batches 20] [--mb 4]
+Prints a markdown table; needs no plugin.
+"""
+
+import argparse
+import json
+import pathlib
+import random
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "python"))
+
+from fulcrum import megatron  # noqa: E402
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ranks", default="8,16,64,12,24")
+    parser.add_argument("--tokens", default="8192,16384")
+    parser.add_argument("--batches", type=int, default=20)
+    parser.add_argument("--mb", type=int, default=4)
+    args = parser.parse_args()
+    try:
+        ranks = [int(x) for x in args.ranks.split(",")]
+        tokens = [int(x) for x in args.tokens.split(",")]
+    except ValueError:
+        sys.exit("megatron_groups.py: --ranks and --tokens take comma-separated integers")
+    if args.batches < 1 or args.mb < 1 or any(w < 2 or w > 4096 for w in ranks) \
+            or any(t < 1 or t > 1 << 24 for t in tokens):
+        sys.exit("megatron_groups.py: --batches, --mb >= 1, ranks in [2, 4096], tokens in "
+                 "[1, 2^24]")
+    folder = pathlib.Path("../shared/workloads")
+    mixes = {}
+    for name in ("dist_wlbllm", "dist_prolong"):
+        path = folder / f"{name}.json"
+        if path.is_file():
+            mixes[name] = json.loads(path.read_text())
+    if not mixes:
+        sys.exit("megatron_groups.py: ../shared/workloads not found (run from the repository "
+                 "root of a checkout beside shared/); nothing measured")
+    print(f"mixes from {folder.resolve()}: {', '.join(mixes)}\n")
+    print("| mix | W = DP x CP | T | batches | micro-batches | micro-batches with a group "
+          "Megatron's runtime lacks | batches with one | batches Megatron's scheduler raises on |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for name, pool in mixes.items():
+        for world in ranks:
+            for budget in tokens:
+                rng = random.Random(world * 1000003 + budget)
+                micro = bad_micro = bad_batches = raised = 0
+                for _ in range(args.batches):
+                    lengths, total = [], 0
+                    while total < args.mb * world * budget:
+                        length = min(rng.choice(pool), world * budget)
+                        lengths.append(length)
+                        total += length
+                    pairs = list(enumerate(lengths))
+                    try:
+                        groups = megatron.get_groups_and_subsamples(
+                            pairs, max_seqlen_per_dp_cp_rank=budget, dp_size=world // 2,
+                            cp_size=2, strategy="megatron_dcp")
+                    except (AssertionError, IndexError):
+                        raised += 1
+                        continue
+                    bad_here = 0
+                    for ranks_ids in groups:
+                        r = 0
+                        broken = False
+                        while r < world:
+                            first = ranks_ids[r][0]
+                            members = [q for q in range(world) if first in ranks_ids[q]]
+                            if not megatron.group_is_megatron_group(members, world):
+                                broken = True
+                            r = members[-1] + 1
+                        micro += 1
+                        bad_here += broken
+                    bad_micro += bad_here
+                    bad_batches += bad_here > 0
+                print(f"| {name} | {world} | {budget} | {args.batches} | {micro} | {bad_micro} | "
+                      f"{bad_batches} | {raised} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

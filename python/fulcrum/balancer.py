@@ -728,13 +728,17 @@ class _PlanCopy:
 
 def load(name_or_path=loader.DEFAULT_PLUGIN, *, search_dirs=None, check_permissions=True):
     """Loads a plugin by name (searched in ``search_dirs``, else
-    $FULCRUM_PLUGIN_PATH and the install directories) or by path (contains
-    '/'), with the host's checks: file and directory not writable by group or
-    others, dlopen(RTLD_NOW | RTLD_LOCAL), the table checked field by field,
-    an instance created. Raises FulcrumError naming what was refused and why."""
-    path = loader.resolve_plugin_path(name_or_path, search_dirs)
+    $FULCRUM_PLUGIN_PATH, this checkout's build, the recorded install
+    directories, <sys.prefix>/lib/fulcrum and /usr/local/lib/fulcrum: see
+    loader.default_search_dirs) or by path (contains '/'), with the host's
+    checks: the file and every directory above it owned by root or this user
+    and not writable by group or others, a complete ELF file,
+    dlopen(RTLD_NOW | RTLD_LOCAL), the table checked field by field, an
+    instance created. Raises FulcrumError naming what was refused and why."""
+    given, path = loader.resolve_plugin_path(name_or_path, search_dirs)
     if check_permissions:
-        loader.check_permissions(path)
+        loader.check_permissions(path, given)
+    loader.check_elf_complete(path)
     try:
         library = ctypes.CDLL(path, mode=os.RTLD_NOW | os.RTLD_LOCAL)
     except OSError as error:

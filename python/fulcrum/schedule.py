@@ -364,6 +364,10 @@ class Schedule:
 
     def rank_slots(self, rank):
         """The slots rank ``rank`` runs, in the order it runs them (by wave)."""
+        if isinstance(rank, (bool, np.bool_)) or not isinstance(rank, (int, np.integer)) \
+                or not 0 <= rank < self.world:
+            raise FulcrumError("invalid_argument", f"rank is {shown(rank, 60)}; give a rank in "
+                               f"[0, {self.world})")
         return sorted((s for s in self.slots if rank in s.group), key=lambda s: s.wave)
 
     def to_json(self, positions=False):

@@ -288,6 +288,14 @@ def test_call_refusals(what, call, code, words, balancer):
     refused(lambda: call(balancer), code, words)
 
 
+def test_rank_slots_takes_a_rank(balancer):
+    sched = balancer.schedule("hybrid", world=4, max_tokens_per_rank=256, doc_lengths=[700, 90],
+                              profile="cpu_gloo")
+    assert sum(len(sched.rank_slots(r)) for r in range(4)) >= 1
+    for rank in ("x", 4, -1, True, 1.0):
+        refused(lambda: sched.rank_slots(rank), "invalid_argument", ["give a rank in [0, 4)"])
+
+
 @pytest.mark.parametrize("profile", ["h100_7b", "cpu_gloo"])
 def test_bundled_profile_names_work_as_in_the_cli(profile, balancer):
     by_name = balancer.schedule("hybrid", world=4, max_tokens_per_rank=256,
@@ -296,6 +304,31 @@ def test_bundled_profile_names_work_as_in_the_cli(profile, balancer):
                                  doc_lengths=[700, 90, 30, 200],
                                  profile=CostProfile.bundled(profile))
     assert by_name.to_json()["slots"] == by_value.to_json()["slots"]
+
+
+@pytest.mark.parametrize("name", ["h100_7b", "cpu_gloo"])
+def test_bundled_profiles_are_the_clis(name, balancer, cli_path, tmp_path):
+    """The package's copy of each bundled profile, written to a file, gives
+    the CLI the same predictions as the CLI's own by name (every coefficient
+    enters the busy times or the bytes; 16 ranks span two nodes of 8), and
+    the package schedules by name as the CLI does."""
+    from cli import run_json
+
+    mapping = CostProfile.bundled(name).to_mapping()
+    path = write(tmp_path, "bundled.yaml", "".join(f"{k}: {v!r}\n" if k != "name" else
+                                                   f"{k}: {v}\n" for k, v in mapping.items()))
+    args = ["schedule", "--world", 16, "--max-tokens-per-rank", 2048, "--lengths",
+            "30000,900,5000,120,7000,333"]
+    by_name = run_json(cli_path, *args, "--profile", name)
+    by_file = run_json(cli_path, *args, "--profile", path)
+    for answer in (by_name, by_file):
+        answer.pop("plan_time_us")
+    assert by_name == by_file
+    ours = balancer.schedule("hybrid", world=16, max_tokens_per_rank=2048,
+                             doc_lengths=[30000, 900, 5000, 120, 7000, 333], profile=name)
+    mine = ours.to_json()["slots"]
+    assert mine == [{k: theirs[k] for k in slot} for slot, theirs in zip(mine, by_name["slots"])]
+    assert len(mine) == len(by_name["slots"])
 
 
 def test_numpy_scalars_are_integers(balancer):

@@ -69,7 +69,7 @@ def shown(value, limit=200):
     return f"'{text}'" if isinstance(value, (str, bytes)) else text
 
 
-def _kind_of(mode):
+def kind_of(mode):
     if stat.S_ISDIR(mode):
         return "is a directory, not a file"
     if stat.S_ISFIFO(mode):
@@ -131,12 +131,12 @@ def open_input_file(path, rules):
         except OSError:
             mode = None
         if mode is not None and not stat.S_ISREG(mode):
-            raise rules.refuse(_kind_of(mode)) from None
+            raise rules.refuse(kind_of(mode)) from None
         raise rules.refuse(f"cannot be opened ({error.strerror})") from None
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise rules.refuse(_kind_of(info.st_mode))
+            raise rules.refuse(kind_of(info.st_mode))
         if _file_system_type(fd) in (_PROC_MAGIC, _SYSFS_MAGIC):
             raise rules.refuse("is a /proc or /sys file, not a file of data")
         if info.st_size > rules.max_bytes:

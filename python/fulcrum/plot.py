@@ -16,6 +16,7 @@ drawn.
 import argparse
 import json
 import os
+import stat
 import sys
 
 import matplotlib
@@ -314,6 +315,15 @@ def save(fig, prefix, formats=FORMATS, dpi=110):
         os.makedirs(directory, exist_ok=True)
     for fmt in formats:
         path = f"{prefix}.{fmt}"
+        # A FIFO would block the write forever, a device would swallow it.
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:
+            mode = None
+        if mode is not None and not stat.S_ISREG(mode):
+            raise FulcrumError("invalid_argument", f"--out {_input_file.shown(path)} "
+                               f"{_input_file.kind_of(mode)}; give a prefix whose .{fmt} is a "
+                               "new or regular file")
         fig.savefig(path, dpi=dpi if fmt == "png" else None,
                     metadata={"Date": None} if fmt == "svg" else {"Software": None})
         paths.append(path)

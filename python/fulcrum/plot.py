@@ -19,16 +19,25 @@ import os
 import stat
 import sys
 
-import matplotlib
+import numpy as np
+
+from . import _input_file
+from . import work as work_model
+from .balancer import load
+from .errors import FulcrumError
+
+_NO_MATPLOTLIB = ("drawing needs matplotlib, which is not installed; install it (Debian: "
+                  "python3-matplotlib)")
+try:
+    import matplotlib
+except ImportError:
+    if __name__ == "__main__":
+        print(f"fulcrum.plot: {_NO_MATPLOTLIB}", file=sys.stderr)
+        sys.exit(2)
+    raise FulcrumError("not_found", _NO_MATPLOTLIB) from None
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from . import _input_file  # noqa: E402
-from . import work as work_model  # noqa: E402
-from .balancer import load  # noqa: E402
-from .errors import FulcrumError  # noqa: E402
 
 FORMATS = ("png", "svg")
 _MAX_TILE_MAP_CELLS = 64 * 2**20

@@ -710,6 +710,22 @@ def test_plot_command_line_in_a_process(plugin_path, tmp_path):
             os.remove(out + b".svg")
 
 
+def test_plot_without_matplotlib_says_what_to_install(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(pathlib.Path(__file__).parents[1]))
+    hide = "import sys; sys.modules['matplotlib'] = None; "
+    done = subprocess.run([sys.executable, "-c", hide + "import runpy; runpy.run_module("
+                           "'fulcrum.plot', run_name='__main__')", "run", "x", "--out", "y"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr == ("fulcrum.plot: drawing needs matplotlib, which is not installed; "
+                           "install it (Debian: python3-matplotlib)\n")
+    done = subprocess.run([sys.executable, "-c", hide + "import fulcrum\ntry:\n"
+                           "    import fulcrum.plot\nexcept fulcrum.FulcrumError as e:\n"
+                           "    print(e.code)"], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert done.stdout == "not_found\n", done.stderr
+
+
 def test_shown_keeps_messages_one_line():
     assert _input_file.shown("a\nb") == "'a b'"
     assert _input_file.shown(b"\xff") == "'\\xff'"

@@ -16,9 +16,9 @@ import stat
 
 from .errors import FulcrumError
 
-# f_type of the file systems whose files are generated as they are read.
-_PROC_MAGIC = 0x9FA0
-_SYSFS_MAGIC = 0x62656572
+# f_type of the file systems whose files are generated as they are read
+# (proc, sysfs).
+GENERATED_FILE_SYSTEMS = (0x9FA0, 0x62656572)
 _CHUNK = 1 << 16
 
 
@@ -83,7 +83,7 @@ def kind_of(mode):
     return "is not a regular file"
 
 
-def _file_system_type(fd):
+def file_system_type(fd):
     """f_type of the descriptor's file system, or None where it cannot be
     read (fstatfs through libc; struct statfs starts with f_type, a long,
     on Linux)."""
@@ -137,7 +137,7 @@ def open_input_file(path, rules):
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise rules.refuse(kind_of(info.st_mode))
-        if _file_system_type(fd) in (_PROC_MAGIC, _SYSFS_MAGIC):
+        if file_system_type(fd) in GENERATED_FILE_SYSTEMS:
             raise rules.refuse("is a /proc or /sys file, not a file of data")
         if info.st_size > rules.max_bytes:
             raise rules.refuse(f"holds {info.st_size} bytes, more than the {rules.max_bytes} "

@@ -194,6 +194,9 @@ class CostProfile:
                 raise FulcrumError("invalid_argument", f"cost profile file {file} is not a "
                                    "regular file (a directory, device or pipe); give the path "
                                    "of a YAML file")
+            if _input_file.file_system_type(fd) in _input_file.GENERATED_FILE_SYSTEMS:
+                raise FulcrumError("invalid_argument", f"cost profile file {file} is a /proc or "
+                                   "/sys file, not a file of data; give the path of a YAML file")
             if info.st_size > _MAX_PROFILE_BYTES:
                 raise FulcrumError("invalid_argument", f"cost profile file {file} is "
                                    f"{info.st_size} bytes, more than the {_MAX_PROFILE_BYTES} a "

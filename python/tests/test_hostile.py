@@ -359,7 +359,11 @@ FILE_CASES = [
     ("a device", lambda t: "/dev/zero", "invalid_argument", ["not a regular file"]),
     ("a FIFO", lambda t: (os.mkfifo(t / "fifo"), t / "fifo")[1], "invalid_argument",
      ["not a regular file"]),
-    ("a /proc file", lambda t: "/proc/self/status", "invalid_argument", ["/proc"]),
+    ("a /proc file", lambda t: "/proc/self/status", "invalid_argument",
+     ["is a /proc or /sys file, not a file of data"]),
+    ("a /sys file", lambda t: "/sys/kernel/mm/transparent_hugepage/enabled"
+     if os.path.exists("/sys/kernel/mm/transparent_hugepage/enabled") else "/proc/self/stat",
+     "invalid_argument", ["is a /proc or /sys file"]),
     ("too big", lambda t: write(t, "big.yaml", b"#" * (64 * 1024 + 1)), "invalid_argument",
      ["65537 bytes, more than the 65536"]),
     ("a NUL byte", lambda t: write(t, "nul.yaml", "name: a\0b\n"), "invalid_argument",

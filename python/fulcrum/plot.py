@@ -41,6 +41,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 FORMATS = ("png", "svg")
 _MAX_TILE_MAP_CELLS = 64 * 2**20
+# Past these a picture is unreadable and matplotlib takes minutes and
+# gigabytes to draw it: bars (ranks) in one panel, panels of a tile map, and
+# pixels of a PNG.
+_MAX_BARS = 1024
+_MAX_TILE_MAP_RANKS = 64
+_MAX_PIXELS = 50_000_000
 
 
 # -- plans --------------------------------------------------------------------
@@ -51,6 +57,9 @@ def plan_compare_figure(plans, title=None):
     so the tallest bar of a strategy is its pairs imbalance or its tiles over
     ideal. One group of P bars per strategy."""
     first = plans[0]
+    if first.cp > _MAX_BARS:
+        raise FulcrumError("invalid_argument", f"a comparison of {first.cp} ranks is too many "
+                           f"bars to draw (at most {_MAX_BARS}); use a smaller --cp")
     cp = first.cp
     ideal_pairs = first.rank_pairs.sum() / cp
     ideal_tiles = work_model.unsharded_tiles(first.tokens, _docs(first), first.block_size,
@@ -81,6 +90,9 @@ def plan_compare_figure(plans, title=None):
 def tile_map_figure(plan):
     """One panel per rank: the tiles (local query block, key block) its queries
     touch, as a tile-skipping kernel computes them."""
+    if plan.cp > _MAX_TILE_MAP_RANKS:
+        raise FulcrumError("invalid_argument", f"a tile map of {plan.cp} ranks is too many panels "
+                           f"to draw (at most {_MAX_TILE_MAP_RANKS}); use a smaller --cp")
     cells = plan.cp * -(-plan.shard_len // plan.block_size) * -(-plan.tokens // plan.block_size)
     if cells > _MAX_TILE_MAP_CELLS:
         raise FulcrumError("invalid_argument",
@@ -259,9 +271,9 @@ def attention_ms_by_rank(micro):
     """Measured attention time summed over the run, per (dp_rank, cp_rank)."""
     dp = 1 + max((m["dp_rank"] for m in micro), default=0)
     cp = max((len(m["attention_ms"]) for m in micro), default=0)
-    if dp * cp > _MAX_RANKS:
+    if dp * cp > _MAX_BARS:
         raise FulcrumError("invalid_argument", f"the metrics name {dp} DP x {cp} CP ranks, more "
-                           f"than the {_MAX_RANKS} a picture can show; {_METRICS_FIX}")
+                           f"than the {_MAX_BARS} a picture can show; {_METRICS_FIX}")
     total = np.zeros((dp, cp))
     for m in micro:
         for c, ms in enumerate(m["attention_ms"]):
@@ -322,6 +334,11 @@ def save(fig, prefix, formats=FORMATS, dpi=110):
     directory = os.path.dirname(prefix)
     if directory:
         os.makedirs(directory, exist_ok=True)
+    width, height = (fig.get_size_inches() * dpi).round().astype(int)
+    if "png" in formats and width * height > _MAX_PIXELS:
+        plt.close(fig)
+        raise FulcrumError("invalid_argument", f"the picture would be {width} x {height} pixels, "
+                           f"more than {_MAX_PIXELS}; give a smaller --dpi")
     for fmt in formats:
         path = f"{prefix}.{fmt}"
         # A FIFO would block the write forever, a device would swallow it.
@@ -360,7 +377,7 @@ _MAX_LENGTH_FILE_BYTES = 256 << 20
 _MAX_LENGTH_FILE_DEPTH = 64
 _MAX_TOKENS = 1 << 31
 _MAX_CP = 1 << 20
-_MAX_DPI = 2400
+_MAX_DPI = 1200
 
 
 def _quote(text):

@@ -532,6 +532,16 @@ PLOT_CASES = [
         t, STEP, metrics_line(contiguous_imbalance=None)))], ["contiguous_imbalance is None"]),
     ("metrics DP x CP too many", lambda t: ["run", str(metrics(
         t, STEP, metrics_line(dp_rank=2**19, attention_ms=[1.0] * 8)))], ["DP x", "CP ranks"]),
+    ("metrics too many bars", lambda t: ["run", str(metrics(
+        t, STEP, metrics_line(dp_rank=1024, attention_ms=[1.0])))],
+     ["1025 DP x 1 CP ranks, more than the 1024"]),
+    ("too many pixels", lambda t: ["run", str(METRICS), "--dpi", "1200", "--formats", "png"],
+     ["13200 x 8400 pixels"]),
+    ("compare of too many ranks", lambda t: ["plan", "--cp", "2048", "--seq-len", "4096",
+                                             "--out", str(t / "o")], ["too many bars"]),
+    ("tile map of too many ranks", lambda t: ["plan", "--cp", "65", "--seq-len", "4096",
+                                              "--strategy", "contiguous", "--out", str(t / "o")],
+     ["too many panels"]),
     # plan: options
     ("cp not a number", lambda t: ["plan", "--cp", "x", "--seq-len", "64", "--out", str(t / "o")],
      ["--cp", "invalid int value"]),

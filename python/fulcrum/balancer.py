@@ -13,6 +13,7 @@ it describes.
 import ctypes
 import logging
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from typing import List, Optional
 import numpy as np
 
 from . import _abi
+from . import _input_file
 from . import work as work_model
 from .errors import FulcrumError
 from . import loader
@@ -43,6 +45,7 @@ _CHUNK = 8192  # entries per temporary in _runs: 64 KiB of int64
 # Counts past these in a schedule answer mean a corrupt answer, not a big batch.
 _MAX_SLOTS = 1 << 24
 _MAX_PIECES = 1 << 40
+_DECIMAL = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
 _MASK_KINDS = {"causal": _abi.MASK_CAUSAL, "full": _abi.MASK_FULL,
                "sliding": _abi.MASK_SLIDING, "prefix": _abi.MASK_PREFIX}
 
@@ -170,18 +173,38 @@ def _c_int(value, name, bounds):
     return value
 
 
+def _c_text(value, name):
+    """A name the C ABI can carry: a str of UTF-8 text without NUL (ctypes
+    would cut it there), of a sane length."""
+    if not isinstance(value, str):
+        raise FulcrumError("invalid_argument", f"{name} is {_input_file.shown(value, 60)}; give "
+                           "a name (a str)")
+    try:
+        encoded = value.encode("utf-8")
+    except UnicodeEncodeError:
+        encoded = None
+    if encoded is None or b"\0" in encoded or not encoded or len(encoded) > 4096:
+        raise FulcrumError("invalid_argument", f"{name} {_input_file.shown(value, 60)} is not a "
+                           "name: give non-empty UTF-8 text without NUL bytes, at most 4096 bytes")
+    return value
+
+
 def _int64_array(values, name):
+    if isinstance(values, (str, bytes, dict)) or values is None:
+        raise FulcrumError("invalid_argument", f"{name} is {_input_file.shown(values, 60)}; give "
+                           "a flat list of integers")
     try:
         array = np.asarray(values)
-    except (TypeError, ValueError) as error:
-        raise FulcrumError("invalid_argument", f"{name} is not a list of integers: {error}") from None
+    except (TypeError, ValueError, OverflowError, RecursionError, MemoryError) as error:
+        raise FulcrumError("invalid_argument", f"{name} is not a list of integers: "
+                           f"{type(error).__name__}: {error}") from None
     if array.ndim != 1:
         raise FulcrumError("invalid_argument",
                            f"{name} has shape {array.shape}; give a flat list of integers")
     if array.size and not np.issubdtype(array.dtype, np.integer):
         raise FulcrumError("invalid_argument",
                            f"{name} has {array.dtype} entries; give integers")
-    if array.size and array.dtype == np.uint64 and array.max() > np.iinfo(np.int64).max:
+    if array.size and array.dtype == np.uint64 and int(array.max()) > np.iinfo(np.int64).max:
         raise FulcrumError("invalid_argument", f"{name} has entries beyond int64")
     return np.ascontiguousarray(array, dtype=np.int64)
 
@@ -195,15 +218,13 @@ def parse_cost(text):
         return _abi.COST_ATTENTION, DEFAULT_ATTENTION_A, _cost_text(DEFAULT_ATTENTION_A)
     if isinstance(text, str) and text.startswith("attention:"):
         number = text[len("attention:"):]
-        try:
-            a = float(number)
-        except ValueError:
-            a = None
-        if a is None or not np.isfinite(a) or a < 0 or number.strip() != number:
-            raise FulcrumError("invalid_argument",
-                               f"cost model {text!r} needs a number A >= 0 after 'attention:'{how}")
+        # std::from_chars' grammar: no '+', no '_', ASCII digits only.
+        a = float(number) if _DECIMAL.fullmatch(number) else None
+        if a is None or not np.isfinite(a) or a < 0:
+            raise FulcrumError("invalid_argument", f"cost model {_input_file.shown(text, 80)} "
+                               f"needs a number A >= 0 after 'attention:'{how}")
         return _abi.COST_ATTENTION, a, _cost_text(a)
-    raise FulcrumError("invalid_argument", f"unknown cost model {text!r}{how}")
+    raise FulcrumError("invalid_argument", f"unknown cost model {_input_file.shown(text, 80)}{how}")
 
 
 def _cost_text(a):
@@ -330,8 +351,9 @@ class Balancer:
             raise FulcrumError("invalid_argument",
                                "no row given; give tokens=N, doc_lengths=[...] or both")
         tokens = _c_int(tokens, "tokens", _INT64)
-        if not isinstance(strategy, str) or (fallback is not None and not isinstance(fallback, str)):
-            raise FulcrumError("invalid_argument", "strategy and fallback must be strategy names")
+        _c_text(strategy, "strategy")
+        if fallback is not None:
+            _c_text(fallback, "fallback")
 
         request = _abi.CpRequest()
         request.struct_size = ctypes.sizeof(request)
@@ -465,7 +487,8 @@ class Balancer:
                  mask="causal", block_size=128, cp=0, group_shapes=None):
         """Places one global batch of documents on ``world`` ranks (the ABI 1.1
         schedule hook; docs/HYBRID.md). ``profile`` is a schedule.CostProfile,
-        a dict of its fields, or the path of a profile YAML file. ``cp`` is
+        a dict of its fields, a bundled profile's name (h100_7b, cpu_gloo) or
+        the path of a profile YAML file, as the CLI's --profile. ``cp`` is
         the `fixed` scheduler's group size (0: it chooses). The schedule is
         checked as the host checks it before it is returned. A plugin without
         a scheduler (ABI 1.0) raises FulcrumError 'unsupported': the C++
@@ -488,11 +511,10 @@ class Balancer:
             raise FulcrumError("invalid_argument", "doc_lengths must list at least one document, "
                                "each of at least 1 token")
         if not isinstance(profile, schedule_model.CostProfile):
-            profile = (schedule_model.CostProfile.from_mapping(profile)
-                       if isinstance(profile, dict) else schedule_model.CostProfile.load(profile))
+            profile = (schedule_model.CostProfile.from_mapping(profile) if isinstance(profile, dict)
+                       else schedule_model.CostProfile.resolve(profile))
         mask = work_model.Mask.parse(mask)
-        if not isinstance(strategy, str):
-            raise FulcrumError("invalid_argument", "strategy must be a scheduler name")
+        _c_text(strategy, "strategy")
         if not self._has_scheduler:
             raise FulcrumError("unsupported", f"plugin {self.name!r} (ABI "
                                f"{self.abi_version[0]}.{self.abi_version[1]}) has no scheduler; "
@@ -623,8 +645,10 @@ class Balancer:
         if n == 0:
             raise FulcrumError("invalid_argument", "no samples; give at least one length")
         cost_kind, a, cost_text = parse_cost(cost)
-        if not isinstance(strategy, str):
-            raise FulcrumError("invalid_argument", "strategy must be a strategy name")
+        if not isinstance(equal_count, (bool, np.bool_)):
+            raise FulcrumError("invalid_argument", f"equal_count is "
+                               f"{_input_file.shown(equal_count, 60)}; give True or False")
+        _c_text(strategy, "strategy")
 
         request = _abi.DpRequest()
         request.struct_size = ctypes.sizeof(request)
@@ -747,13 +771,17 @@ class _PlanCopy:
 
 def load(name_or_path=loader.DEFAULT_PLUGIN, *, search_dirs=None, check_permissions=True):
     """Loads a plugin by name (searched in ``search_dirs``, else
-    $FULCRUM_PLUGIN_PATH and the install directories) or by path (contains
-    '/'), with the host's checks: file and directory not writable by group or
-    others, dlopen(RTLD_NOW | RTLD_LOCAL), the table checked field by field,
-    an instance created. Raises FulcrumError naming what was refused and why."""
-    path = loader.resolve_plugin_path(name_or_path, search_dirs)
+    $FULCRUM_PLUGIN_PATH, this checkout's build, the recorded install
+    directories, <sys.prefix>/lib/fulcrum and /usr/local/lib/fulcrum: see
+    loader.default_search_dirs) or by path (contains '/'), with the host's
+    checks: the file and every directory above it owned by root or this user
+    and not writable by group or others, a complete ELF file,
+    dlopen(RTLD_NOW | RTLD_LOCAL), the table checked field by field, an
+    instance created. Raises FulcrumError naming what was refused and why."""
+    given, path = loader.resolve_plugin_path(name_or_path, search_dirs)
     if check_permissions:
-        loader.check_permissions(path)
+        loader.check_permissions(path, given)
+    loader.check_elf_complete(path)
     try:
         library = ctypes.CDLL(path, mode=os.RTLD_NOW | os.RTLD_LOCAL)
     except OSError as error:

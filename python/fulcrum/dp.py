@@ -1,5 +1,6 @@
 """Splitting a global batch's samples over DP ranks with the plugin's partition."""
 
+from ._input_file import shown
 from .errors import FulcrumError
 
 
@@ -11,13 +12,29 @@ def split_samples(balancer, samples=None, dp_size=None, *, lengths=None, strateg
     themselves when given, else the sample indices."""
     if dp_size is None:
         raise FulcrumError("invalid_argument", "dp_size is missing; give the number of DP ranks")
+    if samples is not None and not (hasattr(samples, "__len__")
+                                    and hasattr(samples, "__getitem__")):
+        raise FulcrumError("invalid_argument", f"samples is {shown(samples, 60)}; give a sequence "
+                           "(list, tuple, array) of samples")
     if lengths is None:
         if samples is None:
             raise FulcrumError("invalid_argument", "give samples, lengths or both")
-        lengths = [len(s) for s in samples]
-    elif samples is not None and len(samples) != len(lengths):
-        raise FulcrumError("invalid_argument", f"{len(samples)} samples but {len(lengths)} "
-                           "lengths; give one length per sample")
+        lengths = []
+        for i, s in enumerate(samples):
+            try:
+                lengths.append(len(s))
+            except TypeError:
+                raise FulcrumError("invalid_argument", f"sample {i} is {shown(s, 60)}, which has "
+                                   "no len(); give samples with a length, or their lengths="
+                                   "[...]") from None
+    elif samples is not None:
+        try:
+            count = len(lengths)
+        except TypeError:
+            count = None
+        if count != len(samples):
+            raise FulcrumError("invalid_argument", f"{len(samples)} samples but lengths is "
+                               f"{shown(lengths, 60)}; give one length per sample")
     part = balancer.partition_dp(lengths, dp_size, strategy, cost=cost, equal_count=equal_count)
     if samples is None:
         return [r.tolist() for r in part.ranks], part

@@ -16,20 +16,37 @@ drawn.
 import argparse
 import json
 import os
+import stat
 import sys
 
-import matplotlib
+import numpy as np
+
+from . import _input_file
+from . import work as work_model
+from .balancer import load
+from .errors import FulcrumError
+
+_NO_MATPLOTLIB = ("drawing needs matplotlib, which is not installed; install it (Debian: "
+                  "python3-matplotlib)")
+try:
+    import matplotlib
+except ImportError:
+    if __name__ == "__main__":
+        print(f"fulcrum.plot: {_NO_MATPLOTLIB}", file=sys.stderr)
+        sys.exit(2)
+    raise FulcrumError("not_found", _NO_MATPLOTLIB) from None
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from . import work as work_model  # noqa: E402
-from .balancer import load  # noqa: E402
-from .errors import FulcrumError  # noqa: E402
 
 FORMATS = ("png", "svg")
 _MAX_TILE_MAP_CELLS = 64 * 2**20
+# Past these a picture is unreadable and matplotlib takes minutes and
+# gigabytes to draw it: bars (ranks) in one panel, panels of a tile map, and
+# pixels of a PNG.
+_MAX_BARS = 1024
+_MAX_TILE_MAP_RANKS = 64
+_MAX_PIXELS = 50_000_000
 
 
 # -- plans --------------------------------------------------------------------
@@ -40,6 +57,9 @@ def plan_compare_figure(plans, title=None):
     so the tallest bar of a strategy is its pairs imbalance or its tiles over
     ideal. One group of P bars per strategy."""
     first = plans[0]
+    if first.cp > _MAX_BARS:
+        raise FulcrumError("invalid_argument", f"a comparison of {first.cp} ranks is too many "
+                           f"bars to draw (at most {_MAX_BARS}); use a smaller --cp")
     cp = first.cp
     ideal_pairs = first.rank_pairs.sum() / cp
     ideal_tiles = work_model.unsharded_tiles(first.tokens, _docs(first), first.block_size,
@@ -70,6 +90,9 @@ def plan_compare_figure(plans, title=None):
 def tile_map_figure(plan):
     """One panel per rank: the tiles (local query block, key block) its queries
     touch, as a tile-skipping kernel computes them."""
+    if plan.cp > _MAX_TILE_MAP_RANKS:
+        raise FulcrumError("invalid_argument", f"a tile map of {plan.cp} ranks is too many panels "
+                           f"to draw (at most {_MAX_TILE_MAP_RANKS}); use a smaller --cp")
     cells = plan.cp * -(-plan.shard_len // plan.block_size) * -(-plan.tokens // plan.block_size)
     if cells > _MAX_TILE_MAP_CELLS:
         raise FulcrumError("invalid_argument",
@@ -109,24 +132,110 @@ def _workload_title(plan):
 
 # -- runs ---------------------------------------------------------------------
 
+# A metrics file is one JSON record per line; a run of a million steps is far
+# under this. Lines nest two deep; the bound is the C++ JSONL reader's.
+_MAX_METRICS_BYTES = 1 << 30
+_MAX_METRICS_DEPTH = 64
+# Ranks a metrics file may name, as the C++ side's largest group.
+_MAX_RANKS = 1 << 20
+_METRICS_FIX = "give the file fulcrum train --metrics wrote"
+
+
 def read_metrics(path):
-    """(step records, micro-batch records) of a ``fulcrum train --metrics`` file."""
+    """(step records, micro-batch records) of a ``fulcrum train --metrics``
+    file, read with the C++ readers' rules (a regular file, at most 1 GiB,
+    lines nested at most 64 deep) and every field the pictures use checked,
+    so that a damaged file is refused naming its line instead of failing
+    inside matplotlib."""
+    rules = _input_file.InputRules(f"metrics file {_input_file.shown(path)}", _METRICS_FIX,
+                                   _MAX_METRICS_BYTES)
+    text = _input_file.read_input_file(path, rules)
     steps, micro = [], []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise FulcrumError("invalid_argument",
-                                   f"{path}:{number}: not a JSON line ({error.msg}); give the "
-                                   "file fulcrum train --metrics wrote") from None
-            (micro if "microbatch" in record else steps).append(record)
+    for number, line in enumerate(text.split(b"\n"), 1):
+        if not line.strip():
+            continue
+        where = f"{rules.what} line {number}"
+        within, at = _input_file.json_nesting_within(line, _MAX_METRICS_DEPTH)
+        if not within:
+            raise FulcrumError("invalid_argument", f"{where} nests lists or objects more than "
+                               f"{_MAX_METRICS_DEPTH} deep at byte {at}; {_METRICS_FIX}")
+        try:
+            record = json.loads(line.decode("utf-8"), parse_constant=_no_constant)
+        except UnicodeDecodeError as error:
+            raise FulcrumError("invalid_argument", f"{where} is not UTF-8 text (byte "
+                               f"{error.start}); {_METRICS_FIX}") from None
+        except (ValueError, RecursionError) as error:
+            reason = error.msg if isinstance(error, json.JSONDecodeError) else str(error)
+            raise FulcrumError("invalid_argument", f"{where}: not a JSON line ({reason}); "
+                               f"{_METRICS_FIX}") from None
+        if not isinstance(record, dict):
+            raise FulcrumError("invalid_argument", f"{where} holds a JSON "
+                               f"{type(record).__name__}, not a record; {_METRICS_FIX}")
+        if "microbatch" in record:
+            micro.append(_micro_record(record, where))
+        else:
+            steps.append(_step_record(record, where))
     if not steps:
-        raise FulcrumError("invalid_argument", f"{path} has no step records (lines with "
-                           "'loss'); give the file fulcrum train --metrics wrote")
+        raise FulcrumError("invalid_argument", f"{rules.what} has no step records (lines with "
+                           f"'loss'); {_METRICS_FIX}")
     return steps, micro
+
+
+class _NotJson(ValueError):
+    pass
+
+
+def _no_constant(name):
+    """NaN and Infinity are Python's extension of JSON, not JSON."""
+    raise _NotJson(f"{name} is not a JSON number")
+
+
+def _field(record, key, where, check, expected):
+    if key not in record:
+        raise FulcrumError("invalid_argument", f"{where} has no {key!r}; {_METRICS_FIX}")
+    value = record[key]
+    if not check(value):
+        raise FulcrumError("invalid_argument", f"{where}: {key} is "
+                           f"{_input_file.shown(value, 60)}, not {expected}; {_METRICS_FIX}")
+    return value
+
+
+def _is_int(value, low=0, high=2**63 - 1):
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+def _is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_numbers(value, nullable=False):
+    return (isinstance(value, list) and len(value) <= _MAX_RANKS
+            and all(_is_number(v) or (nullable and v is None) for v in value))
+
+
+def _step_record(record, where):
+    _field(record, "step", where, _is_int, "a step number")
+    _field(record, "loss", where, _is_number, "a number")
+    _field(record, "dp_imbalance", where, _is_number, "a number")
+    _field(record, "dp_round_robin_imbalance", where, _is_number, "a number")
+    _field(record, "dp_strategy", where, lambda v: isinstance(v, str), "a strategy name")
+    return record
+
+
+def _micro_record(record, where):
+    _field(record, "step", where, _is_int, "a step number")
+    _field(record, "dp_rank", where, lambda v: _is_int(v, 0, _MAX_RANKS - 1),
+           f"a rank in [0, {_MAX_RANKS})")
+    _field(record, "cp_strategy", where, lambda v: isinstance(v, str), "a strategy name")
+    for key in ("pairs", "tiles"):
+        _field(record, key, where, _is_numbers, "a list of numbers, one per CP rank")
+    _field(record, "attention_ms", where, lambda v: _is_numbers(v, nullable=True),
+           "a list of numbers (or null), one per CP rank")
+    baseline = _field(record, "contiguous_imbalance", where, lambda v: isinstance(v, dict),
+                      "a record of pairs and tiles")
+    for key in ("pairs", "tiles"):
+        _field(baseline, key, f"{where} contiguous_imbalance", _is_number, "a number")
+    return record
 
 
 def cp_imbalance_by_step(micro):
@@ -162,6 +271,9 @@ def attention_ms_by_rank(micro):
     """Measured attention time summed over the run, per (dp_rank, cp_rank)."""
     dp = 1 + max((m["dp_rank"] for m in micro), default=0)
     cp = max((len(m["attention_ms"]) for m in micro), default=0)
+    if dp * cp > _MAX_BARS:
+        raise FulcrumError("invalid_argument", f"the metrics name {dp} DP x {cp} CP ranks, more "
+                           f"than the {_MAX_BARS} a picture can show; {_METRICS_FIX}")
     total = np.zeros((dp, cp))
     for m in micro:
         for c, ms in enumerate(m["attention_ms"]):
@@ -222,8 +334,22 @@ def save(fig, prefix, formats=FORMATS, dpi=110):
     directory = os.path.dirname(prefix)
     if directory:
         os.makedirs(directory, exist_ok=True)
+    width, height = (fig.get_size_inches() * dpi).round().astype(int)
+    if "png" in formats and width * height > _MAX_PIXELS:
+        plt.close(fig)
+        raise FulcrumError("invalid_argument", f"the picture would be {width} x {height} pixels, "
+                           f"more than {_MAX_PIXELS}; give a smaller --dpi")
     for fmt in formats:
         path = f"{prefix}.{fmt}"
+        # A FIFO would block the write forever, a device would swallow it.
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:
+            mode = None
+        if mode is not None and not stat.S_ISREG(mode):
+            raise FulcrumError("invalid_argument", f"--out {_input_file.shown(path)} "
+                               f"{_input_file.kind_of(mode)}; give a prefix whose .{fmt} is a "
+                               "new or regular file")
         fig.savefig(path, dpi=dpi if fmt == "png" else None,
                     metadata={"Date": None} if fmt == "svg" else {"Software": None})
         paths.append(path)
@@ -244,21 +370,142 @@ def random_docs(tokens, seed):
     return docs
 
 
+# The C++ CLI's rules for lengths (runtime/cli/cli_common.cpp), in its words.
+_LENGTH_LIST_HINT = "give comma-separated positive integers, e.g. 4096,812,77"
+_LENGTH_FILE_HINT = "give a file holding a JSON list of positive integers, e.g. [4096, 812, 77]"
+_MAX_LENGTH_FILE_BYTES = 256 << 20
+_MAX_LENGTH_FILE_DEPTH = 64
+_MAX_TOKENS = 1 << 31
+_MAX_CP = 1 << 20
+_MAX_DPI = 1200
+
+
+def _quote(text):
+    return "'" + "".join(" " if ord(c) < 0x20 or ord(c) == 0x7F else c
+                         for c in text[:60] + ("..." if len(text) > 60 else "")) + "'"
+
+
+def parse_length_list(text, option="--doc-lengths"):
+    """``a,b,c`` as positive integers, as the CLI's --doc-lengths."""
+    if not text.strip(" \t"):
+        raise FulcrumError("invalid_argument", f"{option} is empty; {_LENGTH_LIST_HINT}")
+    lengths = []
+    for index, item in enumerate(text.split(","), 1):
+        item = item.strip(" \t")
+        if not (item.isascii() and item.lstrip("-").isdigit() and item.count("-") <= 1
+                and not item.startswith("+")) or int(item) < 1 or int(item) > 2**63 - 1:
+            raise FulcrumError("invalid_argument", f"{option}: item {index} is "
+                               f"{_quote(item) if item else 'empty'}, not a positive integer; "
+                               f"{_LENGTH_LIST_HINT}")
+        lengths.append(int(item))
+    return _total_tokens(lengths, option)
+
+
+def read_length_file(path, option="--doc-lengths-file"):
+    """A JSON list of positive integers, read as the CLI's --doc-lengths-file."""
+    what = f"{option} {_input_file.shown(path)}"
+    rules = _input_file.InputRules(what, _LENGTH_FILE_HINT, _MAX_LENGTH_FILE_BYTES)
+    raw = _input_file.read_input_file(path, rules)
+    within, at = _input_file.json_nesting_within(raw, _MAX_LENGTH_FILE_DEPTH)
+    if not within:
+        raise FulcrumError("invalid_argument", f"{what} nests lists or objects more than "
+                           f"{_MAX_LENGTH_FILE_DEPTH} deep at byte {at}; {_LENGTH_FILE_HINT}")
+    text = raw.decode("utf-8", "surrogateescape")
+    try:
+        value = json.loads(text, parse_constant=_no_constant)
+    except json.JSONDecodeError as error:
+        byte = len(text[:error.pos].encode("utf-8", "surrogateescape"))
+        raise FulcrumError("invalid_argument", f"{what} is not valid JSON at byte {byte} "
+                           f"({error.msg}); {_LENGTH_FILE_HINT}") from None
+    except _NotJson as error:
+        raise FulcrumError("invalid_argument", f"{what} is not valid JSON ({error}); "
+                           f"{_LENGTH_FILE_HINT}") from None
+    except (ValueError, RecursionError):
+        raise FulcrumError("invalid_argument", f"{what} holds a number out of range; "
+                           f"{_LENGTH_FILE_HINT}") from None
+    if not isinstance(value, list):
+        kind = {dict: "object", str: "string", bool: "boolean", type(None): "null"}.get(
+            type(value), "number")
+        raise FulcrumError("invalid_argument", f"{what} holds a JSON {kind}, not a list; "
+                           f"{_LENGTH_FILE_HINT}")
+    if not value:
+        raise FulcrumError("invalid_argument", f"{what} holds an empty list; {_LENGTH_FILE_HINT}")
+    for index, item in enumerate(value, 1):
+        if not _is_int(item, 1):
+            raise FulcrumError("invalid_argument", f"{what}: item {index} is "
+                               f"{_quote(json.dumps(item, separators=(',', ':')))}, not a "
+                               f"positive integer; {_LENGTH_FILE_HINT}")
+    return _total_tokens(value, option)
+
+
+def _total_tokens(lengths, option):
+    if sum(lengths) > _MAX_TOKENS:
+        raise FulcrumError("invalid_argument", f"{option} adds up to more than {_MAX_TOKENS} "
+                           "tokens, the longest row fulcrum plans; give a shorter row")
+    return lengths
+
+
 def _row(args):
-    if args.doc_lengths_file:
-        with open(args.doc_lengths_file, encoding="utf-8") as f:
-            return json.load(f)
-    if args.doc_lengths:
-        return [int(x) for x in args.doc_lengths.split(",")]
-    if args.random_docs is not None:
+    given = [flag for flag, value in (("--seq-len", args.seq_len),
+                                      ("--doc-lengths", args.doc_lengths),
+                                      ("--doc-lengths-file", args.doc_lengths_file))
+             if value is not None]
+    if len(given) != 1:
+        raise FulcrumError("invalid_argument", ("no row given" if not given else
+                                                "more than one row given") +
+                           "; give exactly one of --seq-len N (with --random-docs SEED), "
+                           "--doc-lengths a,b,c or --doc-lengths-file F.json")
+    if args.random_docs is not None and args.seq_len is None:
+        raise FulcrumError("invalid_argument", "--random-docs needs --seq-len N, the row length "
+                           "to fill with documents; e.g. --seq-len 65536 --random-docs 1")
+    if args.seq_len is not None:
+        if not 1 <= args.seq_len <= _MAX_TOKENS:
+            raise FulcrumError("invalid_argument", f"--seq-len must be an integer from 1 to "
+                               f"{_MAX_TOKENS}, got '{args.seq_len}'; give the row length in "
+                               "tokens, e.g. --seq-len 131072")
+        if args.random_docs is None:
+            return None
+        if not 0 <= args.random_docs < 2**64:
+            raise FulcrumError("invalid_argument", f"--random-docs must be an integer from 0 to "
+                               f"{2**64 - 1}, got '{args.random_docs}'; give a seed, e.g. "
+                               "--random-docs 1")
         return random_docs(args.seq_len, args.random_docs)
-    return None
+    if args.doc_lengths is not None:
+        return parse_length_list(args.doc_lengths)
+    return read_length_file(args.doc_lengths_file)
+
+
+def _check_options(args):
+    if args.command == "plan" and not 1 <= args.cp <= _MAX_CP:
+        raise FulcrumError("invalid_argument", f"--cp must be an integer from 1 to {_MAX_CP}, "
+                           f"got '{args.cp}'; give the number of CP ranks, e.g. --cp 8")
+    if args.command == "plan" and not 1 <= args.block_size <= _MAX_TOKENS:
+        raise FulcrumError("invalid_argument", f"--block-size must be an integer from 1 to "
+                           f"{_MAX_TOKENS}, got '{args.block_size}'; give the tile edge, e.g. 128")
+    if not 1 <= args.dpi <= _MAX_DPI:
+        raise FulcrumError("invalid_argument", f"--dpi must be an integer from 1 to {_MAX_DPI}, "
+                           f"got '{args.dpi}'; give the PNG resolution, e.g. --dpi 110")
+    if args.command == "plan":
+        work_model.Mask.parse(args.mask)
+    if not args.out:
+        raise FulcrumError("invalid_argument", "--out is empty; give an output prefix, e.g. "
+                           "--out plans/compare")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's usage errors as one line and exit 2, like every other refusal."""
+
+    def error(self, message):
+        print(f"fulcrum.plot: {' '.join(message.split())}; see python3 -m fulcrum.plot "
+              f"{'' if self.prog.endswith('plot') else self.prog.split()[-1] + ' '}--help",
+              file=sys.stderr)
+        sys.exit(2)
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python3 -m fulcrum.plot", description=__doc__.split(
+    parser = _Parser(prog="python3 -m fulcrum.plot", description=__doc__.split(
         "\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     plan = sub.add_parser("plan", help="per-rank work of every strategy, or one plan's tile map")
     plan.add_argument("--plugin", default="fulcrum_balancer", help="plugin name or path")
     plan.add_argument("--cp", type=int, required=True)
@@ -285,13 +532,11 @@ def main(argv=None):
         if bad:
             raise FulcrumError("invalid_argument",
                                f"--formats {args.formats!r}: use png, svg or png,svg")
+        _check_options(args)
         if args.command == "run":
             fig = run_figure(args.metrics)
         else:
             docs = _row(args)
-            if docs is None and args.seq_len is None:
-                raise FulcrumError("invalid_argument", "no row given; give --seq-len N (with "
-                                   "--random-docs SEED), --doc-lengths or --doc-lengths-file")
             with load(args.plugin) as balancer:
                 def plan_one(name):
                     return balancer.plan_cp(name, cp=args.cp, tokens=args.seq_len if docs is None
@@ -302,10 +547,17 @@ def main(argv=None):
                 else:
                     fig = plan_compare_figure([plan_one(s) for s in balancer.cp_strategies])
         for path in save(fig, args.out, formats, args.dpi):
-            print(path)
-    except (FulcrumError, OSError, ValueError, KeyError) as error:
-        what = error if isinstance(error, FulcrumError) else f"{type(error).__name__}: {error}"
-        print(f"fulcrum.plot: {what}", file=sys.stderr)
+            # The bytes of the name, also where they are not UTF-8.
+            sys.stdout.buffer.write(os.fsencode(path) + b"\n")
+        sys.stdout.flush()
+    except FulcrumError as error:
+        print(f"fulcrum.plot: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:
+        # Writing the pictures: a directory that cannot be made or written.
+        where = _input_file.shown(error.filename) if error.filename is not None else args.out
+        print(f"fulcrum.plot: cannot write --out {where}: {error.strerror or error}; give a "
+              "prefix in a directory you can write", file=sys.stderr)
         return 2
     return 0
 

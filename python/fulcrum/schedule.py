@@ -11,22 +11,56 @@ plan a permutation of its row plus padding. Predicted step times come from
 the C++ cost model: `fulcrum schedule --format json` prints them.
 """
 
+import errno
 import math
+import os
+import re
+import stat
 from dataclasses import dataclass, fields
 from typing import List, Optional
 
 import numpy as np
 
+from . import _input_file
+from ._input_file import shown
 from .errors import FulcrumError
 
-# Largest profile file read, as the C++ loader.
-_MAX_PROFILE_BYTES = 1 << 20
+# The C++ loader's bounds (include/fulcrum/host/cost_profile_file.h and
+# validate_cost_profile in core/cost_profile.cpp), in its words.
+_MAX_PROFILE_BYTES = 64 * 1024
+_HOUR = 3600.0
+_MAX_KV_BYTES = float(1 << 30)
+_MAX_BANDWIDTH = 1e15
+_MAX_RANKS_PER_NODE = 1 << 20
+# (least, exclusive, most) per coefficient.
+_BOUNDS = {
+    "tile_seconds": (0.0, False, _HOUR),
+    "token_seconds": (0.0, False, _HOUR),
+    "slot_seconds": (0.0, False, _HOUR),
+    "kv_bytes_per_token": (0.0, True, _MAX_KV_BYTES),
+    "intra_node_bytes_per_second": (1.0, False, _MAX_BANDWIDTH),
+    "inter_node_bytes_per_second": (1.0, False, _MAX_BANDWIDTH),
+    "latency_seconds": (0.0, False, _HOUR),
+}
+_FIX = "fix it in the profile (docs/HYBRID.md lists every field)"
+# A YAML number as yaml-cpp reads one, and its special values.
+_NUMBER = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+_INTEGER = re.compile(r"[-+]?[0-9]+")
+_SPECIAL = {".inf": math.inf, ".Inf": math.inf, ".INF": math.inf, "+.inf": math.inf,
+            "-.inf": -math.inf, "-.Inf": -math.inf, "-.INF": -math.inf,
+            ".nan": math.nan, ".NaN": math.nan, ".NAN": math.nan}
+
+
+def _number_text(value):
+    """%.6g, as the C++ messages print numbers."""
+    return "%.6g" % value
 
 
 @dataclass(frozen=True)
 class CostProfile:
     """Coefficients of the step-time cost model (CostProfile in
-    include/fulcrum/schedule_types.h); times in seconds, sizes in bytes."""
+    include/fulcrum/schedule_types.h); times in seconds, sizes in bytes.
+    Every coefficient is checked as validate_cost_profile checks it."""
 
     name: str
     tile_seconds: float
@@ -39,39 +73,60 @@ class CostProfile:
     ranks_per_node: int
 
     def __post_init__(self):
-        where = f"cost profile {self.name!r}"
-        if not isinstance(self.name, str) or not self.name:
-            raise FulcrumError("invalid_argument", "cost profile name must be a non-empty string")
-        for f in fields(self):
-            if f.name == "name":
+        try:
+            encoded = self.name.encode("utf-8") if isinstance(self.name, str) else None
+        except UnicodeEncodeError:
+            encoded = None
+        if not encoded or b"\0" in encoded or len(encoded) > 4096:
+            raise FulcrumError("invalid_argument", f"cost profile name is {shown(self.name, 60)};"
+                               " the name must be a non-empty string of UTF-8 text without NUL "
+                               "bytes, at most 4096 bytes")
+        where = f"cost profile {shown(self.name, 80)}"
+        for key, (least, exclusive, most) in _BOUNDS.items():
+            value = getattr(self, key)
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer,
+                                                                             np.floating)):
+                raise FulcrumError("invalid_argument", f"{where}: {key} is {shown(value, 60)}, "
+                                   f"not a number; {_FIX}")
+            try:
+                value = float(value)
+            except OverflowError:
+                value = math.inf
+            object.__setattr__(self, key, value)
+            if not math.isfinite(value):
+                rule = "is not finite"
+            elif exclusive and not value > least:
+                rule = "must be > 0"
+            elif not exclusive and value < least:
+                rule = "must be >= 0" if least == 0 else "must be >= 1"
+            elif value > most:
+                rule = f"must be <= {_number_text(most)}"
+            else:
                 continue
-            value = getattr(self, f.name)
-            if f.name == "ranks_per_node":
-                if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
-                        or not 1 <= value <= 2**31 - 1:
-                    raise FulcrumError("invalid_argument", f"{where}: ranks_per_node is {value!r}; "
-                                       "it must be an integer >= 1")
-                continue
-            if isinstance(value, bool) or not isinstance(value, (int, float, np.number)) \
-                    or not math.isfinite(value):
-                raise FulcrumError("invalid_argument", f"{where}: {f.name} is {value!r}; it must "
-                                   "be a finite number")
-            positive = f.name in ("kv_bytes_per_token", "intra_node_bytes_per_second",
-                                  "inter_node_bytes_per_second")
-            if (positive and not value > 0) or value < 0:
-                raise FulcrumError("invalid_argument", f"{where}: {f.name} is {value!r}; it must "
-                                   f"be {'> 0' if positive else '>= 0'}")
+            raise FulcrumError("invalid_argument", f"{where}: {key} = {_number_text(value)} "
+                               f"{rule}; {_FIX}")
+        value = self.ranks_per_node
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            raise FulcrumError("invalid_argument", f"{where}: ranks_per_node is "
+                               f"{shown(value, 60)}, not an integer; {_FIX}")
+        if not 1 <= value <= _MAX_RANKS_PER_NODE:
+            raise FulcrumError("invalid_argument", f"{where}: ranks_per_node = "
+                               f"{_number_text(value)} must be in [1, "
+                               f"{_number_text(_MAX_RANKS_PER_NODE)}]; {_FIX}")
+        object.__setattr__(self, "ranks_per_node", int(value))
 
     @classmethod
     def from_mapping(cls, mapping, source="mapping"):
         """A profile from a dict with exactly CostProfile's field names."""
         if not isinstance(mapping, dict):
-            raise FulcrumError("invalid_argument", f"cost profile {source} is not a mapping of "
-                               f"{', '.join(_PROFILE_FIELDS)}")
-        unknown = sorted(set(map(str, mapping)) - set(_PROFILE_FIELDS))
+            raise FulcrumError("invalid_argument", f"cost profile {source} must be one mapping "
+                               f"of CostProfile's fields ({', '.join(_PROFILE_FIELDS)}); it "
+                               "holds something else")
+        unknown = sorted(shown(k, 60) for k in mapping if k not in _PROFILE_FIELDS)
         if unknown:
-            raise FulcrumError("invalid_argument", f"cost profile {source} has unknown key "
-                               f"{unknown[0]!r}; its keys are {', '.join(_PROFILE_FIELDS)}")
+            raise FulcrumError("invalid_argument", f"cost profile {source}: unknown key "
+                               f"{unknown[0]}; known keys at the top level: "
+                               f"{', '.join(_PROFILE_FIELDS)}")
         missing = [name for name in _PROFILE_FIELDS if name not in mapping]
         if missing:
             raise FulcrumError("invalid_argument", f"cost profile {source} does not set "
@@ -80,53 +135,128 @@ class CostProfile:
         return cls(**{name: mapping[name] for name in _PROFILE_FIELDS})
 
     @classmethod
+    def bundled(cls, name):
+        """One of the profiles bundled with the C++ side (h100_7b, cpu_gloo)."""
+        if not isinstance(name, str) or name not in _BUNDLED:
+            raise FulcrumError("not_found", f"cost profile {shown(name, 80)} is not bundled; use "
+                               f"one of {', '.join(_BUNDLED)} or a profile YAML file "
+                               "(docs/HYBRID.md)")
+        return cls.from_mapping(_BUNDLED[name])
+
+    @classmethod
+    def resolve(cls, name_or_path):
+        """A bundled profile's name, else a profile file's path, as the CLI's
+        --profile (resolve_cost_profile): a bare word (no '/' or '.') that
+        names no file was meant as a bundled name."""
+        if isinstance(name_or_path, str) and name_or_path in _BUNDLED:
+            return cls.bundled(name_or_path)
+        raw = _input_file.as_path(name_or_path, "cost profile")
+        if b"/" not in raw and b"." not in raw and not os.path.lexists(raw):
+            raise FulcrumError("not_found", f"unknown cost profile {shown(name_or_path, 80)}; the "
+                               f"bundled ones are {', '.join(_BUNDLED)}, or give the path of a "
+                               "YAML profile file")
+        return cls.load(name_or_path)
+
+    @classmethod
     def load(cls, path):
         """A profile YAML file, as `fulcrum calibrate` writes and
-        `fulcrum schedule --profile FILE` reads (docs/HYBRID.md)."""
-        import os
-        import stat
+        `fulcrum schedule --profile FILE` reads (docs/HYBRID.md), with the C++
+        loader's rules: a regular file of at most 64 KiB, no NUL byte, one
+        mapping, every field once and nothing else, numbers as yaml-cpp reads
+        them, each in range."""
         try:
             import yaml
         except ImportError:
             raise FulcrumError("not_found", "reading a profile file needs PyYAML (Debian: "
                                "python3-yaml); or pass the profile as a dict") from None
+        raw = _input_file.as_path(path, "cost profile file")
+        file = shown(path)
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+            fd = os.open(raw, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
         except OSError as error:
-            raise FulcrumError("not_found", f"cannot open cost profile {path}: "
-                               f"{error.strerror}; check the path") from None
+            if error.errno in (errno.ENOENT, errno.ENOTDIR):
+                raise FulcrumError("not_found", f"cost profile file {file} not found; check the "
+                                   f"path, or name a bundled profile ({', '.join(_BUNDLED)})") \
+                    from None
+            try:
+                regular = stat.S_ISREG(os.stat(raw).st_mode)
+            except OSError:
+                regular = True
+            if not regular:
+                raise FulcrumError("invalid_argument", f"cost profile file {file} is not a "
+                                   "regular file (a directory, device or pipe); give the path "
+                                   "of a YAML file") from None
+            raise FulcrumError("invalid_argument", f"cost profile file {file} cannot be read: "
+                               f"{error.strerror}; check its path and permissions") from None
         try:
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode):
-                raise FulcrumError("invalid_argument", f"cost profile {path} is not a regular "
-                                   "file; give the path of a profile YAML file")
+                raise FulcrumError("invalid_argument", f"cost profile file {file} is not a "
+                                   "regular file (a directory, device or pipe); give the path "
+                                   "of a YAML file")
+            if _input_file.file_system_type(fd) in _input_file.GENERATED_FILE_SYSTEMS:
+                raise FulcrumError("invalid_argument", f"cost profile file {file} is a /proc or "
+                                   "/sys file, not a file of data; give the path of a YAML file")
             if info.st_size > _MAX_PROFILE_BYTES:
-                raise FulcrumError("invalid_argument", f"cost profile {path} has "
-                                   f"{info.st_size} bytes, over the {_MAX_PROFILE_BYTES} a "
-                                   "profile may have; is it the right file?")
+                raise FulcrumError("invalid_argument", f"cost profile file {file} is "
+                                   f"{info.st_size} bytes, more than the {_MAX_PROFILE_BYTES} a "
+                                   "profile of nine fields could need; check the path")
+            os.set_blocking(fd, True)
             with os.fdopen(os.dup(fd), "rb") as handle:
                 text = handle.read(_MAX_PROFILE_BYTES + 1)
+        except OSError as error:
+            raise FulcrumError("invalid_argument", f"cost profile file {file} could not be read "
+                               f"({error.strerror}); check its permissions") from None
         finally:
             os.close(fd)
+        if len(text) > _MAX_PROFILE_BYTES:
+            raise FulcrumError("invalid_argument", f"cost profile file {file} grew past "
+                               f"{_MAX_PROFILE_BYTES} bytes while being read; check the path")
         if b"\0" in text:
-            raise FulcrumError("invalid_argument", f"cost profile {path} holds a NUL byte; it "
-                               "is not a YAML text file")
+            raise FulcrumError("invalid_argument", f"cost profile file {file} holds a NUL byte, "
+                               "so it is not YAML text; check the path")
+        return cls._from_yaml(yaml, text, file)
+
+    @classmethod
+    def _from_yaml(cls, yaml, text, file):
         try:
-            documents = list(yaml.safe_load_all(text))
+            documents = list(yaml.load_all(text, Loader=_strict_loader()))
         except yaml.YAMLError as error:
-            line = str(error).splitlines()[0] if str(error) else "malformed YAML"
-            raise FulcrumError("invalid_argument", f"cost profile {path}: {line}") from None
+            mark = getattr(error, "problem_mark", None)
+            place = f"{file}:{mark.line + 1}:{mark.column + 1}" if mark else file
+            problem = getattr(error, "problem", None) or "malformed YAML"
+            raise FulcrumError("invalid_argument", f"cost profile {place}: {problem}; fix the "
+                               "YAML syntax there") from None
+        except RecursionError:
+            raise FulcrumError("invalid_argument", f"cost profile {file} nests too deep for a "
+                               "profile; write one flat mapping") from None
+        documents = [d for d in documents if d not in (None, "")]
+        if not documents:
+            raise FulcrumError("invalid_argument", f"cost profile {file} is empty; write one "
+                               f"mapping setting {', '.join(_PROFILE_FIELDS)}")
         if len(documents) != 1:
-            raise FulcrumError("invalid_argument", f"cost profile {path} holds "
+            raise FulcrumError("invalid_argument", f"cost profile {file} holds "
                                f"{len(documents)} YAML documents; write exactly one mapping")
         mapping = documents[0]
-        if isinstance(mapping, dict):
-            # PyYAML follows YAML 1.1, where 3.3e9 (no dot or exponent sign)
-            # is a string; yaml-cpp, which reads profiles for the C++ side,
-            # takes it as a number. Read such scalars as numbers here too.
-            mapping = {key: _yaml_number(value) if key != "name" else value
-                       for key, value in mapping.items()}
-        return cls.from_mapping(mapping, source=str(path))
+        if not isinstance(mapping, dict) or any(isinstance(v, (dict, list))
+                                                for v in mapping.values()):
+            raise FulcrumError("invalid_argument", f"cost profile {file} must be one YAML "
+                               f"mapping of CostProfile's fields ({', '.join(_PROFILE_FIELDS)}); "
+                               "it holds something else")
+        if mapping.get("name", "x") == "":
+            raise FulcrumError("invalid_argument", f"cost profile {file}: name is empty; give "
+                               "the profile a name")
+        values = {}
+        for key, value in mapping.items():
+            if key == "name" or key not in _PROFILE_FIELDS:
+                values[key] = value
+            elif key == "ranks_per_node":
+                values[key] = int(value) if _INTEGER.fullmatch(value) else value
+            elif value in _SPECIAL:
+                values[key] = _SPECIAL[value]
+            else:
+                values[key] = float(value) if _NUMBER.fullmatch(value) else value
+        return cls.from_mapping(values, source=file)
 
     def to_mapping(self):
         return {name: getattr(self, name) for name in _PROFILE_FIELDS}
@@ -135,15 +265,46 @@ class CostProfile:
 _PROFILE_FIELDS = tuple(f.name for f in fields(CostProfile))
 
 
-def _yaml_number(value):
-    if not isinstance(value, str):
-        return value
-    try:
-        number = float(value)
-    except ValueError:
-        return value
-    return int(number) if number.is_integer() and "." not in value and "e" not in value.lower() \
-        else number
+def _strict_loader():
+    """A YAML loader that keeps every scalar as its text (numbers are read
+    afterwards as yaml-cpp reads them) and refuses a key set twice, as the
+    C++ config loader does."""
+    import yaml
+
+    class StrictLoader(yaml.BaseLoader):
+        def construct_mapping(self, node, deep=False):
+            seen = set()
+            for key_node, _ in node.value:
+                key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key '{key}'", key_node.start_mark)
+                seen.add(key)
+            return super().construct_mapping(node, deep)
+
+    return StrictLoader
+
+
+# The bundled profiles, as core/cost_profile.cpp defines them (docs/HYBRID.md
+# derives each); python/tests/test_schedule.py holds them to the CLI's.
+_BUNDLED = {
+    "h100_7b": {
+        "name": "h100_7b", "tile_seconds": 7.5e-5, "token_seconds": 9.7e-5,
+        "slot_seconds": 2.0e-3, "kv_bytes_per_token": 131072.0,
+        "intra_node_bytes_per_second": 3.6e11, "inter_node_bytes_per_second": 4.0e10,
+        "latency_seconds": 1.0e-3, "ranks_per_node": 8,
+    },
+    "cpu_gloo": {
+        "name": "cpu_gloo", "tile_seconds": 2.027e-4, "token_seconds": 0.0,
+        "slot_seconds": 6.6e-3, "kv_bytes_per_token": 512.0,
+        "intra_node_bytes_per_second": 3.3e9, "inter_node_bytes_per_second": 3.3e9,
+        "latency_seconds": 9.0e-4, "ranks_per_node": 8,
+    },
+}
+
+
+def bundled_profile_names():
+    return list(_BUNDLED)
 
 
 @dataclass(frozen=True, eq=False)
@@ -206,6 +367,10 @@ class Schedule:
 
     def rank_slots(self, rank):
         """The slots rank ``rank`` runs, in the order it runs them (by wave)."""
+        if isinstance(rank, (bool, np.bool_)) or not isinstance(rank, (int, np.integer)) \
+                or not 0 <= rank < self.world:
+            raise FulcrumError("invalid_argument", f"rank is {shown(rank, 60)}; give a rank in "
+                               f"[0, {self.world})")
         return sorted((s for s in self.slots if rank in s.group), key=lambda s: s.wave)
 
     def to_json(self, positions=False):

@@ -27,6 +27,8 @@ from typing import Optional
 import numpy as np
 import torch
 
+from ._input_file import shown
+from .balancer import CpPlan
 from .block_mask import RankBlockMask, rank_block_mask
 from .dp import split_samples
 from .errors import FulcrumError
@@ -149,6 +151,10 @@ def _as_plans(plans):
         plans = [plans]
     if not plans:
         raise FulcrumError("invalid_argument", "no plans given; give at least one CpPlan")
+    for p in plans:
+        if not isinstance(p, CpPlan):
+            raise FulcrumError("invalid_argument", f"plans holds {shown(p, 60)}, not a CpPlan; "
+                               "give the plans Balancer.plan_cp returned")
     if len({(p.cp, p.tokens) for p in plans}) != 1:
         shapes = ", ".join(f"cp {p.cp} over {p.tokens} tokens" for p in plans)
         raise FulcrumError("invalid_argument",
@@ -177,7 +183,20 @@ def pad_sequence(tensor, length, seq_dim=1, value=0):
     """Extends ``tensor`` along ``seq_dim`` to ``length`` (an index's last
     dimension, e.g. ``FulcrumLoadBalancer.padded_length``) with ``value``;
     loss-mask the added tokens."""
-    extra = length - tensor.shape[seq_dim]
+    if not isinstance(tensor, torch.Tensor):
+        raise FulcrumError("invalid_argument", f"tensor is {shown(tensor, 60)}; give a "
+                           "torch.Tensor")
+    for value_, what in ((length, "length"), (seq_dim, "seq_dim")):
+        if isinstance(value_, (bool, np.bool_)) or not isinstance(value_, (int, np.integer)):
+            raise FulcrumError("invalid_argument", f"{what} is {shown(value_, 60)}; give an "
+                               "integer")
+    if not -tensor.dim() <= seq_dim < tensor.dim():
+        raise FulcrumError("invalid_argument", f"seq_dim is {seq_dim}, but the tensor has "
+                           f"{tensor.dim()} dimensions; give the sequence dimension")
+    if length > 1 << 40:
+        raise FulcrumError("invalid_argument", f"length is {length}, more than any sequence "
+                           "buffer; give the index's last dimension (padded_length)")
+    extra = int(length) - tensor.shape[seq_dim]
     if extra < 0:
         raise FulcrumError("invalid_argument", f"tensor has {tensor.shape[seq_dim]} entries "
                            f"along dim {seq_dim}, more than the length {length} to pad to")
@@ -316,7 +335,13 @@ class FulcrumLoadBalancer(_TorchLoadBalancer):
     def __init__(self, balancer, world_size, seq_length=None, doc_lengths=None, *,
                  strategy="auto", block_size=128, mask="causal", fallback="contiguous",
                  device=None):
-        if doc_lengths is not None and len(doc_lengths) and not np.isscalar(doc_lengths[0]):
+        if isinstance(doc_lengths, torch.Tensor):
+            doc_lengths = doc_lengths.tolist()
+        if doc_lengths is not None and not hasattr(doc_lengths, "__len__"):
+            raise FulcrumError("invalid_argument", f"doc_lengths is {shown(doc_lengths, 60)}; "
+                               "give a list of document lengths, or one list per batch row")
+        if doc_lengths is not None and len(doc_lengths) and not np.isscalar(doc_lengths[0]) \
+                and not (isinstance(doc_lengths, np.ndarray) and doc_lengths.ndim == 1):
             rows = [list(r) for r in doc_lengths]
         else:
             rows = [doc_lengths]

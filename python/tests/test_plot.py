@@ -148,10 +148,10 @@ def test_command_line(plugin_path, tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"step": 1\n')
     for args, words in [
-        (("run", bad, "--out", tmp_path / "x"), "bad.jsonl:1: not a JSON line"),
-        (("run", tmp_path / "none.jsonl", "--out", tmp_path / "x"), "No such file"),
+        (("run", bad, "--out", tmp_path / "x"), "bad.jsonl' line 1: not a JSON line"),
+        (("run", tmp_path / "none.jsonl", "--out", tmp_path / "x"), "does not exist"),
         (("plan", "--plugin", plugin_path, "--cp", 0, "--seq-len", 64, "--out", tmp_path / "x"),
-         "cp_size is 0"),
+         "--cp must be an integer from 1 to 1048576, got '0'"),
         (("plan", "--plugin", plugin_path, "--cp", 2, "--seq-len", 65536, "--block-size", 1,
           "--strategy", "contiguous", "--out", tmp_path / "x"), "too large to draw"),
         (("plan", "--plugin", tmp_path / "libno.so", "--cp", 2, "--seq-len", 64, "--out",

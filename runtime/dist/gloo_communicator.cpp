@@ -591,8 +591,9 @@ Result<std::optional<long>> env_int(const char* name) {
 // Every rank adds itself to a counter in the store and waits until all
 // world_size ranks have, so a missing rank is reported here, by count, with
 // the address, rather than as a socket timeout deep inside Gloo.
+// `local`: the ranks meet in a directory of this host, not at an address.
 void join_store(c10d::Store& store, const GlooOptions& o, const std::string& where,
-                const std::string& who) {
+                const std::string& who, bool local) {
   const std::string key = "fulcrum/joined";
   const auto deadline = Clock::now() + o.rendezvous_timeout;
   std::int64_t joined = 0;
@@ -605,16 +606,16 @@ void join_store(c10d::Store& store, const GlooOptions& o, const std::string& whe
     }
   } catch (const std::exception& e) {
     throw CommError("rendezvous at " + where + " failed for " + who +
-                    ": the store stopped "
-                    "answering (" +
-                    first_line(e) + "); rank 0, which hosts it, may have exited");
+                    ": the store stopped answering (" + first_line(e) + "); " +
+                    (local ? "check that the directory is still there and writable"
+                           : "rank 0, which hosts it, may have exited"));
   }
   if (joined < o.world_size) {
     throw CommError("rendezvous at " + where + " timed out after " +
                     format_timeout(o.rendezvous_timeout) + " for " + who + ": " +
                     std::to_string(joined) + " of " + std::to_string(o.world_size) +
-                    " ranks joined; check that every rank started with the same MASTER_ADDR, "
-                    "MASTER_PORT and WORLD_SIZE");
+                    " ranks joined; check that every rank started with the same " +
+                    (local ? "WORLD_SIZE" : "MASTER_ADDR, MASTER_PORT and WORLD_SIZE"));
   }
 }
 
@@ -688,7 +689,7 @@ ProcessGroups init_gloo_process_groups(const GlooOptions& o) {
   }
   const std::string where = rendezvous_dir.empty()
                                 ? o.master_addr + ":" + std::to_string(o.master_port)
-                                : "the rendezvous directory " + rendezvous_dir;
+                                : "directory " + rendezvous_dir;
   const std::string who = "rank " + std::to_string(o.rank) + " of " + std::to_string(o.world_size);
 
   // Local settings first: a wrong interface is this rank's input error, found
@@ -725,7 +726,7 @@ ProcessGroups init_gloo_process_groups(const GlooOptions& o) {
     }
   }
 
-  join_store(*store, o, where, who);
+  join_store(*store, o, where, who, !rendezvous_dir.empty());
 
   std::shared_ptr<ProgressBoard> board;
   if (o.record_progress) {

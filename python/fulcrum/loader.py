@@ -68,19 +68,52 @@ def resolve_plugin_path(name_or_path, search_dirs=None):
     return canonical
 
 
-def check_permissions(plugin_path):
-    """Refuses a plugin file, or its directory, writable by group or others."""
-    directory = os.path.dirname(plugin_path)
-    for path, what in ((plugin_path, "the file"), (directory, "its directory")):
+def _ancestors(directory):
+    """`directory` and every directory above it, up to /."""
+    out = [directory]
+    while os.path.dirname(out[-1]) != out[-1]:
+        out.append(os.path.dirname(out[-1]))
+    return out
+
+
+def check_permissions(plugin_path, given_path=None):
+    """Refuses a plugin that anyone but root and this user could replace, as
+    the host does (plugin_loader.cpp): the file and every directory from /
+    down to it, and down to each link on the path as given, must be owned by
+    root or this user (an owner may always chmod and write) and writable by
+    the owner alone, but for a sticky directory (like /tmp), whose other
+    users cannot move the entries they do not own."""
+    me = os.geteuid()
+    directories = _ancestors(os.path.dirname(plugin_path))
+    if given_path is not None:
+        prefix = "/"
+        for part in os.path.abspath(given_path).split("/")[1:]:
+            holder = os.path.realpath(prefix)
+            directories.extend(_ancestors(holder))
+            prefix = os.path.join(prefix, part)
+    checks = [(plugin_path, "the file")]
+    home = os.path.dirname(plugin_path)
+    for directory in sorted(set(directories)):
+        checks.append((directory, "its directory" if directory == home
+                       else "the directory on its path"))
+    for path, what in checks:
         try:
-            mode = os.stat(path).st_mode
+            info = os.stat(path)
         except OSError as error:
             raise FulcrumError(
                 "not_found",
                 f"cannot stat {path} while checking plugin {plugin_path}: {error.strerror}") from None
-        if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        if info.st_uid not in (0, me):
             raise FulcrumError(
                 "permission",
-                f"refusing plugin {plugin_path}: {what} {path} has mode {stat.S_IMODE(mode):04o}, "
-                "writable by group or others, who could then run code in every rank; run "
-                f"`chmod go-w {path}`")
+                f"refusing plugin {plugin_path}: {what} {path} is owned by uid {info.st_uid}, "
+                f"neither root nor this user (uid {me}), who could then swap it and run code in "
+                "every rank; install the plugin where only root or you own the file and every "
+                "directory above it")
+        sticky = what != "the file" and info.st_mode & stat.S_ISVTX
+        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not sticky:
+            raise FulcrumError(
+                "permission",
+                f"refusing plugin {plugin_path}: {what} {path} has mode "
+                f"{stat.S_IMODE(info.st_mode):04o}, writable by group or others, who could then "
+                f"run code in every rank; run `chmod go-w {path}`")

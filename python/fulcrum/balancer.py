@@ -52,6 +52,10 @@ _MAX_TEXT_BYTES = 4096
 # A shard holds at most this many entries per row token, plus this many
 # (kMaxShardFactor, as the host's plan check).
 _MAX_SHARD_FACTOR = 64
+# Entries after each DP answer buffer, and what they hold until a plugin
+# writes past the buffer.
+_GUARD = 16
+_GUARD_VALUE = -(2**63) + 0x5AFE
 _LIBC = ctypes.CDLL(None)
 _LIBC.strnlen.restype = ctypes.c_size_t
 _LIBC.strnlen.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
@@ -756,8 +760,12 @@ class Balancer:
         request.equal_count = 1 if equal_count else 0
         request.attention_a = a
         request.strategy = lent.text("strategy", strategy)
-        offsets = np.zeros(k + 1, dtype=np.int64)
-        samples = np.full(n, -1, dtype=np.int64)
+        # The answer's buffers, each followed by a guard, as the host does: a
+        # plugin that writes a little past the sizes it was given is named.
+        offsets = np.concatenate((np.zeros(k + 1, dtype=np.int64),
+                                  np.full(_GUARD, _GUARD_VALUE, dtype=np.int64)))
+        samples = np.concatenate((np.full(n, -1, dtype=np.int64),
+                                  np.full(_GUARD, _GUARD_VALUE, dtype=np.int64)))
         result = _abi.DpResult()
         result.struct_size = ctypes.sizeof(result)
         result.num_ranks = k
@@ -768,6 +776,15 @@ class Balancer:
             status = self._table.partition_dp(instance, ctypes.byref(request),
                                               ctypes.byref(result))
             self._check_lent(lent, "strategy", strategy)
+            for buffer, entries, field_name in ((offsets, k + 1, "rank_offsets"),
+                                                (samples, n, "samples")):
+                past = np.flatnonzero(buffer[entries:] != _GUARD_VALUE)
+                if past.size:
+                    raise FulcrumError("internal", f"plugin {self.name!r} strategy {strategy!r} "
+                                       f"wrote past the end of {field_name} ({entries} entries, "
+                                       f"written at entry {entries + int(past[0])}), memory the "
+                                       f"host did not lend it; fix the plugin ({self.path})")
+            offsets, samples = offsets[:k + 1], samples[:n]
             if status != _abi.OK:
                 raise self._failure(status, strategy)
 

@@ -101,6 +101,10 @@ def test_counts_are_checked_before_any_buffer_is_read(test_plugins):
                 "padding 0")
         refused(lambda: b.partition_dp([5, 4, 3, 2, 1], 3, "round_robin"), "internal",
                 "invalid partition", "rank 3 starts before rank 2")
+        # One rank: it writes sample n + 1 into the buffer of n.
+        refused(lambda: b.partition_dp([5, 4, 3], 1, "round_robin"), "internal",
+                "plugin 'broken_lying_counts' strategy 'round_robin' wrote past the end of "
+                "samples (3 entries, written at entry 3)")
 
 
 # -- text from the plugin --------------------------------------------------------

@@ -33,6 +33,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -776,8 +777,15 @@ class PluginBalancer final : public LoadBalancer {
     }
     const auto k = static_cast<std::size_t>(request.num_ranks);
     const auto n = static_cast<std::int64_t>(request.lengths.size());
+    // The answer goes into the host's buffers, each followed by a guard: a
+    // plugin that writes a little past the sizes the request states is named
+    // (a lot past faults, which no check after the call can prevent).
+    constexpr std::size_t kGuard = 16;
+    constexpr std::int64_t kGuardValue = std::numeric_limits<std::int64_t>::min() + 0x5afe;
     std::vector<std::int64_t> offsets(k + 1, 0);
     std::vector<std::int64_t> samples(static_cast<std::size_t>(n), -1);
+    offsets.resize(offsets.size() + kGuard, kGuardValue);
+    samples.resize(samples.size() + kGuard, kGuardValue);
 
     LentMemory lent;
     fulcrum_dp_request c_request{};
@@ -800,6 +808,20 @@ class PluginBalancer final : public LoadBalancer {
       std::lock_guard<std::mutex> lock(mutex_);
       const fulcrum_status status = table_->partition_dp(instance_.get(), &c_request, &result);
       if (Status s = check_lent(lent, "strategy", name); !s) return s;
+      for (const auto& [buffer, entries, field] :
+           {std::tuple{&offsets, k + 1, "rank_offsets"},
+            std::tuple{&samples, static_cast<std::size_t>(n), "samples"}}) {
+        const auto past =
+            std::find_if(buffer->begin() + static_cast<std::ptrdiff_t>(entries), buffer->end(),
+                         [](std::int64_t v) { return v != kGuardValue; });
+        if (past != buffer->end()) {
+          return plugin_fault("plugin '" + name_ + "' strategy " + quote_text(name) +
+                              " wrote past the end of " + field + " (" + std::to_string(entries) +
+                              " entries, written at entry " +
+                              std::to_string(past - buffer->begin()) +
+                              "), memory the host did not lend it; fix the plugin (" + path_ + ")");
+        }
+      }
       if (status != FULCRUM_OK) return plugin_failure(status, name);
     }
 

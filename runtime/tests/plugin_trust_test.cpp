@@ -303,6 +303,13 @@ TEST(PluginAnswerCountsTest, CountsAreCheckedBeforeAnyBufferIsRead) {
                                             "rank " +
                                             std::to_string(k - 1) + "'s offset 1099511627776");
   }
+  // One rank: it writes sample n + 1 into the host's buffer of n.
+  auto past = balancer->partition_dp("round_robin", DpRequest{{5, 4, 3}, 1, {}, false});
+  ASSERT_FALSE(past.is_ok());
+  EXPECT_EQ(past.status().code(), StatusCode::kPluginFault);
+  EXPECT_HAS(past.status().message(),
+             "plugin 'broken_lying_counts' strategy 'round_robin' wrote "
+             "past the end of samples (3 entries, written at entry 3)");
 }
 
 // --- text from the plugin ----------------------------------------------------

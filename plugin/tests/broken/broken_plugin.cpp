@@ -18,7 +18,8 @@
 //                                   answers validly for what it now sees
 //   FULCRUM_BROKEN_lying_counts     counts that promise more than the buffers
 //                                   hold: a plan's shard_len, a partition's
-//                                   rank offsets
+//                                   rank offsets; a partition written one
+//                                   entry past its buffer
 //   FULCRUM_BROKEN_bad_text         names and reasons that are not UTF-8 or
 //                                   hold control characters, errors and log
 //                                   lines with terminal escapes
@@ -418,10 +419,17 @@ fulcrum_status plan_cp(void* /*instance*/, const fulcrum_cp_request* request,
 }
 
 // Rank 0's offsets end far past the samples; the last offset is n again, so
-// only offsets checked in order before use catch it.
+// only offsets checked in order before use catch it. Asked for one rank, it
+// writes one sample past the end of the buffer instead.
 fulcrum_status partition_dp(void* /*instance*/, const fulcrum_dp_request* request,
                             fulcrum_dp_result* result) {
   const std::int32_t k = request->num_ranks;
+  if (k == 1) {
+    result->rank_offsets[0] = 0;
+    result->rank_offsets[1] = request->num_samples;
+    for (std::int64_t i = 0; i <= request->num_samples; ++i) result->samples[i] = i;
+    return FULCRUM_OK;
+  }
   result->rank_offsets[0] = 0;
   for (std::int32_t r = 1; r < k; ++r) result->rank_offsets[r] = std::int64_t{1} << 40;
   result->rank_offsets[k] = request->num_samples;

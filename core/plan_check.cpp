@@ -13,7 +13,8 @@ Status validate_plan(const CpWorkload& w, const ShardPlan& plan) {
     return invalid_argument("plan has " + str(plan.cp_size) + " shards for cp_size " +
                             str(w.cp_size));
   }
-  if (plan.shard_len < 0 || (plan.cp_size > 0 && plan.shard_len > (w.tokens + 1) * 64)) {
+  if (plan.shard_len < 0 ||
+      (plan.cp_size > 0 && plan.shard_len > (w.tokens + 1) * kMaxShardFactor)) {
     return invalid_argument("plan shard length " + str(plan.shard_len) +
                             " is out of range for a row of " + str(w.tokens) + " tokens");
   }

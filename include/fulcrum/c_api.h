@@ -30,7 +30,11 @@
  *
  * No C++ type, exception or allocator crosses this boundary. Every pointer
  * field says who owns it and how long it lives. Strings are NUL-terminated
- * UTF-8.
+ * UTF-8 without control characters: names (the plugin's, its strategies', a
+ * strategy_used) at most 256 bytes, reasons and errors at most 4096; the host
+ * refuses a name or reason that breaks this and escapes error and log text.
+ * A `const` pointer in a request is read-only: the host lends copies and
+ * refuses the answer of a plugin that wrote into them (docs/PLUGIN_ABI.md).
  */
 #ifndef FULCRUM_C_API_H_
 #define FULCRUM_C_API_H_
@@ -103,8 +107,8 @@ typedef struct fulcrum_host_services {
   void (*log)(void* user_data, int32_t level, const char* message);
 } fulcrum_host_services;
 
-/* One row of one micro-batch. Every pointer is borrowed from the host and
- * valid only during the plan_cp call. */
+/* One row of one micro-batch. Every pointer is borrowed from the host,
+ * read-only, and valid only during the plan_cp call. */
 typedef struct fulcrum_cp_request {
   uint32_t struct_size;
   int32_t cp_size;                 /* P >= 1 */
@@ -137,7 +141,8 @@ typedef struct fulcrum_cp_plan {
   void* plugin_data;           /* the plugin's own bookkeeping; the host never touches it */
 } fulcrum_cp_plan;
 
-/* A DP partition request. Pointers are borrowed, valid during the call. */
+/* A DP partition request. Pointers are borrowed, read-only, valid during the
+ * call. */
 typedef struct fulcrum_dp_request {
   uint32_t struct_size;
   int32_t num_ranks;      /* k >= 1 */
@@ -161,7 +166,7 @@ typedef struct fulcrum_dp_result {
 /* ABI 1.1: hybrid placement (DESIGN.md section 6). One global batch of
  * documents over a world of world_size ranks, each holding at most
  * max_tokens_per_rank tokens in one slot. Every pointer is borrowed from the
- * host and valid only during the schedule call. The cost coefficients are
+ * host, read-only, and valid only during the schedule call. The cost coefficients are
  * those of fulcrum::CostProfile (times in seconds, sizes in bytes). */
 typedef struct fulcrum_schedule_request {
   uint32_t struct_size;

@@ -21,7 +21,9 @@ enum class StatusCode {
   kUnsupported,      // valid input that this strategy cannot serve (e.g. N % 2P != 0)
   kNotFound,         // a file, plugin or strategy that does not exist
   kPermission,       // refused for safety, e.g. a world-writable plugin file
-  kInternal,         // a bug or a broken plugin
+  kInternal,         // a bug in fulcrum, or a plugin's own failure it could not classify
+  kPluginFault,      // a plugin broke the ABI's contract: an invalid answer or text, a write
+                     // into memory it borrowed; the plugin's fault, named, not fulcrum's
 };
 
 // The code's name as messages print it ("invalid argument").
@@ -39,6 +41,8 @@ inline const char* status_code_name(StatusCode code) noexcept {
       return "permission denied";
     case StatusCode::kInternal:
       return "internal error";
+    case StatusCode::kPluginFault:
+      return "plugin fault";
   }
   return "unknown";
 }
@@ -68,6 +72,9 @@ inline Status unsupported(std::string message) {
 inline Status not_found(std::string message) { return {StatusCode::kNotFound, std::move(message)}; }
 inline Status internal_error(std::string message) {
   return {StatusCode::kInternal, std::move(message)};
+}
+inline Status plugin_fault(std::string message) {
+  return {StatusCode::kPluginFault, std::move(message)};
 }
 
 // User-supplied text (a name, a key, a value) as quoted in a message:

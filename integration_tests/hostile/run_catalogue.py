@@ -157,6 +157,8 @@ def main():
         "WORKER": os.path.join(bin_dir, "fulcrum-worker"),
         "PLUGIN": os.path.normpath(os.path.join(bin_dir, "..", "lib", "fulcrum",
                                                 "libfulcrum_balancer.so")),
+        # The broken-plugin fixtures (plugin/tests/broken), libfulcrum_broken_<kind>.so.
+        "BROKEN": os.path.normpath(os.path.join(bin_dir, "..", "test_plugins")),
     })
     cases = load_cases(args.cases)
     if args.match:

@@ -48,7 +48,9 @@ LOG_ERROR = 3
 
 c_int64_p = ctypes.POINTER(ctypes.c_int64)
 
-LogFn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int32, ctypes.c_char_p)
+# The message as an address, not c_char_p: ctypes would read it to its NUL
+# with no bound; the package reads at most its bound (balancer.py).
+LogFn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p)
 
 
 class HostServices(ctypes.Structure):
@@ -83,8 +85,9 @@ class CpPlan(ctypes.Structure):
         ("shard_len", ctypes.c_int64),
         ("positions", c_int64_p),
         ("padding", ctypes.c_int64),
-        ("strategy_used", ctypes.c_char_p),
-        ("fallback_reason", ctypes.c_char_p),
+        # Addresses, read within a bound and checked by the package.
+        ("strategy_used", ctypes.c_void_p),
+        ("fallback_reason", ctypes.c_void_p),
         ("rank_pairs", c_int64_p),
         ("rank_tiles", c_int64_p),
         ("plugin_data", ctypes.c_void_p),

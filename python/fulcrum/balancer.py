@@ -48,6 +48,107 @@ _MAX_PIECES = 1 << 40
 _DECIMAL = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
 _MASK_KINDS = {"causal": _abi.MASK_CAUSAL, "full": _abi.MASK_FULL,
                "sliding": _abi.MASK_SLIDING, "prefix": _abi.MASK_PREFIX}
+# The host's bounds on text from a plugin (plugin_loader.cpp): names, and
+# free text (reasons, errors, log lines).
+_MAX_NAME_BYTES = 256
+_MAX_TEXT_BYTES = 4096
+# A shard holds at most this many entries per row token, plus this many
+# (kMaxShardFactor, as the host's plan check).
+_MAX_SHARD_FACTOR = 64
+# Entries after each DP answer buffer, and what they hold until a plugin
+# writes past the buffer.
+_GUARD = 16
+_GUARD_VALUE = -(2**63) + 0x5AFE
+_LIBC = ctypes.CDLL(None)
+_LIBC.strnlen.restype = ctypes.c_size_t
+_LIBC.strnlen.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+# C0 and C1 controls, DEL, and the line and paragraph separators.
+_CONTROL = frozenset(list(range(0x20)) + list(range(0x7f, 0xa0)) + [0x2028, 0x2029])
+
+
+def _address(pointer):
+    """The address a ctypes pointer or c_char_p field holds, or 0."""
+    if pointer is None:
+        return 0
+    if isinstance(pointer, int):
+        return pointer
+    return ctypes.cast(pointer, ctypes.c_void_p).value or 0
+
+
+def _bounded_bytes(address, limit):
+    """The bytes at `address` up to their NUL, reading at most limit + 1;
+    (bytes, terminated within limit)."""
+    length = _LIBC.strnlen(address, limit + 1)
+    return ctypes.string_at(address, min(length, limit)), length <= limit
+
+
+def _checked_text(address, limit):
+    """(text, None) when the bytes are what the ABI promises: NUL-terminated
+    within `limit`, UTF-8, no control character; else (None, why)."""
+    raw, terminated = _bounded_bytes(address, limit)
+    if not terminated:
+        return None, f"is not NUL-terminated within {limit} bytes"
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        return None, f"is not UTF-8 (byte {error.start} is 0x{raw[error.start]:02x})"
+    for i, char in enumerate(text):
+        if ord(char) in _CONTROL:
+            return None, (f"holds the control character U+{ord(char):04X} at byte "
+                          f"{len(text[:i].encode('utf-8'))}")
+    return text, None
+
+
+def _printable_text(address, limit):
+    """The bytes at `address` shown on one line whatever they hold: controls
+    and bytes that are not UTF-8 escaped (\\n, \\xHH), cut after `limit`."""
+    raw, terminated = _bounded_bytes(address, limit)
+    text = raw.decode("utf-8", "backslashreplace")
+    out = []
+    for char in text:
+        code = ord(char)
+        if code in _CONTROL:
+            named = {0x0a: "\\n", 0x0d: "\\r", 0x09: "\\t"}.get(code)
+            out.append(named or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"))
+        else:
+            out.append(char)
+    return "".join(out) + ("" if terminated else "...")
+
+
+class _Lent:
+    """What a call lends the plugin. A `const` pointer is a promise the plugin
+    can break, and the arrays behind it may be the caller's own: the plugin
+    reads private copies, made per call, and after the call each copy is
+    compared with what it was lent from, so that a plugin that wrote through
+    a `const` pointer is named and refused and never rewrites a caller's
+    NumPy array."""
+
+    def __init__(self):
+        self._arrays = []
+        self._texts = []
+
+    def array(self, field, values):
+        copy = np.array(values, dtype=np.int64, copy=True)
+        self._arrays.append((field, values, copy))
+        return copy.ctypes.data_as(_abi.c_int64_p)
+
+    def text(self, field, value):
+        data = value.encode("utf-8")
+        buffer = ctypes.create_string_buffer(data, len(data) + 1)
+        self._texts.append((field, data + b"\0", buffer))
+        return ctypes.cast(buffer, ctypes.c_char_p)
+
+    def changed(self):
+        """What the plugin wrote into, as a message names it, or None."""
+        for field, original, copy in self._arrays:
+            differ = np.flatnonzero(copy != original)
+            if differ.size:
+                i = int(differ[0])
+                return f"{field}[{i}] ({int(original[i])} lent, {int(copy[i])} after the call)"
+        for field, original, buffer in self._texts:
+            if buffer.raw != original:
+                return f"the string {field}"
+        return None
 
 
 @dataclass(frozen=True)
@@ -250,17 +351,18 @@ class Balancer:
         self._library = library  # keeps the code of every pointer below alive
         self._table = table
         self.path = path
-        self.name = table.name.decode("utf-8", "replace")
+        # _check_table has checked every name (UTF-8, no control character).
+        self.name = table.name.decode("utf-8")
         self.abi_version = (table.abi_major, table.abi_minor)
-        self.cp_strategies = [table.cp_strategies[i].decode("utf-8", "replace")
+        self.cp_strategies = [table.cp_strategies[i].decode("utf-8")
                               for i in range(table.num_cp_strategies)]
-        self.dp_strategies = [table.dp_strategies[i].decode("utf-8", "replace")
+        self.dp_strategies = [table.dp_strategies[i].decode("utf-8")
                               for i in range(table.num_dp_strategies)]
         # ABI 1.1's scheduler, when the plugin's table has one (_check_table
         # returns the longer view only then).
         has_scheduler = isinstance(table, _abi.PluginTableV1_1) and bool(table.schedule)
         self.schedule_strategies = [
-            table.schedule_strategies[i].decode("utf-8", "replace")
+            table.schedule_strategies[i].decode("utf-8")
             for i in range(table.num_schedule_strategies)] if has_scheduler else []
         self._has_scheduler = has_scheduler
         self._lock = threading.Lock()
@@ -310,15 +412,35 @@ class Balancer:
 
     def _forward_log(self, _user_data, level, message):
         try:
-            text = message.decode("utf-8", "replace") if message else ""
+            text = _printable_text(message, _MAX_TEXT_BYTES) if message else ""
             _LOG.log(_LOG_LEVELS.get(level, logging.WARNING), "plugin '%s': %s", self.name, text)
         except Exception:  # noqa: BLE001 - nothing may unwind into the plugin's C frames
             pass
 
+    def _check_lent(self, lent, kind, strategy):
+        """Raises FulcrumError when the plugin wrote into what it was lent."""
+        changed = lent.changed()
+        if changed is not None:
+            raise FulcrumError("internal", f"plugin {self.name!r} {kind} {strategy!r} wrote into "
+                               f"{changed}, which the host lent it read-only; the answer is "
+                               f"refused and the caller's data kept; fix the plugin ({self.path})")
+
+    def _answer_text(self, pointer, limit, bad, field):
+        """Text a plugin answered with, refused unless it is what the ABI
+        promises; None for NULL."""
+        address = _address(pointer)
+        if not address:
+            return None
+        text, why = _checked_text(address, limit)
+        if why is not None:
+            raise FulcrumError("internal", bad + f"{field} {why}; fix the plugin ({self.path})")
+        return text
+
     def _failure(self, status, strategy):
         """The plugin's last_error as a FulcrumError; call with the lock held."""
         raw = self._table.last_error(self._instance)
-        said = ctypes.string_at(raw).decode("utf-8", "replace") if raw else ""
+        # Shown, not refused: escaped to one line whatever it holds.
+        said = _printable_text(raw, _MAX_TEXT_BYTES) if raw else ""
         said = said or "failed without a message"
         code = _abi.STATUS_NAMES.get(status)
         if code is None or code == "ok":
@@ -360,8 +482,9 @@ class Balancer:
         request.cp_size = cp
         request.tokens = tokens
         request.block_size = block_size
+        lent = _Lent()
         if docs is not None:
-            request.doc_lengths = docs.ctypes.data_as(_abi.c_int64_p)
+            request.doc_lengths = lent.array("doc_lengths", docs)
             request.num_docs = docs.size
         request.mask_kind = _MASK_KINDS[mask.kind]
         request.mask_param = _c_int(mask.param, "mask parameter", _INT64)
@@ -369,7 +492,7 @@ class Balancer:
         start = time.perf_counter_ns()
         with self._lock:
             instance = self._live_instance()
-            answer, error = self._plan_locked(instance, request, strategy)
+            answer, error = self._plan_locked(instance, request, strategy, lent)
             reason = None
             fell_back = False
             if (error is not None and error.code == "unsupported" and fallback is not None
@@ -377,7 +500,7 @@ class Balancer:
                 # The plugin's own words, without the "plugin 'x' strategy 'y': " prefix.
                 reason = error.message.split(": ", 1)[1]
                 fell_back = True
-                answer, error = self._plan_locked(instance, request, fallback)
+                answer, error = self._plan_locked(instance, request, fallback, lent)
         elapsed_us = (time.perf_counter_ns() - start) / 1000.0
         if error is not None:
             raise error
@@ -389,22 +512,23 @@ class Balancer:
         return self._finish_plan(strategy, served_by, reason, block_size, tokens, docs, mask,
                                  answer, elapsed_us)
 
-    def _plan_locked(self, instance, request, strategy):
+    def _plan_locked(self, instance, request, strategy, lent):
         """One plan_cp call and the copy of its answer; (answer, None) or (None, error)."""
-        name = strategy.encode("utf-8")
-        request.strategy = name
+        request.strategy = lent.text("strategy", strategy)
         plan = _abi.CpPlan()
         plan.struct_size = ctypes.sizeof(plan)
         status = self._table.plan_cp(instance, ctypes.byref(request), ctypes.byref(plan))
-        if status != _abi.OK:
-            return None, self._failure(status, strategy)
         try:
+            self._check_lent(lent, "strategy", strategy)
+            if status != _abi.OK:
+                return None, self._failure(status, strategy)
             return self._copy_plan(plan, request, strategy), None
         except FulcrumError as error:
             return None, error
         finally:
             # Exactly once for every FULCRUM_OK, however the copy ended.
-            self._table.release_plan(instance, ctypes.byref(plan))
+            if status == _abi.OK:
+                self._table.release_plan(instance, ctypes.byref(plan))
 
     def _copy_plan(self, plan, request, strategy):
         """Copies what the plugin owns into NumPy; checks what the copy needs."""
@@ -412,12 +536,21 @@ class Balancer:
         cp = request.cp_size
         if plan.cp_size != cp:
             raise FulcrumError("internal", bad + f"cp_size {plan.cp_size}, the request has {cp}")
-        if plan.shard_len < 0 or plan.shard_len > (2**63 - 1) // cp:
-            raise FulcrumError("internal", bad + f"shard_len {plan.shard_len} is out of range")
+        # The counts say how much is read from the plugin's buffers: they must
+        # agree with each other and stay within what a valid plan holds before
+        # anything is read.
+        longest = (request.tokens + 1) * _MAX_SHARD_FACTOR
+        if plan.shard_len < 0 or plan.shard_len > longest:
+            raise FulcrumError("internal", bad + f"shard_len {plan.shard_len} is out of range "
+                               f"[0, {longest}]")
         total = plan.shard_len * cp
         if total < request.tokens:
             raise FulcrumError("internal", bad + f"{cp} shards of {plan.shard_len} positions "
                                f"cannot hold {request.tokens} tokens")
+        if plan.padding != total - request.tokens:
+            raise FulcrumError("internal", bad + f"{cp} shards of {plan.shard_len} positions hold "
+                               f"{total - request.tokens} pads for {request.tokens} tokens, but "
+                               f"it reports padding {plan.padding}")
         if not plan.positions:
             raise FulcrumError("internal",
                                bad + f"positions is null with shard_len {plan.shard_len}")
@@ -436,9 +569,9 @@ class Balancer:
         return _PlanCopy(
             positions=positions.reshape(cp, plan.shard_len),
             padding=plan.padding,
-            used=plan.strategy_used.decode("utf-8", "replace") if plan.strategy_used else None,
-            reason=(plan.fallback_reason.decode("utf-8", "replace")
-                    if plan.fallback_reason else None),
+            used=self._answer_text(plan.strategy_used, _MAX_NAME_BYTES, bad, "strategy_used"),
+            reason=self._answer_text(plan.fallback_reason, _MAX_TEXT_BYTES, bad,
+                                     "fallback_reason"),
             pairs=pairs,
             tiles=tiles,
         )
@@ -540,16 +673,15 @@ class Balancer:
             request.wave_multiple = group_shapes.wave_multiple
         request.world_size = world
         request.max_tokens_per_rank = budget
-        request.doc_lengths = docs.ctypes.data_as(_abi.c_int64_p)
+        lent = _Lent()
+        request.doc_lengths = lent.array("doc_lengths", docs)
         request.num_docs = docs.size
         request.mask_kind = _MASK_KINDS[mask.kind]
         request.mask_param = _c_int(mask.param, "mask parameter", _INT64)
         request.cp_size = cp
         request.block_size = block_size
-        name = strategy.encode("utf-8")
-        request.strategy = name
-        profile_name = profile.name.encode("utf-8")
-        request.profile_name = profile_name
+        request.strategy = lent.text("strategy", strategy)
+        request.profile_name = lent.text("profile_name", profile.name)
         for key in schedule_model.CostProfile.__dataclass_fields__:
             if key != "name":
                 setattr(request, key, getattr(profile, key))
@@ -560,13 +692,15 @@ class Balancer:
         with self._lock:
             instance = self._live_instance()
             status = self._table.schedule(instance, ctypes.byref(request), ctypes.byref(answer))
-            if status != _abi.OK:
-                raise self._failure(status, strategy)
             try:
-                copied = self._copy_schedule(answer, world, strategy)
+                self._check_lent(lent, "scheduler", strategy)
+                if status != _abi.OK:
+                    raise self._failure(status, strategy)
+                copied = self._copy_schedule(answer, world, budget, docs, strategy)
             finally:
                 # Exactly once for every FULCRUM_OK, however the copy ended.
-                self._table.release_schedule(instance, ctypes.byref(answer))
+                if status == _abi.OK:
+                    self._table.release_schedule(instance, ctypes.byref(answer))
         elapsed_us = (time.perf_counter_ns() - start) / 1000.0
         used, reason, slots = copied
         result = schedule_model.Schedule(
@@ -577,13 +711,19 @@ class Balancer:
             schedule_model.check_group_shapes(result, group_shapes, self.name)
         return result
 
-    def _copy_schedule(self, answer, world, strategy):
+    def _copy_schedule(self, answer, world, budget, docs, strategy):
         """Copies the plugin's flat arrays into per-slot NumPy arrays, checking
-        every count before it is used as a length."""
+        every count before it is used as a length, against what the batch
+        allows: no more slots than pieces, no shard longer than the batch
+        plus the budget."""
         bad = f"plugin {self.name!r} scheduler {strategy!r} returned an invalid schedule: "
+        # A document longer than W x T is cut in pieces of W x T.
+        num_pieces = sum(-(-length // (world * budget)) for length in docs.tolist())
+        batch_tokens = sum(docs.tolist())
         count = answer.num_slots
-        if count < 0 or count > _MAX_SLOTS:
-            raise FulcrumError("internal", bad + f"num_slots is {count}")
+        if count < 0 or count > min(_MAX_SLOTS, num_pieces):
+            raise FulcrumError("internal", bad + f"num_slots is {count}, outside [0, "
+                               f"{num_pieces}], the batch's piece count")
 
         def copy(pointer, n, dtype, what):
             if n == 0:
@@ -601,7 +741,8 @@ class Balancer:
             return out
 
         rank_offsets = offsets(answer.slot_rank_offsets, "slot_rank_offsets", count * world)
-        piece_offsets = offsets(answer.slot_piece_offsets, "slot_piece_offsets", _MAX_PIECES)
+        piece_offsets = offsets(answer.slot_piece_offsets, "slot_piece_offsets",
+                                min(_MAX_PIECES, num_pieces))
         ranks = copy(answer.ranks, int(rank_offsets[-1]), np.int32, "ranks")
         pieces = int(piece_offsets[-1])
         piece_docs = copy(answer.piece_docs, pieces, np.int64, "piece_docs")
@@ -611,15 +752,16 @@ class Balancer:
         shard_lens = copy(answer.slot_shard_lens, count, np.int64, "slot_shard_lens")
         padding = copy(answer.slot_padding, count, np.int64, "slot_padding")
         sizes = np.diff(rank_offsets)
-        if (shard_lens < 0).any() or (shard_lens > _MAX_PIECES).any():
-            raise FulcrumError("internal", bad + "a slot's shard length is out of range")
+        if (shard_lens < 0).any() or (shard_lens > batch_tokens + budget).any():
+            raise FulcrumError("internal", bad + "a slot's shard length is out of range [0, "
+                               f"{batch_tokens + budget}] (the batch plus the budget)")
         position_ends = np.concatenate(([0], np.cumsum(sizes * shard_lens)))
         positions = copy(answer.positions, int(position_ends[-1]), np.int64, "positions")
         plans = [None] * count
         if answer.slot_plan_strategies and count:
-            raw = (ctypes.c_void_p * count).from_address(
-                ctypes.cast(answer.slot_plan_strategies, ctypes.c_void_p).value)
-            plans = [ctypes.string_at(p).decode("utf-8", "replace") if p else None for p in raw]
+            raw = (ctypes.c_void_p * count).from_address(_address(answer.slot_plan_strategies))
+            plans = [self._answer_text(p, _MAX_NAME_BYTES, bad, f"slot_plan_strategies[{s}]")
+                     for s, p in enumerate(raw)]
         slots = []
         for s in range(count):
             g, n = int(sizes[s]), int(shard_lens[s])
@@ -630,8 +772,9 @@ class Balancer:
                 offsets=piece_starts[p0:p1].copy(), lengths=piece_lengths[p0:p1].copy(),
                 positions=positions[position_ends[s]:position_ends[s + 1]].reshape(g, n).copy(),
                 padding=int(padding[s]), plan=plans[s]))
-        text = (lambda p: ctypes.string_at(p).decode("utf-8", "replace") if p else None)
-        return text(answer.strategy_used), text(answer.fallback_reason), slots
+        used = self._answer_text(answer.strategy_used, _MAX_NAME_BYTES, bad, "strategy_used")
+        reason = self._answer_text(answer.fallback_reason, _MAX_TEXT_BYTES, bad, "fallback_reason")
+        return used, reason, slots
 
     # -- DP ----------------------------------------------------------------
 
@@ -653,15 +796,19 @@ class Balancer:
         request = _abi.DpRequest()
         request.struct_size = ctypes.sizeof(request)
         request.num_ranks = k
-        request.lengths = lengths.ctypes.data_as(_abi.c_int64_p)
+        lent = _Lent()
+        request.lengths = lent.array("lengths", lengths)
         request.num_samples = n
         request.cost_kind = cost_kind
         request.equal_count = 1 if equal_count else 0
         request.attention_a = a
-        name = strategy.encode("utf-8")
-        request.strategy = name
-        offsets = np.zeros(k + 1, dtype=np.int64)
-        samples = np.full(n, -1, dtype=np.int64)
+        request.strategy = lent.text("strategy", strategy)
+        # The answer's buffers, each followed by a guard, as the host does: a
+        # plugin that writes a little past the sizes it was given is named.
+        offsets = np.concatenate((np.zeros(k + 1, dtype=np.int64),
+                                  np.full(_GUARD, _GUARD_VALUE, dtype=np.int64)))
+        samples = np.concatenate((np.full(n, -1, dtype=np.int64),
+                                  np.full(_GUARD, _GUARD_VALUE, dtype=np.int64)))
         result = _abi.DpResult()
         result.struct_size = ctypes.sizeof(result)
         result.num_ranks = k
@@ -671,6 +818,16 @@ class Balancer:
             instance = self._live_instance()
             status = self._table.partition_dp(instance, ctypes.byref(request),
                                               ctypes.byref(result))
+            self._check_lent(lent, "strategy", strategy)
+            for buffer, entries, field_name in ((offsets, k + 1, "rank_offsets"),
+                                                (samples, n, "samples")):
+                past = np.flatnonzero(buffer[entries:] != _GUARD_VALUE)
+                if past.size:
+                    raise FulcrumError("internal", f"plugin {self.name!r} strategy {strategy!r} "
+                                       f"wrote past the end of {field_name} ({entries} entries, "
+                                       f"written at entry {entries + int(past[0])}), memory the "
+                                       f"host did not lend it; fix the plugin ({self.path})")
+            offsets, samples = offsets[:k + 1], samples[:n]
             if status != _abi.OK:
                 raise self._failure(status, strategy)
 
@@ -830,6 +987,17 @@ def _check_table(address, path):
     if not table.name:
         raise FulcrumError("internal", f"plugin {path} has no name in its table; set "
                            "fulcrum_plugin_v1::name and rebuild")
+
+    def check_name(address, field):
+        # Names reach messages, JSON and logs as they are.
+        _, why = _checked_text(address, _MAX_NAME_BYTES)
+        if why is not None:
+            raise FulcrumError("internal", f"plugin {path}: its {field} {why}; names are UTF-8 "
+                               f"without control characters, at most {_MAX_NAME_BYTES} bytes: "
+                               "fix the table and rebuild")
+
+    check_name(ctypes.c_void_p.from_address(address + _abi.PluginTableV1.name.offset).value,
+               "name")
     for names, count, what in ((table.cp_strategies, table.num_cp_strategies, "cp_strategies"),
                                (table.dp_strategies, table.num_dp_strategies, "dp_strategies")):
         if count < 0 or count > _MAX_STRATEGIES:
@@ -838,10 +1006,12 @@ def _check_table(address, path):
         if count > 0 and not names:
             raise FulcrumError("internal", f"plugin {path}: {what} is null but its count is "
                                f"{count}; fix the table and rebuild")
+        addresses = (ctypes.c_void_p * count).from_address(_address(names)) if count else []
         for i in range(count):
-            if names[i] is None:
+            if not addresses[i]:
                 raise FulcrumError("internal", f"plugin {path}: {what}[{i}] is null; fix the "
                                    "table and rebuild")
+            check_name(addresses[i], f"{what}[{i}]")
     # ABI 1.1 appends the scheduler; a table too short to hold it is a 1.0
     # plugin and keeps the 1.0 view.
     if not _abi.table_has(header.struct_size, _abi.PluginTableV1_1, "release_schedule"):
@@ -851,9 +1021,14 @@ def _check_table(address, path):
         raise FulcrumError("internal", f"plugin {path} sets only one of schedule and "
                            "release_schedule; a scheduler needs both, fix the table and rebuild")
     count = table.num_schedule_strategies
-    if table.schedule and (count < 1 or count > _MAX_STRATEGIES or not table.schedule_strategies
-                           or any(table.schedule_strategies[i] is None for i in range(count))):
-        raise FulcrumError("internal", f"plugin {path} has a scheduler but its "
-                           f"schedule_strategies ({count}) are not a list of names; fix the "
-                           "table and rebuild")
+    if table.schedule:
+        addresses = ([] if count < 1 or count > _MAX_STRATEGIES or not table.schedule_strategies
+                     else (ctypes.c_void_p * count).from_address(
+                         _address(table.schedule_strategies)))
+        if not addresses or not all(addresses):
+            raise FulcrumError("internal", f"plugin {path} has a scheduler but its "
+                               f"schedule_strategies ({count}) are not a list of names; fix the "
+                               "table and rebuild")
+        for i in range(count):
+            check_name(addresses[i], f"schedule_strategies[{i}]")
     return table

@@ -245,9 +245,9 @@ def corrupt(field, value):
     (corrupt("cp_size", 3), ["cp_size 3, the request has 2"]),
     (corrupt("shard_len", -1), ["shard_len -1 is out of range"]),
     (corrupt("shard_len", 2), ["2 shards of 2 positions cannot hold 8 tokens"]),
-    (corrupt("shard_len", 2**61), ["asks for"]),
+    (corrupt("shard_len", 2**61), ["shard_len 2305843009213693952 is out of range [0, 576]"]),
     (corrupt("positions", None), ["positions is null"]),
-    (corrupt("padding", 1), ["says 1 pad positions but holds 0"]),
+    (corrupt("padding", 1), ["hold 0 pads for 8 tokens, but it reports padding 1"]),
     (corrupt("first_position", 8), ["outside [-1, 8)"]),
     (corrupt("first_position", 5), ["not a permutation"]),
 ])

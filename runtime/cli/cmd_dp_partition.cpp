@@ -156,7 +156,9 @@ int dp_main(const std::vector<std::string>& args) {
   Result<DpPartition> result = loaded.balancer->partition_dp(strategy, request);
   if (!result) {
     const StatusCode code = result.status().code();
-    if (code == StatusCode::kInvalidArgument || code == StatusCode::kNotFound) {
+    // A plugin that broke the ABI's contract is a bad plugin setting, named.
+    if (code == StatusCode::kInvalidArgument || code == StatusCode::kNotFound ||
+        code == StatusCode::kPluginFault) {
       throw UsageError(result.status().message());
     }
     throw std::runtime_error("DP strategy " + quote_text(strategy) +

@@ -118,7 +118,8 @@ Planned plan_with(const std::shared_ptr<LoadBalancer>& balancer, const std::stri
     Result<ShardPlan> plan = selector.plan(workload);
     const auto stop = std::chrono::steady_clock::now();
     if (!plan) {
-      if (plan.status().code() == StatusCode::kInvalidArgument) {
+      if (plan.status().code() == StatusCode::kInvalidArgument ||
+          plan.status().code() == StatusCode::kPluginFault) {
         throw UsageError(plan.status().message());
       }
       throw std::runtime_error("planning with '" + requested +

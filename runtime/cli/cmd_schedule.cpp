@@ -134,10 +134,11 @@ Scheduled schedule_with(LoadBalancer& balancer, const std::string& requested,
     const auto stop = std::chrono::steady_clock::now();
     if (!schedule) {
       // The caller's choices (a name, a --cp) that the scheduler cannot
-      // serve are bad input like a malformed batch.
+      // serve are bad input like a malformed batch; so is a plugin that
+      // broke the ABI's contract (the message names it).
       const StatusCode code = schedule.status().code();
       if (code == StatusCode::kInvalidArgument || code == StatusCode::kNotFound ||
-          code == StatusCode::kUnsupported) {
+          code == StatusCode::kUnsupported || code == StatusCode::kPluginFault) {
         throw UsageError(schedule.status().message());
       }
       throw std::runtime_error("scheduling with " + quote_text(requested) +

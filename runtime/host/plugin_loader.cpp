@@ -1,10 +1,14 @@
 // Loading a balancer plugin and presenting it as a fulcrum::LoadBalancer.
 //
 // Trust boundary: a plugin runs in every rank, so the loader refuses a file
-// anyone but its owner may write, checks the table before calling through it,
-// and validates every answer before the host uses it. Nothing C++ crosses the
-// C table: requests are built into plain structs, answers are copied out and
-// plan buffers are handed back with release_plan exactly once.
+// that anyone but root and this user owns or may write (the file and every
+// directory above it), checks the table before calling through it, lends
+// every call copies of what it borrows and refuses a plugin that wrote into
+// them, checks every count before reading that many entries, holds text to
+// the ABI's string rules, and validates every answer before the host uses
+// it. Nothing C++ crosses the C table: requests are built into plain structs,
+// answers are copied out and plan buffers are handed back with release_plan
+// exactly once.
 #include "fulcrum/host/plugin_loader.h"
 
 #include <dlfcn.h>
@@ -19,14 +23,17 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <exception>
 #include <filesystem>
 #include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -99,6 +106,131 @@ Result<LibraryHandle> open_library(const std::string& path) {
 }
 
 // ---------------------------------------------------------------------------
+// Text from a plugin. The ABI promises NUL-terminated UTF-8; the host reads at
+// most a bound of it and takes it only when it is valid UTF-8 without control
+// characters, so that what a plugin says can reach a terminal, a JSON file or
+// a metrics line as it is (names and reasons), or escaped (errors and logs).
+
+// Names: the table's, its strategies', the strategy an answer says it used.
+constexpr std::size_t kMaxNameBytes = 256;
+// Free text: fallback reasons, last_error, log lines.
+constexpr std::size_t kMaxTextBytes = 4096;
+
+// The length of the UTF-8 sequence opening s[0, n) and its code point, or 0
+// when it is not valid UTF-8 (a stray continuation byte, an overlong form, a
+// surrogate, past U+10FFFF, cut short).
+std::size_t utf8_sequence(const unsigned char* s, std::size_t n, char32_t& code_point) {
+  const unsigned char lead = s[0];
+  std::size_t length = 0;
+  char32_t min = 0;
+  if (lead < 0x80) {
+    code_point = lead;
+    return 1;
+  }
+  if ((lead & 0xe0) == 0xc0) {
+    length = 2, min = 0x80, code_point = lead & 0x1f;
+  } else if ((lead & 0xf0) == 0xe0) {
+    length = 3, min = 0x800, code_point = lead & 0x0f;
+  } else if ((lead & 0xf8) == 0xf0) {
+    length = 4, min = 0x10000, code_point = lead & 0x07;
+  } else {
+    return 0;
+  }
+  if (length > n) return 0;
+  for (std::size_t i = 1; i < length; ++i) {
+    if ((s[i] & 0xc0) != 0x80) return 0;
+    code_point = (code_point << 6) | (s[i] & 0x3f);
+  }
+  if (code_point < min || code_point > 0x10ffff || (code_point >= 0xd800 && code_point <= 0xdfff)) {
+    return 0;
+  }
+  return length;
+}
+
+// C0 and C1 controls, DEL, and the Unicode line and paragraph separators:
+// what would break a line or steer a terminal.
+bool is_control(char32_t c) {
+  return c < 0x20 || (c >= 0x7f && c <= 0x9f) || c == 0x2028 || c == 0x2029;
+}
+
+// The bytes of `text` up to its NUL, reading at most max_bytes + 1 of them;
+// `terminated` says whether the NUL came within max_bytes.
+std::string_view bounded_text(const char* text, std::size_t max_bytes, bool& terminated) {
+  const std::size_t length = ::strnlen(text, max_bytes + 1);
+  terminated = length <= max_bytes;
+  return {text, std::min(length, max_bytes)};
+}
+
+// `text` as the ABI promises it, or why not (what a message says after the
+// field's name).
+Result<std::string> checked_text(const char* text, std::size_t max_bytes) {
+  bool terminated = false;
+  const std::string_view view = bounded_text(text, max_bytes, terminated);
+  if (!terminated) {
+    return plugin_fault("is not NUL-terminated within " + std::to_string(max_bytes) + " bytes");
+  }
+  const auto* bytes = reinterpret_cast<const unsigned char*>(view.data());
+  for (std::size_t i = 0; i < view.size();) {
+    char32_t c = 0;
+    const std::size_t length = utf8_sequence(bytes + i, view.size() - i, c);
+    if (length == 0) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "0x%02x", static_cast<unsigned>(bytes[i]));
+      return plugin_fault("is not UTF-8 (byte " + std::to_string(i) + " is " + hex + ")");
+    }
+    if (is_control(c)) {
+      char code[12];
+      std::snprintf(code, sizeof code, "U+%04X", static_cast<unsigned>(c));
+      return plugin_fault("holds the control character " + std::string(code) + " at byte " +
+                          std::to_string(i));
+    }
+    i += length;
+  }
+  return std::string(view);
+}
+
+// `text` made safe to print on one line whatever it holds: controls and
+// bytes that are not UTF-8 escaped (\n, \xHH), cut after max_bytes with
+// "...". For the plugin's error and log text, which the host shows rather
+// than refuses.
+std::string printable_text(const char* text, std::size_t max_bytes) {
+  constexpr char kHex[] = "0123456789abcdef";
+  bool terminated = false;
+  const std::string_view view = bounded_text(text, max_bytes, terminated);
+  const auto* bytes = reinterpret_cast<const unsigned char*>(view.data());
+  std::string out;
+  for (std::size_t i = 0; i < view.size();) {
+    char32_t c = 0;
+    const std::size_t length = utf8_sequence(bytes + i, view.size() - i, c);
+    if (length == 0 || (length == 1 && is_control(c))) {
+      if (c == '\n' && length == 1) {
+        out += "\\n";
+      } else if (c == '\r' && length == 1) {
+        out += "\\r";
+      } else if (c == '\t' && length == 1) {
+        out += "\\t";
+      } else {
+        out += "\\x";
+        out += kHex[bytes[i] >> 4];
+        out += kHex[bytes[i] & 0xf];
+      }
+      ++i;
+      continue;
+    }
+    if (is_control(c)) {
+      char code[12];
+      std::snprintf(code, sizeof code, "\\u%04x", static_cast<unsigned>(c));
+      out += code;
+    } else {
+      out.append(view.substr(i, length));
+    }
+    i += length;
+  }
+  if (!terminated) out += "...";
+  return out;
+}
+
+// ---------------------------------------------------------------------------
 // Finding the file and deciding whether to trust it.
 
 std::string library_file_name(std::string_view name) {
@@ -164,12 +296,14 @@ std::string octal_mode(mode_t mode) {
 
 // Anyone who can write the file, or replace it or any directory on the way
 // to it, can run code in every rank that loads it. So the file and every
-// directory from / down to it must be writable by the owner alone: on the
-// path as given (where a symbolic link could be swapped) and on the resolved
-// path (where the file lives). The one exception is a sticky directory (mode
-// +t, like /tmp) owned by root or by this user: the sticky bit keeps others
-// from renaming or removing the entries they do not own, so such a directory
-// may be writable by all and still cannot have the plugin swapped in it.
+// directory from / down to it must be owned by root or by this user (the
+// owner may always chmod and write, whatever the mode bits say) and writable
+// by the owner alone: on the path as given (where a symbolic link could be
+// swapped) and on the resolved path (where the file lives). The one exception
+// to the mode rule is a sticky directory (mode +t, like /tmp) owned by root
+// or by this user: the sticky bit keeps others from renaming or removing the
+// entries they do not own, so such a directory may be writable by all and
+// still cannot have the plugin swapped in it.
 Status check_permissions(const std::string& given_path, const std::string& plugin_path) {
   const auto refuse = [&](const std::string& component, const char* what, mode_t mode) {
     return Status(StatusCode::kPermission,
@@ -179,10 +313,21 @@ Status check_permissions(const std::string& given_path, const std::string& plugi
                       "run `chmod go-w " +
                       component + "`");
   };
+  const uid_t self = ::geteuid();
+  const auto refuse_owner = [&](const std::string& component, const char* what, uid_t owner) {
+    return Status(StatusCode::kPermission,
+                  "refusing plugin " + plugin_path + ": " + what + " " + component +
+                      " is owned by uid " + std::to_string(owner) +
+                      ", neither root nor this user (uid " + std::to_string(self) +
+                      "), who could then swap it and run code in every rank; install the plugin "
+                      "where only root or you own the file and every directory above it");
+  };
+  const auto trusted_owner = [&](uid_t owner) { return owner == 0 || owner == self; };
   struct stat st {};
   if (::stat(plugin_path.c_str(), &st) != 0) {
     return not_found("cannot stat " + plugin_path + " while checking plugin " + plugin_path);
   }
+  if (!trusted_owner(st.st_uid)) return refuse_owner(plugin_path, "the file", st.st_uid);
   if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) return refuse(plugin_path, "the file", st.st_mode);
 
   std::vector<fs::path> directories;
@@ -212,13 +357,12 @@ Status check_permissions(const std::string& given_path, const std::string& plugi
     if (::stat(dir.c_str(), &ds) != 0) {
       return not_found("cannot stat " + dir.string() + " while checking plugin " + plugin_path);
     }
-    if ((ds.st_mode & (S_IWGRP | S_IWOTH)) == 0) continue;
-    const bool trusted_sticky =
-        (ds.st_mode & S_ISVTX) != 0 && (ds.st_uid == 0 || ds.st_uid == ::geteuid());
-    if (trusted_sticky) continue;
     const bool holds_file = dir == fs::path(plugin_path).parent_path();
-    return refuse(dir.string(), holds_file ? "its directory" : "the directory on its path",
-                  ds.st_mode);
+    const char* what = holds_file ? "its directory" : "the directory on its path";
+    if (!trusted_owner(ds.st_uid)) return refuse_owner(dir.string(), what, ds.st_uid);
+    if ((ds.st_mode & (S_IWGRP | S_IWOTH)) == 0) continue;
+    if ((ds.st_mode & S_ISVTX) != 0) continue;  // owned by root or this user, checked above
+    return refuse(dir.string(), what, ds.st_mode);
   }
   return Status::ok();
 }
@@ -333,6 +477,16 @@ Status check_table(const fulcrum_plugin_v1* table, const std::string& path) {
     return internal_error("plugin " + path +
                           " has no name in its table; set fulcrum_plugin_v1::name and rebuild");
   }
+  // Names reach messages, JSON and metrics as they are: each must be what
+  // the ABI promises (checked_text).
+  const auto check_name = [&](const char* text, const std::string& field) {
+    Result<std::string> checked = checked_text(text, kMaxNameBytes);
+    if (checked) return Status::ok();
+    return internal_error("plugin " + path + ": its " + field + " " + checked.status().message() +
+                          "; names are UTF-8 without control characters, at most " +
+                          std::to_string(kMaxNameBytes) + " bytes: fix the table and rebuild");
+  };
+  if (Status s = check_name(table->name, "name"); !s) return s;
   struct NameList {
     const char* const* names;
     std::int32_t count;
@@ -371,6 +525,11 @@ Status check_table(const fulcrum_plugin_v1* table, const std::string& path) {
         return internal_error("plugin " + path + ": " + list.field + "[" + std::to_string(i) +
                               "] is null; fix the table and rebuild");
       }
+      if (Status s =
+              check_name(list.names[i], std::string(list.field) + "[" + std::to_string(i) + "]");
+          !s) {
+        return s;
+      }
     }
   }
   return Status::ok();
@@ -388,6 +547,78 @@ LogLevel to_log_level(std::int32_t level) {
       return LogLevel::kWarning;
   }
 }
+
+// ---------------------------------------------------------------------------
+// Memory lent to a plugin. A `const` pointer in a request is a promise the
+// plugin can break, and the arrays behind it are the host's own batch. So the
+// plugin is lent copies, made per call (a copy of the row's lengths costs
+// little next to planning it), and after the call each copy is compared with
+// the host's original: a plugin that wrote through a `const` pointer is
+// named and refused, and never changes what the host schedules or trains.
+class LentMemory {
+ public:
+  // A copy of `host` for the plugin to read: nullptr when it is empty.
+  const std::int64_t* lend(const char* field, const std::vector<std::int64_t>& host) {
+    Array& lent = arrays_.emplace_back(Array{field, &host, host});
+    return lent.copy.empty() ? nullptr : lent.copy.data();
+  }
+  const char* lend(const char* field, const std::string& host) {
+    return texts_.emplace_back(Text{field, &host, host}).copy.c_str();
+  }
+  // The request struct itself, compared byte for byte after the call.
+  template <typename Struct>
+  void watch(const char* field, const Struct& request) {
+    const auto* bytes = reinterpret_cast<const unsigned char*>(&request);
+    structs_.push_back(
+        Bytes{field, bytes, std::vector<unsigned char>(bytes, bytes + sizeof request)});
+  }
+
+  // What the plugin wrote into, as a message names it ("doc_lengths[3]"), or
+  // "" when it left everything as lent.
+  std::string changed() const {
+    for (const Bytes& s : structs_) {
+      if (std::memcmp(s.live, s.before.data(), s.before.size()) != 0) {
+        return std::string("the request struct ") + s.field;
+      }
+    }
+    for (const Array& a : arrays_) {
+      const auto [host, lent] = std::mismatch(a.host->begin(), a.host->end(), a.copy.begin());
+      if (host != a.host->end()) {
+        const auto at = host - a.host->begin();
+        return std::string(a.field) + "[" + std::to_string(at) + "] (" + std::to_string(*host) +
+               " lent, " + std::to_string(*lent) + " after the call)";
+      }
+    }
+    for (const Text& t : texts_) {
+      // The terminating NUL too: a plugin that overwrote it changed the text.
+      if (std::memcmp(t.copy.c_str(), t.host->c_str(), t.host->size() + 1) != 0) {
+        return std::string("the string ") + t.field;
+      }
+    }
+    return "";
+  }
+
+ private:
+  struct Array {
+    const char* field;
+    const std::vector<std::int64_t>* host;
+    std::vector<std::int64_t> copy;
+  };
+  struct Text {
+    const char* field;
+    const std::string* host;
+    std::string copy;
+  };
+  struct Bytes {
+    const char* field;
+    const unsigned char* live;
+    std::vector<unsigned char> before;
+  };
+  // Deques: what was lent keeps its address while more is lent.
+  std::deque<Array> arrays_;
+  std::deque<Text> texts_;
+  std::vector<Bytes> structs_;
+};
 
 // ---------------------------------------------------------------------------
 // The loaded plugin as a LoadBalancer.
@@ -493,21 +724,23 @@ class PluginBalancer final : public LoadBalancer {
     if (Status s = validate_workload(workload); !s) return s;
     const std::string name(strategy);
 
+    LentMemory lent;
     fulcrum_cp_request request{};
     request.struct_size = FULCRUM_CP_REQUEST_V1_0_SIZE;
     request.cp_size = workload.cp_size;
     request.tokens = workload.tokens;
     request.block_size = workload.block_size;
-    request.doc_lengths = workload.doc_lengths.empty() ? nullptr : workload.doc_lengths.data();
+    request.doc_lengths = lent.lend("doc_lengths", workload.doc_lengths);
     request.num_docs = static_cast<std::int64_t>(workload.doc_lengths.size());
     request.mask_kind = static_cast<std::int32_t>(workload.mask.kind);
     request.mask_param = workload.mask.param;
     if (workload.mask.kind == MaskKind::kBlockSparse) {
       const BlockSparseMask& sparse = workload.mask.block_sparse;
-      request.sparse_offsets = sparse.offsets.data();
-      request.sparse_kv_blocks = sparse.kv_blocks.empty() ? nullptr : sparse.kv_blocks.data();
+      request.sparse_offsets = lent.lend("sparse_offsets", sparse.offsets);
+      request.sparse_kv_blocks = lent.lend("sparse_kv_blocks", sparse.kv_blocks);
     }
-    request.strategy = name.c_str();
+    request.strategy = lent.lend("strategy", name);
+    lent.watch("fulcrum_cp_request", request);
 
     ShardPlan plan;
     {
@@ -515,14 +748,19 @@ class PluginBalancer final : public LoadBalancer {
       fulcrum_cp_plan answer{};
       answer.struct_size = FULCRUM_CP_PLAN_V1_0_SIZE;
       const fulcrum_status status = table_->plan_cp(instance_.get(), &request, &answer);
+      // Handed back exactly once, however the checks below end.
+      std::optional<PlanRelease> release;
+      if (status == FULCRUM_OK) release.emplace(table_, instance_.get(), &answer);
+      if (Status s = check_lent(lent, "strategy", name); !s) return s;
       if (status != FULCRUM_OK) return plugin_failure(status, name);
-      // Handed back exactly once, however the copy below ends.
-      const PlanRelease release{table_, instance_.get(), &answer};
-      if (Status s = copy_plan(answer, workload, name, plan); !s) return s;
+      if (Status s = copy_plan(answer, workload, name, plan); !s) {
+        return with_fix(s, "strategies");
+      }
     }
     if (Status s = validate_plan(workload, plan); !s) {
-      return internal_error("plugin '" + name_ + "' strategy " + quote_text(name) +
-                            " returned an invalid plan: " + s.message());
+      return with_fix(plugin_fault("plugin '" + name_ + "' strategy " + quote_text(name) +
+                                   " returned an invalid plan: " + s.message()),
+                      "strategies");
     }
     if (plan.work.empty()) plan.work = compute_work(workload, plan);
     return plan;
@@ -539,18 +777,27 @@ class PluginBalancer final : public LoadBalancer {
     }
     const auto k = static_cast<std::size_t>(request.num_ranks);
     const auto n = static_cast<std::int64_t>(request.lengths.size());
+    // The answer goes into the host's buffers, each followed by a guard: a
+    // plugin that writes a little past the sizes the request states is named
+    // (a lot past faults, which no check after the call can prevent).
+    constexpr std::size_t kGuard = 16;
+    constexpr std::int64_t kGuardValue = std::numeric_limits<std::int64_t>::min() + 0x5afe;
     std::vector<std::int64_t> offsets(k + 1, 0);
     std::vector<std::int64_t> samples(static_cast<std::size_t>(n), -1);
+    offsets.resize(offsets.size() + kGuard, kGuardValue);
+    samples.resize(samples.size() + kGuard, kGuardValue);
 
+    LentMemory lent;
     fulcrum_dp_request c_request{};
     c_request.struct_size = FULCRUM_DP_REQUEST_V1_0_SIZE;
     c_request.num_ranks = request.num_ranks;
-    c_request.lengths = request.lengths.data();
+    c_request.lengths = lent.lend("lengths", request.lengths);
     c_request.num_samples = n;
     c_request.cost_kind = static_cast<std::int32_t>(request.cost.kind);
     c_request.equal_count = request.equal_count ? 1 : 0;
     c_request.attention_a = request.cost.a;
-    c_request.strategy = name.c_str();
+    c_request.strategy = lent.lend("strategy", name);
+    lent.watch("fulcrum_dp_request", c_request);
 
     fulcrum_dp_result result{};
     result.struct_size = FULCRUM_DP_RESULT_V1_0_SIZE;
@@ -560,19 +807,45 @@ class PluginBalancer final : public LoadBalancer {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       const fulcrum_status status = table_->partition_dp(instance_.get(), &c_request, &result);
+      if (Status s = check_lent(lent, "strategy", name); !s) return s;
+      for (const auto& [buffer, entries, field] :
+           {std::tuple{&offsets, k + 1, "rank_offsets"},
+            std::tuple{&samples, static_cast<std::size_t>(n), "samples"}}) {
+        const auto past =
+            std::find_if(buffer->begin() + static_cast<std::ptrdiff_t>(entries), buffer->end(),
+                         [](std::int64_t v) { return v != kGuardValue; });
+        if (past != buffer->end()) {
+          return plugin_fault("plugin '" + name_ + "' strategy " + quote_text(name) +
+                              " wrote past the end of " + field + " (" + std::to_string(entries) +
+                              " entries, written at entry " +
+                              std::to_string(past - buffer->begin()) +
+                              "), memory the host did not lend it; fix the plugin (" + path_ + ")");
+        }
+      }
       if (status != FULCRUM_OK) return plugin_failure(status, name);
     }
 
     const std::string bad =
         "plugin '" + name_ + "' strategy " + quote_text(name) + " returned an invalid partition: ";
+    const auto invalid = [&](const std::string& why) {
+      return with_fix(plugin_fault(bad + why), "strategies");
+    };
     if (result.num_ranks != request.num_ranks) {
-      return internal_error(bad + "it has " + std::to_string(result.num_ranks) +
-                            " ranks, the request asked for " + std::to_string(request.num_ranks));
+      return invalid("it has " + std::to_string(result.num_ranks) +
+                     " ranks, the request asked for " + std::to_string(request.num_ranks));
     }
     if (offsets[0] != 0 || offsets[k] != n) {
-      return internal_error(bad + "rank offsets span [" + std::to_string(offsets[0]) + ", " +
-                            std::to_string(offsets[k]) + "), expected [0, " + std::to_string(n) +
-                            ")");
+      return invalid("rank offsets span [" + std::to_string(offsets[0]) + ", " +
+                     std::to_string(offsets[k]) + "), expected [0, " + std::to_string(n) + ")");
+    }
+    // Every offset in order before any is used to index samples: a later
+    // rank's offset past n must not let an earlier rank read beyond them.
+    for (std::size_t r = 0; r < k; ++r) {
+      if (offsets[r + 1] < offsets[r]) {
+        return invalid("rank " + std::to_string(r + 1) + " starts at offset " +
+                       std::to_string(offsets[r + 1]) + ", before rank " + std::to_string(r) +
+                       "'s offset " + std::to_string(offsets[r]));
+      }
     }
     const std::int64_t fewest = n / request.num_ranks;
     const std::int64_t most = (n + request.num_ranks - 1) / request.num_ranks;
@@ -584,28 +857,25 @@ class PluginBalancer final : public LoadBalancer {
       const std::int64_t begin = offsets[r];
       const std::int64_t end = offsets[r + 1];
       if (end < begin) {
-        return internal_error(bad + "rank " + std::to_string(r + 1) + " starts at offset " +
-                              std::to_string(end) + ", before rank " + std::to_string(r) +
-                              "'s offset " + std::to_string(begin));
+        return invalid("rank " + std::to_string(r + 1) + " starts at offset " +
+                       std::to_string(end) + ", before rank " + std::to_string(r) + "'s offset " +
+                       std::to_string(begin));
       }
       if (request.equal_count && (end - begin < fewest || end - begin > most)) {
-        return internal_error(bad + "rank " + std::to_string(r) + " has " +
-                              std::to_string(end - begin) +
-                              " samples under equal_count, expected " + std::to_string(fewest) +
-                              " or " + std::to_string(most));
+        return invalid("rank " + std::to_string(r) + " has " + std::to_string(end - begin) +
+                       " samples under equal_count, expected " + std::to_string(fewest) + " or " +
+                       std::to_string(most));
       }
       for (std::int64_t i = begin; i < end; ++i) {
         const std::int64_t sample = samples[static_cast<std::size_t>(i)];
         if (sample < 0 || sample >= n) {
-          return internal_error(bad + "rank " + std::to_string(r) + " lists sample " +
-                                std::to_string(sample) + ", outside [0, " + std::to_string(n) +
-                                ")");
+          return invalid("rank " + std::to_string(r) + " lists sample " + std::to_string(sample) +
+                         ", outside [0, " + std::to_string(n) + ")");
         }
         std::int32_t& seen = owner[static_cast<std::size_t>(sample)];
         if (seen >= 0) {
-          return internal_error(bad + "sample " + std::to_string(sample) +
-                                " is listed twice (ranks " + std::to_string(seen) + " and " +
-                                std::to_string(r) + ")");
+          return invalid("sample " + std::to_string(sample) + " is listed twice (ranks " +
+                         std::to_string(seen) + " and " + std::to_string(r) + ")");
         }
         seen = static_cast<std::int32_t>(r);
         partition.ranks[r].push_back(sample);
@@ -623,19 +893,20 @@ class PluginBalancer final : public LoadBalancer {
     const std::string name(strategy);
     if (schedule_names_.empty()) return host_fixed_schedule(name, request);
 
+    LentMemory lent;
     fulcrum_schedule_request c_request{};
     c_request.struct_size = FULCRUM_SCHEDULE_REQUEST_V1_2_SIZE;
     c_request.world_size = request.world_size;
     c_request.max_tokens_per_rank = request.max_tokens_per_rank;
-    c_request.doc_lengths = request.doc_lengths.data();
+    c_request.doc_lengths = lent.lend("doc_lengths", request.doc_lengths);
     c_request.num_docs = static_cast<std::int64_t>(request.doc_lengths.size());
     c_request.mask_kind = static_cast<std::int32_t>(request.mask.kind);
     c_request.cp_size = request.cp_size;
     c_request.mask_param = request.mask.param;
     c_request.block_size = request.block_size;
-    c_request.strategy = name.c_str();
+    c_request.strategy = lent.lend("strategy", name);
     const CostProfile& profile = request.profile;
-    c_request.profile_name = profile.name.c_str();
+    c_request.profile_name = lent.lend("profile_name", profile.name);
     c_request.tile_seconds = profile.tile_seconds;
     c_request.token_seconds = profile.token_seconds;
     c_request.slot_seconds = profile.slot_seconds;
@@ -652,6 +923,7 @@ class PluginBalancer final : public LoadBalancer {
                             (shapes.aligned ? FULCRUM_GROUPS_ALIGNED : 0) |
                             (shapes.every_wave ? FULCRUM_GROUPS_EVERY_WAVE : 0);
     c_request.wave_multiple = shapes.wave_multiple;
+    lent.watch("fulcrum_schedule_request", c_request);
 
     Schedule schedule;
     {
@@ -659,14 +931,18 @@ class PluginBalancer final : public LoadBalancer {
       fulcrum_schedule answer{};
       answer.struct_size = FULCRUM_SCHEDULE_V1_1_SIZE;
       const fulcrum_status status = table_->schedule(instance_.get(), &c_request, &answer);
+      std::optional<ScheduleRelease> release;
+      if (status == FULCRUM_OK) release.emplace(table_, instance_.get(), &answer);
+      if (Status s = check_lent(lent, "scheduler", name); !s) return s;
       if (status != FULCRUM_OK) return plugin_failure(status, name);
-      const ScheduleRelease release{table_, instance_.get(), &answer};
-      if (Status s = copy_schedule(answer, request, name, schedule); !s) return s;
+      if (Status s = copy_schedule(answer, request, name, schedule); !s) {
+        return with_fix(s, "schedulers");
+      }
     }
     if (Status s = validate_schedule(request, schedule); !s) {
-      return internal_error("plugin '" + name_ + "' scheduler " + quote_text(name) +
-                            " returned an invalid schedule: " + s.message() +
-                            "; fix the plugin, or use another of its schedulers");
+      return with_fix(plugin_fault("plugin '" + name_ + "' scheduler " + quote_text(name) +
+                                   " returned an invalid schedule: " + s.message()),
+                      "schedulers");
     }
     return schedule;
   }
@@ -676,22 +952,45 @@ class PluginBalancer final : public LoadBalancer {
     const auto* self = static_cast<const PluginBalancer*>(user_data);
     if (self == nullptr || message == nullptr || !self->log_) return;
     try {
-      self->log_(to_log_level(level), "plugin '" + self->name_ + "': " + message);
+      self->log_(to_log_level(level),
+                 "plugin '" + self->name_ + "': " + printable_text(message, kMaxTextBytes));
     } catch (...) {
       // A throwing log sink must not unwind through the plugin's C frames.
     }
   }
 
+  // A refusal of the plugin's answer, ending with what to do.
+  Status with_fix(const Status& status, const char* others) const {
+    return Status(status.code(), status.message() + "; fix the plugin (" + path_ +
+                                     "), or use another of its " + others);
+  }
+
+  // Refuses the call when the plugin wrote into anything it was lent.
+  Status check_lent(const LentMemory& lent, const char* kind, const std::string& strategy) const {
+    const std::string changed = lent.changed();
+    if (changed.empty()) return Status::ok();
+    return plugin_fault("plugin '" + name_ + "' " + kind + " " + quote_text(strategy) +
+                        " wrote into " + changed +
+                        ", which the host lent it read-only; the host refuses its answer and "
+                        "kept its own data; fix the plugin (" +
+                        path_ + ")");
+  }
+
+  // Text a plugin answered with (a strategy name, a reason), refused unless
+  // it is what the ABI promises.
+  Result<std::string> answer_text(const char* text, std::size_t max_bytes, const std::string& bad,
+                                  const std::string& field) const {
+    Result<std::string> checked = checked_text(text, max_bytes);
+    if (!checked) return plugin_fault(bad + field + " " + checked.status().message());
+    return checked;
+  }
+
   // Call with mutex_ held: last_error describes the instance's latest call.
   Status plugin_failure(fulcrum_status status, const std::string& strategy) const {
     const char* text = table_->last_error(instance_.get());
-    // The plugin's text is quoted unchecked elsewhere; keep it one line here.
+    // Shown, not refused: escaped to one line of UTF-8 whatever it holds.
     std::string said = "failed without a message";
-    if (text != nullptr && text[0] != '\0') {
-      const std::string_view view(text);
-      said = quote_text(view, view.size());
-      said = said.substr(1, said.size() - 2);
-    }
+    if (text != nullptr && text[0] != '\0') said = printable_text(text, kMaxTextBytes);
     // kUnsupported is an answer, not a failure: its text is the reason a
     // plan records, the plugin's words alone (as the Python package shows it).
     if (status == FULCRUM_UNSUPPORTED && text != nullptr && text[0] != '\0') {
@@ -706,10 +1005,11 @@ class PluginBalancer final : public LoadBalancer {
       case FULCRUM_NOT_FOUND:
         return not_found(std::move(message));
       case FULCRUM_INTERNAL:
-        return internal_error(std::move(message));
+        return plugin_fault(message + "; see the plugin's own log or tests (" + path_ + ")");
       default:
-        return internal_error(message + " (unknown status " +
-                              std::to_string(static_cast<int>(status)) + ")");
+        return plugin_fault(message + " (unknown status " +
+                            std::to_string(static_cast<int>(status)) + "); fix the plugin (" +
+                            path_ + ")");
     }
   }
 
@@ -720,25 +1020,46 @@ class PluginBalancer final : public LoadBalancer {
     const std::string bad =
         "plugin '" + name_ + "' strategy " + quote_text(strategy) + " returned an invalid plan: ";
     if (answer.cp_size != workload.cp_size) {
-      return internal_error(bad + "cp_size " + std::to_string(answer.cp_size) +
-                            ", the workload has cp_size " + std::to_string(workload.cp_size));
+      return plugin_fault(bad + "cp_size " + std::to_string(answer.cp_size) +
+                          ", the workload has cp_size " + std::to_string(workload.cp_size));
     }
-    if (answer.shard_len < 0 ||
-        answer.shard_len > std::numeric_limits<std::int64_t>::max() / answer.cp_size) {
-      return internal_error(bad + "shard_len " + std::to_string(answer.shard_len) +
-                            " is out of range");
+    // The counts say how much the host reads from the plugin's buffers: they
+    // must agree with each other and stay within what validate_plan accepts
+    // before anything is read.
+    const std::int64_t longest = (workload.tokens + 1) * kMaxShardFactor;
+    if (answer.shard_len < 0 || answer.shard_len > longest) {
+      return plugin_fault(bad + "shard_len " + std::to_string(answer.shard_len) +
+                          " is outside [0, " + std::to_string(longest) + "]");
     }
     const std::int64_t total = answer.shard_len * answer.cp_size;
+    if (answer.padding < 0 || answer.padding != total - workload.tokens) {
+      return plugin_fault(bad + std::to_string(answer.cp_size) + " shards of " +
+                          std::to_string(answer.shard_len) + " positions hold " +
+                          std::to_string(total - workload.tokens) + " pads for " +
+                          std::to_string(workload.tokens) + " tokens, but it reports padding " +
+                          std::to_string(answer.padding));
+    }
     if (total > 0 && answer.positions == nullptr) {
-      return internal_error(bad + "positions is null with shard_len " +
-                            std::to_string(answer.shard_len));
+      return plugin_fault(bad + "positions is null with shard_len " +
+                          std::to_string(answer.shard_len));
     }
     plan.cp_size = answer.cp_size;
     plan.shard_len = answer.shard_len;
     plan.positions.assign(answer.positions, answer.positions + total);
     plan.padding = answer.padding;
-    plan.strategy_used = answer.strategy_used != nullptr ? answer.strategy_used : strategy;
-    plan.fallback_reason = answer.fallback_reason != nullptr ? answer.fallback_reason : "";
+    plan.strategy_used = strategy;
+    if (answer.strategy_used != nullptr) {
+      Result<std::string> used =
+          answer_text(answer.strategy_used, kMaxNameBytes, bad, "strategy_used");
+      if (!used) return used.status();
+      plan.strategy_used = std::move(used).value();
+    }
+    if (answer.fallback_reason != nullptr) {
+      Result<std::string> reason =
+          answer_text(answer.fallback_reason, kMaxTextBytes, bad, "fallback_reason");
+      if (!reason) return reason.status();
+      plan.fallback_reason = std::move(reason).value();
+    }
     if (answer.rank_pairs != nullptr && answer.rank_tiles != nullptr) {
       plan.work.resize(static_cast<std::size_t>(answer.cp_size));
       for (std::int32_t r = 0; r < answer.cp_size; ++r) {
@@ -747,6 +1068,19 @@ class PluginBalancer final : public LoadBalancer {
         w.tiles = answer.rank_tiles[r];
         for (const std::int64_t* p = plan.rank_begin(r); p != plan.rank_end(r); ++p) {
           if (*p != kPadPosition) ++w.tokens;
+        }
+        // A rank's queries attend to at most the whole row: figures past
+        // that (or below zero) are not counts.
+        const std::int64_t key_blocks =
+            (workload.tokens + workload.block_size - 1) / workload.block_size;
+        const std::int64_t query_blocks =
+            (answer.shard_len + workload.block_size - 1) / workload.block_size;
+        if (w.pairs < 0 || w.pairs > w.tokens * workload.tokens || w.tiles < 0 ||
+            w.tiles > query_blocks * key_blocks) {
+          return plugin_fault(bad + "rank " + std::to_string(r) + " reports " +
+                              std::to_string(w.pairs) + " pairs and " + std::to_string(w.tiles) +
+                              " tiles, impossible for its " + std::to_string(w.tokens) +
+                              " tokens in a row of " + std::to_string(workload.tokens));
         }
       }
     }
@@ -801,9 +1135,9 @@ class PluginBalancer final : public LoadBalancer {
     // Every slot runs at least one piece, so a valid schedule has no more
     // slots than pieces.
     if (answer.num_slots < 0 || answer.num_slots > num_pieces) {
-      return internal_error(bad + "num_slots " + std::to_string(answer.num_slots) +
-                            " is outside [0, " + std::to_string(num_pieces) +
-                            "], the batch's piece count");
+      return plugin_fault(bad + "num_slots " + std::to_string(answer.num_slots) +
+                          " is outside [0, " + std::to_string(num_pieces) +
+                          "], the batch's piece count");
     }
     const auto slots = static_cast<std::size_t>(answer.num_slots);
     if (answer.slot_rank_offsets == nullptr || answer.slot_piece_offsets == nullptr ||
@@ -811,11 +1145,10 @@ class PluginBalancer final : public LoadBalancer {
                        answer.piece_starts == nullptr || answer.piece_lengths == nullptr ||
                        answer.slot_waves == nullptr || answer.slot_shard_lens == nullptr ||
                        answer.slot_padding == nullptr))) {
-      return internal_error(bad + "an array it needs is null (" + std::to_string(slots) +
-                            " slots)");
+      return plugin_fault(bad + "an array it needs is null (" + std::to_string(slots) + " slots)");
     }
     if (answer.slot_rank_offsets[0] != 0 || answer.slot_piece_offsets[0] != 0) {
-      return internal_error(bad + "its offset arrays do not start at 0");
+      return plugin_fault(bad + "its offset arrays do not start at 0");
     }
     schedule.slots.resize(slots);
     std::int64_t position_at = 0;
@@ -824,18 +1157,17 @@ class PluginBalancer final : public LoadBalancer {
       const std::int64_t rank_begin = answer.slot_rank_offsets[s];
       const std::int64_t rank_end = answer.slot_rank_offsets[s + 1];
       if (rank_end - rank_begin < 1 || rank_end - rank_begin > world) {
-        return internal_error(bad + where + "rank offsets [" + std::to_string(rank_begin) + ", " +
-                              std::to_string(rank_end) + ") give a group of " +
-                              std::to_string(rank_end - rank_begin) + " ranks, expected 1 to " +
-                              std::to_string(world));
+        return plugin_fault(bad + where + "rank offsets [" + std::to_string(rank_begin) + ", " +
+                            std::to_string(rank_end) + ") give a group of " +
+                            std::to_string(rank_end - rank_begin) + " ranks, expected 1 to " +
+                            std::to_string(world));
       }
       const std::int64_t piece_begin = answer.slot_piece_offsets[s];
       const std::int64_t piece_end = answer.slot_piece_offsets[s + 1];
       if (piece_end < piece_begin || piece_end > num_pieces) {
-        return internal_error(bad + where + "piece offsets [" + std::to_string(piece_begin) + ", " +
-                              std::to_string(piece_end) +
-                              ") are out of order or past the batch's " +
-                              std::to_string(num_pieces) + " pieces");
+        return plugin_fault(bad + where + "piece offsets [" + std::to_string(piece_begin) + ", " +
+                            std::to_string(piece_end) + ") are out of order or past the batch's " +
+                            std::to_string(num_pieces) + " pieces");
       }
       ScheduleSlot& slot = schedule.slots[s];
       slot.ranks.assign(answer.ranks + rank_begin, answer.ranks + rank_end);
@@ -843,9 +1175,9 @@ class PluginBalancer final : public LoadBalancer {
       for (std::int64_t p = piece_begin; p < piece_end; ++p) {
         const DocPiece piece{answer.piece_docs[p], answer.piece_starts[p], answer.piece_lengths[p]};
         if (piece.length < 1 || piece.length > batch_tokens) {
-          return internal_error(bad + where + "piece " + std::to_string(p - piece_begin) +
-                                " has length " + std::to_string(piece.length) + ", outside [1, " +
-                                std::to_string(batch_tokens) + "]");
+          return plugin_fault(bad + where + "piece " + std::to_string(p - piece_begin) +
+                              " has length " + std::to_string(piece.length) + ", outside [1, " +
+                              std::to_string(batch_tokens) + "]");
         }
         row_tokens += piece.length;  // at most num_pieces * batch_tokens: no overflow
         slot.pieces.push_back(piece);
@@ -857,27 +1189,44 @@ class PluginBalancer final : public LoadBalancer {
       // validate_schedule names a shard past T; past row + T it is garbage.
       const std::int64_t longest = row_tokens + request.max_tokens_per_rank;
       if (shard_len < 0 || shard_len > longest) {
-        return internal_error(bad + where + "shard_len " + std::to_string(shard_len) +
-                              " is outside [0, " + std::to_string(longest) +
-                              "], the row plus the budget");
+        return plugin_fault(bad + where + "shard_len " + std::to_string(shard_len) +
+                            " is outside [0, " + std::to_string(longest) +
+                            "], the row plus the budget");
       }
       slot.plan.cp_size = g;
       slot.plan.shard_len = shard_len;
       slot.plan.padding = answer.slot_padding[s];
       const std::int64_t entries = shard_len * g;
       if (entries > 0 && answer.positions == nullptr) {
-        return internal_error(bad + where + "positions is null with shard_len " +
-                              std::to_string(shard_len));
+        return plugin_fault(bad + where + "positions is null with shard_len " +
+                            std::to_string(shard_len));
       }
       slot.plan.positions.assign(answer.positions + position_at,
                                  answer.positions + position_at + entries);
       position_at += entries;
       const char* plan_strategy =
           answer.slot_plan_strategies != nullptr ? answer.slot_plan_strategies[s] : nullptr;
-      slot.plan.strategy_used = plan_strategy != nullptr ? plan_strategy : strategy;
+      slot.plan.strategy_used = strategy;
+      if (plan_strategy != nullptr) {
+        Result<std::string> used = answer_text(plan_strategy, kMaxNameBytes, bad + where,
+                                               "slot_plan_strategies[" + std::to_string(s) + "]");
+        if (!used) return used.status();
+        slot.plan.strategy_used = std::move(used).value();
+      }
     }
-    schedule.strategy_used = answer.strategy_used != nullptr ? answer.strategy_used : strategy;
-    schedule.fallback_reason = answer.fallback_reason != nullptr ? answer.fallback_reason : "";
+    schedule.strategy_used = strategy;
+    if (answer.strategy_used != nullptr) {
+      Result<std::string> used =
+          answer_text(answer.strategy_used, kMaxNameBytes, bad, "strategy_used");
+      if (!used) return used.status();
+      schedule.strategy_used = std::move(used).value();
+    }
+    if (answer.fallback_reason != nullptr) {
+      Result<std::string> reason =
+          answer_text(answer.fallback_reason, kMaxTextBytes, bad, "fallback_reason");
+      if (!reason) return reason.status();
+      schedule.fallback_reason = std::move(reason).value();
+    }
     return Status::ok();
   }
 

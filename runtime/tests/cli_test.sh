@@ -466,7 +466,7 @@ if [[ -n "$TEST_PLUGINS" && -f "$TEST_PLUGINS/libfulcrum_compat_v1_0.so" ]]; the
 
   run "broken schedule is refused" schedule $S4 --lengths 2500,1800,900,700,400 $NOPERM \
     --plugin "$TEST_PLUGINS/libfulcrum_broken_schedule_wave_clash.so" --strategy fixed
-  [[ $RC -eq 1 ]] || fail "expected exit code 1 for a plugin's invalid schedule"
+  [[ $RC -eq 2 ]] || fail "expected exit code 2 for a plugin's invalid schedule (the plugin's fault, named)"
   [[ $(wc -l <"$ERR") -eq 1 ]] || fail "expected one line on stderr"
   grep -q "returned an invalid schedule: .* both hold rank 0 in wave 0" "$ERR" ||
     fail "the refusal does not name the rule"

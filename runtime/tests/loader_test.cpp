@@ -676,14 +676,14 @@ TEST(BrokenPluginTest, ThrowingPluginIsReportedNotFatal) {
   for (int attempt = 0; attempt < 2; ++attempt) {
     auto plan = balancer->plan_cp("contiguous", causal_row(64, 2));
     ASSERT_FALSE(plan.is_ok());
-    EXPECT_EQ(plan.status().code(), StatusCode::kInternal);
+    EXPECT_EQ(plan.status().code(), StatusCode::kPluginFault);
     EXPECT_HAS(plan.status().message(),
                "plugin 'broken_throwing' strategy 'contiguous': exception: "
                "broken_throwing plan_cp always throws");
   }
   auto part = balancer->partition_dp("round_robin", DpRequest{{1, 2, 3}, 2, {}, false});
   ASSERT_FALSE(part.is_ok());
-  EXPECT_EQ(part.status().code(), StatusCode::kInternal);
+  EXPECT_EQ(part.status().code(), StatusCode::kPluginFault);
   EXPECT_HAS(part.status().message(), "partition_dp always throws");
   // The plugin's own log line reached the host's log, named.
   const bool logged = std::any_of(captured.lines.begin(), captured.lines.end(), [](const auto& l) {
@@ -701,14 +701,14 @@ TEST(BrokenPluginTest, NonPermutationPlanAndPartitionAreRejected) {
   auto balancer = *loaded;
   auto plan = balancer->plan_cp("contiguous", causal_row(100, 4));
   ASSERT_FALSE(plan.is_ok());
-  EXPECT_EQ(plan.status().code(), StatusCode::kInternal);
+  EXPECT_EQ(plan.status().code(), StatusCode::kPluginFault);
   EXPECT_HAS(plan.status().message(),
              "plugin 'broken_non_permutation' strategy 'contiguous' returned an "
              "invalid plan: ");
 
   auto part = balancer->partition_dp("round_robin", DpRequest{{4, 4, 4, 4, 4}, 2, {}, false});
   ASSERT_FALSE(part.is_ok());
-  EXPECT_EQ(part.status().code(), StatusCode::kInternal);
+  EXPECT_EQ(part.status().code(), StatusCode::kPluginFault);
   EXPECT_HAS(part.status().message(),
              "plugin 'broken_non_permutation' strategy 'round_robin' returned an "
              "invalid partition: sample 0 is listed twice");

@@ -164,7 +164,7 @@ TEST_P(BrokenScheduleTest, IsRefusedNamingPluginSchedulerAndRule) {
   ASSERT_TRUE(validate_schedule_request(request).is_ok());
   auto schedule = (*loaded)->schedule("fixed", request);
   ASSERT_FALSE(schedule.is_ok());
-  EXPECT_EQ(schedule.status().code(), StatusCode::kInternal);
+  EXPECT_EQ(schedule.status().code(), StatusCode::kPluginFault);
   const std::string message = schedule.status().message();
   EXPECT_HAS(message, "plugin 'broken_schedule' scheduler 'fixed' returned an invalid schedule: ");
   EXPECT_HAS(message, GetParam().rule);

@@ -707,9 +707,13 @@ Worker::StepResult Worker::run_slots(std::int64_t step, const data::StepBatch& b
   Result<Schedule> schedule = scheduler_->schedule(options_.schedule_strategy, request);
   result.figures.plan_ms = ms_since(plan_start);
   if (!schedule) {
-    throw std::runtime_error("scheduling step " + std::to_string(step) + " with " +
-                             quote_text(options_.schedule_strategy) +
-                             " failed: " + schedule.status().message());
+    const std::string why = "scheduling step " + std::to_string(step) + " with " +
+                            quote_text(options_.schedule_strategy) +
+                            " failed: " + schedule.status().message();
+    // A plugin that broke the ABI's contract is a bad setting (exit 2),
+    // named in the message; anything else is a failed run.
+    if (schedule.status().code() == StatusCode::kPluginFault) throw InputError(why);
+    throw std::runtime_error(why);
   }
   reliability_.check_schedule(*schedule);
   const ScheduleCost cost = evaluate_schedule(request, *schedule);

@@ -10,8 +10,13 @@
 
 namespace fulcrum {
 
+// A shard holds at most this many entries per row token, plus this many: more
+// padding than any strategy needs means the plan is garbage.
+inline constexpr std::int64_t kMaxShardFactor = 64;
+
 // A plan is valid when it has cp_size equal shards of shard_len entries, each
-// entry is -1 or a position in [0, N), every position of [0, N) appears
+// entry is -1 or a position in [0, N), shard_len is at most (N + 1) *
+// kMaxShardFactor, every position of [0, N) appears
 // exactly once, and `padding` counts the -1 entries. The message names the
 // first violation (rank, index, value).
 Status validate_plan(const CpWorkload& workload, const ShardPlan& plan);

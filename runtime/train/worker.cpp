@@ -707,6 +707,12 @@ Worker::StepResult Worker::run_slots(std::int64_t step, const data::StepBatch& b
   Result<Schedule> schedule = scheduler_->schedule(options_.schedule_strategy, request);
   result.figures.plan_ms = ms_since(plan_start);
   if (!schedule) {
+    // A request the schedule refuses is the data's or the config's doing
+    // (the preflight checks the bounds it can see), not an internal error.
+    if (schedule.status().code() == StatusCode::kInvalidArgument) {
+      throw InputError("scheduling step " + std::to_string(step) + " with " +
+                       quote_text(options_.schedule_strategy) + ": " + schedule.status().message());
+    }
     throw std::runtime_error("scheduling step " + std::to_string(step) + " with " +
                              quote_text(options_.schedule_strategy) +
                              " failed: " + schedule.status().message());

@@ -5,7 +5,12 @@
 // kernel, once as two processes for Gloo. This file fits and writes; it stays
 // LibTorch-free.
 
+#include <fcntl.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstring>
 
 #include <chrono>
 #include <cstdio>
@@ -65,6 +70,12 @@ po::options_description calibrate_options(CalibrateFlags& f) {
   return options;
 }
 
+std::string signal_name(int signal) {
+  if (signal == SIGINT) return "SIGINT";
+  if (signal == SIGTERM) return "SIGTERM";
+  return "signal " + std::to_string(signal);
+}
+
 struct Measurements {
   std::vector<calibrate::ComputeSample> compute;
   std::vector<calibrate::TransferSample> p2p;
@@ -108,6 +119,12 @@ void measure(const fs::path& program, const std::string& mode, int nproc,
   };
   auto report = launch::run_workers(options);
   if (!report) throw std::runtime_error(report.status().message());
+  if (report->interrupted_by != 0) {
+    throw Interrupted(report->interrupted_by,
+                      "interrupted by " + signal_name(report->interrupted_by) +
+                          " while measuring " + mode +
+                          "; no profile was written, run fulcrum calibrate again to make one");
+  }
   if (report->exit_code != 0) {
     throw std::runtime_error(kMeasurerName + std::string(" ") + mode +
                              " failed: " + report->summary);
@@ -163,26 +180,59 @@ std::string sci(double value) {
   return text;
 }
 
+// What to do when writing failed with `err`: a full disk is not a
+// permissions problem.
+std::string write_advice(int err) {
+  switch (err) {
+    case ENOSPC:
+    case EDQUOT:
+    case EFBIG:
+      return "free space on its filesystem (or raise the quota or file size limit), or give "
+             "--output on another one";
+    case EACCES:
+    case EPERM:
+    case EROFS:
+      return "check the directory's permissions, or give --output elsewhere";
+    default:
+      return "give --output on a working filesystem";
+  }
+}
+
 // Writes `text` to `path` through a temporary file in the same directory and
-// a rename, so a reader never sees half a profile.
+// a rename, so a reader never sees half a profile. POSIX calls, so that the
+// error says why (errno), not only that something failed.
 void write_atomically(const fs::path& path, const std::string& text) {
   const fs::path tmp = path.string() + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) {
-      std::error_code ignored;
-      fs::remove(tmp, ignored);
-      throw UsageError("cannot write " + tmp.string() + "; check the directory's permissions");
+  const auto fail = [&tmp](const std::string& what, int err) {
+    ::unlink(tmp.c_str());
+    throw UsageError("cannot " + what + " " + tmp.string() + ": " + std::strerror(err) + "; " +
+                     write_advice(err));
+  };
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) fail("create", errno);
+  for (std::size_t done = 0; done < text.size();) {
+    const ::ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      fail("write", err);
     }
+    done += static_cast<std::size_t>(n);
   }
+  if (::fsync(fd) != 0) {
+    const int err = errno;
+    ::close(fd);
+    fail("write", err);
+  }
+  if (::close(fd) != 0) fail("write", errno);
   std::error_code ec;
   fs::rename(tmp, path, ec);
   if (ec) {
     std::error_code ignored;
     fs::remove(tmp, ignored);
-    throw UsageError("cannot replace " + path.string() + ": " + ec.message());
+    throw UsageError("cannot replace " + path.string() + ": " + ec.message() +
+                     "; check the directory's permissions");
   }
 }
 

@@ -30,6 +30,9 @@ from .errors import FulcrumError  # noqa: E402
 
 FORMATS = ("png", "svg")
 _MAX_TILE_MAP_CELLS = 64 * 2**20
+# A plan figure draws one bar (or one tile-map panel) per rank: past this many
+# ranks matplotlib takes minutes and gigabytes for a picture nobody can read.
+_MAX_PLOT_RANKS = 128
 
 
 # -- plans --------------------------------------------------------------------
@@ -288,6 +291,11 @@ def main(argv=None):
         if args.command == "run":
             fig = run_figure(args.metrics)
         else:
+            if args.cp > _MAX_PLOT_RANKS:
+                raise FulcrumError("invalid_argument",
+                                   f"--cp {args.cp}: a plan figure draws every rank, at most "
+                                   f"{_MAX_PLOT_RANKS}; use fulcrum plan --compare for larger "
+                                   "groups")
             docs = _row(args)
             if docs is None and args.seq_len is None:
                 raise FulcrumError("invalid_argument", "no row given; give --seq-len N (with "

@@ -545,6 +545,31 @@ head -c 70000 /dev/zero | tr '\0' '#' >"$WORK/huge_profile.yaml"
 expect_usage "schedule profile huge" "$C" schedule $S4 --lengths 5 --profile "$WORK/huge_profile.yaml"
 expect_usage "schedule unknown flag" "$C" schedule $S4 --lengths 5 --waves 3
 
+# ---------------------------------------------------------------- work bounds
+# Just past each bound the --help texts state, the command refuses before
+# starting, naming its estimate; the help states the bound it enforces.
+for command in plan schedule dp-partition; do
+  expect_ok "$command help states the work bound" $command --help
+  grep -q "refused before it starts" "$OUT" || fail "$command --help does not state its bound"
+  pass
+done
+expect_usage "plan past 2^25 tokens" "fulcrum plan: " plan --cp 8 --strategy auto \
+  --seq-len 67108864
+grep -q "a row of 67108864 tokens in 1 document (524288 blocks of 128) on 8 ranks would take about" \
+  "$ERR" || fail "the refusal does not give the work and the estimate"
+expect_usage "plan --compare past 2^22 tokens" "fulcrum plan: " plan --cp 8 --compare \
+  --seq-len 8388608
+grep -q "one --strategy instead of --compare" "$ERR" || fail "no advice for --compare"
+expect_usage "plan past 2^18 ranks" "fulcrum plan: " plan --cp 524288 --strategy auto \
+  --seq-len 524288
+expect_usage "schedule past 8 x 10^6 tokens" "fulcrum schedule: " schedule --world 64 \
+  --max-tokens-per-rank 262144 --lengths 8388608,8388608
+expect_usage "schedule past 4096 ranks" "fulcrum schedule: " schedule --world 8192 \
+  --max-tokens-per-rank 4096 --lengths 100
+python3 -c 'print([1] * 20000)' >"$WORK/many.json"
+expect_usage "dp-partition past 2 x 10^8 samples x ranks" "fulcrum dp-partition: " dp-partition \
+  --dp 20000 --strategy auto --lengths-file "$WORK/many.json"
+
 # ---------------------------------------------------------------- bad input: top level
 expect_usage "no command" "fulcrum: "
 expect_usage "unknown command" "fulcrum: " plna --cp 2

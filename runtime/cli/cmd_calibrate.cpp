@@ -62,7 +62,7 @@ po::options_description calibrate_options(CalibrateFlags& f) {
       ("output", po::value(&f.output)->value_name("FILE.yaml"),
        "where to write the profile (required; an existing file needs --force)")  //
       ("repetitions", po::value(&f.repetitions)->value_name("R"),
-       "repetitions per measurement, the median is kept (default: 5)")  //
+       "repetitions per measurement, the median is kept; 1 to 20, about 3 s each (default: 5)")  //
       ("name", po::value(&f.name)->value_name("NAME"),
        "the profile's name (default: cpu_calibrated)")                           //
       ("force", po::bool_switch(&f.force), "replace an existing --output file")  //
@@ -289,6 +289,18 @@ int calibrate_body(const std::vector<std::string>& args) {
   }
   const std::int64_t repetitions =
       parse_int(f.repetitions, "--repetitions", 1, 1000, "e.g. --repetitions 5");
+  // Measured on the 2-core development VM (docs/RELIABILITY.md, "Bounded
+  // before it starts"): about 8 s of start-up and 3.2 s a repetition; past 20
+  // the run takes minutes for medians that no longer move.
+  constexpr std::int64_t kMaxRepetitions = 20;
+  if (repetitions > kMaxRepetitions) {
+    const double seconds = 8.0 + 3.2 * static_cast<double>(repetitions);
+    throw UsageError("--repetitions " + std::to_string(repetitions) + " would take about " +
+                     fixed(seconds / 60.0, 0) + " min, more than the " +
+                     std::to_string(kMaxRepetitions) +
+                     " repetitions (about a minute) fulcrum calibrate allows; give at most " +
+                     std::to_string(kMaxRepetitions) + ", e.g. --repetitions 5");
+  }
   check_name(f.name);
   check_output(f);
 #ifndef FULCRUM_HAVE_CALIBRATE

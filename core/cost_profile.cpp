@@ -51,9 +51,14 @@ CostProfile cpu_gloo() {
   return p;
 }
 
-// Shortest round-trip-safe enough for a message: %g keeps 1e15 and 3.3e9
-// readable where std::to_string would print fifteen zeros or 0.000000.
+// A value as a message shows it: whole numbers below 1e15 in full (a count
+// such as 1048576 must not read as 1.04858e+06), anything else with %g, which
+// keeps 1e15 and 3.3e9 readable where std::to_string would print fifteen
+// zeros or 0.000000.
 std::string number(double value) {
+  if (std::isfinite(value) && std::trunc(value) == value && std::fabs(value) < 1e15) {
+    return std::to_string(static_cast<long long>(value));
+  }
   char text[32];
   std::snprintf(text, sizeof text, "%.6g", value);
   return text;

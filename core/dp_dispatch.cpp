@@ -1,12 +1,20 @@
 #include "fulcrum/core/dp_dispatch.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <limits>
 #include <numeric>
 
 namespace fulcrum::dp {
 namespace {
+
+// A coefficient as the user wrote it (1e+307, not 308 digits).
+std::string shortest_text(double value) {
+  char text[32];
+  const auto [end, ec] = std::to_chars(text, text + sizeof text, value);
+  return ec == std::errc() ? std::string(text, end) : std::string("?");
+}
 
 // A group of one window's partition: the samples one rank gets in one batch.
 struct Group {
@@ -89,10 +97,10 @@ Result<WindowedDispatcher> WindowedDispatcher::create(DispatchOptions options,
                             " is unknown; use tokens (0) or attention (1)");
   }
   if (options.cost.kind == CostKind::kAttention &&
-      (!std::isfinite(options.cost.a) || options.cost.a < 0.0)) {
+      (!std::isfinite(options.cost.a) || options.cost.a < 0.0 || options.cost.a > kMaxAttentionA)) {
     return invalid_argument("dispatcher: attention cost coefficient a is " +
-                            std::to_string(options.cost.a) +
-                            "; pass a finite value >= 0 (default 24576)");
+                            shortest_text(options.cost.a) +
+                            "; pass a value from 0 to 2^40 (default 24576)");
   }
   if (!partition) {
     return invalid_argument("dispatcher: no partition function for dp strategy " +

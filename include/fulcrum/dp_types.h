@@ -9,6 +9,11 @@
 namespace fulcrum {
 
 inline constexpr double kDefaultAttentionA = 24576.0;
+// Largest attention cost coefficient: a model's a is a small multiple of its
+// hidden size (24576 for 4096). Bounding it keeps a * L + L^2, summed over
+// any batch fulcrum takes, far inside a double, so costs and imbalances stay
+// finite.
+inline constexpr double kMaxAttentionA = 1099511627776.0;  // 2^40
 
 enum class CostKind : std::int32_t {
   kTokens = 0,     // cost(L) = L

@@ -66,3 +66,23 @@ s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind(("0.0.0.0", int(sys.argv[1]))); s.listen(); time.sleep(60)' "$1" &
   sleep 0.5
 }
+
+# A Megatron .idx/.bin pair PREFIX of 2000 int32 sequences of 5 to 40 ids
+# below 64, written by the published MMIDIDX layout.
+tiny_megatron() {
+  python3 - "$1" <<'PY'
+import random, struct, sys
+random.seed(1)
+seqs = [[random.randrange(64) for _ in range(random.randint(5, 40))] for _ in range(2000)]
+pointers, at = [], 0
+for s in seqs:
+    pointers.append(at)
+    at += 4 * len(s)
+idx = b"MMIDIDX\0\0" + struct.pack("<QBQQ", 1, 4, len(seqs), len(seqs) + 1)
+idx += b"".join(struct.pack("<i", len(s)) for s in seqs)
+idx += b"".join(struct.pack("<q", p) for p in pointers)
+idx += b"".join(struct.pack("<q", i) for i in range(len(seqs) + 1))
+open(sys.argv[1] + ".idx", "wb").write(idx)
+open(sys.argv[1] + ".bin", "wb").write(b"".join(struct.pack(f"<{len(s)}i", *s) for s in seqs))
+PY
+}

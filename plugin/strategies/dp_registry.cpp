@@ -2,6 +2,7 @@
 // bookkeeping every strategy ends with.
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -14,6 +15,13 @@
 
 namespace fulcrum::dp {
 namespace {
+
+// A coefficient as the user wrote it (1e+307, not 308 digits).
+std::string shortest_text(double value) {
+  char text[32];
+  const auto [end, ec] = std::to_chars(text, text + sizeof text, value);
+  return ec == std::errc() ? std::string(text, end) : std::string("?");
+}
 
 // Names in the order users see them listed; "auto" last because it is built
 // from the others.
@@ -93,10 +101,10 @@ Status validate_request(const DpRequest& request) {
                             " is unknown; use tokens (0) or attention (1)");
   }
   if (request.cost.kind == CostKind::kAttention &&
-      (!std::isfinite(request.cost.a) || request.cost.a < 0.0)) {
+      (!std::isfinite(request.cost.a) || request.cost.a < 0.0 || request.cost.a > kMaxAttentionA)) {
     return invalid_argument("dp request: attention cost coefficient a is " +
-                            std::to_string(request.cost.a) +
-                            "; pass a finite value >= 0 (default 24576)");
+                            shortest_text(request.cost.a) +
+                            "; pass a value from 0 to 2^40 (default 24576)");
   }
   return Status::ok();
 }

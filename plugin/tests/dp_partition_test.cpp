@@ -453,6 +453,11 @@ std::vector<BadInput> bad_inputs() {
   DpRequest negative_a = nan_a;
   negative_a.cost.a = -1.0;
   cases.push_back({"negative a", negative_a, StatusCode::kInvalidArgument, {"-1"}});
+  // Finite but so large that a * L overflows the costs to inf (and the
+  // imbalance to nan).
+  DpRequest huge_a = nan_a;
+  huge_a.cost.a = 1e307;
+  cases.push_back({"huge a", huge_a, StatusCode::kInvalidArgument, {"1e+307", "2^40"}});
   return cases;
 }
 

@@ -536,6 +536,12 @@ def main(argv=None):
         if args.command == "run":
             fig = run_figure(args.metrics)
         else:
+            # Before planning: a plan for a million ranks takes minutes.
+            if args.cp > _MAX_BARS:
+                raise FulcrumError("invalid_argument",
+                                   f"--cp {args.cp}: a plan figure draws every rank, at most "
+                                   f"{_MAX_BARS}; use fulcrum plan --compare for larger "
+                                   "groups")
             docs = _row(args)
             with load(args.plugin) as balancer:
                 def plan_one(name):

@@ -55,8 +55,9 @@ constexpr std::string_view kLengthListHint =
 // A lengths list is flat; a little nesting is let through to be refused by
 // the element checks, with their clearer message.
 constexpr int kMaxLengthFileDepth = 64;
-// 256 MiB of text is tens of millions of lengths, far past any row.
-constexpr std::uint64_t kMaxLengthFileBytes = 256u << 20;
+// 32 MiB of text is up to 16 million lengths, past what any command accepts
+// (work_bounds.h); its parsed JSON takes about 16 bytes a number.
+constexpr std::uint64_t kMaxLengthFileBytes = 32u << 20;
 constexpr std::string_view kLengthFileHint =
     "give a file holding a JSON list of positive integers, e.g. [4096, 812, 77]";
 
@@ -76,6 +77,9 @@ int run_command(std::string_view command, const std::function<int()>& body) noex
   } catch (const UsageError& e) {
     print_error(command, e.what());
     return kExitUsage;
+  } catch (const Interrupted& e) {
+    print_error(command, e.what());
+    return 128 + e.signal();
   } catch (const std::bad_alloc&) {
     print_error(command, "out of memory; try a shorter row or fewer ranks");
     return kExitInternal;

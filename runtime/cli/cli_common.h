@@ -43,8 +43,21 @@ class UsageError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The user stopped the command (SIGINT or SIGTERM) while it ran workers:
+// exit 128 + signal, the shell's convention, with one line saying what was
+// left undone.
+class Interrupted : public std::runtime_error {
+ public:
+  Interrupted(int signal, const std::string& what) : std::runtime_error(what), signal_(signal) {}
+  int signal() const { return signal_; }
+
+ private:
+  int signal_;
+};
+
 // Runs a command body, turning every failure into one stderr line and an exit
-// code: UsageError -> 2, anything else -> 1. Never throws.
+// code: UsageError -> 2, Interrupted -> 128 + signal, anything else -> 1.
+// Never throws.
 int run_command(std::string_view command, const std::function<int()>& body) noexcept;
 
 // One line: control characters (newlines from a parser's context, say)

@@ -5,7 +5,12 @@
 // kernel, once as two processes for Gloo. This file fits and writes; it stays
 // LibTorch-free.
 
+#include <fcntl.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstring>
 
 #include <chrono>
 #include <cstdio>
@@ -59,12 +64,18 @@ po::options_description calibrate_options(CalibrateFlags& f) {
       ("output", po::value(&f.output)->value_name("FILE.yaml"),
        "where to write the profile (required; an existing file needs --force)")  //
       ("repetitions", po::value(&f.repetitions)->value_name("R"),
-       "repetitions per measurement, the median is kept (default: 5)")  //
+       "repetitions per measurement, the median is kept; 1 to 20, about 3 s each (default: 5)")  //
       ("name", po::value(&f.name)->value_name("NAME"),
        "the profile's name (default: cpu_calibrated)")                           //
       ("force", po::bool_switch(&f.force), "replace an existing --output file")  //
       ("help,h", po::bool_switch(&f.help), "show this help");
   return options;
+}
+
+std::string signal_name(int signal) {
+  if (signal == SIGINT) return "SIGINT";
+  if (signal == SIGTERM) return "SIGTERM";
+  return "signal " + std::to_string(signal);
 }
 
 struct Measurements {
@@ -110,6 +121,12 @@ void measure(const fs::path& program, const std::string& mode, int nproc,
   };
   auto report = launch::run_workers(options);
   if (!report) throw std::runtime_error(report.status().message());
+  if (report->interrupted_by != 0) {
+    throw Interrupted(report->interrupted_by,
+                      "interrupted by " + signal_name(report->interrupted_by) +
+                          " while measuring " + mode +
+                          "; no profile was written, run fulcrum calibrate again to make one");
+  }
   if (report->exit_code != 0) {
     throw std::runtime_error(kMeasurerName + std::string(" ") + mode +
                              " failed: " + report->summary);
@@ -168,26 +185,59 @@ std::string sci(double value) {
   return text;
 }
 
+// What to do when writing failed with `err`: a full disk is not a
+// permissions problem.
+std::string write_advice(int err) {
+  switch (err) {
+    case ENOSPC:
+    case EDQUOT:
+    case EFBIG:
+      return "free space on its filesystem (or raise the quota or file size limit), or give "
+             "--output on another one";
+    case EACCES:
+    case EPERM:
+    case EROFS:
+      return "check the directory's permissions, or give --output elsewhere";
+    default:
+      return "give --output on a working filesystem";
+  }
+}
+
 // Writes `text` to `path` through a temporary file in the same directory and
-// a rename, so a reader never sees half a profile.
+// a rename, so a reader never sees half a profile. POSIX calls, so that the
+// error says why (errno), not only that something failed.
 void write_atomically(const fs::path& path, const std::string& text) {
   const fs::path tmp = path.string() + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) {
-      std::error_code ignored;
-      fs::remove(tmp, ignored);
-      throw UsageError("cannot write " + tmp.string() + "; check the directory's permissions");
+  const auto fail = [&tmp](const std::string& what, int err) {
+    ::unlink(tmp.c_str());
+    throw UsageError("cannot " + what + " " + tmp.string() + ": " + std::strerror(err) + "; " +
+                     write_advice(err));
+  };
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) fail("create", errno);
+  for (std::size_t done = 0; done < text.size();) {
+    const ::ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      fail("write", err);
     }
+    done += static_cast<std::size_t>(n);
   }
+  if (::fsync(fd) != 0) {
+    const int err = errno;
+    ::close(fd);
+    fail("write", err);
+  }
+  if (::close(fd) != 0) fail("write", errno);
   std::error_code ec;
   fs::rename(tmp, path, ec);
   if (ec) {
     std::error_code ignored;
     fs::remove(tmp, ignored);
-    throw UsageError("cannot replace " + path.string() + ": " + ec.message());
+    throw UsageError("cannot replace " + path.string() + ": " + ec.message() +
+                     "; check the directory's permissions");
   }
 }
 
@@ -244,6 +294,18 @@ int calibrate_body(const std::vector<std::string>& args) {
   }
   const std::int64_t repetitions =
       parse_int(f.repetitions, "--repetitions", 1, 1000, "e.g. --repetitions 5");
+  // Measured on the 2-core development VM (docs/RELIABILITY.md, "Bounded
+  // before it starts"): about 8 s of start-up and 3.2 s a repetition; past 20
+  // the run takes minutes for medians that no longer move.
+  constexpr std::int64_t kMaxRepetitions = 20;
+  if (repetitions > kMaxRepetitions) {
+    const double seconds = 8.0 + 3.2 * static_cast<double>(repetitions);
+    throw UsageError("--repetitions " + std::to_string(repetitions) + " would take about " +
+                     fixed(seconds / 60.0, 0) + " min, more than the " +
+                     std::to_string(kMaxRepetitions) +
+                     " repetitions (about a minute) fulcrum calibrate allows; give at most " +
+                     std::to_string(kMaxRepetitions) + ", e.g. --repetitions 5");
+  }
   check_name(f.name);
   check_output(f);
 #ifndef FULCRUM_HAVE_CALIBRATE

@@ -13,6 +13,7 @@
 #include "cli_common.h"
 #include "commands.h"
 #include "fulcrum/dp_types.h"
+#include "work_bounds.h"
 
 namespace fulcrum::cli {
 namespace {
@@ -29,7 +30,11 @@ constexpr const char* kUsage =
     "\n"
     "Splits samples of the given lengths across K data-parallel ranks and reports\n"
     "each rank's samples (indices into the list) and cost, the imbalance (max /\n"
-    "mean cost) and a lower bound on the best possible max cost.\n";
+    "mean cost) and a lower bound on the best possible max cost.\n"
+    "Work estimated past 4 s or 1.5 GB is refused before it starts: with auto or\n"
+    "karmarkar_karp about 2 x 10^8 samples x ranks and 3.5 x 10^5 samples past\n"
+    "1024 ranks; with lpt or round_robin about 2 x 10^6 samples\n"
+    "(docs/RELIABILITY.md, \"Bounded before it starts\").\n";
 
 // Sample indices shown per rank in the table; JSON always has all of them.
 constexpr std::size_t kIndicesShown = 24;
@@ -153,6 +158,9 @@ int dp_main(const std::vector<std::string>& args) {
     strategy = strategies.front();
   }
 
+  refuse_beyond_bounds("dp-partition", estimate_dp_partition(request, strategy),
+                       "give fewer samples or ranks, or --strategy lpt, which needs no "
+                       "per-rank work per sample");
   Result<DpPartition> result = loaded.balancer->partition_dp(strategy, request);
   if (!result) {
     const StatusCode code = result.status().code();

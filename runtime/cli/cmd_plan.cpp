@@ -18,6 +18,7 @@
 #include "fulcrum/core/work_model.h"
 #include "fulcrum/core/workload.h"
 #include "fulcrum/host/selection.h"
+#include "work_bounds.h"
 
 namespace fulcrum::cli {
 namespace {
@@ -36,7 +37,10 @@ constexpr const char* kUsage =
     "Shards one row of N tokens across P context-parallel ranks with a balancer\n"
     "strategy and reports each rank's work: attention pairs and kernel tiles.\n"
     "A strategy that cannot serve the row falls back (balancer.cp.fallback) and\n"
-    "the output says why. --compare plans the row with every strategy.\n";
+    "the output says why. --compare plans the row with every strategy.\n"
+    "Work estimated past 4 s or 1.5 GB is refused before it starts: about 2^25\n"
+    "tokens for one strategy, 2^22 with --compare, 2^18 ranks\n"
+    "(docs/RELIABILITY.md, \"Bounded before it starts\").\n";
 
 // Rows up to this length are planned several times and the median time is
 // reported: one run of a fast planner is mostly timer and cache noise.
@@ -101,6 +105,14 @@ double median(std::vector<double> values) {
   return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
+// Small rows are planned kRepeats times, unless even one plan takes long
+// enough to time on its own.
+int repeats_for(const CpWorkload& workload) {
+  return workload.tokens < kRepeatBelowTokens && estimate_plan(workload, 1, 1, false).seconds < 0.05
+             ? kRepeats
+             : 1;
+}
+
 Planned plan_with(const std::shared_ptr<LoadBalancer>& balancer, const std::string& requested,
                   const std::string& fallback, const CpWorkload& workload, const host::LogFn& log) {
   host::SelectorOptions options;
@@ -111,7 +123,7 @@ Planned plan_with(const std::shared_ptr<LoadBalancer>& balancer, const std::stri
 
   Planned out;
   out.requested = requested;
-  out.repeats = workload.tokens < kRepeatBelowTokens ? kRepeats : 1;
+  out.repeats = repeats_for(workload);
   std::vector<double> times;
   for (int i = 0; i < out.repeats; ++i) {
     const auto start = std::chrono::steady_clock::now();
@@ -361,6 +373,13 @@ int plan_main(const std::vector<std::string>& args) {
                        loaded.balancer->name() + "' does not offer; use one of " + known);
     }
   }
+
+  const int planned_strategies = f.compare ? static_cast<int>(strategies.size()) : 1;
+  refuse_beyond_bounds("plan",
+                       estimate_plan(workload, planned_strategies, repeats_for(workload),
+                                     f.positions && f.format == "json"),
+                       std::string("give a shorter row, a larger --block-size or fewer ranks") +
+                           (f.compare ? ", or one --strategy instead of --compare" : ""));
 
   if (!f.compare) {
     const Planned planned = plan_with(loaded.balancer, strategy, fallback, workload, log);

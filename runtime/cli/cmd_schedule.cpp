@@ -25,6 +25,8 @@
 #include "fulcrum/core/schedule.h"
 #include "fulcrum/core/workload.h"
 #include "fulcrum/host/cost_profile_file.h"
+#include "train/job_schema.h"
+#include "work_bounds.h"
 
 namespace fulcrum::cli {
 namespace {
@@ -46,14 +48,15 @@ constexpr const char* kUsage =
     "rank's predicted busy and idle time, the predicted step time against a\n"
     "lower bound, and the K/V bytes moved against an all-gather of the same rows.\n"
     "A balancer without a scheduler gets the host's fixed one and the output says\n"
-    "so. --compare runs every scheduler on the same batch.\n";
+    "so. --compare runs every scheduler on the same batch.\n"
+    "Work estimated past 4 s or 1.5 GB is refused before it starts: about 8 x 10^6\n"
+    "tokens, 4096 ranks, documents x max(W, 512) up to 2 x 10^7\n"
+    "(docs/RELIABILITY.md, \"Bounded before it starts\").\n";
 
 // Batches up to this many tokens are scheduled several times and the median
 // time reported, as `fulcrum plan` does.
 constexpr std::int64_t kRepeatBelowTokens = 1'000'000;
 constexpr int kRepeats = 5;
-constexpr const char* kDefaultProfile = "h100_7b";
-constexpr const char* kPreferredScheduler = "hybrid";
 
 struct ScheduleFlags {
   std::string world;
@@ -62,7 +65,7 @@ struct ScheduleFlags {
   std::string lengths_file;
   std::string strategy;
   std::string cp;
-  std::string profile = kDefaultProfile;
+  std::string profile;
   std::string block_size;
   std::string mask;
   std::string format = "table";
@@ -81,13 +84,14 @@ po::options_description schedule_options(ScheduleFlags& f) {
       ("lengths-file", po::value(&f.lengths_file)->value_name("F.json"),
        "the batch's documents as a JSON list in F.json")  //
       ("strategy", po::value(&f.strategy)->value_name("NAME"),
-       "scheduler, one the balancer lists (default: hybrid when listed, else fixed)")  //
+       "scheduler, one the balancer lists (default: balancer.schedule.strategy, as train "
+       "uses)")  //
       ("cp", po::value(&f.cp)->value_name("C"),
        "the fixed scheduler's CP group size, a divisor of W (default: the smallest whose rows "
-       "hold the longest document)")  //
+       "hold the longest document); only with --strategy fixed or --compare")  //
       ("profile", po::value(&f.profile)->value_name("NAME|FILE"),
        "cost profile: a bundled name (h100_7b, cpu_gloo) or a YAML file of CostProfile's "
-       "fields (default: h100_7b)")  //
+       "fields (default: balancer.schedule.profile, as train uses)")  //
       ("block-size", po::value(&f.block_size)->value_name("B"),
        "kernel tile edge in tokens (default: balancer.cp.block_size)")  //
       ("mask", po::value(&f.mask)->value_name("MASK"),
@@ -122,11 +126,20 @@ std::int64_t batch_tokens(const ScheduleRequest& request) {
   return total;
 }
 
+// Small batches are scheduled kRepeats times, unless even one schedule
+// takes long enough to time on its own.
+int repeats_for(const ScheduleRequest& request) {
+  return batch_tokens(request) < kRepeatBelowTokens &&
+                 estimate_schedule(request, 1, 1).seconds < 0.05
+             ? kRepeats
+             : 1;
+}
+
 Scheduled schedule_with(LoadBalancer& balancer, const std::string& requested,
                         const ScheduleRequest& request) {
   Scheduled out;
   out.requested = requested;
-  out.repeats = batch_tokens(request) < kRepeatBelowTokens ? kRepeats : 1;
+  out.repeats = repeats_for(request);
   std::vector<double> times;
   for (int i = 0; i < out.repeats; ++i) {
     const auto start = std::chrono::steady_clock::now();
@@ -406,8 +419,16 @@ int schedule_main(const std::vector<std::string>& args) {
     request.mask = std::move(mask).value();
   }
   {
-    auto profile = host::resolve_cost_profile(f.profile);
-    if (!profile) throw UsageError("--profile: " + profile.status().message());
+    // The profile and the scheduler default to the config's, so that this
+    // command predicts the schedule `fulcrum train` would run.
+    const bool flag = given.count("profile") != 0;
+    auto profile = host::resolve_cost_profile(flag ? f.profile : train::schedule_profile(config));
+    if (!profile) {
+      throw UsageError((flag ? std::string("--profile")
+                             : "balancer.schedule.profile (" +
+                                   config.origin("balancer.schedule.profile") + ")") +
+                       ": " + profile.status().message());
+    }
     request.profile = std::move(profile).value();
   }
   if (Status s = validate_schedule_request(request); !s) throw UsageError(s.message());
@@ -416,18 +437,35 @@ int schedule_main(const std::vector<std::string>& args) {
   const LoadedBalancer loaded = load_balancer(f.common, config, log);
   LoadBalancer& balancer = *loaded.balancer;
   const std::vector<std::string> schedulers = balancer.schedule_strategies();
-  std::string strategy = f.strategy;
-  if (!given.count("strategy")) {
-    strategy = contains(schedulers, kPreferredScheduler) ? kPreferredScheduler : "fixed";
-  }
+  const std::string strategy =
+      given.count("strategy") ? f.strategy : config.get_string("balancer.schedule.strategy");
+  const std::string from =
+      given.count("strategy")
+          ? ""
+          : " (balancer.schedule.strategy, " + config.origin("balancer.schedule.strategy") + ")";
   // A balancer with its own schedulers knows every name it serves; with the
   // host's fixed scheduler standing in, any name is served by fixed and the
   // output says so, as a training job would see it.
   const bool own_schedulers = !(schedulers.size() == 1 && schedulers.front() == "fixed");
   if (!f.compare && own_schedulers && !contains(schedulers, strategy)) {
-    throw UsageError("unknown scheduler " + quote_text(strategy) + "; balancer '" +
+    throw UsageError("unknown scheduler " + quote_text(strategy) + from + "; balancer '" +
                      balancer.name() + "' offers " + join(schedulers, ", "));
   }
+  // --cp is the fixed scheduler's group size; the others choose their groups
+  // and would silently ignore it.
+  if (!f.compare && own_schedulers && request.cp_size != 0 && strategy != "fixed") {
+    throw UsageError("--cp " + std::to_string(request.cp_size) +
+                     " sets the fixed scheduler's CP group size, but scheduler " +
+                     quote_text(strategy) + from +
+                     " chooses its own groups; drop --cp or use --strategy fixed");
+  }
+
+  refuse_beyond_bounds(
+      "schedule",
+      estimate_schedule(request, f.compare ? static_cast<int>(schedulers.size()) : 1,
+                        repeats_for(request)),
+      std::string("schedule fewer tokens, documents or ranks at once") +
+          (f.compare ? ", or one --strategy instead of --compare" : ""));
 
   if (!f.compare) {
     const Scheduled s = schedule_with(balancer, strategy, request);

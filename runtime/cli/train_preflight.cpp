@@ -4,6 +4,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include "data/jsonl_dataset.h"
 #include "data/synthetic_dataset.h"
 #include "data/token_dataset.h"
+#include "fulcrum/core/schedule.h"
 #include "host/input_file.h"
 #include "train/checkpoint.h"
 #include "train/options.h"
@@ -35,6 +37,30 @@ train::TrainOptions options_or_throw(const host::Config& config) {
   return std::move(options).value();
 }
 
+// Hybrid mode schedules a global batch's rows, one piece each, and a
+// schedule takes at most kMaxPiecesPerRank pieces per rank
+// (validate_schedule_request). A batch has at most global_batch_size x
+// ceil(longest sample / seq_length) rows, so that bound is checked here,
+// before the workers would refuse step 1.
+void check_hybrid_rows(const train::TrainOptions& o, std::int64_t longest) {
+  if (o.mode != train::ParallelMode::kHybrid || longest < 1) return;
+  const std::int64_t cuts = (longest + o.seq_length - 1) / o.seq_length;
+  const std::int64_t allowed = kMaxPiecesPerRank * o.dp_size;
+  if (cuts <= allowed / o.global_batch_size) return;
+  const std::int64_t seq_needed = (longest + allowed / o.global_batch_size - 1) /
+                                  std::max<std::int64_t>(1, allowed / o.global_batch_size);
+  throw UsageError(
+      "parallel.mode: hybrid cuts a global batch of data.global_batch_size = " +
+      std::to_string(o.global_batch_size) + " samples of up to " + std::to_string(longest) +
+      " tokens at data.seq_length = " + std::to_string(o.seq_length) + " into up to " +
+      std::to_string(o.global_batch_size) + " x " + std::to_string(cuts) + " rows, more than the " +
+      std::to_string(kMaxPiecesPerRank) + " per rank a schedule takes on " +
+      std::to_string(o.dp_size) + " ranks; raise data.seq_length" +
+      (allowed >= o.global_batch_size ? " to at least " + std::to_string(seq_needed)
+                                      : std::string()) +
+      " or lower data.global_batch_size");
+}
+
 }  // namespace
 
 void check_train_options(const host::Config& config) { options_or_throw(config); }
@@ -42,10 +68,14 @@ void check_train_options(const host::Config& config) { options_or_throw(config);
 void check_train_data(const host::Config& config) {
   const train::TrainOptions o = options_or_throw(config);
   if (o.source == train::DataSource::kSynthetic) {
-    if (o.data_path.empty()) return;
+    if (o.data_path.empty()) {
+      check_hybrid_rows(o, o.max_length);
+      return;
+    }
     // Synthetic tokens are drawn below the vocabulary; only the lengths are read.
     Result<std::vector<std::int64_t>> lengths = data::read_lengths_file(o.data_path);
     if (!lengths) throw UsageError("data.path: " + lengths.status().message());
+    check_hybrid_rows(o, *std::max_element(lengths->begin(), lengths->end()));
     return;
   }
   std::unique_ptr<data::TokenDataset> dataset;
@@ -58,11 +88,20 @@ void check_train_data(const host::Config& config) {
     if (!d) throw UsageError("data.path: " + d.status().message());
     dataset = std::make_unique<data::IndexedDataset>(std::move(d).value());
   }
+  std::int64_t longest = 0;
+  for (std::int64_t i = 0; i < dataset->size(); ++i)
+    longest = std::max(longest, dataset->length(i));
+  check_hybrid_rows(o, longest);
   const std::int64_t vocab = o.model.vocab_size;
   std::int64_t scanned = 0;
   bool any_tokens = false;
   for (std::int64_t i = 0; i < dataset->size() && scanned < kMaxScannedTokens; ++i) {
-    const std::vector<std::int64_t> tokens = dataset->tokens(i);
+    std::vector<std::int64_t> tokens;
+    try {
+      tokens = dataset->tokens(i);
+    } catch (const data::DatasetChanged& e) {
+      throw UsageError(std::string("data.path: ") + e.what());
+    }
     for (std::size_t j = 0; j < tokens.size(); ++j) {
       if (tokens[j] >= 0 && tokens[j] < vocab) continue;
       throw UsageError("data.path " + o.data_path + ": sample " + std::to_string(i) + ", token " +

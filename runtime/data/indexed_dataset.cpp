@@ -112,15 +112,18 @@ Result<IndexedDataset> IndexedDataset::open(const std::string& path) {
   const std::string bin_path = prefix + ".bin";
 
   IndexedDataset ds;
-  auto idx = MappedFile::open(idx_path);
-  if (!idx) return idx.status();
-  ds.idx_ = std::move(idx).value();
+  {
+    auto idx = MappedFile::open(idx_path);
+    if (!idx) return idx.status();
+    ds.idx_path_ = idx_path;
+    ds.index_.assign(idx->data(), idx->data() + idx->size());
+  }
   auto bin = MappedFile::open(bin_path);
   if (!bin) return bin.status();
   ds.bin_ = std::move(bin).value();
 
-  const std::byte* p = ds.idx_.data();
-  const std::size_t size = ds.idx_.size();
+  const std::byte* p = ds.index_.data();
+  const std::size_t size = ds.index_.size();
   if (size < sizeof kMagic || std::memcmp(p, kMagic, sizeof kMagic) != 0) {
     return corrupt(idx_path, 0,
                    "expected the magic \"MMIDIDX\\0\\0\" (" +
@@ -181,34 +184,37 @@ Result<IndexedDataset> IndexedDataset::open(const std::string& path) {
 }
 
 std::int64_t IndexedDataset::length(std::int64_t i) const {
-  return load_le<std::int32_t>(idx_.data() + kIndexHeaderBytes + 4 * static_cast<std::size_t>(i));
+  return load_le<std::int32_t>(index_.data() + kIndexHeaderBytes + 4 * static_cast<std::size_t>(i));
 }
 
 std::int64_t IndexedDataset::pointer(std::int64_t i) const {
-  return load_le<std::int64_t>(idx_.data() + kIndexHeaderBytes +
+  return load_le<std::int64_t>(index_.data() + kIndexHeaderBytes +
                                4 * static_cast<std::size_t>(num_sequences_) +
                                8 * static_cast<std::size_t>(i));
 }
 
 std::vector<std::int64_t> IndexedDataset::tokens(std::int64_t i) const {
-  const std::int64_t n = length(i);
+  const auto n = static_cast<std::size_t>(length(i));
   const std::size_t item = dtype_size(dtype_);
-  const std::byte* p = bin_.data() + pointer(i);
-  std::vector<std::int64_t> out(static_cast<std::size_t>(n));
-  for (std::size_t j = 0; j < out.size(); ++j) out[j] = load_token(dtype_, p + j * item);
+  std::vector<std::byte> raw(n * item);
+  if (Status s = bin_.read_at(static_cast<std::uint64_t>(pointer(i)), raw.size(), raw.data()); !s) {
+    throw DatasetChanged(s.message());
+  }
+  std::vector<std::int64_t> out(n);
+  for (std::size_t j = 0; j < n; ++j) out[j] = load_token(dtype_, raw.data() + j * item);
   return out;
 }
 
 std::vector<std::int64_t> IndexedDataset::document_index() const {
   std::vector<std::int64_t> out(static_cast<std::size_t>(num_documents_));
   const std::byte* p =
-      idx_.data() + kIndexHeaderBytes + 12 * static_cast<std::size_t>(num_sequences_);
+      index_.data() + kIndexHeaderBytes + 12 * static_cast<std::size_t>(num_sequences_);
   for (std::size_t j = 0; j < out.size(); ++j) out[j] = load_le<std::int64_t>(p + 8 * j);
   return out;
 }
 
 std::string IndexedDataset::describe() const {
-  std::string prefix = idx_.path();
+  std::string prefix = idx_path_;
   prefix.resize(prefix.size() - 4);
   return "indexed dataset " + prefix + " (" + std::to_string(num_sequences_) + " sequences, " +
          dtype_name(dtype_) + " tokens)";
@@ -223,7 +229,7 @@ Status IndexedDataset::validate_sequences() const {
     const std::int64_t n = length(i);
     const std::uint64_t size_offset = sizes_at + 4 * static_cast<std::uint64_t>(i);
     if (n < 0) {
-      return corrupt(idx_.path(), size_offset,
+      return corrupt(idx_path_, size_offset,
                      "sequence " + std::to_string(i) + " has size " + std::to_string(n) +
                          ", expected a token count >= 0");
     }
@@ -231,7 +237,7 @@ Status IndexedDataset::validate_sequences() const {
     const std::uint64_t pointer_offset = pointers_at + 8 * static_cast<std::uint64_t>(i);
     const std::int64_t bytes = n * static_cast<std::int64_t>(item);
     if (start < 0 || start > bin_size || bytes > bin_size - start) {
-      return corrupt(idx_.path(), pointer_offset,
+      return corrupt(idx_path_, pointer_offset,
                      "sequence " + std::to_string(i) + " (" + std::to_string(n) + " " +
                          dtype_name(dtype_) + " tokens at pointer " + std::to_string(start) +
                          ") runs past the end of " + bin_.path() + " (" + std::to_string(bin_size) +
@@ -247,9 +253,9 @@ Status IndexedDataset::validate_documents() const {
   std::int64_t previous = 0;
   for (std::int64_t j = 0; j < num_documents_; ++j) {
     const std::uint64_t offset = docs_at + 8 * static_cast<std::uint64_t>(j);
-    const auto entry = load_le<std::int64_t>(idx_.data() + offset);
+    const auto entry = load_le<std::int64_t>(index_.data() + offset);
     if (entry < previous || entry > num_sequences_) {
-      return corrupt(idx_.path(), offset,
+      return corrupt(idx_path_, offset,
                      "document index entry " + std::to_string(j) + " is " + std::to_string(entry) +
                          ", expected a sequence index in [" + std::to_string(previous) + ", " +
                          std::to_string(num_sequences_) +

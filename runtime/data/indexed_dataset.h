@@ -57,7 +57,7 @@ class IndexedDataset final : public TokenDataset {
   TokenDtype dtype() const { return dtype_; }
   // The document index (D entries) as stored.
   std::vector<std::int64_t> document_index() const;
-  const std::string& idx_path() const { return idx_.path(); }
+  const std::string& idx_path() const { return idx_path_; }
   const std::string& bin_path() const { return bin_.path(); }
 
  private:
@@ -67,7 +67,13 @@ class IndexedDataset final : public TokenDataset {
   Status validate_float_tokens() const;
   std::int64_t pointer(std::int64_t i) const;
 
-  MappedFile idx_;
+  // The whole .idx, read when opened: the loader reads sizes and pointers
+  // every step, and a copy cannot fault if the file shrinks under the job
+  // (12 bytes per sequence and 8 per document entry).
+  std::string idx_path_;
+  std::vector<std::byte> index_;
+  // Mapped for the checks made when opened; tokens() reads it with
+  // MappedFile::read_at, which notices a file that changed since.
   MappedFile bin_;
   TokenDtype dtype_ = TokenDtype::kInt32;
   std::int64_t num_sequences_ = 0;

@@ -3,17 +3,27 @@
 // .idx/.bin), JsonlDataset, SyntheticDataset.
 //
 // Implementations validate everything when they open, so reading afterwards
-// cannot fail; asking for an index outside [0, size()) is a programming error.
+// fails only when a file changes under the job (DatasetChanged); asking for
+// an index outside [0, size()) is a programming error.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "fulcrum/status.h"
 
 namespace fulcrum::data {
+
+// Thrown by tokens() when a dataset file was truncated or rewritten after it
+// was opened: bad input found while training. The message is one line that
+// names the file and says what to do.
+class DatasetChanged : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 class TokenDataset {
  public:

@@ -166,7 +166,8 @@ KeySpec string_key(std::string key, std::string def, std::vector<std::string> ch
 }
 
 Result<CostModel> parse_cost_model(std::string_view text) {
-  const std::string what = "; use tokens, attention or attention:A with a number A >= 0";
+  const std::string what =
+      "; use tokens, attention or attention:A with a number A from 0 to 2^40 (1099511627776)";
   if (text == "tokens") return CostModel{CostKind::kTokens, kDefaultAttentionA};
   if (text == "attention") return CostModel{CostKind::kAttention, kDefaultAttentionA};
   constexpr std::string_view kPrefix = "attention:";
@@ -178,6 +179,10 @@ Result<CostModel> parse_cost_model(std::string_view text) {
         !std::isfinite(a) || a < 0.0) {
       return invalid_argument("cost model " + quote_text(text) +
                               " needs a number A >= 0 after 'attention:'" + what);
+    }
+    if (a > kMaxAttentionA) {
+      return invalid_argument("cost model " + quote_text(text) +
+                              ": A is more than 2^40, where costs overflow" + what);
     }
     return CostModel{CostKind::kAttention, a};
   }

@@ -366,7 +366,7 @@ pass
 
 S4="--world 4 --max-tokens-per-rank 1000"
 expect_ok "schedule JSON" schedule $S4 --lengths 2500,1800,900,700,400 --strategy fixed \
-  --format json
+  --profile h100_7b --format json
 json_check "schedule JSON shape" \
   'list(j) == ["request", "requested", "used", "fallback_reason", "slots", "ranks", "waves",
                "step_seconds", "lower_bound_seconds", "step_over_bound", "bytes_moved",
@@ -448,6 +448,23 @@ expect_ok "schedule --profile FILE" schedule $S4 --lengths 2500,1800 --profile "
 json_check "the file's profile is used" 'j["request"]["profile"] == "slow_network"'
 pass
 
+# The config's scheduler and profile, as `fulcrum train` reads them: a
+# profile file named in a config is found next to that config.
+mkdir -p "$WORK/job"
+cp "$WORK/profile.yaml" "$WORK/job/slow.yaml"
+printf 'balancer:\n  schedule:\n    strategy: megatron_dcp\n    profile: slow.yaml\n' \
+  >"$WORK/job/job.yaml"
+expect_ok "schedule reads balancer.schedule from --config" schedule $S4 --lengths 2500,1800 \
+  --config "$WORK/job/job.yaml" --format json
+json_check "the config's scheduler and profile are used" \
+  'j["requested"] == "megatron_dcp" and j["request"]["profile"] == "slow_network"'
+pass
+expect_ok "schedule reads balancer.schedule from --set" schedule $S4 --lengths 2500,1800 \
+  --set balancer.schedule.strategy=fixed --set balancer.schedule.profile=h100_7b --format json
+json_check "the --set scheduler and profile are used" \
+  'j["requested"] == "fixed" and j["request"]["profile"] == "h100_7b"'
+pass
+
 expect_ok "schedule with the built-in balancer" schedule $S4 --lengths 2500,1800 --plugin builtin \
   --strategy hybrid --format json
 json_check "built-in fixed, and says so" \
@@ -493,6 +510,11 @@ expect_usage "schedule cp not a divisor" "$C" schedule $S4 --lengths 5 --strateg
 expect_usage "schedule cp too small for a document" "$C" schedule --world 4 \
   --max-tokens-per-rank 256 --lengths 4000,100,900 --cp 2 --strategy fixed
 expect_usage "schedule cp 0" "$C" schedule $S4 --lengths 5 --cp 0
+expect_usage "schedule cp with hybrid" "$C" schedule $S4 --lengths 5 --strategy hybrid --cp 2
+grep -q "drop --cp or use --strategy fixed" "$ERR" || fail "--cp with hybrid does not say what to do"
+expect_usage "schedule unknown scheduler from --set" "$C" schedule $S4 --lengths 5 \
+  --set balancer.schedule.strategy=best
+grep -q "balancer.schedule.strategy" "$ERR" || fail "the refusal does not name the config key"
 expect_usage "schedule block-sparse mask" "$C" schedule $S4 --lengths 5 --mask block-sparse
 expect_usage "schedule bad mask" "$C" schedule $S4 --lengths 5 --mask sliding:0
 expect_usage "schedule bad format" "$C" schedule $S4 --lengths 5 --format yaml
@@ -522,6 +544,31 @@ expect_usage "schedule profile missing field" "$C" schedule $S4 --lengths 5 \
 head -c 70000 /dev/zero | tr '\0' '#' >"$WORK/huge_profile.yaml"
 expect_usage "schedule profile huge" "$C" schedule $S4 --lengths 5 --profile "$WORK/huge_profile.yaml"
 expect_usage "schedule unknown flag" "$C" schedule $S4 --lengths 5 --waves 3
+
+# ---------------------------------------------------------------- work bounds
+# Just past each bound the --help texts state, the command refuses before
+# starting, naming its estimate; the help states the bound it enforces.
+for command in plan schedule dp-partition; do
+  expect_ok "$command help states the work bound" $command --help
+  grep -q "refused before it starts" "$OUT" || fail "$command --help does not state its bound"
+  pass
+done
+expect_usage "plan past 2^25 tokens" "fulcrum plan: " plan --cp 8 --strategy auto \
+  --seq-len 67108864
+grep -q "a row of 67108864 tokens in 1 document (524288 blocks of 128) on 8 ranks would take about" \
+  "$ERR" || fail "the refusal does not give the work and the estimate"
+expect_usage "plan --compare past 2^22 tokens" "fulcrum plan: " plan --cp 8 --compare \
+  --seq-len 8388608
+grep -q "one --strategy instead of --compare" "$ERR" || fail "no advice for --compare"
+expect_usage "plan past 2^18 ranks" "fulcrum plan: " plan --cp 524288 --strategy auto \
+  --seq-len 524288
+expect_usage "schedule past 8 x 10^6 tokens" "fulcrum schedule: " schedule --world 64 \
+  --max-tokens-per-rank 262144 --lengths 8388608,8388608
+expect_usage "schedule past 4096 ranks" "fulcrum schedule: " schedule --world 8192 \
+  --max-tokens-per-rank 4096 --lengths 100
+python3 -c 'print([1] * 20000)' >"$WORK/many.json"
+expect_usage "dp-partition past 2 x 10^8 samples x ranks" "fulcrum dp-partition: " dp-partition \
+  --dp 20000 --strategy auto --lengths-file "$WORK/many.json"
 
 # ---------------------------------------------------------------- bad input: top level
 expect_usage "no command" "fulcrum: "

@@ -206,7 +206,10 @@ TEST(ConfigTest, CheckFunctionsRejectBadMaskAndCost) {
   EXPECT_TRUE(Contains(load_error("balancer:\n  cp:\n    mask: sliding:0\n"), "got 'sliding:0'"));
   EXPECT_TRUE(Contains(load_error("balancer:\n  dp:\n    cost: attention:-1\n"),
                        "test.yaml:3:11: balancer.dp.cost must be tokens, attention or "
-                       "attention:A with A >= 0, got 'attention:-1'"));
+                       "attention:A with A from 0 to 2^40, got 'attention:-1'"));
+  EXPECT_TRUE(Contains(load_error("balancer:\n  dp:\n    cost: attention:1e307\n"),
+                       "balancer.dp.cost must be tokens, attention or attention:A with A from 0 "
+                       "to 2^40, got 'attention:1e307'"));
   EXPECT_TRUE(Contains(load_error("balancer:\n  dp:\n    cost: flops\n"), "got 'flops'"));
 }
 

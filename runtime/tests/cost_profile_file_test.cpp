@@ -97,6 +97,11 @@ TEST(CostProfileFileTest, HostileContentIsRefusedInOneLine) {
        "tile_seconds must be"},
       {"fractional ranks", replace("ranks_per_node: 8", "ranks_per_node: 2.5"),
        "ranks_per_node must be an integer"},
+      // Integers read as integers, not as %g's 1.04858e+06.
+      {"too many ranks per node", replace("ranks_per_node: 8", "ranks_per_node: 1048577"),
+       "ranks_per_node = 1048577 must be in [1, 1048576]"},
+      {"huge KV bytes", replace(line_of("kv_bytes_per_token"), "kv_bytes_per_token: 2e9"),
+       "kv_bytes_per_token = 2000000000 must be <= 1073741824"},
       {"missing field", replace(line_of("kv_bytes_per_token") + "\n", ""),
        "does not set kv_bytes_per_token"},
       {"empty name", replace(line_of("name"), "name:"), "is empty; give the profile a name"},

@@ -6,6 +6,7 @@
 // the error messages and the defaults all follow from it.
 #include "train/job_schema.h"
 
+#include <filesystem>
 #include <optional>
 #include <string>
 
@@ -13,6 +14,8 @@
 
 namespace fulcrum::train {
 namespace {
+
+namespace fs = std::filesystem;
 
 constexpr std::optional<double> kNoMax = std::nullopt;
 
@@ -42,7 +45,7 @@ host::ConfigSchema build_job_schema() {
   s.add(int_key("parallel.cp_size", 1, 1, kNoMax, "context-parallel ranks; an integer >= 1"));
   s.add(string_key("parallel.mode", "fixed", {"fixed", "hybrid"}, {}, "fixed: DP groups of CP groups, every row on one CP group; hybrid: the world is one pool and the balancer's scheduler places each document piece on a group of any size (docs/HYBRID_RUNTIME.md)"));
   s.add(int_key("parallel.world_size", 0, 0, static_cast<double>(kMaxGroupSize), "ranks of the job, 0 = parallel.dp_size x parallel.cp_size; an integer in [0, 2^20]"));
-  s.add(int_key("parallel.max_tokens_per_rank", 0, 0, static_cast<double>(kMaxRowTokens), "hybrid mode: T, the most tokens one rank holds in a slot; 0 = data.seq_length / world size, rounded up; an integer in [0, 2^31]"));
+  s.add(int_key("parallel.max_tokens_per_rank", 0, 0, static_cast<double>(kMaxRowTokens), "hybrid mode: T, the most tokens one rank holds in a slot; 0 = data.seq_length / world size, rounded up; an integer in [0, 2^31 / world size]"));
   // balancer: which plugin, and which strategies it is asked for.
   s.add(string_key("balancer.plugin", "fulcrum_balancer", {}, check_not_empty, "balancer plugin; a plugin name, a path to one, or builtin (the host's contiguous balancer)"));
   s.add(string_key("balancer.plugin_dirs", "", {}, {}, "directories searched for the plugin, colon-separated, before the defaults"));
@@ -52,7 +55,7 @@ host::ConfigSchema build_job_schema() {
   s.add(int_key("balancer.cp.block_size", 128, 1, kNoMax, "kernel tile edge B in tokens; an integer >= 1"));
   s.add(string_key("balancer.cp.mask", "causal", {}, check_mask, "attention mask; causal, full, sliding:W with W >= 1, or prefix:L with L >= 0"));
   s.add(string_key("balancer.dp.strategy", "auto", {}, check_not_empty, "DP partition strategy; a name the plugin lists, or auto"));
-  s.add(string_key("balancer.dp.cost", "tokens", {}, check_cost, "DP cost model; tokens, attention or attention:A with A >= 0"));
+  s.add(string_key("balancer.dp.cost", "tokens", {}, check_cost, "DP cost model; tokens, attention or attention:A with A from 0 to 2^40"));
   s.add(bool_key("balancer.dp.equal_count", false, "give every DP rank floor(n/k) or ceil(n/k) samples"));
   s.add(int_key("balancer.dp.window", 1, 1, kNoMax, "global batches balanced together; an integer >= 1"));
   s.add(string_key("balancer.schedule.strategy", "hybrid", {}, check_not_empty, "hybrid mode: the scheduler that places each global batch; a name the balancer lists (fixed, megatron_dcp, hybrid)"));
@@ -87,7 +90,7 @@ host::ConfigSchema build_job_schema() {
   s.add(int_key("train.checkpoint_keep", 2, 1, kNoMax, "newest checkpoints kept in train.checkpoint_dir; an integer >= 1"));
   s.add(string_key("train.resume", "none", {}, check_not_empty, "none (start at step 1), auto (the newest intact checkpoint in train.checkpoint_dir, if any) or a checkpoint file"));
   s.add(double_key("train.weight_decay", "0.01", 0.0, /*exclusive=*/false, "AdamW decoupled weight decay; a number >= 0"));
-  s.add(int_key("train.threads", 0, 0, kNoMax, "intra-op threads per worker, 0 = the cores divided among this host's workers; an integer >= 0"));
+  s.add(int_key("train.threads", 0, 0, kNoMax, "intra-op threads per worker, 0 = the cores divided among this host's workers; an integer from 0 to this host's CPU count"));
   s.add(bool_key("train.log_samples", false, "add every micro-batch's document pieces to the metrics (exactly-once audits)"));
   // dist: rendezvous and collectives.
   s.add(string_key("dist.backend", "gloo", {"gloo", "nccl"}, {}, "c10d backend of every process group; nccl needs train.device: cuda, a LibTorch built with NCCL and one GPU per rank on this host"));
@@ -99,7 +102,41 @@ host::ConfigSchema build_job_schema() {
   return s;
 }
 
+// The file a value came from, when it came from one: origin() is
+// "FILE:LINE:COL", and FILE may itself hold colons.
+std::optional<fs::path> origin_file(const host::Config& config, const std::string& key) {
+  if (!config.is_set(key)) return std::nullopt;
+  std::string origin = config.origin(key);
+  for (int i = 0; i < 2; ++i) {
+    const auto colon = origin.rfind(':');
+    if (colon == std::string::npos) return std::nullopt;
+    origin.resize(colon);
+  }
+  if (origin.empty()) return std::nullopt;
+  return fs::path(origin);
+}
+
 }  // namespace
+
+std::string config_path(const host::Config& config, const std::string& key) {
+  const std::string text = config.get_string(key);
+  if (text.empty()) return text;
+  fs::path path(text);
+  if (path.is_relative()) {
+    if (std::optional<fs::path> file = origin_file(config, key)) {
+      path = fs::absolute(*file).parent_path() / path;
+    } else {
+      path = fs::absolute(path);
+    }
+  }
+  return path.lexically_normal().string();
+}
+
+std::string schedule_profile(const host::Config& config) {
+  const std::string text = config.get_string("balancer.schedule.profile");
+  if (text.find('/') == std::string::npos && text.find('.') == std::string::npos) return text;
+  return config_path(config, "balancer.schedule.profile");
+}
 
 const host::ConfigSchema& job_schema() {
   static const host::ConfigSchema schema = build_job_schema();

@@ -20,4 +20,15 @@ Result<host::Config> load_job_config(const std::string& path,
 Result<host::Config> load_job_config_string(const std::string& yaml, const std::string& name,
                                             const std::vector<std::string>& overrides);
 
+// A path-valued key, absolute and normal: a relative path written in a config
+// file means "next to this file", so a config and its data move together; on
+// the command line (--set) or by default it means the working directory.
+// Empty stays empty.
+std::string config_path(const host::Config& config, const std::string& key);
+
+// balancer.schedule.profile as the host resolves it: a bundled name as
+// written, a value with '/' or '.' as a file (config_path). `fulcrum train`
+// and `fulcrum schedule` both read it here, so they plan with one profile.
+std::string schedule_profile(const host::Config& config);
+
 }  // namespace fulcrum::train

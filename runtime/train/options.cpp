@@ -2,57 +2,25 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 #include <limits>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 
 #include "fulcrum/core/workload.h"
 #include "fulcrum/host/cost_profile_file.h"
 #include "fulcrum/host/open_balancer.h"
+#include "train/job_schema.h"
 
 namespace fulcrum::train {
 namespace {
-
-namespace fs = std::filesystem;
 
 // "<key> = <value> (set at <origin>)": the prefix of every message here, so
 // the user can find the line to change.
 std::string where(const host::Config& config, const std::string& key, const std::string& value) {
   return key + " = " + value + " (" +
          (config.is_set(key) ? "set at " + config.origin(key) : std::string("the default")) + ")";
-}
-
-// The file a value came from, when it came from one: origin() is
-// "FILE:LINE:COL", and FILE may itself hold colons.
-std::optional<fs::path> origin_file(const host::Config& config, const std::string& key) {
-  if (!config.is_set(key)) return std::nullopt;
-  std::string origin = config.origin(key);
-  for (int i = 0; i < 2; ++i) {
-    const auto colon = origin.rfind(':');
-    if (colon == std::string::npos) return std::nullopt;
-    origin.resize(colon);
-  }
-  if (origin.empty()) return std::nullopt;
-  return fs::path(origin);
-}
-
-// A path written in a config file means "next to this file", so a config and
-// its data can move together; on the command line it means the working
-// directory, as in any shell command.
-std::string resolve_path(const host::Config& config, const std::string& key) {
-  const std::string text = config.get_string(key);
-  if (text.empty()) return text;
-  fs::path path(text);
-  if (path.is_relative()) {
-    if (std::optional<fs::path> file = origin_file(config, key)) {
-      path = fs::absolute(*file).parent_path() / path;
-    } else {
-      path = fs::absolute(path);
-    }
-  }
-  return path.lexically_normal().string();
 }
 
 std::chrono::milliseconds seconds_to_ms(double seconds) {
@@ -75,11 +43,7 @@ Status read_parallel_mode(const host::Config& config, TrainOptions& o) {
         "size or dp_size and cp_size");
   }
   o.schedule_strategy = config.get_string("balancer.schedule.strategy");
-  o.schedule_profile = config.get_string("balancer.schedule.profile");
-  if (o.schedule_profile.find('/') != std::string::npos ||
-      o.schedule_profile.find('.') != std::string::npos) {
-    o.schedule_profile = resolve_path(config, "balancer.schedule.profile");
-  }
+  o.schedule_profile = schedule_profile(config);
   if (o.mode == ParallelMode::kHybrid) {
     if (job_world_size(config) > kMaxGroupSize) {
       return invalid_argument("parallel.mode: hybrid over " +
@@ -118,6 +82,15 @@ Status check_hybrid(const host::Config& config, TrainOptions& o) {
   const std::int64_t t = config.get_int("parallel.max_tokens_per_rank");
   const std::int64_t needed = (o.seq_length + world - 1) / world;  // W x T >= seq_length
   o.max_tokens_per_rank = t > 0 ? t : needed;
+  // The schedule request's own bound (validate_schedule_request): the world's
+  // slots together hold at most one row of 2^31 tokens. Checked here so the
+  // workers never see a request they must refuse.
+  if (o.max_tokens_per_rank > kMaxRowTokens / world) {
+    return invalid_argument(
+        where(config, "parallel.max_tokens_per_rank", std::to_string(t)) + " x " +
+        std::to_string(world) + " ranks is more than the 2^31 (" + std::to_string(kMaxRowTokens) +
+        ") tokens a schedule places; lower it to at most " + std::to_string(kMaxRowTokens / world));
+  }
   if (o.max_tokens_per_rank < needed) {
     return invalid_argument(where(config, "parallel.max_tokens_per_rank", std::to_string(t)) +
                             " x " + std::to_string(world) +
@@ -154,7 +127,7 @@ Status read_data(const host::Config& config, TrainOptions& o) {
   o.source = source == "jsonl"      ? DataSource::kJsonl
              : source == "megatron" ? DataSource::kMegatron
                                     : DataSource::kSynthetic;
-  o.data_path = resolve_path(config, "data.path");
+  o.data_path = config_path(config, "data.path");
   if (o.source != DataSource::kSynthetic && o.data_path.empty()) {
     return invalid_argument(
         "data.source = " + source + " needs data.path: the " +
@@ -225,7 +198,17 @@ Status read_loop(const host::Config& config, TrainOptions& o) {
   }
   o.lr = config.get_double("train.lr");
   o.weight_decay = config.get_double("train.weight_decay");
-  o.threads = static_cast<int>(config.get_int("train.threads"));
+  // More intra-op threads than CPUs only time-slice: at 1,000 a step of the
+  // tiny quickstart model takes minutes, with nothing printed meanwhile.
+  const std::int64_t threads = config.get_int("train.threads");
+  const auto cpus = static_cast<std::int64_t>(std::max(1u, std::thread::hardware_concurrency()));
+  if (threads > cpus) {
+    return invalid_argument(where(config, "train.threads", std::to_string(threads)) +
+                            " is more than the " + std::to_string(cpus) +
+                            " CPUs of this host; set at most " + std::to_string(cpus) +
+                            ", or 0 to divide the CPUs among the workers");
+  }
+  o.threads = static_cast<int>(threads);
   o.log_samples = config.get_bool("train.log_samples");
   o.checkpoint_every = config.get_int("train.checkpoint_every");
 
@@ -291,13 +274,13 @@ Result<CheckpointOptions> checkpoint_options_from_config(const host::Config& con
   CheckpointOptions o;
   o.every = config.get_int("train.checkpoint_every");
   o.keep = config.get_int("train.checkpoint_keep");
-  o.dir = resolve_path(config, "train.checkpoint_dir");
+  o.dir = config_path(config, "train.checkpoint_dir");
   const std::string resume = config.get_string("train.resume");
   if (resume == "auto") {
     o.resume = CheckpointOptions::Resume::kAuto;
   } else if (resume != "none" && !resume.empty()) {
     o.resume = CheckpointOptions::Resume::kPath;
-    o.resume_path = resolve_path(config, "train.resume");
+    o.resume_path = config_path(config, "train.resume");
   }
   if (o.every > 0 && o.dir.empty()) {
     return invalid_argument("train.checkpoint_every = " + std::to_string(o.every) + " (set at " +

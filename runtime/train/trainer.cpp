@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "data/token_dataset.h"
 #include "dist/communicator.h"
 #include "launch/worker_env.h"
 #include "train/checkpoint.h"
@@ -65,6 +66,9 @@ int exit_code_of_current_exception() {
   try {
     throw;
   } catch (const InputError& e) {
+    print_error(e.what());
+    return 2;
+  } catch (const data::DatasetChanged& e) {
     print_error(e.what());
     return 2;
   } catch (const CheckpointError& e) {

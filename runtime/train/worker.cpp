@@ -710,9 +710,14 @@ Worker::StepResult Worker::run_slots(std::int64_t step, const data::StepBatch& b
     const std::string why = "scheduling step " + std::to_string(step) + " with " +
                             quote_text(options_.schedule_strategy) +
                             " failed: " + schedule.status().message();
-    // A plugin that broke the ABI's contract is a bad setting (exit 2),
-    // named in the message; anything else is a failed run.
-    if (schedule.status().code() == StatusCode::kPluginFault) throw InputError(why);
+    // A plugin that broke the ABI's contract, or a request the schedule
+    // refuses (the data's or the config's doing; the preflight checks the
+    // bounds it can see), is a bad setting (exit 2), named in the message;
+    // anything else is a failed run.
+    if (schedule.status().code() == StatusCode::kPluginFault ||
+        schedule.status().code() == StatusCode::kInvalidArgument) {
+      throw InputError(why);
+    }
     throw std::runtime_error(why);
   }
   reliability_.check_schedule(*schedule);

@@ -104,7 +104,7 @@ Result<Config> load_config_string(const std::string& yaml, const std::string& na
                                   const ConfigSchema& schema);
 
 // DP cost model as written in balancer.dp.cost and on the command line:
-// "tokens", "attention" (a = kDefaultAttentionA) or "attention:A" with A >= 0.
+// "tokens", "attention" (a = kDefaultAttentionA) or "attention:A" with A in [0, 2^40].
 Result<CostModel> parse_cost_model(std::string_view text);
 std::string cost_model_to_string(const CostModel& cost);
 

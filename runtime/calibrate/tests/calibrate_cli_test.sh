@@ -70,8 +70,53 @@ expect_refusal "missing directory" "does not exist" calibrate --output "$WORK/no
 expect_refusal "--output is a directory" "is a directory" calibrate --output "$WORK"
 expect_refusal "zero repetitions" "--repetitions must be an integer from 1 to 1000" \
   calibrate --output "$WORK/p2.yaml" --repetitions 0
+expect_refusal "repetitions past the bound, with the estimate" \
+  "--repetitions 1000 would take about 53 min, more than the 20" \
+  calibrate --output "$WORK/p2.yaml" --repetitions 1000
 expect_refusal "a name with a space" "--name 'a b'" calibrate --output "$WORK/p2.yaml" --name "a b"
 [[ -e $WORK/p2.yaml ]] && fail "a refused run wrote a profile"
+
+# A write that fails for want of space says so, not "permissions": a file
+# size limit of 0 stands in for a full disk (EFBIG, with SIGXFSZ ignored as a
+# full disk raises none). stderr leaves through a pipe: the limit would stop
+# a write to a file too.
+CHECK="a full disk is not a permissions problem"
+(trap '' XFSZ; ulimit -f 0; exec "$FULCRUM" calibrate --output "$WORK/full.yaml" \
+  --repetitions 1) 2>&1 >/dev/null | cat >"$WORK/err"
+RC=${PIPESTATUS[0]}
+[[ $RC -eq 2 ]] || fail "expected exit 2"
+# (besides calibrate's warning about a busy machine, which is not an error)
+[[ $(grep -vc ': warning: ' "$WORK/err") -eq 1 ]] || fail "expected exactly one error line"
+grep -q "cannot write .*full.yaml.tmp.*: File too large; free space" "$WORK/err" ||
+  fail "the refusal does not give the cause"
+grep -q "permissions" "$WORK/err" && fail "a full disk is reported as a permissions problem"
+for leftover in "$WORK"/full.yaml*; do
+  [[ -e $leftover ]] && fail "a file was left behind: $leftover"
+done
+PASSED=$((PASSED + 1))
+
+# Stopped while the workers measure: exit 128 + signal and one line saying
+# so, not "internal error". SIGTERM, because a background job of a
+# non-interactive shell starts with SIGINT ignored, and so would its workers.
+CHECK="interrupted calibration"
+"$FULCRUM" calibrate --output "$WORK/int.yaml" --repetitions 20 >"$WORK/out" 2>"$WORK/err" &
+pid=$!
+for _ in $(seq 600); do
+  pgrep -P "$pid" >/dev/null && break
+  sleep 0.1
+done
+pgrep -P "$pid" >/dev/null || fail "no worker started"
+kill -TERM "$pid"
+wait "$pid"
+RC=$?
+[[ $RC -eq 143 ]] || fail "expected exit 143"
+last=$(grep -v -e '^\[' -e ': warning: ' "$WORK/err")
+[[ $(printf '%s\n' "$last" | wc -l) -eq 1 ]] || fail "expected one line of the command's own"
+grep -q "^fulcrum calibrate: interrupted by SIGTERM while measuring compute; no profile" \
+  "$WORK/err" || fail "the line does not say it was interrupted"
+grep -q "internal error" "$WORK/err" && fail "an interruption is called an internal error"
+[[ -e $WORK/int.yaml ]] && fail "an interrupted run wrote a profile"
+PASSED=$((PASSED + 1))
 
 expect_refusal "nccl without cuda" "nccl communicates CUDA tensors only" \
   train --config "$QUICKSTART" --set dist.backend=nccl

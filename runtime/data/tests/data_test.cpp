@@ -1,6 +1,8 @@
 // The dataset readers. The .idx/.bin pairs are produced by a writer in this
 // file that follows the published MMIDIDX layout byte by byte and shares no
 // code with the reader, so a reader that misreads the layout fails here.
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -174,6 +176,56 @@ TEST(IndexedDataset, StaysValidAfterMove) {
   ASSERT_TRUE(ds);
   IndexedDataset moved = std::move(ds).value();
   EXPECT_EQ(moved.tokens(0), (std::vector<std::int64_t>{1, 2, 3}));
+}
+
+// A file that changes under an open dataset is refused when read, in one
+// line naming it; the old bytes are never returned and nothing faults (a
+// mapped page past a truncated end would raise SIGBUS).
+TEST(IndexedDataset, FileChangedAfterOpeningIsRefusedWhenRead) {
+  test::TempDir dir;
+  const Pair pair = build_pair(4, {{1, 2, 3}, {4, 5}}, {0, 2});
+  const std::string prefix = write_pair(dir, pair);
+  auto expect_changed = [](const IndexedDataset& ds, std::int64_t i, const std::string& says) {
+    try {
+      (void)ds.tokens(i);
+      ADD_FAILURE() << "read sequence " << i << " of a changed file";
+    } catch (const DatasetChanged& e) {
+      const std::string m = e.what();
+      EXPECT_HAS(m, "ds.bin changed while the job reads it");
+      EXPECT_HAS(m, says);
+      EXPECT_HAS(m, "; ");
+      EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+    }
+  };
+  {
+    // Truncated to nothing, as `: > ds.bin` or a copy that starts over does.
+    auto ds = IndexedDataset::open(prefix);
+    ASSERT_TRUE(ds) << ds.status().message();
+    ASSERT_EQ(::truncate(dir.at("ds.bin").c_str(), 0), 0);
+    expect_changed(*ds, 0, "it had 20 bytes when opened and has 0 now");
+    expect_changed(*ds, 1, "it had 20 bytes when opened and has 0 now");
+  }
+  {
+    // Rewritten in place with other tokens of the same size.
+    write_file(dir.at("ds.bin"), pair.bin);
+    auto ds = IndexedDataset::open(prefix);
+    ASSERT_TRUE(ds) << ds.status().message();
+    EXPECT_EQ(ds->tokens(1), (std::vector<std::int64_t>{4, 5}));
+    const struct timespec later[2] = {{0, UTIME_OMIT}, {1, 0}};
+    ASSERT_EQ(::utimensat(AT_FDCWD, dir.at("ds.bin").c_str(), later, 0), 0);
+    expect_changed(*ds, 1, "it was written to after the job opened it");
+  }
+  {
+    // The index is read whole when opened: truncating it afterwards changes
+    // nothing the dataset answers.
+    write_file(dir.at("ds.bin"), pair.bin);
+    auto ds = IndexedDataset::open(prefix);
+    ASSERT_TRUE(ds) << ds.status().message();
+    ASSERT_EQ(::truncate(dir.at("ds.idx").c_str(), 0), 0);
+    EXPECT_EQ(ds->length(0), 3);
+    EXPECT_EQ(ds->tokens(0), (std::vector<std::int64_t>{1, 2, 3}));
+    EXPECT_EQ(ds->document_index(), (std::vector<std::int64_t>{0, 2}));
+  }
 }
 
 // A corrupt pair must be refused with the file, the byte offset and what was

@@ -413,18 +413,10 @@ Result<Schedule> decide_hybrid_shaped(const ScheduleRequest& request) {
   return Shaper(request).run();
 }
 
+// Megatron's runtime shards every group's documents per document, head-tail
+// padded, whatever placed them: the same plans as megatron_dcp's.
 Status plan_hybrid_shaped(const ScheduleRequest& request, Schedule& schedule) {
-  for (ScheduleSlot& slot : schedule.slots) {
-    const CpWorkload w = slot_workload(request, slot);
-    if (w.cp_size == 1) {
-      slot.plan = contiguous_plan(w);
-      continue;
-    }
-    Result<ShardPlan> plan = cp::plan_per_document_padded(w);
-    if (!plan) return plan.status();
-    slot.plan = std::move(*plan);
-  }
-  return Status::ok();
+  return plan_megatron_dcp(request, schedule);
 }
 
 }  // namespace fulcrum

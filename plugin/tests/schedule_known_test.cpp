@@ -238,7 +238,7 @@ TEST(ScheduleContract, BadRequestsNameTheField) {
   // or its rounded byte counts leave int64.
   r = good;
   r.profile.kv_bytes_per_token = 1e300;
-  refused(r, "kv_bytes_per_token = 1e+300 must be <= 1.07374e+09");
+  refused(r, "kv_bytes_per_token = 1e+300 must be <= 1073741824");
   r = good;
   r.profile.kv_bytes_per_token = static_cast<double>(kMaxKvBytesPerToken);
   EXPECT_TRUE(validate_schedule_request(r));

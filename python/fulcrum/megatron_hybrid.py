@@ -13,23 +13,6 @@ row order, are the ids every member of the slot holds in that micro-batch.
 from . import schedule as schedule_model
 from .errors import FulcrumError
 
-# The bundled profiles of core/cost_profile.cpp (docs/HYBRID.md section 3);
-# the ABI carries coefficients, not names.
-BUNDLED_PROFILES = {
-    "h100_7b": {
-        "name": "h100_7b", "tile_seconds": 7.5e-5, "token_seconds": 9.7e-5,
-        "slot_seconds": 2.0e-3, "kv_bytes_per_token": 131072,
-        "intra_node_bytes_per_second": 3.6e11, "inter_node_bytes_per_second": 4.0e10,
-        "latency_seconds": 1.0e-3, "ranks_per_node": 8,
-    },
-    "cpu_gloo": {
-        "name": "cpu_gloo", "tile_seconds": 2.027e-4, "token_seconds": 0.0,
-        "slot_seconds": 6.6e-3, "kv_bytes_per_token": 512,
-        "intra_node_bytes_per_second": 3.3e9, "inter_node_bytes_per_second": 3.3e9,
-        "latency_seconds": 9.0e-4, "ranks_per_node": 8,
-    },
-}
-
 _balancer = None
 
 
@@ -42,9 +25,7 @@ def resolve_profile(profile):
         return profile
     if isinstance(profile, dict):
         return schedule_model.CostProfile.from_mapping(profile)
-    if isinstance(profile, str) and profile in BUNDLED_PROFILES:
-        return schedule_model.CostProfile.from_mapping(dict(BUNDLED_PROFILES[profile]))
-    return schedule_model.CostProfile.load(profile)
+    return schedule_model.CostProfile.resolve(profile)
 
 
 def default_balancer():

@@ -539,9 +539,9 @@ def main(argv=None):
             # Before planning: a plan for a million ranks takes minutes.
             if args.cp > _MAX_BARS:
                 raise FulcrumError("invalid_argument",
-                                   f"--cp {args.cp}: a plan figure draws every rank, at most "
-                                   f"{_MAX_BARS}; use fulcrum plan --compare for larger "
-                                   "groups")
+                                   f"--cp {args.cp} is too many bars to draw (at most "
+                                   f"{_MAX_BARS}); use a smaller --cp, or fulcrum plan "
+                                   "--compare for larger groups")
             docs = _row(args)
             with load(args.plugin) as balancer:
                 def plan_one(name):

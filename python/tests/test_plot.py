@@ -155,7 +155,7 @@ def test_command_line(plugin_path, tmp_path):
         (("plan", "--plugin", plugin_path, "--cp", 2, "--seq-len", 65536, "--block-size", 1,
           "--strategy", "contiguous", "--out", tmp_path / "x"), "too large to draw"),
         (("plan", "--plugin", plugin_path, "--cp", 1048576, "--seq-len", 1048576, "--out",
-          tmp_path / "x"), "--cp 1048576: a plan figure draws every rank, at most 1024"),
+          tmp_path / "x"), "--cp 1048576 is too many bars to draw (at most 1024)"),
         (("plan", "--plugin", tmp_path / "libno.so", "--cp", 2, "--seq-len", 64, "--out",
           tmp_path / "x"), "does not exist"),
     ]:

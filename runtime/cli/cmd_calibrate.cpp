@@ -206,8 +206,13 @@ std::string write_advice(int err) {
 // Writes `text` to `path` through a temporary file in the same directory and
 // a rename, so a reader never sees half a profile. POSIX calls, so that the
 // error says why (errno), not only that something failed.
-void write_atomically(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + ".tmp." + std::to_string(::getpid());
+fs::path temporary_path(const fs::path& path) {
+  return path.string() + ".tmp." + std::to_string(::getpid());
+}
+
+// Writes and syncs `text` into `tmp`, a new file; removes it and throws a
+// UsageError saying why when that fails.
+void write_new_file(const fs::path& tmp, const std::string& text) {
   const auto fail = [&tmp](const std::string& what, int err) {
     ::unlink(tmp.c_str());
     throw UsageError("cannot " + what + " " + tmp.string() + ": " + std::strerror(err) + "; " +
@@ -231,6 +236,11 @@ void write_atomically(const fs::path& path, const std::string& text) {
     fail("write", err);
   }
   if (::close(fd) != 0) fail("write", errno);
+}
+
+void write_atomically(const fs::path& path, const std::string& text) {
+  const fs::path tmp = temporary_path(path);
+  write_new_file(tmp, text);
   std::error_code ec;
   fs::rename(tmp, path, ec);
   if (ec) {
@@ -332,6 +342,11 @@ int calibrate_body(const std::vector<std::string>& args) {
                  busy, cores);
   }
   Measurements m;
+  // Before minutes of measuring: can a profile be written there at all (a
+  // full disk, a file size limit, a read-only directory)? A profile's worth of
+  // bytes through the temporary file the real write uses, then removed.
+  write_new_file(temporary_path(f.output), std::string(4096, '#') + "\n");
+  ::unlink(temporary_path(f.output).c_str());
   measure(program, "compute", 1, reps, m);
   measure(program, "comm", 2, reps, m);
 

@@ -368,9 +368,14 @@ TEST(Launch, AnErrorEveryRankPrintsIsRelayedOnce) {
   Harness h;
   LaunchOptions o =
       h.options(4,
-                "sleep 0.$RANK; echo \"fulcrum-worker: rank $RANK: data.bin: bad header\" >&2; "
+                // Rank r prints after ranks below it have printed (each leaves
+                // a mark in the job's directory), whatever the machine's load;
+                // rank 3 then fails.
+                "D=$FULCRUM_STALL_REPORT_DIR; i=0; while [ $i -lt $RANK ]; do "
+                "while [ ! -e $D/printed.$i ]; do sleep 0.01; done; i=$((i+1)); done; "
+                "echo \"fulcrum-worker: rank $RANK: data.bin: bad header\" >&2; "
                 "echo \"fulcrum-worker: rank $RANK: note $RANK\" >&2; echo plain >&2; "
-                "[ \"$RANK\" = 3 ] && exit 2; sleep 10");
+                ": > $D/printed.$RANK; [ \"$RANK\" = 3 ] && exit 2; sleep 10");
   auto report = run_workers(o);
   ASSERT_TRUE(report) << report.status().message();
   EXPECT_EQ(report->exit_code, 2);

@@ -1,5 +1,9 @@
 """ctest's entry to the pytest suite: exit 77 (reported as skipped) with one
-line naming the missing Debian packages when pytest or NumPy is absent."""
+line naming the missing Debian packages when pytest or NumPy is absent.
+
+    run_pytest.py            the package's suite (python_package), less
+                             test_readme.py, which trains and is its own test
+    run_pytest.py FILE ...   those test files (readme_commands)"""
 
 import importlib.util
 import os
@@ -15,4 +19,5 @@ if missing:
 import pytest  # noqa: E402
 
 here = os.path.dirname(os.path.abspath(__file__))
-sys.exit(pytest.main(["-q", "-rs", "-p", "no:cacheprovider", here]))
+chosen = sys.argv[1:] or [here, "--ignore", os.path.join(here, "test_readme.py")]
+sys.exit(pytest.main(["-q", "-rs", "-p", "no:cacheprovider", *chosen]))

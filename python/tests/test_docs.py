@@ -28,8 +28,10 @@ NOT_RUN = re.compile(r"<!-- not run by test_docs: (.+?) -->\s*$")
 RUN_LANGUAGES = ("sh", "bash", "python")
 
 
-def doc_blocks():
-    text = DOC.read_text(encoding="utf-8")
+def doc_blocks(doc=DOC):
+    """(line, language, body, not-run reason or None) of every fenced block of
+    a page, in order; test_readme.py reads README.md with it too."""
+    text = doc.read_text(encoding="utf-8")
     found = []
     for match in FENCE.finditer(text):
         language, body = match.group(1), match.group(2)

@@ -82,8 +82,8 @@ data::TextSplit parse_split(const std::string& text) {
     return split;
   }
   throw UsageError("--split " + quote_text(text) +
-                   " must be blank-line, file or line:TEXT with TEXT one non-empty line, e.g. "
-                   "--split line:%");
+                   " is not a rule; give blank-line, file or line:TEXT with TEXT one non-empty "
+                   "line, e.g. --split line:%");
 }
 
 void check(const Status& status) {
@@ -116,7 +116,7 @@ void add_jsonl(std::string_view text, const std::string& path, const std::string
     }
     if (!record.is_object()) {
       throw UsageError(where + ": a JSON " + record.type_name() +
-                       ", expected an object such as {\"" + key + "\": \"...\"}");
+                       "; each line must be one object such as {\"" + key + "\": \"...\"}");
     }
     const auto field = record.find(key);
     if (field == record.end() || !field->is_string()) {
@@ -151,7 +151,7 @@ int preprocess_body(const std::vector<std::string>& args) {
         "--output-prefix PREFIX is required: where to write PREFIX.bin and PREFIX.idx");
   }
   if (f.format != "text" && f.format != "jsonl") {
-    throw UsageError("--format " + quote_text(f.format) + " must be text or jsonl");
+    throw UsageError("--format " + quote_text(f.format) + " is not a format; give text or jsonl");
   }
   const data::TextSplit split = parse_split(f.split);
   if (f.format == "jsonl" && f.json_key.empty()) {

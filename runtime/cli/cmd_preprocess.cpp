@@ -138,7 +138,7 @@ void add_jsonl(std::string_view text, const std::string& path, const std::string
 int preprocess_body(const std::vector<std::string>& args) {
   PreprocessFlags f;
   const po::options_description options = preprocess_options(f);
-  parse_command_line(args, options, "preprocess");
+  const po::variables_map given = parse_command_line(args, options, "preprocess");
   if (f.help) {
     std::cout << kUsage << "\n" << options;
     return kExitOk;
@@ -154,6 +154,15 @@ int preprocess_body(const std::vector<std::string>& args) {
     throw UsageError("--format " + quote_text(f.format) + " is not a format; give text or jsonl");
   }
   const data::TextSplit split = parse_split(f.split);
+  // A flag the chosen format ignores is a misunderstanding, not a default.
+  if (f.format == "jsonl" && given.count("split") > 0) {
+    throw UsageError(
+        "--split applies to --format text; a JSONL record is one document, so "
+        "drop --split");
+  }
+  if (f.format == "text" && given.count("json-key") > 0) {
+    throw UsageError("--json-key applies to --format jsonl; add --format jsonl or drop --json-key");
+  }
   if (f.format == "jsonl" && f.json_key.empty()) {
     throw UsageError("--json-key is empty; name the string field of each record, e.g. text");
   }

@@ -1,6 +1,7 @@
 #include "data/byte_corpus.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -137,6 +138,15 @@ Result<ByteDatasetWriter> ByteDatasetWriter::create(const std::string& prefix) {
     if (Status s = check_output_name(prefix + suffix); !s) return s;
   }
   ByteDatasetWriter w;
+  const std::size_t slash = prefix.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : prefix.substr(0, slash + 1);
+  w.dir_lock_fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (w.dir_lock_fd_ >= 0 && ::flock(w.dir_lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    return invalid_argument("--output-prefix " + quote_text(prefix) +
+                            ": another fulcrum "
+                            "preprocess is writing into " +
+                            quote_text(dir) + "; wait for it to finish, or write elsewhere");
+  }
   w.prefix_ = prefix;
   const std::string tag = ".tmp." + std::to_string(::getpid());
   w.bin_tmp_ = prefix + ".bin" + tag;
@@ -160,6 +170,7 @@ ByteDatasetWriter::ByteDatasetWriter(ByteDatasetWriter&& other) noexcept
       bin_tmp_(std::move(other.bin_tmp_)),
       idx_tmp_(std::move(other.idx_tmp_)),
       bin_fd_(std::exchange(other.bin_fd_, -1)),
+      dir_lock_fd_(std::exchange(other.dir_lock_fd_, -1)),
       lengths_(std::move(other.lengths_)),
       bytes_(other.bytes_),
       committed_(std::exchange(other.committed_, true)) {}
@@ -174,6 +185,8 @@ void ByteDatasetWriter::abandon() {
     if (!idx_tmp_.empty()) ::unlink(idx_tmp_.c_str());
   }
   committed_ = true;
+  if (dir_lock_fd_ >= 0) ::close(dir_lock_fd_);  // releases the flock
+  dir_lock_fd_ = -1;
 }
 
 Status ByteDatasetWriter::add(std::string_view document) {
@@ -237,6 +250,7 @@ Status ByteDatasetWriter::commit() {
     }
   }
   committed_ = true;
+  abandon();  // nothing left to remove; releases the directory lock
   return Status::ok();
 }
 

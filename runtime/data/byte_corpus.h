@@ -40,7 +40,10 @@ std::vector<std::string_view> split_text(std::string_view text, const TextSplit&
 // directory renamed over the final name (.bin first, .idx last, so an .idx
 // that exists always describes a complete .bin). Feed documents with add(),
 // then commit(); a writer destroyed without commit() removes its temporary
-// files and leaves any earlier PREFIX.bin/.idx as they were.
+// files and leaves any earlier PREFIX.bin/.idx as they were. A writer holds an
+// exclusive flock on the output directory from create() to commit(): a second
+// writer into the same directory is refused, so two jobs can never pair one's
+// .bin with the other's .idx.
 class ByteDatasetWriter {
  public:
   static Result<ByteDatasetWriter> create(const std::string& prefix);
@@ -65,6 +68,7 @@ class ByteDatasetWriter {
   std::string bin_tmp_;
   std::string idx_tmp_;
   int bin_fd_ = -1;
+  int dir_lock_fd_ = -1;
   std::vector<std::int32_t> lengths_;
   std::int64_t bytes_ = 0;
   bool committed_ = false;

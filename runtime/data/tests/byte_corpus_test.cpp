@@ -176,11 +176,25 @@ TEST(ByteDatasetWriter, AnUncommittedWriterLeavesTheEarlierPair) {
   EXPECT_EQ(entries, 2);
 }
 
+TEST(ByteDatasetWriter, ASecondWriterIntoTheSameDirectoryIsRefusedUntilTheFirstCommits) {
+  const test::TempDir dir;
+  auto first = ByteDatasetWriter::create(dir.at("a"));
+  ASSERT_TRUE(first.is_ok());
+  const auto second = ByteDatasetWriter::create(dir.at("b"));
+  ASSERT_FALSE(second.is_ok());
+  EXPECT_NE(second.status().message().find("another fulcrum preprocess"), std::string::npos);
+  ASSERT_TRUE(first->add("x").is_ok());
+  ASSERT_TRUE(first->commit().is_ok());
+  EXPECT_TRUE(ByteDatasetWriter::create(dir.at("b")).is_ok());
+}
+
 TEST(ByteDatasetWriter, RefusesEmptyDocumentsAndBadOutputNames) {
   const test::TempDir dir;
-  auto writer = ByteDatasetWriter::create(dir.at("corpus"));
-  ASSERT_TRUE(writer.is_ok());
-  EXPECT_FALSE(writer->add("").is_ok());
+  {
+    auto writer = ByteDatasetWriter::create(dir.at("corpus"));
+    ASSERT_TRUE(writer.is_ok());
+    EXPECT_FALSE(writer->add("").is_ok());
+  }
   EXPECT_FALSE(ByteDatasetWriter::create(dir.at()).is_ok());  // a directory
   EXPECT_FALSE(ByteDatasetWriter::create(dir.at("nowhere/corpus")).is_ok());
   EXPECT_FALSE(ByteDatasetWriter::create("").is_ok());

@@ -33,7 +33,7 @@
 // in-run / benchmark ratio of the pieces it does. The goal is judged on the
 // larger of the CPU-time figure and the upper estimate.
 //
-//   build/bench-rt/bin/fulcrum_bench_overhead --config configs/quickstart.yaml
+//   build/bench-rt/bin/fulcrum_bench_overhead --config configs/synthetic.yaml
 // (run from the project root; it finds `fulcrum` next to itself).
 #include <ATen/ATen.h>
 #include <fcntl.h>
@@ -306,7 +306,7 @@ std::string self_dir() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string config_path = "configs/quickstart.yaml";
+  std::string config_path = "configs/synthetic.yaml";
   std::string fulcrum_path = self_dir() + "/fulcrum";
   std::string work_dir = std::filesystem::temp_directory_path() / "fulcrum_bench_overhead";
   int reps = 7;

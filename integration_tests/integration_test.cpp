@@ -378,7 +378,7 @@ TEST(Plugin, MissingPluginFallsBackToContiguousWithWarning) {
   std::vector<std::string> sets = kSmallQuickstart;
   sets.push_back("balancer.plugin=fulcrum_no_such_plugin");
   const RunResult r =
-      run(train_command(source_file("configs/quickstart.yaml"), sets, metrics), seconds(150));
+      run(train_command(source_file("configs/synthetic.yaml"), sets, metrics), seconds(150));
   ASSERT_EQ(r.exit_code, 0) << r;
   EXPECT_NE(r.output.find("warning"), std::string::npos) << r;
   EXPECT_NE(r.output.find("fulcrum_no_such_plugin"), std::string::npos) << r;
@@ -392,7 +392,7 @@ TEST(Plugin, MissingPluginFallsBackToContiguousWithWarning) {
 
 TEST(Plugin, BrokenPluginIsAClearError) {
   const std::vector<std::string> sets = {"balancer.plugin=" FULCRUM_BROKEN_PLUGIN};
-  const RunResult r = run(train_command(source_file("configs/quickstart.yaml"), sets), seconds(60));
+  const RunResult r = run(train_command(source_file("configs/synthetic.yaml"), sets), seconds(60));
   EXPECT_EQ(r.exit_code, 2) << r;
   EXPECT_NE(r.output.find("cannot use balancer plugin"), std::string::npos) << r;
   EXPECT_NE(r.output.find("ABI"), std::string::npos) << r;
@@ -410,7 +410,7 @@ TEST(Plugin, BrokenPluginIsAClearError) {
 // Launch-time checks that need no worker.
 TEST(Launch, WrongProcessCountAndBadConfigExitTwo) {
   const RunResult n = run(
-      {FULCRUM_BIN, "train", "--config", source_file("configs/quickstart.yaml"), "--nproc", "3"},
+      {FULCRUM_BIN, "train", "--config", source_file("configs/synthetic.yaml"), "--nproc", "3"},
       seconds(30));
   EXPECT_EQ(n.exit_code, 2) << n;
   EXPECT_NE(n.output.find("--nproc 3 does not match"), std::string::npos) << n;

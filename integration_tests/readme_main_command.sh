@@ -48,5 +48,20 @@ grep -q "fulcrum train: .* steps in .* s" main.log || {
   echo "FAIL: no end-of-run summary in the output"
   fail=1
 }
+# It learned: the quickstart trains on real text, so its loss falls by at least
+# one nat from the first step to the last ("loss A at step 1 -> B at step N").
+losses=$(sed -n 's/.*loss  *\([0-9.]*\) at step 1 -> \([0-9.]*\) at step [0-9]*.*/\1 \2/p' main.log)
+if [[ -z $losses ]]; then
+  echo "FAIL: no loss line in the summary"
+  fail=1
+elif ! awk -v l="$losses" 'BEGIN { split(l, x, " "); exit !(x[1] - x[2] >= 1) }'; then
+  echo "FAIL: the loss fell from $losses, less than 1 nat"
+  fail=1
+fi
+# Real text: no note that the tokens are random.
+if grep -q "uniform random" main.log; then
+  echo "FAIL: the summary says the quickstart's tokens are random"
+  fail=1
+fi
 tail -n 12 main.log
 exit $fail

@@ -16,6 +16,13 @@ trap 'rm -rf "$work"' EXIT
 export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 "$python" -m fulcrum.plot plan --plugin "$plugin" --cp 8 --seq-len 65536 --random-docs 1 \
   --out docs/img/plan_compare --formats png --dpi 80
+# The quickstart's text, made as the README's main command makes it.
+if ! "$train_bin" preprocess --split line:% --output-prefix build/fortunes --input \
+    /usr/share/games/fortunes/fortunes /usr/share/games/fortunes/literature \
+    /usr/share/games/fortunes/riddles >"$work/preprocess.log" 2>&1; then
+  echo "make_readme_images: $train_bin preprocess failed: $(tail -n 1 "$work/preprocess.log")" >&2
+  exit 2
+fi
 if ! "$train_bin" train --config configs/quickstart.yaml --metrics "$work/run.jsonl" \
     >"$work/train.log" 2>&1; then
   echo "make_readme_images: $train_bin train failed: $(tail -n 1 "$work/train.log")" >&2

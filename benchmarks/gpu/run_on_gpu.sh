@@ -63,12 +63,12 @@ case "$stage" in
       > "$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
     bin=build/cuda/bin
     # The quickstart on the GPU: DP 2 x CP 2 sharing one GPU over Gloo.
-    "$bin/fulcrum" train --config configs/quickstart.yaml --set train.device=cuda \
+    "$bin/fulcrum" train --config configs/synthetic.yaml --set train.device=cuda \
       --metrics "$out/quickstart_cuda.jsonl" 2>&1 | tee "$out/quickstart_cuda.log"
-    "$bin/fulcrum" train --config configs/quickstart.yaml \
+    "$bin/fulcrum" train --config configs/synthetic.yaml \
       --metrics "$out/quickstart_cpu.jsonl" 2>&1 | tee "$out/quickstart_cpu.log"
     # float64 layout equivalence on the GPU: one process against DP 2 x CP 2.
-    common=(--config configs/quickstart.yaml --set train.device=cuda --set train.dtype=float64
+    common=(--config configs/synthetic.yaml --set train.device=cuda --set train.dtype=float64
             --set train.steps=3)
     "$bin/fulcrum" train "${common[@]}" --set parallel.dp_size=1 --set parallel.cp_size=1 \
       --save-params "$out/params_1x1.bin" > "$out/layout_1x1.log" 2>&1

@@ -15,8 +15,9 @@ from fulcrum import plot, work  # noqa: E402
 from cli import run_json  # noqa: E402
 
 DATA = pathlib.Path(__file__).parent / "data"
-# A metrics file written by `fulcrum train --config configs/quickstart.yaml
-# --metrics FILE` (DP 2 x CP 2, 10 steps).
+# A metrics file written by `fulcrum train --config configs/synthetic.yaml
+# --metrics FILE` (DP 2 x CP 2, 10 steps; the quickstart before it trained on
+# text).
 QUICKSTART_METRICS = DATA / "quickstart_metrics.jsonl"
 
 
@@ -109,7 +110,7 @@ def test_run_figure_of_a_real_metrics_file(tmp_path):
 
 
 def test_run_figure_of_a_fresh_training_run(cli_path, plugin_path, tmp_path):
-    config = pathlib.Path(__file__).parents[2] / "configs" / "quickstart.yaml"
+    config = pathlib.Path(__file__).parents[2] / "configs" / "synthetic.yaml"
     metrics = tmp_path / "run.jsonl"
     done = subprocess.run([str(cli_path), "train", "--config", str(config), "--set",
                            "train.steps=3", "--metrics", str(metrics)],

@@ -13,5 +13,6 @@ int run_dp_partition(const std::vector<std::string>& args);
 int run_train(const std::vector<std::string>& args);
 int run_schedule(const std::vector<std::string>& args);
 int run_calibrate(const std::vector<std::string>& args);
+int run_preprocess(const std::vector<std::string>& args);
 
 }  // namespace fulcrum::cli

@@ -32,6 +32,7 @@ constexpr const char* kHelp =
     "                and report slots, per-rank time and the step time against a bound\n"
     "  train         train a small GPT with balanced CP x DP on this host's workers\n"
     "  calibrate     measure this machine's cost-model coefficients into a profile\n"
+    "  preprocess    turn text or JSONL into a byte-level .bin/.idx dataset to train on\n"
     "\n"
     "Options:\n"
     "  -h, --help    show this help\n"
@@ -67,9 +68,11 @@ int dispatch(const std::vector<std::string>& args) {
   if (command == "train") return fulcrum::cli::run_train(rest);
   if (command == "schedule") return fulcrum::cli::run_schedule(rest);
   if (command == "calibrate") return fulcrum::cli::run_calibrate(rest);
+  if (command == "preprocess") return fulcrum::cli::run_preprocess(rest);
   const std::string kind = !command.empty() && command.front() == '-' ? "option" : "command";
   print_line("fulcrum: unknown " + kind + " '" + fulcrum::cli::one_line(command) +
-             "'; the commands are plan, dp-partition, schedule, train and calibrate, see "
+             "'; the commands are plan, dp-partition, schedule, train, calibrate and preprocess, "
+             "see "
              "'fulcrum --help'");
   return fulcrum::cli::kExitUsage;
 }

@@ -20,8 +20,10 @@ constexpr const char* kKeepUnchanged =
 }  // namespace
 
 Result<MappedFile> MappedFile::open(const std::string& path) {
-  Result<host::InputFile> opened =
-      host::open_input_file(path, {path, "data.path must name the dataset's .idx/.bin files"});
+  Result<host::InputFile> opened = host::open_input_file(
+      path, {path,
+             "data.path must name the dataset's .idx/.bin files (fulcrum preprocess makes them "
+             "from text; the quickstart's come from the README's command)"});
   if (!opened) return opened.status();
   host::InputFile input = std::move(opened).value();
   MappedFile file;

@@ -351,16 +351,30 @@ TEST(Fault, KilledWorkerEndsTheJobAtOnce) {
               seconds_after_step_one(r), r.wall_s);
 }
 
+// A rank that quits with status 0 in the middle of the run: the job fails,
+// naming it, instead of reporting success with nothing trained.
+TEST(Fault, AWorkerThatExitsZeroMidRunFailsTheJob) {
+  Job job;
+  const ChildResult r = inject(job, "exit0", 2);
+  EXPECT_FALSE(r.timed_out) << r;
+  EXPECT_EQ(r.exit_code, 1) << r;
+  EXPECT_EQ(last_line(r.err),
+            "fulcrum: rank 2 exited with status 0 before its run finished (it left no completion "
+            "note); stopped all ranks: the run did not complete")
+      << r;
+  expect_no_orphans(job.marker);
+}
+
 TEST(Fault, ThrowingWorkerEndsTheJobWithItsMessage) {
   Job job;
   const ChildResult r = inject(job, "throw", 2);
   EXPECT_FALSE(r.timed_out) << r;
   EXPECT_EQ(r.exit_code, 1) << r;
-  // The launcher names the first rank to exit. Rank 2 unwinds (closing its
-  // connections) before it prints, so a peer that lost the connection may
-  // exit first; the root cause is the one line that is not a communication
-  // error (docs/RELIABILITY.md, "Attribution").
-  EXPECT_TRUE(contains(last_line(r.err), " failed with exit status 1")) << r;
+  // Rank 2 unwinds (closing its connections) before it prints, so a peer
+  // that lost the connection may exit first; it noted the lost peer, and the
+  // launcher names rank 2, the first rank to fail on its own
+  // (docs/RELIABILITY.md, "The launcher's last line").
+  EXPECT_EQ(last_line(r.err), "fulcrum: rank 2 failed with exit status 1") << r;
   EXPECT_TRUE(contains(r.err,
                        "[rank 2] fulcrum-worker: rank 2: internal error: injected failure "
                        "(test-only FULCRUM_TEST_FAULT=throw) in step 2"))

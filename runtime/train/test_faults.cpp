@@ -5,6 +5,7 @@
 
 #include <charconv>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
 #include <thread>
@@ -85,6 +86,8 @@ const char* fault_name(FaultKind kind) {
       return "throw";
     case FaultKind::kStall:
       return "stall";
+    case FaultKind::kExitZero:
+      return "exit0";
   }
   return "?";
 }
@@ -110,10 +113,12 @@ std::optional<std::string> process_environment(std::string_view name) {
 }
 
 Result<std::optional<FaultSpec>> fault_from_environment(const EnvFn& env, int world_size) {
-  auto fault = parse_test_variable<FaultKind>(
-      env, "FULCRUM_TEST_FAULT",
-      {{"kill", FaultKind::kKill}, {"throw", FaultKind::kThrow}, {"stall", FaultKind::kStall}},
-      world_size, /*min_step=*/0);
+  auto fault = parse_test_variable<FaultKind>(env, "FULCRUM_TEST_FAULT",
+                                              {{"kill", FaultKind::kKill},
+                                               {"throw", FaultKind::kThrow},
+                                               {"stall", FaultKind::kStall},
+                                               {"exit0", FaultKind::kExitZero}},
+                                              world_size, /*min_step=*/0);
   if (!fault) return fault.status();
   if (!*fault) return std::optional<FaultSpec>();
   return std::optional<FaultSpec>(FaultSpec{(*fault)->kind, (*fault)->rank, (*fault)->step});
@@ -170,6 +175,12 @@ void InjectedFaults::maybe_fault(std::int64_t step) {
       // Silent, as a rank stuck in I/O or a dead lock would be; only the
       // others' timeouts and the launcher can end it.
       for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+    case FaultKind::kExitZero:
+      // A rank that quits quietly with success (a stray exit(0) in a
+      // library, a wrapper script that swallows the status): only the
+      // missing completion note tells the launcher the run did not finish.
+      std::fflush(nullptr);
+      ::_exit(0);
   }
 }
 

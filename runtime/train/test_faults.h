@@ -29,7 +29,7 @@ namespace fulcrum::train {
 using EnvFn = std::function<std::optional<std::string>(std::string_view name)>;
 std::optional<std::string> process_environment(std::string_view name);
 
-enum class FaultKind { kKill, kThrow, kStall };
+enum class FaultKind { kKill, kThrow, kStall, kExitZero };
 enum class PerturbKind { kCpWorkload, kCpPlan, kDpLengths };
 
 struct FaultSpec {

@@ -146,11 +146,20 @@ def read_metrics(path):
     file, read with the C++ readers' rules (a regular file, at most 1 GiB,
     lines nested at most 64 deep) and every field the pictures use checked,
     so that a damaged file is refused naming its line instead of failing
-    inside matplotlib."""
+    inside matplotlib. A hybrid-mode file has no micro-batch records; its
+    schedule records come from read_run_metrics."""
+    steps, micro, _ = read_run_metrics(path)
+    return steps, micro
+
+
+def read_run_metrics(path):
+    """(step records, micro-batch records, hybrid schedule records) of a
+    metrics file: fixed mode writes micro-batch records, hybrid mode one
+    schedule record per step (``scheduler``, ``ranks``) instead."""
     rules = _input_file.InputRules(f"metrics file {_input_file.shown(path)}", _METRICS_FIX,
                                    _MAX_METRICS_BYTES)
     text = _input_file.read_input_file(path, rules)
-    steps, micro = [], []
+    steps, micro, hybrid = [], [], []
     for number, line in enumerate(text.split(b"\n"), 1):
         if not line.strip():
             continue
@@ -173,12 +182,14 @@ def read_metrics(path):
                                f"{type(record).__name__}, not a record; {_METRICS_FIX}")
         if "microbatch" in record:
             micro.append(_micro_record(record, where))
+        elif "scheduler" in record:
+            hybrid.append(_hybrid_record(record, where))
         else:
             steps.append(_step_record(record, where))
     if not steps:
         raise FulcrumError("invalid_argument", f"{rules.what} has no step records (lines with "
                            f"'loss'); {_METRICS_FIX}")
-    return steps, micro
+    return steps, micro, hybrid
 
 
 class _NotJson(ValueError):
@@ -238,6 +249,48 @@ def _micro_record(record, where):
     return record
 
 
+def _hybrid_record(record, where):
+    _field(record, "step", where, _is_int, "a step number")
+    ranks = _field(record, "ranks", where,
+                   lambda v: isinstance(v, list) and 0 < len(v) <= _MAX_RANKS,
+                   "a list of rank records")
+    for i, rank in enumerate(ranks):
+        at = f"{where} ranks[{i}]"
+        if not isinstance(rank, dict):
+            raise FulcrumError("invalid_argument", f"{at} is not a record; {_METRICS_FIX}")
+        _field(rank, "rank", at, lambda v: _is_int(v, 0, _MAX_RANKS - 1),
+               f"a rank in [0, {_MAX_RANKS})")
+        for key in ("busy_ms", "attention_ms"):
+            _field(rank, key, at, _is_number, "a number")
+    return record
+
+
+def rank_busy_by_step(hybrid):
+    """Hybrid mode, per step: the busiest rank's measured slot time over the
+    mean over ranks."""
+    steps = sorted({h["step"] for h in hybrid})
+    by_step = {h["step"]: [r["busy_ms"] for r in h["ranks"]] for h in hybrid}
+    out = []
+    for s in steps:
+        busy = np.asarray(by_step[s], dtype=np.float64)
+        mean = busy.mean()
+        out.append(busy.max() / mean if mean > 0 else 1.0)
+    return {"step": np.array(steps), "busy": np.array(out)}
+
+
+def hybrid_attention_ms_by_rank(hybrid):
+    """Hybrid mode: measured attention time summed over the run, per rank."""
+    world = 1 + max(r["rank"] for h in hybrid for r in h["ranks"])
+    if world > _MAX_BARS:
+        raise FulcrumError("invalid_argument", f"the metrics name {world} ranks, more than the "
+                           f"{_MAX_BARS} a picture can show; {_METRICS_FIX}")
+    total = np.zeros(world)
+    for h in hybrid:
+        for r in h["ranks"]:
+            total[r["rank"]] += r["attention_ms"]
+    return total
+
+
 def cp_imbalance_by_step(micro):
     """Per step: sum over its micro-batches of the max over CP ranks, over the
     sum of the means (as the run summary states it), for pairs, tiles and the
@@ -283,7 +336,7 @@ def attention_ms_by_rank(micro):
 
 
 def run_figure(path):
-    steps, micro = read_metrics(path)
+    steps, micro, hybrid = read_run_metrics(path)
     fig, axes = plt.subplots(2, 2, figsize=(11, 7))
     step = [s["step"] for s in steps]
 
@@ -294,13 +347,21 @@ def run_figure(path):
     ax.set_title("training loss", fontsize=10)
 
     ax = axes[0][1]
-    cp = cp_imbalance_by_step(micro)
-    for key, style in (("tiles", "-"), ("pairs", "-"), ("contiguous_tiles", "--"),
-                       ("contiguous_pairs", "--")):
-        ax.plot(cp["step"], cp[key], style, marker="o", markersize=3, label=key.replace("_", " "),
-                gid=f"cp_{key}")
-    strategies = sorted({m["cp_strategy"] for m in micro})
-    ax.set_title(f"CP imbalance (max / mean over ranks), {', '.join(strategies)}", fontsize=10)
+    if hybrid and not micro:
+        busy = rank_busy_by_step(hybrid)
+        ax.plot(busy["step"], busy["busy"], marker="o", markersize=3, label="measured slot time",
+                gid="rank_busy")
+        schedulers = sorted({h.get("scheduler", "?") for h in hybrid})
+        ax.set_title(f"rank busy time (max / mean over ranks), {', '.join(schedulers)}",
+                     fontsize=10)
+    else:
+        cp = cp_imbalance_by_step(micro)
+        for key, style in (("tiles", "-"), ("pairs", "-"), ("contiguous_tiles", "--"),
+                           ("contiguous_pairs", "--")):
+            ax.plot(cp["step"], cp[key], style, marker="o", markersize=3,
+                    label=key.replace("_", " "), gid=f"cp_{key}")
+        strategies = sorted({m["cp_strategy"] for m in micro})
+        ax.set_title(f"CP imbalance (max / mean over ranks), {', '.join(strategies)}", fontsize=10)
     ax.set_xlabel("step")
     ax.legend(fontsize=8)
 
@@ -314,14 +375,20 @@ def run_figure(path):
     ax.legend(fontsize=8)
 
     ax = axes[1][1]
-    ms = attention_ms_by_rank(micro)
-    labels = [f"dp{d}\ncp{c}" for d in range(ms.shape[0]) for c in range(ms.shape[1])]
-    ax.bar(range(ms.size), ms.reshape(-1), color="tab:blue", gid="attention_ms")
+    if hybrid and not micro:
+        ms = hybrid_attention_ms_by_rank(hybrid)
+        labels = [f"rank {r}" for r in range(ms.size)]
+        layout = f"hybrid, {ms.size} ranks"
+    else:
+        grid = attention_ms_by_rank(micro)
+        labels = [f"dp{d}\ncp{c}" for d in range(grid.shape[0]) for c in range(grid.shape[1])]
+        layout = f"DP {grid.shape[0]} x CP {grid.shape[1]}"
+        ms = grid.reshape(-1)
+    ax.bar(range(ms.size), ms, color="tab:blue", gid="attention_ms")
     ax.set_xticks(range(ms.size), labels, fontsize=8)
     ax.set_ylabel("ms, summed over the run")
     ax.set_title("measured attention time per rank", fontsize=10)
-    fig.suptitle(f"{os.path.basename(path)}: {len(steps)} steps, DP {ms.shape[0]} x CP "
-                 f"{ms.shape[1]}", fontsize=10)
+    fig.suptitle(f"{os.path.basename(path)}: {len(steps)} steps, {layout}", fontsize=10)
     fig.tight_layout()
     return fig
 

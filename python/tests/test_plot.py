@@ -120,6 +120,39 @@ def test_run_figure_of_a_fresh_training_run(cli_path, plugin_path, tmp_path):
     check_run_figure(plot.run_figure(str(metrics)), metrics)
 
 
+# A metrics file written by `fulcrum train --config configs/hybrid.yaml
+# --set train.steps=3 --metrics FILE` (4 ranks, hybrid mode: one schedule
+# record per step instead of micro-batch records).
+HYBRID_METRICS = DATA / "hybrid_metrics.jsonl"
+
+
+def test_run_figure_of_a_hybrid_metrics_file(tmp_path):
+    records = [json.loads(line) for line in open(HYBRID_METRICS) if line.strip()]
+    steps = [r for r in records if "loss" in r]
+    schedules = [r for r in records if "scheduler" in r]
+    assert steps and schedules and not any("microbatch" in r for r in records)
+    fig = plot.run_figure(str(HYBRID_METRICS))
+    lines = {line.get_gid(): np.asarray(line.get_ydata()) for ax in fig.axes for line in ax.lines
+             if line.get_gid()}
+    assert np.allclose(lines["loss"], [s["loss"] for s in steps])
+    assert np.allclose(lines["dp"], [s["dp_imbalance"] for s in steps])
+    busy = [max(r["busy_ms"] for r in h["ranks"]) /
+            (sum(r["busy_ms"] for r in h["ranks"]) / len(h["ranks"])) for h in schedules]
+    assert np.allclose(lines["rank_busy"], busy)
+    world = len(schedules[0]["ranks"])
+    ms = [sum(r["attention_ms"] for h in schedules for r in h["ranks"] if r["rank"] == k)
+          for k in range(world)]
+    bars = [ax for ax in fig.axes if ax.patches][0]
+    assert np.allclose(bar_heights(bars), ms) and min(ms) > 0
+    check_files(plot.save(fig, str(tmp_path / "hybrid")))
+    # The command line draws it too.
+    done = subprocess.run([sys.executable, "-m", "fulcrum.plot", "run", str(HYBRID_METRICS),
+                           "--out", str(tmp_path / "cli")], capture_output=True, text=True,
+                          timeout=120, cwd=pathlib.Path(plot.__file__).parents[1])
+    assert done.returncode == 0, done.stderr
+    check_files([str(tmp_path / "cli.png"), str(tmp_path / "cli.svg")])
+
+
 def check_files(paths):
     assert sorted(p.rsplit(".", 1)[1] for p in paths) == ["png", "svg"]
     for path in paths:

@@ -276,13 +276,16 @@ LoadedBalancer load_balancer(const CommonOptions& common, const host::Config& co
                              const host::LogFn& log) {
   const std::string name =
       common.plugin.empty() ? config.get_string("balancer.plugin") : common.plugin;
+  const bool named = !common.plugin.empty() || config.is_set("balancer.plugin");
   Result<host::OpenedBalancer> opened =
       host::open_balancer(name, host::split_plugin_dirs(config.get_string("balancer.plugin_dirs")),
-                          config.get_bool("balancer.check_permissions"), log);
+                          config.get_bool("balancer.check_permissions"), log,
+                          named ? host::PluginChoice::kNamed : host::PluginChoice::kDefault);
   if (!opened) throw UsageError(one_line(opened.status().message()));
   host::OpenedBalancer& o = opened.value();
   if (!o.not_found.empty() && log) {
-    log(host::LogLevel::kWarning, "could not load plugin '" + name + "': " + o.not_found +
+    log(host::LogLevel::kWarning, "could not load the default plugin '" + name +
+                                      "': " + o.not_found +
                                       "; using the built-in balancer (contiguous sharding only)");
   }
   return {std::move(o.balancer), o.is_builtin, o.not_found};

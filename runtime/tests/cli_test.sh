@@ -226,10 +226,26 @@ json_check "builtin serves contiguous and says why" \
   'j["used"] == "contiguous" and j["fallback_reason"]'
 pass
 
-expect_ok "missing plugin falls back loudly" plan --plugin "$WORK/no_such_plugin.so" --cp 2 \
+# A plugin the user names is the one used: absent, it is refused with where
+# it was looked for, never replaced by the built-in balancer.
+expect_usage "named plugin absent by path" "fulcrum plan: " plan --plugin "$WORK/no_such_plugin.so" --cp 2 \
   --strategy contiguous --seq-len 8 --format json
-grep -q 'warning' "$ERR" || fail "no warning about the missing plugin"
-json_check "still planned" 'j["used"] == "contiguous"'
+grep -q "no_such_plugin.so" "$ERR" || fail "the refusal does not name the plugin"
+expect_usage "named plugin absent by name" "fulcrum plan: " plan --plugin no_such_plugin --cp 2 \
+  --strategy contiguous --seq-len 8 --set balancer.plugin_dirs="$WORK"
+grep -q "$WORK" "$ERR" || fail "the refusal does not give the search path"
+# Not named (balancer.plugin absent) and the default plugin not installed
+# beside this copy of the CLI: the built-in balancer serves, loudly.
+mkdir -p "$WORK/alone/bin"
+cp "$FULCRUM" "$WORK/alone/bin/fulcrum"
+CHECK="default plugin absent falls back loudly"
+FULCRUM_PLUGIN_PATH= "$WORK/alone/bin/fulcrum" plan --cp 2 --strategy contiguous --seq-len 8 \
+  --format json >"$OUT" 2>"$ERR"
+RC=$?
+[[ $RC -eq 0 ]] || fail "expected exit code 0"
+grep -q "warning: could not load the default plugin 'fulcrum_balancer'" "$ERR" ||
+  fail "no warning about the absent default plugin"
+json_check "planned by the built-in balancer" 'j["used"] == "contiguous"'
 pass
 
 # A plugin directory longer than a short string's inline buffer: the list is

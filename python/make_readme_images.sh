@@ -14,7 +14,7 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
 export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
-"$python" -m fulcrum.plot plan --plugin "$plugin" --cp 8 --seq-len 65536 --random-docs 1 \
+"$python" -m fulcrum.plot plan --plugin "$plugin" --cp 8 --seq-len 65536 --synthetic-docs 1 \
   --out docs/img/plan_compare --formats png --dpi 80
 if ! "$train_bin" train --config configs/quickstart.yaml --metrics "$work/run.jsonl" \
     >"$work/train.log" 2>&1; then

@@ -163,7 +163,7 @@ def check_files(paths):
             assert b"<svg" in data and data.count(b"<path") > 20
 
 
-@pytest.mark.parametrize("tokens,seed", [(8192, 1), (65536, 1), (131072, 7), (1000, 2**64 - 1)])
+@pytest.mark.parametrize("tokens,seed", [(8192, 1), (65536, 1), (131072, 7), (5000, 2**64 - 1)])
 def test_synthetic_docs_are_the_clis_row(cli_path, plugin_path, tmp_path, tokens, seed):
     """--synthetic-docs (and its earlier name --random-docs) draws the row
     `fulcrum plan --synthetic-docs` draws from the same seed: the CLI plans

@@ -250,6 +250,16 @@ po::variables_map parse_command_line(const std::vector<std::string>& args,
                   .run(),
               values);
     po::notify(values);
+  } catch (const po::invalid_command_line_syntax& e) {
+    // Boost says "the required argument for option '--config' is missing"
+    // for a flag given without its value, which reads as if the flag itself
+    // were required; say what fulcrum-worker says.
+    if (e.kind() == po::invalid_syntax::missing_parameter) {
+      throw UsageError(e.get_option_name() + " needs a value; run 'fulcrum " +
+                       std::string(command) + " --help' to see the options");
+    }
+    throw UsageError(std::string(e.what()) + "; run 'fulcrum " + std::string(command) +
+                     " --help' to see the options");
   } catch (const po::error& e) {
     throw UsageError(std::string(e.what()) + "; run 'fulcrum " + std::string(command) +
                      " --help' to see the options");

@@ -340,6 +340,11 @@ expect_usage "unknown flag" "$P" plan --cp 2 --strategy contiguous --seq-len 8 -
 expect_usage "abbreviated flag" "$P" plan --cp 2 --strat contiguous --seq-len 8
 expect_usage "stray argument" "$P" plan --cp 2 --strategy contiguous --seq-len 8 extra
 expect_usage "missing flag value" "$P" plan --cp 2 --strategy contiguous --seq-len
+grep -q "^fulcrum plan: --seq-len needs a value;" "$ERR" || fail "not said as a missing value"
+# An optional flag without its value is not called required.
+expect_usage "--config without a value" "$P" plan --cp 2 --seq-len 8 --config
+grep -q "^fulcrum plan: --config needs a value;" "$ERR" || fail "not said as a missing value"
+grep -q "required" "$ERR" && fail "an optional --config called required"
 expect_usage "flag given twice" "$P" plan --cp 2 --cp 4 --strategy contiguous --seq-len 8
 expect_usage "bad format" "$P" plan --cp 2 --strategy contiguous --seq-len 8 --format xml
 expect_usage "missing config" "$P" plan --config "$WORK/missing.yaml" --seq-len 8

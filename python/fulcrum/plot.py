@@ -589,6 +589,8 @@ def _total_tokens(lengths, option):
 
 def _row(args):
     given = [flag for flag, value in (("--seq-len", args.seq_len),
+                                      ("--lengths", args.lengths),
+                                      ("--lengths-file", args.lengths_file),
                                       ("--doc-lengths", args.doc_lengths),
                                       ("--doc-lengths-file", args.doc_lengths_file))
              if value is not None]
@@ -596,7 +598,7 @@ def _row(args):
         raise FulcrumError("invalid_argument", ("no row given" if not given else
                                                 "more than one row given") +
                            "; give exactly one of --seq-len N (with --synthetic-docs SEED), "
-                           "--doc-lengths a,b,c or --doc-lengths-file F.json")
+                           "--lengths a,b,c or --lengths-file F.json")
     if args.random_docs is not None and args.seq_len is None:
         raise FulcrumError("invalid_argument", "--synthetic-docs needs --seq-len N, the row "
                            "length to fill with documents; e.g. --seq-len 65536 --synthetic-docs 1")
@@ -613,8 +615,12 @@ def _row(args):
                                "--synthetic-docs 1")
         return random_docs(args.seq_len, args.random_docs)
     if args.doc_lengths is not None:
-        return parse_length_list(args.doc_lengths)
-    return read_length_file(args.doc_lengths_file)
+        return parse_length_list(args.doc_lengths, "--doc-lengths")
+    if args.lengths is not None:
+        return parse_length_list(args.lengths, "--lengths")
+    if args.lengths_file is not None:
+        return read_length_file(args.lengths_file, "--lengths-file")
+    return read_length_file(args.doc_lengths_file, "--doc-lengths-file")
 
 
 def _check_options(args):
@@ -656,8 +662,14 @@ def main(argv=None):
                       metavar="SEED",
                       help="fill --seq-len with seeded packed documents, the mix of fulcrum "
                            "plan --synthetic-docs (--random-docs: the same, its earlier name)")
-    plan.add_argument("--doc-lengths", metavar="a,b,c")
-    plan.add_argument("--doc-lengths-file", metavar="F.json")
+    plan.add_argument("--lengths", metavar="a,b,c",
+                      help="row of packed documents with these lengths")
+    plan.add_argument("--lengths-file", metavar="F.json",
+                      help="row of packed documents whose lengths are a JSON list in F.json")
+    plan.add_argument("--doc-lengths", metavar="a,b,c", help="the same as --lengths (its "
+                      "earlier name)")
+    plan.add_argument("--doc-lengths-file", metavar="F.json", help="the same as --lengths-file "
+                      "(its earlier name)")
     plan.add_argument("--block-size", type=int, default=128)
     plan.add_argument("--mask", default="causal")
     plan.add_argument("--strategy", help="draw this plan's tile map instead of comparing")

@@ -219,3 +219,16 @@ def test_command_line(plugin_path, tmp_path):
         done = run(*args)
         assert done.returncode == 2 and words in done.stderr, done.stderr
         assert done.stderr.count("\n") == 1, done.stderr
+
+
+@pytest.mark.parametrize("flag", ["--lengths", "--doc-lengths", "--lengths-file",
+                                  "--doc-lengths-file"])
+def test_row_flags_take_the_clis_names_and_the_earlier_ones(flag, plugin_path, tmp_path):
+    """plan's row is --lengths / --lengths-file, as in fulcrum dp-partition and
+    schedule; --doc-lengths / --doc-lengths-file are their earlier names."""
+    row = tmp_path / "row.json"
+    row.write_text("[3000, 1000, 96]")
+    value = str(row) if flag.endswith("-file") else "3000,1000,96"
+    assert plot.main(["plan", "--plugin", str(plugin_path), "--cp", "2", "--block-size", "64",
+                      flag, value, "--formats", "svg", "--out", str(tmp_path / "p")]) in (0, None)
+    assert (tmp_path / "p.svg").read_bytes().count(b"<path") > 20

@@ -248,6 +248,22 @@ grep -q "warning: could not load the default plugin 'fulcrum_balancer'" "$ERR" |
 json_check "planned by the built-in balancer" 'j["used"] == "contiguous"'
 pass
 
+# One name per concept: plan takes --lengths / --lengths-file as dp-partition
+# and schedule do; --doc-lengths / --doc-lengths-file stay as its earlier names.
+printf '[40, 24]' >"$WORK/row.json"
+for form in "--lengths 40,24" "--doc-lengths 40,24" "--lengths-file $WORK/row.json" \
+            "--doc-lengths-file $WORK/row.json"; do
+  # shellcheck disable=SC2086
+  expect_ok "plan $form" plan --plugin builtin --cp 2 --strategy contiguous $form --format json
+  json_check "the row of two documents" 'j["tokens"] == 64 and j["ranks"][0]["pairs"] == 32 * 33 // 2'
+  pass
+done
+expect_usage "old and new names together" "fulcrum plan: " plan --cp 2 --strategy contiguous \
+  --lengths 40,24 --doc-lengths 40,24
+grep -q "more than one row given" "$ERR" || fail "two rows not refused"
+run "an item named with the flag given" plan --cp 2 --strategy contiguous --doc-lengths 5,a
+grep -q "^fulcrum plan: --doc-lengths: item 2" "$ERR" || fail "the message does not name --doc-lengths"
+
 # A plugin directory longer than a short string's inline buffer: the list is
 # split from a copy that lives as long as the search does.
 PLUGIN_FILE="$(dirname "$FULCRUM")/../lib/fulcrum/libfulcrum_balancer.so"

@@ -400,6 +400,30 @@ TEST(CheckpointResume, SigtermWritesACheckpointAtAStepBoundaryAndResumeContinues
   expect_exactly_once(first, k, second, job.samples(), epoch);
 }
 
+// SIGINT (Ctrl-C) the same way, on one rank: exit 130 and the checkpoint of
+// the last step trained.
+TEST(CheckpointResume, SigintWritesACheckpointAtAStepBoundary) {
+  Job job(1, 1);
+  const std::string dir = job.path("ckpt");
+  const std::string metrics = job.metrics("a");
+  const RunResult a = job.train(
+      "a", {"train.checkpoint_dir=" + dir, "train.steps=600"},
+      [&] { return fs::exists(metrics) && fs::file_size(metrics) > 0; }, SIGINT);
+  ASSERT_TRUE(a.stopped) << a;
+  ASSERT_EQ(a.exit_code, 128 + SIGINT) << a;
+  const std::vector<std::string> written = checkpoint_names(dir);
+  ASSERT_EQ(written.size(), 1u) << a;
+  const std::int64_t k = std::stoll(written[0].substr(5, 8));
+  EXPECT_EQ(read_record(metrics).loss.rbegin()->first, k) << a;
+  EXPECT_NE(a.output.find("interrupted by SIGINT after step " + std::to_string(k)),
+            std::string::npos)
+      << a;
+  EXPECT_NE(a.output.find("fulcrum: interrupted by SIGINT; the workers stopped after the same "
+                          "step and rank 0 wrote a checkpoint"),
+            std::string::npos)
+      << a;
+}
+
 TEST(CheckpointResume, CorruptNewestIsRefusedAndThePreviousUsed) {
   Job job(1, 2);
   const std::string dir = job.path("ckpt");

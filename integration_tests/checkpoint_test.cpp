@@ -139,7 +139,7 @@ class Job {
   // `fulcrum train` with `sets` (after the layout, so they may change it);
   // metrics and parameters go to <tag>.jsonl and <tag>.params.
   RunResult train(const std::string& tag, const std::vector<std::string>& sets,
-                  const std::function<bool()>& stop_when = {}) const {
+                  const std::function<bool()>& stop_when = {}, int stop_signal = SIGKILL) const {
     std::vector<std::string> argv = {FULCRUM_BIN, "train", "--config", config_};
     for (const std::string& s : layout_) argv.insert(argv.end(), {"--set", s});
     // KEY=VALUE goes through --set; a flag ("--resume=auto") as it is.
@@ -151,7 +151,7 @@ class Job {
       }
     }
     argv.insert(argv.end(), {"--metrics", metrics(tag), "--save-params", params(tag)});
-    return run(argv, seconds(120), {}, stop_when);
+    return run(argv, seconds(120), {}, stop_when, stop_signal);
   }
   std::string metrics(const std::string& tag) const { return dir_.file(tag + ".jsonl"); }
   std::string params(const std::string& tag) const { return dir_.file(tag + ".params"); }
@@ -171,13 +171,15 @@ std::int64_t checksum(const std::vector<std::int64_t>& tokens, std::int64_t b, s
   return s;
 }
 
-// The pieces of steps 1-6 taken from `first` up to and including
-// `first_until` and from `second` after it: together they must tile every
-// sample once, with the tokens written.
+// The pieces of one epoch's steps (1-6 for `epoch` 0, 7-12 for 1, ...)
+// taken from `first` up to and including `first_until` and from `second`
+// after it: together they must tile every sample once, with the tokens
+// written.
 void expect_exactly_once(const Record& first, std::int64_t first_until, const Record& second,
-                         const std::vector<std::vector<std::int64_t>>& samples) {
+                         const std::vector<std::vector<std::int64_t>>& samples,
+                         std::int64_t epoch = 0) {
   std::map<std::int64_t, std::vector<std::array<std::int64_t, 2>>> seen;
-  for (std::int64_t step = 1; step <= 6; ++step) {
+  for (std::int64_t step = 6 * epoch + 1; step <= 6 * epoch + 6; ++step) {
     const Record& r = step <= first_until ? first : second;
     const auto it = r.pieces.find(step);
     ASSERT_NE(it, r.pieces.end()) << "no pieces logged for step " << step;
@@ -336,6 +338,90 @@ TEST(CheckpointResume, KilledRunResumesFromItsNewestCheckpoint) {
   for (const std::string& name : checkpoint_names(dir)) {
     EXPECT_NE(name.front(), '.') << "stale temporary file " << name;
   }
+}
+
+// SIGTERM to `fulcrum train` (no train.checkpoint_every: only the
+// interruption writes): the launcher forwards it, the ranks agree at the next
+// step boundary, rank 0 writes that step's checkpoint and says where, and the
+// job exits 143. --resume auto then continues it bit for bit, every sample of
+// the interrupted epoch trained once. The signal may land at any step, so the
+// epoch checked is the one it landed in.
+TEST(CheckpointResume, SigtermWritesACheckpointAtAStepBoundaryAndResumeContinues) {
+  Job job(2, 1);
+  const std::string dir = job.path("ckpt");
+  const std::string metrics = job.metrics("a");
+  const RunResult a = job.train(
+      "a", {"train.checkpoint_dir=" + dir, "train.steps=600"},
+      [&] { return fs::exists(metrics) && fs::file_size(metrics) > 0; }, SIGTERM);
+  ASSERT_TRUE(a.stopped) << a;
+  ASSERT_EQ(a.exit_code, 128 + SIGTERM) << a;
+  const std::vector<std::string> written = checkpoint_names(dir);
+  ASSERT_EQ(written.size(), 1u) << a;
+  const std::int64_t k = std::stoll(written[0].substr(5, 8));
+  const Record first = read_record(metrics);
+  ASSERT_FALSE(first.loss.empty()) << a;
+  EXPECT_EQ(first.loss.rbegin()->first, k) << "the checkpoint is not of the last step trained";
+  ASSERT_LT(k, 600) << "the signal came after the last step" << a;
+  EXPECT_NE(a.output.find("checkpoint step " + std::to_string(k) + ": " + dir + "/" + written[0]),
+            std::string::npos)
+      << a;
+  EXPECT_NE(a.output.find("interrupted by SIGTERM after step " + std::to_string(k)),
+            std::string::npos)
+      << a;
+  EXPECT_NE(a.output.find("continue with --resume auto"), std::string::npos) << a;
+
+  // Continue to the end of the epoch after the interrupted one, and compare
+  // with a run that was never interrupted.
+  const std::int64_t epoch = (k - 1) / 6;
+  const std::int64_t end = 6 * (epoch + 2);
+  const std::string steps = "train.steps=" + std::to_string(end);
+  const RunResult b = job.train("b", {"train.checkpoint_dir=" + dir, steps, "--resume=auto"});
+  ASSERT_EQ(b.exit_code, 0) << b;
+  EXPECT_NE(b.output.find("resuming from " + dir + "/" + written[0]), std::string::npos) << b;
+  // The summary counts this run's steps, not the checkpoint's.
+  EXPECT_NE(b.output.find(std::to_string(end - k) + " steps (" + std::to_string(k + 1) + "-" +
+                          std::to_string(end) + ", resumed after step " + std::to_string(k) + ")"),
+            std::string::npos)
+      << b;
+  EXPECT_NE(b.output.find("at step " + std::to_string(k + 1) + " -> "), std::string::npos) << b;
+  EXPECT_NE(b.output.find(" tokens/s  eta "), std::string::npos) << b;
+  const Record second = read_record(job.metrics("b"), job.params("b"));
+  EXPECT_EQ(second.loss.begin()->first, k + 1) << b;
+  EXPECT_EQ(second.loss.rbegin()->first, end) << b;
+
+  const RunResult u = job.train("ref", {steps});
+  ASSERT_EQ(u.exit_code, 0) << u;
+  const Record ref = read_record(job.metrics("ref"), job.params("ref"));
+  std::vector<std::int64_t> later;
+  for (std::int64_t s = k + 1; s <= end; ++s) later.push_back(s);
+  expect_same_losses(ref, first, {k}, "interrupted run");
+  expect_same_losses(ref, second, later, "resumed after SIGTERM");
+  expect_same_params(ref, second, "resumed after SIGTERM");
+  expect_exactly_once(first, k, second, job.samples(), epoch);
+}
+
+// SIGINT (Ctrl-C) the same way, on one rank: exit 130 and the checkpoint of
+// the last step trained.
+TEST(CheckpointResume, SigintWritesACheckpointAtAStepBoundary) {
+  Job job(1, 1);
+  const std::string dir = job.path("ckpt");
+  const std::string metrics = job.metrics("a");
+  const RunResult a = job.train(
+      "a", {"train.checkpoint_dir=" + dir, "train.steps=600"},
+      [&] { return fs::exists(metrics) && fs::file_size(metrics) > 0; }, SIGINT);
+  ASSERT_TRUE(a.stopped) << a;
+  ASSERT_EQ(a.exit_code, 128 + SIGINT) << a;
+  const std::vector<std::string> written = checkpoint_names(dir);
+  ASSERT_EQ(written.size(), 1u) << a;
+  const std::int64_t k = std::stoll(written[0].substr(5, 8));
+  EXPECT_EQ(read_record(metrics).loss.rbegin()->first, k) << a;
+  EXPECT_NE(a.output.find("interrupted by SIGINT after step " + std::to_string(k)),
+            std::string::npos)
+      << a;
+  EXPECT_NE(a.output.find("fulcrum: interrupted by SIGINT; the workers stopped after the same "
+                          "step and rank 0 wrote a checkpoint"),
+            std::string::npos)
+      << a;
 }
 
 TEST(CheckpointResume, CorruptNewestIsRefusedAndThePreviousUsed) {

@@ -17,12 +17,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -588,6 +590,68 @@ void expect_every_rank(const std::vector<ChildResult>& ranks, const std::string&
     if (r == 0) first = cause;
     EXPECT_EQ(cause, first) << "rank " << r;
   }
+}
+
+// --- started without fulcrum train ---------------------------------------------
+
+// The launch docs/CONFIGS.md gives for torchrun, done by a shell: the four
+// workers get what `torchrun --nproc_per_node 4 --rdzv_backend c10d
+// --no_python fulcrum-worker` sets, meet at the TCPStore rank 0 hosts on
+// MASTER_ADDR:MASTER_PORT (no FULCRUM_RENDEZVOUS_DIR, no completion note),
+// and train. Debian's torchrun 1.13 fails before it starts a worker, so the
+// shell stands in for it.
+TEST(DirectLaunch, WorkersStartedWithTorchrunsVariablesTrain) {
+  Job job;
+  const std::string script =
+      "for r in 0 1 2 3; do RANK=$r LOCAL_RANK=$r \"$WORKER\" --config \"$CONFIG\" "
+      ">\"$DIR/out.$r\" 2>\"$DIR/err.$r\" & pids+=($!); done; "
+      "status=0; for p in \"${pids[@]}\"; do wait \"$p\" || status=1; done; "
+      "cat \"$DIR\"/err.*; exit $status";
+  const ChildResult r =
+      run_one({"/bin/bash", "-c", script}, seconds(90),
+              job.env({"WORKER=" + std::string(FULCRUM_WORKER), "CONFIG=" + job.config,
+                       "DIR=" + job.dir.file(""), "MASTER_ADDR=127.0.0.1",
+                       "MASTER_PORT=" + std::to_string(free_port()), "WORLD_SIZE=4",
+                       "LOCAL_WORLD_SIZE=4"}));
+  ASSERT_EQ(r.exit_code, 0) << r;
+  std::vector<std::string> out(4);
+  for (int rank = 0; rank < 4; ++rank) {
+    std::ifstream in(job.dir.file("out." + std::to_string(rank)));
+    out[static_cast<std::size_t>(rank)].assign(std::istreambuf_iterator<char>(in), {});
+  }
+  EXPECT_TRUE(contains(out[0], "step 3/3")) << out[0];
+  EXPECT_TRUE(contains(out[0], "fulcrum train: ")) << out[0];
+  EXPECT_TRUE(contains(out[0], ": 3 steps in ")) << out[0];
+  for (int rank = 1; rank < 4; ++rank) {
+    EXPECT_FALSE(contains(out[static_cast<std::size_t>(rank)], "fulcrum train: ")) << rank;
+  }
+  expect_no_orphans(job.marker);
+}
+
+// srun's and mpirun's variables start the same job (their launchers are not
+// installed here; the workers read what they would set).
+TEST(DirectLaunch, WorkersStartedWithSrunsAndMpirunsVariablesTrain) {
+  Job job;
+  const std::vector<std::array<const char*, 4>> flavours = {
+      {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"},
+      {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+       "OMPI_COMM_WORLD_LOCAL_SIZE"}};
+  for (const auto& [rank_var, size_var, local_var, local_size_var] : flavours) {
+    const int port = free_port();
+    std::vector<Child> children;
+    for (int r = 0; r < 4; ++r) {
+      const std::string n = std::to_string(r);
+      children.push_back(
+          {{FULCRUM_WORKER, "--config", job.config},
+           job.env({std::string(rank_var) + "=" + n, std::string(size_var) + "=4",
+                    std::string(local_var) + "=" + n, std::string(local_size_var) + "=4",
+                    "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port)})});
+    }
+    const std::vector<ChildResult> ranks = run_all(children, seconds(90));
+    for (const ChildResult& c : ranks) EXPECT_EQ(c.exit_code, 0) << rank_var << ": " << c;
+    EXPECT_TRUE(contains(ranks[0].out, ": 3 steps in ")) << rank_var << ": " << ranks[0];
+  }
+  expect_no_orphans(job.marker);
 }
 
 TEST(Consensus, OneRankWithOtherDocumentLengthsFailsEveryRank) {

@@ -28,7 +28,8 @@ std::ostream& operator<<(std::ostream& out, const RunResult& r) {
 }
 
 RunResult run(const std::vector<std::string>& argv, seconds deadline,
-              const std::vector<std::string>& env, const std::function<bool()>& stop_when) {
+              const std::vector<std::string>& env, const std::function<bool()>& stop_when,
+              int stop_signal) {
   RunResult result;
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) {
@@ -59,7 +60,7 @@ RunResult run(const std::vector<std::string>& argv, seconds deadline,
     const auto now = std::chrono::steady_clock::now();
     if (!terminated && !result.stopped && stop_when && stop_when()) {
       result.stopped = true;
-      ::kill(-pid, SIGKILL);
+      ::kill(-pid, stop_signal);
     }
     if (!terminated && now >= end) {
       result.timed_out = true;

@@ -4,6 +4,8 @@
 // the processes under test carry it, the drivers only read what they write.
 #pragma once
 
+#include <csignal>
+
 #include <chrono>
 #include <filesystem>
 #include <functional>
@@ -27,12 +29,13 @@ std::ostream& operator<<(std::ostream& out, const RunResult& r);
 // Runs argv[0] (a path) in its own process group with its output captured,
 // `env` ("NAME=value") over the test's environment. Past the deadline it gets
 // SIGTERM (fulcrum train forwards it and stops its workers), then SIGKILL.
-// When `stop_when` turns true the whole group gets SIGKILL at once, as a
-// crashed node would (the launcher's workers die with it: they hold
-// PR_SET_PDEATHSIG). A test can fail but never hang.
+// When `stop_when` turns true the whole group gets `stop_signal` once:
+// SIGKILL, as a crashed node would (the launcher's workers die with it: they
+// hold PR_SET_PDEATHSIG), or SIGTERM/SIGINT, as a user or a scheduler would.
+// A test can fail but never hang.
 RunResult run(const std::vector<std::string>& argv, std::chrono::seconds deadline,
-              const std::vector<std::string>& env = {},
-              const std::function<bool()>& stop_when = {});
+              const std::vector<std::string>& env = {}, const std::function<bool()>& stop_when = {},
+              int stop_signal = SIGKILL);
 
 // A fresh directory under the system's temporary directory, removed with
 // everything in it at the end of the test unless FULCRUM_KEEP_TEST_DIRS is set.

@@ -372,16 +372,28 @@ TEST(VariableLength, HeadTailFallsBackOnIndivisibleLengthsAndReturns) {
 const std::vector<std::string> kSmallQuickstart = {"train.steps=2", "data.seq_length=256",
                                                    "data.max_length=300"};
 
-TEST(Plugin, MissingPluginFallsBackToContiguousWithWarning) {
+TEST(Plugin, NamedMissingPluginIsRefusedWithTheSearchPath) {
   TempDir dir;
-  const std::string metrics = dir.file("missing.jsonl");
+  const std::string plugins = dir.file("plugins");
   std::vector<std::string> sets = kSmallQuickstart;
   sets.push_back("balancer.plugin=fulcrum_no_such_plugin");
+  sets.push_back("balancer.plugin_dirs=" + plugins);
+  const RunResult r = run(train_command(source_file("configs/quickstart.yaml"), sets), seconds(60));
+  ASSERT_EQ(r.exit_code, 2) << r;
+  EXPECT_NE(r.output.find("libfulcrum_no_such_plugin.so"), std::string::npos) << r;
+  EXPECT_NE(r.output.find(plugins), std::string::npos) << r;
+  EXPECT_NE(r.output.find("balancer.plugin: builtin"), std::string::npos) << r;
+  EXPECT_EQ(r.output.find("step 1/"), std::string::npos) << r;
+}
+
+TEST(Plugin, BuiltinWhenAskedForTrainsContiguousAndRoundRobin) {
+  TempDir dir;
+  const std::string metrics = dir.file("builtin.jsonl");
+  std::vector<std::string> sets = kSmallQuickstart;
+  sets.push_back("balancer.plugin=builtin");
   const RunResult r =
       run(train_command(source_file("configs/synthetic.yaml"), sets, metrics), seconds(150));
   ASSERT_EQ(r.exit_code, 0) << r;
-  EXPECT_NE(r.output.find("warning"), std::string::npos) << r;
-  EXPECT_NE(r.output.find("fulcrum_no_such_plugin"), std::string::npos) << r;
   const std::vector<json> mbs = micro_batch_records(read_metrics(metrics));
   ASSERT_FALSE(mbs.empty());
   for (const json& m : mbs) EXPECT_EQ(m.at("cp_strategy"), "contiguous") << m.dump();

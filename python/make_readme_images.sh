@@ -14,7 +14,7 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
 export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
-"$python" -m fulcrum.plot plan --plugin "$plugin" --cp 8 --seq-len 65536 --random-docs 1 \
+"$python" -m fulcrum.plot plan --plugin "$plugin" --cp 8 --seq-len 65536 --synthetic-docs 1 \
   --out docs/img/plan_compare --formats png --dpi 80
 # The quickstart's text, made as the README's main command makes it.
 if ! "$train_bin" preprocess --split line:% --output-prefix build/fortunes --input \

@@ -1,7 +1,7 @@
 """Pictures of plans and runs (matplotlib, Agg backend; PNG and SVG).
 
-    python3 -m fulcrum.plot plan --cp 8 --seq-len 65536 --random-docs 1 --out compare
-    python3 -m fulcrum.plot plan --cp 8 --seq-len 65536 --random-docs 1 --strategy auto --out tiles
+    python3 -m fulcrum.plot plan --cp 8 --seq-len 65536 --synthetic-docs 1 --out compare
+    python3 -m fulcrum.plot plan --cp 8 --seq-len 65536 --synthetic-docs 1 --strategy auto --out tiles
     python3 -m fulcrum.plot run run.jsonl --out run
 
 ``plan`` without --strategy draws per-rank pairs and tiles for every strategy
@@ -15,6 +15,7 @@ drawn.
 
 import argparse
 import json
+import math
 import os
 import stat
 import sys
@@ -146,11 +147,20 @@ def read_metrics(path):
     file, read with the C++ readers' rules (a regular file, at most 1 GiB,
     lines nested at most 64 deep) and every field the pictures use checked,
     so that a damaged file is refused naming its line instead of failing
-    inside matplotlib."""
+    inside matplotlib. A hybrid-mode file has no micro-batch records; its
+    schedule records come from read_run_metrics."""
+    steps, micro, _ = read_run_metrics(path)
+    return steps, micro
+
+
+def read_run_metrics(path):
+    """(step records, micro-batch records, hybrid schedule records) of a
+    metrics file: fixed mode writes micro-batch records, hybrid mode one
+    schedule record per step (``scheduler``, ``ranks``) instead."""
     rules = _input_file.InputRules(f"metrics file {_input_file.shown(path)}", _METRICS_FIX,
                                    _MAX_METRICS_BYTES)
     text = _input_file.read_input_file(path, rules)
-    steps, micro = [], []
+    steps, micro, hybrid = [], [], []
     for number, line in enumerate(text.split(b"\n"), 1):
         if not line.strip():
             continue
@@ -173,12 +183,14 @@ def read_metrics(path):
                                f"{type(record).__name__}, not a record; {_METRICS_FIX}")
         if "microbatch" in record:
             micro.append(_micro_record(record, where))
+        elif "scheduler" in record:
+            hybrid.append(_hybrid_record(record, where))
         else:
             steps.append(_step_record(record, where))
     if not steps:
         raise FulcrumError("invalid_argument", f"{rules.what} has no step records (lines with "
                            f"'loss'); {_METRICS_FIX}")
-    return steps, micro
+    return steps, micro, hybrid
 
 
 class _NotJson(ValueError):
@@ -238,6 +250,48 @@ def _micro_record(record, where):
     return record
 
 
+def _hybrid_record(record, where):
+    _field(record, "step", where, _is_int, "a step number")
+    ranks = _field(record, "ranks", where,
+                   lambda v: isinstance(v, list) and 0 < len(v) <= _MAX_RANKS,
+                   "a list of rank records")
+    for i, rank in enumerate(ranks):
+        at = f"{where} ranks[{i}]"
+        if not isinstance(rank, dict):
+            raise FulcrumError("invalid_argument", f"{at} is not a record; {_METRICS_FIX}")
+        _field(rank, "rank", at, lambda v: _is_int(v, 0, _MAX_RANKS - 1),
+               f"a rank in [0, {_MAX_RANKS})")
+        for key in ("busy_ms", "attention_ms"):
+            _field(rank, key, at, _is_number, "a number")
+    return record
+
+
+def rank_busy_by_step(hybrid):
+    """Hybrid mode, per step: the busiest rank's measured slot time over the
+    mean over ranks."""
+    steps = sorted({h["step"] for h in hybrid})
+    by_step = {h["step"]: [r["busy_ms"] for r in h["ranks"]] for h in hybrid}
+    out = []
+    for s in steps:
+        busy = np.asarray(by_step[s], dtype=np.float64)
+        mean = busy.mean()
+        out.append(busy.max() / mean if mean > 0 else 1.0)
+    return {"step": np.array(steps), "busy": np.array(out)}
+
+
+def hybrid_attention_ms_by_rank(hybrid):
+    """Hybrid mode: measured attention time summed over the run, per rank."""
+    world = 1 + max(r["rank"] for h in hybrid for r in h["ranks"])
+    if world > _MAX_BARS:
+        raise FulcrumError("invalid_argument", f"the metrics name {world} ranks, more than the "
+                           f"{_MAX_BARS} a picture can show; {_METRICS_FIX}")
+    total = np.zeros(world)
+    for h in hybrid:
+        for r in h["ranks"]:
+            total[r["rank"]] += r["attention_ms"]
+    return total
+
+
 def cp_imbalance_by_step(micro):
     """Per step: sum over its micro-batches of the max over CP ranks, over the
     sum of the means (as the run summary states it), for pairs, tiles and the
@@ -283,7 +337,7 @@ def attention_ms_by_rank(micro):
 
 
 def run_figure(path):
-    steps, micro = read_metrics(path)
+    steps, micro, hybrid = read_run_metrics(path)
     fig, axes = plt.subplots(2, 2, figsize=(11, 7))
     step = [s["step"] for s in steps]
 
@@ -294,13 +348,21 @@ def run_figure(path):
     ax.set_title("training loss", fontsize=10)
 
     ax = axes[0][1]
-    cp = cp_imbalance_by_step(micro)
-    for key, style in (("tiles", "-"), ("pairs", "-"), ("contiguous_tiles", "--"),
-                       ("contiguous_pairs", "--")):
-        ax.plot(cp["step"], cp[key], style, marker="o", markersize=3, label=key.replace("_", " "),
-                gid=f"cp_{key}")
-    strategies = sorted({m["cp_strategy"] for m in micro})
-    ax.set_title(f"CP imbalance (max / mean over ranks), {', '.join(strategies)}", fontsize=10)
+    if hybrid and not micro:
+        busy = rank_busy_by_step(hybrid)
+        ax.plot(busy["step"], busy["busy"], marker="o", markersize=3, label="measured slot time",
+                gid="rank_busy")
+        schedulers = sorted({h.get("scheduler", "?") for h in hybrid})
+        ax.set_title(f"rank busy time (max / mean over ranks), {', '.join(schedulers)}",
+                     fontsize=10)
+    else:
+        cp = cp_imbalance_by_step(micro)
+        for key, style in (("tiles", "-"), ("pairs", "-"), ("contiguous_tiles", "--"),
+                           ("contiguous_pairs", "--")):
+            ax.plot(cp["step"], cp[key], style, marker="o", markersize=3,
+                    label=key.replace("_", " "), gid=f"cp_{key}")
+        strategies = sorted({m["cp_strategy"] for m in micro})
+        ax.set_title(f"CP imbalance (max / mean over ranks), {', '.join(strategies)}", fontsize=10)
     ax.set_xlabel("step")
     ax.legend(fontsize=8)
 
@@ -314,14 +376,20 @@ def run_figure(path):
     ax.legend(fontsize=8)
 
     ax = axes[1][1]
-    ms = attention_ms_by_rank(micro)
-    labels = [f"dp{d}\ncp{c}" for d in range(ms.shape[0]) for c in range(ms.shape[1])]
-    ax.bar(range(ms.size), ms.reshape(-1), color="tab:blue", gid="attention_ms")
+    if hybrid and not micro:
+        ms = hybrid_attention_ms_by_rank(hybrid)
+        labels = [f"rank {r}" for r in range(ms.size)]
+        layout = f"hybrid, {ms.size} ranks"
+    else:
+        grid = attention_ms_by_rank(micro)
+        labels = [f"dp{d}\ncp{c}" for d in range(grid.shape[0]) for c in range(grid.shape[1])]
+        layout = f"DP {grid.shape[0]} x CP {grid.shape[1]}"
+        ms = grid.reshape(-1)
+    ax.bar(range(ms.size), ms, color="tab:blue", gid="attention_ms")
     ax.set_xticks(range(ms.size), labels, fontsize=8)
     ax.set_ylabel("ms, summed over the run")
     ax.set_title("measured attention time per rank", fontsize=10)
-    fig.suptitle(f"{os.path.basename(path)}: {len(steps)} steps, DP {ms.shape[0]} x CP "
-                 f"{ms.shape[1]}", fontsize=10)
+    fig.suptitle(f"{os.path.basename(path)}: {len(steps)} steps, {layout}", fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -357,17 +425,91 @@ def save(fig, prefix, formats=FORMATS, dpi=110):
     return paths
 
 
+class _Mt19937_64:
+    """The 64-bit Mersenne Twister (std::mt19937_64): the engine the C++
+    side draws its synthetic documents from, so a seed means the same
+    lengths in both."""
+
+    _N, _M, _MASK = 312, 156, (1 << 64) - 1
+
+    def __init__(self, seed):
+        self._mt = [seed & self._MASK]
+        for i in range(1, self._N):
+            prev = self._mt[-1]
+            self._mt.append((6364136223846793005 * (prev ^ (prev >> 62)) + i) & self._MASK)
+        self._index = self._N
+
+    def _twist(self):
+        mt, n, m = self._mt, self._N, self._M
+        for i in range(n):
+            y = (mt[i] & 0xFFFFFFFF80000000) | (mt[(i + 1) % n] & 0x7FFFFFFF)
+            mt[i] = mt[(i + m) % n] ^ (y >> 1) ^ (0xB5026F5AA96619E9 if y & 1 else 0)
+        self._index = 0
+
+    def __call__(self):
+        if self._index >= self._N:
+            self._twist()
+        y = self._mt[self._index]
+        self._index += 1
+        y ^= (y >> 29) & 0x5555555555555555
+        y ^= (y << 17) & 0x71D67FFFEDA60000
+        y ^= (y << 37) & 0xFFF7EEE000000000
+        y ^= y >> 43
+        return y & self._MASK
+
+
+def _round_half_away(x):
+    whole = math.floor(x)
+    return whole + 1 if x - whole >= 0.5 else whole
+
+
+def synthetic_document_lengths(count, seed, max_length=1 << 20):
+    """core/synthetic.cpp's mix, draw for draw: 60% short web-like documents
+    (log-normal around 500 tokens), 36% mid-length (around 3000) and a 4%
+    log-uniform tail from 16K to ``max_length``."""
+    rng = _Mt19937_64(seed)
+
+    def uniform01():
+        return (rng() >> 11) * (1.0 / 9007199254740992.0)
+
+    def standard_normal():
+        u1 = 1.0 - uniform01()
+        u2 = uniform01()
+        return math.sqrt(-2.0 * math.log(u1)) * math.cos(6.283185307179586 * u2)
+
+    cap = float(max(max_length, 1))
+    tail_lo = min(16384.0, cap)
+    lengths = []
+    for _ in range(max(count, 0)):
+        pick = uniform01()
+        if pick < 0.60:
+            length = math.exp(math.log(500.0) + 1.0 * standard_normal())
+        elif pick < 0.96:
+            length = math.exp(math.log(3000.0) + 0.8 * standard_normal())
+        else:
+            length = math.exp(math.log(tail_lo) + uniform01() * (math.log(cap) - math.log(tail_lo)))
+        lengths.append(int(min(max(_round_half_away(length), 1.0), cap)))
+    return lengths
+
+
+def synthetic_packed_row(tokens, seed):
+    """The row of ``fulcrum plan --seq-len N --synthetic-docs SEED``: the
+    synthetic mix packed in order from document ``seed % count``, the last
+    one cut to fill the row exactly."""
+    docs = synthetic_document_lengths(tokens // 1000 + 64, seed)
+    row, room, at = [], tokens, seed % len(docs)
+    while room > 0:
+        length = min(docs[at], room)
+        row.append(length)
+        room -= length
+        at = (at + 1) % len(docs)
+    return row
+
+
 def random_docs(tokens, seed):
-    """A seeded packed row: log-normal document lengths (median ~1.6K tokens,
-    a long tail), the last one cut to fill the row exactly. The plot's own
-    mix, not the C++ CLI's --synthetic-docs."""
-    rng = np.random.default_rng(seed)
-    docs, left = [], tokens
-    while left > 0:
-        length = int(min(left, max(1, rng.lognormal(7.4, 1.3))))
-        docs.append(length)
-        left -= length
-    return docs
+    """A seeded packed row; the same as synthetic_packed_row, the C++ CLI's
+    --synthetic-docs (kept under its earlier name)."""
+    return synthetic_packed_row(tokens, seed)
 
 
 # The C++ CLI's rules for lengths (runtime/cli/cli_common.cpp), in its words.
@@ -447,17 +589,19 @@ def _total_tokens(lengths, option):
 
 def _row(args):
     given = [flag for flag, value in (("--seq-len", args.seq_len),
+                                      ("--lengths", args.lengths),
+                                      ("--lengths-file", args.lengths_file),
                                       ("--doc-lengths", args.doc_lengths),
                                       ("--doc-lengths-file", args.doc_lengths_file))
              if value is not None]
     if len(given) != 1:
         raise FulcrumError("invalid_argument", ("no row given" if not given else
                                                 "more than one row given") +
-                           "; give exactly one of --seq-len N (with --random-docs SEED), "
-                           "--doc-lengths a,b,c or --doc-lengths-file F.json")
+                           "; give exactly one of --seq-len N (with --synthetic-docs SEED), "
+                           "--lengths a,b,c or --lengths-file F.json")
     if args.random_docs is not None and args.seq_len is None:
-        raise FulcrumError("invalid_argument", "--random-docs needs --seq-len N, the row length "
-                           "to fill with documents; e.g. --seq-len 65536 --random-docs 1")
+        raise FulcrumError("invalid_argument", "--synthetic-docs needs --seq-len N, the row "
+                           "length to fill with documents; e.g. --seq-len 65536 --synthetic-docs 1")
     if args.seq_len is not None:
         if not 1 <= args.seq_len <= _MAX_TOKENS:
             raise FulcrumError("invalid_argument", f"--seq-len must be an integer from 1 to "
@@ -466,13 +610,17 @@ def _row(args):
         if args.random_docs is None:
             return None
         if not 0 <= args.random_docs < 2**64:
-            raise FulcrumError("invalid_argument", f"--random-docs must be an integer from 0 to "
-                               f"{2**64 - 1}, got '{args.random_docs}'; give a seed, e.g. "
-                               "--random-docs 1")
+            raise FulcrumError("invalid_argument", f"--synthetic-docs must be an integer from 0 "
+                               f"to {2**64 - 1}, got '{args.random_docs}'; give a seed, e.g. "
+                               "--synthetic-docs 1")
         return random_docs(args.seq_len, args.random_docs)
     if args.doc_lengths is not None:
-        return parse_length_list(args.doc_lengths)
-    return read_length_file(args.doc_lengths_file)
+        return parse_length_list(args.doc_lengths, "--doc-lengths")
+    if args.lengths is not None:
+        return parse_length_list(args.lengths, "--lengths")
+    if args.lengths_file is not None:
+        return read_length_file(args.lengths_file, "--lengths-file")
+    return read_length_file(args.doc_lengths_file, "--doc-lengths-file")
 
 
 def _check_options(args):
@@ -510,10 +658,18 @@ def main(argv=None):
     plan.add_argument("--plugin", default="fulcrum_balancer", help="plugin name or path")
     plan.add_argument("--cp", type=int, required=True)
     plan.add_argument("--seq-len", type=int)
-    plan.add_argument("--random-docs", type=int, metavar="SEED",
-                      help="fill --seq-len with seeded packed documents")
-    plan.add_argument("--doc-lengths", metavar="a,b,c")
-    plan.add_argument("--doc-lengths-file", metavar="F.json")
+    plan.add_argument("--synthetic-docs", "--random-docs", dest="random_docs", type=int,
+                      metavar="SEED",
+                      help="fill --seq-len with seeded packed documents, the mix of fulcrum "
+                           "plan --synthetic-docs (--random-docs: the same, its earlier name)")
+    plan.add_argument("--lengths", metavar="a,b,c",
+                      help="row of packed documents with these lengths")
+    plan.add_argument("--lengths-file", metavar="F.json",
+                      help="row of packed documents whose lengths are a JSON list in F.json")
+    plan.add_argument("--doc-lengths", metavar="a,b,c", help="the same as --lengths (its "
+                      "earlier name)")
+    plan.add_argument("--doc-lengths-file", metavar="F.json", help="the same as --lengths-file "
+                      "(its earlier name)")
     plan.add_argument("--block-size", type=int, default=128)
     plan.add_argument("--mask", default="causal")
     plan.add_argument("--strategy", help="draw this plan's tile map instead of comparing")

@@ -121,6 +121,39 @@ def test_run_figure_of_a_fresh_training_run(cli_path, plugin_path, tmp_path):
     check_run_figure(plot.run_figure(str(metrics)), metrics)
 
 
+# A metrics file written by `fulcrum train --config configs/hybrid.yaml
+# --set train.steps=3 --metrics FILE` (4 ranks, hybrid mode: one schedule
+# record per step instead of micro-batch records).
+HYBRID_METRICS = DATA / "hybrid_metrics.jsonl"
+
+
+def test_run_figure_of_a_hybrid_metrics_file(tmp_path):
+    records = [json.loads(line) for line in open(HYBRID_METRICS) if line.strip()]
+    steps = [r for r in records if "loss" in r]
+    schedules = [r for r in records if "scheduler" in r]
+    assert steps and schedules and not any("microbatch" in r for r in records)
+    fig = plot.run_figure(str(HYBRID_METRICS))
+    lines = {line.get_gid(): np.asarray(line.get_ydata()) for ax in fig.axes for line in ax.lines
+             if line.get_gid()}
+    assert np.allclose(lines["loss"], [s["loss"] for s in steps])
+    assert np.allclose(lines["dp"], [s["dp_imbalance"] for s in steps])
+    busy = [max(r["busy_ms"] for r in h["ranks"]) /
+            (sum(r["busy_ms"] for r in h["ranks"]) / len(h["ranks"])) for h in schedules]
+    assert np.allclose(lines["rank_busy"], busy)
+    world = len(schedules[0]["ranks"])
+    ms = [sum(r["attention_ms"] for h in schedules for r in h["ranks"] if r["rank"] == k)
+          for k in range(world)]
+    bars = [ax for ax in fig.axes if ax.patches][0]
+    assert np.allclose(bar_heights(bars), ms) and min(ms) > 0
+    check_files(plot.save(fig, str(tmp_path / "hybrid")))
+    # The command line draws it too.
+    done = subprocess.run([sys.executable, "-m", "fulcrum.plot", "run", str(HYBRID_METRICS),
+                           "--out", str(tmp_path / "cli")], capture_output=True, text=True,
+                          timeout=120, cwd=pathlib.Path(plot.__file__).parents[1])
+    assert done.returncode == 0, done.stderr
+    check_files([str(tmp_path / "cli.png"), str(tmp_path / "cli.svg")])
+
+
 def check_files(paths):
     assert sorted(p.rsplit(".", 1)[1] for p in paths) == ["png", "svg"]
     for path in paths:
@@ -131,13 +164,37 @@ def check_files(paths):
             assert b"<svg" in data and data.count(b"<path") > 20
 
 
+@pytest.mark.parametrize("tokens,seed", [(8192, 1), (65536, 1), (131072, 7), (5000, 2**64 - 1)])
+def test_synthetic_docs_are_the_clis_row(cli_path, plugin_path, tmp_path, tokens, seed):
+    """--synthetic-docs (and its earlier name --random-docs) draws the row
+    `fulcrum plan --synthetic-docs` draws from the same seed: the CLI plans
+    the plotter's row exactly as its own, per rank, for two strategies."""
+    docs = plot.synthetic_packed_row(tokens, seed)
+    assert plot.random_docs(tokens, seed) == docs and sum(docs) == tokens and len(docs) > 1
+    row = tmp_path / "row.json"
+    row.write_text(json.dumps(docs))
+    for strategy in ("contiguous", "per_document"):
+        own = run_json(cli_path, "plan", "--cp", 4, "--strategy", strategy, "--seq-len", tokens,
+                       "--synthetic-docs", seed, plugin=plugin_path)
+        given = run_json(cli_path, "plan", "--cp", 4, "--strategy", strategy,
+                         "--doc-lengths-file", row, plugin=plugin_path)
+        for plan in (own, given):
+            plan.pop("plan_time_us")
+        assert own == given, strategy
+    # A different row does not plan the same (the comparison can fail).
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(docs[1:] + docs[:1]))
+    assert run_json(cli_path, "plan", "--cp", 4, "--strategy", "per_document",
+                    "--doc-lengths-file", other, plugin=plugin_path)["ranks"] != own["ranks"]
+
+
 def test_command_line(plugin_path, tmp_path):
     def run(*args):
         return subprocess.run([sys.executable, "-m", "fulcrum.plot", *map(str, args)],
                               capture_output=True, text=True, timeout=300,
                               cwd=pathlib.Path(plot.__file__).parents[1])
     done = run("plan", "--plugin", plugin_path, "--cp", 4, "--seq-len", 8192, "--random-docs", 1,
-               "--block-size", 64, "--out", tmp_path / "cmp")
+               "--block-size", 64, "--out", tmp_path / "cmp")  # the earlier name still works
     assert done.returncode == 0, done.stderr
     check_files(done.stdout.split())
     done = run("plan", "--plugin", plugin_path, "--cp", 4, "--seq-len", 8192, "--strategy",
@@ -163,3 +220,16 @@ def test_command_line(plugin_path, tmp_path):
         done = run(*args)
         assert done.returncode == 2 and words in done.stderr, done.stderr
         assert done.stderr.count("\n") == 1, done.stderr
+
+
+@pytest.mark.parametrize("flag", ["--lengths", "--doc-lengths", "--lengths-file",
+                                  "--doc-lengths-file"])
+def test_row_flags_take_the_clis_names_and_the_earlier_ones(flag, plugin_path, tmp_path):
+    """plan's row is --lengths / --lengths-file, as in fulcrum dp-partition and
+    schedule; --doc-lengths / --doc-lengths-file are their earlier names."""
+    row = tmp_path / "row.json"
+    row.write_text("[3000, 1000, 96]")
+    value = str(row) if flag.endswith("-file") else "3000,1000,96"
+    assert plot.main(["plan", "--plugin", str(plugin_path), "--cp", "2", "--block-size", "64",
+                      flag, value, "--formats", "svg", "--out", str(tmp_path / "p")]) in (0, None)
+    assert (tmp_path / "p.svg").read_bytes().count(b"<path") > 20

@@ -250,6 +250,16 @@ po::variables_map parse_command_line(const std::vector<std::string>& args,
                   .run(),
               values);
     po::notify(values);
+  } catch (const po::invalid_command_line_syntax& e) {
+    // Boost says "the required argument for option '--config' is missing"
+    // for a flag given without its value, which reads as if the flag itself
+    // were required; say what fulcrum-worker says.
+    if (e.kind() == po::invalid_syntax::missing_parameter) {
+      throw UsageError(e.get_option_name() + " needs a value; run 'fulcrum " +
+                       std::string(command) + " --help' to see the options");
+    }
+    throw UsageError(std::string(e.what()) + "; run 'fulcrum " + std::string(command) +
+                     " --help' to see the options");
   } catch (const po::error& e) {
     throw UsageError(std::string(e.what()) + "; run 'fulcrum " + std::string(command) +
                      " --help' to see the options");
@@ -276,13 +286,16 @@ LoadedBalancer load_balancer(const CommonOptions& common, const host::Config& co
                              const host::LogFn& log) {
   const std::string name =
       common.plugin.empty() ? config.get_string("balancer.plugin") : common.plugin;
+  const bool named = !common.plugin.empty() || config.is_set("balancer.plugin");
   Result<host::OpenedBalancer> opened =
       host::open_balancer(name, host::split_plugin_dirs(config.get_string("balancer.plugin_dirs")),
-                          config.get_bool("balancer.check_permissions"), log);
+                          config.get_bool("balancer.check_permissions"), log,
+                          named ? host::PluginChoice::kNamed : host::PluginChoice::kDefault);
   if (!opened) throw UsageError(one_line(opened.status().message()));
   host::OpenedBalancer& o = opened.value();
   if (!o.not_found.empty() && log) {
-    log(host::LogLevel::kWarning, "could not load plugin '" + name + "': " + o.not_found +
+    log(host::LogLevel::kWarning, "could not load the default plugin '" + name +
+                                      "': " + o.not_found +
                                       "; using the built-in balancer (contiguous sharding only)");
   }
   return {std::move(o.balancer), o.is_builtin, o.not_found};

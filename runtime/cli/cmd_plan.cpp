@@ -28,8 +28,8 @@ using Json = nlohmann::ordered_json;  // keeps keys in the documented order
 
 constexpr const char* kUsage =
     "Usage: fulcrum plan --cp P --strategy NAME\n"
-    "                    (--seq-len N [--synthetic-docs SEED] | --doc-lengths a,b,c |\n"
-    "                     --doc-lengths-file F.json)\n"
+    "                    (--seq-len N [--synthetic-docs SEED] | --lengths a,b,c |\n"
+    "                     --lengths-file F.json)\n"
     "                    [--block-size B] [--mask causal|full|sliding:W|prefix:L]\n"
     "                    [--positions] [--compare] [--format table|json]\n"
     "                    [--config FILE.yaml] [--set KEY=VALUE ...] [--plugin NAME_OR_PATH]\n"
@@ -53,7 +53,9 @@ struct PlanFlags {
   std::string block_size;
   std::string mask;
   std::string seq_len;
-  std::string doc_lengths;
+  std::string lengths;
+  std::string lengths_file;
+  std::string doc_lengths;  // --doc-lengths, the earlier name of --lengths
   std::string doc_lengths_file;
   std::string synthetic_docs;
   std::string format = "table";
@@ -78,10 +80,14 @@ po::options_description plan_options(PlanFlags& f) {
        "row of N tokens: one document, or packed synthetic documents with --synthetic-docs")  //
       ("synthetic-docs", po::value(&f.synthetic_docs)->value_name("SEED"),
        "fill the --seq-len row with seeded synthetic documents (a long-context mix)")  //
+      ("lengths", po::value(&f.lengths)->value_name("a,b,c"),
+       "row of packed documents with these lengths (as dp-partition and schedule take them)")  //
+      ("lengths-file", po::value(&f.lengths_file)->value_name("F.json"),
+       "row of packed documents whose lengths are a JSON list in F.json")  //
       ("doc-lengths", po::value(&f.doc_lengths)->value_name("a,b,c"),
-       "row of packed documents with these lengths")  //
+       "the same as --lengths (its earlier name)")  //
       ("doc-lengths-file", po::value(&f.doc_lengths_file)->value_name("F.json"),
-       "row of packed documents whose lengths are a JSON list in F.json")                     //
+       "the same as --lengths-file (its earlier name)")                                       //
       ("positions", po::bool_switch(&f.positions), "also print each rank's token positions")  //
       ("compare", po::bool_switch(&f.compare), "plan with every strategy of the balancer")    //
       ("format", po::value(&f.format)->value_name("table|json"),
@@ -319,12 +325,15 @@ int plan_main(const std::vector<std::string>& args) {
     workload.mask = std::move(mask).value();
   }
 
-  const int row_sources = static_cast<int>(given.count("seq-len") + given.count("doc-lengths") +
-                                           given.count("doc-lengths-file"));
+  // --lengths and --lengths-file, the names dp-partition and schedule use;
+  // --doc-lengths and --doc-lengths-file are their earlier names here.
+  const int row_sources = static_cast<int>(
+      given.count("seq-len") + given.count("lengths") + given.count("lengths-file") +
+      given.count("doc-lengths") + given.count("doc-lengths-file"));
   if (row_sources != 1) {
     throw UsageError(std::string(row_sources == 0 ? "no row given" : "more than one row given") +
-                     "; give exactly one of --seq-len N, --doc-lengths a,b,c or "
-                     "--doc-lengths-file F.json");
+                     "; give exactly one of --seq-len N, --lengths a,b,c or "
+                     "--lengths-file F.json");
   }
   if (given.count("synthetic-docs") && !given.count("seq-len")) {
     throw UsageError(
@@ -338,12 +347,17 @@ int plan_main(const std::vector<std::string>& args) {
       workload.doc_lengths =
           synthetic_packed_row(workload.tokens, parse_seed(f.synthetic_docs, "--synthetic-docs"));
     }
-  } else if (given.count("doc-lengths")) {
-    workload.doc_lengths = parse_length_list(f.doc_lengths, "--doc-lengths");
-    workload.tokens = total_tokens(workload.doc_lengths, "--doc-lengths");
+  } else if (given.count("lengths") || given.count("doc-lengths")) {
+    // Messages name the flag as it was given.
+    const bool old = given.count("doc-lengths") != 0;
+    const std::string flag = old ? "--doc-lengths" : "--lengths";
+    workload.doc_lengths = parse_length_list(old ? f.doc_lengths : f.lengths, flag);
+    workload.tokens = total_tokens(workload.doc_lengths, flag);
   } else {
-    workload.doc_lengths = read_length_file(f.doc_lengths_file, "--doc-lengths-file");
-    workload.tokens = total_tokens(workload.doc_lengths, "--doc-lengths-file");
+    const bool old = given.count("doc-lengths-file") != 0;
+    const std::string flag = old ? "--doc-lengths-file" : "--lengths-file";
+    workload.doc_lengths = read_length_file(old ? f.doc_lengths_file : f.lengths_file, flag);
+    workload.tokens = total_tokens(workload.doc_lengths, flag);
   }
   if (Status s = validate_workload(workload); !s) throw UsageError(s.message());
 

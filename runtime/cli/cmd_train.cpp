@@ -131,7 +131,8 @@ po::options_description train_options(TrainFlags& f) {
         "give an existing checkpoint file, or auto for the newest intact one in "
         "train.checkpoint_dir"));
   }
-  if (config.get_int("train.checkpoint_every") > 0 && !dir.empty()) {
+  // Set, it may be written: periodically, or when the run is interrupted.
+  if (!dir.empty()) {
     refuse_if(launch::check_output_dir(dir, "train.checkpoint_dir"));
   }
 }
@@ -321,6 +322,15 @@ int train_body(const std::vector<std::string>& args) {
   // their MASTER_PORT (torchrun's variable); nothing listens on it.
   launch.master_port = static_cast<int>(config.get_int("dist.master_port"));
   launch.require_completion_note = true;
+  if (!config.get_string("train.checkpoint_dir").empty()) {
+    // A SIGINT/SIGTERM makes the workers finish their step and rank 0 write
+    // its checkpoint: a step's waits are bounded by dist.op_timeout_s, and a
+    // minute more covers its compute and the write. A second signal kills.
+    launch.interrupt_grace_s = config.get_double("dist.op_timeout_s") + 60;
+    launch.interrupt_note =
+        "fulcrum: interrupted: the workers finish their step and write a checkpoint to " +
+        config.get_string("train.checkpoint_dir") + "; send the signal again to stop at once";
+  }
   TerminalRelay relay;
   if (::isatty(STDOUT_FILENO)) {
     launch.extra_env.push_back("FULCRUM_PROGRESS=protocol");

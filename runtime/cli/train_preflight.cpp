@@ -154,9 +154,9 @@ void check_resume(const host::Config& config) {
 
 int lock_checkpoint_dir(const host::Config& config) {
   const std::string dir = config.get_string("train.checkpoint_dir");
-  const bool writes = config.get_int("train.checkpoint_every") > 0;
-  const bool reads = config.get_string("train.resume") == "auto";
-  if (dir.empty() || (!writes && !reads)) return -1;
+  // Set, the directory may be written (periodically, or once when the run
+  // is interrupted by SIGINT/SIGTERM) or read (train.resume: auto).
+  if (dir.empty()) return -1;
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec || !fs::is_directory(dir, ec)) {

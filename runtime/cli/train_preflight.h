@@ -33,7 +33,7 @@ void check_config_not_empty(const std::string& path);
 void check_resume(const host::Config& config);
 
 // An exclusive lock (flock) on the train.checkpoint_dir directory for the life of the returned
-// descriptor (-1 when the run writes no checkpoints): a second run into the
+// descriptor (-1 when train.checkpoint_dir is empty): a second run into the
 // same directory is refused instead of overwriting the first one's files.
 int lock_checkpoint_dir(const host::Config& config);
 

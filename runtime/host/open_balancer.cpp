@@ -21,7 +21,8 @@ std::vector<std::string> split_plugin_dirs(const std::string& text) {
 
 Result<OpenedBalancer> open_balancer(const std::string& name,
                                      const std::vector<std::string>& plugin_dirs,
-                                     bool check_permissions, const LogFn& log) {
+                                     bool check_permissions, const LogFn& log,
+                                     PluginChoice choice) {
   if (name == "builtin") return OpenedBalancer{builtin_balancer(), true, ""};
   LoaderOptions options;
   options.check_permissions = check_permissions;
@@ -31,8 +32,18 @@ Result<OpenedBalancer> open_balancer(const std::string& name,
   for (std::string& dir : default_search_dirs()) options.search_dirs.push_back(std::move(dir));
   Result<std::shared_ptr<LoadBalancer>> loaded = load_plugin(name, options);
   if (loaded) return OpenedBalancer{std::move(loaded).value(), false, ""};
-  if (loaded.status().code() == StatusCode::kNotFound) {
+  if (loaded.status().code() == StatusCode::kNotFound && choice == PluginChoice::kDefault) {
     return OpenedBalancer{builtin_balancer(), true, loaded.status().message()};
+  }
+  if (loaded.status().code() == StatusCode::kNotFound) {
+    // The loader's text says what is missing and where it looked; the
+    // remedy is this policy's, so the loader's own is replaced.
+    const std::string why = loaded.status().message();
+    return Status(StatusCode::kNotFound,
+                  why.substr(0, why.find("; ")) +
+                      "; correct the name or path, add its directory to balancer.plugin_dirs or "
+                      "FULCRUM_PLUGIN_PATH, or ask for the built-in contiguous / round-robin "
+                      "balancer with balancer.plugin: builtin (--plugin builtin)");
   }
   // status() returns by value: keep copies, not references into it.
   const std::string why = loaded.status().message();

@@ -540,6 +540,10 @@ Status validate(const LaunchOptions& o) {
     return invalid_argument("master port " + std::to_string(o.master_port) +
                             " is out of range; give 1..65535, or 0 to pick a free one");
   }
+  if (!std::isfinite(o.interrupt_grace_s) || o.interrupt_grace_s < 0) {
+    return invalid_argument("interrupt grace period " + std::to_string(o.interrupt_grace_s) +
+                            " s is not a finite number >= 0");
+  }
   if (!std::isfinite(o.failure_grace_s) || o.failure_grace_s < 0) {
     return invalid_argument("failure grace period " + std::to_string(o.failure_grace_s) +
                             " s is not a finite number >= 0");
@@ -605,7 +609,7 @@ class Job {
     // another rank may still turn out to be the cause.
     std::optional<int> lost_peer_rank;
     std::optional<Clock::time_point> settle_at;
-    auto start_teardown = [&](int sig) {
+    auto start_teardown = [&](int sig, double grace_s) {
       for (WorkerProcess& w : workers_) {
         if (!w.reaped && is_stopped(w.pid)) {
           stopped.push_back(w.rank);
@@ -615,8 +619,8 @@ class Job {
         }
       }
       for (WorkerProcess& w : workers_) signal_worker(w, sig);
-      kill_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                   std::chrono::duration<double>(options_.failure_grace_s));
+      kill_at = Clock::now() +
+                std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(grace_s));
     };
 
     while (live() > 0) {
@@ -646,13 +650,17 @@ class Job {
       if (::poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) {
         // poll failing is a bug or a resource exhaustion; stop the job rather
         // than spin.
-        if (!kill_at) start_teardown(SIGKILL);
+        if (!kill_at) start_teardown(SIGKILL, options_.failure_grace_s);
       }
 
       for (int sig : signals_.take()) {
         if (report.interrupted_by == 0 && !report.failed_rank) {
           report.interrupted_by = sig;
-          start_teardown(sig);
+          if (!options_.interrupt_note.empty()) {
+            const std::string line = options_.interrupt_note + "\n";
+            [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, line.data(), line.size());
+          }
+          start_teardown(sig, std::max(options_.failure_grace_s, options_.interrupt_grace_s));
         } else if (!killed) {
           // A second Ctrl-C means "now".
           for (WorkerProcess& w : workers_) signal_worker(w, SIGKILL);
@@ -679,12 +687,12 @@ class Job {
           continue;
         }
         report.failed_rank = w.rank;
-        start_teardown(SIGTERM);
+        start_teardown(SIGTERM, options_.failure_grace_s);
       }
       if (lost_peer_rank && !report.failed_rank && report.interrupted_by == 0 &&
           (Clock::now() >= *settle_at || live() == 0)) {
         report.failed_rank = lost_peer_rank;
-        start_teardown(SIGTERM);
+        start_teardown(SIGTERM, options_.failure_grace_s);
       }
 
       if (kill_at && !killed && Clock::now() >= *kill_at) {
@@ -738,8 +746,17 @@ class Job {
       }
     } else if (report.interrupted_by != 0) {
       report.exit_code = 128 + report.interrupted_by;
+      // Every worker exiting 128 + the signal handled it: they stopped at one
+      // step boundary after rank 0 wrote a checkpoint (train/worker.cpp).
+      const int handled = 128 + report.interrupted_by;
+      const bool checkpointed = std::all_of(
+          report.workers.begin(), report.workers.end(),
+          [&](const WorkerExit& e) { return e.signal == 0 && e.exit_status == handled; });
       report.summary = "fulcrum: interrupted by " + signal_name(report.interrupted_by) +
-                       "; forwarded it to the workers and stopped them";
+                       (checkpointed ? "; the workers stopped after the same step and rank 0 "
+                                       "wrote a checkpoint (its line above says where); "
+                                       "continue with --resume auto"
+                                     : "; forwarded it to the workers and stopped them");
     }
     return report;
   }

@@ -41,6 +41,14 @@ struct LaunchOptions {
   // After the first failure (or a forwarded SIGINT/SIGTERM), how long the
   // other workers get between SIGTERM and SIGKILL.
   double failure_grace_s = 5;
+  // After a forwarded SIGINT/SIGTERM, how long the workers get to finish
+  // their step and write a checkpoint (a fulcrum-worker with
+  // train.checkpoint_dir set does) before SIGKILL; the larger of the two
+  // graces applies. A second signal kills them at once.
+  double interrupt_grace_s = 5;
+  // A line written to stderr when the first SIGINT/SIGTERM arrives (none
+  // when empty), e.g. that the workers finish their step first.
+  std::string interrupt_note;
   // Whether a worker must say that its run finished (launch/worker_env.h,
   // note_completion): one that exits 0 without the note stopped early, and the
   // job fails instead of reporting success. fulcrum train sets it.

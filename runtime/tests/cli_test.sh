@@ -226,11 +226,43 @@ json_check "builtin serves contiguous and says why" \
   'j["used"] == "contiguous" and j["fallback_reason"]'
 pass
 
-expect_ok "missing plugin falls back loudly" plan --plugin "$WORK/no_such_plugin.so" --cp 2 \
+# A plugin the user names is the one used: absent, it is refused with where
+# it was looked for, never replaced by the built-in balancer.
+expect_usage "named plugin absent by path" "fulcrum plan: " plan --plugin "$WORK/no_such_plugin.so" --cp 2 \
   --strategy contiguous --seq-len 8 --format json
-grep -q 'warning' "$ERR" || fail "no warning about the missing plugin"
-json_check "still planned" 'j["used"] == "contiguous"'
+grep -q "no_such_plugin.so" "$ERR" || fail "the refusal does not name the plugin"
+expect_usage "named plugin absent by name" "fulcrum plan: " plan --plugin no_such_plugin --cp 2 \
+  --strategy contiguous --seq-len 8 --set balancer.plugin_dirs="$WORK"
+grep -q "$WORK" "$ERR" || fail "the refusal does not give the search path"
+# Not named (balancer.plugin absent) and the default plugin not installed
+# beside this copy of the CLI: the built-in balancer serves, loudly.
+mkdir -p "$WORK/alone/bin"
+cp "$FULCRUM" "$WORK/alone/bin/fulcrum"
+CHECK="default plugin absent falls back loudly"
+FULCRUM_PLUGIN_PATH= "$WORK/alone/bin/fulcrum" plan --cp 2 --strategy contiguous --seq-len 8 \
+  --format json >"$OUT" 2>"$ERR"
+RC=$?
+[[ $RC -eq 0 ]] || fail "expected exit code 0"
+grep -q "warning: could not load the default plugin 'fulcrum_balancer'" "$ERR" ||
+  fail "no warning about the absent default plugin"
+json_check "planned by the built-in balancer" 'j["used"] == "contiguous"'
 pass
+
+# One name per concept: plan takes --lengths / --lengths-file as dp-partition
+# and schedule do; --doc-lengths / --doc-lengths-file stay as its earlier names.
+printf '[40, 24]' >"$WORK/row.json"
+for form in "--lengths 40,24" "--doc-lengths 40,24" "--lengths-file $WORK/row.json" \
+            "--doc-lengths-file $WORK/row.json"; do
+  # shellcheck disable=SC2086
+  expect_ok "plan $form" plan --plugin builtin --cp 2 --strategy contiguous $form --format json
+  json_check "the row of two documents" 'j["tokens"] == 64 and j["ranks"][0]["pairs"] == 32 * 33 // 2'
+  pass
+done
+expect_usage "old and new names together" "fulcrum plan: " plan --cp 2 --strategy contiguous \
+  --lengths 40,24 --doc-lengths 40,24
+grep -q "more than one row given" "$ERR" || fail "two rows not refused"
+run "an item named with the flag given" plan --cp 2 --strategy contiguous --doc-lengths 5,a
+grep -q "^fulcrum plan: --doc-lengths: item 2" "$ERR" || fail "the message does not name --doc-lengths"
 
 # A plugin directory longer than a short string's inline buffer: the list is
 # split from a copy that lives as long as the search does.
@@ -324,6 +356,11 @@ expect_usage "unknown flag" "$P" plan --cp 2 --strategy contiguous --seq-len 8 -
 expect_usage "abbreviated flag" "$P" plan --cp 2 --strat contiguous --seq-len 8
 expect_usage "stray argument" "$P" plan --cp 2 --strategy contiguous --seq-len 8 extra
 expect_usage "missing flag value" "$P" plan --cp 2 --strategy contiguous --seq-len
+grep -q "^fulcrum plan: --seq-len needs a value;" "$ERR" || fail "not said as a missing value"
+# An optional flag without its value is not called required.
+expect_usage "--config without a value" "$P" plan --cp 2 --seq-len 8 --config
+grep -q "^fulcrum plan: --config needs a value;" "$ERR" || fail "not said as a missing value"
+grep -q "required" "$ERR" && fail "an optional --config called required"
 expect_usage "flag given twice" "$P" plan --cp 2 --cp 4 --strategy contiguous --seq-len 8
 expect_usage "bad format" "$P" plan --cp 2 --strategy contiguous --seq-len 8 --format xml
 expect_usage "missing config" "$P" plan --config "$WORK/missing.yaml" --seq-len 8

@@ -568,7 +568,7 @@ TEST(LoaderPermissionTest, EveryDirectoryOnThePathIsChecked) {
 
 // --- the one policy: which balancer serves -----------------------------------
 
-TEST(OpenBalancerTest, AbsentFallsBackAndUnusableIsAnError) {
+TEST(OpenBalancerTest, AbsentDefaultFallsBackAndNamedOrUnusableIsAnError) {
   Captured captured;
   auto builtin = open_balancer("builtin", {}, true, captured.options().log);
   ASSERT_TRUE(builtin.is_ok()) << builtin.status().message();
@@ -576,13 +576,26 @@ TEST(OpenBalancerTest, AbsentFallsBackAndUnusableIsAnError) {
   EXPECT_TRUE(builtin->not_found.empty());
 
   TempDir empty;
-  auto absent =
-      open_balancer("no_such_plugin", {empty.path().string()}, true, captured.options().log);
+  auto absent = open_balancer("no_such_plugin", {empty.path().string()}, true,
+                              captured.options().log, PluginChoice::kDefault);
   ASSERT_TRUE(absent.is_ok()) << absent.status().message();
   EXPECT_TRUE(absent->is_builtin);
   ASSERT_NE(absent->balancer, nullptr);
   EXPECT_HAS(absent->not_found, "libno_such_plugin.so");
   EXPECT_HAS(absent->not_found, empty.path().string());
+
+  // Named and absent: refused with the search path, by name and by path.
+  auto named = open_balancer("no_such_plugin", {empty.path().string()}, true,
+                             captured.options().log, PluginChoice::kNamed);
+  ASSERT_FALSE(named.is_ok());
+  EXPECT_EQ(named.status().code(), StatusCode::kNotFound);
+  EXPECT_HAS(named.status().message(), "libno_such_plugin.so");
+  EXPECT_HAS(named.status().message(), empty.path().string());
+  EXPECT_HAS(named.status().message(), "balancer.plugin: builtin");
+  const std::string absent_path = empty.path().string() + "/libabsent.so";
+  auto named_path = open_balancer(absent_path, {}, true, captured.options().log);
+  ASSERT_FALSE(named_path.is_ok());
+  EXPECT_HAS(named_path.status().message(), absent_path);
 
   auto real = open_balancer(FULCRUM_PLUGIN_PATH, {}, true, captured.options().log);
   ASSERT_TRUE(real.is_ok()) << real.status().message();

@@ -17,15 +17,16 @@ Result<BalancerChoice> choose_balancer(const TrainOptions& options, const host::
   if (options.plugin == "builtin") {
     return BalancerChoice{nullptr, "builtin (contiguous CP, round_robin DP)"};
   }
-  Result<host::OpenedBalancer> opened =
-      host::open_balancer(options.plugin, options.plugin_dirs, options.check_permissions, log);
+  Result<host::OpenedBalancer> opened = host::open_balancer(
+      options.plugin, options.plugin_dirs, options.check_permissions, log,
+      options.plugin_named ? host::PluginChoice::kNamed : host::PluginChoice::kDefault);
   if (!opened) return invalid_argument(opened.status().message());
   if (!opened->is_builtin) return BalancerChoice{opened->balancer, opened->balancer->name()};
   log(host::LogLevel::kWarning,
       opened->not_found +
           "; training with the host's built-in balancer (contiguous CP sharding, round_robin "
           "DP); set balancer.plugin or balancer.plugin_dirs to use the plugin");
-  return BalancerChoice{nullptr, "builtin (plugin '" + options.plugin + "' not found)"};
+  return BalancerChoice{nullptr, "builtin (default plugin '" + options.plugin + "' not found)"};
 }
 
 LoadBalancer& dp_balancer(const BalancerChoice& choice, TrainOptions& options,

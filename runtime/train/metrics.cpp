@@ -369,6 +369,8 @@ Status MetricsFile::write(const std::vector<std::string>& lines) {
 
 void RunSummary::add(const StepReport& step, const std::vector<RankStepFigures>& ranks,
                      int cp_size) {
+  if (steps_ == 0) first_step_ = step.step;
+  last_step_ = step.step;
   ++steps_;
   losses_.push_back(step.loss);
   tokens_ += step.loss_tokens;
@@ -460,12 +462,18 @@ std::string RunSummary::render_hybrid() const {
 std::string RunSummary::render(const std::string& header, double wall_s) const {
   auto ratio = [](double top, double mean) { return mean > 0 ? top / mean : 1.0; };
   std::ostringstream out;
-  out << "fulcrum train: " << header << ": " << steps_ << (steps_ == 1 ? " step" : " steps")
-      << " in " << fixed(wall_s, 1) << " s, " << tokens_ << " trained tokens ("
+  // Figures of this run only: a resumed run counts from the step after its
+  // checkpoint's.
+  out << "fulcrum train: " << header << ": " << steps_ << (steps_ == 1 ? " step" : " steps");
+  if (first_step_ > 1) {
+    out << " (" << first_step_ << "-" << last_step_ << ", resumed after step " << first_step_ - 1
+        << ")";
+  }
+  out << " in " << fixed(wall_s, 1) << " s, " << tokens_ << " trained tokens ("
       << fixed(wall_s > 0 ? static_cast<double>(tokens_) / wall_s : 0.0, 0) << " tokens/s)\n";
   if (!losses_.empty()) {
-    out << "  loss           " << fixed(losses_.front(), 4) << " at step 1 -> "
-        << fixed(losses_.back(), 4) << " at step " << losses_.size() << "\n";
+    out << "  loss           " << fixed(losses_.front(), 4) << " at step " << first_step_ << " -> "
+        << fixed(losses_.back(), 4) << " at step " << last_step_ << "\n";
   }
   if (hybrid_steps_ > 0) {
     const double n = static_cast<double>(steps_);
@@ -526,24 +534,53 @@ std::string render_progress_bar(std::int64_t step, std::int64_t steps, double lo
          fixed(loss, 4) + "  " + fixed(elapsed_s, 1) + " s";
 }
 
+std::string render_rate_and_eta(std::int64_t tokens, std::int64_t steps_done,
+                                std::int64_t steps_left, double elapsed_s) {
+  if (steps_done < 1 || !(elapsed_s > 0.0)) return "";
+  const double rate = static_cast<double>(tokens) / elapsed_s;
+  const double eta = elapsed_s / static_cast<double>(steps_done) *
+                     static_cast<double>(std::max<std::int64_t>(steps_left, 0));
+  const long long whole = std::llround(eta);
+  char text[64];
+  if (whole < 60) {
+    std::snprintf(text, sizeof text, "%lld s", whole);
+  } else if (whole < 3600) {
+    std::snprintf(text, sizeof text, "%lldm %02llds", whole / 60, whole % 60);
+  } else {
+    std::snprintf(text, sizeof text, "%lldh %02lldm", whole / 3600, whole / 60 % 60);
+  }
+  return "  " + std::to_string(std::llround(rate)) + " tokens/s  eta " + text;
+}
+
 void Progress::update(const StepReport& step, double elapsed_s) {
+  tokens_ += step.loss_tokens;
+  const std::string rate =
+      render_rate_and_eta(tokens_, step.step - first_step_, steps_ - step.step, elapsed_s);
   switch (mode_) {
     case Mode::kBar:
       std::cout << "\r\x1b[K" << render_progress_bar(step.step, steps_, step.loss, elapsed_s)
-                << std::flush;
+                << rate << std::flush;
       drawn_ = true;
       break;
     case Mode::kProtocol:
       std::cout << kProgressPrefix << render_progress_bar(step.step, steps_, step.loss, elapsed_s)
-                << std::endl;
+                << rate << std::endl;
       break;
     case Mode::kLines:
       std::cout << "step " << step.step << "/" << steps_ << "  loss " << fixed(step.loss, 4)
                 << "  tokens " << step.loss_tokens << "  dp " << step.dp_strategy << " "
-                << fixed(step.dp_imbalance, 3) << "  " << fixed(step.wall_ms, 1) << " ms"
+                << fixed(step.dp_imbalance, 3) << "  " << fixed(step.wall_ms, 1) << " ms" << rate
                 << std::endl;
       break;
   }
+}
+
+void Progress::note(const std::string& line) {
+  // The bar is redrawn by the next update; in protocol mode `fulcrum train`
+  // clears and redraws it around any other line.
+  if (drawn_) std::cout << "\r\x1b[K";
+  drawn_ = false;
+  std::cout << line << std::endl;
 }
 
 void Progress::finish() {

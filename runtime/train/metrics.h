@@ -145,6 +145,8 @@ class RunSummary {
   std::string render_hybrid() const;
 
   std::vector<double> losses_;
+  // The steps this run trained (a resumed run starts after its checkpoint's).
+  std::int64_t first_step_ = 0, last_step_ = 0;
   std::int64_t tokens_ = 0;
   std::map<std::string, std::int64_t> strategy_rows_;
   std::int64_t fallback_rows_ = 0;
@@ -174,20 +176,35 @@ class Progress {
   // From the environment and whether stdout is a terminal.
   static Mode detect();
 
-  Progress(Mode mode, std::int64_t steps) : mode_(mode), steps_(steps) {}
+  // `first_step`: the step this run starts after (a resume's), so that the
+  // rate and the ETA count this run's steps only.
+  Progress(Mode mode, std::int64_t steps, std::int64_t first_step = 0)
+      : mode_(mode), steps_(steps), first_step_(first_step) {}
+  // `elapsed_s`: since this run's first step began.
   void update(const StepReport& step, double elapsed_s);
+  // A line of its own (a checkpoint written), below the bar in bar mode.
+  void note(const std::string& line);
   // Ends a bar's line before other output follows.
   void finish();
 
  private:
   Mode mode_;
   std::int64_t steps_;
+  std::int64_t first_step_;
+  std::int64_t tokens_ = 0;  // loss tokens of this run's steps so far
   bool drawn_ = false;
 };
 
+// What follows a progress line's step and loss: this run's loss tokens per
+// second and the time left at this run's mean step time, e.g.
+// "  5210 tokens/s  eta 12 s" (eta 3m 05s, 1h 02m). Empty before a step ran.
+std::string render_rate_and_eta(std::int64_t tokens, std::int64_t steps_done,
+                                std::int64_t steps_left, double elapsed_s);
+
 // "[#########.........] step 3/10  loss 6.9123  1.2 s". In protocol mode a
-// line is kProgressPrefix + this text: `fulcrum train` redraws it in place
-// without knowing how it was made; kProgressPrefix alone ends the bar.
+// line is kProgressPrefix + this text (and render_rate_and_eta's):
+// `fulcrum train` redraws it in place without knowing how it was made;
+// kProgressPrefix alone ends the bar.
 std::string render_progress_bar(std::int64_t step, std::int64_t steps, double loss,
                                 double elapsed_s, int width = 30);
 inline constexpr const char* kProgressPrefix = "@progress ";

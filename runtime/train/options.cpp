@@ -104,6 +104,7 @@ Status check_hybrid(const host::Config& config, TrainOptions& o) {
 // balancer.*: the plugin, the CP and DP strategies.
 Status read_balancer(const host::Config& config, TrainOptions& o) {
   o.plugin = config.get_string("balancer.plugin");
+  o.plugin_named = config.is_set("balancer.plugin");
   o.plugin_dirs = host::split_plugin_dirs(config.get_string("balancer.plugin_dirs"));
   o.check_permissions = config.get_bool("balancer.check_permissions");
   o.cp_strategy = config.get_string("balancer.cp.strategy");

@@ -49,6 +49,9 @@ struct TrainOptions {
   CostProfile profile;                        // hybrid: schedule_profile, read and checked
   // balancer
   std::string plugin = "fulcrum_balancer";
+  // balancer.plugin was set (file or --set): an absent plugin is then an
+  // error, not the built-in balancer (host::open_balancer's policy).
+  bool plugin_named = false;
   std::vector<std::string> plugin_dirs;  // searched before the defaults
   bool check_permissions = true;
   std::string cp_strategy = "auto";

@@ -264,8 +264,8 @@ Result<ResumedAt> restore_training_state(const CheckpointOptions& checkpoints, T
   return apply_checkpoint(p.checkpoint, p.path, state, rank0);
 }
 
-void write_training_state(const CheckpointOptions& checkpoints, const TrainingState& state,
-                          std::int64_t step, int dp_size, int cp_size) {
+std::string write_training_state(const CheckpointOptions& checkpoints, const TrainingState& state,
+                                 std::int64_t step, int dp_size, int cp_size) {
   Checkpoint c;
   c.header.step = step;
   c.header.dp_size = dp_size;
@@ -300,6 +300,7 @@ void write_training_state(const CheckpointOptions& checkpoints, const TrainingSt
     throw CheckpointError("checkpoint of step " + std::to_string(step) + ": " +
                           path.status().message());
   }
+  return std::move(path).value();
 }
 
 Status save_parameters(const std::string& path, const GptModel& model) {

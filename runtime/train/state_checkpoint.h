@@ -48,9 +48,10 @@ Result<ResumedAt> restore_training_state(const CheckpointOptions& checkpoints, T
 // One checkpoint of the whole job after `step`: parameters, optimizer
 // state, RNG and loader position are replicated on every rank (the DP
 // partition and the CP plans are recomputed from them), so rank 0's copy is
-// the complete state. Throws CheckpointError when the file cannot be written.
-void write_training_state(const CheckpointOptions& checkpoints, const TrainingState& state,
-                          std::int64_t step, int dp_size, int cp_size);
+// the complete state. Returns the file's path; throws CheckpointError when
+// the file cannot be written.
+std::string write_training_state(const CheckpointOptions& checkpoints, const TrainingState& state,
+                                 std::int64_t step, int dp_size, int cp_size);
 
 // --save-params: for every parameter in model order a line "name numel",
 // a blank line, then all values as little-endian float64; written whole to a

@@ -65,6 +65,9 @@ Result<JobSettings> read_settings(const WorkerArgs& args, const launch::WorkerId
 int exit_code_of_current_exception() {
   try {
     throw;
+  } catch (const Interrupted& e) {
+    if (*e.what() != '\0') print_error(e.what());
+    return 128 + e.signal();
   } catch (const InputError& e) {
     print_error(e.what());
     return 2;

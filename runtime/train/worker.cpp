@@ -4,12 +4,14 @@
 #include <ATen/Parallel.h>
 #include <torch/cuda.h>
 
+#include <signal.h>
 #include <time.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -41,6 +43,32 @@ namespace fulcrum::train {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// SIGINT or SIGTERM while train.checkpoint_dir is set: noted here and acted
+// on at the next step boundary, where the step's all-reduce tells every rank
+// whether any rank was signalled; then rank 0 writes the checkpoint of that
+// step and every rank exits. Without a checkpoint directory the signals keep
+// their default action.
+volatile std::sig_atomic_t g_interrupt = 0;
+
+extern "C" void note_interrupt(int sig) {
+  if (g_interrupt == 0) g_interrupt = sig;
+}
+
+void catch_interrupts() {
+  struct sigaction action {};
+  action.sa_handler = note_interrupt;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  for (const int sig : {SIGINT, SIGTERM}) {
+    struct sigaction old {};
+    ::sigaction(sig, nullptr, &old);
+    // Started with the signal ignored (a background job's SIGINT): the user
+    // asked for that.
+    if (old.sa_handler == SIG_IGN) continue;
+    ::sigaction(sig, &action, nullptr);
+  }
+}
 
 double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
@@ -186,10 +214,12 @@ class Worker {
     double loss_sum = 0.0;
     std::int64_t loss_tokens = 0;
   };
-  // The global batch's summed token loss and loss-token count.
+  // The global batch's summed token loss and loss-token count, and the
+  // signal that interrupts the job after this step (0: none).
   struct GlobalLoss {
     double sum = 0.0;
     std::int64_t tokens = 0;
+    int interrupted_by = 0;
   };
 
   void build_model();
@@ -217,6 +247,7 @@ class Worker {
   void report_step(std::int64_t step, const data::StepBatch& batch, const GlobalLoss& loss,
                    double step_ms, const std::vector<std::vector<std::uint8_t>>& gathered);
   void finish(double wall_s);
+  [[noreturn]] void stop_interrupted(std::int64_t step, int sig, const std::string& checkpoint);
   void check_same_checkpoint();
   void check_replicas();
   std::string header() const;
@@ -454,15 +485,23 @@ Worker::GlobalLoss Worker::reduce_and_step(double loss_sum, std::int64_t loss_to
     pieces.push_back(p.grad().defined() ? p.grad().to(at::kDouble).reshape({-1})
                                         : at::zeros({p.numel()}, p.options().dtype(at::kDouble)));
   }
-  pieces.push_back(at::tensor({loss_sum, static_cast<double>(loss_tokens)}, at::kDouble)
+  // How many ranks were signalled (SIGINT, SIGTERM) rides along: the sum is
+  // the same on every rank, so all stop after the same step.
+  const int mine = g_interrupt;
+  pieces.push_back(at::tensor({loss_sum, static_cast<double>(loss_tokens),
+                               mine == SIGINT ? 1.0 : 0.0, mine == SIGTERM ? 1.0 : 0.0},
+                              at::kDouble)
                        .to(device_of(options_)));
   at::Tensor flat = at::cat(pieces);
   groups_.world->all_reduce_sum(flat);
 
   const std::int64_t n = flat.numel();
   GlobalLoss global;
-  global.sum = flat[n - 2].item<double>();
-  global.tokens = static_cast<std::int64_t>(flat[n - 1].item<double>());
+  global.sum = flat[n - 4].item<double>();
+  global.tokens = static_cast<std::int64_t>(flat[n - 3].item<double>());
+  const bool any_int = flat[n - 2].item<double>() > 0.0;
+  const bool any_term = flat[n - 1].item<double>() > 0.0;
+  if (any_int || any_term) global.interrupted_by = mine != 0 ? mine : any_term ? SIGTERM : SIGINT;
   const double scale = global.tokens > 0 ? 1.0 / static_cast<double>(global.tokens) : 0.0;
   std::int64_t offset = 0;
   for (const at::Tensor& p : model_->parameters()) {
@@ -507,7 +546,8 @@ void Worker::report_step(std::int64_t step, const data::StepBatch& batch, const 
 
 void Worker::train() {
   const bool rank0 = id_.rank == 0;
-  progress_.emplace(Progress::detect(), options_.steps);
+  if (!checkpoints_.dir.empty()) catch_interrupts();
+  progress_.emplace(Progress::detect(), options_.steps, resumed_.step);
   start_ = Clock::now();
   check_same_checkpoint();
   if (rank0 && resumed_.step >= options_.steps) {
@@ -530,14 +570,32 @@ void Worker::train() {
     result.figures.step_ms = ms_since(step_start);
     const std::vector<std::vector<std::uint8_t>> gathered =
         groups_.world->all_gather_bytes(encode_figures(result.figures));
-    if (!rank0) continue;
-    report_step(step, *batch, loss, result.figures.step_ms, gathered);
-    // After the step's metrics: a crash while writing loses no record.
-    if (checkpoints_.every > 0 && step % checkpoints_.every == 0) {
-      write_training_state(checkpoints_, state_, step, options_.dp_size, options_.cp_size);
+    std::string written;
+    if (rank0) {
+      report_step(step, *batch, loss, result.figures.step_ms, gathered);
+      // After the step's metrics: a crash while writing loses no record.
+      if ((checkpoints_.every > 0 && step % checkpoints_.every == 0) || loss.interrupted_by != 0) {
+        written =
+            write_training_state(checkpoints_, state_, step, options_.dp_size, options_.cp_size);
+        progress_->note("checkpoint step " + std::to_string(step) + ": " + written);
+      }
     }
+    if (loss.interrupted_by != 0) stop_interrupted(step, loss.interrupted_by, written);
   }
   finish(std::chrono::duration<double>(Clock::now() - start_).count());
+}
+
+// Every rank after the step the job was interrupted at; rank 0 has written
+// `checkpoint` and says where it is (the others exit quietly: one line, not
+// one per rank).
+void Worker::stop_interrupted(std::int64_t step, int sig, const std::string& checkpoint) {
+  if (id_.rank != 0) throw Interrupted(sig, "");
+  progress_->finish();
+  std::fflush(stdout);
+  throw Interrupted(sig, std::string("interrupted by ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") +
+                             " after step " + std::to_string(step) + " of " +
+                             std::to_string(options_.steps) + "; checkpoint written to " +
+                             checkpoint + "; continue with --resume auto");
 }
 
 void Worker::finish(double wall_s) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <stdexcept>
+#include <string>
 
 namespace fulcrum::train {
 
@@ -27,6 +28,20 @@ class CheckpointError : public std::runtime_error {
 class NumericError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// SIGINT or SIGTERM reached a rank while train.checkpoint_dir was set: every
+// rank stopped at the same step boundary, after rank 0 wrote the checkpoint.
+// Exit 128 + the signal, as a shell reports a process the signal ended; the
+// message (rank 0's only; the others stay quiet) says where the checkpoint is.
+class Interrupted : public std::runtime_error {
+ public:
+  Interrupted(int signal, const std::string& message)
+      : std::runtime_error(message), signal_(signal) {}
+  int signal() const { return signal_; }
+
+ private:
+  int signal_;
 };
 
 }  // namespace fulcrum::train

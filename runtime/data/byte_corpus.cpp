@@ -6,8 +6,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <limits>
+#include <random>
+#include <string>
 #include <utility>
 
 #include "fulcrum/core/bytes.h"
@@ -148,11 +151,17 @@ Result<ByteDatasetWriter> ByteDatasetWriter::create(const std::string& prefix) {
                             quote_text(dir) + "; wait for it to finish, or write elsewhere");
   }
   w.prefix_ = prefix;
-  const std::string tag = ".tmp." + std::to_string(::getpid());
+  // Never a file someone else made: an unpredictable name, created new
+  // (O_EXCL), so a directory others can write cannot hand this run a file
+  // they own and keep writing.
+  std::random_device entropy;
+  char nonce[24];
+  std::snprintf(nonce, sizeof nonce, "%08x%08x", entropy(), entropy());
+  const std::string tag = ".tmp." + std::to_string(::getpid()) + "." + nonce;
   w.bin_tmp_ = prefix + ".bin" + tag;
   w.idx_tmp_ = prefix + ".idx" + tag;
   w.bin_fd_ =
-      ::open(w.bin_tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+      ::open(w.bin_tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (w.bin_fd_ < 0) {
     const int err = errno;
     const std::string fix = err == ENOENT    ? "create its directory first"
@@ -228,7 +237,7 @@ Status ByteDatasetWriter::commit() {
   for (std::uint64_t j = 0; j <= sequences; ++j) put(static_cast<std::int64_t>(j));
 
   const int idx_fd =
-      ::open(idx_tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+      ::open(idx_tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (idx_fd < 0) {
     return invalid_argument("cannot create " + quote_text(idx_tmp_) + ": " + errno_text(errno) +
                             "; give --output-prefix elsewhere");

@@ -1,7 +1,9 @@
 #include "dist/gloo_communicator.h"
 
+#include <fcntl.h>
 #include <netdb.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -18,7 +20,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -61,6 +62,27 @@ std::vector<std::uint8_t> as_bytes(const std::string& text) {
 // collective timeout; one that went on has a record at most this stale,
 // which does not change who is found stalled (progress.h).
 constexpr auto kPublishInterval = std::chrono::milliseconds(20);
+
+// Creates `path` and writes `text`: never an existing file and never through
+// a link, so that a report directory someone else could write into cannot
+// make this rank write anywhere else. False, with errno, when that fails.
+bool write_new_file(const std::string& path, const std::string& text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return false;
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : ENOSPC;
+      ::close(fd);
+      errno = err;
+      return false;
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  return ::close(fd) == 0;
+}
 
 // This rank's progress in the store, shared by its groups' communicators.
 // The training thread only updates the record in memory (a lock and a
@@ -156,7 +178,7 @@ class ProgressBoard {
   // is named rather than this rank.
   void note_lost_peer() const {
     if (report_dir_.empty()) return;
-    std::ofstream(report_dir_ + "/" + lost_peer_note_name(rank_)) << "fulcrum-lost-peer 1\n";
+    write_new_file(report_dir_ + "/" + lost_peer_note_name(rank_), "fulcrum-lost-peer 1\n");
   }
 
  private:
@@ -243,15 +265,11 @@ class ProgressBoard {
                    rank_, path.c_str(), err != 0 ? std::strerror(err) : "write failed");
     };
     errno = 0;
-    {
-      std::ofstream out(temp_path, std::ios::trunc);
-      out << report.encode();
-      out.close();
-      if (out.fail()) {
-        warn(temp_path);
-        std::remove(temp_path.c_str());
-        return;
-      }
+    ::unlink(temp_path.c_str());  // a leftover (or a planted link) is removed, never followed
+    if (!write_new_file(temp_path, report.encode())) {
+      warn(temp_path);
+      ::unlink(temp_path.c_str());
+      return;
     }
     if (std::rename(temp_path.c_str(), final_path.c_str()) != 0) {
       warn(final_path);

@@ -225,6 +225,29 @@ class BlockForwardedSignals {
 
 // --- stall reports --------------------------------------------------------------
 
+// Why `dir` (links resolved) could be changed by someone other than root and
+// this user, or "" when it cannot: it and every directory above it must be
+// owned by root or this user and not writable by group or others, unless
+// sticky like /tmp (whose other users cannot move entries they do not own).
+std::string untrusted_directory(const std::filesystem::path& dir) {
+  std::filesystem::path p = dir;
+  for (;;) {
+    struct stat st {};
+    if (::stat(p.c_str(), &st) != 0) {
+      return p.string() + " cannot be examined (" + std::strerror(errno) + ")";
+    }
+    if (st.st_uid != 0 && st.st_uid != ::geteuid()) {
+      return p.string() + " is owned by uid " + std::to_string(st.st_uid) +
+             ", neither root nor this user";
+    }
+    if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0) {
+      return p.string() + " is writable by group or others without the sticky bit";
+    }
+    if (p == p.root_path() || !p.has_parent_path() || p.parent_path() == p) return "";
+    p = p.parent_path();
+  }
+}
+
 // The job's private directory (mkdtemp: mode 0700, this user's), removed with
 // everything in it when the launch ends. The workers meet in its rendezvous/
 // (a DirectoryStore, so nothing listens on the network), a worker whose
@@ -235,8 +258,22 @@ class ReportDir {
  public:
   ReportDir() {
     std::error_code ec;
-    std::string pattern = (std::filesystem::temp_directory_path(ec) / "fulcrum-launch-XXXXXX");
-    if (ec) pattern = "/tmp/fulcrum-launch-XXXXXX";
+    std::filesystem::path parent = std::filesystem::temp_directory_path(ec);
+    if (ec) parent = "/tmp";
+    // The real directory, links resolved once: a link another user owns must
+    // not be able to point the job elsewhere later.
+    std::filesystem::path real = std::filesystem::canonical(parent, ec);
+    if (!ec) {
+      if (std::string why = untrusted_directory(real); !why.empty()) {
+        error_ = "the job's private directory would be made in " + parent.string() + ", but " +
+                 why +
+                 ": that user could replace it and make the ranks write where they "
+                 "choose; set TMPDIR to a directory only you or root can change (like /tmp)";
+        return;
+      }
+      parent = real;
+    }
+    std::string pattern = (parent / "fulcrum-launch-XXXXXX").string();
     if (::mkdtemp(pattern.data()) == nullptr) {
       error_ = "cannot create the job's private directory " + pattern + " (" +
                std::strerror(errno) + "); set TMPDIR to a directory this user can write";

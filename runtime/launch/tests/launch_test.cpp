@@ -752,22 +752,86 @@ TEST(Launch, ALostPeerAloneIsNamedAfterTheSettlingTime) {
 
 // Without a private directory the job does not start (its ranks would have
 // to meet on the network).
+// Sets an environment variable for one scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    ::setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      ::setenv(name_, old_->c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
 TEST(Launch, NoPrivateDirectoryMeansNoJob) {
   Harness h;
-  const char* old = std::getenv("TMPDIR");
-  const std::string saved = old != nullptr ? old : "";
-  ::setenv("TMPDIR", "/proc", 1);
-  auto report = run_workers(h.options(2, "exit 0"));
-  if (old != nullptr) {
-    ::setenv("TMPDIR", saved.c_str(), 1);
-  } else {
-    ::unsetenv("TMPDIR");
-  }
+  Result<LaunchReport> report = [&] {
+    ScopedEnv tmpdir("TMPDIR", "/proc");
+    return run_workers(h.options(2, "exit 0"));
+  }();
   ASSERT_FALSE(report);
   EXPECT_NE(report.status().message().find("cannot create the job's private directory"),
             std::string::npos)
       << report.status().message();
   EXPECT_TRUE(h.pids.empty());
+}
+
+// A TMPDIR another user could change (its owner, or anyone where it is
+// writable without the sticky bit) could have the job's private directory
+// swapped for theirs: the job does not start.
+TEST(Launch, ATmpdirAnotherUserCanChangeIsRefused) {
+  const fs::path base =
+      fs::temp_directory_path() / ("fulcrum_tmpdir_" + std::to_string(::getpid()));
+  fs::create_directories(base);
+  const fs::path open_dir = base / "open";
+  fs::create_directory(open_dir);
+  ::chmod(base.c_str(), 0755);
+  ::chmod(open_dir.c_str(), 0777);  // writable by all, not sticky
+  Harness h;
+  Result<LaunchReport> report = [&] {
+    ScopedEnv tmpdir("TMPDIR", open_dir.string());
+    return run_workers(h.options(2, "exit 0"));
+  }();
+  ASSERT_FALSE(report);
+  EXPECT_NE(report.status().message().find("is writable by group or others without the sticky bit"),
+            std::string::npos)
+      << report.status().message();
+  EXPECT_TRUE(h.pids.empty());
+
+  ::chmod(open_dir.c_str(), 01777);  // sticky, like /tmp: accepted
+  report = [&] {
+    ScopedEnv tmpdir("TMPDIR", open_dir.string());
+    return run_workers(h.options(1, "exit 0"));
+  }();
+  ASSERT_TRUE(report) << report.status().message();
+  EXPECT_EQ(report->exit_code, 0);
+
+  if (::geteuid() == 0) {
+    const fs::path foreign = base / "foreign";
+    fs::create_directory(foreign);
+    ASSERT_EQ(::chown(foreign.c_str(), 65534, 65534), 0);
+    report = [&] {
+      ScopedEnv tmpdir("TMPDIR", foreign.string());
+      return run_workers(h.options(1, "exit 0"));
+    }();
+    ASSERT_FALSE(report);
+    EXPECT_NE(report.status().message().find("is owned by uid 65534, neither root nor this user"),
+              std::string::npos)
+        << report.status().message();
+  }
+  std::error_code ec;
+  fs::remove_all(base, ec);
 }
 
 }  // namespace

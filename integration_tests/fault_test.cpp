@@ -478,8 +478,8 @@ TEST(Fault, WorkerStalledBeforeTheRendezvousIsEndedByItsTimeout) {
   // fulcrum train's ranks meet in the launcher's private directory.
   EXPECT_TRUE(contains(r.err, "rendezvous at directory /")) << r;
   EXPECT_TRUE(contains(r.err, "timed out after 3 s")) << r;
-  // Every rank that came counts who came.
-  EXPECT_TRUE(contains(r.err, "3 of 4 ranks joined")) << r;
+  // Every rank that came counts who came, and names who did not.
+  EXPECT_TRUE(contains(r.err, "3 of 4 ranks joined (rank 1 has not joined)")) << r;
   EXPECT_LT(r.wall_s, kRendezvousTimeoutS + 10) << r;
   expect_no_orphans(job.marker);
   std::printf("[ figure ] stall before rendezvous: launcher exit after %.2f s (timeout %.0f s)\n",

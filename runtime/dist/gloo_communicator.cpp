@@ -613,9 +613,13 @@ Result<std::optional<long>> env_int(const char* name) {
 void join_store(c10d::Store& store, const GlooOptions& o, const std::string& where,
                 const std::string& who, bool local) {
   const std::string key = "fulcrum/joined";
+  // Each rank also leaves its own mark, so that a rendezvous that times out
+  // can name the ranks that never came.
+  auto mark = [](int rank) { return "fulcrum/joined/" + std::to_string(rank); };
   const auto deadline = Clock::now() + o.rendezvous_timeout;
   std::int64_t joined = 0;
   try {
+    store.set(mark(o.rank), {1});
     joined = store.add(key, 1);
     while (joined < o.world_size) {
       if (Clock::now() >= deadline) break;
@@ -629,10 +633,22 @@ void join_store(c10d::Store& store, const GlooOptions& o, const std::string& whe
                            : "rank 0, which hosts it, may have exited"));
   }
   if (joined < o.world_size) {
+    std::vector<int> missing;
+    try {
+      for (int r = 0; r < o.world_size && missing.size() < 16; ++r) {
+        if (!store.check({mark(r)})) missing.push_back(r);
+      }
+    } catch (const std::exception&) {
+      missing.clear();  // the store went away: the count says enough
+    }
+    const std::string absent = missing.empty()
+                                   ? std::string()
+                                   : " (" + ranks_phrase(missing) +
+                                         (missing.size() == 1 ? " has" : " have") + " not joined)";
     throw CommError("rendezvous at " + where + " timed out after " +
                     format_timeout(o.rendezvous_timeout) + " for " + who + ": " +
                     std::to_string(joined) + " of " + std::to_string(o.world_size) +
-                    " ranks joined; check that every rank started with the same " +
+                    " ranks joined" + absent + "; check that every rank started with the same " +
                     (local ? "WORLD_SIZE" : "MASTER_ADDR, MASTER_PORT and WORLD_SIZE"));
   }
 }

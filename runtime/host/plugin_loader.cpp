@@ -238,8 +238,17 @@ std::string library_file_name(std::string_view name) {
   return "lib" + std::string(name) + ".so";
 }
 
-Result<std::string> resolve_plugin_path(std::string_view name_or_path,
-                                        const LoaderOptions& options) {
+// Where a plugin was found: the path as given or as found in a search
+// directory (`dir/file`, links and all), and the file it resolves to. The
+// permission check walks both, since a link on the path as found could be
+// pointed elsewhere by whoever may write the directory holding it.
+struct ResolvedPlugin {
+  std::string found;
+  std::string canonical;
+};
+
+Result<ResolvedPlugin> resolve_plugin_path(std::string_view name_or_path,
+                                           const LoaderOptions& options) {
   std::error_code ec;
   if (name_or_path.empty()) {
     return invalid_argument(
@@ -285,7 +294,7 @@ Result<std::string> resolve_plugin_path(std::string_view name_or_path,
     return invalid_argument("plugin path " + canonical.string() +
                             " is not a regular file; give the path of the plugin's .so file");
   }
-  return canonical.string();
+  return ResolvedPlugin{path.string(), canonical.string()};
 }
 
 std::string octal_mode(mode_t mode) {
@@ -298,8 +307,9 @@ std::string octal_mode(mode_t mode) {
 // to it, can run code in every rank that loads it. So the file and every
 // directory from / down to it must be owned by root or by this user (the
 // owner may always chmod and write, whatever the mode bits say) and writable
-// by the owner alone: on the path as given (where a symbolic link could be
-// swapped) and on the resolved path (where the file lives). The one exception
+// by the owner alone: on the path as given or as found in a search directory
+// (where a symbolic link could be swapped; a link must be owned by root or
+// this user too) and on the resolved path (where the file lives). The one exception
 // to the mode rule is a sticky directory (mode +t, like /tmp) owned by root
 // or by this user: the sticky bit keeps others from renaming or removing the
 // entries they do not own, so such a directory may be writable by all and
@@ -342,6 +352,11 @@ Status check_permissions(const std::string& given_path, const std::string& plugi
   fs::path prefix;
   for (const fs::path& part : absolute) {
     prefix /= part;
+    // A link's owner may repoint it even in a sticky directory.
+    struct stat ls {};
+    if (::lstat(prefix.c_str(), &ls) == 0 && S_ISLNK(ls.st_mode) && !trusted_owner(ls.st_uid)) {
+      return refuse_owner(prefix.string(), "the symbolic link on its path", ls.st_uid);
+    }
     const fs::path holder = fs::canonical(prefix.parent_path(), ec);
     if (!ec) {
       for (fs::path dir = holder;; dir = dir.parent_path()) {
@@ -1278,17 +1293,11 @@ std::vector<std::string> default_search_dirs() {
 
 Result<std::shared_ptr<LoadBalancer>> load_plugin(std::string_view name_or_path,
                                                   const LoaderOptions& options) {
-  Result<std::string> resolved = resolve_plugin_path(name_or_path, options);
+  Result<ResolvedPlugin> resolved = resolve_plugin_path(name_or_path, options);
   if (!resolved) return resolved.status();
-  const std::string& path = *resolved;
+  const std::string& path = resolved->canonical;
   if (options.check_permissions) {
-    if (Status s = check_permissions(std::string(name_or_path).find('/') != std::string::npos
-                                         ? std::string(name_or_path)
-                                         : path,
-                                     path);
-        !s) {
-      return s;
-    }
+    if (Status s = check_permissions(resolved->found, path); !s) return s;
   }
   if (Status s = check_elf_complete(path); !s) return s;
   Result<LibraryHandle> library = open_library(path);

@@ -196,6 +196,49 @@ TEST(PluginOwnershipTest, StickyDirectoryOfAnotherUserAndLinksThroughOneAreRefus
   ASSERT_EQ(chown(copy.dir.path().c_str(), ::geteuid(), static_cast<gid_t>(-1)), 0);
 }
 
+// A plugin found by name is checked as found, `dir/file`: the search
+// directory and any link on the way to it, not only the file it resolves to.
+TEST(PluginOwnershipTest, PluginFoundByNameIsCheckedWhereItWasFound) {
+  SKIP_UNLESS_ROOT();
+  OwnedCopy copy;
+  const fs::path search = copy.dir.path() / "search";
+  fs::create_directory(search);
+  ASSERT_EQ(chmod(search.c_str(), 0755), 0);
+  fs::create_symlink(copy.file, search / "libx.so");
+  LoaderOptions options;
+  options.log = nullptr;
+  options.search_dirs = {search.string()};
+  ASSERT_TRUE(load_plugin("x", options).is_ok());
+
+  // The search directory handed to another user: they can repoint the link.
+  ASSERT_EQ(chown(search.c_str(), kNobody, static_cast<gid_t>(-1)), 0);
+  auto refused = load_plugin("x", options);
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kPermission);
+  EXPECT_HAS(refused.status().message(), search.string() + " is owned by uid 65534");
+
+  // A search directory reached through a link in that directory.
+  const fs::path linked = search / "lnk";
+  fs::create_symlink(copy.inner, linked);
+  options.search_dirs = {linked.string()};
+  refused = load_plugin("x", options);
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_HAS(refused.status().message(), search.string() + " is owned by uid 65534");
+  ASSERT_EQ(chown(search.c_str(), ::geteuid(), static_cast<gid_t>(-1)), 0);
+  ASSERT_TRUE(load_plugin("x", options).is_ok());
+
+  // A link another user owns in a sticky directory of this user's: the
+  // sticky bit lets its owner remove and recreate it.
+  ASSERT_EQ(chmod(search.c_str(), 01777), 0);
+  ASSERT_EQ(lchown(linked.c_str(), kNobody, static_cast<gid_t>(-1)), 0);
+  refused = load_plugin("x", options);
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_HAS(refused.status().message(),
+             "the symbolic link on its path " + linked.string() + " is owned by uid 65534");
+  ASSERT_EQ(lchown(linked.c_str(), ::geteuid(), static_cast<gid_t>(-1)), 0);
+  ASSERT_EQ(chmod(search.c_str(), 0755), 0);
+}
+
 // --- memory lent to the plugin ----------------------------------------------
 
 TEST(PluginLentMemoryTest, PlanThatWroteIntoTheRowIsRefusedAndTheRowKept) {

@@ -238,6 +238,9 @@ std::string library_file_name(std::string_view name) {
   return "lib" + std::string(name) + ".so";
 }
 
+// A per-rank work figure the plugin left out (its array was null).
+constexpr std::int64_t kNotReported = std::numeric_limits<std::int64_t>::min();
+
 // Where a plugin was found: the path as given or as found in a search
 // directory (`dir/file`, links and all), and the file it resolves to. The
 // permission check walks both, since a link on the path as found could be
@@ -777,7 +780,27 @@ class PluginBalancer final : public LoadBalancer {
                                    " returned an invalid plan: " + s.message()),
                       "strategies");
     }
-    if (plan.work.empty()) plan.work = compute_work(workload, plan);
+    // The host reports only work it counted: a plugin's own figures are
+    // checked against the recount and refused when they differ
+    // (docs/PLUGIN_ABI.md, "What the host checks before use", step 6).
+    std::vector<RankWork> counted = compute_work(workload, plan);
+    for (std::size_t r = 0; r < plan.work.size() && r < counted.size(); ++r) {
+      const RankWork& said = plan.work[r];
+      const RankWork& real = counted[r];
+      const bool pairs_wrong = said.pairs != kNotReported && said.pairs != real.pairs;
+      const bool tiles_wrong = said.tiles != kNotReported && said.tiles != real.tiles;
+      if (pairs_wrong || tiles_wrong) {
+        const char* which = pairs_wrong ? "pairs" : "tiles";
+        return with_fix(
+            plugin_fault("plugin '" + name_ + "' strategy " + quote_text(name) + " reports " +
+                         std::to_string(pairs_wrong ? said.pairs : said.tiles) + " " + which +
+                         " for rank " + std::to_string(r) + ", but its plan gives that rank " +
+                         std::to_string(pairs_wrong ? real.pairs : real.tiles) + " " + which +
+                         "; the host refuses work it cannot confirm"),
+            "strategies");
+      }
+    }
+    plan.work = std::move(counted);
     return plan;
   }
 
@@ -1075,28 +1098,16 @@ class PluginBalancer final : public LoadBalancer {
       if (!reason) return reason.status();
       plan.fallback_reason = std::move(reason).value();
     }
-    if (answer.rank_pairs != nullptr && answer.rank_tiles != nullptr) {
+    // The work the plugin reports is kept only to be checked against the
+    // host's own recount in plan_cp; an array it leaves null reads as
+    // kNotReported. Either array may come alone.
+    plan.work.clear();
+    if (answer.rank_pairs != nullptr || answer.rank_tiles != nullptr) {
       plan.work.resize(static_cast<std::size_t>(answer.cp_size));
       for (std::int32_t r = 0; r < answer.cp_size; ++r) {
         RankWork& w = plan.work[static_cast<std::size_t>(r)];
-        w.pairs = answer.rank_pairs[r];
-        w.tiles = answer.rank_tiles[r];
-        for (const std::int64_t* p = plan.rank_begin(r); p != plan.rank_end(r); ++p) {
-          if (*p != kPadPosition) ++w.tokens;
-        }
-        // A rank's queries attend to at most the whole row: figures past
-        // that (or below zero) are not counts.
-        const std::int64_t key_blocks =
-            (workload.tokens + workload.block_size - 1) / workload.block_size;
-        const std::int64_t query_blocks =
-            (answer.shard_len + workload.block_size - 1) / workload.block_size;
-        if (w.pairs < 0 || w.pairs > w.tokens * workload.tokens || w.tiles < 0 ||
-            w.tiles > query_blocks * key_blocks) {
-          return plugin_fault(bad + "rank " + std::to_string(r) + " reports " +
-                              std::to_string(w.pairs) + " pairs and " + std::to_string(w.tiles) +
-                              " tiles, impossible for its " + std::to_string(w.tokens) +
-                              " tokens in a row of " + std::to_string(workload.tokens));
-        }
+        w.pairs = answer.rank_pairs != nullptr ? answer.rank_pairs[r] : kNotReported;
+        w.tiles = answer.rank_tiles != nullptr ? answer.rank_tiles[r] : kNotReported;
       }
     }
     return Status::ok();

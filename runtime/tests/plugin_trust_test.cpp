@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "fulcrum/core/cost_profile.h"
+#include "fulcrum/core/work_model.h"
 #include "fulcrum/host/plugin_loader.h"
 #include "fulcrum/host/selection.h"
 #include "test_support.h"
@@ -237,6 +238,48 @@ TEST(PluginOwnershipTest, PluginFoundByNameIsCheckedWhereItWasFound) {
              "the symbolic link on its path " + linked.string() + " is owned by uid 65534");
   ASSERT_EQ(lchown(linked.c_str(), ::geteuid(), static_cast<gid_t>(-1)), 0);
   ASSERT_EQ(chmod(search.c_str(), 0755), 0);
+}
+
+// --- work the plugin reports --------------------------------------------------
+
+// The host recounts every plan's work; a plugin whose own figures differ is
+// refused, naming it, whichever array it gave.
+TEST(PluginReportedWorkTest, WorkThatDisagreesWithTheRecountIsRefused) {
+  Logged logged;
+  auto balancer = load_broken("lying_work", logged);
+  ASSERT_NE(balancer, nullptr);
+  CpWorkload row;
+  row.tokens = 600;
+  row.cp_size = 2;
+  row.doc_lengths = {100, 200, 300};
+  auto plan = balancer->plan_cp("contiguous", row);
+  ASSERT_FALSE(plan.is_ok());
+  EXPECT_EQ(plan.status().code(), StatusCode::kPluginFault);
+  EXPECT_HAS(plan.status().message(),
+             "plugin 'broken_lying_work' strategy 'contiguous' reports 1 pairs for rank 0");
+  EXPECT_HAS(plan.status().message(), "fix the plugin (");
+
+  // Pairs alone, below zero.
+  row.cp_size = 3;
+  plan = balancer->plan_cp("contiguous", row);
+  ASSERT_FALSE(plan.is_ok());
+  EXPECT_HAS(plan.status().message(), "reports -1000 pairs for rank 0");
+
+  // The selector serves the built-in plan, whose work is the recount.
+  SelectorOptions options;
+  options.preferred = "contiguous";
+  options.fallback = "contiguous";
+  CpSelector selector(balancer, options);
+  row.cp_size = 2;
+  auto served = selector.plan(row);
+  ASSERT_TRUE(served.is_ok()) << served.status().message();
+  EXPECT_HAS(served->fallback_reason, "reports 1 pairs for rank 0");
+  EXPECT_EQ(served->work.size(), 2u);
+  const auto counted = compute_work(row, *served);
+  for (std::size_t r = 0; r < counted.size(); ++r) {
+    EXPECT_EQ(served->work[r].pairs, counted[r].pairs);
+    EXPECT_EQ(served->work[r].tiles, counted[r].tiles);
+  }
 }
 
 // --- memory lent to the plugin ----------------------------------------------

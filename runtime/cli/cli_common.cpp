@@ -148,6 +148,9 @@ std::vector<std::int64_t> read_length_file(const std::string& path, std::string_
   auto read = host::read_input_file(path, {what, kLengthFileHint, kMaxLengthFileBytes});
   if (!read) throw UsageError(read.status().message());
   const std::string& text = read.value();
+  if (const std::string wrong = host::json_text_refusal(text); !wrong.empty()) {
+    throw UsageError(what + " " + wrong + "; " + std::string(kLengthFileHint));
+  }
   if (std::size_t at = 0; !host::json_nesting_within(text, kMaxLengthFileDepth, at)) {
     throw UsageError(what + " nests lists or objects more than " +
                      std::to_string(kMaxLengthFileDepth) + " deep at byte " + std::to_string(at) +

@@ -12,6 +12,7 @@
 #include <csignal>
 #include <cstring>
 
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -302,20 +303,25 @@ int calibrate_body(const std::vector<std::string>& args) {
     std::cout << kUsage << "\n" << options;
     return kExitOk;
   }
-  const std::int64_t repetitions =
-      parse_int(f.repetitions, "--repetitions", 1, 1000, "e.g. --repetitions 5");
   // Measured on the 2-core development VM (docs/RELIABILITY.md, "Bounded
   // before it starts"): about 8 s of start-up and 3.2 s a repetition; past 20
   // the run takes minutes for medians that no longer move.
   constexpr std::int64_t kMaxRepetitions = 20;
-  if (repetitions > kMaxRepetitions) {
-    const double seconds = 8.0 + 3.2 * static_cast<double>(repetitions);
-    throw UsageError("--repetitions " + std::to_string(repetitions) + " would take about " +
+  // A count past the bound is told how long it would have taken; anything
+  // else wrong gets the range itself.
+  if (std::int64_t asked = 0;
+      std::from_chars(f.repetitions.data(), f.repetitions.data() + f.repetitions.size(), asked)
+              .ptr == f.repetitions.data() + f.repetitions.size() &&
+      !f.repetitions.empty() && asked > kMaxRepetitions) {
+    const double seconds = 8.0 + 3.2 * static_cast<double>(asked);
+    throw UsageError("--repetitions " + std::to_string(asked) + " would take about " +
                      fixed(seconds / 60.0, 0) + " min, more than the " +
                      std::to_string(kMaxRepetitions) +
                      " repetitions (about a minute) fulcrum calibrate allows; give at most " +
                      std::to_string(kMaxRepetitions) + ", e.g. --repetitions 5");
   }
+  const std::int64_t repetitions =
+      parse_int(f.repetitions, "--repetitions", 1, kMaxRepetitions, "e.g. --repetitions 5");
   check_name(f.name);
   check_output(f);
 #ifndef FULCRUM_HAVE_CALIBRATE

@@ -25,6 +25,9 @@ Result<std::vector<std::int64_t>> read_lengths_file(const std::string& path) {
   Result<std::string> text =
       host::read_input_file(path, {"lengths file " + path, kFix, kMaxLengthsFileBytes});
   if (!text) return text.status();
+  if (const std::string wrong = host::json_text_refusal(text.value()); !wrong.empty()) {
+    return invalid_argument("lengths file " + path + " " + wrong + "; " + std::string(kFix));
+  }
   if (std::size_t at = 0; !host::json_nesting_within(text.value(), kMaxLengthsDepth, at)) {
     return invalid_argument(path + ": byte " + std::to_string(at) + ": lists nested more than " +
                             std::to_string(kMaxLengthsDepth) + " deep; " + std::string(kFix));

@@ -170,6 +170,20 @@ inline Result<std::string> read_input_file(const std::string& path, const InputF
   return text;
 }
 
+// Bytes a JSON text must not hold that the parser would let through: it
+// takes a NUL byte for the end of the input (dropping all that follows) and
+// skips a UTF-8 byte order mark, which JSON (RFC 8259) forbids. Returns what
+// is wrong, "" when nothing is.
+inline std::string json_text_refusal(std::string_view text) {
+  if (text.substr(0, 3) == "\xEF\xBB\xBF") {
+    return "starts with a UTF-8 byte order mark (bytes EF BB BF); save it without one";
+  }
+  if (const std::size_t nul = text.find('\0'); nul != std::string_view::npos) {
+    return "holds a NUL byte at byte " + std::to_string(nul) + ", so it is not JSON text";
+  }
+  return "";
+}
+
 // The deepest nesting of [ and { in JSON text (outside strings), stopping at
 // the first byte that goes past `max_depth`: its offset is returned in
 // `at`. Readers refuse deep text before a parser or a recursive dump sees it.

@@ -238,8 +238,20 @@ std::string library_file_name(std::string_view name) {
   return "lib" + std::string(name) + ".so";
 }
 
-Result<std::string> resolve_plugin_path(std::string_view name_or_path,
-                                        const LoaderOptions& options) {
+// A per-rank work figure the plugin left out (its array was null).
+constexpr std::int64_t kNotReported = std::numeric_limits<std::int64_t>::min();
+
+// Where a plugin was found: the path as given or as found in a search
+// directory (`dir/file`, links and all), and the file it resolves to. The
+// permission check walks both, since a link on the path as found could be
+// pointed elsewhere by whoever may write the directory holding it.
+struct ResolvedPlugin {
+  std::string found;
+  std::string canonical;
+};
+
+Result<ResolvedPlugin> resolve_plugin_path(std::string_view name_or_path,
+                                           const LoaderOptions& options) {
   std::error_code ec;
   if (name_or_path.empty()) {
     return invalid_argument(
@@ -285,7 +297,7 @@ Result<std::string> resolve_plugin_path(std::string_view name_or_path,
     return invalid_argument("plugin path " + canonical.string() +
                             " is not a regular file; give the path of the plugin's .so file");
   }
-  return canonical.string();
+  return ResolvedPlugin{path.string(), canonical.string()};
 }
 
 std::string octal_mode(mode_t mode) {
@@ -298,8 +310,9 @@ std::string octal_mode(mode_t mode) {
 // to it, can run code in every rank that loads it. So the file and every
 // directory from / down to it must be owned by root or by this user (the
 // owner may always chmod and write, whatever the mode bits say) and writable
-// by the owner alone: on the path as given (where a symbolic link could be
-// swapped) and on the resolved path (where the file lives). The one exception
+// by the owner alone: on the path as given or as found in a search directory
+// (where a symbolic link could be swapped; a link must be owned by root or
+// this user too) and on the resolved path (where the file lives). The one exception
 // to the mode rule is a sticky directory (mode +t, like /tmp) owned by root
 // or by this user: the sticky bit keeps others from renaming or removing the
 // entries they do not own, so such a directory may be writable by all and
@@ -342,6 +355,11 @@ Status check_permissions(const std::string& given_path, const std::string& plugi
   fs::path prefix;
   for (const fs::path& part : absolute) {
     prefix /= part;
+    // A link's owner may repoint it even in a sticky directory.
+    struct stat ls {};
+    if (::lstat(prefix.c_str(), &ls) == 0 && S_ISLNK(ls.st_mode) && !trusted_owner(ls.st_uid)) {
+      return refuse_owner(prefix.string(), "the symbolic link on its path", ls.st_uid);
+    }
     const fs::path holder = fs::canonical(prefix.parent_path(), ec);
     if (!ec) {
       for (fs::path dir = holder;; dir = dir.parent_path()) {
@@ -762,7 +780,27 @@ class PluginBalancer final : public LoadBalancer {
                                    " returned an invalid plan: " + s.message()),
                       "strategies");
     }
-    if (plan.work.empty()) plan.work = compute_work(workload, plan);
+    // The host reports only work it counted: a plugin's own figures are
+    // checked against the recount and refused when they differ
+    // (docs/PLUGIN_ABI.md, "What the host checks before use", step 6).
+    std::vector<RankWork> counted = compute_work(workload, plan);
+    for (std::size_t r = 0; r < plan.work.size() && r < counted.size(); ++r) {
+      const RankWork& said = plan.work[r];
+      const RankWork& real = counted[r];
+      const bool pairs_wrong = said.pairs != kNotReported && said.pairs != real.pairs;
+      const bool tiles_wrong = said.tiles != kNotReported && said.tiles != real.tiles;
+      if (pairs_wrong || tiles_wrong) {
+        const char* which = pairs_wrong ? "pairs" : "tiles";
+        return with_fix(
+            plugin_fault("plugin '" + name_ + "' strategy " + quote_text(name) + " reports " +
+                         std::to_string(pairs_wrong ? said.pairs : said.tiles) + " " + which +
+                         " for rank " + std::to_string(r) + ", but its plan gives that rank " +
+                         std::to_string(pairs_wrong ? real.pairs : real.tiles) + " " + which +
+                         "; the host refuses work it cannot confirm"),
+            "strategies");
+      }
+    }
+    plan.work = std::move(counted);
     return plan;
   }
 
@@ -1060,28 +1098,16 @@ class PluginBalancer final : public LoadBalancer {
       if (!reason) return reason.status();
       plan.fallback_reason = std::move(reason).value();
     }
-    if (answer.rank_pairs != nullptr && answer.rank_tiles != nullptr) {
+    // The work the plugin reports is kept only to be checked against the
+    // host's own recount in plan_cp; an array it leaves null reads as
+    // kNotReported. Either array may come alone.
+    plan.work.clear();
+    if (answer.rank_pairs != nullptr || answer.rank_tiles != nullptr) {
       plan.work.resize(static_cast<std::size_t>(answer.cp_size));
       for (std::int32_t r = 0; r < answer.cp_size; ++r) {
         RankWork& w = plan.work[static_cast<std::size_t>(r)];
-        w.pairs = answer.rank_pairs[r];
-        w.tiles = answer.rank_tiles[r];
-        for (const std::int64_t* p = plan.rank_begin(r); p != plan.rank_end(r); ++p) {
-          if (*p != kPadPosition) ++w.tokens;
-        }
-        // A rank's queries attend to at most the whole row: figures past
-        // that (or below zero) are not counts.
-        const std::int64_t key_blocks =
-            (workload.tokens + workload.block_size - 1) / workload.block_size;
-        const std::int64_t query_blocks =
-            (answer.shard_len + workload.block_size - 1) / workload.block_size;
-        if (w.pairs < 0 || w.pairs > w.tokens * workload.tokens || w.tiles < 0 ||
-            w.tiles > query_blocks * key_blocks) {
-          return plugin_fault(bad + "rank " + std::to_string(r) + " reports " +
-                              std::to_string(w.pairs) + " pairs and " + std::to_string(w.tiles) +
-                              " tiles, impossible for its " + std::to_string(w.tokens) +
-                              " tokens in a row of " + std::to_string(workload.tokens));
-        }
+        w.pairs = answer.rank_pairs != nullptr ? answer.rank_pairs[r] : kNotReported;
+        w.tiles = answer.rank_tiles != nullptr ? answer.rank_tiles[r] : kNotReported;
       }
     }
     return Status::ok();
@@ -1278,17 +1304,11 @@ std::vector<std::string> default_search_dirs() {
 
 Result<std::shared_ptr<LoadBalancer>> load_plugin(std::string_view name_or_path,
                                                   const LoaderOptions& options) {
-  Result<std::string> resolved = resolve_plugin_path(name_or_path, options);
+  Result<ResolvedPlugin> resolved = resolve_plugin_path(name_or_path, options);
   if (!resolved) return resolved.status();
-  const std::string& path = *resolved;
+  const std::string& path = resolved->canonical;
   if (options.check_permissions) {
-    if (Status s = check_permissions(std::string(name_or_path).find('/') != std::string::npos
-                                         ? std::string(name_or_path)
-                                         : path,
-                                     path);
-        !s) {
-      return s;
-    }
+    if (Status s = check_permissions(resolved->found, path); !s) return s;
   }
   if (Status s = check_elf_complete(path); !s) return s;
   Result<LibraryHandle> library = open_library(path);

@@ -190,6 +190,13 @@ TEST(ConfigTest, OutOfRange) {
             "test.yaml:2:7: train.lr must be a number > 0, got '0'");
   EXPECT_EQ(load_error("train:\n  checkpoint_every: -1\n"),
             "test.yaml:2:21: train.checkpoint_every must be an integer >= 0, got '-1'");
+  // The bound of plan --block-size: past it the workers failed with an
+  // internal error.
+  EXPECT_EQ(load_error("balancer:\n  cp:\n    block_size: 1099511627776\n"),
+            "test.yaml:3:17: balancer.cp.block_size must be an integer in [1, 2147483648], got "
+            "'1099511627776'");
+  EXPECT_EQ(load_ok("", {"balancer.cp.block_size=2147483648"}).get_int("balancer.cp.block_size"),
+            std::int64_t{1} << 31);
 }
 
 TEST(ConfigTest, NotOneOfTheChoices) {

@@ -117,5 +117,19 @@ TEST(JsonNesting, CountsBracketsOutsideStringsOnly) {
   EXPECT_EQ(at, 64u);
 }
 
+// nlohmann::json stops at a NUL byte and skips a byte order mark; the
+// readers refuse both before parsing.
+TEST(JsonText, NulAndByteOrderMarkAreRefused) {
+  EXPECT_EQ(json_text_refusal("[100, 200]"), "");
+  EXPECT_EQ(json_text_refusal(""), "");
+  EXPECT_EQ(json_text_refusal(std::string("[100,200]\0garbage{{", 19)),
+            "holds a NUL byte at byte 9, so it is not JSON text");
+  EXPECT_EQ(json_text_refusal(std::string("\0", 1)),
+            "holds a NUL byte at byte 0, so it is not JSON text");
+  EXPECT_NE(json_text_refusal("\xEF\xBB\xBF[1]").find("byte order mark"), std::string::npos);
+  // A BOM anywhere else is a character inside a string or an error the parser reports.
+  EXPECT_EQ(json_text_refusal("[\"\xEF\xBB\xBF\"]"), "");
+}
+
 }  // namespace
 }  // namespace fulcrum::host

@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "fulcrum/core/cost_profile.h"
+#include "fulcrum/core/work_model.h"
 #include "fulcrum/host/plugin_loader.h"
 #include "fulcrum/host/selection.h"
 #include "test_support.h"
@@ -194,6 +195,91 @@ TEST(PluginOwnershipTest, StickyDirectoryOfAnotherUserAndLinksThroughOneAreRefus
   ASSERT_FALSE(refused.is_ok());
   EXPECT_HAS(refused.message(), copy.dir.path().string() + " is owned by uid 65534");
   ASSERT_EQ(chown(copy.dir.path().c_str(), ::geteuid(), static_cast<gid_t>(-1)), 0);
+}
+
+// A plugin found by name is checked as found, `dir/file`: the search
+// directory and any link on the way to it, not only the file it resolves to.
+TEST(PluginOwnershipTest, PluginFoundByNameIsCheckedWhereItWasFound) {
+  SKIP_UNLESS_ROOT();
+  OwnedCopy copy;
+  const fs::path search = copy.dir.path() / "search";
+  fs::create_directory(search);
+  ASSERT_EQ(chmod(search.c_str(), 0755), 0);
+  fs::create_symlink(copy.file, search / "libx.so");
+  LoaderOptions options;
+  options.log = nullptr;
+  options.search_dirs = {search.string()};
+  ASSERT_TRUE(load_plugin("x", options).is_ok());
+
+  // The search directory handed to another user: they can repoint the link.
+  ASSERT_EQ(chown(search.c_str(), kNobody, static_cast<gid_t>(-1)), 0);
+  auto refused = load_plugin("x", options);
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kPermission);
+  EXPECT_HAS(refused.status().message(), search.string() + " is owned by uid 65534");
+
+  // A search directory reached through a link in that directory.
+  const fs::path linked = search / "lnk";
+  fs::create_symlink(copy.inner, linked);
+  options.search_dirs = {linked.string()};
+  refused = load_plugin("x", options);
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_HAS(refused.status().message(), search.string() + " is owned by uid 65534");
+  ASSERT_EQ(chown(search.c_str(), ::geteuid(), static_cast<gid_t>(-1)), 0);
+  ASSERT_TRUE(load_plugin("x", options).is_ok());
+
+  // A link another user owns in a sticky directory of this user's: the
+  // sticky bit lets its owner remove and recreate it.
+  ASSERT_EQ(chmod(search.c_str(), 01777), 0);
+  ASSERT_EQ(lchown(linked.c_str(), kNobody, static_cast<gid_t>(-1)), 0);
+  refused = load_plugin("x", options);
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_HAS(refused.status().message(),
+             "the symbolic link on its path " + linked.string() + " is owned by uid 65534");
+  ASSERT_EQ(lchown(linked.c_str(), ::geteuid(), static_cast<gid_t>(-1)), 0);
+  ASSERT_EQ(chmod(search.c_str(), 0755), 0);
+}
+
+// --- work the plugin reports --------------------------------------------------
+
+// The host recounts every plan's work; a plugin whose own figures differ is
+// refused, naming it, whichever array it gave.
+TEST(PluginReportedWorkTest, WorkThatDisagreesWithTheRecountIsRefused) {
+  Logged logged;
+  auto balancer = load_broken("lying_work", logged);
+  ASSERT_NE(balancer, nullptr);
+  CpWorkload row;
+  row.tokens = 600;
+  row.cp_size = 2;
+  row.doc_lengths = {100, 200, 300};
+  auto plan = balancer->plan_cp("contiguous", row);
+  ASSERT_FALSE(plan.is_ok());
+  EXPECT_EQ(plan.status().code(), StatusCode::kPluginFault);
+  EXPECT_HAS(plan.status().message(),
+             "plugin 'broken_lying_work' strategy 'contiguous' reports 1 pairs for rank 0");
+  EXPECT_HAS(plan.status().message(), "fix the plugin (");
+
+  // Pairs alone, below zero.
+  row.cp_size = 3;
+  plan = balancer->plan_cp("contiguous", row);
+  ASSERT_FALSE(plan.is_ok());
+  EXPECT_HAS(plan.status().message(), "reports -1000 pairs for rank 0");
+
+  // The selector serves the built-in plan, whose work is the recount.
+  SelectorOptions options;
+  options.preferred = "contiguous";
+  options.fallback = "contiguous";
+  CpSelector selector(balancer, options);
+  row.cp_size = 2;
+  auto served = selector.plan(row);
+  ASSERT_TRUE(served.is_ok()) << served.status().message();
+  EXPECT_HAS(served->fallback_reason, "reports 1 pairs for rank 0");
+  EXPECT_EQ(served->work.size(), 2u);
+  const auto counted = compute_work(row, *served);
+  for (std::size_t r = 0; r < counted.size(); ++r) {
+    EXPECT_EQ(served->work[r].pairs, counted[r].pairs);
+    EXPECT_EQ(served->work[r].tiles, counted[r].tiles);
+  }
 }
 
 // --- memory lent to the plugin ----------------------------------------------

@@ -52,7 +52,7 @@ host::ConfigSchema build_job_schema() {
   s.add(bool_key("balancer.check_permissions", true, "refuse a plugin that group or others may write"));
   s.add(string_key("balancer.cp.strategy", "auto", {}, check_not_empty, "preferred CP strategy; a name the plugin lists, or auto"));
   s.add(string_key("balancer.cp.fallback", "contiguous", {}, check_not_empty, "CP strategy used when the preferred one cannot serve a batch; a name the plugin lists"));
-  s.add(int_key("balancer.cp.block_size", 128, 1, kNoMax, "kernel tile edge B in tokens; an integer >= 1"));
+  s.add(int_key("balancer.cp.block_size", 128, 1, static_cast<double>(kMaxRowTokens), "kernel tile edge B in tokens; an integer in [1, 2^31]"));
   s.add(string_key("balancer.cp.mask", "causal", {}, check_mask, "attention mask; causal, full, sliding:W with W >= 1, or prefix:L with L >= 0"));
   s.add(string_key("balancer.dp.strategy", "auto", {}, check_not_empty, "DP partition strategy; a name the plugin lists, or auto"));
   s.add(string_key("balancer.dp.cost", "tokens", {}, check_cost, "DP cost model; tokens, attention or attention:A with A from 0 to 2^40"));

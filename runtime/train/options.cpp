@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <string>
 #include <string_view>
@@ -225,6 +226,14 @@ Status read_loop(const host::Config& config, TrainOptions& o) {
   return Status::ok();
 }
 
+// Seconds as a message shows them: std::to_string prints 309 digits for
+// 1e308 and 0.000000 for 1e-7.
+std::string seconds_text(double seconds) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.9g", seconds);
+  return text;
+}
+
 // dist.timeout_s and dist.op_timeout_s.
 Status read_deadlines(const host::Config& config, TrainOptions& o) {
   // Deadlines are turned into nanoseconds by the collectives; past this they
@@ -233,8 +242,8 @@ Status read_deadlines(const host::Config& config, TrainOptions& o) {
   for (const char* key : {"dist.timeout_s", "dist.op_timeout_s"}) {
     const double seconds = config.get_double(key);
     if (!(seconds <= kMaxTimeoutSeconds)) {
-      return invalid_argument(where(config, key, std::to_string(seconds)) +
-                              " is more than a week (" + std::to_string(kMaxTimeoutSeconds) +
+      return invalid_argument(where(config, key, seconds_text(seconds)) + " is more than a week (" +
+                              seconds_text(kMaxTimeoutSeconds) +
                               " s); give a number of seconds from 0.001 to " +
                               std::to_string(static_cast<std::int64_t>(kMaxTimeoutSeconds)));
     }
@@ -243,8 +252,8 @@ Status read_deadlines(const host::Config& config, TrainOptions& o) {
   o.op_timeout = seconds_to_ms(config.get_double("dist.op_timeout_s"));
   if (o.rendezvous_timeout.count() < 1 || o.op_timeout.count() < 1) {
     return invalid_argument("dist.timeout_s and dist.op_timeout_s must be at least 0.001 s; got " +
-                            std::to_string(config.get_double("dist.timeout_s")) + " and " +
-                            std::to_string(config.get_double("dist.op_timeout_s")));
+                            seconds_text(config.get_double("dist.timeout_s")) + " and " +
+                            seconds_text(config.get_double("dist.op_timeout_s")));
   }
   return Status::ok();
 }

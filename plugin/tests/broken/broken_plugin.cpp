@@ -20,6 +20,9 @@
 //                                   hold: a plan's shard_len, a partition's
 //                                   rank offsets; a partition written one
 //                                   entry past its buffer
+//   FULCRUM_BROKEN_lying_work       valid contiguous plans with per-rank work
+//                                   that is not theirs: 1 pair and 1 tile a
+//                                   rank, or (cp_size 3) -1000 pairs alone
 //   FULCRUM_BROKEN_bad_text         names and reasons that are not UTF-8 or
 //                                   hold control characters, errors and log
 //                                   lines with terminal escapes
@@ -287,7 +290,8 @@ class BrokenScheduleBalancer final : public fulcrum::LoadBalancer {
 
 FULCRUM_EXPORT_PLUGIN(BrokenScheduleBalancer)
 
-#elif defined(FULCRUM_BROKEN_scribble) || defined(FULCRUM_BROKEN_lying_counts)
+#elif defined(FULCRUM_BROKEN_scribble) || defined(FULCRUM_BROKEN_lying_counts) || \
+    defined(FULCRUM_BROKEN_lying_work)
 
 namespace {
 
@@ -402,6 +406,46 @@ void release_schedule(void* /*instance*/, fulcrum_schedule* out) {
 }
 
 constexpr const char* kName = "broken_scribble";
+
+#elif defined(FULCRUM_BROKEN_lying_work)
+
+// A valid contiguous plan whose reported work is made up.
+fulcrum_status plan_cp(void* /*instance*/, const fulcrum_cp_request* request,
+                       fulcrum_cp_plan* plan) {
+  static const std::vector<std::int64_t> kOnes(1024, 1);
+  static const std::vector<std::int64_t> kNegative(1024, -1000);
+  if (request->cp_size > 1024) return FULCRUM_INVALID_ARGUMENT;
+  const fulcrum_status status = contiguous(request->tokens, request->cp_size, plan);
+  if (request->cp_size == 3) {
+    plan->rank_pairs = kNegative.data();
+  } else {
+    plan->rank_pairs = kOnes.data();
+    plan->rank_tiles = kOnes.data();
+  }
+  return status;
+}
+
+fulcrum_status partition_dp(void* /*instance*/, const fulcrum_dp_request* request,
+                            fulcrum_dp_result* result) {
+  const std::int64_t n = request->num_samples;
+  const std::int32_t k = request->num_ranks;
+  std::int64_t at = 0;
+  for (std::int32_t r = 0; r < k; ++r) {
+    result->rank_offsets[r] = at;
+    for (std::int64_t i = r; i < n; i += k) result->samples[at++] = i;
+  }
+  result->rank_offsets[k] = at;
+  return FULCRUM_OK;
+}
+
+[[maybe_unused]] fulcrum_status schedule(void* /*instance*/,
+                                         const fulcrum_schedule_request* /*request*/,
+                                         fulcrum_schedule* /*out*/) {
+  return FULCRUM_INTERNAL;
+}
+void release_schedule(void* /*instance*/, fulcrum_schedule* /*out*/) {}
+
+constexpr const char* kName = "broken_lying_work";
 
 #else  // lying_counts
 

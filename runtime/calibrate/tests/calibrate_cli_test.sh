@@ -68,7 +68,7 @@ expect_refusal "--force never replaces a device" "is not a regular file" \
 [[ -c /dev/null ]] || fail "/dev/null was replaced"
 expect_refusal "missing directory" "does not exist" calibrate --output "$WORK/no/such/p.yaml"
 expect_refusal "--output is a directory" "is a directory" calibrate --output "$WORK"
-expect_refusal "zero repetitions" "--repetitions must be an integer from 1 to 1000" \
+expect_refusal "zero repetitions" "--repetitions must be an integer from 1 to 20" \
   calibrate --output "$WORK/p2.yaml" --repetitions 0
 expect_refusal "repetitions past the bound, with the estimate" \
   "--repetitions 1000 would take about 53 min, more than the 20" \

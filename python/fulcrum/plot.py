@@ -651,6 +651,65 @@ def _row(args):
     return read_length_file(args.doc_lengths_file, "--doc-lengths-file")
 
 
+# What one picture may take, as `fulcrum plan` bounds its work
+# (runtime/cli/work_bounds.h): refused before planning, in one line with the
+# estimate, past these.
+_MAX_SECONDS = 4.0
+_MAX_BYTES = 1.5e9
+
+
+def estimate_plot_plan(tokens, doc_lengths, block_size, cp, strategies, tile_map, formats):
+    """(what, seconds, bytes) of ``plot plan``: planning ``strategies``
+    plans of the row by the CLI's rule (estimate_plan), plus what the
+    plotter adds. The coefficients are upper envelopes of /usr/bin/time
+    measurements on the 2-core development machine at a load average of 8
+    to 10 (docs/RELIABILITY.md, "Bounded before it starts"): per format,
+    1.2 ms a bar of the comparison (one per rank and strategy) and 60 ms a
+    panel of the tile map; for the tile map, 160 ns and 40 bytes a token
+    (the plan's copies and the map's computation) and 110 ns and 16 bytes a
+    tile drawn. Startup (about 1.3 s) is not counted."""
+    lengths = [tokens] if doc_lengths is None else doc_lengths
+    blocks = sum(-(-length // block_size) for length in lengths)
+    n, u, p = float(tokens), float(blocks), float(cp)
+    seconds = strategies * (80e-9 * n + 430e-9 * u + 15e-6 * p)
+    size = 16.0 * n * strategies + 90.0 * u + 2200.0 * p
+    if tile_map:
+        cells = p * -(-(-(-tokens // cp)) // block_size) * -(-tokens // block_size)
+        seconds += 160e-9 * n + 110e-9 * cells + 60e-3 * p * formats
+        size += 40.0 * n + 16.0 * cells
+    else:
+        seconds += 1.2e-3 * p * strategies * formats
+    docs = len(lengths)
+    what = (f"a row of {tokens} tokens in {docs} document{'s' if docs != 1 else ''} ({blocks} "
+            f"block{'s' if blocks != 1 else ''} of {block_size}) on {cp} rank"
+            f"{'s' if cp != 1 else ''}" + (" as a tile map" if tile_map else
+                                           f" with {strategies} strategies"))
+    return what, seconds, size
+
+
+def _within_bounds(estimate):
+    return estimate[1] <= _MAX_SECONDS and estimate[2] <= _MAX_BYTES
+
+
+def _refuse_beyond_bounds(tokens, docs, block_size, cp, strategies, tile_map, formats):
+    """Raises FulcrumError when estimate_plot_plan is past the bounds,
+    naming the estimate and what to shrink."""
+    estimate = estimate_plot_plan(tokens, docs, block_size, cp, strategies, tile_map, formats)
+    if _within_bounds(estimate):
+        return
+    what, seconds, size = estimate
+    advice = "give a shorter row, a larger --block-size or fewer ranks"
+    if formats > 1 and _within_bounds(estimate_plot_plan(tokens, docs, block_size, cp,
+                                                         strategies, tile_map, 1)):
+        advice += ", or one of --formats png or svg"
+    if not tile_map and _within_bounds(estimate_plot_plan(tokens, docs, block_size, cp, 1, True,
+                                                          formats)):
+        advice += ", or one --strategy for its tile map"
+    raise FulcrumError("invalid_argument", f"{what} would take about {seconds:.1f} s and "
+                       f"{size / 1e9:.1f} GB, more than the {_MAX_SECONDS:.0f} s and "
+                       f"{_MAX_BYTES / 1e9:.1f} GB python3 -m fulcrum.plot plan allows; {advice}")
+
+
 def _check_options(args):
     if args.command == "plan" and not 1 <= args.cp <= _MAX_CP:
         raise FulcrumError("invalid_argument", f"--cp must be an integer from 1 to {_MAX_CP}, "
@@ -726,8 +785,17 @@ def main(argv=None):
                                    f"--cp {args.cp} is too many bars to draw (at most "
                                    f"{_MAX_BARS}); use a smaller --cp, or fulcrum plan "
                                    "--compare for larger groups")
+            if args.strategy and args.cp > _MAX_TILE_MAP_RANKS:
+                raise FulcrumError("invalid_argument", f"a tile map of {args.cp} ranks is too "
+                                   f"many panels to draw (at most {_MAX_TILE_MAP_RANKS}); use a "
+                                   "smaller --cp")
             docs = _row(args)
+            tokens = args.seq_len if docs is None else sum(docs)
             with load(args.plugin) as balancer:
+                # Before planning: the row, the ranks and the pictures together.
+                _refuse_beyond_bounds(tokens, docs, args.block_size, args.cp,
+                                      1 if args.strategy else len(balancer.cp_strategies),
+                                      bool(args.strategy), len(formats))
                 def plan_one(name):
                     return balancer.plan_cp(name, cp=args.cp, tokens=args.seq_len if docs is None
                                             else None, doc_lengths=docs,

@@ -564,6 +564,28 @@ PLOT_CASES = [
     ("tile map of too many ranks", lambda t: ["plan", "--cp", "65", "--seq-len", "4096",
                                               "--strategy", "contiguous", "--out", str(t / "o")],
      ["too many panels"]),
+    # plan: work bounded before planning, the row, the ranks and the pictures together
+    ("compare of a long row on many ranks", lambda t: [
+        "plan", "--cp", "128", "--seq-len", "33554432", "--out", str(t / "o")],
+     ["a row of 33554432 tokens in 1 document (262144 blocks of 128) on 128 ranks with 8 "
+      "strategies would take about", "GB, more than the 4 s and 1.5 GB python3 -m fulcrum.plot "
+      "plan allows; give a shorter row, a larger --block-size or fewer ranks"]),
+    ("tile map of a long row", lambda t: [
+        "plan", "--cp", "64", "--seq-len", "33554432", "--strategy", "contiguous",
+        "--block-size", "4096", "--out", str(t / "o")],
+     ["a row of 33554432 tokens in 1 document (8192 blocks of 4096) on 64 ranks as a tile map "
+      "would take about"]),
+    ("tile map of many small tiles", lambda t: [
+        "plan", "--cp", "8", "--doc-lengths", "2097152,2097152", "--strategy", "contiguous",
+        "--block-size", "512", "--out", str(t / "o")],
+     ["in 2 documents (8192 blocks of 512) on 8 ranks as a tile map"]),
+    ("compare of many bars", lambda t: ["plan", "--cp", "1024", "--seq-len", "4096",
+                                        "--out", str(t / "o")],
+     ["on 1024 ranks with 8 strategies would take about"]),
+    ("tile map of many panels in two formats", lambda t: [
+        "plan", "--cp", "64", "--seq-len", "4096", "--strategy", "contiguous", "--out",
+        str(t / "o")], ["as a tile map would take about", "or one of --formats png or svg"]),
+    # plan: options
     # plan: options
     ("cp not a number", lambda t: ["plan", "--cp", "x", "--seq-len", "64", "--out", str(t / "o")],
      ["--cp", "invalid int value"]),

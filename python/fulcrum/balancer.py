@@ -121,7 +121,8 @@ class _Lent:
     reads private copies, made per call, and after the call each copy is
     compared with what it was lent from, so that a plugin that wrote through
     a `const` pointer is named and refused and never rewrites a caller's
-    NumPy array."""
+    NumPy array. The request struct itself is compared byte for byte, as
+    the C++ host's LentMemory does."""
 
     def __init__(self):
         self._arrays = []

@@ -785,7 +785,8 @@ def test_a_failure_inside_matplotlib_is_one_line(plot_main, monkeypatch, tmp_pat
     monkeypatch.setattr(plot, "run_figure", fails)
     assert plot_main(["run", str(METRICS), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("fulcrum.plot: drawing failed (ValueError: "), err
+    assert err.count("\n") == 1, err
+    assert err.startswith("fulcrum.plot: drawing failed (ValueError: "), err
 
 
 METRICS = pathlib.Path(__file__).parent / "data" / "quickstart_metrics.jsonl"

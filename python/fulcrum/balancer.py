@@ -121,11 +121,21 @@ class _Lent:
     reads private copies, made per call, and after the call each copy is
     compared with what it was lent from, so that a plugin that wrote through
     a `const` pointer is named and refused and never rewrites a caller's
-    NumPy array."""
+    NumPy array. The request struct itself is compared byte for byte, as
+    the C++ host's LentMemory does."""
 
     def __init__(self):
         self._arrays = []
         self._texts = []
+        self._structs = {}
+
+    def watch(self, field, struct):
+        """The request struct itself, compared byte for byte after the call
+        (its padding too: ctypes zeroes a struct when it makes it). Watching
+        a field again replaces its bytes: a retry with another strategy
+        lends the struct anew."""
+        address, size = ctypes.addressof(struct), ctypes.sizeof(struct)
+        self._structs[field] = (address, ctypes.string_at(address, size))
 
     def array(self, field, values):
         copy = np.array(values, dtype=np.int64, copy=True)
@@ -140,6 +150,9 @@ class _Lent:
 
     def changed(self):
         """What the plugin wrote into, as a message names it, or None."""
+        for field, (address, before) in self._structs.items():
+            if ctypes.string_at(address, len(before)) != before:
+                return f"the request struct {field}"
         for field, original, copy in self._arrays:
             differ = np.flatnonzero(copy != original)
             if differ.size:
@@ -515,6 +528,7 @@ class Balancer:
     def _plan_locked(self, instance, request, strategy, lent):
         """One plan_cp call and the copy of its answer; (answer, None) or (None, error)."""
         request.strategy = lent.text("strategy", strategy)
+        lent.watch("fulcrum_cp_request", request)
         plan = _abi.CpPlan()
         plan.struct_size = ctypes.sizeof(plan)
         status = self._table.plan_cp(instance, ctypes.byref(request), ctypes.byref(plan))
@@ -685,6 +699,7 @@ class Balancer:
         for key in schedule_model.CostProfile.__dataclass_fields__:
             if key != "name":
                 setattr(request, key, getattr(profile, key))
+        lent.watch("fulcrum_schedule_request", request)
 
         answer = _abi.ScheduleAnswer()
         answer.struct_size = ctypes.sizeof(answer)
@@ -803,6 +818,7 @@ class Balancer:
         request.equal_count = 1 if equal_count else 0
         request.attention_a = a
         request.strategy = lent.text("strategy", strategy)
+        lent.watch("fulcrum_dp_request", request)
         # The answer's buffers, each followed by a guard, as the host does: a
         # plugin that writes a little past the sizes it was given is named.
         offsets = np.concatenate((np.zeros(k + 1, dtype=np.int64),

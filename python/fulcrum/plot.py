@@ -48,6 +48,23 @@ _MAX_TILE_MAP_CELLS = 64 * 2**20
 _MAX_BARS = 1024
 _MAX_TILE_MAP_RANKS = 64
 _MAX_PIXELS = 50_000_000
+# Text from data (a strategy name, a file name) is drawn cut to this many
+# characters: a megabyte of name overflows the rasterizer after a minute.
+_MAX_LABEL = 60
+
+
+def _label(text, limit=_MAX_LABEL):
+    """Text from data as matplotlib draws it literally: at most ``limit``
+    characters, one line, lone surrogates and control characters escaped
+    (the SVG writer cannot encode a surrogate), and every '$' escaped, so
+    that mathtext never parses a name such as '$x^$' (a ValueError) or
+    '$\\undefined$'."""
+    text = str(text)
+    if len(text) > limit:
+        text = text[:limit] + "..."
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    text = "".join(c if ord(c) >= 0x20 and ord(c) != 0x7F else f"\\x{ord(c):02x}" for c in text)
+    return text.replace("$", "\\$")
 
 
 # -- plans --------------------------------------------------------------------
@@ -78,8 +95,8 @@ def plan_compare_figure(plans, title=None):
         ax.axhline(1.0, color="black", linestyle="--", linewidth=0.8)
         ax.set_ylabel(f"{what} / ideal")
         ax.set_ylim(0, max(1.2, ax.get_ylim()[1] * 1.08))
-    names = [p.requested if p.used == p.requested else f"{p.requested}\n({p.used})"
-             for p in plans]
+    names = [_label(p.requested) if p.used == p.requested
+             else f"{_label(p.requested)}\n({_label(p.used)})" for p in plans]
     axes[1].set_xticks(range(len(plans)), names, fontsize=8)
     axes[0].set_title(title or _workload_title(first), fontsize=10)
     fig.text(0.01, 0.005, f"bars: ranks 0..{cp - 1}; tiles ideal = unsharded tiles / P; "
@@ -114,7 +131,7 @@ def tile_map_figure(plan):
         ax.set_xlabel("key block", fontsize=8)
         ax.set_ylabel("local query block", fontsize=8)
         ax.tick_params(labelsize=7)
-    fig.suptitle(f"{plan.used} tile map, {_workload_title(plan)}; tiles imbalance "
+    fig.suptitle(f"{_label(plan.used)} tile map, {_workload_title(plan)}; tiles imbalance "
                  f"{plan.imbalance.tiles:.3f}, over ideal {plan.tiles_over_ideal:.3f}", fontsize=10)
     fig.tight_layout()
     return fig
@@ -216,8 +233,16 @@ def _is_int(value, low=0, high=2**63 - 1):
     return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
+# Numbers past this are no loss, time or count a run writes (the most pairs
+# of one rank, of the longest row, are under 2^61), and near 1e308 the axis
+# arithmetic overflows; JSON's 1e999 reads as infinity.
+_MAX_MAGNITUDE = 1e30
+_NUMBER = "a finite number within +-1e30"
+
+
 def _is_number(value):
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value) and abs(value) <= _MAX_MAGNITUDE)
 
 
 def _is_numbers(value, nullable=False):
@@ -227,9 +252,9 @@ def _is_numbers(value, nullable=False):
 
 def _step_record(record, where):
     _field(record, "step", where, _is_int, "a step number")
-    _field(record, "loss", where, _is_number, "a number")
-    _field(record, "dp_imbalance", where, _is_number, "a number")
-    _field(record, "dp_round_robin_imbalance", where, _is_number, "a number")
+    _field(record, "loss", where, _is_number, _NUMBER)
+    _field(record, "dp_imbalance", where, _is_number, _NUMBER)
+    _field(record, "dp_round_robin_imbalance", where, _is_number, _NUMBER)
     _field(record, "dp_strategy", where, lambda v: isinstance(v, str), "a strategy name")
     return record
 
@@ -240,18 +265,20 @@ def _micro_record(record, where):
            f"a rank in [0, {_MAX_RANKS})")
     _field(record, "cp_strategy", where, lambda v: isinstance(v, str), "a strategy name")
     for key in ("pairs", "tiles"):
-        _field(record, key, where, _is_numbers, "a list of numbers, one per CP rank")
+        _field(record, key, where, _is_numbers,
+               "a list of finite numbers within +-1e30, one per CP rank")
     _field(record, "attention_ms", where, lambda v: _is_numbers(v, nullable=True),
-           "a list of numbers (or null), one per CP rank")
+           "a list of finite numbers within +-1e30 (or null), one per CP rank")
     baseline = _field(record, "contiguous_imbalance", where, lambda v: isinstance(v, dict),
                       "a record of pairs and tiles")
     for key in ("pairs", "tiles"):
-        _field(baseline, key, f"{where} contiguous_imbalance", _is_number, "a number")
+        _field(baseline, key, f"{where} contiguous_imbalance", _is_number, _NUMBER)
     return record
 
 
 def _hybrid_record(record, where):
     _field(record, "step", where, _is_int, "a step number")
+    _field(record, "scheduler", where, lambda v: isinstance(v, str), "a scheduler name")
     ranks = _field(record, "ranks", where,
                    lambda v: isinstance(v, list) and 0 < len(v) <= _MAX_RANKS,
                    "a list of rank records")
@@ -262,7 +289,7 @@ def _hybrid_record(record, where):
         _field(rank, "rank", at, lambda v: _is_int(v, 0, _MAX_RANKS - 1),
                f"a rank in [0, {_MAX_RANKS})")
         for key in ("busy_ms", "attention_ms"):
-            _field(rank, key, at, _is_number, "a number")
+            _field(rank, key, at, _is_number, _NUMBER)
     return record
 
 
@@ -353,8 +380,8 @@ def run_figure(path):
         ax.plot(busy["step"], busy["busy"], marker="o", markersize=3, label="measured slot time",
                 gid="rank_busy")
         schedulers = sorted({h.get("scheduler", "?") for h in hybrid})
-        ax.set_title(f"rank busy time (max / mean over ranks), {', '.join(schedulers)}",
-                     fontsize=10)
+        ax.set_title(f"rank busy time (max / mean over ranks), "
+                     f"{_label(', '.join(schedulers), 2 * _MAX_LABEL)}", fontsize=10)
     else:
         cp = cp_imbalance_by_step(micro)
         for key, style in (("tiles", "-"), ("pairs", "-"), ("contiguous_tiles", "--"),
@@ -362,13 +389,14 @@ def run_figure(path):
             ax.plot(cp["step"], cp[key], style, marker="o", markersize=3,
                     label=key.replace("_", " "), gid=f"cp_{key}")
         strategies = sorted({m["cp_strategy"] for m in micro})
-        ax.set_title(f"CP imbalance (max / mean over ranks), {', '.join(strategies)}", fontsize=10)
+        ax.set_title(f"CP imbalance (max / mean over ranks), "
+                     f"{_label(', '.join(strategies), 2 * _MAX_LABEL)}", fontsize=10)
     ax.set_xlabel("step")
     ax.legend(fontsize=8)
 
     ax = axes[1][0]
     ax.plot(step, [s["dp_imbalance"] for s in steps], marker="o",
-            label=f"dp {', '.join(sorted({s['dp_strategy'] for s in steps}))}", gid="dp")
+            label=f"dp {_label(', '.join(sorted({s['dp_strategy'] for s in steps})))}", gid="dp")
     ax.plot(step, [s["dp_round_robin_imbalance"] for s in steps], "--", marker="o",
             label="round robin", gid="dp_round_robin")
     ax.set_title("DP imbalance (max / mean cost over DP ranks)", fontsize=10)
@@ -389,7 +417,7 @@ def run_figure(path):
     ax.set_xticks(range(ms.size), labels, fontsize=8)
     ax.set_ylabel("ms, summed over the run")
     ax.set_title("measured attention time per rank", fontsize=10)
-    fig.suptitle(f"{os.path.basename(path)}: {len(steps)} steps, {layout}", fontsize=10)
+    fig.suptitle(f"{_label(os.path.basename(path))}: {len(steps)} steps, {layout}", fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -623,6 +651,65 @@ def _row(args):
     return read_length_file(args.doc_lengths_file, "--doc-lengths-file")
 
 
+# What one picture may take, as `fulcrum plan` bounds its work
+# (runtime/cli/work_bounds.h): refused before planning, in one line with the
+# estimate, past these.
+_MAX_SECONDS = 4.0
+_MAX_BYTES = 1.5e9
+
+
+def estimate_plot_plan(tokens, doc_lengths, block_size, cp, strategies, tile_map, formats):
+    """(what, seconds, bytes) of ``plot plan``: planning ``strategies``
+    plans of the row by the CLI's rule (estimate_plan), plus what the
+    plotter adds. The coefficients are upper envelopes of /usr/bin/time
+    measurements on the 2-core development machine at a load average of 8
+    to 10 (docs/RELIABILITY.md, "Bounded before it starts"): per format,
+    1.2 ms a bar of the comparison (one per rank and strategy) and 60 ms a
+    panel of the tile map; for the tile map, 160 ns and 40 bytes a token
+    (the plan's copies and the map's computation) and 110 ns and 16 bytes a
+    tile drawn. Startup (about 1.3 s) is not counted."""
+    lengths = [tokens] if doc_lengths is None else doc_lengths
+    blocks = sum(-(-length // block_size) for length in lengths)
+    n, u, p = float(tokens), float(blocks), float(cp)
+    seconds = strategies * (80e-9 * n + 430e-9 * u + 15e-6 * p)
+    size = 16.0 * n * strategies + 90.0 * u + 2200.0 * p
+    if tile_map:
+        cells = p * -(-(-(-tokens // cp)) // block_size) * -(-tokens // block_size)
+        seconds += 160e-9 * n + 110e-9 * cells + 60e-3 * p * formats
+        size += 40.0 * n + 16.0 * cells
+    else:
+        seconds += 1.2e-3 * p * strategies * formats
+    docs = len(lengths)
+    what = (f"a row of {tokens} tokens in {docs} document{'s' if docs != 1 else ''} ({blocks} "
+            f"block{'s' if blocks != 1 else ''} of {block_size}) on {cp} rank"
+            f"{'s' if cp != 1 else ''}" + (" as a tile map" if tile_map else
+                                           f" with {strategies} strategies"))
+    return what, seconds, size
+
+
+def _within_bounds(estimate):
+    return estimate[1] <= _MAX_SECONDS and estimate[2] <= _MAX_BYTES
+
+
+def _refuse_beyond_bounds(tokens, docs, block_size, cp, strategies, tile_map, formats):
+    """Raises FulcrumError when estimate_plot_plan is past the bounds,
+    naming the estimate and what to shrink."""
+    estimate = estimate_plot_plan(tokens, docs, block_size, cp, strategies, tile_map, formats)
+    if _within_bounds(estimate):
+        return
+    what, seconds, size = estimate
+    advice = "give a shorter row, a larger --block-size or fewer ranks"
+    if formats > 1 and _within_bounds(estimate_plot_plan(tokens, docs, block_size, cp,
+                                                         strategies, tile_map, 1)):
+        advice += ", or one of --formats png or svg"
+    if not tile_map and _within_bounds(estimate_plot_plan(tokens, docs, block_size, cp, 1, True,
+                                                          formats)):
+        advice += ", or one --strategy for its tile map"
+    raise FulcrumError("invalid_argument", f"{what} would take about {seconds:.1f} s and "
+                       f"{size / 1e9:.1f} GB, more than the {_MAX_SECONDS:.0f} s and "
+                       f"{_MAX_BYTES / 1e9:.1f} GB python3 -m fulcrum.plot plan allows; {advice}")
+
+
 def _check_options(args):
     if args.command == "plan" and not 1 <= args.cp <= _MAX_CP:
         raise FulcrumError("invalid_argument", f"--cp must be an integer from 1 to {_MAX_CP}, "
@@ -698,8 +785,17 @@ def main(argv=None):
                                    f"--cp {args.cp} is too many bars to draw (at most "
                                    f"{_MAX_BARS}); use a smaller --cp, or fulcrum plan "
                                    "--compare for larger groups")
+            if args.strategy and args.cp > _MAX_TILE_MAP_RANKS:
+                raise FulcrumError("invalid_argument", f"a tile map of {args.cp} ranks is too "
+                                   f"many panels to draw (at most {_MAX_TILE_MAP_RANKS}); use a "
+                                   "smaller --cp")
             docs = _row(args)
+            tokens = args.seq_len if docs is None else sum(docs)
             with load(args.plugin) as balancer:
+                # Before planning: the row, the ranks and the pictures together.
+                _refuse_beyond_bounds(tokens, docs, args.block_size, args.cp,
+                                      1 if args.strategy else len(balancer.cp_strategies),
+                                      bool(args.strategy), len(formats))
                 def plan_one(name):
                     return balancer.plan_cp(name, cp=args.cp, tokens=args.seq_len if docs is None
                                             else None, doc_lengths=docs,
@@ -720,6 +816,13 @@ def main(argv=None):
         where = _input_file.shown(error.filename) if error.filename is not None else args.out
         print(f"fulcrum.plot: cannot write --out {where}: {error.strerror or error}; give a "
               "prefix in a directory you can write", file=sys.stderr)
+        return 2
+    except Exception as error:  # noqa: BLE001 - whatever matplotlib raises, as one line
+        # The inputs are checked before drawing; this is the last guard, so
+        # that no failure reaches the user as a traceback.
+        print(f"fulcrum.plot: drawing failed ({type(error).__name__}: "
+              f"{_input_file.shown(str(error), 200)}); report it with the command and its "
+              "input", file=sys.stderr)
         return 2
     return 0
 

@@ -5,6 +5,7 @@ where it has them, and never a TypeError, UnicodeError, RecursionError,
 OverflowError or a hang. One table per surface; a row is (what, call, code,
 words the message must hold)."""
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -517,7 +518,28 @@ PLOT_CASES = [
      ["has no step records"]),
     ("metrics no loss", lambda t: ["run", str(metrics(t, '{"step": 1}'))], ["has no 'loss'"]),
     ("metrics loss a string", lambda t: ["run", str(metrics(t, STEP.replace("2.5", '"x"')))],
-     ["loss is 'x', not a number"]),
+     ["loss is 'x', not a finite number within +-1e30"]),
+    # Numbers: non-finite and absurd magnitudes, refused before matplotlib
+    # overflows on them (1e308) or draws infinity (1e999 reads as inf).
+    ("metrics loss 1e308", lambda t: ["run", str(metrics(t, STEP.replace("2.5", "1e308")))],
+     ["line 1: loss is 1e+308, not a finite number within +-1e30"]),
+    ("metrics loss -1e308", lambda t: ["run", str(metrics(t, STEP.replace("2.5", "-1e308")))],
+     ["loss is -1e+308"]),
+    ("metrics loss 1e999", lambda t: ["run", str(metrics(t, STEP.replace("2.5", "1e999")))],
+     ["loss is inf, not a finite number"]),
+    ("metrics imbalance 1e31", lambda t: ["run", str(metrics(
+        t, STEP.replace("1.1", "1e31")))], ["dp_imbalance is 1e+31"]),
+    ("metrics pairs 1e308", lambda t: ["run", str(metrics(t, STEP, metrics_line(
+        pairs=[1.0, 1e308])))], ["line 2: pairs is [1.0, 1e+308], not a list of finite"]),
+    ("metrics attention 1e999", lambda t: ["run", str(metrics(t, STEP, metrics_line(
+        attention_ms=[1.0, 7.0]).replace("7.0", "1e999")))], ["attention_ms is [1.0, inf]"]),
+    ("metrics baseline -1e999", lambda t: ["run", str(metrics(t, STEP, metrics_line(
+        contiguous_imbalance={"pairs": 7.0, "tiles": 1.0}).replace("7.0", "-1e999")))],
+     ["contiguous_imbalance: pairs is -inf"]),
+    ("metrics scheduler a list", lambda t: ["run", str(metrics(t, STEP, json.dumps(
+        {"step": 1, "scheduler": [], "ranks": [{"rank": 0, "busy_ms": 1.0,
+                                                 "attention_ms": 1.0}]})))],
+     ["scheduler is [], not a scheduler name"]),
     ("metrics huge rank", lambda t: ["run", str(metrics(t, STEP, metrics_line(dp_rank=2**60)))],
      ["dp_rank is 1152921504606846976"]),
     ("metrics negative rank", lambda t: ["run", str(metrics(t, STEP, metrics_line(dp_rank=-1)))],
@@ -542,6 +564,28 @@ PLOT_CASES = [
     ("tile map of too many ranks", lambda t: ["plan", "--cp", "65", "--seq-len", "4096",
                                               "--strategy", "contiguous", "--out", str(t / "o")],
      ["too many panels"]),
+    # plan: work bounded before planning, the row, the ranks and the pictures together
+    ("compare of a long row on many ranks", lambda t: [
+        "plan", "--cp", "128", "--seq-len", "33554432", "--out", str(t / "o")],
+     ["a row of 33554432 tokens in 1 document (262144 blocks of 128) on 128 ranks with 8 "
+      "strategies would take about", "GB, more than the 4 s and 1.5 GB python3 -m fulcrum.plot "
+      "plan allows; give a shorter row, a larger --block-size or fewer ranks"]),
+    ("tile map of a long row", lambda t: [
+        "plan", "--cp", "64", "--seq-len", "33554432", "--strategy", "contiguous",
+        "--block-size", "4096", "--out", str(t / "o")],
+     ["a row of 33554432 tokens in 1 document (8192 blocks of 4096) on 64 ranks as a tile map "
+      "would take about"]),
+    ("tile map of many small tiles", lambda t: [
+        "plan", "--cp", "8", "--doc-lengths", "2097152,2097152", "--strategy", "contiguous",
+        "--block-size", "512", "--out", str(t / "o")],
+     ["in 2 documents (8192 blocks of 512) on 8 ranks as a tile map"]),
+    ("compare of many bars", lambda t: ["plan", "--cp", "1024", "--seq-len", "4096",
+                                        "--out", str(t / "o")],
+     ["on 1024 ranks with 8 strategies would take about"]),
+    ("tile map of many panels in two formats", lambda t: [
+        "plan", "--cp", "64", "--seq-len", "4096", "--strategy", "contiguous", "--out",
+        str(t / "o")], ["as a tile map would take about", "or one of --formats png or svg"]),
+    # plan: options
     # plan: options
     ("cp not a number", lambda t: ["plan", "--cp", "x", "--seq-len", "64", "--out", str(t / "o")],
      ["--cp", "invalid int value"]),
@@ -690,6 +734,59 @@ def test_plot_accepts_what_the_cli_accepts(plot_main, tmp_path, capsys):
         assert plot_main(argv) == 0, capsys.readouterr()
     assert capsys.readouterr().out.split() == [str(tmp_path / "a.png"), str(tmp_path / "b.png"),
                                                str(tmp_path / "c.svg")]
+
+
+NAMES_FROM_DATA = ["$x^$", "$\\undefinedmacro$", "\ud800", "tab\there", "y" * 1_000_000]
+
+
+def test_plot_draws_names_from_data_literally(plot_main, balancer, tmp_path, capsys):
+    """Strategy names come from a metrics file or a plugin: mathtext ('$x^$'
+    is a ValueError in matplotlib), a lone surrogate (the SVG writer cannot
+    encode it), controls and a megabyte of name (a raster overflow) are all
+    drawn literally, escaped and cut, and the pictures are written."""
+    from fulcrum import plot
+
+    for names in (NAMES_FROM_DATA, ["\ud800\u2028"]):
+        lines = [STEP.replace('"auto"', json.dumps(name)) for name in names]
+        lines += [metrics_line(cp_strategy=name) for name in names]
+        path = metrics(tmp_path, *lines)
+        assert plot_main(["run", str(path), "--out", str(tmp_path / "r")]) == 0, \
+            capsys.readouterr()
+        fig = plot.run_figure(str(path))
+        cp_title = fig.axes[1].get_title()
+        dp_label = fig.axes[2].get_legend().get_texts()[0].get_text()
+        plot.plt.close(fig)
+        for text in (cp_title, dp_label):
+            assert len(text) < 200, len(text)
+            assert "\ud800" not in text and "\t" not in text, text
+            if len(names) > 1:
+                assert "\\$x^\\$" in text and "\\$\\undefinedmacro\\$" in text, text
+                assert "tab\\x09here" in text, text
+            else:
+                assert text.endswith("\\ud800\u2028"), text
+
+    # A plugin's names, in the comparison and the tile map.
+    real = balancer.plan_cp("contiguous", cp=2, tokens=512)
+    for requested, used in (("$x^$", "$\\frac{$"), ("y" * 1_000_000, "\ud800")):
+        named = dataclasses.replace(real, requested=requested, used=used)
+        for fig in (plot.plan_compare_figure([real, named]), plot.tile_map_figure(named)):
+            assert plot.save(fig, str(tmp_path / "p"), ("png", "svg")) == [
+                str(tmp_path / "p.png"), str(tmp_path / "p.svg")]
+
+
+def test_a_failure_inside_matplotlib_is_one_line(plot_main, monkeypatch, tmp_path, capsys):
+    """The last guard: whatever the drawing raises past the checks reaches
+    the user as one line and exit 2, not a traceback."""
+    from fulcrum import plot
+
+    def fails(path):
+        raise ValueError("$x^$\n              ^\nExpected end of text")
+
+    monkeypatch.setattr(plot, "run_figure", fails)
+    assert plot_main(["run", str(METRICS), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert err.startswith("fulcrum.plot: drawing failed (ValueError: "), err
 
 
 METRICS = pathlib.Path(__file__).parent / "data" / "quickstart_metrics.jsonl"

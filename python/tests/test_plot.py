@@ -103,6 +103,37 @@ def check_run_figure(fig, path):
     assert len(want["loss"]) > 1 and max(want["dp_round_robin"]) > 1.0  # a real, unbalanced run
 
 
+def test_tile_map_figure_bounds_its_tiles_for_library_callers(balancer):
+    """The command refuses a large map from its estimate before planning; a
+    caller of tile_map_figure with a plan in hand is refused by the count of
+    tiles, before the map is computed."""
+    plan = balancer.plan_cp("contiguous", cp=2, tokens=65536, block_size=1)
+    with pytest.raises(plot.FulcrumError, match="a tile map of 4294967296 tiles is too large"):
+        plot.tile_map_figure(plan)
+
+
+@pytest.mark.parametrize("cp,tokens,block,strategies,tile_map,formats", [
+    (8, 1 << 20, 128, 8, False, 2), (128, 1 << 22, 128, 8, False, 2),
+    (8, 1 << 22, 4096, 1, True, 1), (64, 1 << 16, 128, 1, True, 2),
+])
+def test_the_estimate_grows_with_every_dimension(cp, tokens, block, strategies, tile_map,
+                                                  formats):
+    """Property: doubling the row, the ranks, the strategies or the formats,
+    or halving the block, never lowers the estimate (so a refused input
+    stays refused when any of them grows)."""
+    def estimate(**changes):
+        args = dict(tokens=tokens, doc_lengths=None, block_size=block, cp=cp,
+                    strategies=strategies, tile_map=tile_map, formats=formats)
+        args.update(changes)
+        return plot.estimate_plot_plan(**args)[1:]
+
+    base = estimate()
+    for grown in (estimate(tokens=2 * tokens), estimate(cp=2 * cp),
+                  estimate(block_size=max(1, block // 2)), estimate(formats=2 * formats),
+                  estimate(strategies=2 * strategies)):
+        assert grown[0] >= base[0] and grown[1] >= base[1], (base, grown)
+
+
 def test_run_figure_of_a_real_metrics_file(tmp_path):
     fig = plot.run_figure(str(QUICKSTART_METRICS))
     check_run_figure(fig, QUICKSTART_METRICS)
@@ -211,7 +242,8 @@ def test_command_line(plugin_path, tmp_path):
         (("plan", "--plugin", plugin_path, "--cp", 0, "--seq-len", 64, "--out", tmp_path / "x"),
          "--cp must be an integer from 1 to 1048576, got '0'"),
         (("plan", "--plugin", plugin_path, "--cp", 2, "--seq-len", 65536, "--block-size", 1,
-          "--strategy", "contiguous", "--out", tmp_path / "x"), "too large to draw"),
+          "--strategy", "contiguous", "--out", tmp_path / "x"),
+         "(65536 blocks of 1) on 2 ranks as a tile map would take about"),
         (("plan", "--plugin", plugin_path, "--cp", 1048576, "--seq-len", 1048576, "--out",
           tmp_path / "x"), "--cp 1048576 is too many bars to draw (at most 1024)"),
         (("plan", "--plugin", tmp_path / "libno.so", "--cp", 2, "--seq-len", 64, "--out",

@@ -80,6 +80,27 @@ def test_a_schedule_of_a_shrunken_batch_is_refused_and_the_batch_kept(test_plugi
     assert docs.tolist() == [2500, 1800, 200]
 
 
+def test_a_plugin_that_wrote_into_a_request_struct_is_refused(test_plugins):
+    """Each hook writes one field of the request struct (no array, no
+    string) and answers validly: only the byte comparison can tell, and the
+    words are the C++ host's."""
+    path = broken(test_plugins, "scribble_struct")
+    docs = np.array([700, 500, 200], dtype=np.int64)
+    tail = "which the host lent it read-only"
+    with fulcrum.load(path, check_permissions=False) as b:
+        refused(lambda: b.plan_cp("contiguous", cp=4, doc_lengths=docs), "internal",
+                "plugin 'broken_scribble_struct' strategy 'contiguous' wrote into the request "
+                "struct fulcrum_cp_request, " + tail, path)
+        refused(lambda: b.partition_dp(docs, 2, "round_robin", cost="attention:4"), "internal",
+                "plugin 'broken_scribble_struct' strategy 'round_robin' wrote into the request "
+                "struct fulcrum_dp_request, " + tail, path)
+        refused(lambda: b.schedule("hybrid", world=4, max_tokens_per_rank=1000,
+                                   doc_lengths=docs, profile=PROFILE), "internal",
+                "plugin 'broken_scribble_struct' scheduler 'hybrid' wrote into the request "
+                "struct fulcrum_schedule_request, " + tail, path)
+    assert docs.tolist() == [700, 500, 200]
+
+
 def test_the_real_plugin_leaves_every_array_as_given(balancer):
     """Property: over many rows, the caller's arrays are equal to their
     copies taken before each call (the plugin may not even see them)."""

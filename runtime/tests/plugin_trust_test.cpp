@@ -364,6 +364,38 @@ TEST(PluginLentMemoryTest, ScheduleThatShrankTheBatchIsRefusedAndTheBatchKept) {
   EXPECT_EQ(used.doc_lengths, request.doc_lengths);
 }
 
+TEST(PluginLentMemoryTest, WritesIntoTheRequestStructAreRefused) {
+  // Each hook writes one field of its request struct (no array, no string)
+  // and answers validly for the request as given: only the byte comparison
+  // of the struct can tell.
+  Logged logged;
+  auto balancer = load_broken("scribble_struct", logged);
+  ASSERT_NE(balancer, nullptr);
+  const std::string tail = ", which the host lent it read-only";
+  auto plan = balancer->plan_cp("contiguous", packed_row());
+  ASSERT_FALSE(plan.is_ok());
+  EXPECT_EQ(plan.status().code(), StatusCode::kPluginFault);
+  EXPECT_HAS(plan.status().message(),
+             "plugin 'broken_scribble_struct' strategy 'contiguous' wrote into the request "
+             "struct fulcrum_cp_request" +
+                 tail);
+  const DpRequest request{{40, 30, 20, 10, 5}, 2, {}, false};
+  auto part = balancer->partition_dp("round_robin", request);
+  ASSERT_FALSE(part.is_ok());
+  EXPECT_HAS(part.status().message(),
+             "plugin 'broken_scribble_struct' strategy 'round_robin' wrote into the request "
+             "struct fulcrum_dp_request" +
+                 tail);
+  ScheduleRequest batch = batch_request();
+  batch.doc_lengths = {700, 500, 200};
+  auto schedule = balancer->schedule("hybrid", batch);
+  ASSERT_FALSE(schedule.is_ok());
+  EXPECT_HAS(schedule.status().message(),
+             "plugin 'broken_scribble_struct' scheduler 'hybrid' wrote into the request "
+             "struct fulcrum_schedule_request" +
+                 tail);
+}
+
 // --- counts that promise more than the buffers hold ------------------------
 
 TEST(PluginAnswerCountsTest, CountsAreCheckedBeforeAnyBufferIsRead) {

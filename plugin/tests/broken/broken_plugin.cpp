@@ -290,8 +290,8 @@ class BrokenScheduleBalancer final : public fulcrum::LoadBalancer {
 
 FULCRUM_EXPORT_PLUGIN(BrokenScheduleBalancer)
 
-#elif defined(FULCRUM_BROKEN_scribble) || defined(FULCRUM_BROKEN_lying_counts) || \
-    defined(FULCRUM_BROKEN_lying_work)
+#elif defined(FULCRUM_BROKEN_scribble) || defined(FULCRUM_BROKEN_scribble_struct) || \
+    defined(FULCRUM_BROKEN_lying_counts) || defined(FULCRUM_BROKEN_lying_work)
 
 namespace {
 
@@ -406,6 +406,81 @@ void release_schedule(void* /*instance*/, fulcrum_schedule* out) {
 }
 
 constexpr const char* kName = "broken_scribble";
+
+#elif defined(FULCRUM_BROKEN_scribble_struct)
+
+// The mask parameter, which a causal row does not read: the plan is the
+// valid contiguous one, so only a byte comparison of the struct can tell.
+fulcrum_status plan_cp(void* /*instance*/, const fulcrum_cp_request* request,
+                       fulcrum_cp_plan* plan) {
+  const_cast<fulcrum_cp_request*>(request)->mask_param += 999;
+  return contiguous(request->tokens, request->cp_size, plan);
+}
+
+// The attention cost's coefficient; the partition is a valid round robin.
+fulcrum_status partition_dp(void* /*instance*/, const fulcrum_dp_request* request,
+                            fulcrum_dp_result* result) {
+  const_cast<fulcrum_dp_request*>(request)->attention_a = 5.0;
+  const std::int64_t n = request->num_samples;
+  const std::int32_t k = request->num_ranks;
+  std::int64_t at = 0;
+  for (std::int32_t r = 0; r < k; ++r) {
+    result->rank_offsets[r] = at;
+    for (std::int64_t i = r; i < n; i += k) result->samples[at++] = i;
+  }
+  result->rank_offsets[k] = at;
+  return FULCRUM_OK;
+}
+
+struct ScheduleBuffers {
+  std::vector<std::int64_t> rank_offsets, piece_offsets, piece_docs, piece_starts, piece_lengths,
+      shard_lens, padding, positions;
+  std::vector<std::int32_t> ranks, waves;
+};
+
+// The profile's latency; the schedule puts each document whole on one rank,
+// dealt round robin (valid while every document fits the budget).
+fulcrum_status schedule(void* /*instance*/, const fulcrum_schedule_request* request,
+                        fulcrum_schedule* out) {
+  const_cast<fulcrum_schedule_request*>(request)->latency_seconds = 5.0;
+  const std::int64_t docs = request->num_docs;
+  auto* b = new ScheduleBuffers;
+  b->rank_offsets.push_back(0);
+  b->piece_offsets.push_back(0);
+  for (std::int64_t d = 0; d < docs; ++d) {
+    const std::int64_t length = request->doc_lengths[d];
+    b->ranks.push_back(static_cast<std::int32_t>(d % request->world_size));
+    b->waves.push_back(static_cast<std::int32_t>(d / request->world_size));
+    b->rank_offsets.push_back(d + 1);
+    b->piece_offsets.push_back(d + 1);
+    b->piece_docs.push_back(d);
+    b->piece_starts.push_back(0);
+    b->piece_lengths.push_back(length);
+    b->shard_lens.push_back(length);
+    b->padding.push_back(0);
+    for (std::int64_t i = 0; i < length; ++i) b->positions.push_back(i);
+  }
+  out->num_slots = static_cast<std::int32_t>(docs);
+  out->slot_rank_offsets = b->rank_offsets.data();
+  out->ranks = b->ranks.data();
+  out->slot_piece_offsets = b->piece_offsets.data();
+  out->piece_docs = b->piece_docs.data();
+  out->piece_starts = b->piece_starts.data();
+  out->piece_lengths = b->piece_lengths.data();
+  out->slot_waves = b->waves.data();
+  out->slot_shard_lens = b->shard_lens.data();
+  out->slot_padding = b->padding.data();
+  out->positions = b->positions.data();
+  out->strategy_used = "hybrid";
+  out->plugin_data = b;
+  return FULCRUM_OK;
+}
+
+void release_schedule(void* /*instance*/, fulcrum_schedule* out) {
+  delete static_cast<ScheduleBuffers*>(out->plugin_data);
+}
+
+constexpr const char* kName = "broken_scribble_struct";
 
 #elif defined(FULCRUM_BROKEN_lying_work)
 

@@ -96,8 +96,17 @@ def scratch_root(tmp_path):
     return root
 
 
-def session_script(blocks, tmp_path):
-    lines = ["set -e -o pipefail"]
+def main_command_outputs():
+    """The steps of the README's main command after its build (the data it
+    prepares, such as `fulcrum preprocess`), which the later commands use:
+    a person runs them first."""
+    first = RUNNABLE[0][2]
+    steps = [step.strip() for step in first.split("&&")]
+    return [s for s in steps if " preprocess " in s]
+
+
+def session_script(blocks, tmp_path, prelude=()):
+    lines = ["set -e -o pipefail", *prelude]
     for line, language, body, reason in blocks:
         if reason is not None:
             continue
@@ -126,7 +135,7 @@ def test_every_command_runs_in_order(page, tmp_path):
     home.mkdir()
     env = environment(home)
     root = scratch_root(tmp_path)
-    script = session_script(blocks, tmp_path)
+    script = session_script(blocks, tmp_path, main_command_outputs())
     done = subprocess.run(["bash", "-c", script], cwd=root, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, timeout=840)
     ran = re.findall(re.escape(MARK) + r"(\S+)", done.stdout)

@@ -421,9 +421,9 @@ TEST(Plugin, BrokenPluginIsAClearError) {
 
 // Launch-time checks that need no worker.
 TEST(Launch, WrongProcessCountAndBadConfigExitTwo) {
-  const RunResult n = run(
-      {FULCRUM_BIN, "train", "--config", source_file("configs/synthetic.yaml"), "--nproc", "3"},
-      seconds(30));
+  const RunResult n =
+      run({FULCRUM_BIN, "train", "--config", source_file("configs/synthetic.yaml"), "--nproc", "3"},
+          seconds(30));
   EXPECT_EQ(n.exit_code, 2) << n;
   EXPECT_NE(n.output.find("--nproc 3 does not match"), std::string::npos) << n;
 

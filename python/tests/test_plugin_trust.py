@@ -11,18 +11,8 @@ import numpy as np
 import pytest
 
 import fulcrum
+from test_schedule import PROFILE
 
-PROFILE = {
-    "name": "test_profile",
-    "tile_seconds": 2.0e-4,
-    "token_seconds": 1.0e-7,
-    "slot_seconds": 6.6e-3,
-    "kv_bytes_per_token": 512,
-    "intra_node_bytes_per_second": 3.3e9,
-    "inter_node_bytes_per_second": 1.0e9,
-    "latency_seconds": 9.0e-4,
-    "ranks_per_node": 4,
-}
 NOBODY = 65534
 
 

@@ -42,7 +42,7 @@
 
 #include "attention/cp_attention.h"
 #include "attention/sharding.h"
-#include "dist/communicator.h"
+#include "comm/communicator.h"
 #include "fulcrum/cp_types.h"
 #include "runtime_bench_util.h"
 #include "strategies/cp_strategies.h"
@@ -110,7 +110,7 @@ CountingAllocator* install_counter() {
 // Rank `rank` of a P-rank group in one process: the all-gather answers with
 // the other ranks' shards, prepared beforehand; the reduce-scatter returns
 // this rank's own contribution (the same size as the true sum).
-class ReplayGroup final : public fulcrum::dist::Communicator {
+class ReplayGroup final : public fulcrum::comm::Communicator {
  public:
   ReplayGroup(int rank, std::vector<at::Tensor> shards)
       : Communicator("replay", std::chrono::seconds(1)), rank_(rank), shards_(std::move(shards)) {}
@@ -119,22 +119,22 @@ class ReplayGroup final : public fulcrum::dist::Communicator {
   const char* backend() const override { return "replay"; }
 
  protected:
-  std::vector<at::Tensor> do_all_gather(const at::Tensor& input, fulcrum::dist::Timeout) override {
+  std::vector<at::Tensor> do_all_gather(const at::Tensor& input, fulcrum::comm::Timeout) override {
     std::vector<at::Tensor> out = shards_;
     out[static_cast<std::size_t>(rank_)] = input;
     return out;
   }
-  at::Tensor do_reduce_scatter_sum(const at::Tensor& input, fulcrum::dist::Timeout) override {
+  at::Tensor do_reduce_scatter_sum(const at::Tensor& input, fulcrum::comm::Timeout) override {
     const std::int64_t rows = input.size(0) / size();
     return input.narrow(0, rank_ * rows, rows).clone();
   }
-  void do_all_reduce_sum(std::vector<at::Tensor>&, fulcrum::dist::Timeout) override {
+  void do_all_reduce_sum(std::vector<at::Tensor>&, fulcrum::comm::Timeout) override {
     fail("all_reduce_sum", "the replay group only gathers and reduce-scatters");
   }
-  void do_broadcast(at::Tensor&, int, fulcrum::dist::Timeout) override {
+  void do_broadcast(at::Tensor&, int, fulcrum::comm::Timeout) override {
     fail("broadcast", "the replay group only gathers and reduce-scatters");
   }
-  void do_barrier(fulcrum::dist::Timeout) override { fail("barrier", "not supported"); }
+  void do_barrier(fulcrum::comm::Timeout) override { fail("barrier", "not supported"); }
 
  private:
   int rank_;

@@ -56,8 +56,8 @@
 
 #include "attention/cp_attention.h"
 #include "attention/sharding.h"
+#include "comm/communicator.h"
 #include "data/loader.h"
-#include "dist/communicator.h"
 #include "fulcrum/host/plugin_loader.h"
 #include "fulcrum/host/selection.h"
 #include "runtime_bench_util.h"
@@ -91,7 +91,7 @@ T value_or_die(fulcrum::Result<T> r, const std::string& what) {
 // CpAttention::create needs a group of the plan's size holding this rank;
 // creating the schedule talks to nobody, so a group whose collectives fail
 // loudly is enough, and keeps the timing free of any transport.
-class PlanOnlyGroup final : public fulcrum::dist::Communicator {
+class PlanOnlyGroup final : public fulcrum::comm::Communicator {
  public:
   PlanOnlyGroup(int rank, int size)
       : Communicator("plan-only", std::chrono::seconds(1)), rank_(rank), size_(size) {}
@@ -100,19 +100,19 @@ class PlanOnlyGroup final : public fulcrum::dist::Communicator {
   const char* backend() const override { return "none"; }
 
  protected:
-  std::vector<at::Tensor> do_all_gather(const at::Tensor&, fulcrum::dist::Timeout) override {
+  std::vector<at::Tensor> do_all_gather(const at::Tensor&, fulcrum::comm::Timeout) override {
     fail("all_gather", "the plan-only group of the overhead benchmark has no transport");
   }
-  void do_all_reduce_sum(std::vector<at::Tensor>&, fulcrum::dist::Timeout) override {
+  void do_all_reduce_sum(std::vector<at::Tensor>&, fulcrum::comm::Timeout) override {
     fail("all_reduce_sum", "no transport");
   }
-  at::Tensor do_reduce_scatter_sum(const at::Tensor&, fulcrum::dist::Timeout) override {
+  at::Tensor do_reduce_scatter_sum(const at::Tensor&, fulcrum::comm::Timeout) override {
     fail("reduce_scatter_sum", "no transport");
   }
-  void do_broadcast(at::Tensor&, int, fulcrum::dist::Timeout) override {
+  void do_broadcast(at::Tensor&, int, fulcrum::comm::Timeout) override {
     fail("broadcast", "no transport");
   }
-  void do_barrier(fulcrum::dist::Timeout) override { fail("barrier", "no transport"); }
+  void do_barrier(fulcrum::comm::Timeout) override { fail("barrier", "no transport"); }
 
  private:
   int rank_;

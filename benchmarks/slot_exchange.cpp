@@ -35,7 +35,7 @@
 
 #include "attention/sharding.h"
 #include "attention/slot_attention.h"
-#include "dist/thread_communicator.h"
+#include "comm/thread_communicator.h"
 #include "fulcrum/core/cost_profile.h"
 #include "fulcrum/core/schedule.h"
 #include "runtime_bench_util.h"
@@ -84,7 +84,7 @@ struct RankResult {
 std::vector<RankResult> execute(const ScheduleRequest& request, const Schedule& schedule,
                                 const ScheduleCost& cost, const Options& opt) {
   const int w = request.world_size;
-  const auto world = dist::make_thread_group(w, "world", std::chrono::seconds(600));
+  const auto world = comm::make_thread_group(w, "world", std::chrono::seconds(600));
   std::vector<RankResult> results(static_cast<std::size_t>(w));
   std::vector<std::thread> threads;
   for (int r = 0; r < w; ++r) {

@@ -24,7 +24,7 @@
 
 #include "attention/cp_attention.h"
 #include "attention/sharding.h"
-#include "dist/gloo_communicator.h"
+#include "comm/gloo_communicator.h"
 #include "fulcrum/core/workload.h"
 #include "fulcrum/host/plugin_loader.h"
 #include "fulcrum/host/selection.h"
@@ -138,7 +138,7 @@ int main(int argc, char** argv) {
   const std::vector<std::string> masks = {"causal", "full", "sliding:7", "prefix:13"};
 
   try {
-    dist::GlooOptions g;
+    comm::GlooOptions g;
     g.rank = id->rank;
     g.world_size = id->world_size;
     g.dp_size = 1;
@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
     g.master_port = id->master_port;
     g.rendezvous_timeout = std::chrono::seconds(30);
     g.op_timeout = std::chrono::seconds(30);
-    const dist::ProcessGroups groups = dist::init_gloo_process_groups(g);
+    const comm::ProcessGroups groups = comm::init_gloo_process_groups(g);
     const std::int32_t r = groups.cp->rank();
 
     int cases = 0, failures = 0, padded = 0, fallbacks = 0;
@@ -235,7 +235,7 @@ int main(int argc, char** argv) {
     }
     return 0;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "rank %d: %s\n", id->rank, dist::first_line(e).c_str());
+    std::fprintf(stderr, "rank %d: %s\n", id->rank, comm::first_line(e).c_str());
     return 2;
   }
 }

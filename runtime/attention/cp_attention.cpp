@@ -68,7 +68,7 @@ void check_local(const at::Tensor& t, const char* name, std::int64_t rows, const
 
 Result<std::shared_ptr<CpAttention>> CpAttention::create(const CpWorkload& workload,
                                                          const ShardPlan& plan,
-                                                         std::shared_ptr<dist::Communicator> group,
+                                                         std::shared_ptr<comm::Communicator> group,
                                                          const CpAttentionOptions& options) {
   if (!group) return invalid_argument("cp attention needs a CP group communicator; got none");
   if (group->size() != plan.cp_size) {

@@ -29,7 +29,7 @@
 #include "attention/blocked_attention.h"
 #include "attention/row_attention.h"
 #include "attention/tile_schedule.h"
-#include "dist/communicator.h"
+#include "comm/communicator.h"
 #include "fulcrum/cp_types.h"
 #include "fulcrum/status.h"
 
@@ -66,7 +66,7 @@ class CpAttention final : public RowAttention, public std::enable_shared_from_th
   // ranks, and builds this rank's (= cp_group->rank()) tile schedule.
   static Result<std::shared_ptr<CpAttention>> create(const CpWorkload& workload,
                                                      const ShardPlan& plan,
-                                                     std::shared_ptr<dist::Communicator> cp_group,
+                                                     std::shared_ptr<comm::Communicator> cp_group,
                                                      const CpAttentionOptions& options = {});
 
   // Differentiable attention of local q, k, v ([S, H, D], float32/float64):
@@ -79,7 +79,7 @@ class CpAttention final : public RowAttention, public std::enable_shared_from_th
 
   const TileSchedule& schedule() const { return schedule_; }
   const ShardPlan& plan() const { return plan_; }
-  dist::Communicator& group() const { return *group_; }
+  comm::Communicator& group() const { return *group_; }
   // Not synchronised: one CpAttention belongs to one rank's thread.
   const AttentionStats& last_forward() const { return last_forward_; }
   const AttentionStats& last_backward() const { return last_backward_; }
@@ -89,7 +89,7 @@ class CpAttention final : public RowAttention, public std::enable_shared_from_th
 
   ShardPlan plan_;
   TileSchedule schedule_;
-  std::shared_ptr<dist::Communicator> group_;
+  std::shared_ptr<comm::Communicator> group_;
   CpAttentionOptions options_;
   at::Tensor restore_;  // int64 [N]: row of the gathered buffer holding global position pos
   AttentionStats last_forward_;

@@ -35,8 +35,8 @@ std::int64_t bytes_of(const at::Tensor& t) {
   return t.numel() * static_cast<std::int64_t>(t.element_size());
 }
 
-std::int32_t peer_count(const std::vector<dist::PeerMessage>& sends,
-                        const std::vector<dist::PeerMessage>& receives) {
+std::int32_t peer_count(const std::vector<comm::PeerMessage>& sends,
+                        const std::vector<comm::PeerMessage>& receives) {
   std::set<int> peers;
   for (const auto& m : sends) peers.insert(m.peer);
   for (const auto& m : receives) peers.insert(m.peer);
@@ -95,7 +95,7 @@ void check_local(const at::Tensor& t, const char* name, std::int64_t rows, const
 
 Result<std::shared_ptr<SlotAttention>> SlotAttention::create(
     const CpWorkload& row, const ShardPlan& plan, std::vector<std::int32_t> ranks,
-    std::shared_ptr<dist::Communicator> world, const SlotAttentionOptions& options) {
+    std::shared_ptr<comm::Communicator> world, const SlotAttentionOptions& options) {
   if (!world) return invalid_argument("slot attention needs the world communicator; got none");
   if (static_cast<std::int64_t>(ranks.size()) != plan.cp_size) {
     return invalid_argument("slot attention: the slot lists " + std::to_string(ranks.size()) +
@@ -152,12 +152,12 @@ Result<std::shared_ptr<SlotAttention>> SlotAttention::create(
   return a;
 }
 
-void SlotAttention::exchange(const char* pass, const std::vector<dist::PeerMessage>& sends,
-                             const std::vector<dist::PeerMessage>& receives) {
+void SlotAttention::exchange(const char* pass, const std::vector<comm::PeerMessage>& sends,
+                             const std::vector<comm::PeerMessage>& receives) {
   try {
     world_->exchange(sends, receives);
-  } catch (const dist::CommError& e) {
-    throw dist::CommError((options_.label.empty() ? std::string("slot") : options_.label) + " " +
+  } catch (const comm::CommError& e) {
+    throw comm::CommError((options_.label.empty() ? std::string("slot") : options_.label) + " " +
                           pass + ": " + e.what());
   }
 }
@@ -179,7 +179,7 @@ SlotForward SlotAttention::forward(const at::Tensor& q, const at::Tensor& k, con
   const auto comm_start = Clock::now();
   // K and V travel together: one message per peer instead of two.
   const at::Tensor kv = at::cat({k.detach(), v.detach()}, -1);  // [S, H, 2D]
-  std::vector<dist::PeerMessage> sends, receives;
+  std::vector<comm::PeerMessage> sends, receives;
   for (const TransferIndex& t : outgoing_) {
     sends.push_back({t.peer_rank, kv.index_select(0, t.rows.to(device))});
     stats.bytes_sent += bytes_of(sends.back().tensor);
@@ -232,7 +232,7 @@ SlotGrads SlotAttention::backward(const at::Tensor& q, const SlotForward& f,
   // The mirror of the forward exchange: the gradient of every key received
   // goes back to its owner; the gradient of every key sent comes back.
   const at::Tensor dkv_global = at::cat({local.dk, local.dv}, -1);  // [N, H, 2D]
-  std::vector<dist::PeerMessage> sends, receives;
+  std::vector<comm::PeerMessage> sends, receives;
   for (const TransferIndex& t : incoming_) {
     sends.push_back({t.peer_rank, dkv_global.index_select(0, t.positions.to(device))});
     stats.bytes_sent += bytes_of(sends.back().tensor);

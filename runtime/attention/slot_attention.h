@@ -34,7 +34,7 @@
 #include "attention/kv_exchange.h"
 #include "attention/row_attention.h"
 #include "attention/tile_schedule.h"
-#include "dist/communicator.h"
+#include "comm/communicator.h"
 #include "fulcrum/cp_types.h"
 #include "fulcrum/status.h"
 
@@ -82,7 +82,7 @@ class SlotAttention final : public RowAttention,
   // largest rank listed.
   static Result<std::shared_ptr<SlotAttention>> create(const CpWorkload& row, const ShardPlan& plan,
                                                        std::vector<std::int32_t> ranks,
-                                                       std::shared_ptr<dist::Communicator> world,
+                                                       std::shared_ptr<comm::Communicator> world,
                                                        const SlotAttentionOptions& options = {});
 
   // Differentiable attention of local q, k, v ([S, H, D], float32/float64).
@@ -108,8 +108,8 @@ class SlotAttention final : public RowAttention,
   SlotAttention() = default;
 
   // The world's exchange, its CommError prefixed with the label and pass.
-  void exchange(const char* pass, const std::vector<dist::PeerMessage>& sends,
-                const std::vector<dist::PeerMessage>& receives);
+  void exchange(const char* pass, const std::vector<comm::PeerMessage>& sends,
+                const std::vector<comm::PeerMessage>& receives);
 
   // Rows and global positions of one transfer, as index tensors.
   struct TransferIndex {
@@ -123,7 +123,7 @@ class SlotAttention final : public RowAttention,
   std::int32_t member_ = 0;
   TileSchedule schedule_;
   KvExchangePlan exchange_;
-  std::shared_ptr<dist::Communicator> world_;
+  std::shared_ptr<comm::Communicator> world_;
   SlotAttentionOptions options_;
   at::Tensor own_rows_;                  // int64: this member's non-pad local rows
   at::Tensor own_positions_;             // int64: their global positions

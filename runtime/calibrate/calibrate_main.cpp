@@ -34,7 +34,7 @@
 
 #include "attention/blocked_attention.h"
 #include "attention/tile_schedule.h"
-#include "dist/directory_store.h"
+#include "comm/directory_store.h"
 #include "fulcrum/core/workload.h"
 
 namespace {
@@ -176,8 +176,8 @@ int run_comm(int repetitions) {
   // Started by fulcrum calibrate's launcher: the two ranks meet in its
   // private directory, and nothing listens on the network.
   c10::intrusive_ptr<c10d::Store> store;
-  if (const char* dir = std::getenv(fulcrum::dist::kRendezvousDirVariable); dir && *dir) {
-    auto opened = fulcrum::dist::DirectoryStore::open(dir, std::chrono::seconds(60));
+  if (const char* dir = std::getenv(fulcrum::comm::kRendezvousDirVariable); dir && *dir) {
+    auto opened = fulcrum::comm::DirectoryStore::open(dir, std::chrono::seconds(60));
     if (!opened) throw UsageFailure(opened.status().message());
     store = std::move(opened).value();
   } else {

@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "cli_common.h"
+#include "comm/socket_interface.h"
 #include "commands.h"
-#include "dist/socket_interface.h"
 #include "fulcrum/host/plugin_loader.h"
 #include "launch/launch.h"
 #include "launch/preflight.h"
@@ -143,8 +143,8 @@ po::options_description train_options(TrainFlags& f) {
 [[maybe_unused]] void check_environment(int nproc) {
   if (nproc < 2) return;  // one process uses no Gloo
   std::optional<std::string> ifname;
-  if (const char* value = std::getenv(dist::kSocketIfnameVariable)) ifname = value;
-  const auto parsed = dist::parse_socket_ifname(ifname, dist::host_interfaces());
+  if (const char* value = std::getenv(comm::kSocketIfnameVariable)) ifname = value;
+  const auto parsed = comm::parse_socket_ifname(ifname, comm::host_interfaces());
   if (!parsed) throw UsageError(parsed.status().message());
 }
 

@@ -31,7 +31,7 @@
 #include <utility>
 #include <vector>
 
-#include "dist/progress.h"
+#include "comm/progress.h"
 #include "host/input_file.h"
 #include "launch/unique_fd.h"
 #include "launch/worker_env.h"
@@ -63,8 +63,8 @@ constexpr std::string_view kOwnedVariables[] = {"RANK",
                                                 "LOCAL_WORLD_SIZE",
                                                 "MASTER_ADDR",
                                                 "MASTER_PORT",
-                                                dist::kStallReportDirVariable,
-                                                dist::kRendezvousDirVariable,
+                                                comm::kStallReportDirVariable,
+                                                comm::kRendezvousDirVariable,
                                                 kCompletionNoteVariable};
 
 std::string errno_text(int err) { return std::strerror(err); }
@@ -251,7 +251,7 @@ std::string untrusted_directory(const std::filesystem::path& dir) {
 // The job's private directory (mkdtemp: mode 0700, this user's), removed with
 // everything in it when the launch ends. The workers meet in its rendezvous/
 // (a DirectoryStore, so nothing listens on the network), a worker whose
-// collective timed out leaves a StallReport (dist/progress.h) naming the rank
+// collective timed out leaves a StallReport (comm/progress.h) naming the rank
 // it waited for, one that lost a peer says so, and one whose run finished
 // leaves its completion note. Without it the launch does not start.
 class ReportDir {
@@ -299,7 +299,7 @@ class ReportDir {
     struct stat st {};
     return !path_.empty() && ::lstat((path_ + "/" + name).c_str(), &st) == 0;
   }
-  bool noted_lost_peer(int rank) const { return has(dist::lost_peer_note_name(rank)); }
+  bool noted_lost_peer(int rank) const { return has(comm::lost_peer_note_name(rank)); }
   ~ReportDir() {
     std::error_code ec;
     if (!path_.empty()) std::filesystem::remove_all(path_, ec);
@@ -313,9 +313,9 @@ class ReportDir {
   // (its failure was a timeout) or noted that it lost a peer in a collective
   // (its failure was a consequence: a rank that timed out may have closed
   // its connections first, and its report names the cause).
-  std::optional<std::vector<dist::StallReport>> read(int first) const {
+  std::optional<std::vector<comm::StallReport>> read(int first) const {
     if (path_.empty()) return std::nullopt;
-    std::vector<dist::StallReport> reports;
+    std::vector<comm::StallReport> reports;
     bool have_first = false;
     std::error_code ec;
     for (const auto& entry : std::filesystem::directory_iterator(path_, ec)) {
@@ -326,7 +326,7 @@ class ReportDir {
       const std::optional<std::string> text =
           host::read_transient_file(entry.path().string(), kMaxStallReportBytes);
       if (!text) continue;
-      Result<dist::StallReport> report = dist::StallReport::decode(*text);
+      Result<comm::StallReport> report = comm::StallReport::decode(*text);
       if (!report) continue;
       if (report->reporter == first) {
         have_first = true;
@@ -517,8 +517,8 @@ std::vector<std::string> worker_environment(const LaunchOptions& options, int ra
   env.push_back("LOCAL_WORLD_SIZE=" + std::to_string(options.nproc));
   env.push_back("MASTER_ADDR=" + options.master_addr);
   env.push_back("MASTER_PORT=" + std::to_string(port));
-  env.push_back(std::string(dist::kStallReportDirVariable) + "=" + job_dir.path());
-  env.push_back(std::string(dist::kRendezvousDirVariable) + "=" + job_dir.rendezvous_path());
+  env.push_back(std::string(comm::kStallReportDirVariable) + "=" + job_dir.path());
+  env.push_back(std::string(comm::kRendezvousDirVariable) + "=" + job_dir.rendezvous_path());
   if (options.require_completion_note) {
     env.push_back(std::string(kCompletionNoteVariable) + "=" + job_dir.completion_note_path(rank));
   }
@@ -755,12 +755,12 @@ class Job {
         report.summary = "fulcrum: rank " + std::to_string(e.rank) + " failed with exit status " +
                          std::to_string(e.exit_status);
         if (const std::vector<int> same = relay_.same_error_as(e.rank); !same.empty()) {
-          report.summary += " (the same error on " + dist::ranks_phrase(same) + ")";
+          report.summary += " (the same error on " + comm::ranks_phrase(same) + ")";
         }
         // It gave up waiting in a collective: name the rank it waited for.
         if (!stopped.empty() && e.exit_status != 0) {
           report.stalled_ranks = stopped;
-          report.summary = "fulcrum: " + dist::ranks_phrase(stopped) + " " +
+          report.summary = "fulcrum: " + comm::ranks_phrase(stopped) + " " +
                            (stopped.size() == 1 ? "was" : "were") +
                            " stopped (by SIGSTOP, SIGTSTP or a debugger) when rank " +
                            std::to_string(e.rank) + " failed with exit status " +
@@ -768,9 +768,9 @@ class Job {
                            "; a stopped rank answers no collective: its peers time out "
                            "(dist.op_timeout_s); stopped all ranks";
         } else if (auto stalls = reports_.read(e.rank)) {
-          if (std::optional<std::string> line = dist::stall_summary(*stalls)) {
+          if (std::optional<std::string> line = comm::stall_summary(*stalls)) {
             report.summary = *line;
-            for (const dist::StallReport& r : *stalls) {
+            for (const comm::StallReport& r : *stalls) {
               report.stalled_ranks.insert(report.stalled_ranks.end(), r.stalled.begin(),
                                           r.stalled.end());
             }

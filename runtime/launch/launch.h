@@ -92,7 +92,7 @@ struct LaunchReport {
   int exit_code = 0;
   // The ranks the failed rank's collective was waiting for, when it failed
   // by timing out and the workers' stall reports name them (see
-  // dist/progress.h); empty otherwise.
+  // comm/progress.h); empty otherwise.
   std::vector<int> stalled_ranks;
   // One line describing the failure, empty on success, e.g.
   // "fulcrum: rank 1 failed with exit status 3", or for a stall

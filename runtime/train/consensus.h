@@ -40,9 +40,9 @@
 #include <utility>
 #include <vector>
 
+#include "comm/group_layout.h"
 #include "data/loader.h"
 #include "data/token_dataset.h"
-#include "dist/group_layout.h"
 #include "fulcrum/cp_types.h"
 #include "fulcrum/host/config.h"
 #include "fulcrum/schedule_types.h"
@@ -82,7 +82,7 @@ std::uint64_t plan_fingerprint(const ShardPlan& plan);
 std::uint64_t schedule_fingerprint(const Schedule& schedule);
 
 // One byte vector per member of a group, in group-rank order: what
-// dist::Communicator::all_gather_bytes returns. Throws on failure.
+// comm::Communicator::all_gather_bytes returns. Throws on failure.
 using Bytes = std::vector<std::uint8_t>;
 using GatherBytes = std::function<std::vector<Bytes>(const Bytes&)>;
 
@@ -95,10 +95,10 @@ struct ConsensusGroup {
 };
 
 // Binds a communicator (anything with all_gather_bytes, e.g.
-// dist::Communicator) to consensus; a template so this header needs no
+// comm::Communicator) to consensus; a template so this header needs no
 // LibTorch.
 template <class Comm>
-ConsensusGroup consensus_group(std::shared_ptr<Comm> comm, const dist::GroupSpec& spec) {
+ConsensusGroup consensus_group(std::shared_ptr<Comm> comm, const comm::GroupSpec& spec) {
   return {spec.name, spec.ranks,
           [comm](const Bytes& bytes) { return comm->all_gather_bytes(bytes); }};
 }

@@ -6,8 +6,8 @@
 #include <string>
 #include <utility>
 
+#include "comm/communicator.h"
 #include "data/token_dataset.h"
-#include "dist/communicator.h"
 #include "launch/worker_env.h"
 #include "train/checkpoint.h"
 #include "train/consensus.h"
@@ -83,15 +83,15 @@ int exit_code_of_current_exception() {
   } catch (const NumericError& e) {
     print_error(e.what());
     return 1;
-  } catch (const dist::ConfigError& e) {
-    print_error(dist::first_line(e));
+  } catch (const comm::ConfigError& e) {
+    print_error(comm::first_line(e));
     return 2;
-  } catch (const dist::CommError& e) {
-    print_error(dist::first_line(e));
+  } catch (const comm::CommError& e) {
+    print_error(comm::first_line(e));
     return 1;
   } catch (const std::exception& e) {
     // c10 errors carry a backtrace after the first line.
-    print_error("internal error: " + dist::first_line(e));
+    print_error("internal error: " + comm::first_line(e));
     return 1;
   } catch (...) {
     print_error("internal error: unknown exception");

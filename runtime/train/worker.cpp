@@ -23,8 +23,8 @@
 #include "attention/cp_attention.h"
 #include "attention/sharding.h"
 #include "attention/slot_attention.h"
+#include "comm/gloo_communicator.h"
 #include "data/loader.h"
-#include "dist/gloo_communicator.h"
 #include "fulcrum/core/schedule.h"
 #include "fulcrum/core/text.h"
 #include "fulcrum/core/workload.h"
@@ -265,7 +265,7 @@ class Worker {
   std::unique_ptr<host::CpSelector> selector_;
   std::unique_ptr<GptModel> model_;
   std::unique_ptr<AdamW> optimizer_;
-  dist::ProcessGroups groups_;
+  comm::ProcessGroups groups_;
   std::unique_ptr<MetricsFile> metrics_;
   // Hybrid mode: the balancer that schedules, and the step's schedule for
   // its report.
@@ -339,7 +339,7 @@ void Worker::build_model() {
 }
 
 void Worker::connect() {
-  dist::GlooOptions g;
+  comm::GlooOptions g;
   g.rank = id_.rank;
   g.world_size = id_.world_size;
   g.dp_size = options_.dp_size;
@@ -349,10 +349,10 @@ void Worker::connect() {
   g.rendezvous_timeout = options_.rendezvous_timeout;
   g.op_timeout = options_.op_timeout;
   g.backend =
-      options_.backend == Backend::kNccl ? dist::CommBackend::kNccl : dist::CommBackend::kGloo;
+      options_.backend == Backend::kNccl ? comm::CommBackend::kNccl : comm::CommBackend::kGloo;
   g.cuda_device = options_.cuda_device;
   reliability_.before_rendezvous();
-  groups_ = dist::init_gloo_process_groups(g);
+  groups_ = comm::init_gloo_process_groups(g);
   // In hybrid mode the schedule, not a CP group, says who shares a row: the
   // per-row check becomes the schedule check over WORLD, and the DP check
   // sees one DP rank (every rank holds the whole global batch).

@@ -22,7 +22,7 @@ Status configure_compute(TrainOptions& options, const launch::WorkerIdentity& id
 // Prepares everything that can be checked locally (balancer, data, model,
 // the checkpoint to resume), then meets the other ranks and trains. A
 // non-OK status is bad input found before the rendezvous; failures after it
-// are thrown (worker_errors.h, ConsensusError, dist::CommError and the like).
+// are thrown (worker_errors.h, ConsensusError, comm::CommError and the like).
 Status run_training(TrainOptions options, CheckpointOptions checkpoints,
                     const launch::WorkerIdentity& id, const WorkerArgs& args,
                     ReliabilityOptions reliability);

@@ -15,8 +15,8 @@
 #include "attention/cp_attention.h"
 #include "attention/sharding.h"
 #include "attention/tile_schedule.h"
-#include "dist/local_communicator.h"
-#include "dist/thread_communicator.h"
+#include "comm/local_communicator.h"
+#include "comm/thread_communicator.h"
 #include "fulcrum/core/work_model.h"
 #include "reference.h"
 
@@ -201,7 +201,7 @@ CpRun run_cp(const CpWorkload& w, const ShardPlan& plan, const at::Tensor& q, co
              const at::Tensor& v, const at::Tensor& weight,
              const CpAttentionOptions& options = {}) {
   const std::int32_t p = plan.cp_size;
-  const auto group = dist::make_thread_group(p, "cp[dp=0]", 20s);
+  const auto group = comm::make_thread_group(p, "cp[dp=0]", 20s);
   std::vector<at::Tensor> out(p), dq(p), dk(p), dv(p);
   CpRun run;
   run.forward_tiles.assign(p, -1);
@@ -339,7 +339,7 @@ TEST(CpAttention, PlainForwardAndBackwardMatchTheAutogradPath) {
   const CpWorkload w = make_workload(64, {}, MaskSpec::causal(), 16, 1);
   const ShardPlan plan = random_plan(64, 1, 4, 3);
   auto attention =
-      CpAttention::create(w, plan, std::make_shared<dist::LocalCommunicator>()).value();
+      CpAttention::create(w, plan, std::make_shared<comm::LocalCommunicator>()).value();
   const at::Tensor q = at::randn({plan.shard_len, 2, 8}, at::kDouble);
   const at::Tensor k = at::randn({plan.shard_len, 2, 8}, at::kDouble);
   const at::Tensor v = at::randn({plan.shard_len, 2, 8}, at::kDouble);
@@ -364,7 +364,7 @@ TEST(CpAttention, RejectsAGroupOfTheWrongSizeAndBadShapes) {
   const CpWorkload w = make_workload(64, {}, MaskSpec::causal(), 16, 2);
   const ShardPlan plan = contiguous_plan(64, 2);
   const auto wrong =
-      CpAttention::create(w, plan, std::make_shared<dist::LocalCommunicator>("cp[dp=0]"));
+      CpAttention::create(w, plan, std::make_shared<comm::LocalCommunicator>("cp[dp=0]"));
   ASSERT_FALSE(wrong.is_ok());
   EXPECT_NE(wrong.status().message().find("has 1 ranks but the plan has cp_size 2"),
             std::string::npos)
@@ -372,7 +372,7 @@ TEST(CpAttention, RejectsAGroupOfTheWrongSizeAndBadShapes) {
 
   const CpWorkload w1 = make_workload(64, {}, MaskSpec::causal(), 16, 1);
   auto attention =
-      CpAttention::create(w1, contiguous_plan(64, 1), std::make_shared<dist::LocalCommunicator>())
+      CpAttention::create(w1, contiguous_plan(64, 1), std::make_shared<comm::LocalCommunicator>())
           .value();
   const at::Tensor q = at::randn({64, 2, 8}, at::kDouble);
   try {

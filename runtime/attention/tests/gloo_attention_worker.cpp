@@ -17,7 +17,7 @@
 
 #include "attention/cp_attention.h"
 #include "attention/sharding.h"
-#include "dist/gloo_communicator.h"
+#include "comm/gloo_communicator.h"
 #include "fulcrum/core/work_model.h"
 #include "fulcrum/core/workload.h"
 #include "reference.h"
@@ -43,13 +43,13 @@ int main(int argc, char** argv) {
     return 3;
   }
   at::set_num_threads(1);
-  auto options = dist::GlooOptions::from_env(std::atoi(argv[2]), std::atoi(argv[3]));
+  auto options = comm::GlooOptions::from_env(std::atoi(argv[2]), std::atoi(argv[3]));
   check(options.is_ok(), options.status().message());
   options->rendezvous_timeout = std::chrono::seconds(20);
   options->op_timeout = std::chrono::seconds(20);
   g_rank = options->rank;
   try {
-    const dist::ProcessGroups groups = dist::init_gloo_process_groups(*options);
+    const comm::ProcessGroups groups = comm::init_gloo_process_groups(*options);
     const std::int32_t p = groups.cp->size();
 
     CpWorkload w;
@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
     check((*attention)->last_backward().tiles == tiles, "backward tiles != work model");
     groups.world->barrier();
     return 0;
-  } catch (const dist::CommError& e) {
+  } catch (const comm::CommError& e) {
     std::fprintf(stderr, "ERROR: %s\n", e.what());
     return 2;
   }

@@ -25,7 +25,7 @@
 
 #include "attention/sharding.h"
 #include "attention/slot_attention.h"
-#include "dist/gloo_communicator.h"
+#include "comm/gloo_communicator.h"
 #include "fulcrum/core/cost_profile.h"
 #include "fulcrum/core/schedule.h"
 #include "reference.h"
@@ -54,13 +54,13 @@ int main(int argc, char** argv) {
   const bool stall = argc == 4;
   at::set_num_threads(1);
   // Every rank is its own DP rank: the world is one pool.
-  auto options = dist::GlooOptions::from_env(std::atoi(argv[2]), 1);
+  auto options = comm::GlooOptions::from_env(std::atoi(argv[2]), 1);
   check(options.is_ok(), options.status().message());
   options->rendezvous_timeout = std::chrono::seconds(20);
   options->op_timeout = stall ? std::chrono::seconds(2) : std::chrono::seconds(20);
   g_rank = options->rank;
   try {
-    const dist::ProcessGroups groups = dist::init_gloo_process_groups(*options);
+    const comm::ProcessGroups groups = comm::init_gloo_process_groups(*options);
     const std::int64_t heads = 2;
     const std::int64_t dim = 4;
 
@@ -142,7 +142,7 @@ int main(int argc, char** argv) {
     std::printf("rank %d ran %zu slots\n", g_rank, mine.size());
     groups.world->barrier();
     return 0;
-  } catch (const dist::CommError& e) {
+  } catch (const comm::CommError& e) {
     std::fprintf(stderr, "ERROR: %s\n", e.what());
     return 2;
   }

@@ -23,8 +23,8 @@
 #include "attention/kv_exchange.h"
 #include "attention/sharding.h"
 #include "attention/slot_attention.h"
-#include "dist/local_communicator.h"
-#include "dist/thread_communicator.h"
+#include "comm/local_communicator.h"
+#include "comm/thread_communicator.h"
 #include "fulcrum/core/cost_profile.h"
 #include "fulcrum/core/schedule.h"
 #include "fulcrum/core/work_model.h"
@@ -189,7 +189,7 @@ struct SlotRun {
   std::vector<at::Tensor> out, dq, dk, dv;  // per member, local
   std::vector<SlotAttentionStats> forward, backward;
 
-  void run_member(std::int32_t m, const std::shared_ptr<dist::Communicator>& world) {
+  void run_member(std::int32_t m, const std::shared_ptr<comm::Communicator>& world) {
     auto attention = SlotAttention::create(row, plan, ranks, world);
     if (!attention) throw std::runtime_error(attention.status().message());
     if ((*attention)->member() != m) throw std::runtime_error("wrong member index");
@@ -262,7 +262,7 @@ struct SlotRun {
 // Runs `runs` (slots of one wave: disjoint ranks) concurrently on a world of
 // `world_size` threads; returns each rank's error text.
 std::vector<std::string> run_wave(std::vector<SlotRun*> runs,
-                                  const std::vector<std::shared_ptr<dist::Communicator>>& world) {
+                                  const std::vector<std::shared_ptr<comm::Communicator>>& world) {
   std::vector<std::string> errors(world.size());
   std::vector<std::thread> threads;
   for (SlotRun* run : runs) {
@@ -295,7 +295,7 @@ TEST_P(SlotAttentionMembers, EqualsDenseAttentionForEveryMaskAndPlan) {
   std::iota(ranks.begin(), ranks.end(), 0);
   std::shuffle(ranks.begin(), ranks.end(), std::mt19937(g));
   ranks.resize(static_cast<std::size_t>(g));
-  const auto world = dist::make_thread_group(world_size, "world", 20s);
+  const auto world = comm::make_thread_group(world_size, "world", 20s);
   for (const auto& docs :
        {std::vector<std::int64_t>{90}, std::vector<std::int64_t>{31, 7, 40, 2, 10}}) {
     for (const auto& [mask_name, mask] : masks(n, b)) {
@@ -334,7 +334,7 @@ TEST(SlotAttention, WholeSchedulesRunWaveByWaveAndMoveThePredictedBytes) {
     for (int i = 0; i < 14; ++i) {
       request.doc_lengths.push_back(std::clamp<std::int64_t>(std::llround(length(rng)), 1, 60));
     }
-    const auto world = dist::make_thread_group(world_size, "world", 20s);
+    const auto world = comm::make_thread_group(world_size, "world", 20s);
     std::size_t widest = 0;
     int single = 0;
     std::int64_t received = 0;
@@ -386,7 +386,7 @@ TEST(SlotAttention, TwoLayersShareOneSlotAttentionWhileAnotherSlotRuns) {
   // Layer 2 reads layer 1's output; gradients reach layer 1's inputs.
   const std::int64_t heads = 2;
   const std::int64_t dim = 4;
-  const auto world = dist::make_thread_group(5, "world", 20s);
+  const auto world = comm::make_thread_group(5, "world", 20s);
   struct Slot {
     CpWorkload row;
     ShardPlan plan;
@@ -477,7 +477,7 @@ TEST(SlotAttention, OneMemberSlotsNeedNoGroupAtAll) {
   const CpWorkload row = make_row({20, 13}, MaskSpec::causal(), 8, 1);
   SlotRun run{row, contiguous_plan(row.tokens, 1), {0}};
   run.prepare(1, 4);
-  run.run_member(0, std::make_shared<dist::LocalCommunicator>("world"));
+  run.run_member(0, std::make_shared<comm::LocalCommunicator>("world"));
   run.expect_equals_dense(1e-12);
 }
 
@@ -486,7 +486,7 @@ TEST(SlotAttention, AMemberThatNeverComesIsNamedWithTheSlotAndWave) {
   // forward exchange times out naming the slot, the wave and rank 3.
   const CpWorkload row = make_row({40}, MaskSpec::causal(), 8, 2);
   const ShardPlan plan = contiguous_plan(40, 2);
-  const auto world = dist::make_thread_group(4, "world", 300ms);
+  const auto world = comm::make_thread_group(4, "world", 300ms);
   SlotAttentionOptions options;
   options.label = "slot 5 (wave 2)";
   auto attention = SlotAttention::create(row, plan, {1, 3}, world[1], options).value();
@@ -494,7 +494,7 @@ TEST(SlotAttention, AMemberThatNeverComesIsNamedWithTheSlotAndWave) {
   std::string error;
   try {
     attention->forward(x, x, x);
-  } catch (const dist::CommError& e) {
+  } catch (const comm::CommError& e) {
     error = e.what();
   }
   EXPECT_EQ(error,
@@ -505,7 +505,7 @@ TEST(SlotAttention, AMemberThatNeverComesIsNamedWithTheSlotAndWave) {
 TEST(SlotAttention, RejectsRanksThatDoNotFitTheSlot) {
   const CpWorkload row = make_row({40}, MaskSpec::causal(), 8, 2);
   const ShardPlan plan = contiguous_plan(40, 2);
-  const auto world = dist::make_thread_group(3, "world", 5s);
+  const auto world = comm::make_thread_group(3, "world", 5s);
   auto message = [&](std::vector<std::int32_t> ranks, int me) {
     auto a = SlotAttention::create(row, plan, std::move(ranks), world[me]);
     return a ? std::string("ok") : a.status().message();

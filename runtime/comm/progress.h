@@ -18,10 +18,10 @@
 #include <string>
 #include <vector>
 
-#include "dist/group_layout.h"
+#include "comm/group_layout.h"
 #include "fulcrum/status.h"
 
-namespace fulcrum::dist {
+namespace fulcrum::comm {
 
 // What one rank published: for each of its multi-rank groups, how many
 // collectives it entered there and the last one's name; and the group of the
@@ -113,7 +113,7 @@ std::string ranks_phrase(const std::vector<int>& ranks);
 inline constexpr const char* kStallReportDirVariable = "FULCRUM_STALL_REPORT_DIR";
 
 // The directory where the ranks of a job on one host meet (a DirectoryStore,
-// dist/directory_store.h) instead of at a TCPStore: set by the launcher to a
+// comm/directory_store.h) instead of at a TCPStore: set by the launcher to a
 // private directory of its own, mode 0700.
 inline constexpr const char* kRendezvousDirVariable = "FULCRUM_RENDEZVOUS_DIR";
 
@@ -142,4 +142,4 @@ std::string lost_peer_note_name(int rank);
 // nullopt when the reports name no stalled rank.
 std::optional<std::string> stall_summary(const std::vector<StallReport>& reports);
 
-}  // namespace fulcrum::dist
+}  // namespace fulcrum::comm

@@ -1,4 +1,4 @@
-#include "dist/communicator.h"
+#include "comm/communicator.h"
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "dist/progress.h"
+#include "comm/progress.h"
 
-namespace fulcrum::dist {
+namespace fulcrum::comm {
 
 std::string format_timeout(Timeout timeout) { return format_duration_ms(timeout.count()); }
 
@@ -157,4 +157,4 @@ void Communicator::do_exchange(const std::vector<PeerMessage>&, const std::vecto
                        " backend has no point-to-point messages; use a backend that has");
 }
 
-}  // namespace fulcrum::dist
+}  // namespace fulcrum::comm

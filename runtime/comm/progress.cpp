@@ -1,4 +1,4 @@
-#include "dist/progress.h"
+#include "comm/progress.h"
 
 #include "fulcrum/core/text.h"
 
@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-namespace fulcrum::dist {
+namespace fulcrum::comm {
 namespace {
 
 // Group and operation names are single words ("cp[dp=1]", "all_gather"); the
@@ -439,4 +439,4 @@ std::optional<std::string> stall_summary(const std::vector<StallReport>& reports
   return line;
 }
 
-}  // namespace fulcrum::dist
+}  // namespace fulcrum::comm

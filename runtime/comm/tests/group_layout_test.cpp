@@ -1,12 +1,12 @@
 // The DP x CP rank layout (Megatron order, CP fastest), without LibTorch.
-#include "dist/group_layout.h"
+#include "comm/group_layout.h"
 
 #include <gtest/gtest.h>
 
 #include <set>
 #include <vector>
 
-namespace fulcrum::dist {
+namespace fulcrum::comm {
 namespace {
 
 TEST(GroupLayout, MegatronOrderCpFastest) {
@@ -72,4 +72,4 @@ TEST(GroupLayout, RejectsInconsistentSizesWithTheValues) {
 }
 
 }  // namespace
-}  // namespace fulcrum::dist
+}  // namespace fulcrum::comm

@@ -9,11 +9,11 @@
 #include <thread>
 #include <vector>
 
-#include "dist/communicator.h"
-#include "dist/local_communicator.h"
-#include "dist/thread_communicator.h"
+#include "comm/communicator.h"
+#include "comm/local_communicator.h"
+#include "comm/thread_communicator.h"
 
-namespace fulcrum::dist {
+namespace fulcrum::comm {
 namespace {
 
 using namespace std::chrono_literals;
@@ -281,4 +281,4 @@ TEST(Communicator, ReduceScatterNeedsADivisibleFirstDimension) {
 }
 
 }  // namespace
-}  // namespace fulcrum::dist
+}  // namespace fulcrum::comm

@@ -5,9 +5,9 @@
 
 #include <string>
 
-#include "dist/communicator.h"
+#include "comm/communicator.h"
 
-namespace fulcrum::dist {
+namespace fulcrum::comm {
 
 class LocalCommunicator final : public Communicator {
  public:
@@ -30,4 +30,4 @@ class LocalCommunicator final : public Communicator {
 // World, DP and CP groups of a single-process job (world_size = 1).
 ProcessGroups local_process_groups(Timeout default_timeout = std::chrono::seconds(300));
 
-}  // namespace fulcrum::dist
+}  // namespace fulcrum::comm

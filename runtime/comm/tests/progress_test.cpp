@@ -1,7 +1,7 @@
 // Progress records, the stall analysis and the report to the launcher,
 // without LibTorch: jobs are simulated by entering collectives in the order
 // a real step would, then one rank stops.
-#include "dist/progress.h"
+#include "comm/progress.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-namespace fulcrum::dist {
+namespace fulcrum::comm {
 namespace {
 
 // A DP x CP job's records, advanced collective by collective.
@@ -292,4 +292,4 @@ TEST(StallSummary, NoneWithoutAStalledRank) {
 }
 
 }  // namespace
-}  // namespace fulcrum::dist
+}  // namespace fulcrum::comm

@@ -7,10 +7,10 @@
 #include <chrono>
 #include <string>
 
-#include "dist/communicator.h"
+#include "comm/communicator.h"
 #include "fulcrum/status.h"
 
-namespace fulcrum::dist {
+namespace fulcrum::comm {
 
 // The c10d backend of the groups: Gloo, or NCCL where LibTorch has it
 // (compiled in as FULCRUM_WITH_NCCL; otherwise asking for it is a
@@ -67,4 +67,4 @@ struct GlooOptions {
 // one line naming the address on a rendezvous failure or timeout.
 ProcessGroups init_gloo_process_groups(const GlooOptions& options);
 
-}  // namespace fulcrum::dist
+}  // namespace fulcrum::comm

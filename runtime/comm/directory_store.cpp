@@ -1,4 +1,4 @@
-#include "dist/directory_store.h"
+#include "comm/directory_store.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -18,7 +18,7 @@
 #include <thread>
 #include <utility>
 
-namespace fulcrum::dist {
+namespace fulcrum::comm {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -286,4 +286,4 @@ void DirectoryStore::wait(const std::vector<std::string>& keys,
   }
 }
 
-}  // namespace fulcrum::dist
+}  // namespace fulcrum::comm

@@ -1,4 +1,4 @@
-#include "dist/thread_communicator.h"
+#include "comm/thread_communicator.h"
 
 #include <ATen/ATen.h>
 
@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-namespace fulcrum::dist {
+namespace fulcrum::comm {
 namespace {
 
 // Shared by the members of one group. Each collective is two barrier phases:
@@ -260,4 +260,4 @@ std::vector<std::shared_ptr<Communicator>> make_thread_group(int size, const std
   return members;
 }
 
-}  // namespace fulcrum::dist
+}  // namespace fulcrum::comm

@@ -1,4 +1,4 @@
-#include "dist/socket_interface.h"
+#include "comm/socket_interface.h"
 
 #include <net/if.h>
 
@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-namespace fulcrum::dist {
+namespace fulcrum::comm {
 namespace {
 
 std::string listing(const std::vector<std::string>& available) {
@@ -67,4 +67,4 @@ std::vector<std::string> host_interfaces() {
   return names;
 }
 
-}  // namespace fulcrum::dist
+}  // namespace fulcrum::comm

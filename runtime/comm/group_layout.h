@@ -16,7 +16,7 @@
 
 #include "fulcrum/status.h"
 
-namespace fulcrum::dist {
+namespace fulcrum::comm {
 
 // One process group as seen by one of its members.
 struct GroupSpec {
@@ -49,4 +49,4 @@ Result<GroupLayout> make_group_layout(int rank, int world_size, int dp_size, int
 std::vector<std::vector<int>> all_cp_groups(int dp_size, int cp_size);
 std::vector<std::vector<int>> all_dp_groups(int dp_size, int cp_size);
 
-}  // namespace fulcrum::dist
+}  // namespace fulcrum::comm

@@ -1,11 +1,11 @@
-#include "dist/local_communicator.h"
+#include "comm/local_communicator.h"
 
 #include <ATen/ATen.h>
 
 #include <memory>
 #include <vector>
 
-namespace fulcrum::dist {
+namespace fulcrum::comm {
 
 std::vector<at::Tensor> LocalCommunicator::do_all_gather(const at::Tensor& input, Timeout) {
   return {input.clone()};
@@ -31,4 +31,4 @@ ProcessGroups local_process_groups(Timeout default_timeout) {
   return groups;
 }
 
-}  // namespace fulcrum::dist
+}  // namespace fulcrum::comm

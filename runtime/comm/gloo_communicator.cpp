@@ -1,4 +1,4 @@
-#include "dist/gloo_communicator.h"
+#include "comm/gloo_communicator.h"
 
 #include <fcntl.h>
 #include <netdb.h>
@@ -30,12 +30,12 @@
 #include <utility>
 #include <vector>
 
-#include "dist/directory_store.h"
-#include "dist/local_communicator.h"
-#include "dist/progress.h"
-#include "dist/socket_interface.h"
+#include "comm/directory_store.h"
+#include "comm/local_communicator.h"
+#include "comm/progress.h"
+#include "comm/socket_interface.h"
 
-namespace fulcrum::dist {
+namespace fulcrum::comm {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -818,4 +818,4 @@ ProcessGroups init_gloo_process_groups(const GlooOptions& o) {
   return groups;
 }
 
-}  // namespace fulcrum::dist
+}  // namespace fulcrum::comm

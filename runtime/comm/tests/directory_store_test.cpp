@@ -2,7 +2,7 @@
 // (get waits, add counts, compareSet as TCPStore does), exact counters under
 // threads and processes at once, and the directory rule (this user's, mode
 // 0700, not a link), checked on the descriptor it keeps.
-#include "dist/directory_store.h"
+#include "comm/directory_store.h"
 
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -16,7 +16,7 @@
 
 #include <gtest/gtest.h>
 
-namespace fulcrum::dist {
+namespace fulcrum::comm {
 namespace {
 
 namespace fs = std::filesystem;
@@ -166,4 +166,4 @@ TEST(DirectoryStore, OnlyThisUsersPrivateDirectoryIsUsed) {
 }
 
 }  // namespace
-}  // namespace fulcrum::dist
+}  // namespace fulcrum::comm

@@ -14,13 +14,13 @@
 #include <string>
 #include <vector>
 
-#include "dist/communicator.h"
+#include "comm/communicator.h"
 
-namespace fulcrum::dist {
+namespace fulcrum::comm {
 
 // Communicator r is rank r; hand each to its own thread.
 std::vector<std::shared_ptr<Communicator>> make_thread_group(
     int size, const std::string& name = "threads",
     Timeout default_timeout = std::chrono::seconds(20));
 
-}  // namespace fulcrum::dist
+}  // namespace fulcrum::comm

@@ -1,9 +1,9 @@
-#include "dist/group_layout.h"
+#include "comm/group_layout.h"
 
 #include <string>
 #include <vector>
 
-namespace fulcrum::dist {
+namespace fulcrum::comm {
 
 std::vector<std::vector<int>> all_cp_groups(int dp_size, int cp_size) {
   std::vector<std::vector<int>> groups(static_cast<std::size_t>(dp_size));
@@ -58,4 +58,4 @@ Result<GroupLayout> make_group_layout(int rank, int world_size, int dp_size, int
   return layout;
 }
 
-}  // namespace fulcrum::dist
+}  // namespace fulcrum::comm

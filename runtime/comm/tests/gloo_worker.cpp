@@ -22,14 +22,14 @@
 #include <thread>
 #include <vector>
 
-#include "dist/communicator.h"
-#include "dist/gloo_communicator.h"
+#include "comm/communicator.h"
+#include "comm/gloo_communicator.h"
 
 namespace {
 
-using fulcrum::dist::CommError;
-using fulcrum::dist::Communicator;
-using fulcrum::dist::GroupSpec;
+using fulcrum::comm::CommError;
+using fulcrum::comm::Communicator;
+using fulcrum::comm::GroupSpec;
 
 int g_rank = -1;
 
@@ -131,7 +131,7 @@ int main(int argc, char** argv) {
   }
   const std::string scenario = argv[1];
   at::set_num_threads(1);
-  auto options = fulcrum::dist::GlooOptions::from_env(std::atoi(argv[2]), std::atoi(argv[3]));
+  auto options = fulcrum::comm::GlooOptions::from_env(std::atoi(argv[2]), std::atoi(argv[3]));
   if (!options) {
     std::fprintf(stderr, "ERROR: %s\n", options.status().message().c_str());
     return 3;
@@ -141,7 +141,7 @@ int main(int argc, char** argv) {
   options->record_progress = scenario != "cost_off";
   g_rank = options->rank;
   try {
-    const fulcrum::dist::ProcessGroups groups = fulcrum::dist::init_gloo_process_groups(*options);
+    const fulcrum::comm::ProcessGroups groups = fulcrum::comm::init_gloo_process_groups(*options);
     if (scenario == "collectives") {
       check_group(*groups.world, groups.layout.world);
       check_group(*groups.cp, groups.layout.cp);
@@ -199,12 +199,12 @@ int main(int argc, char** argv) {
       // Every pair exchanges one message each way, each rank listing its
       // peers in its own order (odd ranks backwards), then ranks 0 and the
       // last exchange alone while the others go straight to the barrier.
-      fulcrum::dist::Communicator& world = *groups.world;
+      fulcrum::comm::Communicator& world = *groups.world;
       const int w = world.size();
       auto message = [](int from, int to) {
         return at::arange(from + to + 1, at::kLong) + 1000 * from + to;
       };
-      std::vector<fulcrum::dist::PeerMessage> sends, receives;
+      std::vector<fulcrum::comm::PeerMessage> sends, receives;
       for (int i = 0; i < w; ++i) {
         const int peer = g_rank % 2 == 0 ? i : w - 1 - i;
         if (peer == g_rank) continue;

@@ -19,10 +19,10 @@
 #include <string>
 #include <vector>
 
-#include "dist/progress.h"
+#include "comm/progress.h"
 #include "fulcrum/status.h"
 
-namespace fulcrum::dist {
+namespace fulcrum::comm {
 
 // Whether `dir` is a directory (not a link) owned by this user with no
 // permission bits for group or others: one line saying what is wrong if not.
@@ -60,4 +60,4 @@ class DirectoryStore : public c10d::Store {
   int dir_fd_ = -1;
 };
 
-}  // namespace fulcrum::dist
+}  // namespace fulcrum::comm

@@ -26,9 +26,9 @@
 #include <utility>
 #include <vector>
 
-#include "dist/group_layout.h"
+#include "comm/group_layout.h"
 
-namespace fulcrum::dist {
+namespace fulcrum::comm {
 
 using Timeout = std::chrono::milliseconds;
 using OptTimeout = std::optional<Timeout>;
@@ -150,4 +150,4 @@ struct ProcessGroups {
   std::shared_ptr<Communicator> cp;
 };
 
-}  // namespace fulcrum::dist
+}  // namespace fulcrum::comm

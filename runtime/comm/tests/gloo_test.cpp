@@ -11,10 +11,10 @@
 #include <sstream>
 #include <string>
 
-#include "dist/progress.h"
+#include "comm/progress.h"
 #include "spawn.h"
 
-namespace fulcrum::dist {
+namespace fulcrum::comm {
 namespace {
 
 using namespace std::chrono_literals;
@@ -256,4 +256,4 @@ TEST(Gloo, AnInterfaceThisHostLacksIsRefusedBeforeTheRendezvous) {
 }
 
 }  // namespace
-}  // namespace fulcrum::dist
+}  // namespace fulcrum::comm

@@ -10,7 +10,7 @@
 
 #include "fulcrum/status.h"
 
-namespace fulcrum::dist {
+namespace fulcrum::comm {
 
 inline constexpr const char* kSocketIfnameVariable = "GLOO_SOCKET_IFNAME";
 
@@ -24,4 +24,4 @@ Result<std::optional<std::vector<std::string>>> parse_socket_ifname(
 // This host's network interfaces, in the kernel's order ("lo", "eth0", ...).
 std::vector<std::string> host_interfaces();
 
-}  // namespace fulcrum::dist
+}  // namespace fulcrum::comm

@@ -1,6 +1,6 @@
 // GLOO_SOCKET_IFNAME's parsing and validation against a host's interfaces;
 // the host's own list is only required to hold the loopback device.
-#include "dist/socket_interface.h"
+#include "comm/socket_interface.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-namespace fulcrum::dist {
+namespace fulcrum::comm {
 namespace {
 
 const std::vector<std::string> kHost = {"lo", "eth0", "ib0"};
@@ -67,4 +67,4 @@ TEST(SocketIfname, ThisHostHasItsLoopbackDevice) {
 }
 
 }  // namespace
-}  // namespace fulcrum::dist
+}  // namespace fulcrum::comm

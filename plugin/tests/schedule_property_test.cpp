@@ -230,8 +230,9 @@ void check_request(const ScheduleRequest& r, Rng& rng, std::int64_t pairwise_lim
     const std::string at = where + " scheduler " + std::string(info.name);
     Result<Schedule> s = run_schedule_strategy(info.name, r);
     if (!s) {
-      // megatron_dcp pads every piece to 2 x its group: a piece of almost
-      // W x T may fit no group once padded. Nothing else may refuse.
+      // megatron_dcp refuses where Megatron raises (a piece padded to 2W
+      // that needs more ranks than the largest power of two up to W, or an
+      // empty-rank fill past the last rank). Nothing else may refuse.
       EXPECT_EQ(info.name, "megatron_dcp") << at << ": " << s.status().message();
       EXPECT_EQ(s.status().code(), StatusCode::kUnsupported) << at;
       continue;
@@ -355,7 +356,8 @@ TEST(ScheduleProperty, DecidedSlotsBoundIsBelowEveryPlan) {
         << where << " random schedule";
     if (::testing::Test::HasFatalFailure()) return;
   }
-  EXPECT_GT(checked, 350);
+  // megatron_dcp refuses where Megatron raises, so fewer than 2 x 206.
+  EXPECT_GT(checked, 300);
 }
 
 // Fixed with every CP size the world allows: valid, or refused exactly when

@@ -263,6 +263,8 @@ TEST(CostProfiles, BundledProfilesAreValidAndNamed) {
   const std::vector<std::string> names = builtin_cost_profile_names();
   ASSERT_NE(std::find(names.begin(), names.end(), "h100_7b"), names.end());
   ASSERT_NE(std::find(names.begin(), names.end(), "cpu_gloo"), names.end());
+  ASSERT_NE(std::find(names.begin(), names.end(), "h100_7b_fa3"), names.end());
+  ASSERT_NE(std::find(names.begin(), names.end(), "h100_7b_nccl"), names.end());
   for (const std::string& name : names) {
     const Result<CostProfile> p = builtin_cost_profile(name);
     ASSERT_TRUE(p) << name;
@@ -273,6 +275,30 @@ TEST(CostProfiles, BundledProfilesAreValidAndNamed) {
   ASSERT_FALSE(missing);
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
   EXPECT_NE(missing.status().message().find("h100_7b, cpu_gloo"), std::string::npos);
+}
+
+// The sensitivity variants are h100_7b with one figure moved (docs/HYBRID.md
+// section 3): attention time per tile for FlashAttention-3-class kernels,
+// NVLink bandwidth for what NCCL's send/recv reaches.
+TEST(CostProfiles, VariantsMoveOneFigureOfH100) {
+  const Result<CostProfile> base = builtin_cost_profile("h100_7b");
+  const Result<CostProfile> fa3 = builtin_cost_profile("h100_7b_fa3");
+  const Result<CostProfile> nccl = builtin_cost_profile("h100_7b_nccl");
+  ASSERT_TRUE(base && fa3 && nccl);
+  const auto same_but = [&](const CostProfile& p, double tile, double intra) {
+    EXPECT_EQ(p.tile_seconds, tile) << p.name;
+    EXPECT_EQ(p.intra_node_bytes_per_second, intra) << p.name;
+    EXPECT_EQ(p.token_seconds, base->token_seconds) << p.name;
+    EXPECT_EQ(p.slot_seconds, base->slot_seconds) << p.name;
+    EXPECT_EQ(p.kv_bytes_per_token, base->kv_bytes_per_token) << p.name;
+    EXPECT_EQ(p.inter_node_bytes_per_second, base->inter_node_bytes_per_second) << p.name;
+    EXPECT_EQ(p.latency_seconds, base->latency_seconds) << p.name;
+    EXPECT_EQ(p.ranks_per_node, base->ranks_per_node) << p.name;
+  };
+  same_but(*fa3, 5.0e-5, base->intra_node_bytes_per_second);
+  same_but(*nccl, base->tile_seconds, 1.8e11);
+  EXPECT_EQ(base->tile_seconds, 7.5e-5);
+  EXPECT_EQ(base->intra_node_bytes_per_second, 3.6e11);
 }
 
 TEST(ScheduleRegistry, NamesAndUnknownScheduler) {

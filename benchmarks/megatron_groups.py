@@ -8,7 +8,9 @@ when they look their group up by size; and how often it raises.
 Batches: documents drawn with replacement (seeded) from the shared mixes in
 ../shared/workloads (run from the repository root; without them the script
 says so and stops), until they hold --mb micro-batches' worth of tokens per
-rank, each clipped to W x T (Megatron cannot split a sample).
+rank, each clipped to W x T (Megatron cannot split a sample) and padded to a
+multiple of 2W, as Megatron's dataset pads samples with dynamic CP
+(2 x dp x cp), before the scheduler sees it.
 
     python3 benchmarks/megatron_groups.py [--ranks 8,16,64,12,24] [--tokens 8192,16384]
         [--batches 20] [--mb 4]
@@ -67,7 +69,8 @@ def main():
                         length = min(rng.choice(pool), world * budget)
                         lengths.append(length)
                         total += length
-                    pairs = list(enumerate(lengths))
+                    pairs = [(i, -(-n // (2 * world)) * 2 * world)
+                             for i, n in enumerate(lengths)]
                     try:
                         groups = megatron.get_groups_and_subsamples(
                             pairs, max_seqlen_per_dp_cp_rank=budget, dp_size=world // 2,

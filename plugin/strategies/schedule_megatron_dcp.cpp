@@ -23,15 +23,22 @@
 //     for the next micro-batch;
 //   * while ranks are empty, the first group of the smallest size grows to
 //     min(2 x size, W) ranks (fill_empty_gpus_once) when its last rank plus
-//     the added ranks stays below W, and the groups after it move up; where
-//     the moved groups would pass the last rank Megatron raises IndexError
-//     and so does this (kUnsupported, Megatron's reason); when no group can
-//     grow, the micro-batch is rebuilt as one group of all W ranks holding,
-//     longest first, the pieces whose P / W still fit T
+//     the added ranks stays below W, and the groups after it move up (where
+//     the moved groups would pass the last rank Megatron raises IndexError);
+//     when no group can grow, the micro-batch is rebuilt as one group of all
+//     W ranks holding, longest first, the pieces whose P / W still fit T
 //     (fill_with_full_dpxcp_group).
 // Megatron compares these in floating point (P / c, P^2 / c and the cap are
 // Python floats); so does this, operation for operation, so that ties and
-// boundaries fall the same way.
+// boundaries fall the same way. A request's group_shapes carry Megatron's
+// min_cp_size (the least size they allow) and
+// microbatch_group_size_per_vp_stage (their wave multiple, applied by
+// Megatron's align_sample_id_groups).
+//
+// Where Megatron raises, never returns (the alignment's refill can loop) or
+// leaves samples on no rank (the alignment can push them past the last),
+// megatron_dcp falls back to the `fixed` schedule, with Megatron's reason as
+// its fallback_reason.
 //
 // Inside a group Megatron shards with TransformerEngine's THD layout; here
 // `per_document_padded` (every piece padded to a multiple of 2c and cut
@@ -70,10 +77,10 @@ std::int64_t padded_length(std::int64_t len, std::int32_t world) {
 // dcp_gpus_needed: max(1, 2^ceil(log2(P / T))). Computed on integers: P and
 // T are below 2^32, so P / T's double and its log2 are exact enough that the
 // float form of Megatron rounds to the same power.
-std::int64_t gpus_needed(std::int64_t padded, std::int64_t budget) {
+std::int64_t gpus_needed(std::int64_t padded, std::int64_t budget, std::int64_t min_cp) {
   std::int64_t c = 1;
   while (c * budget < padded) c *= 2;
-  return c;
+  return std::max(c, min_cp);
 }
 
 // Python's (P * P) / c for a power of two c: P^2 is exact in int64 (P < 2^32)
@@ -100,7 +107,7 @@ struct MicroBatch {
 // first); kUnsupported where Megatron raises.
 Result<MicroBatch> next_micro_batch(const std::vector<std::int64_t>& padded,
                                     const std::vector<std::size_t>& remaining, std::int32_t world,
-                                    std::int64_t budget) {
+                                    std::int64_t budget, std::int64_t min_cp) {
   const auto t = static_cast<double>(budget);
   MicroBatch mb;
   const std::int64_t tall = padded[remaining[0]];
@@ -121,7 +128,7 @@ Result<MicroBatch> next_micro_batch(const std::vector<std::int64_t>& padded,
   };
   // decide_megatron_dcp has refused a batch whose longest piece needs more
   // than W ranks (Megatron's assertion on the first sample).
-  open_group(remaining[0], gpus_needed(tall, budget));
+  open_group(remaining[0], gpus_needed(tall, budget, min_cp));
 
   for (std::size_t k = 1; k < remaining.size(); ++k) {
     const std::size_t piece = remaining[k];
@@ -130,7 +137,7 @@ Result<MicroBatch> next_micro_batch(const std::vector<std::int64_t>& padded,
     std::int64_t best_size = 0;
     std::size_t best_group = 0;
     bool found = false;
-    for (std::int64_t c = gpus_needed(p, budget); c <= world; c *= 2) {
+    for (std::int64_t c = gpus_needed(p, budget, min_cp); c <= world; c *= 2) {
       const double cost = workload(p, c);
       const double share = static_cast<double>(p) / static_cast<double>(c);
       for (std::size_t gi = 0; gi < mb.groups.size(); ++gi) {
@@ -228,16 +235,184 @@ Result<MicroBatch> next_micro_batch(const std::vector<std::int64_t>& padded,
   return mb;
 }
 
-}  // namespace
+// Megatron's virtual-pipeline alignment (align_sample_id_groups), applied
+// when the request's group_shapes need a wave count that is a multiple of
+// wave_multiple (Megatron's microbatch_group_size_per_vp_stage). It works on
+// micro-batches as sample_id_groups holds them, a list of ranks, each here
+// the index of the group (a list of pieces) it runs or kEmpty; Megatron's
+// slice assignments can make that list longer than W, so it is a vector.
+constexpr std::int32_t kEmpty = -1;
+using Ranks = std::vector<std::int32_t>;
 
-Result<Schedule> decide_megatron_dcp(const ScheduleRequest& request) {
-  if (Status status = validate_schedule_request(request); !status) return status;
+template <class T>
+std::int64_t length_of(const std::vector<T>& v) {
+  return static_cast<std::int64_t>(v.size());
+}
+std::int64_t length(const Ranks& ranks) { return length_of(ranks); }
+
+struct Run {
+  std::int64_t start = 0;
+  std::int64_t size = 0;
+};
+
+// Runs of consecutive ranks [0, end) running the same group.
+std::vector<Run> runs_of(const Ranks& ranks, std::int64_t end) {
+  std::vector<Run> runs;
+  for (std::int64_t r = 0; r < end;) {
+    std::int64_t n = 1;
+    while (r + n < end && ranks[r + n] == ranks[r]) ++n;
+    runs.push_back({r, n});
+    r += n;
+  }
+  return runs;
+}
+
+std::string sizes_text(const std::vector<Run>& runs) {
+  std::string text;
+  for (const Run& run : runs) text += (text.empty() ? "" : ", ") + str(run.size);
+  return "[" + text + "]";
+}
+
+// Python's `v[a:b] = seq` for 0 <= a, b: both clamped to the list, the
+// slice replaced by seq whatever their lengths.
+void assign_slice(Ranks& v, std::int64_t a, std::int64_t b, const Ranks& seq) {
+  a = std::min(a, length(v));
+  b = std::max(a, std::min(b, length(v)));
+  v.erase(v.begin() + a, v.begin() + b);
+  v.insert(v.begin() + a, seq.begin(), seq.end());
+}
+
+// fill_empty's doubling of the run at `start`: its copy takes the next
+// `size` ranks and ranks [start + size, used) move up by `size`, by
+// Megatron's two slice assignments (the list grows when the run is longer
+// than the empty tail).
+Ranks double_run(const Ranks& ranks, std::int64_t start, std::int64_t size, std::int64_t used) {
+  Ranks out = ranks;
+  const Ranks tail(ranks.begin() + start + size, ranks.begin() + used);
+  const std::int64_t empty = length(ranks) - used;
+  assign_slice(out, start + 2 * size, size < empty ? used + size : length(out), tail);
+  const Ranks copy(out.begin() + start, out.begin() + start + size);
+  assign_slice(out, start + size, start + 2 * size, copy);
+  return out;
+}
+
+// fill_empty_by_expanding_cp: while the last rank is empty, double the last
+// run that is shorter than the run before it, or, when no run is, the first
+// run if the empty ranks hold it; when neither, Megatron's loop never ends.
+Result<Ranks> fill_by_doubling(Ranks ranks) {
+  while (ranks.back() == kEmpty) {
+    const auto used = static_cast<std::int64_t>(
+        std::count_if(ranks.begin(), ranks.end(), [](std::int32_t g) { return g != kEmpty; }));
+    const std::vector<Run> runs = runs_of(ranks, used);
+    bool changed = false;
+    for (std::size_t k = runs.size() - 1; k >= 1 && !changed; --k) {
+      if (runs[k - 1].size > runs[k].size) {
+        ranks = double_run(ranks, runs[k].start, runs[k].size, used);
+        changed = true;
+      }
+    }
+    if (!changed && runs[0].size <= length(ranks) - used) {
+      ranks = double_run(ranks, 0, runs[0].size, used);
+      changed = true;
+    }
+    if (!changed) {
+      return unsupported(
+          "megatron_dcp: Megatron's virtual-pipeline alignment cannot refill a "
+          "half micro-batch whose groups are " +
+          sizes_text(runs) + " ranks on " + str(length(ranks)) +
+          " (its align_sample_id_groups never returns on it); use a "
+          "power-of-two world or the hybrid scheduler");
+    }
+  }
+  return ranks;
+}
+
+// split_group: the micro-batch cut at the first group boundary at or past
+// its middle, each half refilled; (back half, front half), or nothing when
+// it is one group.
+Result<std::vector<Ranks>> split_micro_batch(const Ranks& ranks) {
+  const std::int64_t n = length(ranks);
+  const std::vector<Run> runs = runs_of(ranks, n);
+  for (std::size_t k = 1; k < runs.size(); ++k) {
+    if (runs[k].size > runs[k - 1].size) {
+      return unsupported("megatron_dcp: a micro-batch's CP groups grow from " +
+                         str(runs[k - 1].size) + " to " + str(runs[k].size) +
+                         " ranks along the ranks, and Megatron's virtual-pipeline alignment "
+                         "asserts that they do not (Megatron asserts here); use the hybrid "
+                         "scheduler");
+    }
+  }
+  if (runs.size() == 1) return std::vector<Ranks>{};
+  std::int64_t cut = 0;
+  for (const Run& run : runs) {
+    if (cut >= n / 2) break;
+    cut += run.size;
+  }
+  Ranks front(ranks.begin(), ranks.begin() + cut);
+  front.resize(static_cast<std::size_t>(n), kEmpty);
+  Ranks back(ranks.begin() + cut, ranks.end());
+  back.resize(static_cast<std::size_t>(n), kEmpty);
+  Result<Ranks> filled_front = fill_by_doubling(std::move(front));
+  if (!filled_front) return filled_front.status();
+  Result<Ranks> filled_back = fill_by_doubling(std::move(back));
+  if (!filled_back) return filled_back.status();
+  return std::vector<Ranks>{std::move(*filled_back), std::move(*filled_front)};
+}
+
+// align_sample_id_groups: split micro-batches, from the last back (and
+// round again), the back half in place and the front half appended, until
+// their count is a multiple of `multiple`.
+Status align_micro_batches(std::vector<Ranks>& batches, std::int64_t multiple) {
+  std::int64_t missing = (multiple - length_of(batches) % multiple) % multiple;
+  std::int64_t i = length_of(batches) - 1;
+  std::int64_t failures = 0;
+  while (missing > 0) {
+    if (i < 0) {
+      if (failures >= length_of(batches)) {
+        return unsupported("megatron_dcp: " + str(length_of(batches)) +
+                           " micro-batches cannot be split into a multiple of " + str(multiple) +
+                           " (the wave multiple, Megatron's "
+                           "microbatch_group_size_per_vp_stage): every one is a single CP group "
+                           "(Megatron asserts here); lower the multiple or use the hybrid "
+                           "scheduler");
+      }
+      i = length_of(batches) - 1;
+    }
+    Result<std::vector<Ranks>> halves = split_micro_batch(batches[static_cast<std::size_t>(i)]);
+    if (!halves) return halves.status();
+    if (halves->empty()) {
+      ++failures;
+    } else {
+      batches[static_cast<std::size_t>(i)] = std::move((*halves)[0]);
+      batches.push_back(std::move((*halves)[1]));
+      --missing;
+      failures = 0;
+    }
+    --i;
+  }
+  return Status::ok();
+}
+
+// Megatron's scheduler on `request`: its schedule, or kUnsupported with
+// Megatron's reason where Megatron raises, never returns, or leaves samples
+// on no rank.
+Result<Schedule> decide_exactly(const ScheduleRequest& request) {
   const std::vector<DocPiece> pieces = schedule_pieces(request);
   const std::int32_t world = request.world_size;
   const std::int64_t budget = request.max_tokens_per_rank;
+  // Megatron's min_dynamic_context_parallel_size and
+  // microbatch_group_size_per_vp_stage, from the request's group_shapes: the
+  // least size it allows and its wave multiple.
+  const GroupShapes& shapes = request.group_shapes;
+  std::int64_t min_cp = 1;
+  while (shapes.sizes != 0 && (shapes.sizes & static_cast<std::uint64_t>(min_cp)) == 0) {
+    min_cp *= 2;
+  }
+  const std::int64_t multiple = shapes.wave_multiple;
   std::vector<std::int64_t> padded(pieces.size());
-  for (std::size_t i = 0; i < pieces.size(); ++i)
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
     padded[i] = padded_length(pieces[i].length, world);
+  }
   std::vector<std::size_t> remaining(pieces.size());
   for (std::size_t i = 0; i < remaining.size(); ++i) remaining[i] = i;
   std::stable_sort(remaining.begin(), remaining.end(),
@@ -246,13 +421,12 @@ Result<Schedule> decide_megatron_dcp(const ScheduleRequest& request) {
   // longest of the batch.
   if (!remaining.empty()) {
     const std::size_t longest = remaining[0];
-    const std::int64_t need = gpus_needed(padded[longest], budget);
+    const std::int64_t need = gpus_needed(padded[longest], budget, min_cp);
     if (need > world) {
       return unsupported("megatron_dcp: document " + str(pieces[longest].doc) + " piece of " +
                          str(pieces[longest].length) + " tokens, padded to " +
                          str(padded[longest]) +
-                         " (a multiple of 2W, as Megatron's dataset pads), "
-                         "requires CP size " +
+                         " (a multiple of 2W, as Megatron's dataset pads), requires CP size " +
                          str(need) + " at T = " + str(budget) + ", but only " + str(world) +
                          " DPxCP ranks are available (Megatron asserts here); raise T");
     }
@@ -260,10 +434,19 @@ Result<Schedule> decide_megatron_dcp(const ScheduleRequest& request) {
 
   Schedule schedule;
   schedule.strategy_used = "megatron_dcp";
+  std::vector<std::vector<std::size_t>> groups;  // with the alignment: each group's pieces
+  std::vector<Ranks> batches;                    // and each micro-batch's ranks
   for (std::int32_t wave = 0; !remaining.empty(); ++wave) {
-    Result<MicroBatch> mb = next_micro_batch(padded, remaining, world, budget);
+    Result<MicroBatch> mb = next_micro_batch(padded, remaining, world, budget, min_cp);
     if (!mb) return mb.status();
-    for (const Group& g : mb->groups) {
+    if (multiple > 1) batches.emplace_back(static_cast<std::size_t>(world), kEmpty);
+    for (Group& g : mb->groups) {
+      if (multiple > 1) {
+        std::fill_n(batches.back().begin() + g.first_rank, g.size,
+                    static_cast<std::int32_t>(groups.size()));
+        groups.push_back(std::move(g.pieces));
+        continue;
+      }
       ScheduleSlot slot;
       slot.wave = wave;
       for (std::int32_t r = 0; r < g.size; ++r) slot.ranks.push_back(g.first_rank + r);
@@ -272,10 +455,59 @@ Result<Schedule> decide_megatron_dcp(const ScheduleRequest& request) {
     }
     remaining = std::move(mb->leftovers);
   }
+  if (multiple <= 1) return schedule;
+
+  if (Status status = align_micro_batches(batches, multiple); !status) return status;
+  for (std::size_t wave = 0; wave < batches.size(); ++wave) {
+    const Ranks& ranks = batches[wave];
+    if (length(ranks) > world) {
+      return unsupported(
+          "megatron_dcp: Megatron's virtual-pipeline alignment doubles a group past the last of " +
+          str(world) + " ranks in micro-batch " + str(static_cast<std::int64_t>(wave)) +
+          ", leaving its samples where no rank runs them; use a power-of-two world or the "
+          "hybrid scheduler");
+    }
+    for (const Run& run : runs_of(ranks, world)) {
+      ScheduleSlot slot;
+      slot.wave = static_cast<std::int32_t>(wave);
+      for (std::int64_t r = 0; r < run.size; ++r) {
+        slot.ranks.push_back(static_cast<std::int32_t>(run.start + r));
+      }
+      for (const std::size_t p : groups[static_cast<std::size_t>(ranks[run.start])]) {
+        slot.pieces.push_back(pieces[p]);
+      }
+      schedule.slots.push_back(std::move(slot));
+    }
+  }
   return schedule;
 }
 
+}  // namespace
+
+Result<Schedule> decide_megatron_dcp(const ScheduleRequest& request) {
+  if (Status status = validate_schedule_request(request); !status) return status;
+  Result<Schedule> exact = decide_exactly(request);
+  if (exact || exact.status().code() != StatusCode::kUnsupported) return exact;
+  // Where Megatron fails, fall back to the fixed schedule and say why.
+  const std::string why = exact.status().message();
+  Result<Schedule> fixed = decide_fixed(request);
+  if (!fixed) {
+    return unsupported(why + "; fixed cannot serve instead: " + fixed.status().message());
+  }
+  if (request.group_shapes.restricts()) {
+    // Say here, with Megatron's reason, when fixed's schedule breaks them.
+    Schedule planned = *fixed;
+    if (Status status = plan_fixed(request, planned); !status) return status;
+    if (Status status = validate_schedule(request, planned); !status) {
+      return unsupported(why + "; fixed's schedule cannot serve instead: " + status.message());
+    }
+  }
+  fixed->fallback_reason = why + "; fixed's schedule served instead";
+  return fixed;
+}
+
 Status plan_megatron_dcp(const ScheduleRequest& request, Schedule& schedule) {
+  if (schedule.strategy_used == "fixed") return plan_fixed(request, schedule);  // fell back
   const std::int64_t budget = request.max_tokens_per_rank;
   for (ScheduleSlot& slot : schedule.slots) {
     const CpWorkload w = slot_workload(request, slot);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -417,25 +418,99 @@ TEST(MegatronDcp, GroupsAreAnyPowerOfTwoUpToTheWorld) {
   EXPECT_EQ(s->slots[0].plan.shard_len, 100);
 }
 
-TEST(MegatronDcp, RefusesWhereMegatronRaises) {
+TEST(MegatronDcp, FallsBackToFixedWhereMegatronRaises) {
   // 900 pads to 912 at W = 12 and needs 16 ranks at T = 100: Megatron's
   // assertion on its first sample.
-  const Result<Schedule> big =
-      run_schedule_strategy("megatron_dcp", request_of({900, 300, 20}, 12, 100, 4));
-  ASSERT_FALSE(big);
-  EXPECT_EQ(big.status().code(), StatusCode::kUnsupported);
-  EXPECT_NE(big.status().message().find("requires CP size 16"), std::string::npos)
-      << big.status().message();
-  EXPECT_NE(big.status().message().find("Megatron asserts"), std::string::npos);
+  const ScheduleRequest big = request_of({900, 300, 20}, 12, 100, 4);
   // W = 10, T = 100: 320 takes ranks [0, 4), 160 ranks [4, 6); filling the
   // 4 empty ranks grows the 2-rank group to 4, then the first 4-rank group
   // to 8, which would move ranks [4, 8) past rank 9: Megatron's IndexError.
-  const Result<Schedule> index =
-      run_schedule_strategy("megatron_dcp", request_of({320, 160}, 10, 100, 4));
-  ASSERT_FALSE(index);
-  EXPECT_EQ(index.status().code(), StatusCode::kUnsupported);
-  EXPECT_NE(index.status().message().find("IndexError"), std::string::npos)
-      << index.status().message();
+  const ScheduleRequest index = request_of({320, 160}, 10, 100, 4);
+  for (const auto& [r, reason] :
+       {std::pair{big, "requires CP size 16"}, std::pair{index, "IndexError"}}) {
+    const Result<Schedule> s = run_schedule_strategy("megatron_dcp", r);
+    ASSERT_TRUE(s) << s.status().message();
+    EXPECT_TRUE(validate_schedule(r, *s)) << validate_schedule(r, *s).message();
+    EXPECT_EQ(s->strategy_used, "fixed");
+    EXPECT_NE(s->fallback_reason.find(reason), std::string::npos) << s->fallback_reason;
+    EXPECT_NE(s->fallback_reason.find("fixed's schedule served instead"), std::string::npos);
+    // It is fixed's schedule, slot for slot, plans included.
+    const Result<Schedule> fixed = run_schedule_strategy("fixed", r);
+    ASSERT_TRUE(fixed);
+    ASSERT_EQ(s->slots.size(), fixed->slots.size());
+    for (std::size_t i = 0; i < s->slots.size(); ++i) {
+      EXPECT_EQ(s->slots[i].ranks, fixed->slots[i].ranks);
+      EXPECT_EQ(s->slots[i].plan.positions, fixed->slots[i].plan.positions);
+    }
+  }
+  EXPECT_NE(run_schedule_strategy("megatron_dcp", big)->fallback_reason.find("Megatron asserts"),
+            std::string::npos);
+}
+
+// Every group Megatron's scheduler forms, with its min_cp_size (the least
+// size) and microbatch_group_size_per_vp_stage (the wave multiple).
+GroupShapes megatron_run(std::int32_t world, std::int32_t min_cp, std::int32_t multiple) {
+  GroupShapes shapes;
+  for (std::int64_t g = min_cp; g <= world; g *= 2) {
+    shapes.sizes |= std::uint64_t{1} << std::countr_zero(static_cast<std::uint64_t>(g));
+  }
+  shapes.world = true;
+  shapes.every_wave = true;
+  shapes.wave_multiple = multiple;
+  return shapes;
+}
+
+TEST(MegatronDcp, MinCpSizeIsTheLeastSizeTheShapesAllow) {
+  // Four 10-token documents (16 once padded) at W = 4, T = 100: one rank
+  // each, or, with min_cp_size 2, two 2-rank groups of two documents.
+  ScheduleRequest r = request_of({10, 10, 10, 10}, 4, 100, 4);
+  Result<Schedule> s = run_schedule_strategy("megatron_dcp", r);
+  ASSERT_TRUE(s) << s.status().message();
+  EXPECT_EQ(s->slots.size(), 4u);
+  r.group_shapes = megatron_run(4, 2, 1);
+  s = run_schedule_strategy("megatron_dcp", r);
+  ASSERT_TRUE(s) << s.status().message();
+  ASSERT_EQ(s->slots.size(), 2u);
+  EXPECT_EQ(s->slots[0].ranks, (std::vector<std::int32_t>{0, 1}));
+  EXPECT_EQ(s->slots[1].ranks, (std::vector<std::int32_t>{2, 3}));
+  ASSERT_EQ(s->slots[0].pieces.size(), 2u);
+  EXPECT_EQ(s->slots[0].pieces[0].doc, 0);
+  EXPECT_EQ(s->slots[0].pieces[1].doc, 2);
+}
+
+TEST(MegatronDcp, WaveMultipleSplitsMicroBatchesAsMegatronsAlignment) {
+  // [100, 100] at W = 4, T = 100 (104 each once padded): one micro-batch of
+  // two 2-rank groups. Aligned to 2 it splits at rank 2; each half doubles
+  // its group to 4 ranks, the back half stays first and the front half is
+  // appended (align_sample_id_groups).
+  ScheduleRequest r = request_of({100, 100}, 4, 100, 4);
+  r.group_shapes = megatron_run(4, 1, 2);
+  const Result<Schedule> s = run_schedule_strategy("megatron_dcp", r);
+  ASSERT_TRUE(s) << s.status().message();
+  ASSERT_EQ(s->slots.size(), 2u);
+  for (std::size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(s->slots[i].wave, static_cast<std::int32_t>(i));
+    EXPECT_EQ(s->slots[i].ranks, (std::vector<std::int32_t>{0, 1, 2, 3}));
+    ASSERT_EQ(s->slots[i].pieces.size(), 1u);
+  }
+  EXPECT_EQ(s->slots[0].pieces[0].doc, 1);
+  EXPECT_EQ(s->slots[1].pieces[0].doc, 0);
+
+  // Three 2-rank groups at W = 6 aligned to 2: the back half [C, C] doubles
+  // to 4 ranks and then can neither grow nor stop, so Megatron's loop never
+  // ends.
+  // Fixed's schedule (three waves of 2-rank groups) keeps no multiple of 2
+  // either, so nothing serves, and the refusal gives both reasons.
+  ScheduleRequest loop = request_of({150, 150, 150}, 6, 100, 4);
+  loop.group_shapes = megatron_run(6, 1, 2);
+  const Result<Schedule> refused = run_schedule_strategy("megatron_dcp", loop);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnsupported);
+  EXPECT_NE(refused.status().message().find("never returns"), std::string::npos)
+      << refused.status().message();
+  EXPECT_NE(refused.status().message().find("fixed's schedule cannot serve instead"),
+            std::string::npos)
+      << refused.status().message();
 }
 
 TEST(Fixed, ChoosesTheSmallestDividingCpThatHoldsTheLongestDocument) {

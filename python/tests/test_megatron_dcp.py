@@ -6,7 +6,8 @@ hand from Megatron's code, and on random batches against `reference`, a
 second, separate re-expression of Megatron's algorithm kept in this file
 (it shares no code with fulcrum/megatron.py). The last tests hold the
 plugin's C++ megatron_dcp (on raw lengths, which it pads as Megatron's
-dataset does) to the same answers and refusals; they need the plugin."""
+dataset does) to the same answers, and to falling back with Megatron's
+reason exactly where Megatron fails; they need the plugin."""
 
 import math
 import random
@@ -464,15 +465,37 @@ def padded(length, world):
     return -(-length // (2 * world)) * (2 * world)
 
 
-def plugin_groups(balancer, lengths, world, per_rank):
-    """('ok', sample_id_groups) from the plugin, or ('refused', message)."""
+def megatron_shapes(world, min_cp, vpp):
+    """The group_shapes that carry Megatron's min_cp_size (the least size
+    allowed) and microbatch_group_size_per_vp_stage (the wave multiple) to
+    the plugin, allowing every group Megatron's scheduler forms."""
+    from fulcrum.schedule import GroupShapes
+    sizes = []
+    size = min_cp
+    while size <= world:
+        sizes.append(size)
+        size *= 2
+    return GroupShapes(sizes=tuple(sizes), world=True, every_wave=True,
+                       wave_multiple=vpp or 1)
+
+
+def plugin_groups(balancer, lengths, world, per_rank, min_cp=1, vpp=None):
+    """('ok', sample_id_groups) from the plugin; ('fell back', reason) where it
+    served fixed's schedule instead; ('refused', message) where fixed could
+    not serve either."""
+    shapes = megatron_shapes(world, min_cp, vpp) if min_cp > 1 or (vpp or 1) > 1 else None
     try:
         s = balancer.schedule("megatron_dcp", world=world, max_tokens_per_rank=per_rank,
-                              doc_lengths=lengths, profile="h100_7b", block_size=64)
+                              doc_lengths=lengths, profile="h100_7b", block_size=64,
+                              group_shapes=shapes)
     except FulcrumError as e:
+        # Falling back to fixed, which cannot keep the request's shapes.
         assert e.code == "unsupported", e
         return ("refused", str(e))
-    assert s.used == "megatron_dcp" and s.fallback_reason is None
+    if s.used != "megatron_dcp":
+        assert s.used == "fixed", s.used
+        return ("fell back", s.fallback_reason)
+    assert s.fallback_reason is None
     groups = [[[] for _ in range(world)] for _ in range(s.num_waves)]
     for slot in s.slots:
         group = slot.group.tolist()
@@ -483,28 +506,36 @@ def plugin_groups(balancer, lengths, world, per_rank):
     return ("ok", groups)
 
 
-def python_groups(lengths, world, per_rank):
+def python_groups(lengths, world, per_rank, min_cp=1, vpp=None):
     """('ok', sample_id_groups) from fulcrum.megatron on the padded lengths,
-    or the kind of Megatron's failure ('assert' or 'index')."""
+    or the kind of Megatron's failure ('assert' or 'index'; 'lost' where the
+    alignment leaves samples on list entries past the last rank)."""
     pairs = [(i, padded(n, world)) for i, n in enumerate(lengths)]
     try:
-        return ("ok", megatron.megatron_dcp(pairs, world, per_rank))
+        groups = megatron.megatron_dcp(pairs, world, per_rank, min_cp, vpp)
+        if any(len(micro) > world for micro in groups):
+            return ("lost", None)
+        return ("ok", groups)
     except AssertionError:
         return ("assert", None)
     except IndexError:
         return ("index", None)
 
 
-def check_same(balancer, lengths, world, per_rank):
-    got = plugin_groups(balancer, lengths, world, per_rank)
-    want = python_groups(lengths, world, per_rank)
-    case = (lengths, world, per_rank)
+def check_same(balancer, lengths, world, per_rank, min_cp=1, vpp=None):
+    got = plugin_groups(balancer, lengths, world, per_rank, min_cp, vpp)
+    want = python_groups(lengths, world, per_rank, min_cp, vpp)
+    case = (lengths, world, per_rank, min_cp, vpp)
     if want[0] == "ok":
         assert got == want, case
     elif want[0] == "assert":
-        assert got[0] == "refused" and "Megatron asserts" in got[1], (case, got)
+        assert got[0] in ("fell back", "refused") and ("Megatron asserts" in got[1]
+                                                       or "never returns" in got[1]), (case, got)
+    elif want[0] == "lost":
+        assert got[0] in ("fell back", "refused") and "where no rank runs them" in got[1], \
+            (case, got)
     else:
-        assert got[0] == "refused" and "IndexError" in got[1], (case, got)
+        assert got[0] in ("fell back", "refused") and "IndexError" in got[1], (case, got)
     return want[0]
 
 
@@ -553,3 +584,28 @@ def test_plugin_group_sizes_at_twelve_ranks(balancer):
     assert kind == "ok"
     assert groups == [[[0]] * 8 + [[1]] * 2 + [[2], [3]]]
     assert check_same(balancer, lengths, 12, 100) == "ok"
+
+
+def test_plugin_matches_with_alignment_and_min_cp_size(balancer):
+    # Megatron's virtual-pipeline alignment and min_cp_size, carried by the
+    # request's group_shapes (the wave multiple and the least size).
+    rng = random.Random(826)
+    kinds = {}
+    aligned = 0
+    for case in range(600):
+        world = (rng.choice(PRIMES) if case % 4 == 0 else rng.randint(2, 64) if case % 4 == 1
+                 else rng.choice([2, 4, 8, 16, 32, 64]))
+        per_rank = rng.choice([16, 100, 128, 1000])
+        vpp = rng.choice([None, 2, 3, 4])
+        min_cp = rng.choice([c for c in (1, 1, 2, 4) if c <= world])
+        count = rng.randint(1, 2 * world)
+        lengths = [min(world * per_rank, max(1, int(rng.lognormvariate(math.log(per_rank), 1.3))))
+                   for _ in range(count)]
+        kind = check_same(balancer, lengths, world, per_rank, min_cp, vpp)
+        kinds[kind] = kinds.get(kind, 0) + 1
+        if kind == "ok" and vpp and vpp > 1:
+            plain = python_groups(lengths, world, per_rank, min_cp)
+            aligned += plain[0] == "ok" and len(plain[1]) % vpp != 0
+    # Every outcome is reached, and the alignment split micro-batches often.
+    assert kinds.get("ok", 0) > 250 and kinds.get("assert", 0) > 30 and aligned > 50, \
+        (kinds, aligned)

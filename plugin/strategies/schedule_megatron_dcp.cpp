@@ -126,7 +126,7 @@ Result<MicroBatch> next_micro_batch(const std::vector<std::int64_t>& padded,
     highest = std::max(highest, g.workload);
     mb.groups.push_back(std::move(g));
   };
-  // decide_megatron_dcp has refused a batch whose longest piece needs more
+  // decide_exactly has refused a batch whose longest piece needs more
   // than W ranks (Megatron's assertion on the first sample).
   open_group(remaining[0], gpus_needed(tall, budget, min_cp));
 

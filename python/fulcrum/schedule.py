@@ -300,6 +300,18 @@ _BUNDLED = {
         "intra_node_bytes_per_second": 3.3e9, "inter_node_bytes_per_second": 3.3e9,
         "latency_seconds": 9.0e-4, "ranks_per_node": 8,
     },
+    "h100_7b_fa3": {
+        "name": "h100_7b_fa3", "tile_seconds": 5.0e-5, "token_seconds": 9.7e-5,
+        "slot_seconds": 2.0e-3, "kv_bytes_per_token": 131072.0,
+        "intra_node_bytes_per_second": 3.6e11, "inter_node_bytes_per_second": 4.0e10,
+        "latency_seconds": 1.0e-3, "ranks_per_node": 8,
+    },
+    "h100_7b_nccl": {
+        "name": "h100_7b_nccl", "tile_seconds": 7.5e-5, "token_seconds": 9.7e-5,
+        "slot_seconds": 2.0e-3, "kv_bytes_per_token": 131072.0,
+        "intra_node_bytes_per_second": 1.8e11, "inter_node_bytes_per_second": 4.0e10,
+        "latency_seconds": 1.0e-3, "ranks_per_node": 8,
+    },
 }
 
 

@@ -90,8 +90,8 @@ po::options_description schedule_options(ScheduleFlags& f) {
        "the fixed scheduler's CP group size, a divisor of W (default: the smallest whose rows "
        "hold the longest document); only with --strategy fixed or --compare")  //
       ("profile", po::value(&f.profile)->value_name("NAME|FILE"),
-       "cost profile: a bundled name (h100_7b, cpu_gloo) or a YAML file of CostProfile's "
-       "fields (default: balancer.schedule.profile, as train uses)")  //
+       "cost profile: a bundled name (h100_7b, h100_7b_fa3, h100_7b_nccl, cpu_gloo) or a YAML "
+       "file of CostProfile's fields (default: balancer.schedule.profile, as train uses)")  //
       ("block-size", po::value(&f.block_size)->value_name("B"),
        "kernel tile edge in tokens (default: balancer.cp.block_size)")  //
       ("mask", po::value(&f.mask)->value_name("MASK"),

@@ -19,11 +19,8 @@
 #include "fulcrum/core/plan_check.h"
 #include "fulcrum/core/schedule.h"
 #include "fulcrum/host/plugin_loader.h"
-#include "test_support.h"
+#include "loader_test_support.h"
 
-#ifndef FULCRUM_PLUGIN_PATH
-#error "FULCRUM_PLUGIN_PATH must name the built libfulcrum_balancer.so"
-#endif
 #ifndef FULCRUM_COMPAT_PLUGIN_DIR
 #error "FULCRUM_COMPAT_PLUGIN_DIR must name the directory of the compat test plugins"
 #endif
@@ -31,20 +28,7 @@
 namespace fulcrum::host {
 namespace {
 
-struct Captured {
-  std::vector<std::string> lines;
-  LoaderOptions options() {
-    LoaderOptions o;
-    o.check_permissions = false;
-    o.log = [this](LogLevel, const std::string& text) { lines.push_back(text); };
-    return o;
-  }
-  bool saw(const std::string& part) const {
-    return std::any_of(lines.begin(), lines.end(), [&](const std::string& line) {
-      return line.find(part) != std::string::npos;
-    });
-  }
-};
+using Captured = test::LogCapture;
 
 std::string compat_plugin(const std::string& kind) {
   return std::string(FULCRUM_COMPAT_PLUGIN_DIR) + "/libfulcrum_compat_" + kind + ".so";
@@ -87,7 +71,7 @@ TEST(AbiCompatTest, Abi10PluginLoadsAndServesCpAndDp) {
   auto loaded = load_plugin(compat_plugin("v1_0"), captured.options());
   ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
   EXPECT_EQ((*loaded)->name(), "compat_v1_0");
-  EXPECT_TRUE(captured.saw("(ABI 1.0)")) << (captured.lines.empty() ? "" : captured.lines[0]);
+  EXPECT_TRUE(captured.saw("(ABI 1.0)")) << (captured.lines.empty() ? "" : captured.lines[0].text);
   expect_serves_cp_and_dp(**loaded);
 }
 

@@ -22,7 +22,7 @@
 #include "fulcrum/core/work_model.h"
 #include "fulcrum/host/open_balancer.h"
 #include "fulcrum/host/plugin_loader.h"
-#include "test_support.h"
+#include "loader_test_support.h"
 
 // With the strategies library linked in, plans through the plugin are compared
 // with the direct call; without it, with the layouts the strategies promise.
@@ -31,9 +31,6 @@
 #define FULCRUM_TEST_DIRECT_STRATEGIES 1
 #endif
 
-#ifndef FULCRUM_PLUGIN_PATH
-#error "FULCRUM_PLUGIN_PATH must name the built libfulcrum_balancer.so"
-#endif
 #ifndef FULCRUM_BROKEN_PLUGIN_DIR
 #error "FULCRUM_BROKEN_PLUGIN_DIR must name the directory of the broken test plugins"
 #endif
@@ -43,32 +40,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct LogLine {
-  LogLevel level;
-  std::string text;
-};
-
-// Loader options that record the log, and skip the permission check: the
-// build directory's mode depends on the umask, and only the permission tests
-// below are about that.
-struct Captured {
-  std::vector<LogLine> lines;
-  LoaderOptions options() {
-    LoaderOptions o;
-    o.check_permissions = false;
-    o.log = [this](LogLevel level, const std::string& text) { lines.push_back({level, text}); };
-    return o;
-  }
-  bool any_at_least(LogLevel level) const {
-    return std::any_of(lines.begin(), lines.end(),
-                       [level](const LogLine& l) { return l.level >= level; });
-  }
-};
-
-std::string broken_plugin(const std::string& kind) {
-  return std::string(FULCRUM_BROKEN_PLUGIN_DIR) + "/libfulcrum_broken_" + kind + ".so";
-}
-
 // A missing broken plugin would pass as "refused"; make it fail as missing.
 #define ASSERT_BUILT(kind)                                                         \
   ASSERT_TRUE(fs::exists(broken_plugin(kind)))                                     \
@@ -76,22 +47,10 @@ std::string broken_plugin(const std::string& kind) {
       << " target (fulcrum_host_tests does not depend on it)"
 
 // A fresh directory (mode 0700) removed with everything in it.
+using test::broken_plugin;
+using test::causal_row;
 using test::TempDir;
-
-CpWorkload causal_row(std::int64_t tokens, std::int32_t cp_size) {
-  CpWorkload w;
-  w.tokens = tokens;
-  w.cp_size = cp_size;
-  return w;
-}
-
-// Rank r holds [r*S, min((r+1)*S, N)), S = ceil(N/P), padded with -1.
-std::vector<std::int64_t> expected_contiguous(std::int64_t n, std::int64_t p) {
-  const std::int64_t s = (n + p - 1) / p;
-  std::vector<std::int64_t> out(static_cast<std::size_t>(s * p), kPadPosition);
-  for (std::int64_t i = 0; i < n; ++i) out[static_cast<std::size_t>(i)] = i;
-  return out;
-}
+using Captured = test::LogCapture;
 
 // Rank r of a head-tail plan holds chunks r and 2P-1-r of 2P equal chunks (in
 // an order the strategy chooses): the sorted positions of every rank.
@@ -126,7 +85,7 @@ void expect_plan_of(const std::string& strategy, const CpWorkload& w, const Shar
   EXPECT_EQ(plan.padding, direct->padding);
 #endif
   if (strategy == "contiguous") {
-    EXPECT_EQ(plan.positions, expected_contiguous(w.tokens, w.cp_size));
+    EXPECT_EQ(plan.positions, test::contiguous_positions(w.tokens, w.cp_size));
   } else {
     EXPECT_EQ(sorted_rank_sets(plan), head_tail_rank_sets(w.tokens, w.cp_size));
   }

@@ -17,11 +17,8 @@
 #include "fulcrum/core/work_model.h"
 #include "fulcrum/host/plugin_loader.h"
 #include "fulcrum/host/selection.h"
-#include "test_support.h"
+#include "loader_test_support.h"
 
-#ifndef FULCRUM_PLUGIN_PATH
-#error "FULCRUM_PLUGIN_PATH must name the built libfulcrum_balancer.so"
-#endif
 #ifndef FULCRUM_BROKEN_PLUGIN_DIR
 #error "FULCRUM_BROKEN_PLUGIN_DIR must name the directory of the broken test plugins"
 #endif
@@ -30,23 +27,11 @@ namespace fulcrum::host {
 namespace {
 
 namespace fs = std::filesystem;
+using test::broken_plugin;
 using test::TempDir;
+using Logged = test::LogCapture;
 
 constexpr uid_t kNobody = 65534;
-
-std::string broken_plugin(const std::string& kind) {
-  return std::string(FULCRUM_BROKEN_PLUGIN_DIR) + "/libfulcrum_broken_" + kind + ".so";
-}
-
-struct Logged {
-  std::vector<std::string> lines;
-  LoaderOptions options() {
-    LoaderOptions o;
-    o.check_permissions = false;
-    o.log = [this](LogLevel, const std::string& text) { lines.push_back(text); };
-    return o;
-  }
-};
 
 std::shared_ptr<LoadBalancer> load_broken(const std::string& kind, Logged& logged) {
   const std::string path = broken_plugin(kind);
@@ -482,7 +467,7 @@ TEST(PluginTextTest, ErrorsAndLogLinesAreEscapedToOneLine) {
              "plugin 'broken_bad_text' strategy 'noisy': failed \\x1b[31mred\\x1b[0m"
              "\\nfulcrum: forged line \\xc3");
   ASSERT_EQ(logged.lines.size(), 2u);  // the load line, then the plugin's
-  EXPECT_EQ(logged.lines[1], "plugin 'broken_bad_text': log \\x1b[2J line\\nsecond \\xff");
+  EXPECT_EQ(logged.lines[1].text, "plugin 'broken_bad_text': log \\x1b[2J line\\nsecond \\xff");
 }
 
 TEST(PluginTextTest, ScheduleNamesAreChecked) {

@@ -77,6 +77,15 @@ class PluginBalancer final : public LoadBalancer {
   Status copy_plan(const fulcrum_cp_plan& answer, const CpWorkload& workload,
                    const std::string& strategy, ShardPlan& plan) const;
 
+  // The start of every refusal of a partition from `strategy`.
+  std::string invalid_partition(const std::string& strategy) const;
+
+  // The partition in the host's buffers (the plugin's answer) checked to
+  // list every sample exactly once, in order, and copied out.
+  Result<DpPartition> copy_partition(const std::string& strategy, const DpRequest& request,
+                                     const std::vector<std::int64_t>& offsets,
+                                     const std::vector<std::int64_t>& samples) const;
+
   // The host's fixed schedule from the plugin's own CP plans and DP
   // partitions, for a plugin without a scheduler.
   Result<Schedule> host_fixed_schedule(const std::string& requested,
@@ -86,6 +95,17 @@ class PluginBalancer final : public LoadBalancer {
   // copy itself needs; validate_schedule judges the rest.
   Status copy_schedule(const fulcrum_schedule& answer, const ScheduleRequest& request,
                        const std::string& strategy, Schedule& schedule) const;
+
+  // What a copied schedule may hold, from its request: bounds on every read.
+  struct ScheduleBounds {
+    std::int64_t pieces;        // the batch's pieces
+    std::int64_t world;         // ranks in the job
+    std::int64_t batch_tokens;  // tokens in the batch
+    std::int64_t budget;        // max_tokens_per_rank
+  };
+  Status copy_slot(const fulcrum_schedule& answer, std::size_t s, const ScheduleBounds& bounds,
+                   const std::string& strategy, const std::string& bad, std::int64_t& position_at,
+                   ScheduleSlot& slot) const;
 
   // Declaration order is destruction order in reverse: instance_ goes first,
   // library_ last.

@@ -15,6 +15,16 @@
 
 namespace fulcrum::host::detail {
 
+namespace {
+
+// The answer goes into the host's buffers, each followed by a guard: a
+// plugin that writes a little past the sizes the request states is named
+// (a lot past faults, which no check after the call can prevent).
+constexpr std::size_t kGuard = 16;
+constexpr std::int64_t kGuardValue = std::numeric_limits<std::int64_t>::min() + 0x5afe;
+
+}  // namespace
+
 Result<DpPartition> PluginBalancer::partition_dp(std::string_view strategy,
                                                  const DpRequest& request) {
   const std::string name(strategy);
@@ -27,11 +37,6 @@ Result<DpPartition> PluginBalancer::partition_dp(std::string_view strategy,
   }
   const auto k = static_cast<std::size_t>(request.num_ranks);
   const auto n = static_cast<std::int64_t>(request.lengths.size());
-  // The answer goes into the host's buffers, each followed by a guard: a
-  // plugin that writes a little past the sizes the request states is named
-  // (a lot past faults, which no check after the call can prevent).
-  constexpr std::size_t kGuard = 16;
-  constexpr std::int64_t kGuardValue = std::numeric_limits<std::int64_t>::min() + 0x5afe;
   std::vector<std::int64_t> offsets(k + 1, 0);
   std::vector<std::int64_t> samples(static_cast<std::size_t>(n), -1);
   offsets.resize(offsets.size() + kGuard, kGuardValue);
@@ -73,16 +78,30 @@ Result<DpPartition> PluginBalancer::partition_dp(std::string_view strategy,
     }
     if (status != FULCRUM_OK) return plugin_failure(status, name);
   }
+  if (result.num_ranks != request.num_ranks) {
+    return with_fix(
+        plugin_fault(invalid_partition(name) + "it has " + std::to_string(result.num_ranks) +
+                     " ranks, the request asked for " + std::to_string(request.num_ranks)),
+        "strategies");
+  }
+  return copy_partition(name, request, offsets, samples);
+}
 
-  const std::string bad =
-      "plugin '" + name_ + "' strategy " + quote_text(name) + " returned an invalid partition: ";
+std::string PluginBalancer::invalid_partition(const std::string& strategy) const {
+  return "plugin '" + name_ + "' strategy " + quote_text(strategy) +
+         " returned an invalid partition: ";
+}
+
+Result<DpPartition> PluginBalancer::copy_partition(const std::string& strategy,
+                                                   const DpRequest& request,
+                                                   const std::vector<std::int64_t>& offsets,
+                                                   const std::vector<std::int64_t>& samples) const {
+  const std::string bad = invalid_partition(strategy);
   const auto invalid = [&](const std::string& why) {
     return with_fix(plugin_fault(bad + why), "strategies");
   };
-  if (result.num_ranks != request.num_ranks) {
-    return invalid("it has " + std::to_string(result.num_ranks) + " ranks, the request asked for " +
-                   std::to_string(request.num_ranks));
-  }
+  const auto k = static_cast<std::size_t>(request.num_ranks);
+  const auto n = static_cast<std::int64_t>(request.lengths.size());
   if (offsets[0] != 0 || offsets[k] != n) {
     return invalid("rank offsets span [" + std::to_string(offsets[0]) + ", " +
                    std::to_string(offsets[k]) + "), expected [0, " + std::to_string(n) + ")");
@@ -100,15 +119,11 @@ Result<DpPartition> PluginBalancer::partition_dp(std::string_view strategy,
   const std::int64_t most = (n + request.num_ranks - 1) / request.num_ranks;
   std::vector<std::int32_t> owner(static_cast<std::size_t>(n), -1);
   DpPartition partition;
-  partition.strategy = name;
+  partition.strategy = strategy;
   partition.ranks.resize(k);
   for (std::size_t r = 0; r < k; ++r) {
     const std::int64_t begin = offsets[r];
     const std::int64_t end = offsets[r + 1];
-    if (end < begin) {
-      return invalid("rank " + std::to_string(r + 1) + " starts at offset " + std::to_string(end) +
-                     ", before rank " + std::to_string(r) + "'s offset " + std::to_string(begin));
-    }
     if (request.equal_count && (end - begin < fewest || end - begin > most)) {
       return invalid("rank " + std::to_string(r) + " has " + std::to_string(end - begin) +
                      " samples under equal_count, expected " + std::to_string(fewest) + " or " +

@@ -155,67 +155,12 @@ Status PluginBalancer::copy_schedule(const fulcrum_schedule& answer, const Sched
     return plugin_fault(bad + "its offset arrays do not start at 0");
   }
   schedule.slots.resize(slots);
+  const ScheduleBounds bounds{num_pieces, world, batch_tokens, request.max_tokens_per_rank};
   std::int64_t position_at = 0;
   for (std::size_t s = 0; s < slots; ++s) {
-    const std::string where = "slot " + std::to_string(s) + ": ";
-    const std::int64_t rank_begin = answer.slot_rank_offsets[s];
-    const std::int64_t rank_end = answer.slot_rank_offsets[s + 1];
-    if (rank_end - rank_begin < 1 || rank_end - rank_begin > world) {
-      return plugin_fault(bad + where + "rank offsets [" + std::to_string(rank_begin) + ", " +
-                          std::to_string(rank_end) + ") give a group of " +
-                          std::to_string(rank_end - rank_begin) + " ranks, expected 1 to " +
-                          std::to_string(world));
-    }
-    const std::int64_t piece_begin = answer.slot_piece_offsets[s];
-    const std::int64_t piece_end = answer.slot_piece_offsets[s + 1];
-    if (piece_end < piece_begin || piece_end > num_pieces) {
-      return plugin_fault(bad + where + "piece offsets [" + std::to_string(piece_begin) + ", " +
-                          std::to_string(piece_end) + ") are out of order or past the batch's " +
-                          std::to_string(num_pieces) + " pieces");
-    }
-    ScheduleSlot& slot = schedule.slots[s];
-    slot.ranks.assign(answer.ranks + rank_begin, answer.ranks + rank_end);
-    std::int64_t row_tokens = 0;
-    for (std::int64_t p = piece_begin; p < piece_end; ++p) {
-      const DocPiece piece{answer.piece_docs[p], answer.piece_starts[p], answer.piece_lengths[p]};
-      if (piece.length < 1 || piece.length > batch_tokens) {
-        return plugin_fault(bad + where + "piece " + std::to_string(p - piece_begin) +
-                            " has length " + std::to_string(piece.length) + ", outside [1, " +
-                            std::to_string(batch_tokens) + "]");
-      }
-      row_tokens += piece.length;  // at most num_pieces * batch_tokens: no overflow
-      slot.pieces.push_back(piece);
-    }
-    slot.wave = answer.slot_waves[s];
-    const auto g = static_cast<std::int32_t>(rank_end - rank_begin);
-    const std::int64_t shard_len = answer.slot_shard_lens[s];
-    // Bounds the copy only: a valid plan holds at most T per member, and
-    // validate_schedule names a shard past T; past row + T it is garbage.
-    const std::int64_t longest = row_tokens + request.max_tokens_per_rank;
-    if (shard_len < 0 || shard_len > longest) {
-      return plugin_fault(bad + where + "shard_len " + std::to_string(shard_len) +
-                          " is outside [0, " + std::to_string(longest) +
-                          "], the row plus the budget");
-    }
-    slot.plan.cp_size = g;
-    slot.plan.shard_len = shard_len;
-    slot.plan.padding = answer.slot_padding[s];
-    const std::int64_t entries = shard_len * g;
-    if (entries > 0 && answer.positions == nullptr) {
-      return plugin_fault(bad + where + "positions is null with shard_len " +
-                          std::to_string(shard_len));
-    }
-    slot.plan.positions.assign(answer.positions + position_at,
-                               answer.positions + position_at + entries);
-    position_at += entries;
-    const char* plan_strategy =
-        answer.slot_plan_strategies != nullptr ? answer.slot_plan_strategies[s] : nullptr;
-    slot.plan.strategy_used = strategy;
-    if (plan_strategy != nullptr) {
-      Result<std::string> used = answer_text(plan_strategy, kMaxNameBytes, bad + where,
-                                             "slot_plan_strategies[" + std::to_string(s) + "]");
-      if (!used) return used.status();
-      slot.plan.strategy_used = std::move(used).value();
+    if (Status st = copy_slot(answer, s, bounds, strategy, bad, position_at, schedule.slots[s]);
+        !st) {
+      return st;
     }
   }
   schedule.strategy_used = strategy;
@@ -230,6 +175,75 @@ Status PluginBalancer::copy_schedule(const fulcrum_schedule& answer, const Sched
         answer_text(answer.fallback_reason, kMaxTextBytes, bad, "fallback_reason");
     if (!reason) return reason.status();
     schedule.fallback_reason = std::move(reason).value();
+  }
+  return Status::ok();
+}
+
+// One slot of the plugin's schedule copied into `slot`, its offsets and
+// lengths held to `bounds` before they index the plugin's arrays;
+// `position_at` is where its positions start and moves past them.
+Status PluginBalancer::copy_slot(const fulcrum_schedule& answer, std::size_t s,
+                                 const ScheduleBounds& bounds, const std::string& strategy,
+                                 const std::string& bad, std::int64_t& position_at,
+                                 ScheduleSlot& slot) const {
+  const std::string where = "slot " + std::to_string(s) + ": ";
+  const std::int64_t rank_begin = answer.slot_rank_offsets[s];
+  const std::int64_t rank_end = answer.slot_rank_offsets[s + 1];
+  if (rank_end - rank_begin < 1 || rank_end - rank_begin > bounds.world) {
+    return plugin_fault(bad + where + "rank offsets [" + std::to_string(rank_begin) + ", " +
+                        std::to_string(rank_end) + ") give a group of " +
+                        std::to_string(rank_end - rank_begin) + " ranks, expected 1 to " +
+                        std::to_string(bounds.world));
+  }
+  const std::int64_t piece_begin = answer.slot_piece_offsets[s];
+  const std::int64_t piece_end = answer.slot_piece_offsets[s + 1];
+  if (piece_end < piece_begin || piece_end > bounds.pieces) {
+    return plugin_fault(bad + where + "piece offsets [" + std::to_string(piece_begin) + ", " +
+                        std::to_string(piece_end) + ") are out of order or past the batch's " +
+                        std::to_string(bounds.pieces) + " pieces");
+  }
+  slot.ranks.assign(answer.ranks + rank_begin, answer.ranks + rank_end);
+  std::int64_t row_tokens = 0;
+  for (std::int64_t p = piece_begin; p < piece_end; ++p) {
+    const DocPiece piece{answer.piece_docs[p], answer.piece_starts[p], answer.piece_lengths[p]};
+    if (piece.length < 1 || piece.length > bounds.batch_tokens) {
+      return plugin_fault(bad + where + "piece " + std::to_string(p - piece_begin) +
+                          " has length " + std::to_string(piece.length) + ", outside [1, " +
+                          std::to_string(bounds.batch_tokens) + "]");
+    }
+    row_tokens += piece.length;  // at most pieces * batch_tokens: no overflow
+    slot.pieces.push_back(piece);
+  }
+  slot.wave = answer.slot_waves[s];
+  const auto g = static_cast<std::int32_t>(rank_end - rank_begin);
+  const std::int64_t shard_len = answer.slot_shard_lens[s];
+  // Bounds the copy only: a valid plan holds at most T per member, and
+  // validate_schedule names a shard past T; past row + T it is garbage.
+  const std::int64_t longest = row_tokens + bounds.budget;
+  if (shard_len < 0 || shard_len > longest) {
+    return plugin_fault(bad + where + "shard_len " + std::to_string(shard_len) +
+                        " is outside [0, " + std::to_string(longest) +
+                        "], the row plus the budget");
+  }
+  slot.plan.cp_size = g;
+  slot.plan.shard_len = shard_len;
+  slot.plan.padding = answer.slot_padding[s];
+  const std::int64_t entries = shard_len * g;
+  if (entries > 0 && answer.positions == nullptr) {
+    return plugin_fault(bad + where + "positions is null with shard_len " +
+                        std::to_string(shard_len));
+  }
+  slot.plan.positions.assign(answer.positions + position_at,
+                             answer.positions + position_at + entries);
+  position_at += entries;
+  const char* plan_strategy =
+      answer.slot_plan_strategies != nullptr ? answer.slot_plan_strategies[s] : nullptr;
+  slot.plan.strategy_used = strategy;
+  if (plan_strategy != nullptr) {
+    Result<std::string> used = answer_text(plan_strategy, kMaxNameBytes, bad + where,
+                                           "slot_plan_strategies[" + std::to_string(s) + "]");
+    if (!used) return used.status();
+    slot.plan.strategy_used = std::move(used).value();
   }
   return Status::ok();
 }

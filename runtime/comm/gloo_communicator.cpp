@@ -155,6 +155,104 @@ void join_store(c10d::Store& store, const GlooOptions& o, const std::string& whe
   }
 }
 
+// The store the ranks meet at: a directory of this host (`rendezvous_dir`)
+// or rank 0's TCPStore at MASTER_ADDR:MASTER_PORT.
+c10::intrusive_ptr<c10d::Store> open_store(const GlooOptions& o, const std::string& rendezvous_dir,
+                                           const std::string& where, const std::string& who) {
+  if (!rendezvous_dir.empty()) {
+    // Every rank is on this host: they meet in a directory only this user can
+    // reach, and nothing listens on the network for the rendezvous.
+    Result<c10::intrusive_ptr<DirectoryStore>> opened =
+        DirectoryStore::open(rendezvous_dir, o.rendezvous_timeout);
+    if (!opened) throw ConfigError(opened.status().message());
+    return std::move(opened).value();
+  }
+  check_resolves(o.master_addr, who);
+  try {
+    c10d::TCPStoreOptions so;
+    so.port = static_cast<std::uint16_t>(o.master_port);
+    so.isServer = o.rank == 0;
+    // LibTorch 1.13's own wait for workers gives up silently at the
+    // deadline; join_store counts the ranks and says who is missing.
+    so.waitWorkers = false;
+    so.timeout = o.rendezvous_timeout;
+    return c10::make_intrusive<c10d::TCPStore>(o.master_addr, so);
+  } catch (const std::exception& e) {
+    throw CommError("rendezvous at " + where + " failed for " + who + " within " +
+                    format_timeout(o.rendezvous_timeout) + " (" +
+                    (o.rank == 0 ? "hosting the store, waiting for the other ranks"
+                                 : "connecting to the store hosted by rank 0") +
+                    "): " + first_line(e) + "; check MASTER_ADDR/MASTER_PORT and that all " +
+                    std::to_string(o.world_size) + " ranks started");
+  }
+}
+
+// What every group of this rank is built from.
+struct GroupSetup {
+  const GlooOptions& o;
+  c10::intrusive_ptr<c10d::Store> store;
+  std::vector<std::shared_ptr<::gloo::transport::Device>> devices;
+  std::shared_ptr<ProgressBoard> board;
+  std::string where;  // the rendezvous, as messages name it
+  std::string who;    // "rank R of W"
+};
+
+// An NCCL group (dist.backend: nccl) where LibTorch has NCCL.
+std::shared_ptr<Communicator> make_nccl_group(const GroupSpec& spec,
+                                              const c10::intrusive_ptr<c10d::Store>& prefixed,
+                                              const GroupSetup& setup) {
+#ifdef FULCRUM_WITH_NCCL
+  const GlooOptions& o = setup.o;
+  auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
+  nccl_options->timeout = std::max(o.rendezvous_timeout, o.op_timeout);
+  try {
+    auto group = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, spec.group_rank, spec.size(),
+                                                             nccl_options);
+    return std::make_shared<C10dCommunicator<c10d::ProcessGroupNCCL>>(
+        std::move(group), "nccl", spec, o.op_timeout, setup.board,
+        at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(o.cuda_device)));
+  } catch (const std::exception& e) {
+    throw CommError("NCCL group " + spec.name + " at " + setup.where + " failed for " + setup.who +
+                    ": " + first_line(e) + "; check that every rank has its own GPU");
+  }
+#else
+  static_cast<void>(spec);
+  static_cast<void>(prefixed);
+  static_cast<void>(setup);
+  throw ConfigError(
+      "dist.backend is nccl, but this fulcrum was built against a LibTorch without NCCL; "
+      "set dist.backend: gloo, or rebuild against a CUDA LibTorch with NCCL");
+#endif
+}
+
+// This rank's group `spec`: a LocalCommunicator when it is alone in it,
+// else a c10d group that meets in the store under the group's own prefix.
+std::shared_ptr<Communicator> make_group(const GroupSpec& spec, const GroupSetup& setup) {
+  const GlooOptions& o = setup.o;
+  if (spec.size() == 1) return std::make_shared<LocalCommunicator>(spec.name, o.op_timeout);
+  // A prefix per group keeps the groups' rendezvous keys apart in the one
+  // store.
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>("fulcrum/" + spec.name, setup.store);
+  // Gloo waits for the group's members with this timeout, and uses it as
+  // its I/O deadline afterwards; each collective's own deadline is
+  // op_timeout (Work::wait in C10dCommunicator::run).
+  if (o.backend == CommBackend::kNccl) return make_nccl_group(spec, prefixed, setup);
+  auto options =
+      c10d::ProcessGroupGloo::Options::create(std::max(o.rendezvous_timeout, o.op_timeout));
+  options->devices = setup.devices;
+  options->threads = o.threads;
+  try {
+    auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, spec.group_rank, spec.size(),
+                                                             options);
+    return std::make_shared<C10dCommunicator<c10d::ProcessGroupGloo>>(
+        std::move(group), "gloo", spec, o.op_timeout, setup.board);
+  } catch (const std::exception& e) {
+    throw CommError("rendezvous of group " + spec.name + " at " + setup.where + " failed for " +
+                    setup.who + " within " + format_timeout(o.rendezvous_timeout) + ": " +
+                    first_line(e) + "; a member rank did not join, check that every rank started");
+  }
+}
+
 }  // namespace
 
 Result<GlooOptions> GlooOptions::from_env(int dp_size, int cp_size) {
@@ -233,34 +331,7 @@ ProcessGroups init_gloo_process_groups(const GlooOptions& o) {
   const std::vector<std::shared_ptr<::gloo::transport::Device>> devices =
       make_devices(o, chosen_interfaces(o), who);
 
-  c10::intrusive_ptr<c10d::Store> store;
-  if (!rendezvous_dir.empty()) {
-    // Every rank is on this host: they meet in a directory only this user can
-    // reach, and nothing listens on the network for the rendezvous.
-    Result<c10::intrusive_ptr<DirectoryStore>> opened =
-        DirectoryStore::open(rendezvous_dir, o.rendezvous_timeout);
-    if (!opened) throw ConfigError(opened.status().message());
-    store = std::move(opened).value();
-  } else {
-    check_resolves(o.master_addr, who);
-    try {
-      c10d::TCPStoreOptions so;
-      so.port = static_cast<std::uint16_t>(o.master_port);
-      so.isServer = o.rank == 0;
-      // LibTorch 1.13's own wait for workers gives up silently at the
-      // deadline; join_store below counts the ranks and says who is missing.
-      so.waitWorkers = false;
-      so.timeout = o.rendezvous_timeout;
-      store = c10::make_intrusive<c10d::TCPStore>(o.master_addr, so);
-    } catch (const std::exception& e) {
-      throw CommError("rendezvous at " + where + " failed for " + who + " within " +
-                      format_timeout(o.rendezvous_timeout) + " (" +
-                      (o.rank == 0 ? "hosting the store, waiting for the other ranks"
-                                   : "connecting to the store hosted by rank 0") +
-                      "): " + first_line(e) + "; check MASTER_ADDR/MASTER_PORT and that all " +
-                      std::to_string(o.world_size) + " ranks started");
-    }
-  }
+  c10::intrusive_ptr<c10d::Store> store = open_store(o, rendezvous_dir, where, who);
 
   join_store(*store, o, where, who, !rendezvous_dir.empty());
 
@@ -271,52 +342,10 @@ ProcessGroups init_gloo_process_groups(const GlooOptions& o) {
     board = std::make_shared<ProgressBoard>(store, o, std::move(report_dir));
   }
 
-  auto make_group = [&](const GroupSpec& spec) -> std::shared_ptr<Communicator> {
-    if (spec.size() == 1) return std::make_shared<LocalCommunicator>(spec.name, o.op_timeout);
-    // A prefix per group keeps the groups' rendezvous keys apart in the one
-    // store.
-    auto prefixed = c10::make_intrusive<c10d::PrefixStore>("fulcrum/" + spec.name, store);
-    // Gloo waits for the group's members with this timeout, and uses it as
-    // its I/O deadline afterwards; each collective's own deadline is
-    // op_timeout (Work::wait in GlooCommunicator::run).
-    if (o.backend == CommBackend::kNccl) {
-#ifdef FULCRUM_WITH_NCCL
-      auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
-      nccl_options->timeout = std::max(o.rendezvous_timeout, o.op_timeout);
-      try {
-        auto group = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, spec.group_rank,
-                                                                 spec.size(), nccl_options);
-        return std::make_shared<C10dCommunicator<c10d::ProcessGroupNCCL>>(
-            std::move(group), "nccl", spec, o.op_timeout, board,
-            at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(o.cuda_device)));
-      } catch (const std::exception& e) {
-        throw CommError("NCCL group " + spec.name + " at " + where + " failed for " + who + ": " +
-                        first_line(e) + "; check that every rank has its own GPU");
-      }
-#else
-      throw ConfigError(
-          "dist.backend is nccl, but this fulcrum was built against a LibTorch without NCCL; "
-          "set dist.backend: gloo, or rebuild against a CUDA LibTorch with NCCL");
-#endif
-    }
-    auto options =
-        c10d::ProcessGroupGloo::Options::create(std::max(o.rendezvous_timeout, o.op_timeout));
-    options->devices = devices;
-    options->threads = o.threads;
-    try {
-      auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, spec.group_rank,
-                                                               spec.size(), options);
-      return std::make_shared<C10dCommunicator<c10d::ProcessGroupGloo>>(std::move(group), "gloo",
-                                                                        spec, o.op_timeout, board);
-    } catch (const std::exception& e) {
-      throw CommError("rendezvous of group " + spec.name + " at " + where + " failed for " + who +
-                      " within " + format_timeout(o.rendezvous_timeout) + ": " + first_line(e) +
-                      "; a member rank did not join, check that every rank started");
-    }
-  };
-  groups.world = make_group(layout->world);
-  groups.cp = make_group(layout->cp);
-  groups.dp = make_group(layout->dp);
+  const GroupSetup setup{o, store, devices, board, where, who};
+  groups.world = make_group(layout->world, setup);
+  groups.cp = make_group(layout->cp, setup);
+  groups.dp = make_group(layout->dp, setup);
   return groups;
 }
 

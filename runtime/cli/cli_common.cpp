@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <exception>
@@ -387,6 +388,24 @@ std::int32_t rank_count(const boost::program_options::variables_map& given, cons
                      flag);
   }
   return static_cast<std::int32_t>(n);
+}
+
+int repeat_count(std::int64_t tokens, double estimated_seconds) {
+  return tokens < kRepeatBelowTokens && estimated_seconds < 0.05 ? kRepeats : 1;
+}
+
+double median_time_us(int repeats, const std::function<void(int)>& call) {
+  std::vector<double> times;
+  for (int i = 0; i < repeats; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    call(i);
+    times.push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+            .count());
+  }
+  std::sort(times.begin(), times.end());
+  const std::size_t n = times.size();
+  return n % 2 == 1 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
 }
 
 bool contains(const std::vector<std::string>& names, const std::string& name) {

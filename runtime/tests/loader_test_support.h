@@ -12,6 +12,7 @@
 #include "fulcrum/cp_types.h"
 #include "fulcrum/host/log.h"
 #include "fulcrum/host/plugin_loader.h"
+#include "fulcrum/status.h"
 #include "test_support.h"
 
 #ifndef FULCRUM_PLUGIN_PATH
@@ -49,6 +50,27 @@ struct LogCapture {
   }
 };
 
+// Whether the host refused `result` as the plugin's fault (kPluginFault)
+// with `part` in its message; says what it got when not.
+template <typename T>
+::testing::AssertionResult refused_as_fault(const Result<T>& result, const std::string& part) {
+  if (result.is_ok()) return ::testing::AssertionFailure() << "the call succeeded";
+  const Status status = result.status();  // by value: status() returns a copy
+  const std::string& message = status.message();
+  if (status.code() != StatusCode::kPluginFault) {
+    return ::testing::AssertionFailure() << "refused with code " << static_cast<int>(status.code())
+                                         << ", not kPluginFault: " << message;
+  }
+  if (message.find(part) == std::string::npos) {
+    return ::testing::AssertionFailure()
+           << "message \"" << message << "\" lacks \"" << part << "\"";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// With FULCRUM_BROKEN_PLUGIN_DIR, the directory of the broken and other test
+// plugins (fulcrum_host_tests is built with it; a test that names a plugin
+// there without it does not compile).
 #ifdef FULCRUM_BROKEN_PLUGIN_DIR
 // The built test plugin lib<file>.so, beside the broken plugins.
 inline std::string test_plugin(const std::string& file) {

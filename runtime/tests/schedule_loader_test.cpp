@@ -17,10 +17,6 @@
 #include "loader_test_support.h"
 #include "strategies/schedule_strategies.h"
 
-#ifndef FULCRUM_BROKEN_PLUGIN_DIR
-#error "FULCRUM_BROKEN_PLUGIN_DIR must name the directory of the broken test plugins"
-#endif
-
 namespace fulcrum::host {
 namespace {
 

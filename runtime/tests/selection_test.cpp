@@ -252,8 +252,7 @@ TEST(SelectionTest, ThrowingPluginThroughTheLoaderIsServedByTheBuiltin) {
   LoaderOptions lo;
   lo.check_permissions = false;
   lo.log = nullptr;
-  auto loaded =
-      load_plugin(std::string(FULCRUM_BROKEN_PLUGIN_DIR) + "/libfulcrum_broken_throwing.so", lo);
+  auto loaded = load_plugin(test::broken_plugin("throwing"), lo);
   ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
   CpSelector selector(*loaded, options("contiguous", warnings));
   const CpWorkload w = causal_row(100, 4);

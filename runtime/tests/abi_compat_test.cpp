@@ -155,6 +155,8 @@ using NextCpPlan = Next<fulcrum_cp_plan>;
 using NextDpRequest = Next<fulcrum_dp_request>;
 using NextDpResult = Next<fulcrum_dp_result>;
 using NextHostServices = Next<fulcrum_host_services>;
+using NextScheduleRequest = Next<fulcrum_schedule_request>;
+using NextSchedule = Next<fulcrum_schedule>;
 
 TEST(AbiCompatTest, TodaysPluginServesANewerHostAndLeavesItsNewFieldsAlone) {
   RawPlugin plugin;
@@ -244,9 +246,6 @@ TEST(AbiCompatTest, TodaysPluginServesAnAbi10Host) {
             (std::vector<std::int64_t>{0, 1, 2, 3, 4, 5, 6, 7}));
   t.release_plan(instance, &answer);
 }
-
-using NextScheduleRequest = Next<fulcrum_schedule_request>;
-using NextSchedule = Next<fulcrum_schedule>;
 
 // The placement hook under a newer host, and its structs shorter than the
 // version that introduced them refused.

@@ -8,6 +8,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <iterator>
 #include <limits>
 #include <new>
@@ -234,6 +235,11 @@ void add_common_options(po::options_description& options, CommonOptions& common)
            }),
        "balancer plugin: a name searched in the plugin directories, a path to a .so, or "
        "'builtin' (default: balancer.plugin)");
+}
+
+bool printed_help(bool help, std::string_view usage, const po::options_description& options) {
+  if (help) std::cout << usage << "\n" << options;
+  return help;
 }
 
 po::variables_map parse_command_line(const std::vector<std::string>& args,

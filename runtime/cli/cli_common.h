@@ -93,6 +93,11 @@ boost::program_options::variables_map parse_command_line(
     const std::vector<std::string>& args,
     const boost::program_options::options_description& options, std::string_view command);
 
+// With --help (`help`), prints `usage` and the options to stdout and says
+// so: the command then ends with kExitOk.
+bool printed_help(bool help, std::string_view usage,
+                  const boost::program_options::options_description& options);
+
 host::Config load_config_or_throw(const CommonOptions& common);
 
 // Refuses a --format other than table or json.

@@ -380,10 +380,7 @@ int calibrate_body(const std::vector<std::string>& args) {
   CalibrateFlags f;
   const po::options_description options = calibrate_options(f);
   parse_command_line(args, options, "calibrate");
-  if (f.help) {
-    std::cout << kUsage << "\n" << options;
-    return kExitOk;
-  }
+  if (printed_help(f.help, kUsage, options)) return kExitOk;
   const std::int64_t repetitions = parse_repetitions(f.repetitions);
   check_name(f.name);
   check_output(f);

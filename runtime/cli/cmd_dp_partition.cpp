@@ -157,10 +157,7 @@ int dp_main(const std::vector<std::string>& args) {
   DpFlags f;
   const po::options_description options = dp_options(f);
   const po::variables_map given = parse_command_line(args, options, "dp-partition");
-  if (f.help) {
-    std::cout << kUsage << "\n" << options;
-    return kExitOk;
-  }
+  if (printed_help(f.help, kUsage, options)) return kExitOk;
   const host::Config config = load_config_or_throw(f.common);
 
   require_table_or_json(f.format);

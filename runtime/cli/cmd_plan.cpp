@@ -386,10 +386,7 @@ int plan_main(const std::vector<std::string>& args) {
   PlanFlags f;
   const po::options_description options = plan_options(f);
   const po::variables_map given = parse_command_line(args, options, "plan");
-  if (f.help) {
-    std::cout << kUsage << "\n" << options;
-    return kExitOk;
-  }
+  if (printed_help(f.help, kUsage, options)) return kExitOk;
   const host::Config config = load_config_or_throw(f.common);
 
   require_table_or_json(f.format);

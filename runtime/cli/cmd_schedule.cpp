@@ -476,10 +476,7 @@ int schedule_main(const std::vector<std::string>& args) {
   ScheduleFlags f;
   const po::options_description options = schedule_options(f);
   const po::variables_map given = parse_command_line(args, options, "schedule");
-  if (f.help) {
-    std::cout << kUsage << "\n" << options;
-    return kExitOk;
-  }
+  if (printed_help(f.help, kUsage, options)) return kExitOk;
   const host::Config config = load_config_or_throw(f.common);
   require_table_or_json(f.format);
 

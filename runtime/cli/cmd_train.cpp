@@ -286,10 +286,7 @@ int train_body(const std::vector<std::string>& args) {
   TrainFlags f;
   const po::options_description options = train_options(f);
   [[maybe_unused]] const po::variables_map given = parse_command_line(args, options, "train");
-  if (f.help) {
-    std::cout << kUsage << "\n" << options;
-    return kExitOk;
-  }
+  if (printed_help(f.help, kUsage, options)) return kExitOk;
 #ifndef FULCRUM_HAVE_TRAINER
   throw UsageError(
       "this fulcrum was built without LibTorch, so it has no training runtime; install "

@@ -271,6 +271,27 @@ void print_compare_table(const std::vector<Planned>& all, const CpWorkload& work
   std::cout << out;
 }
 
+// --compare's output: every strategy's plan of the one row.
+void print_compare(const std::vector<Planned>& all, const CpWorkload& workload, const PlanFlags& f,
+                   const std::string& balancer) {
+  if (f.format == "json") {
+    Json out;
+    out["workload"] = {
+        {"tokens", workload.tokens},
+        {"documents", workload.doc_lengths.empty() ? 1 : workload.doc_lengths.size()},
+        {"mask", mask_to_string(workload.mask)},
+        {"cp", workload.cp_size},
+        {"block_size", workload.block_size},
+        {"balancer", balancer}};
+    Json list = Json::array();
+    for (const Planned& p : all) list.push_back(plan_json(p, workload, f.positions));
+    out["strategies"] = std::move(list);
+    std::cout << out.dump(2) << "\n";
+  } else {
+    print_compare_table(all, workload);
+  }
+}
+
 // The row the flags describe: --seq-len (optionally filled with synthetic
 // documents), --lengths or --lengths-file, over --cp ranks with the block
 // size and mask of the flags or the configuration.
@@ -358,27 +379,6 @@ void check_strategy_names(const PlanFlags& f, const po::variables_map& given,
     throw UsageError("balancer.cp.fallback is '" + one_line(fallback) + "' (" +
                      config.origin("balancer.cp.fallback") + "), which balancer '" +
                      loaded.balancer->name() + "' does not offer; use one of " + known);
-  }
-}
-
-// --compare's output: every strategy's plan of the one row.
-void print_compare(const std::vector<Planned>& all, const CpWorkload& workload, const PlanFlags& f,
-                   const std::string& balancer) {
-  if (f.format == "json") {
-    Json out;
-    out["workload"] = {
-        {"tokens", workload.tokens},
-        {"documents", workload.doc_lengths.empty() ? 1 : workload.doc_lengths.size()},
-        {"mask", mask_to_string(workload.mask)},
-        {"cp", workload.cp_size},
-        {"block_size", workload.block_size},
-        {"balancer", balancer}};
-    Json list = Json::array();
-    for (const Planned& p : all) list.push_back(plan_json(p, workload, f.positions));
-    out["strategies"] = std::move(list);
-    std::cout << out.dump(2) << "\n";
-  } else {
-    print_compare_table(all, workload);
   }
 }
 

@@ -344,6 +344,24 @@ void print_compare_table(const std::vector<Scheduled>& all, const ScheduleReques
   std::cout << out;
 }
 
+// --compare's output.
+void print_compare(const std::vector<Scheduled>& all, const ScheduleRequest& request,
+                   const ScheduleFlags& f, const std::string& balancer) {
+  if (f.format == "json") {
+    Json out;
+    out["request"] = request_json(request, balancer);
+    Json list = Json::array();
+    for (const Scheduled& s : all) {
+      list.push_back(s.refused.empty() ? schedule_json(s, request)
+                                       : Json{{"requested", s.requested}, {"refused", s.refused}});
+    }
+    out["schedulers"] = std::move(list);
+    std::cout << out.dump(2) << "\n";
+  } else {
+    print_compare_table(all, request);
+  }
+}
+
 // The batch and the world the flags describe, with the block size, mask and
 // cost profile of the flags or the configuration.
 ScheduleRequest request_from_flags(const ScheduleFlags& f, const po::variables_map& given,
@@ -452,24 +470,6 @@ std::vector<Scheduled> compare_all(LoadBalancer& balancer,
     }
   }
   return all;
-}
-
-// --compare's output.
-void print_compare(const std::vector<Scheduled>& all, const ScheduleRequest& request,
-                   const ScheduleFlags& f, const std::string& balancer) {
-  if (f.format == "json") {
-    Json out;
-    out["request"] = request_json(request, balancer);
-    Json list = Json::array();
-    for (const Scheduled& s : all) {
-      list.push_back(s.refused.empty() ? schedule_json(s, request)
-                                       : Json{{"requested", s.requested}, {"refused", s.refused}});
-    }
-    out["schedulers"] = std::move(list);
-    std::cout << out.dump(2) << "\n";
-  } else {
-    print_compare_table(all, request);
-  }
 }
 
 int schedule_main(const std::vector<std::string>& args) {

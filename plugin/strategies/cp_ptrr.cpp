@@ -17,11 +17,11 @@
 namespace fulcrum::cp {
 
 Result<ShardPlan> plan_ptrr(const CpWorkload& workload) {
-  if (Status status = validate_workload(workload); !status) return status;
-  if (auto reason = inapplicable_reason("ptrr", workload)) {
-    return unsupported("ptrr cannot shard this row: " + *reason +
-                       "; pad the row to a multiple of cp_size*block_size or use balanced or "
-                       "auto");
+  if (Status status = check_servable("ptrr", workload,
+                                     "pad the row to a multiple of cp_size*block_size or use "
+                                     "balanced or auto");
+      !status) {
+    return status;
   }
   const std::int64_t block = workload.block_size;
   const std::int32_t p = workload.cp_size;

@@ -10,18 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "fulcrum/core/dp_dispatch.h"
+#include "fulcrum/core/text.h"
 #include "fulcrum/core/workload.h"
 #include "strategies/dp_strategies.h"
 
 namespace fulcrum::dp {
 namespace {
-
-// A coefficient as the user wrote it (1e+307, not 308 digits).
-std::string shortest_text(double value) {
-  char text[32];
-  const auto [end, ec] = std::to_chars(text, text + sizeof text, value);
-  return ec == std::errc() ? std::string(text, end) : std::string("?");
-}
 
 // Names in the order users see them listed; "auto" last because it is built
 // from the others.
@@ -36,12 +31,9 @@ constexpr std::array<StrategyInfo, 4> kStrategies = {{
 }};
 
 std::string known_names() {
-  std::string names;
-  for (const StrategyInfo& info : kStrategies) {
-    if (!names.empty()) names += ", ";
-    names += info.name;
-  }
-  return names;
+  std::vector<std::string> names;
+  for (const StrategyInfo& info : kStrategies) names.emplace_back(info.name);
+  return join(names, ", ");
 }
 
 // True when every cost is an integer that doubles represent exactly, so any
@@ -95,18 +87,7 @@ Status validate_request(const DpRequest& request) {
                             " (2^20) ranks fulcrum partitions for; use a smaller "
                             "data-parallel group");
   }
-  if (request.cost.kind != CostKind::kTokens && request.cost.kind != CostKind::kAttention) {
-    return invalid_argument("dp request: cost kind " +
-                            std::to_string(static_cast<std::int32_t>(request.cost.kind)) +
-                            " is unknown; use tokens (0) or attention (1)");
-  }
-  if (request.cost.kind == CostKind::kAttention &&
-      (!std::isfinite(request.cost.a) || request.cost.a < 0.0 || request.cost.a > kMaxAttentionA)) {
-    return invalid_argument("dp request: attention cost coefficient a is " +
-                            shortest_text(request.cost.a) +
-                            "; pass a value from 0 to 2^40 (default 24576)");
-  }
-  return Status::ok();
+  return check_cost_model(request.cost, "dp request");
 }
 
 Result<DpPartition> partition(std::string_view name, const DpRequest& request) {

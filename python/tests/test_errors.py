@@ -215,6 +215,7 @@ def test_a_newer_minor_table_is_accepted_and_its_extra_fields_unread(plugin_path
     import ctypes
 
     from fulcrum import balancer as balancer_module
+    from fulcrum import loader as loader_module
 
     real = fulcrum.load(str(plugin_path))
     size = _abi.TABLE_V1_SIZE
@@ -225,7 +226,7 @@ def test_a_newer_minor_table_is_accepted_and_its_extra_fields_unread(plugin_path
     header = _abi.TableHeader.from_buffer(newer)
     header.struct_size, header.abi_minor = size + 8, _abi.ABI_MINOR + 1
     assert _abi.table_has(header.struct_size, _abi.PluginTableV1, "last_error")
-    table = balancer_module._check_table(ctypes.addressof(newer), "newer.so")
+    table = loader_module._check_table(ctypes.addressof(newer), "newer.so")
     with balancer_module.Balancer(real._library, table, "newer.so") as b:
         assert b.abi_version == (_abi.ABI_MAJOR, _abi.ABI_MINOR + 1)
         assert b.plan_cp("auto", cp=2, tokens=64).tokens == 64

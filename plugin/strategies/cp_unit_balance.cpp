@@ -337,80 +337,85 @@ void append_run(std::vector<Run>& runs, std::int64_t first_of_rank, std::int64_t
   runs.push_back(Run{begin, length});
 }
 
-}  // namespace
+// The units of B tokens ("full", dealt and refined) and the shorter ones
+// ("pieces", dealt first), each ascending.
+struct UnitSplit {
+  std::vector<std::int32_t> full;
+  std::vector<std::int32_t> pieces;
+};
 
-Balanced balance_units(const CpWorkload& workload, const RowLayout& layout, const Units& units,
-                       std::int64_t total_pairs, std::int64_t unsharded_tiles,
-                       const BalanceOptions& options) {
-  const std::int32_t p = workload.cp_size;
-  const std::int64_t count = units.count();
-  std::int64_t full_count = 0;
-  for (std::int64_t k = 0; k < count; ++k) full_count += units.length(k) == units.size;
-  std::vector<std::int32_t> full(static_cast<std::size_t>(full_count));
-  std::vector<std::int32_t> pieces(static_cast<std::size_t>(count - full_count));
-  for (std::int64_t k = 0, nf = 0, np = 0; k < count; ++k) {
-    if (units.length(k) == units.size) {
-      full[static_cast<std::size_t>(nf++)] = static_cast<std::int32_t>(k);
-    } else {
-      pieces[static_cast<std::size_t>(np++)] = static_cast<std::int32_t>(k);
-    }
+UnitSplit split_units(const Units& units) {
+  UnitSplit split;
+  for (std::int64_t k = 0; k < units.count(); ++k) {
+    (units.length(k) == units.size ? split.full : split.pieces)
+        .push_back(static_cast<std::int32_t>(k));
   }
-  const std::int64_t per_rank = static_cast<std::int64_t>(full.size()) / p;
-  const std::int64_t extra = static_cast<std::int64_t>(full.size()) % p;
+  return split;
+}
 
-  // Pieces first, longest first. A piece may go to any rank that it leaves
-  // within one unit of the rank with the fewest tokens (that rank always
-  // qualifies, pieces being shorter than a unit); among those it goes to the
-  // one with the least piece cost so far. Every rank then ends within one
-  // unit of the longest (the full-unit counts differ by at most one), so no
-  // rank pads more than one unit.
-  std::vector<std::int64_t> tokens(static_cast<std::size_t>(p));
-  for (std::int32_t r = 0; r < p; ++r) tokens[r] = (per_rank + (r < extra ? 1 : 0)) * units.size;
+// Pieces first, longest first. A piece may go to any rank that it leaves
+// within one unit of the rank with the fewest tokens (that rank always
+// qualifies, pieces being shorter than a unit); among those it goes to the
+// one with the least piece cost so far. Every rank then ends within one
+// unit of the longest (the full-unit counts differ by at most one), so no
+// rank pads more than one unit. `tokens` holds each rank's full-unit tokens
+// on entry and its total on return; the result is each piece's owner.
+std::vector<std::int32_t> deal_pieces(const Units& units, const std::vector<std::int32_t>& pieces,
+                                      std::int64_t total_pairs, std::int64_t unsharded_tiles,
+                                      std::vector<std::int64_t>& tokens) {
+  const std::int32_t p = static_cast<std::int32_t>(tokens.size());
   std::vector<std::int32_t> piece_owner(pieces.size());
-  {
-    const double piece_wp = total_pairs > 0 ? 1.0 / static_cast<double>(total_pairs) : 0.0;
-    const double piece_wt = unsharded_tiles > 0 ? 1.0 / static_cast<double>(unsharded_tiles) : 0.0;
-    std::vector<double> cost(static_cast<std::size_t>(p), 0.0);
-    std::vector<std::int32_t> order(pieces.size());
-    std::iota(order.begin(), order.end(), 0);
-    std::sort(order.begin(), order.end(), [&](std::int32_t x, std::int32_t y) {
-      const std::int64_t lx = units.length(pieces[x]);
-      const std::int64_t ly = units.length(pieces[y]);
-      return lx > ly || (lx == ly && x < y);
-    });
-    for (const std::int32_t i : order) {
-      const std::int64_t k = pieces[i];
-      const std::int64_t len = units.length(k);
-      const std::int64_t fewest = *std::min_element(tokens.begin(), tokens.end());
-      std::int32_t best = -1;
-      for (std::int32_t r = 0; r < p; ++r) {
-        if (tokens[r] + len > fewest + units.size) continue;
-        if (best < 0 || cost[r] < cost[best]) best = r;
-      }
-      piece_owner[i] = best;
-      tokens[best] += len;
-      cost[best] += units.pairs[k] * piece_wp + units.tiles[k] * piece_wt;
+  const double piece_wp = total_pairs > 0 ? 1.0 / static_cast<double>(total_pairs) : 0.0;
+  const double piece_wt = unsharded_tiles > 0 ? 1.0 / static_cast<double>(unsharded_tiles) : 0.0;
+  std::vector<double> cost(static_cast<std::size_t>(p), 0.0);
+  std::vector<std::int32_t> order(pieces.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](std::int32_t x, std::int32_t y) {
+    const std::int64_t lx = units.length(pieces[x]);
+    const std::int64_t ly = units.length(pieces[y]);
+    return lx > ly || (lx == ly && x < y);
+  });
+  for (const std::int32_t i : order) {
+    const std::int64_t k = pieces[i];
+    const std::int64_t len = units.length(k);
+    const std::int64_t fewest = *std::min_element(tokens.begin(), tokens.end());
+    std::int32_t best = -1;
+    for (std::int32_t r = 0; r < p; ++r) {
+      if (tokens[r] + len > fewest + units.size) continue;
+      if (best < 0 || cost[r] < cost[best]) best = r;
     }
+    piece_owner[i] = best;
+    tokens[best] += len;
+    cost[best] += units.pairs[k] * piece_wp + units.tiles[k] * piece_wt;
   }
+  return piece_owner;
+}
 
-  // Each rank's pieces, ascending, after its full units: a tail of local
-  // blocks whose work is counted exactly once here and is a fixed base load
-  // for the full units' balancing.
+// Each rank's pieces, ascending, after its full units: a tail of local
+// blocks whose work is counted exactly once here and is a fixed base load
+// for the full units' balancing.
+RunPlan piece_tail(const Units& units, const std::vector<std::int32_t>& pieces,
+                   const std::vector<std::int32_t>& piece_owner, std::int32_t p) {
   RunPlan tail;
   tail.ranks = p;
   tail.rank_offset.assign(static_cast<std::size_t>(p) + 1, 0);
-  {
-    std::vector<std::int64_t> fill(static_cast<std::size_t>(p) + 1, 0);
-    for (const std::int32_t r : piece_owner) ++tail.rank_offset[r + 1];
-    for (std::int32_t r = 0; r < p; ++r) tail.rank_offset[r + 1] += tail.rank_offset[r];
-    tail.runs.resize(pieces.size());
-    std::copy(tail.rank_offset.begin(), tail.rank_offset.end() - 1, fill.begin());
-    for (std::size_t i = 0; i < pieces.size(); ++i) {  // pieces are ascending
-      const std::int64_t k = pieces[i];
-      tail.runs[fill[piece_owner[i]]++] = Run{units.cut[k], units.length(k)};
-    }
+  std::vector<std::int64_t> fill(static_cast<std::size_t>(p) + 1, 0);
+  for (const std::int32_t r : piece_owner) ++tail.rank_offset[r + 1];
+  for (std::int32_t r = 0; r < p; ++r) tail.rank_offset[r + 1] += tail.rank_offset[r];
+  tail.runs.resize(pieces.size());
+  std::copy(tail.rank_offset.begin(), tail.rank_offset.end() - 1, fill.begin());
+  for (std::size_t i = 0; i < pieces.size(); ++i) {  // pieces are ascending
+    const std::int64_t k = pieces[i];
+    tail.runs[fill[piece_owner[i]]++] = Run{units.cut[k], units.length(k)};
   }
-  std::vector<RankWork> tail_work(static_cast<std::size_t>(p));
+  return tail;
+}
+
+std::vector<RankWork> piece_tail_work(const CpWorkload& workload, const RowLayout& layout,
+                                      const Units& units, const std::vector<std::int32_t>& pieces,
+                                      const std::vector<std::int32_t>& piece_owner,
+                                      const RunPlan& tail) {
+  std::vector<RankWork> tail_work(static_cast<std::size_t>(tail.ranks));
   if (workload.mask.kind == MaskKind::kBlockSparse) {
     // Aligned units: the only piece is the row's partial last block.
     for (std::size_t i = 0; i < pieces.size(); ++i) {
@@ -421,6 +426,65 @@ Balanced balance_units(const CpWorkload& workload, const RowLayout& layout, cons
   } else if (!pieces.empty()) {
     tail_work = run_work(workload, layout, tail);
   }
+  return tail_work;
+}
+
+// The runs: each rank's full units ascending (a counting sort by owner,
+// `full` being ascending), then its piece tail; `out.work` their sums.
+void assemble_runs(const Units& units, const std::vector<std::int32_t>& full,
+                   const std::vector<std::int32_t>& owner, const RunPlan& tail,
+                   const std::vector<RankWork>& tail_work, Balanced& out) {
+  const std::int32_t p = tail.ranks;
+  RunPlan& plan = out.runs;
+  plan.rank_offset.assign(static_cast<std::size_t>(p) + 1, 0);
+  std::vector<std::int64_t> first_full(static_cast<std::size_t>(p) + 1, 0);
+  for (const std::int32_t r : owner) ++first_full[r + 1];
+  for (std::int32_t r = 0; r < p; ++r) first_full[r + 1] += first_full[r];
+  std::vector<std::int32_t> by_rank(full.size());
+  {
+    std::vector<std::int64_t> next(first_full.begin(), first_full.end() - 1);
+    for (std::size_t i = 0; i < full.size(); ++i) by_rank[next[owner[i]]++] = full[i];
+  }
+  plan.runs.reserve(full.size() + tail.runs.size());
+  out.work.assign(static_cast<std::size_t>(p), RankWork{});
+  for (std::int32_t r = 0; r < p; ++r) {
+    const std::int64_t first = static_cast<std::int64_t>(plan.runs.size());
+    RankWork& w = out.work[r];
+    for (std::int64_t i = first_full[r]; i < first_full[r + 1]; ++i) {
+      const std::int32_t k = by_rank[i];
+      append_run(plan.runs, first, units.cut[k], units.size);
+      w.pairs += units.pairs[k];
+      w.tiles += units.tiles[k];
+      w.tokens += units.size;
+    }
+    for (std::int64_t i = tail.rank_offset[r]; i < tail.rank_offset[r + 1]; ++i) {
+      append_run(plan.runs, first, tail.runs[i].begin, tail.runs[i].length);
+    }
+    w.pairs += tail_work[r].pairs;
+    w.tiles += tail_work[r].tiles;
+    w.tokens += tail_work[r].tokens;
+    plan.rank_offset[r + 1] = static_cast<std::int64_t>(plan.runs.size());
+  }
+}
+
+}  // namespace
+
+Balanced balance_units(const CpWorkload& workload, const RowLayout& layout, const Units& units,
+                       std::int64_t total_pairs, std::int64_t unsharded_tiles,
+                       const BalanceOptions& options) {
+  const std::int32_t p = workload.cp_size;
+  const UnitSplit split = split_units(units);
+  const std::vector<std::int32_t>& full = split.full;
+  const std::int64_t per_rank = static_cast<std::int64_t>(full.size()) / p;
+  const std::int64_t extra = static_cast<std::int64_t>(full.size()) % p;
+
+  std::vector<std::int64_t> tokens(static_cast<std::size_t>(p));
+  for (std::int32_t r = 0; r < p; ++r) tokens[r] = (per_rank + (r < extra ? 1 : 0)) * units.size;
+  const std::vector<std::int32_t> piece_owner =
+      deal_pieces(units, split.pieces, total_pairs, unsharded_tiles, tokens);
+  const RunPlan tail = piece_tail(units, split.pieces, piece_owner, p);
+  const std::vector<RankWork> tail_work =
+      piece_tail_work(workload, layout, units, split.pieces, piece_owner, tail);
 
   const double wp = total_pairs > 0 ? static_cast<double>(p) / total_pairs : 0.0;
   const double wt = unsharded_tiles > 0 ? static_cast<double>(p) / unsharded_tiles : 0.0;
@@ -442,48 +506,15 @@ Balanced balance_units(const CpWorkload& workload, const RowLayout& layout, cons
           : 4 * static_cast<std::int64_t>(p) + static_cast<std::int64_t>(full.size()) / 8;
   out.rounds = refiner.refine(options.tolerance, rounds);
 
-  // Runs: each rank's full units ascending, then its pieces.
-  const std::vector<std::int32_t>& owner = refiner.owner();
-  RunPlan& plan = out.runs;
-  plan.ranks = p;
-  plan.shard_len = *std::max_element(tokens.begin(), tokens.end());
-  plan.rank_offset.assign(static_cast<std::size_t>(p) + 1, 0);
-  // Each rank's full units in ascending order: a counting sort by owner
-  // (full[] is ascending).
-  std::vector<std::int64_t> first_full(static_cast<std::size_t>(p) + 1, 0);
-  for (const std::int32_t r : owner) ++first_full[r + 1];
-  for (std::int32_t r = 0; r < p; ++r) first_full[r + 1] += first_full[r];
-  std::vector<std::int32_t> by_rank(full.size());
-  {
-    std::vector<std::int64_t> next(first_full.begin(), first_full.end() - 1);
-    for (std::size_t i = 0; i < full.size(); ++i) by_rank[next[owner[i]]++] = full[i];
-  }
-  plan.runs.reserve(full.size() + pieces.size());
-  out.work.assign(static_cast<std::size_t>(p), RankWork{});
-  for (std::int32_t r = 0; r < p; ++r) {
-    const std::int64_t first = static_cast<std::int64_t>(plan.runs.size());
-    RankWork& w = out.work[r];
-    for (std::int64_t i = first_full[r]; i < first_full[r + 1]; ++i) {
-      const std::int32_t k = by_rank[i];
-      append_run(plan.runs, first, units.cut[k], units.size);
-      w.pairs += units.pairs[k];
-      w.tiles += units.tiles[k];
-      w.tokens += units.size;
-    }
-    for (std::int64_t i = tail.rank_offset[r]; i < tail.rank_offset[r + 1]; ++i) {
-      append_run(plan.runs, first, tail.runs[i].begin, tail.runs[i].length);
-    }
-    w.pairs += tail_work[r].pairs;
-    w.tiles += tail_work[r].tiles;
-    w.tokens += tail_work[r].tokens;
-    plan.rank_offset[r + 1] = static_cast<std::int64_t>(plan.runs.size());
-  }
+  out.runs.ranks = p;
+  out.runs.shard_len = *std::max_element(tokens.begin(), tokens.end());
+  assemble_runs(units, full, refiner.owner(), tail, tail_work, out);
   // Sums are exact only when every full unit fills a local block of its own.
   if (units.size != workload.block_size) {
     if (workload.mask.kind == MaskKind::kBlockSparse) {
-      out.work = compute_work(workload, materialize(plan));
+      out.work = compute_work(workload, materialize(out.runs));
     } else {
-      out.work = run_work(workload, layout, plan);
+      out.work = run_work(workload, layout, out.runs);
     }
   }
   out.score = plan_score(out.work, total_pairs, unsharded_tiles);

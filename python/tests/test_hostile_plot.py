@@ -35,6 +35,12 @@ def lengths_file(tmp_path, data):
     return write(tmp_path, "row.json", data)
 
 
+def length_file_case(what, data, words):
+    """A PLOT_CASES row: ``plot plan`` given a --doc-lengths-file holding ``data``."""
+    return (what, lambda t: ["plan", "--cp", "2", "--doc-lengths-file",
+                             str(lengths_file(t, data)), "--out", str(t / "o")], words)
+
+
 PLOT_CASES = [
     # run
     ("metrics absent", lambda t: ["run", str(t / "none.jsonl")], ["does not exist"]),
@@ -201,36 +207,17 @@ PLOT_CASES = [
     ("file a FIFO", lambda t: (os.mkfifo(t / "f"), ["plan", "--cp", "2", "--doc-lengths-file",
                                                     str(t / "f"), "--out", str(t / "o")])[1],
      ["is a FIFO (named pipe), not a file"]),
-    ("file deep", lambda t: ["plan", "--cp", "2", "--doc-lengths-file",
-                             str(lengths_file(t, "[" * DEEP)), "--out", str(t / "o")],
-     ["nests lists or objects more than 64 deep at byte 64"]),
-    ("file floats", lambda t: ["plan", "--cp", "2", "--doc-lengths-file",
-                               str(lengths_file(t, "[3.0]")), "--out", str(t / "o")],
-     ["item 1 is '3.0', not a positive integer"]),
-    ("file bools", lambda t: ["plan", "--cp", "2", "--doc-lengths-file",
-                              str(lengths_file(t, "[true]")), "--out", str(t / "o")],
-     ["item 1 is 'true'"]),
-    ("file NaN", lambda t: ["plan", "--cp", "2", "--doc-lengths-file",
-                            str(lengths_file(t, "[NaN]")), "--out", str(t / "o")],
-     ["is not valid JSON (NaN is not a JSON number)"]),
-    ("file past int64", lambda t: ["plan", "--cp", "2", "--doc-lengths-file",
-                                   str(lengths_file(t, f"[{2**64}]")), "--out", str(t / "o")],
-     ["item 1 is"]),
-    ("file 1e400", lambda t: ["plan", "--cp", "2", "--doc-lengths-file",
-                              str(lengths_file(t, "[1e400]")), "--out", str(t / "o")],
-     ["item 1 is"]),
-    ("file of many digits", lambda t: ["plan", "--cp", "2", "--doc-lengths-file",
-                                       str(lengths_file(t, "[" + "9" * 5000 + "]")), "--out",
-                                       str(t / "o")], ["number out of range"]),
-    ("file not UTF-8", lambda t: ["plan", "--cp", "2", "--doc-lengths-file",
-                                  str(lengths_file(t, b"[1, \xff]")), "--out", str(t / "o")],
-     ["is not valid JSON at byte 4"]),
-    ("file an object", lambda t: ["plan", "--cp", "2", "--doc-lengths-file",
-                                  str(lengths_file(t, "{}")), "--out", str(t / "o")],
-     ["holds a JSON object, not a list"]),
-    ("file empty list", lambda t: ["plan", "--cp", "2", "--doc-lengths-file",
-                                   str(lengths_file(t, "[]")), "--out", str(t / "o")],
-     ["holds an empty list"]),
+    length_file_case("file deep", "[" * DEEP,
+                     ["nests lists or objects more than 64 deep at byte 64"]),
+    length_file_case("file floats", "[3.0]", ["item 1 is '3.0', not a positive integer"]),
+    length_file_case("file bools", "[true]", ["item 1 is 'true'"]),
+    length_file_case("file NaN", "[NaN]", ["is not valid JSON (NaN is not a JSON number)"]),
+    length_file_case("file past int64", f"[{2**64}]", ["item 1 is"]),
+    length_file_case("file 1e400", "[1e400]", ["item 1 is"]),
+    length_file_case("file of many digits", "[" + "9" * 5000 + "]", ["number out of range"]),
+    length_file_case("file not UTF-8", b"[1, \xff]", ["is not valid JSON at byte 4"]),
+    length_file_case("file an object", "{}", ["holds a JSON object, not a list"]),
+    length_file_case("file empty list", "[]", ["holds an empty list"]),
     ("file a non-UTF-8 name", lambda t: ["plan", "--cp", "2", "--doc-lengths-file",
                                          os.fsdecode(bytes(t) + b"/\xff.json"), "--out",
                                          str(t / "o")], ["\\xff.json", "does not exist"]),

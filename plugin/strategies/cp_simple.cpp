@@ -27,6 +27,9 @@ ShardPlan plan_by_rank(const CpWorkload& workload, std::string_view name, std::i
   return plan;
 }
 
+constexpr std::string_view kHeadTailAdvice =
+    "pad the row to a multiple of 2*cp_size or use per_document, balanced or auto";
+
 }  // namespace
 
 Result<ShardPlan> plan_contiguous(const CpWorkload& workload) {
@@ -56,10 +59,7 @@ Result<ShardPlan> plan_contiguous(const CpWorkload& workload) {
 // make every block reach the tail chunk's keys and nearly double rank 0's
 // tiles; that layout is not what PyTorch computes, so it is not the anchor.
 Result<ShardPlan> plan_head_tail(const CpWorkload& workload) {
-  if (Status status = check_servable("head_tail", workload,
-                                     "pad the row to a multiple of 2*cp_size or use per_document, "
-                                     "balanced or auto");
-      !status) {
+  if (Status status = check_servable("head_tail", workload, kHeadTailAdvice); !status) {
     return status;
   }
   const std::int64_t p = workload.cp_size;

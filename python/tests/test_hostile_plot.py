@@ -35,6 +35,12 @@ def lengths_file(tmp_path, data):
     return write(tmp_path, "row.json", data)
 
 
+def plan_case(what, options, words):
+    """A PLOT_CASES row: ``plot plan`` of a 64-token row on 2 ranks with ``options``."""
+    return (what, lambda t: ["plan", "--cp", "2", "--seq-len", "64", *options, "--out",
+                             str(t / "o")], words)
+
+
 def length_file_case(what, data, words):
     """A PLOT_CASES row: ``plot plan`` given a --doc-lengths-file holding ``data``."""
     return (what, lambda t: ["plan", "--cp", "2", "--doc-lengths-file",
@@ -143,22 +149,16 @@ PLOT_CASES = [
                                     "--out", str(t / "o")], ["--seq-len must be an integer"]),
     ("seq-len huge", lambda t: ["plan", "--cp", "2", "--seq-len", str(2**40), "--random-docs",
                                 "1", "--out", str(t / "o")], ["--seq-len must be an integer"]),
-    ("seed negative", lambda t: ["plan", "--cp", "2", "--seq-len", "64", "--random-docs", "-1",
-                                 "--out", str(t / "o")], ["--synthetic-docs must be an integer"]),
+    plan_case("seed negative", ["--random-docs", "-1"], ["--synthetic-docs must be an integer"]),
     ("random-docs alone", lambda t: ["plan", "--cp", "2", "--doc-lengths", "5", "--random-docs",
                                      "1", "--out", str(t / "o")],
      ["--synthetic-docs needs --seq-len"]),
     ("no row", lambda t: ["plan", "--cp", "2", "--out", str(t / "o")], ["no row given"]),
-    ("two rows", lambda t: ["plan", "--cp", "2", "--seq-len", "64", "--doc-lengths", "64",
-                            "--out", str(t / "o")], ["more than one row given"]),
-    ("block-size zero", lambda t: ["plan", "--cp", "2", "--seq-len", "64", "--block-size", "0",
-                                   "--out", str(t / "o")], ["--block-size must be an integer"]),
-    ("dpi zero", lambda t: ["plan", "--cp", "2", "--seq-len", "64", "--dpi", "0",
-                            "--out", str(t / "o")], ["--dpi must be an integer"]),
-    ("dpi huge", lambda t: ["plan", "--cp", "2", "--seq-len", "64", "--dpi", str(10**6),
-                            "--out", str(t / "o")], ["--dpi must be an integer"]),
-    ("formats jpg", lambda t: ["plan", "--cp", "2", "--seq-len", "64", "--formats", "jpg",
-                               "--out", str(t / "o")], ["--formats 'jpg'"]),
+    plan_case("two rows", ["--doc-lengths", "64"], ["more than one row given"]),
+    plan_case("block-size zero", ["--block-size", "0"], ["--block-size must be an integer"]),
+    plan_case("dpi zero", ["--dpi", "0"], ["--dpi must be an integer"]),
+    plan_case("dpi huge", ["--dpi", str(10**6)], ["--dpi must be an integer"]),
+    plan_case("formats jpg", ["--formats", "jpg"], ["--formats 'jpg'"]),
     ("out empty", lambda t: ["plan", "--cp", "2", "--seq-len", "64", "--out", ""],
      ["--out is empty"]),
     ("out under a file", lambda t: ["plan", "--cp", "2", "--seq-len", "64", "--out",
@@ -170,14 +170,10 @@ PLOT_CASES = [
     ("out a directory", lambda t: ((t / "o.svg").mkdir(), ["run", str(METRICS), "--formats",
                                                            "svg"])[1],
      ["o.svg' is a directory, not a file"]),
-    ("plugin empty", lambda t: ["plan", "--cp", "2", "--seq-len", "64", "--plugin", "",
-                                "--out", str(t / "o")], ["empty plugin name"]),
-    ("mask unknown", lambda t: ["plan", "--cp", "2", "--seq-len", "64", "--mask", "diagonal",
-                                "--out", str(t / "o")], ["mask 'diagonal' is unknown"]),
-    ("strategy unknown", lambda t: ["plan", "--cp", "2", "--seq-len", "64", "--strategy", "nope",
-                                    "--out", str(t / "o")], ["'nope'"]),
-    ("unknown option", lambda t: ["plan", "--cp", "2", "--seq-len", "64", "--bogus", "--out",
-                                  str(t / "o")], ["unrecognized arguments: --bogus"]),
+    plan_case("plugin empty", ["--plugin", ""], ["empty plugin name"]),
+    plan_case("mask unknown", ["--mask", "diagonal"], ["mask 'diagonal' is unknown"]),
+    plan_case("strategy unknown", ["--strategy", "nope"], ["'nope'"]),
+    plan_case("unknown option", ["--bogus"], ["unrecognized arguments: --bogus"]),
     ("no command", lambda t: [], ["required"]),
     # plan: --doc-lengths, in the CLI's words
     ("lengths a word", lambda t: ["plan", "--cp", "2", "--doc-lengths", "5,a", "--out",

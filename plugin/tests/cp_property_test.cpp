@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "brute_force.h"
+#include "cp_test_fixtures.h"
 #include "fulcrum/core/plan_check.h"
 #include "fulcrum/core/random.h"
 #include "fulcrum/core/work_model.h"
@@ -29,25 +30,7 @@
 namespace fulcrum::cp {
 namespace {
 
-// The core's SplitMix64 (the same stream on every platform, so a failing
-// seed reproduces everywhere) with the draws these tests want.
-class Rng : public SplitMix64 {
- public:
-  using SplitMix64::SplitMix64;
-  // Log-uniform in [lo, hi], lo >= 1: short and long values equally likely.
-  std::int64_t log_uniform(std::int64_t lo, std::int64_t hi) {
-    const double u = static_cast<double>(next() >> 11) / static_cast<double>(1ULL << 53);
-    const double v =
-        std::exp(std::log(static_cast<double>(lo)) +
-                 u * (std::log(static_cast<double>(hi) + 1.0) - std::log(static_cast<double>(lo))));
-    return std::clamp(static_cast<std::int64_t>(v), lo, hi);
-  }
-  bool chance(int percent) { return uniform(0, 99) < percent; }
-  template <typename T>
-  T pick(std::initializer_list<T> values) {
-    return values.begin()[uniform(0, static_cast<std::int64_t>(values.size()) - 1)];
-  }
-};
+using fixtures::Rng;
 
 struct Limits {
   std::int64_t min_tokens = 1;

@@ -14,8 +14,8 @@ _INT32 = (-(2**31), 2**31 - 1)
 _INT64 = (-(2**63), 2**63 - 1)
 _MASK_KINDS = {"causal": _abi.MASK_CAUSAL, "full": _abi.MASK_FULL,
                "sliding": _abi.MASK_SLIDING, "prefix": _abi.MASK_PREFIX}
-# The host's bounds on text from a plugin (plugin_loader.cpp): names, and
-# free text (reasons, errors, log lines).
+# The host's bounds on text from a plugin (runtime/host/plugin_text.cpp):
+# names, and free text (reasons, errors, log lines).
 _MAX_NAME_BYTES = 256
 _MAX_TEXT_BYTES = 4096
 _LIBC = ctypes.CDLL(None)

@@ -1,6 +1,7 @@
 """Finding a plugin file, deciding whether to trust it, and opening it (dlopen
 and its function table checked field by field): the host's rules
-(runtime/host/plugin_loader.cpp) applied from Python.
+(runtime/host/plugin_search.cpp, plugin_permissions.cpp and
+plugin_table_check.cpp) applied from Python.
 
 A plugin runs in the calling process, so a file that anyone but root or this
 user owns, or that group or others may write, or that sits under a directory

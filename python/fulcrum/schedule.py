@@ -136,7 +136,8 @@ class CostProfile:
 
     @classmethod
     def bundled(cls, name):
-        """One of the profiles bundled with the C++ side (h100_7b, cpu_gloo)."""
+        """One of the profiles bundled with the C++ side (h100_7b, h100_7b_fa3,
+        h100_7b_nccl, cpu_gloo)."""
         if not isinstance(name, str) or name not in _BUNDLED:
             raise FulcrumError("not_found", f"cost profile {shown(name, 80)} is not bundled; use "
                                f"one of {', '.join(_BUNDLED)} or a profile YAML file "

@@ -26,8 +26,9 @@ class Scheduling:
                  mask="causal", block_size=128, cp=0, group_shapes=None):
         """Places one global batch of documents on ``world`` ranks (the ABI 1.1
         schedule hook; docs/HYBRID.md). ``profile`` is a schedule.CostProfile,
-        a dict of its fields, a bundled profile's name (h100_7b, cpu_gloo) or
-        the path of a profile YAML file, as the CLI's --profile. ``cp`` is
+        a dict of its fields, a bundled profile's name (h100_7b, h100_7b_fa3,
+        h100_7b_nccl, cpu_gloo) or the path of a profile YAML file, as the
+        CLI's --profile. ``cp`` is
         the `fixed` scheduler's group size (0: it chooses). The schedule is
         checked as the host checks it before it is returned. A plugin without
         a scheduler (ABI 1.0) raises FulcrumError 'unsupported': the C++

@@ -30,23 +30,12 @@
 #include "fulcrum/core/schedule.h"
 #include "reference.h"
 #include "strategies/schedule_strategies.h"
-
-namespace {
-
-int g_rank = -1;
-
-void check(bool ok, const std::string& what) {
-  if (ok) return;
-  std::fprintf(stderr, "FAIL: rank %d: %s\n", g_rank, what.c_str());
-  std::fflush(stderr);
-  std::exit(1);
-}
-
-}  // namespace
+#include "test_util/worker_check.h"
 
 int main(int argc, char** argv) {
   using namespace fulcrum;
   using namespace fulcrum::attention;
+  using test_util::check;
   if (argc != 3 && !(argc == 4 && std::string(argv[3]) == "stall")) {
     std::fprintf(stderr, "usage: %s <scheduler> <world_size> [stall]\n", argv[0]);
     return 3;
@@ -58,7 +47,7 @@ int main(int argc, char** argv) {
   check(options.is_ok(), options.status().message());
   options->rendezvous_timeout = std::chrono::seconds(20);
   options->op_timeout = stall ? std::chrono::seconds(2) : std::chrono::seconds(20);
-  g_rank = options->rank;
+  const int rank = test_util::worker_rank() = options->rank;
   try {
     const comm::ProcessGroups groups = comm::init_gloo_process_groups(*options);
     const std::int64_t heads = 2;
@@ -80,8 +69,8 @@ int main(int argc, char** argv) {
     if (stall) {
       for (const ScheduleSlot& slot : schedule->slots) {
         if (slot.ranks.size() < 2) continue;
-        if (slot.ranks[1] == g_rank) {
-          std::printf("rank %d stalls\n", g_rank);
+        if (slot.ranks[1] == rank) {
+          std::printf("rank %d stalls\n", rank);
           std::fflush(stdout);
           std::this_thread::sleep_for(std::chrono::seconds(5));
           return 0;
@@ -92,7 +81,7 @@ int main(int argc, char** argv) {
     std::vector<std::size_t> mine;
     for (std::size_t s = 0; s < schedule->slots.size(); ++s) {
       const auto& ranks = schedule->slots[s].ranks;
-      if (std::find(ranks.begin(), ranks.end(), g_rank) != ranks.end()) mine.push_back(s);
+      if (std::find(ranks.begin(), ranks.end(), rank) != ranks.end()) mine.push_back(s);
     }
     std::stable_sort(mine.begin(), mine.end(), [&](std::size_t a, std::size_t b) {
       return schedule->slots[a].wave < schedule->slots[b].wave;
@@ -139,7 +128,7 @@ int main(int argc, char** argv) {
             where + ": received " + std::to_string((*attention)->last_forward().bytes_received) +
                 " bytes, the cost model predicts " + std::to_string(predicted));
     }
-    std::printf("rank %d ran %zu slots\n", g_rank, mine.size());
+    std::printf("rank %d ran %zu slots\n", rank, mine.size());
     groups.world->barrier();
     return 0;
   } catch (const comm::CommError& e) {

@@ -38,13 +38,8 @@ using namespace testing;
 using namespace std::chrono_literals;
 
 CpWorkload make_row(std::vector<std::int64_t> docs, MaskSpec mask, std::int64_t b, std::int32_t g) {
-  CpWorkload w;
-  w.tokens = std::accumulate(docs.begin(), docs.end(), std::int64_t{0});
-  w.doc_lengths = std::move(docs);
-  w.mask = std::move(mask);
-  w.block_size = b;
-  w.cp_size = g;
-  return w;
+  const std::int64_t n = std::accumulate(docs.begin(), docs.end(), std::int64_t{0});
+  return make_workload(n, std::move(docs), std::move(mask), b, g);
 }
 
 std::vector<std::pair<std::string, MaskSpec>> masks(std::int64_t n, std::int64_t b) {
@@ -59,10 +54,7 @@ std::vector<std::pair<std::string, MaskSpec>> masks(std::int64_t n, std::int64_t
 }
 
 std::vector<ShardPlan> plans(std::int64_t n, std::int32_t g, std::int64_t b) {
-  std::vector<ShardPlan> list{contiguous_plan(n, g), random_plan(n, g, 2, 40 + g),
-                              block_round_robin_plan(n, g, b)};
-  if (n % (2 * g) == 0) list.push_back(head_tail_plan(n, g));
-  return list;
+  return plan_shapes(n, g, b, 2, 40 + g);
 }
 
 // ------------------------------------------------------------- key blocks

@@ -183,12 +183,7 @@ struct Pieces {
 // One row on one CP rank.
 Pieces time_row(const TrainOptions& o, fulcrum::host::CpSelector& selector,
                 const fulcrum::data::PackedRow& row, int cp_rank, int reps) {
-  CpWorkload w;
-  w.tokens = row.size();
-  w.doc_lengths = row.doc_lengths;
-  w.mask = o.mask;
-  w.block_size = o.block_size;
-  w.cp_size = o.cp_size;
+  const CpWorkload w = fulcrum::train::row_workload(row, o);
   Pieces p;
   ShardPlan plan;
   p.plan = median_cost(reps, [&] { plan = value_or_die(selector.plan(w), "planning a row"); });

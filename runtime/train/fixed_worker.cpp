@@ -139,8 +139,7 @@ Worker::StepResult FixedWorker::run_step(std::int64_t step, const data::StepBatc
     result.loss_tokens += mb.loss_tokens;
     if (mb.loss.defined()) loss = loss + mb.loss.to(at::kDouble);
   }
-  result.loss_sum = loss.item<double>();
-  check_finite(result.loss_sum, step, id_.rank);
+  set_loss(result, loss, step);
   return result;
 }
 

@@ -270,8 +270,7 @@ Worker::StepResult HybridWorker::run_step(std::int64_t step, const data::StepBat
     result.loss_tokens += slot.loss_tokens;
     result.figures.slots.push_back(std::move(f));
   }
-  result.loss_sum = loss.item<double>();
-  check_finite(result.loss_sum, step, id_.rank);
+  set_loss(result, loss, step);
   return result;
 }
 

@@ -128,6 +128,11 @@ Worker::Worker(TrainOptions options, CheckpointOptions checkpoints, launch::Work
       checkpoints_(std::move(checkpoints)),
       args_(std::move(args)) {}
 
+void Worker::set_loss(StepResult& result, const at::Tensor& loss, std::int64_t step) const {
+  result.loss_sum = loss.item<double>();
+  check_finite(result.loss_sum, step, id_.rank);
+}
+
 Status Worker::prepare() {
   cp_rank_ = id_.rank % options_.cp_size;
   dp_rank_ = id_.rank / options_.cp_size;

@@ -94,6 +94,8 @@ class Worker {
   virtual StepResult run_step(std::int64_t step, const data::StepBatch& batch) = 0;
   // What the mode adds to the step's report on rank 0.
   virtual void add_to_report(StepReport& /*report*/) const {}
+  // The step's summed float64 token loss into `result`, checked finite.
+  void set_loss(StepResult& result, const at::Tensor& loss, std::int64_t step) const;
 
   TrainOptions options_;
   launch::WorkerIdentity id_;

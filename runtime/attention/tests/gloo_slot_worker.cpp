@@ -31,6 +31,7 @@
 #include "fulcrum/core/cost_profile.h"
 #include "fulcrum/core/schedule.h"
 #include "reference.h"
+#include "slot_request.h"
 #include "strategies/schedule_strategies.h"
 #include "test_util/worker_check.h"
 
@@ -42,19 +43,6 @@ using test_util::check;
 
 constexpr std::int64_t kHeads = 2;
 constexpr std::int64_t kDim = 4;
-
-// One document that needs three ranks, a long tail of short ones.
-ScheduleRequest make_request(std::int32_t world_size) {
-  ScheduleRequest request;
-  request.world_size = world_size;
-  request.max_tokens_per_rank = 64;
-  request.block_size = 8;
-  request.mask = MaskSpec::causal();
-  request.profile = builtin_cost_profile("cpu_gloo").value();
-  request.profile.kv_bytes_per_token = static_cast<double>(kHeads * 2 * kDim * 8);
-  request.doc_lengths = {150, 40, 3, 17, 60, 9, 1, 25, 33, 5, 12, 48, 7, 2};
-  return request;
-}
 
 // This rank's slots, in wave order.
 std::vector<std::size_t> slots_of(const Schedule& schedule, int rank) {
@@ -129,7 +117,9 @@ int main(int argc, char** argv) {
   const int rank = test_util::worker_rank() = options->rank;
   try {
     const comm::ProcessGroups groups = comm::init_gloo_process_groups(*options);
-    const ScheduleRequest request = make_request(options->world_size);
+    // One document that needs three ranks, a long tail of short ones.
+    const ScheduleRequest request = testing::slot_request(
+        options->world_size, kHeads, kDim, {150, 40, 3, 17, 60, 9, 1, 25, 33, 5, 12, 48, 7, 2});
     const Result<Schedule> schedule = run_schedule_strategy(argv[1], request);
     check(schedule.is_ok(), schedule.status().message());
     const ScheduleCost cost = evaluate_schedule(request, *schedule);

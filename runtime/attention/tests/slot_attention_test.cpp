@@ -29,6 +29,7 @@
 #include "fulcrum/core/schedule.h"
 #include "fulcrum/core/work_model.h"
 #include "reference.h"
+#include "slot_request.h"
 #include "strategies/schedule_strategies.h"
 
 namespace fulcrum::attention {
@@ -314,14 +315,7 @@ TEST(SlotAttention, WholeSchedulesRunWaveByWaveAndMoveThePredictedBytes) {
   const std::int64_t dim = 4;
   std::mt19937 rng(23);
   for (const std::int32_t world_size : {4, 6}) {
-    ScheduleRequest request;
-    request.world_size = world_size;
-    request.max_tokens_per_rank = 64;
-    request.block_size = 8;
-    request.mask = MaskSpec::causal();
-    request.profile = builtin_cost_profile("cpu_gloo").value();
-    request.profile.kv_bytes_per_token = static_cast<double>(heads * 2 * dim * 8);
-    request.doc_lengths = {150};  // needs three ranks at least
+    ScheduleRequest request = slot_request(world_size, heads, dim, {150});  // needs 3 ranks
     std::lognormal_distribution<double> length(2.8, 0.9);
     for (int i = 0; i < 14; ++i) {
       request.doc_lengths.push_back(std::clamp<std::int64_t>(std::llround(length(rng)), 1, 60));

@@ -145,11 +145,8 @@ Worker::StepResult FixedWorker::run_step(std::int64_t step, const data::StepBatc
 
 }  // namespace
 
-std::unique_ptr<Worker> make_fixed_worker(TrainOptions options, CheckpointOptions checkpoints,
-                                          launch::WorkerIdentity id, WorkerArgs args,
-                                          ReliabilityHooks reliability) {
-  return std::make_unique<FixedWorker>(std::move(options), std::move(checkpoints), std::move(id),
-                                       std::move(args), std::move(reliability));
+std::unique_ptr<Worker> make_fixed_worker(WorkerSetup setup) {
+  return std::make_unique<FixedWorker>(std::move(setup));
 }
 
 }  // namespace fulcrum::train

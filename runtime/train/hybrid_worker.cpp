@@ -276,11 +276,8 @@ Worker::StepResult HybridWorker::run_step(std::int64_t step, const data::StepBat
 
 }  // namespace
 
-std::unique_ptr<Worker> make_hybrid_worker(TrainOptions options, CheckpointOptions checkpoints,
-                                           launch::WorkerIdentity id, WorkerArgs args,
-                                           ReliabilityHooks reliability) {
-  return std::make_unique<HybridWorker>(std::move(options), std::move(checkpoints), std::move(id),
-                                        std::move(args), std::move(reliability));
+std::unique_ptr<Worker> make_hybrid_worker(WorkerSetup setup) {
+  return std::make_unique<HybridWorker>(std::move(setup));
 }
 
 }  // namespace fulcrum::train

@@ -44,13 +44,11 @@ Status configure_compute(TrainOptions& options, const launch::WorkerIdentity& id
 Status run_training(TrainOptions options, CheckpointOptions checkpoints,
                     const launch::WorkerIdentity& id, const WorkerArgs& args,
                     ReliabilityOptions reliability) {
-  ReliabilityHooks hooks(std::move(reliability), id.rank);
+  const bool hybrid = options.mode == ParallelMode::kHybrid;
+  WorkerSetup setup{std::move(options), std::move(checkpoints), id, args,
+                    ReliabilityHooks(std::move(reliability), id.rank)};
   std::unique_ptr<Worker> worker =
-      options.mode == ParallelMode::kHybrid
-          ? make_hybrid_worker(std::move(options), std::move(checkpoints), id, args,
-                               std::move(hooks))
-          : make_fixed_worker(std::move(options), std::move(checkpoints), id, args,
-                              std::move(hooks));
+      hybrid ? make_hybrid_worker(std::move(setup)) : make_fixed_worker(std::move(setup));
   if (Status s = worker->prepare(); !s) return s;
   worker->connect();
   worker->train();

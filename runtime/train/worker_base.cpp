@@ -120,13 +120,12 @@ void check_finite(double loss_sum, std::int64_t step, int rank) {
                      "check the data, or train with train.dtype: float64");
 }
 
-Worker::Worker(TrainOptions options, CheckpointOptions checkpoints, launch::WorkerIdentity id,
-               WorkerArgs args, ReliabilityHooks reliability)
-    : options_(std::move(options)),
-      id_(std::move(id)),
-      reliability_(std::move(reliability)),
-      checkpoints_(std::move(checkpoints)),
-      args_(std::move(args)) {}
+Worker::Worker(WorkerSetup setup)
+    : options_(std::move(setup.options)),
+      id_(std::move(setup.id)),
+      reliability_(std::move(setup.reliability)),
+      checkpoints_(std::move(setup.checkpoints)),
+      args_(std::move(setup.args)) {}
 
 void Worker::set_loss(StepResult& result, const at::Tensor& loss, std::int64_t step) const {
   result.loss_sum = loss.item<double>();

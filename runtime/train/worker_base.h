@@ -63,10 +63,19 @@ void check_finite(double loss_sum, std::int64_t step, int rank);
 // repeated and reordered tokens (a plain sum would not).
 std::vector<std::array<std::int64_t, 4>> row_pieces(const data::PackedRow& row);
 
+// What a worker is made from: the job's options, its checkpoints, this
+// rank's identity, the worker's command line and the reliability hooks.
+struct WorkerSetup {
+  TrainOptions options;
+  CheckpointOptions checkpoints;
+  launch::WorkerIdentity id;
+  WorkerArgs args;
+  ReliabilityHooks reliability;
+};
+
 class Worker {
  public:
-  Worker(TrainOptions options, CheckpointOptions checkpoints, launch::WorkerIdentity id,
-         WorkerArgs args, ReliabilityHooks reliability);
+  explicit Worker(WorkerSetup setup);
   virtual ~Worker() = default;
 
   // Everything that can be checked locally, before meeting the other ranks,
@@ -139,12 +148,8 @@ class Worker {
   Clock::time_point start_;
 };
 
-// The worker of options.mode.
-std::unique_ptr<Worker> make_fixed_worker(TrainOptions options, CheckpointOptions checkpoints,
-                                          launch::WorkerIdentity id, WorkerArgs args,
-                                          ReliabilityHooks reliability);
-std::unique_ptr<Worker> make_hybrid_worker(TrainOptions options, CheckpointOptions checkpoints,
-                                           launch::WorkerIdentity id, WorkerArgs args,
-                                           ReliabilityHooks reliability);
+// The worker of each mode (fixed_worker.cpp, hybrid_worker.cpp).
+std::unique_ptr<Worker> make_fixed_worker(WorkerSetup setup);
+std::unique_ptr<Worker> make_hybrid_worker(WorkerSetup setup);
 
 }  // namespace fulcrum::train

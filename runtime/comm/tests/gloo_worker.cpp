@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 #include <string>
@@ -24,6 +25,7 @@
 
 #include "comm/communicator.h"
 #include "comm/gloo_communicator.h"
+#include "test_util/worker_check.h"
 
 namespace {
 
@@ -31,14 +33,10 @@ using fulcrum::comm::CommError;
 using fulcrum::comm::Communicator;
 using fulcrum::comm::GroupSpec;
 
-int g_rank = -1;
+using fulcrum::test_util::check;
 
-void check(bool ok, const std::string& what) {
-  if (ok) return;
-  std::fprintf(stderr, "FAIL: rank %d: %s\n", g_rank, what.c_str());
-  std::fflush(stderr);
-  std::exit(1);
-}
+// The rank FAIL lines name (test_util/worker_check.h).
+int& g_rank = fulcrum::test_util::worker_rank();
 
 // Every collective of one group against values each member can predict.
 void check_group(Communicator& c, const GroupSpec& spec) {
@@ -122,6 +120,143 @@ std::vector<std::string> public_listeners() {
   return found;
 }
 
+using fulcrum::comm::GlooOptions;
+using fulcrum::comm::ProcessGroups;
+
+// Every rank checks the collectives of the world, CP and DP groups.
+int collectives(const GlooOptions&, const ProcessGroups& groups) {
+  check_group(*groups.world, groups.layout.world);
+  check_group(*groups.cp, groups.layout.cp);
+  check_group(*groups.dp, groups.layout.dp);
+  groups.world->barrier();
+  return 0;
+}
+
+// After the rendezvous, while the groups are up: what does this rank listen
+// on beyond loopback? Printed, and exit 4 when anything.
+int listeners(const GlooOptions&, const ProcessGroups& groups) {
+  const std::vector<std::string> found = public_listeners();
+  groups.world->barrier();
+  for (const std::string& f : found) std::printf("LISTEN %s\n", f.c_str());
+  std::fflush(stdout);
+  return found.empty() ? 0 : 4;
+}
+
+// Every rank meets once; then the last rank stops entering collectives (it
+// sleeps past the others' deadline and exits 0). The others' all-reduce must
+// time out naming it.
+int stall(const GlooOptions& options, const ProcessGroups& groups) {
+  groups.world->barrier();
+  if (g_rank == options.world_size - 1) {
+    std::this_thread::sleep_for(options.op_timeout + std::chrono::milliseconds(3000));
+    return 0;
+  }
+  at::Tensor t = at::ones({4});
+  try {
+    groups.world->all_reduce_sum(t);
+  } catch (const CommError& e) {
+    std::fprintf(stderr, "ERROR: %s\n", e.what());
+    std::fflush(stderr);
+    // Rank 0 hosts the store: it stays until the others have read it.
+    if (g_rank == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+    return 2;
+  }
+  check(false, "all_reduce_sum returned although the last rank never joined");
+  return 1;
+}
+
+// Not a test: what recording progress costs per collective. Prints the mean
+// time of a 1-element all-reduce over many rounds on rank 0.
+int progress_cost(const GlooOptions& options, const ProcessGroups& groups) {
+  const int rounds = 3000;
+  at::Tensor t = at::ones({1});
+  for (int i = 0; i < 200; ++i) groups.world->all_reduce_sum(t);
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < rounds; ++i) groups.world->all_reduce_sum(t);
+  const double us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() /
+      rounds;
+  groups.world->barrier();
+  if (g_rank == 0) {
+    std::printf("%s: %.1f us per all_reduce_sum\n",
+                options.record_progress ? "cost_on" : "cost_off", us);
+  }
+  return 0;
+}
+
+// Every pair exchanges one message each way, each rank listing its peers in
+// its own order (odd ranks backwards), then ranks 0 and the last exchange
+// alone while the others go straight to the barrier.
+int point_to_point(const GlooOptions&, const ProcessGroups& groups) {
+  fulcrum::comm::Communicator& world = *groups.world;
+  const int w = world.size();
+  auto message = [](int from, int to) {
+    return at::arange(from + to + 1, at::kLong) + 1000 * from + to;
+  };
+  std::vector<fulcrum::comm::PeerMessage> sends, receives;
+  for (int i = 0; i < w; ++i) {
+    const int peer = g_rank % 2 == 0 ? i : w - 1 - i;
+    if (peer == g_rank) continue;
+    sends.push_back({peer, message(g_rank, peer)});
+    receives.push_back({peer, at::zeros({g_rank + peer + 1}, at::kLong)});
+  }
+  world.exchange(sends, receives);
+  for (const auto& r : receives) {
+    check(at::equal(r.tensor, message(r.peer, g_rank)),
+          "message from rank " + std::to_string(r.peer) + " on rank " + std::to_string(g_rank));
+  }
+  if (g_rank == 0 || g_rank == w - 1) {
+    const int peer = w - 1 - g_rank;
+    at::Tensor got = at::zeros({3}, at::kDouble);
+    if (g_rank == 0) {
+      world.send(at::full({3}, 7.5, at::kDouble), peer);
+      world.recv(got, peer);
+    } else {
+      world.recv(got, peer);
+      world.send(at::full({3}, 7.5, at::kDouble), peer);
+    }
+    check(at::equal(got, at::full({3}, 7.5, at::kDouble)), "send/recv pair");
+  }
+  world.barrier();
+  return 0;
+}
+
+// Rank 1 never sends; rank 0's receive must end after 1 s naming it.
+int p2p_timeout(const GlooOptions&, const ProcessGroups& groups) {
+  if (g_rank != 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(3000));
+    return 0;
+  }
+  at::Tensor t = at::zeros({4});
+  groups.world->recv(t, 1, std::chrono::milliseconds(1000));
+  check(false, "recv returned although rank 1 never sent");
+  return 1;
+}
+
+// Rank 1 skips the collective; rank 0's all-reduce must end with a timeout
+// error after 1 s, not hang.
+int op_timeout(const GlooOptions&, const ProcessGroups& groups) {
+  if (g_rank != 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(3000));
+    return 0;
+  }
+  at::Tensor t = at::ones({4});
+  groups.world->all_reduce_sum(t, std::chrono::milliseconds(1000));
+  check(false, "all_reduce_sum returned although rank 1 never joined");
+  return 1;
+}
+
+using Scenario = int (*)(const GlooOptions&, const ProcessGroups&);
+
+Scenario find_scenario(const std::string& name) {
+  static const std::map<std::string, Scenario> scenarios = {
+      {"collectives", collectives}, {"listeners", listeners},    {"stall", stall},
+      {"cost_on", progress_cost},   {"cost_off", progress_cost}, {"p2p", point_to_point},
+      {"p2p_timeout", p2p_timeout}, {"op_timeout", op_timeout}};
+  const auto it = scenarios.find(name);
+  return it == scenarios.end() ? nullptr : it->second;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -131,7 +266,7 @@ int main(int argc, char** argv) {
   }
   const std::string scenario = argv[1];
   at::set_num_threads(1);
-  auto options = fulcrum::comm::GlooOptions::from_env(std::atoi(argv[2]), std::atoi(argv[3]));
+  auto options = GlooOptions::from_env(std::atoi(argv[2]), std::atoi(argv[3]));
   if (!options) {
     std::fprintf(stderr, "ERROR: %s\n", options.status().message().c_str());
     return 3;
@@ -141,117 +276,8 @@ int main(int argc, char** argv) {
   options->record_progress = scenario != "cost_off";
   g_rank = options->rank;
   try {
-    const fulcrum::comm::ProcessGroups groups = fulcrum::comm::init_gloo_process_groups(*options);
-    if (scenario == "collectives") {
-      check_group(*groups.world, groups.layout.world);
-      check_group(*groups.cp, groups.layout.cp);
-      check_group(*groups.dp, groups.layout.dp);
-      groups.world->barrier();
-      return 0;
-    }
-    if (scenario == "listeners") {
-      // After the rendezvous, while the groups are up: what does this rank
-      // listen on beyond loopback? Printed, and exit 4 when anything.
-      const std::vector<std::string> found = public_listeners();
-      groups.world->barrier();
-      for (const std::string& f : found) std::printf("LISTEN %s\n", f.c_str());
-      std::fflush(stdout);
-      return found.empty() ? 0 : 4;
-    }
-    if (scenario == "stall") {
-      // Every rank meets once; then the last rank stops entering
-      // collectives (it sleeps past the others' deadline and exits 0). The
-      // others' all-reduce must time out naming it.
-      groups.world->barrier();
-      if (g_rank == options->world_size - 1) {
-        std::this_thread::sleep_for(options->op_timeout + std::chrono::milliseconds(3000));
-        return 0;
-      }
-      at::Tensor t = at::ones({4});
-      try {
-        groups.world->all_reduce_sum(t);
-      } catch (const CommError& e) {
-        std::fprintf(stderr, "ERROR: %s\n", e.what());
-        std::fflush(stderr);
-        // Rank 0 hosts the store: it stays until the others have read it.
-        if (g_rank == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2000));
-        return 2;
-      }
-      check(false, "all_reduce_sum returned although the last rank never joined");
-    }
-    if (scenario == "cost_on" || scenario == "cost_off") {
-      // Not a test: what recording progress costs per collective. Prints the
-      // mean time of a 1-element all-reduce over many rounds on rank 0.
-      const int rounds = 3000;
-      at::Tensor t = at::ones({1});
-      for (int i = 0; i < 200; ++i) groups.world->all_reduce_sum(t);
-      const auto start = std::chrono::steady_clock::now();
-      for (int i = 0; i < rounds; ++i) groups.world->all_reduce_sum(t);
-      const double us =
-          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
-              .count() /
-          rounds;
-      groups.world->barrier();
-      if (g_rank == 0) std::printf("%s: %.1f us per all_reduce_sum\n", scenario.c_str(), us);
-      return 0;
-    }
-    if (scenario == "p2p") {
-      // Every pair exchanges one message each way, each rank listing its
-      // peers in its own order (odd ranks backwards), then ranks 0 and the
-      // last exchange alone while the others go straight to the barrier.
-      fulcrum::comm::Communicator& world = *groups.world;
-      const int w = world.size();
-      auto message = [](int from, int to) {
-        return at::arange(from + to + 1, at::kLong) + 1000 * from + to;
-      };
-      std::vector<fulcrum::comm::PeerMessage> sends, receives;
-      for (int i = 0; i < w; ++i) {
-        const int peer = g_rank % 2 == 0 ? i : w - 1 - i;
-        if (peer == g_rank) continue;
-        sends.push_back({peer, message(g_rank, peer)});
-        receives.push_back({peer, at::zeros({g_rank + peer + 1}, at::kLong)});
-      }
-      world.exchange(sends, receives);
-      for (const auto& r : receives) {
-        check(at::equal(r.tensor, message(r.peer, g_rank)),
-              "message from rank " + std::to_string(r.peer) + " on rank " + std::to_string(g_rank));
-      }
-      if (g_rank == 0 || g_rank == w - 1) {
-        const int peer = w - 1 - g_rank;
-        at::Tensor got = at::zeros({3}, at::kDouble);
-        if (g_rank == 0) {
-          world.send(at::full({3}, 7.5, at::kDouble), peer);
-          world.recv(got, peer);
-        } else {
-          world.recv(got, peer);
-          world.send(at::full({3}, 7.5, at::kDouble), peer);
-        }
-        check(at::equal(got, at::full({3}, 7.5, at::kDouble)), "send/recv pair");
-      }
-      world.barrier();
-      return 0;
-    }
-    if (scenario == "p2p_timeout") {
-      // Rank 1 never sends; rank 0's receive must end after 1 s naming it.
-      if (g_rank != 0) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(3000));
-        return 0;
-      }
-      at::Tensor t = at::zeros({4});
-      groups.world->recv(t, 1, std::chrono::milliseconds(1000));
-      check(false, "recv returned although rank 1 never sent");
-    }
-    if (scenario == "op_timeout") {
-      // Rank 1 skips the collective; rank 0's all-reduce must end with a
-      // timeout error after 1 s, not hang.
-      if (g_rank != 0) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(3000));
-        return 0;
-      }
-      at::Tensor t = at::ones({4});
-      groups.world->all_reduce_sum(t, std::chrono::milliseconds(1000));
-      check(false, "all_reduce_sum returned although rank 1 never joined");
-    }
+    const ProcessGroups groups = fulcrum::comm::init_gloo_process_groups(*options);
+    if (const Scenario run = find_scenario(scenario)) return run(*options, groups);
     check(false, "unknown scenario or rendezvous unexpectedly succeeded: " + scenario);
   } catch (const CommError& e) {
     std::fprintf(stderr, "ERROR: %s\n", e.what());

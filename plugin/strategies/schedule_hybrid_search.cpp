@@ -148,8 +148,61 @@ class Search {
     return Status::ok();
   }
 
+  // Whether rank a holds a slot of wave w other than slots x and y.
+  bool wave_taken(std::int32_t a, std::int32_t w, std::size_t x, std::size_t y) const {
+    for (std::size_t k = 0; k < s_.slots.size(); ++k) {
+      if (k == x || k == y || s_.slots[k].wave != w) continue;
+      const auto& ranks = s_.slots[k].ranks;
+      if (std::find(ranks.begin(), ranks.end(), a) != ranks.end()) return true;
+    }
+    return false;
+  }
+
+  // Slot x's pieces into slot y; `widen`: over the union of both slots'
+  // (disjoint) ranks, at the later of their waves. Kept when it helps.
+  Status try_pair(std::size_t x, std::size_t y, bool widen, Timeline& now, bool& moved) {
+    ScheduleSlot merged = s_.slots[y];
+    merged.pieces.insert(merged.pieces.end(), s_.slots[x].pieces.begin(), s_.slots[x].pieces.end());
+    if (widen) {
+      merged.ranks.insert(merged.ranks.end(), s_.slots[x].ranks.begin(), s_.slots[x].ranks.end());
+      std::sort(merged.ranks.begin(), merged.ranks.end());
+      merged.wave = std::max(s_.slots[x].wave, s_.slots[y].wave);
+      for (const std::int32_t a : merged.ranks) {
+        if (wave_taken(a, merged.wave, x, y)) return Status::ok();
+      }
+    }
+    if (tokens_of(merged) >
+        static_cast<std::int64_t>(merged.ranks.size()) * r_.max_tokens_per_rank) {
+      return Status::ok();
+    }
+    if (Status st = plan_(r_, merged); !st) return st;
+    const double merged_length = evaluate_slot(r_, merged).end_seconds;
+    std::swap(s_.slots[y], merged);
+    const double kept_length = length_[y];
+    length_[y] = merged_length;
+    const Timeline t = replay(x);
+    if (better(t, now)) {
+      s_.slots.erase(s_.slots.begin() + static_cast<std::ptrdiff_t>(x));
+      length_.erase(length_.begin() + static_cast<std::ptrdiff_t>(x));
+      now = replay(s_.slots.size());
+      moved = true;
+      return Status::ok();
+    }
+    std::swap(s_.slots[y], merged);
+    length_[y] = kept_length;
+    return Status::ok();
+  }
+
+  static bool disjoint(const ScheduleSlot& a, const ScheduleSlot& b) {
+    for (const std::int32_t r : a.ranks) {
+      if (std::find(b.ranks.begin(), b.ranks.end(), r) != b.ranks.end()) return false;
+    }
+    return true;
+  }
+
   // The smallest slots (by tokens) into the slot with the least room that
-  // holds them, a few candidates each; the first that helps is kept.
+  // holds them, or over the union of ranks with a slot of a neighbouring
+  // wave, a few candidates each; the first that helps is kept.
   Status try_merge(Timeline& now, std::int64_t& tries, bool& moved) {
     std::vector<std::int64_t> tokens(s_.slots.size());
     std::vector<std::int64_t> room(s_.slots.size());
@@ -171,28 +224,18 @@ class Search {
       auto it = std::lower_bound(hosts.begin(), hosts.end(), tokens[x],
                                  [&](std::size_t h, std::int64_t need) { return room[h] < need; });
       for (int tried = 0; it != hosts.end() && tried < 3 && tries > 0; ++it) {
-        const std::size_t y = *it;
-        if (y == x) continue;
+        if (*it == x) continue;
         ++tried;
         --tries;
-        ScheduleSlot merged = s_.slots[y];
-        merged.pieces.insert(merged.pieces.end(), s_.slots[x].pieces.begin(),
-                             s_.slots[x].pieces.end());
-        if (Status st = plan_(r_, merged); !st) return st;
-        const double merged_length = evaluate_slot(r_, merged).end_seconds;
-        std::swap(s_.slots[y], merged);
-        const double kept_length = length_[y];
-        length_[y] = merged_length;
-        const Timeline t = replay(x);
-        if (better(t, now)) {
-          s_.slots.erase(s_.slots.begin() + static_cast<std::ptrdiff_t>(x));
-          length_.erase(length_.begin() + static_cast<std::ptrdiff_t>(x));
-          now = replay(s_.slots.size());
-          moved = true;
-          return Status::ok();
-        }
-        std::swap(s_.slots[y], merged);
-        length_[y] = kept_length;
+        if (Status st = try_pair(x, *it, false, now, moved); !st || moved) return st;
+      }
+      const std::int32_t wx = s_.slots[x].wave;
+      for (std::size_t y = 0, tried = 0; y < s_.slots.size() && tried < 4 && tries > 0; ++y) {
+        const std::int32_t wy = s_.slots[y].wave;
+        if (y == x || wy < wx - 1 || wy > wx + 1 || !disjoint(s_.slots[x], s_.slots[y])) continue;
+        ++tried;
+        --tries;
+        if (Status st = try_pair(x, y, true, now, moved); !st || moved) return st;
       }
     }
     return Status::ok();

@@ -158,71 +158,101 @@ Schedule to_schedule(const Draft& best, const std::vector<DocPiece>& pieces, std
   return schedule;
 }
 
-// Drafts of equal groups (rule 8): for g from the least group that holds
-// the longest piece, doubling up to W (and W itself), the world as
-// floor(W / g) groups of g consecutive ranks; pieces best fit, longest
-// first, into rows of g x T tokens; rows, by estimated time, longest
-// first, onto the group that frees up first. Batches of many long pieces
-// of similar size pack better into shared rows than one piece per group.
+// Drafts of equal groups (rule 8): for g = 1, 2, 4, ... and W, the world
+// as floor(W / g) groups of g consecutive ranks. A piece longer than g x T
+// runs over the m groups it needs that free up first (longest first); the
+// other pieces are best fit, longest first, into rows of g x T tokens, and
+// the rows, by estimated time, longest first, go to the group that frees
+// up first. Batches of many long pieces of similar size pack better into
+// shared rows than one piece per group.
+Schedule packed_draft(const ScheduleRequest& request, const Estimator& est, const Prepared& prep,
+                      const std::vector<std::size_t>& by_length, std::int32_t g) {
+  const std::int64_t capacity = static_cast<std::int64_t>(g) * request.max_tokens_per_rank;
+  const std::int32_t groups = request.world_size / g;
+  std::vector<double> load(static_cast<std::size_t>(groups), 0.0);
+  std::vector<std::int32_t> wave(static_cast<std::size_t>(groups), 0);
+  Schedule schedule;
+  schedule.strategy_used = "hybrid";
+  // Groups by load (ties by index): the m that free up first.
+  const auto earliest = [&](std::int32_t m) {
+    std::vector<std::int32_t> order(static_cast<std::size_t>(groups));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::int32_t x, std::int32_t y) { return load[x] < load[y]; });
+    order.resize(static_cast<std::size_t>(m));
+    std::sort(order.begin(), order.end());
+    return order;
+  };
+  const auto place = [&](const std::vector<std::int32_t>& chosen, std::vector<DocPiece> pieces,
+                         double time) {
+    ScheduleSlot slot;
+    double start = 0;
+    for (const std::int32_t k : chosen) {
+      start = std::max(start, load[k]);
+      slot.wave = std::max(slot.wave, wave[k]);
+      for (std::int32_t a = 0; a < g; ++a) slot.ranks.push_back(k * g + a);
+    }
+    for (const std::int32_t k : chosen) {
+      load[k] = start + time;
+      wave[k] = slot.wave + 1;
+    }
+    slot.pieces = std::move(pieces);
+    schedule.slots.push_back(std::move(slot));
+  };
+  std::vector<Row> rows;
+  std::multimap<std::int64_t, std::size_t> by_room;  // room -> row
+  for (const std::size_t i : by_length) {
+    const std::int64_t len = prep.pieces[i].length;
+    if (len > capacity) {
+      const auto m = static_cast<std::int32_t>(ceil_div(len, capacity));
+      if (m > groups) return {};
+      const std::int32_t n = m * g;
+      place(earliest(m), {prep.pieces[i]},
+            est.slot_time(prep.work[i], len, n, std::min(n, request.profile.ranks_per_node)));
+      continue;
+    }
+    auto it = by_room.lower_bound(len);
+    std::size_t k = rows.size();
+    if (it == by_room.end()) {
+      rows.push_back({capacity, {}});
+    } else {
+      k = it->second;
+      by_room.erase(it);
+    }
+    rows[k].room -= len;
+    rows[k].pieces.push_back(i);
+    by_room.emplace(rows[k].room, k);
+  }
+  std::vector<double> time(rows.size());
+  for (std::size_t k = 0; k < rows.size(); ++k) {
+    double work = 0;
+    for (const std::size_t i : rows[k].pieces) work += prep.work[i];
+    time[k] = work / g + request.profile.slot_seconds;
+  }
+  std::vector<std::size_t> order(rows.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return time[a] > time[b]; });
+  for (const std::size_t k : order) {
+    std::vector<DocPiece> pieces;
+    for (const std::size_t i : rows[k].pieces) pieces.push_back(prep.pieces[i]);
+    place(earliest(1), std::move(pieces), time[k]);
+  }
+  return schedule;
+}
+
 std::vector<Schedule> packed_drafts(const ScheduleRequest& request, const Estimator& est,
                                     const Prepared& prep) {
-  const std::int32_t world = request.world_size;
-  const std::int64_t budget = request.max_tokens_per_rank;
-  std::int64_t longest = 0;
-  for (const DocPiece& piece : prep.pieces) longest = std::max(longest, piece.length);
-  const auto g_min =
-      static_cast<std::int32_t>(std::max<std::int64_t>(1, ceil_div(longest, budget)));
   std::vector<std::size_t> by_length(prep.pieces.size());
   std::iota(by_length.begin(), by_length.end(), std::size_t{0});
   std::stable_sort(by_length.begin(), by_length.end(), [&](std::size_t a, std::size_t b) {
     return prep.pieces[a].length > prep.pieces[b].length;
   });
   std::vector<Schedule> out;
-  for (std::int32_t g = g_min; g <= world; g = (g == world ? world + 1 : std::min(world, 2 * g))) {
-    const std::int64_t capacity = static_cast<std::int64_t>(g) * budget;
-    std::vector<Row> rows;
-    std::multimap<std::int64_t, std::size_t> by_room;  // room -> row
-    for (const std::size_t i : by_length) {
-      const std::int64_t len = prep.pieces[i].length;
-      auto it = by_room.lower_bound(len);
-      std::size_t k = rows.size();
-      if (it == by_room.end()) {
-        rows.push_back({capacity, {}});
-      } else {
-        k = it->second;
-        by_room.erase(it);
-      }
-      rows[k].room -= len;
-      rows[k].pieces.push_back(i);
-      by_room.emplace(rows[k].room, k);
-    }
-    std::vector<double> time(rows.size());
-    for (std::size_t k = 0; k < rows.size(); ++k) {
-      double work = 0;
-      for (const std::size_t i : rows[k].pieces) work += prep.work[i];
-      time[k] = work / g + request.profile.slot_seconds;
-    }
-    std::vector<std::size_t> order(rows.size());
-    std::iota(order.begin(), order.end(), std::size_t{0});
-    std::stable_sort(order.begin(), order.end(),
-                     [&](std::size_t a, std::size_t b) { return time[a] > time[b]; });
-    using Load = std::pair<double, std::int32_t>;
-    std::priority_queue<Load, std::vector<Load>, std::greater<>> groups;
-    std::vector<std::int32_t> waves(static_cast<std::size_t>(world / g), 0);
-    for (std::int32_t k = 0; k < world / g; ++k) groups.emplace(0.0, k);
-    Schedule schedule;
-    schedule.strategy_used = "hybrid";
-    for (const std::size_t k : order) {
-      auto [load, group] = groups.top();
-      groups.pop();
-      ScheduleSlot slot;
-      for (std::int32_t a = 0; a < g; ++a) slot.ranks.push_back(group * g + a);
-      for (const std::size_t i : rows[k].pieces) slot.pieces.push_back(prep.pieces[i]);
-      slot.wave = waves[static_cast<std::size_t>(group)]++;
-      schedule.slots.push_back(std::move(slot));
-      groups.emplace(load + time[k], group);
-    }
-    out.push_back(std::move(schedule));
+  const std::int32_t world = request.world_size;
+  for (std::int32_t g = 1; g <= world; g = (g == world ? world + 1 : std::min(world, 2 * g))) {
+    Schedule s = packed_draft(request, est, prep, by_length, g);
+    if (!s.slots.empty()) out.push_back(std::move(s));
   }
   return out;
 }

@@ -33,10 +33,11 @@
 //    single-rank slot paying the fixed cost once; then moves and swaps from
 //    the most to the least loaded rank close the gap LPT leaves.
 // 5. Inside a multi-rank slot the row is sharded by the `balanced` CP
-//    planner, or by `per_document` (head-tail) or `contiguous` when the cost
-//    model says that ends the slot sooner (head-tail members need fewer
-//    keys; a sliding window's contiguous shards touch only their window's),
-//    and a member receives only the key blocks its tiles touch.
+//    planner, or by `per_document` (head-tail), `head_tail`,
+//    `per_document_padded` or `contiguous` when the cost model says that
+//    ends the slot sooner (head-tail members need fewer keys; a sliding
+//    window's contiguous shards touch only their window's), and a member
+//    receives only the key blocks its tiles touch.
 // 6. The rules above are estimates, and a baseline can win a batch they
 //    misjudge (one extra row on one rank is the difference when every
 //    document fits one rank). So the planned schedule is priced exactly
@@ -46,6 +47,18 @@
 //    A baseline is planned only when a lower bound on its decided slots
 //    (each slot's mean member compute over a per-query tile count, on the
 //    slots' timeline) is below hybrid's step: positions are the costly part.
+// 7. The estimate picks among drafts, and misjudges small batches most. So
+//    every draft (each group rule, with and without rule 1's heavy pieces
+//    as groups, and rule 8's) is planned and priced exactly, the soonest
+//    kept; a draft whose decided-slots bound (rule 6) is not below the best
+//    so far is not planned. The kept one is improved by moves on the exact
+//    timeline (schedule_hybrid_search.cpp): a small slot merged into
+//    another's spare room or over both slots' ranks, the last slot
+//    re-placed over the ranks that finish first.
+// 8. Equal groups: for g = 1, 2, 4, ... and W, floor(W / g) groups of g
+//    consecutive ranks, pieces best fit into rows of g x T (a longer piece
+//    over the groups it needs), rows LPT onto the groups. Many long pieces
+//    of similar size share rows better this way than one piece per group.
 // Waves follow the estimated time order, every slot's wave above its
 // members' earlier ones, so a rank's wave order is its time order (no
 // deadlock, docs/HYBRID.md). Deterministic: no clock, no randomness, ties

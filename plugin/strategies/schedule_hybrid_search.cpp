@@ -14,7 +14,7 @@
 // spends fewer rank-seconds; so the step never grows, the rank-seconds
 // strictly fall when the step does not, and the search cannot cycle. It
 // stops when no move helps or after a budget of tries fixed by the slot
-// count (no clock). Deterministic: candidates in index order, ties kept.
+// count, at most 512 (no clock). Deterministic: candidates in index order, ties kept.
 #include <algorithm>
 #include <cstdint>
 #include <numeric>
@@ -26,6 +26,8 @@
 
 namespace fulcrum::hybrid {
 namespace {
+
+constexpr std::int64_t kMaxTries = 512;
 
 struct Timeline {
   double step = 0;
@@ -44,7 +46,10 @@ class Search {
     length_.clear();
     for (const ScheduleSlot& slot : s_.slots)
       length_.push_back(evaluate_slot(r_, slot).end_seconds);
-    std::int64_t tries = 64 + 8 * static_cast<std::int64_t>(s_.slots.size());
+    // Each try replays the timeline (O(slots log slots)): the budget grows
+    // with the slots up to a ceiling, so that large batches stay fast.
+    std::int64_t tries =
+        std::min<std::int64_t>(64 + 8 * static_cast<std::int64_t>(s_.slots.size()), kMaxTries);
     Timeline now = replay(s_.slots.size());
     while (tries > 0 && s_.slots.size() > 1) {
       bool moved = false;

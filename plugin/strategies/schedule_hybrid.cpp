@@ -188,6 +188,10 @@ Schedule packed_draft(const ScheduleRequest& request, const Estimator& est, cons
   schedule.strategy_used = "hybrid";
   // Groups by load (ties by index): the m that free up first.
   const auto earliest = [&](std::int32_t m) {
+    if (m == 1) {
+      const auto least = std::min_element(load.begin(), load.end()) - load.begin();
+      return std::vector<std::int32_t>{static_cast<std::int32_t>(least)};
+    }
     std::vector<std::int32_t> order(static_cast<std::size_t>(groups));
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(),
@@ -314,6 +318,8 @@ std::vector<Schedule> hybrid_drafts(const ScheduleRequest& request, bool every) 
 constexpr cp::Planner kSlotPlanners[] = {&cp::plan_per_document, &cp::plan_head_tail,
                                          &cp::plan_per_document_padded};
 
+constexpr std::int64_t kManyPlannersTokens = std::int64_t{1} << 18;
+
 // Rule 5 for one slot: balanced (per_document when balanced needs more
 // than T per member), then whichever plan of every CP planner that holds
 // at most T per member the cost model says ends the slot soonest (ties:
@@ -347,7 +353,10 @@ Status plan_slot(const ScheduleRequest& request, ScheduleSlot& slot) {
       slot.plan = std::move(other.plan);
     }
   };
+  // The other head-tail planners only on rows of up to kManyPlannersTokens:
+  // each costs a pass over the row.
   for (const cp::Planner planner : kSlotPlanners) {
+    if (planner != &cp::plan_per_document && w.tokens > kManyPlannersTokens) continue;
     if (Result<ShardPlan> plan = planner(w); plan) consider(std::move(*plan));
   }
   consider(contiguous_plan(w));
@@ -384,25 +393,42 @@ Result<Schedule> decide_hybrid(const ScheduleRequest& request) {
   return std::move(hybrid_drafts(request, false).front());
 }
 
-// The decided draft is the estimate's bet; every other draft (the other
-// group rules, and heavy pieces within T kept on one rank) is planned and
-// priced exactly too, and the soonest is kept (ties: the decided one, then
-// the drafts' order). The estimate misjudges small batches most, where
-// this costs least.
+// Planning is O(tokens) per draft: the other drafts are planned while the
+// tokens planned in all stay within this (so every draft of a batch of up to
+// 1M tokens, fewer above; beyond 8M neither they nor the search run, and
+// the estimate's draft is the answer, as before issue 25).
+constexpr std::int64_t kDraftTokenBudget = std::int64_t{16} << 20;
+// The rows rule 7's search may re-plan, in tokens, whatever the batch.
+constexpr std::int64_t kSearchTokenBudget = std::int64_t{4} << 20;
+
+// The decided draft is the estimate's bet; the other drafts (the other
+// group rules, heavy pieces within T kept on one rank, equal groups) are
+// planned and priced exactly too, within kDraftTokenBudget, and the soonest
+// is kept (ties: the decided one, then the drafts' order). The estimate
+// misjudges small batches most, where this costs least. Then rule 7's
+// search.
 Status plan_hybrid_slots(const ScheduleRequest& request, Schedule& schedule) {
   if (Status status = plan_slots(request, schedule); !status) return status;
+  std::int64_t tokens = 0;
+  for (const std::int64_t len : request.doc_lengths) tokens += len;
+  // Beyond half the budget neither the other drafts nor the search run
+  // (each prices every slot exactly, a pass over the positions).
+  if (2 * tokens > kDraftTokenBudget) return Status::ok();
   double best = evaluate_schedule(request, schedule).step_seconds;
+  std::int64_t planned = tokens;
   for (Schedule& other : hybrid_drafts(request, true)) {
+    if (planned + tokens > kDraftTokenBudget) break;
     if (same_slots(other, schedule)) continue;
     if (decided_step_lower_bound(request, other) * (1 - 1e-9) >= best) continue;
     if (Status status = plan_slots(request, other); !status) return status;
+    planned += tokens;
     const double step = evaluate_schedule(request, other).step_seconds;
     if (step < best) {
       best = step;
       schedule = std::move(other);
     }
   }
-  return hybrid::improve_on_timeline(request, schedule, &plan_slot);
+  return hybrid::improve_on_timeline(request, schedule, &plan_slot, kSearchTokenBudget);
 }
 
 Status plan_hybrid(const ScheduleRequest& request, Schedule& schedule) {

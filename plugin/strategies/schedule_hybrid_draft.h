@@ -126,8 +126,9 @@ using SlotPlanner = std::function<Status(const ScheduleRequest&, ScheduleSlot&)>
 // Rule 7: moves on the exact timeline of a planned schedule (merges of a
 // slot into another's spare room, the last slot re-placed), each kept only
 // when the step ends sooner, or no later with fewer rank-seconds spent.
-// The schedule stays valid; slots it changes are re-planned with `plan`.
+// The schedule stays valid; slots it changes are re-planned with `plan`,
+// until the rows re-planned hold `token_budget` tokens in all.
 Status improve_on_timeline(const ScheduleRequest& request, Schedule& schedule,
-                           const SlotPlanner& plan);
+                           const SlotPlanner& plan, std::int64_t token_budget);
 
 }  // namespace fulcrum::hybrid

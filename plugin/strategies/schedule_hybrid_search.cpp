@@ -14,7 +14,8 @@
 // spends fewer rank-seconds; so the step never grows, the rank-seconds
 // strictly fall when the step does not, and the search cannot cycle. It
 // stops when no move helps or after a budget of tries fixed by the slot
-// count, at most 512 (no clock). Deterministic: candidates in index order, ties kept.
+// count, at most 512, or when the rows it has re-planned reach a token
+// budget (no clock). Deterministic: candidates in index order, ties kept.
 #include <algorithm>
 #include <cstdint>
 #include <numeric>
@@ -39,8 +40,9 @@ struct Timeline {
 
 class Search {
  public:
-  Search(const ScheduleRequest& request, Schedule& schedule, const SlotPlanner& plan)
-      : r_(request), s_(schedule), plan_(plan) {}
+  Search(const ScheduleRequest& request, Schedule& schedule, const SlotPlanner& plan,
+         std::int64_t token_budget)
+      : r_(request), s_(schedule), plan_(plan), tokens_left_(token_budget) {}
 
   Status run() {
     length_.clear();
@@ -50,8 +52,9 @@ class Search {
     // with the slots up to a ceiling, so that large batches stay fast.
     std::int64_t tries =
         std::min<std::int64_t>(64 + 8 * static_cast<std::int64_t>(s_.slots.size()), kMaxTries);
+    sort_by_wave();
     Timeline now = replay(s_.slots.size());
-    while (tries > 0 && s_.slots.size() > 1) {
+    while (tries > 0 && tokens_left_ > 0 && s_.slots.size() > 1) {
       bool moved = false;
       if (Status st = try_replace(now, tries, moved); !st) return st;
       if (!moved) {
@@ -69,18 +72,36 @@ class Search {
     return n;
   }
 
+  // Takes a row's tokens from the budget; false (and the budget spent)
+  // when they do not fit in what is left.
+  bool charge(const ScheduleSlot& slot) {
+    const std::int64_t n = tokens_of(slot);
+    if (n > tokens_left_) {
+      tokens_left_ = 0;
+      return false;
+    }
+    tokens_left_ -= n;
+    return true;
+  }
+
+  // The slots in wave order (stable), kept for replay: a move that is
+  // tried keeps every wave but the re-placed slot's, which replay leaves
+  // out and try_replace prices apart.
+  void sort_by_wave() {
+    order_.resize(s_.slots.size());
+    std::iota(order_.begin(), order_.end(), std::size_t{0});
+    std::stable_sort(order_.begin(), order_.end(), [&](std::size_t x, std::size_t y) {
+      return s_.slots[x].wave < s_.slots[y].wave;
+    });
+  }
+
   // The timeline without slot `skip` (skip = size: all of them).
   Timeline replay(std::size_t skip) const {
     Timeline t;
     const auto world = static_cast<std::size_t>(r_.world_size);
     t.finish.assign(world, 0.0);
     t.next_wave.assign(world, 0);
-    std::vector<std::size_t> order(s_.slots.size());
-    std::iota(order.begin(), order.end(), std::size_t{0});
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
-      return s_.slots[x].wave < s_.slots[y].wave;
-    });
-    for (const std::size_t k : order) {
+    for (const std::size_t k : order_) {
       if (k == skip) continue;
       const ScheduleSlot& slot = s_.slots[k];
       double start = 0;
@@ -108,8 +129,7 @@ class Search {
   // first without it.
   Status try_replace(Timeline& now, std::int64_t& tries, bool& moved) {
     const std::size_t c = now.last;
-    const ScheduleSlot original = s_.slots[c];
-    const double original_length = length_[c];
+    const ScheduleSlot& original = s_.slots[c];
     const Timeline without = replay(c);
     std::vector<std::int32_t> by_finish(static_cast<std::size_t>(r_.world_size));
     std::iota(by_finish.begin(), by_finish.end(), 0);
@@ -131,24 +151,30 @@ class Search {
       if (slot.ranks == original.ranks) continue;
       for (const std::int32_t a : slot.ranks) slot.wave = std::max(slot.wave, without.next_wave[a]);
       --tries;
+      if (!charge(slot)) return Status::ok();
       if (Status st = plan_(r_, slot); !st) return st;
-      s_.slots[c] = slot;
-      length_[c] = evaluate_slot(r_, slot).end_seconds;
-      const Timeline t = replay(s_.slots.size());
+      // It runs after its members' other slots (its wave is above theirs),
+      // so the timeline is the one without it plus this slot.
+      const double length = evaluate_slot(r_, slot).end_seconds;
+      Timeline t = without;
+      double start = 0;
+      for (const std::int32_t a : slot.ranks) start = std::max(start, without.finish[a]);
+      t.busy += static_cast<double>(g) * length;
+      if (start + length >= t.step) {
+        t.step = start + length;
+        t.last = c;
+      }
       if (better(t, best)) {
         best = t;
         best_slot = slot;
-        best_length = length_[c];
+        best_length = length;
       }
     }
-    if (best_slot.ranks.empty()) {
-      s_.slots[c] = original;
-      length_[c] = original_length;
-      return Status::ok();
-    }
+    if (best_slot.ranks.empty()) return Status::ok();
     s_.slots[c] = std::move(best_slot);
     length_[c] = best_length;
-    now = best;
+    sort_by_wave();
+    now = replay(s_.slots.size());
     moved = true;
     return Status::ok();
   }
@@ -180,6 +206,7 @@ class Search {
         static_cast<std::int64_t>(merged.ranks.size()) * r_.max_tokens_per_rank) {
       return Status::ok();
     }
+    if (!charge(merged)) return Status::ok();
     if (Status st = plan_(r_, merged); !st) return st;
     const double merged_length = evaluate_slot(r_, merged).end_seconds;
     std::swap(s_.slots[y], merged);
@@ -189,6 +216,7 @@ class Search {
     if (better(t, now)) {
       s_.slots.erase(s_.slots.begin() + static_cast<std::ptrdiff_t>(x));
       length_.erase(length_.begin() + static_cast<std::ptrdiff_t>(x));
+      sort_by_wave();
       now = replay(s_.slots.size());
       moved = true;
       return Status::ok();
@@ -249,14 +277,16 @@ class Search {
   const ScheduleRequest& r_;
   Schedule& s_;
   const SlotPlanner& plan_;
-  std::vector<double> length_;  // per slot, as evaluate_slot prices it
+  std::vector<double> length_;      // per slot, as evaluate_slot prices it
+  std::vector<std::size_t> order_;  // sort_by_wave
+  std::int64_t tokens_left_;        // rows the tries may still plan, in tokens
 };
 
 }  // namespace
 
 Status improve_on_timeline(const ScheduleRequest& request, Schedule& schedule,
-                           const SlotPlanner& plan) {
-  return Search(request, schedule, plan).run();
+                           const SlotPlanner& plan, std::int64_t token_budget) {
+  return Search(request, schedule, plan, token_budget).run();
 }
 
 }  // namespace fulcrum::hybrid

@@ -428,7 +428,16 @@ Status plan_hybrid_slots(const ScheduleRequest& request, Schedule& schedule) {
       schedule = std::move(other);
     }
   }
-  return hybrid::improve_on_timeline(request, schedule, &plan_slot, kSearchTokenBudget);
+  // The search replays the cost model's timeline; the exact price has the
+  // last word (a schedule the search made slower is not kept).
+  Schedule searched = schedule;
+  if (Status status =
+          hybrid::improve_on_timeline(request, searched, &plan_slot, kSearchTokenBudget);
+      !status) {
+    return status;
+  }
+  if (evaluate_schedule(request, searched).step_seconds <= best) schedule = std::move(searched);
+  return Status::ok();
 }
 
 Status plan_hybrid(const ScheduleRequest& request, Schedule& schedule) {

@@ -212,6 +212,8 @@ class Search {
     std::swap(s_.slots[y], merged);
     const double kept_length = length_[y];
     length_[y] = merged_length;
+    const bool rewaved = s_.slots[y].wave != merged.wave;
+    if (rewaved) sort_by_wave();  // slot y moved in the wave order
     const Timeline t = replay(x);
     if (better(t, now)) {
       s_.slots.erase(s_.slots.begin() + static_cast<std::ptrdiff_t>(x));
@@ -223,6 +225,7 @@ class Search {
     }
     std::swap(s_.slots[y], merged);
     length_[y] = kept_length;
+    if (rewaved) sort_by_wave();
     return Status::ok();
   }
 

@@ -395,9 +395,9 @@ Result<Schedule> decide_hybrid(const ScheduleRequest& request) {
 
 // Planning is O(tokens) per draft: the other drafts are planned while the
 // tokens planned in all stay within this (so every draft of a batch of up to
-// 1M tokens, fewer above; beyond 8M neither they nor the search run, and
+// 4M tokens, fewer above; beyond 32M neither they nor the search run, and
 // the estimate's draft is the answer, as before issue 25).
-constexpr std::int64_t kDraftTokenBudget = std::int64_t{16} << 20;
+constexpr std::int64_t kDraftTokenBudget = std::int64_t{64} << 20;
 // The rows rule 7's search may re-plan, in tokens, whatever the batch.
 constexpr std::int64_t kSearchTokenBudget = std::int64_t{4} << 20;
 

@@ -183,12 +183,7 @@ struct Pieces {
 // One row on one CP rank.
 Pieces time_row(const TrainOptions& o, fulcrum::host::CpSelector& selector,
                 const fulcrum::data::PackedRow& row, int cp_rank, int reps) {
-  CpWorkload w;
-  w.tokens = row.size();
-  w.doc_lengths = row.doc_lengths;
-  w.mask = o.mask;
-  w.block_size = o.block_size;
-  w.cp_size = o.cp_size;
+  const CpWorkload w = fulcrum::train::row_workload(row, o);
   Pieces p;
   ShardPlan plan;
   p.plan = median_cost(reps, [&] { plan = value_or_die(selector.plan(w), "planning a row"); });
@@ -303,73 +298,44 @@ std::string self_dir() {
   return std::filesystem::read_symlink("/proc/self/exe").parent_path().string();
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+struct Args {
   std::string config_path = "configs/synthetic.yaml";
   std::string fulcrum_path = self_dir() + "/fulcrum";
   std::string work_dir = std::filesystem::temp_directory_path() / "fulcrum_bench_overhead";
   int reps = 7;
   bool train = true;
+};
+
+Args parse_args(int argc, char** argv) {
+  Args args;
   const char* usage = "usage: [--config FILE] [--fulcrum PATH] [--reps N] [--no-train]";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--no-train") {
-      train = false;
+      args.train = false;
       continue;
     }
     if (i + 1 >= argc) die(a + " needs a value; " + usage);
     if (a == "--config") {
-      config_path = argv[++i];
+      args.config_path = argv[++i];
     } else if (a == "--fulcrum") {
-      fulcrum_path = argv[++i];
+      args.fulcrum_path = argv[++i];
     } else if (a == "--reps") {
-      reps = std::max(1, std::atoi(argv[++i]));
+      args.reps = std::max(1, std::atoi(argv[++i]));
     } else {
       die("unknown argument " + a + "; " + usage);
     }
   }
-  std::printf(
-      "# fulcrum_bench_overhead: planning + sharding + unsharding vs the training step\n\n");
-  std::printf("machine: %s\n", fulcrum::bench::machine_line().c_str());
-  std::printf("%s\n", fulcrum::bench::use_one_core().c_str());
+  return args;
+}
 
-  const fulcrum::host::Config config =
-      value_or_die(fulcrum::train::load_job_config(config_path, {}), config_path);
-  const TrainOptions o =
-      value_or_die(fulcrum::train::train_options_from_config(config), config_path);
-  fulcrum::host::LoaderOptions lo;
-  lo.search_dirs = o.plugin_dirs;
-  for (std::string& dir : fulcrum::host::default_search_dirs()) lo.search_dirs.push_back(dir);
-  lo.check_permissions = o.check_permissions;
-  std::shared_ptr<fulcrum::LoadBalancer> plugin =
-      value_or_die(fulcrum::host::load_plugin(o.plugin, lo), "balancer.plugin " + o.plugin);
-  const auto dataset = value_or_die(fulcrum::train::open_dataset(o), "data.path");
-
-  fulcrum::host::SelectorOptions so;
-  so.preferred = o.cp_strategy;
-  so.fallback = o.cp_fallback;
-  fulcrum::host::CpSelector selector(plugin, so);
-
-  std::vector<fulcrum::data::DataLoader> loaders;
-  for (int dp = 0; dp < o.dp_size; ++dp) {
-    loaders.push_back(value_or_die(
-        fulcrum::data::DataLoader::create(*dataset, *plugin, fulcrum::train::loader_options(o, dp)),
-        "data loader"));
-  }
-  std::printf(
-      "config: %s (DP %d x CP %d, seq_length %lld, block %lld, %lld layers, hidden %lld, %s, "
-      "%lld steps), plugin %s; %d repetitions per piece (median)\n\n",
-      config_path.c_str(), o.dp_size, o.cp_size, static_cast<long long>(o.seq_length),
-      static_cast<long long>(o.block_size), static_cast<long long>(o.model.num_layers),
-      static_cast<long long>(o.model.hidden_size), fulcrum::train::dtype_name(o.dtype),
-      static_cast<long long>(o.steps), plugin->name().c_str(), reps);
-
-  // Per step: the slowest rank's sum of pieces (by CPU time). Every rank of
-  // a CP group plans the same rows (plans are replicated); they differ in
-  // their shard.
+// Per step: the slowest rank's sum of pieces (by CPU time). Every rank of a
+// CP group plans the same rows (plans are replicated); they differ in their
+// shard. `rows_seen` counts the rows of CP rank 0.
+std::vector<Pieces> time_steps(const TrainOptions& o, fulcrum::host::CpSelector& selector,
+                               std::vector<fulcrum::data::DataLoader>& loaders, int reps,
+                               std::int64_t& rows_seen) {
   std::vector<Pieces> step_overhead;
-  std::int64_t rows_seen = 0;
   for (std::int64_t step = 1; step <= o.steps; ++step) {
     Pieces slowest;
     for (int dp = 0; dp < o.dp_size; ++dp) {
@@ -390,11 +356,11 @@ int main(int argc, char** argv) {
     step_overhead.push_back(slowest);
   }
 
-  Pieces sum;
-  for (const Pieces& p : step_overhead) sum += p;
-  const double n = static_cast<double>(step_overhead.size());
-  std::printf("rows: %lld over %lld steps and %d DP ranks\n\n", static_cast<long long>(rows_seen),
-              static_cast<long long>(o.steps), o.dp_size);
+  return step_overhead;
+}
+
+// The pieces' table: the slowest rank's mean per step over `n` steps.
+void print_pieces(const Pieces& sum, double n) {
   std::printf(
       "| piece (slowest rank, mean per step) | CPU ms | wall ms |\n| --- | ---: | ---: |\n");
   auto line = [&](const char* name, const Cost& c) {
@@ -406,10 +372,14 @@ int main(int argc, char** argv) {
   line("unshard (final hidden states)", sum.unshard);
   line("**total**", sum.total());
   line("(not overhead: the trainer's contiguous baseline plan)", sum.baseline_plan);
-  std::printf("\n");
-  if (!train) return 0;
+}
 
-  // The step, from two real runs (see the top of this file).
+// The step from two real runs of the trainer (see the top of this file),
+// and the pieces' share of it against the goal.
+void report_share(const Args& args, const TrainOptions& o, const Pieces& sum, double n) {
+  const std::string& fulcrum_path = args.fulcrum_path;
+  const std::string& config_path = args.config_path;
+  const std::string& work_dir = args.work_dir;
   std::filesystem::create_directories(work_dir);
   std::printf(
       "running %s train --config %s (train.steps = 1, then %lld; OPENBLAS_NUM_THREADS=1, "
@@ -468,6 +438,63 @@ int main(int argc, char** argv) {
       "\ngoal (< %.0f%% of a step, all four pieces, the larger of the CPU-time figure and "
       "the upper estimate): %s (%.2f%%)\n",
       kGoalPercent, share < kGoalPercent ? "MET" : "MISSED", share);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args args = parse_args(argc, argv);
+  const std::string& config_path = args.config_path;
+  const int reps = args.reps;
+  std::printf(
+      "# fulcrum_bench_overhead: planning + sharding + unsharding vs the training step\n\n");
+  std::printf("machine: %s\n", fulcrum::bench::machine_line().c_str());
+  std::printf("%s\n", fulcrum::bench::use_one_core().c_str());
+
+  const fulcrum::host::Config config =
+      value_or_die(fulcrum::train::load_job_config(config_path, {}), config_path);
+  const TrainOptions o =
+      value_or_die(fulcrum::train::train_options_from_config(config), config_path);
+  fulcrum::host::LoaderOptions lo;
+  lo.search_dirs = o.plugin_dirs;
+  for (std::string& dir : fulcrum::host::default_search_dirs()) lo.search_dirs.push_back(dir);
+  lo.check_permissions = o.check_permissions;
+  std::shared_ptr<fulcrum::LoadBalancer> plugin =
+      value_or_die(fulcrum::host::load_plugin(o.plugin, lo), "balancer.plugin " + o.plugin);
+  const auto dataset = value_or_die(fulcrum::train::open_dataset(o), "data.path");
+
+  fulcrum::host::SelectorOptions so;
+  so.preferred = o.cp_strategy;
+  so.fallback = o.cp_fallback;
+  fulcrum::host::CpSelector selector(plugin, so);
+
+  std::vector<fulcrum::data::DataLoader> loaders;
+  for (int dp = 0; dp < o.dp_size; ++dp) {
+    loaders.push_back(value_or_die(
+        fulcrum::data::DataLoader::create(*dataset, *plugin, fulcrum::train::loader_options(o, dp)),
+        "data loader"));
+  }
+  std::printf(
+      "config: %s (DP %d x CP %d, seq_length %lld, block %lld, %lld layers, hidden %lld, %s, "
+      "%lld steps), plugin %s; %d repetitions per piece (median)\n\n",
+      config_path.c_str(), o.dp_size, o.cp_size, static_cast<long long>(o.seq_length),
+      static_cast<long long>(o.block_size), static_cast<long long>(o.model.num_layers),
+      static_cast<long long>(o.model.hidden_size), fulcrum::train::dtype_name(o.dtype),
+      static_cast<long long>(o.steps), plugin->name().c_str(), reps);
+
+  std::int64_t rows_seen = 0;
+  const std::vector<Pieces> step_overhead = time_steps(o, selector, loaders, reps, rows_seen);
+
+  Pieces sum;
+  for (const Pieces& p : step_overhead) sum += p;
+  const double n = static_cast<double>(step_overhead.size());
+  std::printf("rows: %lld over %lld steps and %d DP ranks\n\n", static_cast<long long>(rows_seen),
+              static_cast<long long>(o.steps), o.dp_size);
+  print_pieces(sum, n);
+  std::printf("\n");
+  if (!args.train) return 0;
+
+  report_share(args, o, sum, n);
   std::printf("load average at the end: %s\n", fulcrum::bench::load_average().c_str());
   return 0;
 }

@@ -14,8 +14,11 @@
 // Run from the project root:
 //   build/release/bin/fulcrum_bench_megatron                  # W = 8, 16, 64
 // Options: --ranks 8,16,64  --tokens 8192,16384  --batches N  --mb M
-//          --profile h100_7b|cpu_gloo|FILE  --vpp K (wave count a multiple of K)
-// Prints a markdown table. Exits 1 when a scheduler fails on a batch.
+//          --profile h100_7b|h100_7b_fa3|h100_7b_nccl|cpu_gloo|FILE
+//          --vpp K (wave count a multiple of K)
+// Prints a markdown table. Exits 1 when a scheduler fails on a batch. Where
+// Megatron's scheduler fails, megatron_dcp serves fixed's schedule; such a
+// batch is named on stderr and left out of the table.
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
@@ -219,6 +222,12 @@ int main(int argc, char** argv) {
             }
           }
           if (!dcp.ok || !free_hybrid.ok || !shaped_hybrid.ok) continue;
+          if (dcp.schedule.strategy_used != "megatron_dcp") {
+            std::fprintf(stderr, "%s W=%lld T=%lld batch %d: left out: %s\n", mix.name.c_str(),
+                         static_cast<long long>(w), static_cast<long long>(t), b,
+                         dcp.schedule.fallback_reason.c_str());
+            continue;
+          }
           vs_dcp.push_back(dcp.step / shaped_hybrid.step);
           price.push_back(shaped_hybrid.step / free_hybrid.step);
           gap.push_back(shaped_hybrid.step / fulcrum::step_time_lower_bound(request) - 1);

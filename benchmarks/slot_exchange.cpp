@@ -129,10 +129,8 @@ std::vector<RankResult> execute(const ScheduleRequest& request, const Schedule& 
   return results;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  Options opt;
+// The command line; false (after one line on stderr) when it is not valid.
+bool parse_options(int argc, char** argv, Options& opt) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     const bool has_value = i + 1 < argc;
@@ -151,7 +149,7 @@ int main(int argc, char** argv) {
                    "fulcrum_bench_slot_exchange: unknown or incomplete option '%s'; options: "
                    "--ranks 4,8 --tokens N --batches N --heads N --dim N\n",
                    arg.c_str());
-      return 2;
+      return false;
     }
   }
   if (opt.tokens < 16 || opt.batches < 1 || opt.heads < 1 || opt.dim < 1 || opt.ranks.empty()) {
@@ -160,8 +158,38 @@ int main(int argc, char** argv) {
                  "--dim >= 1; got %lld, %d, %lld, %lld\n",
                  static_cast<long long>(opt.tokens), opt.batches, static_cast<long long>(opt.heads),
                  static_cast<long long>(opt.dim));
-    return 2;
+    return false;
   }
+  return true;
+}
+
+// The ranks' figures of one schedule: bytes summed and at the busiest rank,
+// the slowest setup and attention, and the worst bookkeeping / attention.
+struct Totals {
+  std::int64_t received = 0, predicted = 0, most = 0;
+  double worst_ratio = 0, setup_max = 0, attention_max = 0;
+};
+
+Totals summarize(const std::vector<RankResult>& ranks, double plan_ms) {
+  Totals t;
+  for (const RankResult& r : ranks) {
+    t.received += r.received;
+    t.predicted += r.predicted;
+    t.most = std::max(t.most, r.received);
+    t.setup_max = std::max(t.setup_max, r.setup_cpu_ms);
+    t.attention_max = std::max(t.attention_max, r.attention_cpu_ms);
+    if (r.attention_cpu_ms > 0) {
+      t.worst_ratio = std::max(t.worst_ratio, (plan_ms + r.setup_cpu_ms) / r.attention_cpu_ms);
+    }
+  }
+  return t;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options opt;
+  if (!parse_options(argc, argv, opt)) return 2;
   std::printf("%s\n", bench::use_one_core().c_str());
   std::string source;
   std::vector<bench::LengthSet> mixes = bench::document_mixes(source);
@@ -206,26 +234,15 @@ int main(int argc, char** argv) {
           const ScheduleCost cost = evaluate_schedule(request, *schedule);
           if (name == "fixed") fixed_allgather = static_cast<double>(cost.allgather_bytes);
           const std::vector<RankResult> ranks = execute(request, *schedule, cost, opt);
-          std::int64_t received = 0, predicted = 0, most = 0;
-          double worst_ratio = 0, setup_max = 0, attention_max = 0;
           for (std::size_t r = 0; r < ranks.size(); ++r) {
-            if (!ranks[r].error.empty()) {
-              std::fprintf(stderr, "rank %zu: %s\n", r, ranks[r].error.c_str());
-              return 1;
-            }
-            received += ranks[r].received;
-            predicted += ranks[r].predicted;
-            most = std::max(most, ranks[r].received);
-            setup_max = std::max(setup_max, ranks[r].setup_cpu_ms);
-            attention_max = std::max(attention_max, ranks[r].attention_cpu_ms);
-            if (ranks[r].attention_cpu_ms > 0) {
-              worst_ratio = std::max(worst_ratio,
-                                     (plan_ms + ranks[r].setup_cpu_ms) / ranks[r].attention_cpu_ms);
-            }
+            if (ranks[r].error.empty()) continue;
+            std::fprintf(stderr, "rank %zu: %s\n", r, ranks[r].error.c_str());
+            return 1;
           }
+          const Totals t = summarize(ranks, plan_ms);
           std::size_t widest = 0;
           for (const ScheduleSlot& s : schedule->slots) widest = std::max(widest, s.ranks.size());
-          const bool equal = received == predicted && received == cost.bytes_moved;
+          const bool equal = t.received == t.predicted && t.received == cost.bytes_moved;
           all_equal = all_equal && equal;
           const double mib = 1024.0 * 1024.0;
           std::printf(
@@ -233,9 +250,9 @@ int main(int argc, char** argv) {
               "%.0f | "
               "%.2f%% |\n",
               mix.name.c_str(), static_cast<long long>(w), b, name.c_str(), schedule->slots.size(),
-              widest, equal ? "yes" : "NO", static_cast<double>(received) / mib,
-              static_cast<double>(most) / mib, static_cast<double>(cost.allgather_bytes) / mib,
-              fixed_allgather / mib, plan_ms, setup_max, attention_max, 100.0 * worst_ratio);
+              widest, equal ? "yes" : "NO", static_cast<double>(t.received) / mib,
+              static_cast<double>(t.most) / mib, static_cast<double>(cost.allgather_bytes) / mib,
+              fixed_allgather / mib, plan_ms, t.setup_max, t.attention_max, 100.0 * t.worst_ratio);
           std::fflush(stdout);
         }
       }

@@ -30,6 +30,27 @@ CostProfile h100_7b() {
   return p;
 }
 
+// h100_7b with FlashAttention-3-class attention: FA3 runs forward 1.5-2.0x and
+// backward 1.5-1.75x as fast as FlashAttention-2 on H100 (BF16), so the
+// same 3.0e10 flops of a tile at 1.5 x 400 = 600 TFLOP/s.
+CostProfile h100_7b_fa3() {
+  CostProfile p = h100_7b();
+  p.name = "h100_7b_fa3";
+  p.tile_seconds = 5.0e-5;
+  return p;
+}
+
+// h100_7b with the point-to-point bandwidth NCCL's send/recv reaches between
+// two NVLink-connected H100s (nccl-tests sendrecv_perf plateaus near 180 GB/s
+// for large messages) instead of 80% of the NVLink 4 link; inter-node and
+// the per-message latency stay h100_7b's, so only this figure moves.
+CostProfile h100_7b_nccl() {
+  CostProfile p = h100_7b();
+  p.name = "h100_7b_nccl";
+  p.intra_node_bytes_per_second = 1.8e11;
+  return p;
+}
+
 CostProfile cpu_gloo() {
   CostProfile p;
   p.name = "cpu_gloo";
@@ -73,11 +94,15 @@ Status bad_field(const CostProfile& profile, const char* field, double value,
 
 }  // namespace
 
-std::vector<std::string> builtin_cost_profile_names() { return {"h100_7b", "cpu_gloo"}; }
+std::vector<std::string> builtin_cost_profile_names() {
+  return {"h100_7b", "cpu_gloo", "h100_7b_fa3", "h100_7b_nccl"};
+}
 
 Result<CostProfile> builtin_cost_profile(std::string_view name) {
   if (name == "h100_7b") return h100_7b();
   if (name == "cpu_gloo") return cpu_gloo();
+  if (name == "h100_7b_fa3") return h100_7b_fa3();
+  if (name == "h100_7b_nccl") return h100_7b_nccl();
   std::string known;
   for (const std::string& n : builtin_cost_profile_names())
     known += (known.empty() ? "" : ", ") + n;

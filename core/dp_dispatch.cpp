@@ -68,6 +68,21 @@ std::vector<std::vector<std::size_t>> groups_per_batch(const std::vector<Group>&
 
 }  // namespace
 
+Status check_cost_model(const CostModel& cost, std::string_view who) {
+  if (cost.kind != CostKind::kTokens && cost.kind != CostKind::kAttention) {
+    return invalid_argument(std::string(who) + ": cost kind " +
+                            std::to_string(static_cast<std::int32_t>(cost.kind)) +
+                            " is unknown; use tokens (0) or attention (1)");
+  }
+  if (cost.kind == CostKind::kAttention &&
+      (!std::isfinite(cost.a) || cost.a < 0.0 || cost.a > kMaxAttentionA)) {
+    return invalid_argument(std::string(who) + ": attention cost coefficient a is " +
+                            shortest_text(cost.a) +
+                            "; pass a value from 0 to 2^40 (default 24576)");
+  }
+  return Status::ok();
+}
+
 // --- WindowedDispatcher -----------------------------------------------------
 
 Result<WindowedDispatcher> WindowedDispatcher::create(DispatchOptions options,
@@ -91,17 +106,7 @@ Result<WindowedDispatcher> WindowedDispatcher::create(DispatchOptions options,
     return invalid_argument("dispatcher: window * num_ranks = " + std::to_string(groups) +
                             " groups is too many; lower window or num_ranks");
   }
-  if (options.cost.kind != CostKind::kTokens && options.cost.kind != CostKind::kAttention) {
-    return invalid_argument("dispatcher: cost kind " +
-                            std::to_string(static_cast<std::int32_t>(options.cost.kind)) +
-                            " is unknown; use tokens (0) or attention (1)");
-  }
-  if (options.cost.kind == CostKind::kAttention &&
-      (!std::isfinite(options.cost.a) || options.cost.a < 0.0 || options.cost.a > kMaxAttentionA)) {
-    return invalid_argument("dispatcher: attention cost coefficient a is " +
-                            shortest_text(options.cost.a) +
-                            "; pass a value from 0 to 2^40 (default 24576)");
-  }
+  if (Status status = check_cost_model(options.cost, "dispatcher"); !status) return status;
   if (!partition) {
     return invalid_argument("dispatcher: no partition function for dp strategy " +
                             quote_text(options.strategy) + "; pass one");

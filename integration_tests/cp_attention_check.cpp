@@ -14,11 +14,13 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <limits>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -97,10 +99,78 @@ struct Row {
   std::vector<std::int64_t> doc_lengths;
 };
 
+// Packed documents with N divisible by 2P and by P*B; N with N % 2P != 0
+// (head_tail and ptrr fall back; contiguous pads unless P | N); a single
+// document of P*B*2 + 1 tokens (padding for every strategy).
+std::vector<Row> test_rows(std::int32_t p, std::int64_t b) {
+  const std::int64_t unit = 2 * p * b;
+  return {
+      {"packed", {unit + 3, 5, unit - 11, 1, unit + 2}},
+      {"odd", {unit + 7, 2 * unit - 2}},
+      {"single", {p * b * 2 + 1}},
+  };
+}
+
 std::int64_t total(const std::vector<std::int64_t>& v) {
   std::int64_t s = 0;
   for (std::int64_t x : v) s += x;
   return s;
+}
+
+// The largest |difference| of the output, dQ, dK and dV of one case,
+// gathered and unsharded, against dense attention.
+struct CaseDiffs {
+  double out = 0, q = 0, k = 0, v = 0;
+  double worst() const { return std::max({out, q, k, v}); }
+};
+
+// One case on this rank of `cp`: the same tensors on every rank (the seed
+// depends on the case only), CP attention on this rank's shard and dense
+// attention of the whole row, forward and backward.
+CaseDiffs run_case(const CpWorkload& w, const ShardPlan& plan,
+                   const std::shared_ptr<fulcrum::comm::Communicator>& cp, int case_index) {
+  using namespace fulcrum;
+  const std::int32_t r = cp->rank();
+  const auto f64 = at::TensorOptions().dtype(at::kDouble);
+  at::manual_seed(static_cast<std::uint64_t>(case_index) * 7919u);
+  const at::Tensor q = at::randn({w.tokens, 2, 8}, f64);
+  const at::Tensor k = at::randn({w.tokens, 2, 8}, f64);
+  const at::Tensor v = at::randn({w.tokens, 2, 8}, f64);
+  const at::Tensor weight = at::randn({w.tokens, 2, 8}, f64);
+
+  auto attention = attention::CpAttention::create(w, plan, cp);
+  if (!attention) throw std::runtime_error(attention.status().message());
+  at::Tensor ql = attention::shard(q, plan, r).requires_grad_();
+  at::Tensor kl = attention::shard(k, plan, r).requires_grad_();
+  at::Tensor vl = attention::shard(v, plan, r).requires_grad_();
+  const at::Tensor out = (*attention)->apply(ql, kl, vl);
+  (out * attention::shard(weight, plan, r)).sum().backward();
+
+  const at::Tensor qr = q.clone().requires_grad_();
+  const at::Tensor kr = k.clone().requires_grad_();
+  const at::Tensor vr = v.clone().requires_grad_();
+  const at::Tensor ref = dense_attention(qr, kr, vr, reference_mask(w));
+  (ref * weight).sum().backward();
+
+  auto diff = [&](const at::Tensor& local, const at::Tensor& expected) {
+    const at::Tensor full = attention::unshard(cp->all_gather_cat(local.detach()), plan);
+    return (full - expected).abs().max().item<double>();
+  };
+  return {diff(out, ref), diff(ql.grad(), qr.grad()), diff(kl.grad(), kr.grad()),
+          diff(vl.grad(), vr.grad())};
+}
+
+fulcrum::comm::ProcessGroups connect(const fulcrum::launch::WorkerIdentity& id) {
+  fulcrum::comm::GlooOptions g;
+  g.rank = id.rank;
+  g.world_size = id.world_size;
+  g.dp_size = 1;
+  g.cp_size = id.world_size;
+  g.master_addr = id.master_addr;
+  g.master_port = id.master_port;
+  g.rendezvous_timeout = std::chrono::seconds(30);
+  g.op_timeout = std::chrono::seconds(30);
+  return fulcrum::comm::init_gloo_process_groups(g);
 }
 
 }  // namespace
@@ -126,32 +196,14 @@ int main(int argc, char** argv) {
   const std::int32_t p = id->world_size;
   const std::int64_t b = 8;  // small tiles: many per row, so skipping matters
 
-  // Rows: packed documents with N divisible by 2P and by P*B; N with
-  // N % 2P != 0 (head_tail and ptrr fall back; contiguous pads unless P | N);
-  // a single document of P*B*2 + 1 tokens (padding for every strategy).
-  const std::int64_t unit = 2 * p * b;
-  const std::vector<Row> rows = {
-      {"packed", {unit + 3, 5, unit - 11, 1, unit + 2}},
-      {"odd", {unit + 7, 2 * unit - 2}},
-      {"single", {p * b * 2 + 1}},
-  };
+  const std::vector<Row> rows = test_rows(p, b);
   const std::vector<std::string> masks = {"causal", "full", "sliding:7", "prefix:13"};
 
   try {
-    comm::GlooOptions g;
-    g.rank = id->rank;
-    g.world_size = id->world_size;
-    g.dp_size = 1;
-    g.cp_size = p;
-    g.master_addr = id->master_addr;
-    g.master_port = id->master_port;
-    g.rendezvous_timeout = std::chrono::seconds(30);
-    g.op_timeout = std::chrono::seconds(30);
-    const comm::ProcessGroups groups = comm::init_gloo_process_groups(g);
+    const comm::ProcessGroups groups = connect(*id);
     const std::int32_t r = groups.cp->rank();
 
     int cases = 0, failures = 0, padded = 0, fallbacks = 0;
-    const auto f64 = at::TensorOptions().dtype(at::kDouble);
     for (const std::string& strategy : (*plugin)->cp_strategies()) {
       host::SelectorOptions so;
       so.preferred = strategy;
@@ -175,49 +227,15 @@ int main(int argc, char** argv) {
           ++cases;
           padded += plan->padding > 0 ? 1 : 0;
           fallbacks += plan->fallback_reason.empty() ? 0 : 1;
-
-          // The same tensors on every rank: the seed depends on the case only.
-          at::manual_seed(static_cast<std::uint64_t>(cases) * 7919u);
-          const at::Tensor q = at::randn({w.tokens, 2, 8}, f64);
-          const at::Tensor k = at::randn({w.tokens, 2, 8}, f64);
-          const at::Tensor v = at::randn({w.tokens, 2, 8}, f64);
-          const at::Tensor weight = at::randn({w.tokens, 2, 8}, f64);
-
-          auto attention = attention::CpAttention::create(w, *plan, groups.cp);
-          if (!attention) {
-            std::fprintf(stderr, "rank %d: %s\n", r, attention.status().message().c_str());
-            return 2;
-          }
-          at::Tensor ql = attention::shard(q, *plan, r).requires_grad_();
-          at::Tensor kl = attention::shard(k, *plan, r).requires_grad_();
-          at::Tensor vl = attention::shard(v, *plan, r).requires_grad_();
-          const at::Tensor out = (*attention)->apply(ql, kl, vl);
-          (out * attention::shard(weight, *plan, r)).sum().backward();
-
-          const at::Tensor qr = q.clone().requires_grad_();
-          const at::Tensor kr = k.clone().requires_grad_();
-          const at::Tensor vr = v.clone().requires_grad_();
-          const at::Tensor ref = dense_attention(qr, kr, vr, reference_mask(w));
-          (ref * weight).sum().backward();
-
-          auto diff = [&](const at::Tensor& local, const at::Tensor& expected) {
-            const at::Tensor full =
-                attention::unshard(groups.cp->all_gather_cat(local.detach()), *plan);
-            return (full - expected).abs().max().item<double>();
-          };
-          const double d_out = diff(out, ref);
-          const double d_q = diff(ql.grad(), qr.grad());
-          const double d_k = diff(kl.grad(), kr.grad());
-          const double d_v = diff(vl.grad(), vr.grad());
-          const double worst = std::max({d_out, d_q, d_k, d_v});
-          if (!(worst < kTolerance)) {
+          const CaseDiffs d = run_case(w, *plan, groups.cp, cases);
+          if (!(d.worst() < kTolerance)) {
             ++failures;
             if (rank0) {
               std::printf(
                   "FAIL P=%d strategy=%s (used %s) mask=%s row=%s N=%lld: max |diff| out %.3g "
                   "dq %.3g dk %.3g dv %.3g\n",
                   p, strategy.c_str(), plan->strategy_used.c_str(), mask_text.c_str(),
-                  row.name.c_str(), static_cast<long long>(w.tokens), d_out, d_q, d_k, d_v);
+                  row.name.c_str(), static_cast<long long>(w.tokens), d.out, d.q, d.k, d.v);
             }
           }
         }

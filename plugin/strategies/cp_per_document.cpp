@@ -39,11 +39,7 @@ Result<ShardPlan> plan_per_document_padded(const CpWorkload& workload) {
   std::int64_t shard = 0;
   for (std::int64_t length : docs) shard += 2 * ceil_div(length, chunks);
 
-  ShardPlan plan;
-  plan.cp_size = p;
-  plan.shard_len = shard;
-  plan.positions.assign(static_cast<std::size_t>(p * shard), kPadPosition);
-  plan.strategy_used = "per_document_padded";
+  ShardPlan plan = padded_plan(workload, "per_document_padded", shard);
 
   std::vector<std::int64_t> fill(static_cast<std::size_t>(p), 0);
   std::int64_t doc_start = 0;
@@ -75,11 +71,7 @@ Result<ShardPlan> plan_per_document(const CpWorkload& workload) {
   const std::vector<std::int64_t> docs = documents_of(workload);
 
   const std::int64_t shard = ceil_div(n, p);
-  ShardPlan plan;
-  plan.cp_size = p;
-  plan.shard_len = shard;
-  plan.positions.assign(static_cast<std::size_t>(p * shard), kPadPosition);
-  plan.strategy_used = "per_document";
+  ShardPlan plan = padded_plan(workload, "per_document", shard);
 
   // A document of L = 2P*q + e tokens has e chunks of q+1 tokens. The e extra
   // tokens go to ranks in round-robin order continued across documents (the

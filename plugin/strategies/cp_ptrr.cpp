@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <numeric>
+#include <string_view>
 #include <vector>
 
 #include "fulcrum/core/work_model.h"
@@ -16,13 +17,11 @@
 
 namespace fulcrum::cp {
 
+constexpr std::string_view kPtrrAdvice =
+    "pad the row to a multiple of cp_size*block_size or use balanced or auto";
+
 Result<ShardPlan> plan_ptrr(const CpWorkload& workload) {
-  if (Status status = validate_workload(workload); !status) return status;
-  if (auto reason = inapplicable_reason("ptrr", workload)) {
-    return unsupported("ptrr cannot shard this row: " + *reason +
-                       "; pad the row to a multiple of cp_size*block_size or use balanced or "
-                       "auto");
-  }
+  if (Status status = check_servable("ptrr", workload, kPtrrAdvice); !status) return status;
   const std::int64_t block = workload.block_size;
   const std::int32_t p = workload.cp_size;
   const std::int64_t num_blocks = workload.tokens / block;

@@ -7,8 +7,11 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "fulcrum/core/text.h"
 #include "fulcrum/core/work_model.h"
+#include "fulcrum/core/workload.h"
 #include "fulcrum/cp_types.h"
 #include "fulcrum/status.h"
 #include "strategies/cp_strategies.h"
@@ -39,12 +42,9 @@ constexpr std::array<StrategyInfo, 8> kStrategies = {{
 }};
 
 std::string known_names() {
-  std::string names;
-  for (const StrategyInfo& info : kStrategies) {
-    if (!names.empty()) names += ", ";
-    names += info.name;
-  }
-  return names;
+  std::vector<std::string> names;
+  for (const StrategyInfo& info : kStrategies) names.emplace_back(info.name);
+  return join(names, ", ");
 }
 
 }  // namespace
@@ -95,6 +95,24 @@ Result<ShardPlan> plan(std::string_view name, const CpWorkload& workload) {
 void finish_plan(const CpWorkload& workload, ShardPlan& plan) {
   plan.padding = std::count(plan.positions.begin(), plan.positions.end(), kPadPosition);
   plan.work = compute_work(workload, plan);
+}
+
+Status check_servable(std::string_view name, const CpWorkload& workload, std::string_view advice) {
+  if (Status status = validate_workload(workload); !status) return status;
+  if (auto reason = inapplicable_reason(name, workload)) {
+    return unsupported(std::string(name) + " cannot shard this row: " + *reason + "; " +
+                       std::string(advice));
+  }
+  return Status::ok();
+}
+
+ShardPlan padded_plan(const CpWorkload& workload, std::string_view name, std::int64_t shard_len) {
+  ShardPlan plan;
+  plan.cp_size = workload.cp_size;
+  plan.shard_len = shard_len;
+  plan.positions.assign(static_cast<std::size_t>(workload.cp_size * shard_len), kPadPosition);
+  plan.strategy_used = std::string(name);
+  return plan;
 }
 
 }  // namespace fulcrum::cp

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "fulcrum/core/workload.h"
 #include "fulcrum/cp_types.h"
@@ -13,33 +14,35 @@
 namespace fulcrum::cp {
 namespace {
 
-ShardPlan padded_plan(const CpWorkload& workload, const char* name, std::int64_t shard_len) {
-  ShardPlan plan;
-  plan.cp_size = workload.cp_size;
-  plan.shard_len = shard_len;
-  plan.positions.assign(static_cast<std::size_t>(workload.cp_size * shard_len), kPadPosition);
-  plan.strategy_used = name;
+// The plan `name` of `shard_len` slots a rank, finished: write(r, out) writes
+// rank r's positions from its first slot on, and what it leaves is padding.
+template <class WriteRank>
+ShardPlan plan_by_rank(const CpWorkload& workload, std::string_view name, std::int64_t shard_len,
+                       WriteRank write) {
+  ShardPlan plan = padded_plan(workload, name, shard_len);
+  for (std::int32_t r = 0; r < workload.cp_size; ++r) {
+    write(r, plan.positions.data() + r * shard_len);
+  }
+  finish_plan(workload, plan);
   return plan;
 }
+
+constexpr std::string_view kHeadTailAdvice =
+    "pad the row to a multiple of 2*cp_size or use per_document, balanced or auto";
 
 }  // namespace
 
 Result<ShardPlan> plan_contiguous(const CpWorkload& workload) {
   if (Status status = validate_workload(workload); !status) return status;
   const std::int64_t n = workload.tokens;
-  const std::int32_t p = workload.cp_size;
   // ceil(N/P) keeps every real token on a rank; with N < P the trailing ranks
   // hold only padding, which is still a valid plan.
-  const std::int64_t shard = ceil_div(n, p);
-  ShardPlan plan = padded_plan(workload, "contiguous", shard);
-  for (std::int32_t r = 0; r < p; ++r) {
+  const std::int64_t shard = ceil_div(n, workload.cp_size);
+  return plan_by_rank(workload, "contiguous", shard, [n, shard](std::int32_t r, std::int64_t* out) {
     const std::int64_t begin = std::min(r * shard, n);
     const std::int64_t end = std::min(begin + shard, n);
-    std::int64_t* out = plan.positions.data() + r * shard;
     for (std::int64_t pos = begin; pos < end; ++pos) *out++ = pos;
-  }
-  finish_plan(workload, plan);
-  return plan;
+  });
 }
 
 // Rank r owns chunk r and chunk 2P-1-r of C = N/(2P) tokens each, so under a
@@ -56,39 +59,28 @@ Result<ShardPlan> plan_contiguous(const CpWorkload& workload) {
 // make every block reach the tail chunk's keys and nearly double rank 0's
 // tiles; that layout is not what PyTorch computes, so it is not the anchor.
 Result<ShardPlan> plan_head_tail(const CpWorkload& workload) {
-  if (Status status = validate_workload(workload); !status) return status;
-  if (auto reason = inapplicable_reason("head_tail", workload)) {
-    return unsupported("head_tail cannot shard this row: " + *reason +
-                       "; pad the row to a multiple of 2*cp_size or use per_document, balanced "
-                       "or auto");
+  if (Status status = check_servable("head_tail", workload, kHeadTailAdvice); !status) {
+    return status;
   }
-  const std::int64_t n = workload.tokens;
-  const std::int32_t p = workload.cp_size;
-  const std::int64_t chunk = n / (2 * p);
-  ShardPlan plan = padded_plan(workload, "head_tail", 2 * chunk);
-  for (std::int32_t r = 0; r < p; ++r) {
-    std::int64_t* out = plan.positions.data() + r * 2 * chunk;
-    for (const std::int64_t c : {static_cast<std::int64_t>(r), 2 * std::int64_t{p} - 1 - r}) {
-      for (std::int64_t t = 0; t < chunk; ++t) *out++ = c * chunk + t;
-    }
-  }
-  finish_plan(workload, plan);
-  return plan;
+  const std::int64_t p = workload.cp_size;
+  const std::int64_t chunk = workload.tokens / (2 * p);
+  return plan_by_rank(workload, "head_tail", 2 * chunk,
+                      [p, chunk](std::int32_t r, std::int64_t* out) {
+                        for (const std::int64_t c : {static_cast<std::int64_t>(r), 2 * p - 1 - r}) {
+                          for (std::int64_t t = 0; t < chunk; ++t) *out++ = c * chunk + t;
+                        }
+                      });
 }
 
 Result<ShardPlan> plan_striped(const CpWorkload& workload) {
   if (Status status = validate_workload(workload); !status) return status;
   const std::int64_t n = workload.tokens;
   const std::int32_t p = workload.cp_size;
-  const std::int64_t shard = ceil_div(n, p);
-  ShardPlan plan = padded_plan(workload, "striped", shard);
-  for (std::int32_t r = 0; r < p; ++r) {
-    std::int64_t* out = plan.positions.data() + r * shard;
-    // Ranks r >= N % P run out one stride early; their last slot stays padding.
-    for (std::int64_t pos = r; pos < n; pos += p) *out++ = pos;
-  }
-  finish_plan(workload, plan);
-  return plan;
+  return plan_by_rank(workload, "striped", ceil_div(n, p),
+                      [n, p](std::int32_t r, std::int64_t* out) {
+                        // Ranks r >= N % P run out one stride early; their last slot stays padding.
+                        for (std::int64_t pos = r; pos < n; pos += p) *out++ = pos;
+                      });
 }
 
 }  // namespace fulcrum::cp

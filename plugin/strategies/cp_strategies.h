@@ -3,6 +3,7 @@
 // otherwise returns a valid plan with per-rank work filled in.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
@@ -44,5 +45,14 @@ Result<ShardPlan> plan_auto(const CpWorkload& workload);
 
 // Fills plan.work and plan.padding from the work model; used by every planner.
 void finish_plan(const CpWorkload& workload, ShardPlan& plan);
+
+// A valid workload that `name` can serve: the validation error, or
+// kUnsupported "<name> cannot shard this row: <reason>; <advice>" when its
+// applicability rule fails, or ok.
+Status check_servable(std::string_view name, const CpWorkload& workload, std::string_view advice);
+
+// A plan of `shard_len` slots per rank, all padding, named `name`: the
+// planners write their positions over it.
+ShardPlan padded_plan(const CpWorkload& workload, std::string_view name, std::int64_t shard_len);
 
 }  // namespace fulcrum::cp

@@ -10,18 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "fulcrum/core/dp_dispatch.h"
+#include "fulcrum/core/text.h"
 #include "fulcrum/core/workload.h"
 #include "strategies/dp_strategies.h"
 
 namespace fulcrum::dp {
 namespace {
-
-// A coefficient as the user wrote it (1e+307, not 308 digits).
-std::string shortest_text(double value) {
-  char text[32];
-  const auto [end, ec] = std::to_chars(text, text + sizeof text, value);
-  return ec == std::errc() ? std::string(text, end) : std::string("?");
-}
 
 // Names in the order users see them listed; "auto" last because it is built
 // from the others.
@@ -36,12 +31,9 @@ constexpr std::array<StrategyInfo, 4> kStrategies = {{
 }};
 
 std::string known_names() {
-  std::string names;
-  for (const StrategyInfo& info : kStrategies) {
-    if (!names.empty()) names += ", ";
-    names += info.name;
-  }
-  return names;
+  std::vector<std::string> names;
+  for (const StrategyInfo& info : kStrategies) names.emplace_back(info.name);
+  return join(names, ", ");
 }
 
 // True when every cost is an integer that doubles represent exactly, so any
@@ -95,18 +87,7 @@ Status validate_request(const DpRequest& request) {
                             " (2^20) ranks fulcrum partitions for; use a smaller "
                             "data-parallel group");
   }
-  if (request.cost.kind != CostKind::kTokens && request.cost.kind != CostKind::kAttention) {
-    return invalid_argument("dp request: cost kind " +
-                            std::to_string(static_cast<std::int32_t>(request.cost.kind)) +
-                            " is unknown; use tokens (0) or attention (1)");
-  }
-  if (request.cost.kind == CostKind::kAttention &&
-      (!std::isfinite(request.cost.a) || request.cost.a < 0.0 || request.cost.a > kMaxAttentionA)) {
-    return invalid_argument("dp request: attention cost coefficient a is " +
-                            shortest_text(request.cost.a) +
-                            "; pass a value from 0 to 2^40 (default 24576)");
-  }
-  return Status::ok();
+  return check_cost_model(request.cost, "dp request");
 }
 
 Result<DpPartition> partition(std::string_view name, const DpRequest& request) {
@@ -126,6 +107,69 @@ double lower_bound(const DpRequest& request) {
 
 // Each candidate below is a cost that some rank must reach in every feasible
 // partition, so their maximum is still a valid lower bound.
+namespace {
+
+// What equal counts (floor or ceil of n/k samples a rank) add to the bound,
+// given the costs ascending and their prefix sums (prefix[j]: the j
+// cheapest); `bound` is the bound so far, returned raised.
+double equal_count_bound(const std::vector<double>& ascending, const std::vector<double>& prefix,
+                         std::size_t k, double bound) {
+  const std::size_t n = ascending.size();
+  const double largest = ascending.back();
+  const std::size_t floor_count = n / k;
+  const std::size_t ceil_count = (n + k - 1) / k;
+  // Every rank holds at least floor(n/k) samples, so the rank holding the
+  // largest one also holds floor(n/k) - 1 others, each no cheaper than the
+  // cheapest samples other than the largest.
+  if (floor_count >= 1) {
+    bound = std::max(bound, largest + prefix[floor_count - 1]);
+  }
+  // With n samples over k ranks and at most ceil(n/k) each, some rank holds
+  // exactly ceil(n/k) of them; at best they are the ceil(n/k) cheapest.
+  bound = std::max(bound, prefix[ceil_count]);
+  // The pigeonhole rank above holds j+1 of the top samples and, being a
+  // rank, at least floor(n/k) samples in all: add the cheapest samples
+  // outside the top group for the rest.
+  for (std::size_t j = 1; j * k + 1 <= n && j + 1 < floor_count; ++j) {
+    const std::size_t top = j * k + 1;
+    const std::size_t first = n - top;
+    const std::size_t others = floor_count - (j + 1);
+    if (others > first) break;
+    bound = std::max(bound, prefix[first + j + 1] - prefix[first] + prefix[others]);
+  }
+  // The j largest samples, j = 2..k. Either two of them share a rank, which
+  // then costs at least the two smallest of them plus floor(n/k) - 2 of the
+  // cheapest others (`shared`); or they sit on j distinct ranks, each of
+  // which also holds floor(n/k) - 1 other samples, j * (floor(n/k) - 1) in
+  // all (`apart`). In the second case the busiest of those ranks is at
+  // least their average, and at least the smallest of the j (c_j) plus the
+  // heaviest group of others, which is no lighter than the groups' average
+  // and holds at least one sample no cheaper than the j*(floor-1)-th
+  // cheapest of the rest (t-th cheapest: ascending[t-1]). The bound is the
+  // weaker of the two cases.
+  if (floor_count >= 1) {
+    const std::size_t group = floor_count - 1;  // others per rank
+    double top_sum = largest;
+    for (std::size_t j = 2; j <= k && j <= n; ++j) {
+      const double c_j = ascending[n - j];
+      const double c_before = ascending[n - j + 1];
+      top_sum += c_j;
+      const std::size_t others = j * group;  // <= n - j because j <= k
+      double apart = (top_sum + prefix[others]) / static_cast<double>(j);
+      if (group >= 1) {
+        const double heaviest_group = std::max(prefix[others] / static_cast<double>(j),
+                                               ascending[others - 1] + prefix[group - 1]);
+        apart = std::max(apart, c_j + heaviest_group);
+      }
+      const double shared = c_before + c_j + (group >= 1 ? prefix[group - 1] : 0.0);
+      bound = std::max(bound, std::min(apart, shared));
+    }
+  }
+  return bound;
+}
+
+}  // namespace
+
 double detail::lower_bound(const CostOrder& order, std::size_t k, bool equal_count) {
   const std::size_t n = order.descending.size();
   if (n == 0 || k == 0) return 0.0;
@@ -152,57 +196,7 @@ double detail::lower_bound(const CostOrder& order, std::size_t k, bool equal_cou
     bound = std::max(bound, prefix[first + j + 1] - prefix[first]);
   }
 
-  if (equal_count) {
-    const std::size_t floor_count = n / k;
-    const std::size_t ceil_count = (n + k - 1) / k;
-    // Every rank holds at least floor(n/k) samples, so the rank holding the
-    // largest one also holds floor(n/k) - 1 others, each no cheaper than the
-    // cheapest samples other than the largest.
-    if (floor_count >= 1) {
-      bound = std::max(bound, largest + prefix[floor_count - 1]);
-    }
-    // With n samples over k ranks and at most ceil(n/k) each, some rank holds
-    // exactly ceil(n/k) of them; at best they are the ceil(n/k) cheapest.
-    bound = std::max(bound, prefix[ceil_count]);
-    // The pigeonhole rank above holds j+1 of the top samples and, being a
-    // rank, at least floor(n/k) samples in all: add the cheapest samples
-    // outside the top group for the rest.
-    for (std::size_t j = 1; j * k + 1 <= n && j + 1 < floor_count; ++j) {
-      const std::size_t top = j * k + 1;
-      const std::size_t first = n - top;
-      const std::size_t others = floor_count - (j + 1);
-      if (others > first) break;
-      bound = std::max(bound, prefix[first + j + 1] - prefix[first] + prefix[others]);
-    }
-    // The j largest samples, j = 2..k. Either two of them share a rank, which
-    // then costs at least the two smallest of them plus floor(n/k) - 2 of the
-    // cheapest others (`shared`); or they sit on j distinct ranks, each of
-    // which also holds floor(n/k) - 1 other samples, j * (floor(n/k) - 1) in
-    // all (`apart`). In the second case the busiest of those ranks is at
-    // least their average, and at least the smallest of the j (c_j) plus the
-    // heaviest group of others, which is no lighter than the groups' average
-    // and holds at least one sample no cheaper than the j*(floor-1)-th
-    // cheapest of the rest (t-th cheapest: ascending[t-1]). The bound is the
-    // weaker of the two cases.
-    if (floor_count >= 1) {
-      const std::size_t group = floor_count - 1;  // others per rank
-      double top_sum = largest;
-      for (std::size_t j = 2; j <= k && j <= n; ++j) {
-        const double c_j = ascending[n - j];
-        const double c_before = ascending[n - j + 1];
-        top_sum += c_j;
-        const std::size_t others = j * group;  // <= n - j because j <= k
-        double apart = (top_sum + prefix[others]) / static_cast<double>(j);
-        if (group >= 1) {
-          const double heaviest_group = std::max(prefix[others] / static_cast<double>(j),
-                                                 ascending[others - 1] + prefix[group - 1]);
-          apart = std::max(apart, c_j + heaviest_group);
-        }
-        const double shared = c_before + c_j + (group >= 1 ? prefix[group - 1] : 0.0);
-        bound = std::max(bound, std::min(apart, shared));
-      }
-    }
-  }
+  if (equal_count) bound = equal_count_bound(ascending, prefix, k, bound);
 
   // Integer costs make every rank's cost an integer, so the bound rounds up.
   // A bound within float noise of an integer is taken as that integer rather

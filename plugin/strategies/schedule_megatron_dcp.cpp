@@ -1,37 +1,53 @@
-// `megatron_dcp`: Megatron-LM's dynamic context-parallel scheduler,
-// re-derived from DefaultDynamicCPScheduler.get_groups_and_subsamples in
+// `megatron_dcp`: Megatron-LM's dynamic context-parallel scheduler as its
+// dev branch has it at commit d48bd6be (docs/HYBRID.md section 5):
+// DefaultDynamicCPScheduler.get_groups_and_subsamples in
 // megatron/core/datasets/data_schedule.py and next_hdp_group_packing_aware
-// in megatron/core/datasets/data_schedule_utils.py. Each call of
-// next_hdp_group_packing_aware forms one micro-batch over all W ranks; here
-// that micro-batch is one wave and each of its CP groups one slot.
+// and dcp_gpus_needed in megatron/core/datasets/data_schedule_utils.py, on
+// the lengths Megatron's dataset pads (VarlenDataset and SFTDataset with
+// dynamic CP pad every sample to a multiple of 2 x dp x cp = 2W). Each call
+// of next_hdp_group_packing_aware forms one micro-batch over all W ranks;
+// here that micro-batch is one wave and each of its CP groups one slot.
 //
-// Per micro-batch, from the remaining pieces, longest first (stable):
-//   * group sizes are get_valid_dynamic_context_parallel_group_sizes(W): the
-//     powers of two below W that divide W, then W itself;
-//   * a piece needs the smallest size whose ranks hold it (dcp_gpus_needed);
-//     its workload on a group of c ranks is L^2 / c per member;
+// With P a piece's padded length, per micro-batch, from the remaining pieces,
+// longest P first (stable):
+//   * a piece needs c = max(1, 2^ceil(log2(P / T))) ranks; the longest
+//     piece of the batch needing more than W is Megatron's assertion;
+//   * its workload on a group of c ranks is P^2 / c per member;
 //   * the first piece opens a group on ranks [0, c); the cap is
-//     1.05 x (first length) x T (_DYNAMIC_CP_WORKLOAD_CAP_DELTA);
-//   * every later piece tries, sizes ascending from its need, joining each
-//     open group of that size (its members' packed length stays within T)
-//     and then opening one on the lowest free ranks; the candidate with the
+//     1.05 x (its P) x T (_DYNAMIC_CP_WORKLOAD_CAP_DELTA);
+//   * every later piece tries, for every power of two c from its need up to
+//     W, joining each open group of size c whose sum of P / c stays within
+//     T, then opening one on the lowest free ranks; the candidate with the
 //     smallest projected maximum workload over all ranks, within the cap,
-//     wins (strictly smaller, so the first of equals); none: the piece waits
+//     wins (strictly smaller: the first of equals); none: the piece waits
 //     for the next micro-batch;
-//   * ranks left empty are filled by growing a smallest group to the next
-//     size (fill_empty_gpus_once, shifting the groups after it, never past
-//     the last rank), repeatedly;
-//     when that cannot fill them, the micro-batch is rebuilt as one group of
-//     all W ranks holding the pieces that fit (fill_with_full_dpxcp_group).
-// Inside each group Megatron shards with TransformerEngine's THD layout:
-// every document padded to a multiple of 2c and cut head-tail, fulcrum's
-// `per_document_padded` (c = 1: no CP, the row as it is).
+//   * while ranks are empty, the first group of the smallest size grows to
+//     min(2 x size, W) ranks (fill_empty_gpus_once) when its last rank plus
+//     the added ranks stays below W, and the groups after it move up (where
+//     the moved groups would pass the last rank Megatron raises IndexError);
+//     when no group can grow, the micro-batch is rebuilt as one group of all
+//     W ranks holding, longest first, the pieces whose P / W still fit T
+//     (fill_with_full_dpxcp_group).
+// Megatron compares these in floating point (P / c, P^2 / c and the cap are
+// Python floats); so does this, operation for operation, so that ties and
+// boundaries fall the same way. A request's group_shapes carry Megatron's
+// min_cp_size (the least size they allow) and
+// microbatch_group_size_per_vp_stage (their wave multiple, applied by
+// Megatron's align_sample_id_groups).
 //
-// Where fulcrum departs, and why: Megatron checks its per-rank length budget
-// on lengths the dataset padded beforehand; fulcrum's budget T counts the
-// padding a member holds, so "fits" here means the group's per_document_padded
-// shard (sum of 2 ceil(L / 2c) per piece) stays within T, and a piece needs
-// the smallest valid size for which its own padded shard fits.
+// Where Megatron raises, never returns (the alignment's refill can loop) or
+// leaves samples on no rank (the alignment can push them past the last),
+// megatron_dcp falls back to the `fixed` schedule, with Megatron's reason as
+// its fallback_reason.
+//
+// Inside a group Megatron shards with TransformerEngine's THD layout; here
+// `per_document_padded` (every piece padded to a multiple of 2c and cut
+// head-tail; c = 1: the row as it is). Where c divides W, a member's shard,
+// sum of 2 ceil(L / 2c), is at most Megatron's sum of P / c <= T. Where it
+// does not (a power of two above the largest one dividing a non-power-of-two
+// W, where P / 2c is not whole and TransformerEngine would refuse the row),
+// a shard over T falls back to the contiguous plan and says so. The
+// remaining departures are listed in docs/HYBRID.md.
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -50,25 +66,35 @@ namespace {
 
 constexpr double kWorkloadCapDelta = 0.05;
 
-std::vector<std::int32_t> valid_group_sizes(std::int32_t world) {
-  std::vector<std::int32_t> sizes;
-  for (std::int64_t p = 1; p < world; p *= 2) {
-    if (world % p == 0) sizes.push_back(static_cast<std::int32_t>(p));
-  }
-  sizes.push_back(world);
-  return sizes;
+std::string str(std::int64_t v) { return std::to_string(v); }
+
+// Megatron's dataset padding with dynamic CP: a multiple of 2 x dp x cp.
+std::int64_t padded_length(std::int64_t len, std::int32_t world) {
+  const std::int64_t granularity = 2 * static_cast<std::int64_t>(world);
+  return ceil_div(len, granularity) * granularity;
 }
 
-// Tokens a member of a group of c ranks holds for a piece of `len` tokens.
-std::int64_t member_tokens(std::int64_t len, std::int32_t c) {
-  return c == 1 ? len : 2 * ceil_div(len, 2 * static_cast<std::int64_t>(c));
+// dcp_gpus_needed: max(1, 2^ceil(log2(P / T))). Computed on integers: P and
+// T are below 2^32, so P / T's double and its log2 are exact enough that the
+// float form of Megatron rounds to the same power.
+std::int64_t gpus_needed(std::int64_t padded, std::int64_t budget, std::int64_t min_cp) {
+  std::int64_t c = 1;
+  while (c * budget < padded) c *= 2;
+  return std::max(c, min_cp);
+}
+
+// Python's (P * P) / c for a power of two c: P^2 is exact in int64 (P < 2^32)
+// and dividing its double by a power of two is exact, so this is the
+// correctly rounded quotient Python's true division gives.
+double workload(std::int64_t padded, std::int64_t c) {
+  return static_cast<double>(padded * padded) / static_cast<double>(c);
 }
 
 struct Group {
   std::int32_t first_rank = 0;
   std::int32_t size = 0;
-  std::int64_t packed = 0;  // tokens per member
-  double workload = 0;      // per member, sum of L^2 / c
+  double packed = 0;    // sum of P / size, as Megatron's packing_sequence_len
+  double workload = 0;  // per member, sum of P^2 / size, as Megatron's exec_times
   std::vector<std::size_t> pieces;
 };
 
@@ -77,61 +103,50 @@ struct MicroBatch {
   std::vector<std::size_t> leftovers;
 };
 
-double workload(std::int64_t len, std::int32_t c) {
-  const double l = static_cast<double>(len);
-  return l * l / c;
-}
-
-// One call of next_hdp_group_packing_aware over `remaining` (longest first).
-MicroBatch next_micro_batch(const std::vector<DocPiece>& pieces,
-                            const std::vector<std::size_t>& remaining,
-                            const std::vector<std::int32_t>& sizes, std::int32_t world,
-                            std::int64_t budget) {
-  const auto need = [&](std::int64_t len) {
-    for (const std::int32_t c : sizes) {
-      if (member_tokens(len, c) <= budget) return c;
-    }
-    return std::numeric_limits<std::int32_t>::max();
-  };
+// One call of next_hdp_group_packing_aware over `remaining` (longest P
+// first); kUnsupported where Megatron raises.
+Result<MicroBatch> next_micro_batch(const std::vector<std::int64_t>& padded,
+                                    const std::vector<std::size_t>& remaining, std::int32_t world,
+                                    std::int64_t budget, std::int64_t min_cp) {
+  const auto t = static_cast<double>(budget);
   MicroBatch mb;
-  const std::int64_t tall = pieces[remaining[0]].length;
-  const double cap =
-      static_cast<double>(tall) * static_cast<double>(budget) * (1 + kWorkloadCapDelta);
-  std::int32_t used = 0;  // groups hold ranks [0, used), in order
+  const std::int64_t tall = padded[remaining[0]];
+  const double cap = static_cast<double>(tall) * t * (1.0 + kWorkloadCapDelta);
+  std::int32_t used = 0;  // groups hold ranks [0, used), in creation order
   double highest = 0;     // max workload over all ranks
 
-  const auto open_group = [&](std::size_t piece, std::int32_t c) {
+  const auto open_group = [&](std::size_t piece, std::int64_t c) {
     Group g;
     g.first_rank = used;
-    g.size = c;
-    g.packed = member_tokens(pieces[piece].length, c);
-    g.workload = workload(pieces[piece].length, c);
+    g.size = static_cast<std::int32_t>(c);
+    g.packed = static_cast<double>(padded[piece]) / static_cast<double>(c);
+    g.workload = workload(padded[piece], c);
     g.pieces.push_back(piece);
-    used += c;
+    used += g.size;
     highest = std::max(highest, g.workload);
     mb.groups.push_back(std::move(g));
   };
-  open_group(remaining[0], need(tall));
+  // decide_exactly has refused a batch whose longest piece needs more
+  // than W ranks (Megatron's assertion on the first sample).
+  open_group(remaining[0], gpus_needed(tall, budget, min_cp));
 
   for (std::size_t k = 1; k < remaining.size(); ++k) {
     const std::size_t piece = remaining[k];
-    const std::int64_t len = pieces[piece].length;
-    const std::int32_t min_needed = need(len);
-    double best = std::numeric_limits<double>::infinity();
-    std::int32_t best_size = 0;
-    std::size_t best_group = mb.groups.size();  // == size(): open a new group
+    const std::int64_t p = padded[piece];
+    double best = 0;
+    std::int64_t best_size = 0;
+    std::size_t best_group = 0;
     bool found = false;
-    for (const std::int32_t c : sizes) {
-      if (c < min_needed) continue;
-      const double cost = workload(len, c);
-      const std::int64_t held = member_tokens(len, c);
+    for (std::int64_t c = gpus_needed(p, budget, min_cp); c <= world; c *= 2) {
+      const double cost = workload(p, c);
+      const double share = static_cast<double>(p) / static_cast<double>(c);
       for (std::size_t gi = 0; gi < mb.groups.size(); ++gi) {
         const Group& g = mb.groups[gi];
-        if (g.size != c || g.packed + held > budget) continue;
+        if (g.size != c || g.packed + share > t) continue;
         // Members share one workload, so the projected maximum over all
         // ranks is the larger of today's and this group's new one.
         const double projected = std::max(highest, g.workload + cost);
-        if (projected <= cap && projected < best) {
+        if (projected <= cap && (!found || projected < best)) {
           best = projected;
           best_size = c;
           best_group = gi;
@@ -139,8 +154,9 @@ MicroBatch next_micro_batch(const std::vector<DocPiece>& pieces,
         }
       }
       if (world - used >= c) {
-        const double projected = std::max(highest, cost);
-        if (projected <= cap && projected < best) {
+        // The free ranks all have zero workload: the lowest c of them.
+        const double projected = std::max(highest, 0.0 + cost);
+        if (projected <= cap && (!found || projected < best)) {
           best = projected;
           best_size = c;
           best_group = mb.groups.size();
@@ -156,44 +172,45 @@ MicroBatch next_micro_batch(const std::vector<DocPiece>& pieces,
       open_group(piece, best_size);
     } else {
       Group& g = mb.groups[best_group];
-      g.packed += member_tokens(len, best_size);
-      g.workload += workload(len, best_size);
+      g.packed += static_cast<double>(p) / static_cast<double>(best_size);
+      g.workload += workload(p, best_size);
       g.pieces.push_back(piece);
       highest = std::max(highest, g.workload);
     }
   }
 
-  // fill_empty_gpus_once, until no rank is empty or it cannot.
+  // fill_empty_gpus_once, while a rank is empty and a group can grow.
   while (used < world) {
     std::int32_t smallest = std::numeric_limits<std::int32_t>::max();
     for (const Group& g : mb.groups) smallest = std::min(smallest, g.size);
-    const auto at = std::find(sizes.begin(), sizes.end(), smallest);
+    const std::int32_t next = static_cast<std::int32_t>(
+        std::min<std::int64_t>(2 * static_cast<std::int64_t>(smallest), world));
+    const std::int32_t extra = next - smallest;
     bool grown = false;
-    if (at != sizes.end() && at + 1 != sizes.end()) {
-      const std::int32_t next = *(at + 1);
-      const std::int32_t extra = next - smallest;
-      for (std::size_t gi = 0; gi < mb.groups.size() && !grown; ++gi) {
-        Group& g = mb.groups[gi];
-        const std::int32_t end = g.first_rank + g.size - 1;
-        // The later version's guard: growing shifts the groups after this
-        // one right, and they must stay inside the world.
-        if (g.size != smallest || end + extra >= world || used + extra > world) continue;
-        // fulcrum's departure again: a piece padded to a multiple of 2c can
-        // hold more per member on a larger group (1 token: 1 on one rank, 2
-        // on two), so a group grows only while its padded shard still fits T.
-        std::int64_t packed = 0;
-        for (const std::size_t p : g.pieces) packed += member_tokens(pieces[p].length, next);
-        if (packed > budget) continue;
-        g.size = next;
-        g.packed = packed;
-        g.workload = 0;
-        for (const std::size_t p : g.pieces) g.workload += workload(pieces[p].length, next);
-        for (Group& other : mb.groups) {
-          if (other.first_rank > end) other.first_rank += extra;
-        }
-        used += extra;
-        grown = true;
+    for (std::size_t gi = 0; gi < mb.groups.size() && !grown; ++gi) {
+      Group& g = mb.groups[gi];
+      const std::int32_t end = g.first_rank + g.size - 1;
+      if (g.size != smallest || end + extra >= world) continue;
+      if (end + 1 < used && used + extra > world) {
+        // Megatron writes ranks [end + 1, used) to [end + extra + 1,
+        // used + extra), past its list of W ranks.
+        return unsupported(
+            "megatron_dcp: Megatron's empty-rank filling (fill_empty_gpus_once) grows the group "
+            "at ranks [" +
+            str(g.first_rank) + ", " + str(end) + "] to " + str(next) + " ranks and moves ranks [" +
+            str(end + 1) + ", " + str(used - 1) + "] up by " + str(extra) + ", past the last of " +
+            str(world) +
+            " ranks, where Megatron raises IndexError; use a power-of-two world or the hybrid "
+            "scheduler");
       }
+      g.size = next;
+      g.workload = 0;
+      for (const std::size_t p : g.pieces) g.workload += workload(padded[p], next);
+      for (Group& other : mb.groups) {
+        if (other.first_rank > end) other.first_rank += extra;
+      }
+      used += extra;
+      grown = true;
     }
     if (grown) continue;
     // fill_with_full_dpxcp_group: the whole call's input, longest first.
@@ -202,15 +219,15 @@ MicroBatch next_micro_batch(const std::vector<DocPiece>& pieces,
     all.size = world;
     std::vector<std::size_t> rest;
     for (const std::size_t piece : remaining) {
-      const std::int64_t held = member_tokens(pieces[piece].length, world);
-      if (all.packed + held <= budget) {
-        all.packed += held;
-        all.workload += workload(pieces[piece].length, world);
+      const double share = static_cast<double>(padded[piece]) / static_cast<double>(world);
+      if (all.packed + share <= t) {
+        all.packed += share;
         all.pieces.push_back(piece);
       } else {
         rest.push_back(piece);
       }
     }
+    // The first piece always fits: P / W <= P / need <= T.
     mb.groups.assign(1, std::move(all));
     mb.leftovers = std::move(rest);
     break;
@@ -218,43 +235,280 @@ MicroBatch next_micro_batch(const std::vector<DocPiece>& pieces,
   return mb;
 }
 
-}  // namespace
+// Megatron's virtual-pipeline alignment (align_sample_id_groups), applied
+// when the request's group_shapes need a wave count that is a multiple of
+// wave_multiple (Megatron's microbatch_group_size_per_vp_stage). It works on
+// micro-batches as sample_id_groups holds them, a list of ranks, each here
+// the index of the group (a list of pieces) it runs or kEmpty; Megatron's
+// slice assignments can make that list longer than W, so it is a vector.
+constexpr std::int32_t kEmpty = -1;
+using Ranks = std::vector<std::int32_t>;
 
-Result<Schedule> decide_megatron_dcp(const ScheduleRequest& request) {
-  if (Status status = validate_schedule_request(request); !status) return status;
-  const std::vector<DocPiece> pieces = schedule_pieces(request);
-  const std::vector<std::int32_t> sizes = valid_group_sizes(request.world_size);
-  const std::int64_t budget = request.max_tokens_per_rank;
-  for (std::size_t i = 0; i < pieces.size(); ++i) {
-    if (member_tokens(pieces[i].length, request.world_size) > budget) {
-      return unsupported("megatron_dcp: document " + std::to_string(pieces[i].doc) + " piece of " +
-                         std::to_string(pieces[i].length) +
-                         " tokens, padded to a multiple of 2W, exceeds W x T; raise T");
+template <class T>
+std::int64_t length_of(const std::vector<T>& v) {
+  return static_cast<std::int64_t>(v.size());
+}
+std::int64_t length(const Ranks& ranks) { return length_of(ranks); }
+
+struct Run {
+  std::int64_t start = 0;
+  std::int64_t size = 0;
+};
+
+// Runs of consecutive ranks [0, end) running the same group.
+std::vector<Run> runs_of(const Ranks& ranks, std::int64_t end) {
+  std::vector<Run> runs;
+  for (std::int64_t r = 0; r < end;) {
+    std::int64_t n = 1;
+    while (r + n < end && ranks[r + n] == ranks[r]) ++n;
+    runs.push_back({r, n});
+    r += n;
+  }
+  return runs;
+}
+
+std::string sizes_text(const std::vector<Run>& runs) {
+  std::string text;
+  for (const Run& run : runs) text += (text.empty() ? "" : ", ") + str(run.size);
+  return "[" + text + "]";
+}
+
+// Python's `v[a:b] = seq` for 0 <= a, b: both clamped to the list, the
+// slice replaced by seq whatever their lengths.
+void assign_slice(Ranks& v, std::int64_t a, std::int64_t b, const Ranks& seq) {
+  a = std::min(a, length(v));
+  b = std::max(a, std::min(b, length(v)));
+  v.erase(v.begin() + a, v.begin() + b);
+  v.insert(v.begin() + a, seq.begin(), seq.end());
+}
+
+// fill_empty's doubling of the run at `start`: its copy takes the next
+// `size` ranks and ranks [start + size, used) move up by `size`, by
+// Megatron's two slice assignments (the list grows when the run is longer
+// than the empty tail).
+Ranks double_run(const Ranks& ranks, std::int64_t start, std::int64_t size, std::int64_t used) {
+  Ranks out = ranks;
+  const Ranks tail(ranks.begin() + start + size, ranks.begin() + used);
+  const std::int64_t empty = length(ranks) - used;
+  assign_slice(out, start + 2 * size, size < empty ? used + size : length(out), tail);
+  const Ranks copy(out.begin() + start, out.begin() + start + size);
+  assign_slice(out, start + size, start + 2 * size, copy);
+  return out;
+}
+
+// fill_empty_by_expanding_cp: while the last rank is empty, double the last
+// run that is shorter than the run before it, or, when no run is, the first
+// run if the empty ranks hold it; when neither, Megatron's loop never ends.
+Result<Ranks> fill_by_doubling(Ranks ranks) {
+  while (ranks.back() == kEmpty) {
+    const auto used = static_cast<std::int64_t>(
+        std::count_if(ranks.begin(), ranks.end(), [](std::int32_t g) { return g != kEmpty; }));
+    const std::vector<Run> runs = runs_of(ranks, used);
+    bool changed = false;
+    for (std::size_t k = runs.size() - 1; k >= 1 && !changed; --k) {
+      if (runs[k - 1].size > runs[k].size) {
+        ranks = double_run(ranks, runs[k].start, runs[k].size, used);
+        changed = true;
+      }
     }
+    if (!changed && runs[0].size <= length(ranks) - used) {
+      ranks = double_run(ranks, 0, runs[0].size, used);
+      changed = true;
+    }
+    if (!changed) {
+      return unsupported(
+          "megatron_dcp: Megatron's virtual-pipeline alignment cannot refill a "
+          "half micro-batch whose groups are " +
+          sizes_text(runs) + " ranks on " + str(length(ranks)) +
+          " (its align_sample_id_groups never returns on it); use a "
+          "power-of-two world or the hybrid scheduler");
+    }
+  }
+  return ranks;
+}
+
+// split_group: the micro-batch cut at the first group boundary at or past
+// its middle, each half refilled; (back half, front half), or nothing when
+// it is one group.
+Result<std::vector<Ranks>> split_micro_batch(const Ranks& ranks) {
+  const std::int64_t n = length(ranks);
+  const std::vector<Run> runs = runs_of(ranks, n);
+  for (std::size_t k = 1; k < runs.size(); ++k) {
+    if (runs[k].size > runs[k - 1].size) {
+      return unsupported("megatron_dcp: a micro-batch's CP groups grow from " +
+                         str(runs[k - 1].size) + " to " + str(runs[k].size) +
+                         " ranks along the ranks, and Megatron's virtual-pipeline alignment "
+                         "asserts that they do not (Megatron asserts here); use the hybrid "
+                         "scheduler");
+    }
+  }
+  if (runs.size() == 1) return std::vector<Ranks>{};
+  std::int64_t cut = 0;
+  for (const Run& run : runs) {
+    if (cut >= n / 2) break;
+    cut += run.size;
+  }
+  Ranks front(ranks.begin(), ranks.begin() + cut);
+  front.resize(static_cast<std::size_t>(n), kEmpty);
+  Ranks back(ranks.begin() + cut, ranks.end());
+  back.resize(static_cast<std::size_t>(n), kEmpty);
+  Result<Ranks> filled_front = fill_by_doubling(std::move(front));
+  if (!filled_front) return filled_front.status();
+  Result<Ranks> filled_back = fill_by_doubling(std::move(back));
+  if (!filled_back) return filled_back.status();
+  return std::vector<Ranks>{std::move(*filled_back), std::move(*filled_front)};
+}
+
+// align_sample_id_groups: split micro-batches, from the last back (and
+// round again), the back half in place and the front half appended, until
+// their count is a multiple of `multiple`.
+Status align_micro_batches(std::vector<Ranks>& batches, std::int64_t multiple) {
+  std::int64_t missing = (multiple - length_of(batches) % multiple) % multiple;
+  std::int64_t i = length_of(batches) - 1;
+  std::int64_t failures = 0;
+  while (missing > 0) {
+    if (i < 0) {
+      if (failures >= length_of(batches)) {
+        return unsupported("megatron_dcp: " + str(length_of(batches)) +
+                           " micro-batches cannot be split into a multiple of " + str(multiple) +
+                           " (the wave multiple, Megatron's "
+                           "microbatch_group_size_per_vp_stage): every one is a single CP group "
+                           "(Megatron asserts here); lower the multiple or use the hybrid "
+                           "scheduler");
+      }
+      i = length_of(batches) - 1;
+    }
+    Result<std::vector<Ranks>> halves = split_micro_batch(batches[static_cast<std::size_t>(i)]);
+    if (!halves) return halves.status();
+    if (halves->empty()) {
+      ++failures;
+    } else {
+      batches[static_cast<std::size_t>(i)] = std::move((*halves)[0]);
+      batches.push_back(std::move((*halves)[1]));
+      --missing;
+      failures = 0;
+    }
+    --i;
+  }
+  return Status::ok();
+}
+
+// Megatron's scheduler on `request`: its schedule, or kUnsupported with
+// Megatron's reason where Megatron raises, never returns, or leaves samples
+// on no rank.
+Result<Schedule> decide_exactly(const ScheduleRequest& request) {
+  const std::vector<DocPiece> pieces = schedule_pieces(request);
+  const std::int32_t world = request.world_size;
+  const std::int64_t budget = request.max_tokens_per_rank;
+  // Megatron's min_dynamic_context_parallel_size and
+  // microbatch_group_size_per_vp_stage, from the request's group_shapes: the
+  // least size it allows and its wave multiple.
+  const GroupShapes& shapes = request.group_shapes;
+  std::int64_t min_cp = 1;
+  while (shapes.sizes != 0 && (shapes.sizes & static_cast<std::uint64_t>(min_cp)) == 0) {
+    min_cp *= 2;
+  }
+  const std::int64_t multiple = shapes.wave_multiple;
+  std::vector<std::int64_t> padded(pieces.size());
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    padded[i] = padded_length(pieces[i].length, world);
   }
   std::vector<std::size_t> remaining(pieces.size());
   for (std::size_t i = 0; i < remaining.size(); ++i) remaining[i] = i;
-  std::stable_sort(remaining.begin(), remaining.end(), [&](std::size_t a, std::size_t b) {
-    return pieces[a].length > pieces[b].length;
-  });
+  std::stable_sort(remaining.begin(), remaining.end(),
+                   [&](std::size_t a, std::size_t b) { return padded[a] > padded[b]; });
+  // Megatron's assertion on the first sample of the first micro-batch, the
+  // longest of the batch.
+  if (!remaining.empty()) {
+    const std::size_t longest = remaining[0];
+    const std::int64_t need = gpus_needed(padded[longest], budget, min_cp);
+    if (need > world) {
+      return unsupported("megatron_dcp: document " + str(pieces[longest].doc) + " piece of " +
+                         str(pieces[longest].length) + " tokens, padded to " +
+                         str(padded[longest]) +
+                         " (a multiple of 2W, as Megatron's dataset pads), requires CP size " +
+                         str(need) + " at T = " + str(budget) + ", but only " + str(world) +
+                         " DPxCP ranks are available (Megatron asserts here); raise T");
+    }
+  }
 
   Schedule schedule;
   schedule.strategy_used = "megatron_dcp";
+  std::vector<std::vector<std::size_t>> groups;  // with the alignment: each group's pieces
+  std::vector<Ranks> batches;                    // and each micro-batch's ranks
   for (std::int32_t wave = 0; !remaining.empty(); ++wave) {
-    MicroBatch mb = next_micro_batch(pieces, remaining, sizes, request.world_size, budget);
-    for (const Group& g : mb.groups) {
+    Result<MicroBatch> mb = next_micro_batch(padded, remaining, world, budget, min_cp);
+    if (!mb) return mb.status();
+    if (multiple > 1) batches.emplace_back(static_cast<std::size_t>(world), kEmpty);
+    for (Group& g : mb->groups) {
+      if (multiple > 1) {
+        std::fill_n(batches.back().begin() + g.first_rank, g.size,
+                    static_cast<std::int32_t>(groups.size()));
+        groups.push_back(std::move(g.pieces));
+        continue;
+      }
       ScheduleSlot slot;
       slot.wave = wave;
       for (std::int32_t r = 0; r < g.size; ++r) slot.ranks.push_back(g.first_rank + r);
       for (const std::size_t p : g.pieces) slot.pieces.push_back(pieces[p]);
       schedule.slots.push_back(std::move(slot));
     }
-    remaining = std::move(mb.leftovers);
+    remaining = std::move(mb->leftovers);
+  }
+  if (multiple <= 1) return schedule;
+
+  if (Status status = align_micro_batches(batches, multiple); !status) return status;
+  for (std::size_t wave = 0; wave < batches.size(); ++wave) {
+    const Ranks& ranks = batches[wave];
+    if (length(ranks) > world) {
+      return unsupported(
+          "megatron_dcp: Megatron's virtual-pipeline alignment doubles a group past the last of " +
+          str(world) + " ranks in micro-batch " + str(static_cast<std::int64_t>(wave)) +
+          ", leaving its samples where no rank runs them; use a power-of-two world or the "
+          "hybrid scheduler");
+    }
+    for (const Run& run : runs_of(ranks, world)) {
+      ScheduleSlot slot;
+      slot.wave = static_cast<std::int32_t>(wave);
+      for (std::int64_t r = 0; r < run.size; ++r) {
+        slot.ranks.push_back(static_cast<std::int32_t>(run.start + r));
+      }
+      for (const std::size_t p : groups[static_cast<std::size_t>(ranks[run.start])]) {
+        slot.pieces.push_back(pieces[p]);
+      }
+      schedule.slots.push_back(std::move(slot));
+    }
   }
   return schedule;
 }
 
+}  // namespace
+
+Result<Schedule> decide_megatron_dcp(const ScheduleRequest& request) {
+  if (Status status = validate_schedule_request(request); !status) return status;
+  Result<Schedule> exact = decide_exactly(request);
+  if (exact || exact.status().code() != StatusCode::kUnsupported) return exact;
+  // Where Megatron fails, fall back to the fixed schedule and say why.
+  const std::string why = exact.status().message();
+  Result<Schedule> fixed = decide_fixed(request);
+  if (!fixed) {
+    return unsupported(why + "; fixed cannot serve instead: " + fixed.status().message());
+  }
+  if (request.group_shapes.restricts()) {
+    // Say here, with Megatron's reason, when fixed's schedule breaks them.
+    Schedule planned = *fixed;
+    if (Status status = plan_fixed(request, planned); !status) return status;
+    if (Status status = validate_schedule(request, planned); !status) {
+      return unsupported(why + "; fixed's schedule cannot serve instead: " + status.message());
+    }
+  }
+  fixed->fallback_reason = why + "; fixed's schedule served instead";
+  return fixed;
+}
+
 Status plan_megatron_dcp(const ScheduleRequest& request, Schedule& schedule) {
+  if (schedule.strategy_used == "fixed") return plan_fixed(request, schedule);  // fell back
+  const std::int64_t budget = request.max_tokens_per_rank;
   for (ScheduleSlot& slot : schedule.slots) {
     const CpWorkload w = slot_workload(request, slot);
     if (w.cp_size == 1) {
@@ -263,6 +517,16 @@ Status plan_megatron_dcp(const ScheduleRequest& request, Schedule& schedule) {
     }
     Result<ShardPlan> plan = cp::plan_per_document_padded(w);
     if (!plan) return plan.status();
+    if (plan->shard_len > budget) {
+      // Only where the group size does not divide W (see the top): Megatron's
+      // sum of P / c fits T, the THD shard padded to 2c does not.
+      const std::string why = "per_document_padded needs " + str(plan->shard_len) +
+                              " tokens per rank on " + str(w.cp_size) + " of " +
+                              str(request.world_size) + " ranks, more than T = " + str(budget);
+      slot.plan = contiguous_plan(w);
+      slot.plan.fallback_reason = why;
+      continue;
+    }
     slot.plan = std::move(*plan);
   }
   return Status::ok();

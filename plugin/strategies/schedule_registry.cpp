@@ -18,8 +18,9 @@ constexpr std::array<ScheduleStrategyInfo, 3> kSchedulers = {{
      "fixed CP groups of cp ranks (--cp, or the smallest whose rows hold the longest document), "
      "DP auto over the groups, rows of cp x T tokens, CP auto inside each row"},
     {"megatron_dcp", &decide_megatron_dcp, &plan_megatron_dcp,
-     "Megatron-LM's dynamic CP (DefaultDynamicCPScheduler): power-of-two groups by L / T, "
-     "L^2 / cp balancing, per-document head-tail padded to 2 x cp"},
+     "Megatron-LM's dynamic CP (DefaultDynamicCPScheduler, dev d48bd6be) on lengths padded to "
+     "2W: power-of-two groups up to W by P / T, P^2 / cp balancing, per-document head-tail "
+     "padded to 2 x cp"},
     {"hybrid", &decide_hybrid, &plan_hybrid,
      "fulcrum: any group size, short documents on one rank, groups placed and filled by the "
      "step-time cost model, balanced CP inside each group"},

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "brute_force.h"
+#include "cp_test_fixtures.h"
 #include "fulcrum/core/plan_check.h"
 #include "fulcrum/core/random.h"
 #include "fulcrum/core/synthetic.h"
@@ -26,28 +27,14 @@
 namespace fulcrum::cp {
 namespace {
 
-// The core's SplitMix64 (the same stream on every platform, so a failing
-// seed reproduces everywhere) with the draws these tests want.
-class Rng : public SplitMix64 {
- public:
-  using SplitMix64::SplitMix64;
-  // Log-uniform in [lo, hi]: short and long values equally likely per octave.
-  std::int64_t log_uniform(std::int64_t lo, std::int64_t hi) {
-    const int top = std::bit_width(static_cast<std::uint64_t>(hi)) - 1;
-    const int bottom = std::bit_width(static_cast<std::uint64_t>(lo)) - 1;
-    const int octave = static_cast<int>(uniform(bottom, top));
-    const std::int64_t a = std::max(lo, std::int64_t{1} << octave);
-    const std::int64_t b = std::min(hi, (std::int64_t{1} << (octave + 1)) - 1);
-    return uniform(a, std::max(a, b));
-  }
-};
+using fixtures::Rng;
 
 // Documents with a heavy tail: mostly short, sometimes one long.
 std::vector<std::int64_t> random_docs(Rng& rng, std::int64_t n) {
   std::vector<std::int64_t> docs;
   if (rng.uniform(0, 5) == 0) return docs;  // one document, implicit
   for (std::int64_t left = n; left > 0;) {
-    const std::int64_t len = std::min(left, rng.log_uniform(1, std::max<std::int64_t>(1, n)));
+    const std::int64_t len = std::min(left, rng.octave_uniform(1, std::max<std::int64_t>(1, n)));
     docs.push_back(len);
     left -= len;
   }
@@ -80,7 +67,7 @@ MaskSpec random_mask(Rng& rng, std::int64_t n, std::int64_t block, bool allow_sp
     case 2:
       return MaskSpec::full();
     case 3:
-      return MaskSpec::sliding(rng.log_uniform(1, std::max<std::int64_t>(1, n)));
+      return MaskSpec::sliding(rng.octave_uniform(1, std::max<std::int64_t>(1, n)));
     case 4:
       return MaskSpec::prefix(rng.uniform(0, n + 3));
     default: {
@@ -100,7 +87,7 @@ struct Shape {
 
 CpWorkload random_workload(Rng& rng, const Shape& shape) {
   CpWorkload w;
-  w.tokens = rng.log_uniform(shape.min_tokens, shape.max_tokens);
+  w.tokens = rng.octave_uniform(shape.min_tokens, shape.max_tokens);
   w.doc_lengths = random_docs(rng, w.tokens);
   static constexpr std::int64_t kBlocks[] = {16, 64, 128};
   w.block_size = kBlocks[rng.uniform(0, 2)];
@@ -227,7 +214,7 @@ TEST(CpBalancedTest, RunWorkEqualsComputeWorkOnRandomRunPlans) {
     // random counts, sprinkle padding runs in between.
     std::vector<detail::Run> runs;
     for (std::int64_t x = 0; x < w.tokens;) {
-      const std::int64_t len = std::min(w.tokens - x, rng.log_uniform(1, 4 * w.block_size));
+      const std::int64_t len = std::min(w.tokens - x, rng.octave_uniform(1, 4 * w.block_size));
       runs.push_back({x, len});
       x += len;
     }

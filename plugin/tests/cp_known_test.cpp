@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "brute_force.h"
+#include "cp_test_fixtures.h"
 #include "fulcrum/core/work_model.h"
 #include "fulcrum/cp_types.h"
 #include "fulcrum/status.h"
@@ -16,6 +17,9 @@
 
 namespace fulcrum::cp {
 namespace {
+
+using fixtures::pairs_of;
+using fixtures::plan_or_die;
 
 using Positions = std::vector<std::int64_t>;
 constexpr std::int64_t X = kPadPosition;
@@ -36,18 +40,6 @@ CpWorkload packed_row(std::vector<std::int64_t> docs, std::int32_t p,
   w.mask = std::move(mask);
   w.cp_size = p;
   return w;
-}
-
-ShardPlan plan_or_die(Planner planner, const CpWorkload& w) {
-  Result<ShardPlan> plan = planner(w);
-  EXPECT_TRUE(plan.is_ok()) << plan.status().message();
-  return plan.is_ok() ? *std::move(plan) : ShardPlan{};
-}
-
-std::vector<std::int64_t> pairs_of(const ShardPlan& plan) {
-  std::vector<std::int64_t> pairs;
-  for (const RankWork& w : plan.work) pairs.push_back(w.pairs);
-  return pairs;
 }
 
 TEST(CpRegistryTest, ListsTheStrategiesInTableOrder) {

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "brute_force.h"
+#include "cp_test_fixtures.h"
 #include "fulcrum/core/work_model.h"
 #include "fulcrum/cp_types.h"
 #include "fulcrum/status.h"
@@ -35,6 +36,9 @@
 
 namespace fulcrum::cp {
 namespace {
+
+using fixtures::pairs_of;
+using fixtures::plan_or_die;
 
 using Positions = std::vector<std::int64_t>;
 
@@ -47,18 +51,6 @@ CpWorkload row_of(std::vector<std::int64_t> docs, std::int32_t p, std::int64_t b
   w.block_size = block;
   w.cp_size = p;
   return w;
-}
-
-ShardPlan plan_or_die(Planner planner, const CpWorkload& w) {
-  Result<ShardPlan> plan = planner(w);
-  EXPECT_TRUE(plan.is_ok()) << plan.status().message();
-  return plan.is_ok() ? *std::move(plan) : ShardPlan{};
-}
-
-std::vector<std::int64_t> pairs_of(const ShardPlan& plan) {
-  std::vector<std::int64_t> pairs;
-  for (const RankWork& w : plan.work) pairs.push_back(w.pairs);
-  return pairs;
 }
 
 // _HeadTailLoadBalancer: arange(N).view(2P, C); stack([chunks[head_idx],

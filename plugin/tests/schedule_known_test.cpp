@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -263,6 +264,8 @@ TEST(CostProfiles, BundledProfilesAreValidAndNamed) {
   const std::vector<std::string> names = builtin_cost_profile_names();
   ASSERT_NE(std::find(names.begin(), names.end(), "h100_7b"), names.end());
   ASSERT_NE(std::find(names.begin(), names.end(), "cpu_gloo"), names.end());
+  ASSERT_NE(std::find(names.begin(), names.end(), "h100_7b_fa3"), names.end());
+  ASSERT_NE(std::find(names.begin(), names.end(), "h100_7b_nccl"), names.end());
   for (const std::string& name : names) {
     const Result<CostProfile> p = builtin_cost_profile(name);
     ASSERT_TRUE(p) << name;
@@ -275,6 +278,30 @@ TEST(CostProfiles, BundledProfilesAreValidAndNamed) {
   EXPECT_NE(missing.status().message().find("h100_7b, cpu_gloo"), std::string::npos);
 }
 
+// The sensitivity variants are h100_7b with one figure moved (docs/HYBRID.md
+// section 3): attention time per tile for FlashAttention-3-class kernels,
+// NVLink bandwidth for what NCCL's send/recv reaches.
+TEST(CostProfiles, VariantsMoveOneFigureOfH100) {
+  const Result<CostProfile> base = builtin_cost_profile("h100_7b");
+  const Result<CostProfile> fa3 = builtin_cost_profile("h100_7b_fa3");
+  const Result<CostProfile> nccl = builtin_cost_profile("h100_7b_nccl");
+  ASSERT_TRUE(base && fa3 && nccl);
+  const auto same_but = [&](const CostProfile& p, double tile, double intra) {
+    EXPECT_EQ(p.tile_seconds, tile) << p.name;
+    EXPECT_EQ(p.intra_node_bytes_per_second, intra) << p.name;
+    EXPECT_EQ(p.token_seconds, base->token_seconds) << p.name;
+    EXPECT_EQ(p.slot_seconds, base->slot_seconds) << p.name;
+    EXPECT_EQ(p.kv_bytes_per_token, base->kv_bytes_per_token) << p.name;
+    EXPECT_EQ(p.inter_node_bytes_per_second, base->inter_node_bytes_per_second) << p.name;
+    EXPECT_EQ(p.latency_seconds, base->latency_seconds) << p.name;
+    EXPECT_EQ(p.ranks_per_node, base->ranks_per_node) << p.name;
+  };
+  same_but(*fa3, 5.0e-5, base->intra_node_bytes_per_second);
+  same_but(*nccl, base->tile_seconds, 1.8e11);
+  EXPECT_EQ(base->tile_seconds, 7.5e-5);
+  EXPECT_EQ(base->intra_node_bytes_per_second, 3.6e11);
+}
+
 TEST(ScheduleRegistry, NamesAndUnknownScheduler) {
   EXPECT_EQ(schedule_strategy_names(),
             (std::vector<std::string>{"fixed", "megatron_dcp", "hybrid"}));
@@ -285,10 +312,14 @@ TEST(ScheduleRegistry, NamesAndUnknownScheduler) {
 }
 
 // Megatron-LM's own cases for next_hdp_group_packing_aware and
-// DefaultDynamicCPScheduler (tests/unit_tests/.../test_data_schedule*.py).
+// DefaultDynamicCPScheduler (tests/unit_tests/test_sequence_packing.py at
+// dev d48bd6be). Megatron's inputs are lengths its dataset padded to a
+// multiple of 2 x dp x cp; megatron_dcp takes raw lengths and pads them so.
 TEST(MegatronDcp, ShortSequenceJoinsTheLongOnesGroup) {
   // [(0, 6144), (1, 2048)], 2 ranks, 4096 per rank: one micro-batch, both
-  // samples on both ranks.
+  // samples on both ranks (6144 needs both ranks, so no rank is free for
+  // 2048 alone; joining keeps 3072 + 1024 per member within T and the
+  // projected workload within the cap, 1.05 x 6144 x 4096).
   const ScheduleRequest r = request_of({6144, 2048}, 2, 4096, 128);
   const Result<Schedule> s = run_schedule_strategy("megatron_dcp", r);
   ASSERT_TRUE(s) << s.status().message();
@@ -298,17 +329,21 @@ TEST(MegatronDcp, ShortSequenceJoinsTheLongOnesGroup) {
   EXPECT_EQ(s->slots[0].pieces[0].doc, 0);
   EXPECT_EQ(s->slots[0].pieces[1].doc, 1);
   EXPECT_EQ(s->slots[0].plan.strategy_used, "per_document_padded");
+  EXPECT_EQ(s->fallback_reason, "");
 }
 
 TEST(MegatronDcp, NonPowerOfTwoWorldFallsBackToTheFullGroup) {
-  // [(0, 50), (1, 50)], 14 ranks, 100 per rank: group sizes 1, 2, 14; the
-  // groups cannot grow to fill 14 ranks, so both samples span all 14.
-  const ScheduleRequest r = request_of({50, 50}, 14, 100, 4);
-  const Result<Schedule> s = run_schedule_strategy("megatron_dcp", r);
-  ASSERT_TRUE(s) << s.status().message();
-  ASSERT_EQ(s->slots.size(), 1u);
-  EXPECT_EQ(s->slots[0].ranks.size(), 14u);
-  EXPECT_EQ(s->slots[0].pieces.size(), 2u);
+  // [(0, 50), (1, 50)], 14 ranks, 100 per rank: two 1-rank groups grow to
+  // 8 + 4, which cannot grow again inside 14 ranks, so both samples span
+  // all 14. 56 is 50 padded to a multiple of 28: the same answer.
+  for (const std::int64_t len : {50, 56}) {
+    const ScheduleRequest r = request_of({len, len}, 14, 100, 4);
+    const Result<Schedule> s = run_schedule_strategy("megatron_dcp", r);
+    ASSERT_TRUE(s) << s.status().message();
+    ASSERT_EQ(s->slots.size(), 1u);
+    EXPECT_EQ(s->slots[0].ranks.size(), 14u);
+    EXPECT_EQ(s->slots[0].pieces.size(), 2u);
+  }
 }
 
 TEST(ScheduleContract, TooManyPiecesPerRankAreRefused) {
@@ -328,18 +363,32 @@ TEST(ScheduleContract, TooManyPiecesPerRankAreRefused) {
   }
 }
 
-TEST(MegatronDcp, AGroupGrowsOnlyWhileItsPaddedShardFitsTheBudget) {
-  // Two 1-token documents share one rank (1 + 1 <= T = 2). Doubling that
-  // group to fill the empty rank would pad each to 2 tokens per member, 4 in
-  // all: over T. The group stays, the full-world fill takes over instead, and
-  // every schedule the scheduler returns is valid.
+TEST(MegatronDcp, DecidesOnLengthsPaddedToTwiceTheWorld) {
+  // Two 1-token documents at W = 2, T = 2: Megatron's dataset pads each to
+  // 4 tokens, which need 2 ranks (4 / 2 per member), and two of them do not
+  // share a group (2 + 2 > T): two micro-batches of one 2-rank group each.
   const ScheduleRequest r = request_of({1, 1}, 2, 2, 64);
   const Result<Schedule> s = run_schedule_strategy("megatron_dcp", r);
   ASSERT_TRUE(s) << s.status().message();
   EXPECT_TRUE(validate_schedule(r, *s)) << validate_schedule(r, *s).message();
-  for (const ScheduleSlot& slot : s->slots) EXPECT_LE(slot.plan.shard_len, 2);
+  ASSERT_EQ(s->slots.size(), 2u);
+  for (std::size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(s->slots[i].wave, static_cast<std::int32_t>(i));
+    EXPECT_EQ(s->slots[i].ranks, (std::vector<std::int32_t>{0, 1}));
+    ASSERT_EQ(s->slots[i].pieces.size(), 1u);
+    EXPECT_EQ(s->slots[i].pieces[0].doc, static_cast<std::int64_t>(i));
+  }
+  // Ties in the padded length keep the input order: 3 and 1 both pad to 4
+  // at W = 2, so document 0 (3 tokens) still goes first, then 1.
+  const ScheduleRequest tie = request_of({1, 3}, 2, 2, 64);
+  const Result<Schedule> t = run_schedule_strategy("megatron_dcp", tie);
+  ASSERT_TRUE(t) << t.status().message();
+  ASSERT_EQ(t->slots.size(), 2u);
+  EXPECT_EQ(t->slots[0].pieces[0].doc, 0);
+  EXPECT_EQ(t->slots[1].pieces[0].doc, 1);
 
-  // The batch a fuzzer found (T = 2, B = 64, pieces cut at 16 tokens).
+  // A batch a fuzzer found (T = 2, B = 64, pieces cut at 16 tokens): every
+  // piece pads to 16 and needs all 8 ranks; a valid schedule.
   const ScheduleRequest found =
       request_of({3000, 1856, 2817, 3843, 3841, 1797, 2817, 3842}, 8, 2, 64);
   const Result<Schedule> big = run_schedule_strategy("megatron_dcp", found);
@@ -347,18 +396,121 @@ TEST(MegatronDcp, AGroupGrowsOnlyWhileItsPaddedShardFitsTheBudget) {
   EXPECT_TRUE(validate_schedule(found, *big)) << validate_schedule(found, *big).message();
 }
 
-TEST(MegatronDcp, GroupsArePowersOfTwoDividingTheWorldOrTheWorld) {
-  const ScheduleRequest r = request_of({900, 300, 250, 60, 40, 40, 33, 20, 9, 8, 7}, 12, 100, 4);
+TEST(MegatronDcp, GroupsAreAnyPowerOfTwoUpToTheWorld) {
+  // W = 12, T = 100: 792 needs 8 ranks (792 / 8 = 99); 192 opens a 2-rank
+  // group beside it (joining the 8 would pass T), each 96 a 1-rank group.
+  // Megatron's dev branch: 8 + 2 + 1 + 1, not the older 1, 2, 4, 12 sizes.
+  const ScheduleRequest r = request_of({792, 192, 96, 96}, 12, 100, 4);
   const Result<Schedule> s = run_schedule_strategy("megatron_dcp", r);
   ASSERT_TRUE(s) << s.status().message();
   ASSERT_TRUE(validate_schedule(r, *s));
-  for (const ScheduleSlot& slot : s->slots) {
-    const auto g = static_cast<std::int32_t>(slot.ranks.size());
-    EXPECT_TRUE(g == 1 || g == 2 || g == 4 || g == 12) << g;
-    for (std::size_t i = 1; i < slot.ranks.size(); ++i) {
-      EXPECT_EQ(slot.ranks[i], slot.ranks[i - 1] + 1) << "Megatron's groups are contiguous";
+  ASSERT_EQ(s->slots.size(), 4u);
+  const std::vector<std::pair<std::int32_t, std::int32_t>> want = {
+      {0, 8}, {8, 2}, {10, 1}, {11, 1}};
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(s->slots[i].wave, 0);
+    EXPECT_EQ(s->slots[i].ranks.front(), want[i].first) << i;
+    EXPECT_EQ(static_cast<std::int32_t>(s->slots[i].ranks.size()), want[i].second) << i;
+    ASSERT_EQ(s->slots[i].pieces.size(), 1u);
+    EXPECT_EQ(s->slots[i].pieces[0].doc, static_cast<std::int64_t>(i));
+  }
+  // 8 does not divide 12: 792 padded to 16 is 800, 100 per member, = T.
+  EXPECT_EQ(s->slots[0].plan.shard_len, 100);
+}
+
+TEST(MegatronDcp, FallsBackToFixedWhereMegatronRaises) {
+  // 900 pads to 912 at W = 12 and needs 16 ranks at T = 100: Megatron's
+  // assertion on its first sample.
+  const ScheduleRequest big = request_of({900, 300, 20}, 12, 100, 4);
+  // W = 10, T = 100: 320 takes ranks [0, 4), 160 ranks [4, 6); filling the
+  // 4 empty ranks grows the 2-rank group to 4, then the first 4-rank group
+  // to 8, which would move ranks [4, 8) past rank 9: Megatron's IndexError.
+  const ScheduleRequest index = request_of({320, 160}, 10, 100, 4);
+  for (const auto& [r, reason] :
+       {std::pair{big, "requires CP size 16"}, std::pair{index, "IndexError"}}) {
+    const Result<Schedule> s = run_schedule_strategy("megatron_dcp", r);
+    ASSERT_TRUE(s) << s.status().message();
+    EXPECT_TRUE(validate_schedule(r, *s)) << validate_schedule(r, *s).message();
+    EXPECT_EQ(s->strategy_used, "fixed");
+    EXPECT_NE(s->fallback_reason.find(reason), std::string::npos) << s->fallback_reason;
+    EXPECT_NE(s->fallback_reason.find("fixed's schedule served instead"), std::string::npos);
+    // It is fixed's schedule, slot for slot, plans included.
+    const Result<Schedule> fixed = run_schedule_strategy("fixed", r);
+    ASSERT_TRUE(fixed);
+    ASSERT_EQ(s->slots.size(), fixed->slots.size());
+    for (std::size_t i = 0; i < s->slots.size(); ++i) {
+      EXPECT_EQ(s->slots[i].ranks, fixed->slots[i].ranks);
+      EXPECT_EQ(s->slots[i].plan.positions, fixed->slots[i].plan.positions);
     }
   }
+  EXPECT_NE(run_schedule_strategy("megatron_dcp", big)->fallback_reason.find("Megatron asserts"),
+            std::string::npos);
+}
+
+// Every group Megatron's scheduler forms, with its min_cp_size (the least
+// size) and microbatch_group_size_per_vp_stage (the wave multiple).
+GroupShapes megatron_run(std::int32_t world, std::int32_t min_cp, std::int32_t multiple) {
+  GroupShapes shapes;
+  for (std::int64_t g = min_cp; g <= world; g *= 2) {
+    shapes.sizes |= std::uint64_t{1} << std::countr_zero(static_cast<std::uint64_t>(g));
+  }
+  shapes.world = true;
+  shapes.every_wave = true;
+  shapes.wave_multiple = multiple;
+  return shapes;
+}
+
+TEST(MegatronDcp, MinCpSizeIsTheLeastSizeTheShapesAllow) {
+  // Four 10-token documents (16 once padded) at W = 4, T = 100: one rank
+  // each, or, with min_cp_size 2, two 2-rank groups of two documents.
+  ScheduleRequest r = request_of({10, 10, 10, 10}, 4, 100, 4);
+  Result<Schedule> s = run_schedule_strategy("megatron_dcp", r);
+  ASSERT_TRUE(s) << s.status().message();
+  EXPECT_EQ(s->slots.size(), 4u);
+  r.group_shapes = megatron_run(4, 2, 1);
+  s = run_schedule_strategy("megatron_dcp", r);
+  ASSERT_TRUE(s) << s.status().message();
+  ASSERT_EQ(s->slots.size(), 2u);
+  EXPECT_EQ(s->slots[0].ranks, (std::vector<std::int32_t>{0, 1}));
+  EXPECT_EQ(s->slots[1].ranks, (std::vector<std::int32_t>{2, 3}));
+  ASSERT_EQ(s->slots[0].pieces.size(), 2u);
+  EXPECT_EQ(s->slots[0].pieces[0].doc, 0);
+  EXPECT_EQ(s->slots[0].pieces[1].doc, 2);
+}
+
+TEST(MegatronDcp, WaveMultipleSplitsMicroBatchesAsMegatronsAlignment) {
+  // [100, 100] at W = 4, T = 100 (104 each once padded): one micro-batch of
+  // two 2-rank groups. Aligned to 2 it splits at rank 2; each half doubles
+  // its group to 4 ranks, the back half stays first and the front half is
+  // appended (align_sample_id_groups).
+  ScheduleRequest r = request_of({100, 100}, 4, 100, 4);
+  r.group_shapes = megatron_run(4, 1, 2);
+  const Result<Schedule> s = run_schedule_strategy("megatron_dcp", r);
+  ASSERT_TRUE(s) << s.status().message();
+  ASSERT_EQ(s->slots.size(), 2u);
+  for (std::size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(s->slots[i].wave, static_cast<std::int32_t>(i));
+    EXPECT_EQ(s->slots[i].ranks, (std::vector<std::int32_t>{0, 1, 2, 3}));
+    ASSERT_EQ(s->slots[i].pieces.size(), 1u);
+  }
+  EXPECT_EQ(s->slots[0].pieces[0].doc, 1);
+  EXPECT_EQ(s->slots[1].pieces[0].doc, 0);
+
+  // Three 2-rank groups at W = 6 aligned to 2: the back half [C, C] doubles
+  // to 4 ranks and then can neither grow nor stop, so Megatron's loop never
+  // ends.
+  // Fixed's schedule (three waves of 2-rank groups) keeps no multiple of 2
+  // either, so nothing serves, and the refusal gives both reasons.
+  ScheduleRequest loop = request_of({150, 150, 150}, 6, 100, 4);
+  loop.group_shapes = megatron_run(6, 1, 2);
+  const Result<Schedule> refused = run_schedule_strategy("megatron_dcp", loop);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnsupported);
+  EXPECT_NE(refused.status().message().find("never returns"), std::string::npos)
+      << refused.status().message();
+  EXPECT_NE(refused.status().message().find("fixed's schedule cannot serve instead"),
+            std::string::npos)
+      << refused.status().message();
 }
 
 TEST(Fixed, ChoosesTheSmallestDividingCpThatHoldsTheLongestDocument) {

@@ -23,11 +23,13 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import numpy as np  # noqa: E402
 
 import fulcrum  # noqa: E402
 from fulcrum import _abi, plot, work  # noqa: E402
+import plugin_doubles  # noqa: E402
 
 
 def median_us(call, repeats):
@@ -84,17 +86,7 @@ def main():
     abi = median_us(abi_call, args.repeats)
     package = median_us(package_call, args.repeats)
 
-    class WithoutFigures:
-        def __getattr__(self, field):
-            return getattr(table, field)
-
-        def plan_cp(self, inst, req, plan):
-            status = table.plan_cp(inst, req, plan)
-            plan._obj.rank_pairs = None
-            plan._obj.rank_tiles = None
-            return status
-
-    balancer._table = WithoutFigures()
+    balancer._table = plugin_doubles.altered_plans(table, plugin_doubles.without_figures)
     figures = median_us(package_call, args.repeats)
     balancer._table = table
     plan = balancer.plan_cp(args.strategy, cp=args.cp, doc_lengths=docs,

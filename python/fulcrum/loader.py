@@ -1,5 +1,7 @@
-"""Finding a plugin file and deciding whether to trust it: the host's rules
-(runtime/host/plugin_loader.cpp) applied from Python.
+"""Finding a plugin file, deciding whether to trust it, and opening it (dlopen
+and its function table checked field by field): the host's rules
+(runtime/host/plugin_search.cpp, plugin_permissions.cpp and
+plugin_table_check.cpp) applied from Python.
 
 A plugin runs in the calling process, so a file that anyone but root or this
 user owns, or that group or others may write, or that sits under a directory
@@ -21,19 +23,24 @@ Where a plugin given by name is looked for, in this order (docs/PYTHON.md):
    prefix).
 """
 
+import ctypes
 import errno
 import os
 import stat
 import struct
 import sys
 
+from . import _abi
 from . import _input_file
+from ._c_values import _MAX_NAME_BYTES, _address, _checked_text
 from .errors import FulcrumError
 
 DEFAULT_PLUGIN = "fulcrum_balancer"
 # The C++ host's bound on a plugin file (check_elf_complete).
 _MAX_PLUGIN_BYTES = 1 << 31
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+# More strategies than this means the count field is garbage (as the host).
+_MAX_STRATEGIES = 4096
 
 
 def library_file_name(name):
@@ -264,3 +271,105 @@ def check_elf_complete(plugin_path):
                 raise incomplete(f"segment {i} ends at byte {offset + filesz}")
     finally:
         os.close(fd)
+
+
+def open_plugin(name_or_path, search_dirs=None, check_owner_and_modes=True):
+    """(library, table, path) of a plugin found, trusted, dlopen'ed and its
+    table checked: everything ``fulcrum.load`` does before it creates an
+    instance."""
+    given, path = resolve_plugin_path(name_or_path, search_dirs)
+    if check_owner_and_modes:
+        check_permissions(path, given)
+    check_elf_complete(path)
+    try:
+        library = ctypes.CDLL(path, mode=os.RTLD_NOW | os.RTLD_LOCAL)
+    except OSError as error:
+        raise FulcrumError("internal", f"cannot load plugin {path}: {error}; check that it is a "
+                           "fulcrum plugin built for this platform and that its dependencies "
+                           f"resolve (ldd {path})") from None
+    try:
+        entry = getattr(library, _abi.PLUGIN_ENTRY)
+    except AttributeError:
+        raise FulcrumError("internal", f"plugin {path} does not export {_abi.PLUGIN_ENTRY}; is it "
+                           "a fulcrum plugin? Export one with FULCRUM_EXPORT_PLUGIN") from None
+    entry.restype = ctypes.c_void_p
+    entry.argtypes = []
+    address = entry()
+    return library, _check_table(address, path), path
+
+
+def _check_table(address, path):
+    """Everything the host relies on before calling through the table."""
+    if not address:
+        raise FulcrumError("internal", f"plugin {path}: {_abi.PLUGIN_ENTRY}() returned no "
+                           "function table (the plugin failed to initialise); run it under its "
+                           "own tests or rebuild it")
+    header = _abi.TableHeader.from_address(address)
+    if header.struct_size < _abi.TABLE_HEADER_SIZE:
+        raise FulcrumError("internal", f"plugin {path} has a function table of "
+                           f"{header.struct_size} bytes, too small to hold its ABI version; "
+                           "rebuild it against this fulcrum")
+    if header.abi_major != _abi.ABI_MAJOR:
+        raise FulcrumError("internal", f"plugin {path} was built for ABI major "
+                           f"{header.abi_major}, this package speaks {_abi.ABI_MAJOR}; rebuild "
+                           "it against this fulcrum")
+    if header.struct_size < _abi.TABLE_V1_SIZE:
+        raise FulcrumError("internal", f"plugin {path} has a function table of struct_size "
+                           f"{header.struct_size} bytes, smaller than the {_abi.TABLE_V1_SIZE} "
+                           "bytes of ABI v1.0; it was built against a broken c_api.h, rebuild it "
+                           "against this fulcrum")
+    table = _abi.PluginTableV1.from_address(address)
+    for field_name in ("create", "destroy", "plan_cp", "release_plan", "partition_dp",
+                       "last_error"):
+        if not getattr(table, field_name):
+            raise FulcrumError("internal", f"plugin {path}: required function '{field_name}' is "
+                               "null in its table; the plugin is incomplete, implement it and "
+                               "rebuild")
+    if not table.name:
+        raise FulcrumError("internal", f"plugin {path} has no name in its table; set "
+                           "fulcrum_plugin_v1::name and rebuild")
+
+    def check_name(address, field):
+        # Names reach messages, JSON and logs as they are.
+        _, why = _checked_text(address, _MAX_NAME_BYTES)
+        if why is not None:
+            raise FulcrumError("internal", f"plugin {path}: its {field} {why}; names are UTF-8 "
+                               f"without control characters, at most {_MAX_NAME_BYTES} bytes: "
+                               "fix the table and rebuild")
+
+    check_name(ctypes.c_void_p.from_address(address + _abi.PluginTableV1.name.offset).value,
+               "name")
+    for names, count, what in ((table.cp_strategies, table.num_cp_strategies, "cp_strategies"),
+                               (table.dp_strategies, table.num_dp_strategies, "dp_strategies")):
+        if count < 0 or count > _MAX_STRATEGIES:
+            raise FulcrumError("internal", f"plugin {path} lists {count} {what}; expected 0 to "
+                               f"{_MAX_STRATEGIES}, its table is corrupt")
+        if count > 0 and not names:
+            raise FulcrumError("internal", f"plugin {path}: {what} is null but its count is "
+                               f"{count}; fix the table and rebuild")
+        addresses = (ctypes.c_void_p * count).from_address(_address(names)) if count else []
+        for i in range(count):
+            if not addresses[i]:
+                raise FulcrumError("internal", f"plugin {path}: {what}[{i}] is null; fix the "
+                                   "table and rebuild")
+            check_name(addresses[i], f"{what}[{i}]")
+    # ABI 1.1 appends the scheduler; a table too short to hold it is a 1.0
+    # plugin and keeps the 1.0 view.
+    if not _abi.table_has(header.struct_size, _abi.PluginTableV1_1, "release_schedule"):
+        return table
+    table = _abi.PluginTableV1_1.from_address(address)
+    if bool(table.schedule) != bool(table.release_schedule):
+        raise FulcrumError("internal", f"plugin {path} sets only one of schedule and "
+                           "release_schedule; a scheduler needs both, fix the table and rebuild")
+    count = table.num_schedule_strategies
+    if table.schedule:
+        addresses = ([] if count < 1 or count > _MAX_STRATEGIES or not table.schedule_strategies
+                     else (ctypes.c_void_p * count).from_address(
+                         _address(table.schedule_strategies)))
+        if not addresses or not all(addresses):
+            raise FulcrumError("internal", f"plugin {path} has a scheduler but its "
+                               f"schedule_strategies ({count}) are not a list of names; fix the "
+                               "table and rebuild")
+        for i in range(count):
+            check_name(addresses[i], f"schedule_strategies[{i}]")
+    return table

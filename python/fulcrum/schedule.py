@@ -136,7 +136,8 @@ class CostProfile:
 
     @classmethod
     def bundled(cls, name):
-        """One of the profiles bundled with the C++ side (h100_7b, cpu_gloo)."""
+        """One of the profiles bundled with the C++ side (h100_7b, h100_7b_fa3,
+        h100_7b_nccl, cpu_gloo)."""
         if not isinstance(name, str) or name not in _BUNDLED:
             raise FulcrumError("not_found", f"cost profile {shown(name, 80)} is not bundled; use "
                                f"one of {', '.join(_BUNDLED)} or a profile YAML file "
@@ -299,6 +300,18 @@ _BUNDLED = {
         "slot_seconds": 6.6e-3, "kv_bytes_per_token": 512.0,
         "intra_node_bytes_per_second": 3.3e9, "inter_node_bytes_per_second": 3.3e9,
         "latency_seconds": 9.0e-4, "ranks_per_node": 8,
+    },
+    "h100_7b_fa3": {
+        "name": "h100_7b_fa3", "tile_seconds": 5.0e-5, "token_seconds": 9.7e-5,
+        "slot_seconds": 2.0e-3, "kv_bytes_per_token": 131072.0,
+        "intra_node_bytes_per_second": 3.6e11, "inter_node_bytes_per_second": 4.0e10,
+        "latency_seconds": 1.0e-3, "ranks_per_node": 8,
+    },
+    "h100_7b_nccl": {
+        "name": "h100_7b_nccl", "tile_seconds": 7.5e-5, "token_seconds": 9.7e-5,
+        "slot_seconds": 2.0e-3, "kv_bytes_per_token": 131072.0,
+        "intra_node_bytes_per_second": 1.8e11, "inter_node_bytes_per_second": 4.0e10,
+        "latency_seconds": 1.0e-3, "ranks_per_node": 8,
     },
 }
 

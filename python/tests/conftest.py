@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+import plugin_doubles
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "python"))
 
@@ -57,18 +59,6 @@ def figureless_balancer(plugin_path):
     import fulcrum
 
     b = fulcrum.load(str(plugin_path))
-    table = b._table
-
-    class WithoutFigures:
-        def __getattr__(self, name):
-            return getattr(table, name)
-
-        def plan_cp(self, instance, request, plan):
-            status = table.plan_cp(instance, request, plan)
-            plan._obj.rank_pairs = None
-            plan._obj.rank_tiles = None
-            return status
-
-    b._table = WithoutFigures()
+    b._table = plugin_doubles.altered_plans(b._table, plugin_doubles.without_figures)
     with b:
         yield b

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import fulcrum
+import plugin_doubles
 from fulcrum import _abi
 
 
@@ -110,22 +111,18 @@ class ReleaseCounter:
     def __init__(self, balancer):
         table = balancer._table
         self.planned = self.released = 0
-        counter = self
 
-        class Counting:
-            def __getattr__(self, name):
-                return getattr(table, name)
+        def plan_cp(*args):
+            status = table.plan_cp(*args)
+            self.planned += status == _abi.OK
+            return status
 
-            def plan_cp(self, *args):
-                status = table.plan_cp(*args)
-                counter.planned += status == _abi.OK
-                return status
+        def release_plan(*args):
+            self.released += 1
+            return table.release_plan(*args)
 
-            def release_plan(self, *args):
-                counter.released += 1
-                return table.release_plan(*args)
-
-        balancer._table = Counting()
+        balancer._table = plugin_doubles.TableWith(table, plan_cp=plan_cp,
+                                                   release_plan=release_plan)
 
 
 def test_release_plan_exactly_once_per_ok_plan(plugin_path):
@@ -215,6 +212,7 @@ def test_a_newer_minor_table_is_accepted_and_its_extra_fields_unread(plugin_path
     import ctypes
 
     from fulcrum import balancer as balancer_module
+    from fulcrum import loader as loader_module
 
     real = fulcrum.load(str(plugin_path))
     size = _abi.TABLE_V1_SIZE
@@ -225,7 +223,7 @@ def test_a_newer_minor_table_is_accepted_and_its_extra_fields_unread(plugin_path
     header = _abi.TableHeader.from_buffer(newer)
     header.struct_size, header.abi_minor = size + 8, _abi.ABI_MINOR + 1
     assert _abi.table_has(header.struct_size, _abi.PluginTableV1, "last_error")
-    table = balancer_module._check_table(ctypes.addressof(newer), "newer.so")
+    table = loader_module._check_table(ctypes.addressof(newer), "newer.so")
     with balancer_module.Balancer(real._library, table, "newer.so") as b:
         assert b.abi_version == (_abi.ABI_MAJOR, _abi.ABI_MINOR + 1)
         assert b.plan_cp("auto", cp=2, tokens=64).tokens == 64
@@ -254,18 +252,7 @@ def corrupt(field, value):
 def test_an_invalid_plan_is_refused_and_released(damage, words, plugin_path):
     with fulcrum.load(str(plugin_path)) as b:
         counter = ReleaseCounter(b)
-        counting = b._table
-
-        class Damaging:
-            def __getattr__(self, name):
-                return getattr(counting, name)
-
-            def plan_cp(self, instance, request, plan):
-                status = counting.plan_cp(instance, request, plan)
-                damage(plan._obj)
-                return status
-
-        b._table = Damaging()
+        b._table = plugin_doubles.altered_plans(b._table, damage)
         refused(lambda: b.plan_cp("contiguous", cp=2, tokens=8, block_size=2), "internal",
                 "plugin 'fulcrum' strategy 'contiguous' returned an invalid plan", *words)
         assert counter.planned == counter.released == 1

@@ -4,7 +4,10 @@ docs/INTEGRATION.md): on the inputs and expected outputs of Megatron's own
 unit tests (tests/unit_tests/test_sequence_packing.py), on cases worked by
 hand from Megatron's code, and on random batches against `reference`, a
 second, separate re-expression of Megatron's algorithm kept in this file
-(it shares no code with fulcrum/megatron.py). Needs no plugin."""
+(it shares no code with fulcrum/megatron.py). The last tests hold the
+plugin's C++ megatron_dcp (on raw lengths, which it pads as Megatron's
+dataset does) to the same answers, and to falling back with Megatron's
+reason exactly where Megatron fails; they need the plugin."""
 
 import math
 import random
@@ -29,7 +32,11 @@ def ref_needed_gpus(seq_len, per_rank, min_cp):
 
 def ref_one_group(items, total, per_rank, min_cp):
     """One micro-batch, the way Megatron's next_hdp_group_packing_aware forms
-    it; returns (sample ids per rank, leftover (id, length) pairs)."""
+    it; returns (sample ids per rank, leftover (id, length) pairs).
+
+    Over 80 lines on purpose: it re-expresses that one Megatron function step
+    for step, as the independent reference the plugin's scheduler is checked
+    against, so it is kept in one piece that reads beside the original."""
     items = sorted(items, key=lambda pair: pair[1], reverse=True)
     cap = float(items[0][1]) * float(per_rank) * (1.0 + 0.05)
     lens_on = [[] for _ in range(total)]
@@ -447,3 +454,162 @@ def test_pinned_alignment_megatron_never_finishes():
     assert outcome(lambda: reference(pairs, 6, 100, vpp=2))[0] == "loop"
     with pytest.raises(AssertionError, match="does not terminate"):
         dcp(pairs, 3, 2, 100, vpp=2)
+
+
+# -- the C++ scheduler (the plugin's megatron_dcp) against this one ----------
+#
+# The plugin schedules raw document lengths and pads each to a multiple of
+# 2W itself, as Megatron's dataset pads with dynamic CP (2 x dp x cp);
+# Megatron's scheduler, and fulcrum.megatron with it, takes the padded
+# lengths. Each of the plugin's waves is a micro-batch and each of its slots
+# a CP group, so its answer reads as sample_id_groups[wave][rank].
+
+
+def padded(length, world):
+    return -(-length // (2 * world)) * (2 * world)
+
+
+def megatron_shapes(world, min_cp, vpp):
+    """The group_shapes that carry Megatron's min_cp_size (the least size
+    allowed) and microbatch_group_size_per_vp_stage (the wave multiple) to
+    the plugin, allowing every group Megatron's scheduler forms."""
+    from fulcrum.schedule import GroupShapes
+    sizes = []
+    size = min_cp
+    while size <= world:
+        sizes.append(size)
+        size *= 2
+    return GroupShapes(sizes=tuple(sizes), world=True, every_wave=True,
+                       wave_multiple=vpp or 1)
+
+
+def plugin_groups(balancer, lengths, world, per_rank, min_cp=1, vpp=None):
+    """('ok', sample_id_groups) from the plugin; ('fell back', reason) where it
+    served fixed's schedule instead; ('refused', message) where fixed could
+    not serve either."""
+    shapes = megatron_shapes(world, min_cp, vpp) if min_cp > 1 or (vpp or 1) > 1 else None
+    try:
+        s = balancer.schedule("megatron_dcp", world=world, max_tokens_per_rank=per_rank,
+                              doc_lengths=lengths, profile="h100_7b", block_size=64,
+                              group_shapes=shapes)
+    except FulcrumError as e:
+        # Falling back to fixed, which cannot keep the request's shapes.
+        assert e.code == "unsupported", e
+        return ("refused", str(e))
+    if s.used != "megatron_dcp":
+        assert s.used == "fixed", s.used
+        return ("fell back", s.fallback_reason)
+    assert s.fallback_reason is None
+    groups = [[[] for _ in range(world)] for _ in range(s.num_waves)]
+    for slot in s.slots:
+        group = slot.group.tolist()
+        assert group == list(range(group[0], group[0] + len(group))), group
+        for rank in group:
+            assert groups[slot.wave][rank] == [], (slot.wave, rank)
+            groups[slot.wave][rank] = [int(d) for d in slot.docs]
+    return ("ok", groups)
+
+
+def python_groups(lengths, world, per_rank, min_cp=1, vpp=None):
+    """('ok', sample_id_groups) from fulcrum.megatron on the padded lengths,
+    or the kind of Megatron's failure ('assert' or 'index'; 'lost' where the
+    alignment leaves samples on list entries past the last rank)."""
+    pairs = [(i, padded(n, world)) for i, n in enumerate(lengths)]
+    try:
+        groups = megatron.megatron_dcp(pairs, world, per_rank, min_cp, vpp)
+        if any(len(micro) > world for micro in groups):
+            return ("lost", None)
+        return ("ok", groups)
+    except AssertionError:
+        return ("assert", None)
+    except IndexError:
+        return ("index", None)
+
+
+def check_same(balancer, lengths, world, per_rank, min_cp=1, vpp=None):
+    got = plugin_groups(balancer, lengths, world, per_rank, min_cp, vpp)
+    want = python_groups(lengths, world, per_rank, min_cp, vpp)
+    case = (lengths, world, per_rank, min_cp, vpp)
+    if want[0] == "ok":
+        assert got == want, case
+    elif want[0] == "assert":
+        assert got[0] in ("fell back", "refused") and ("Megatron asserts" in got[1]
+                                                       or "never returns" in got[1]), (case, got)
+    elif want[0] == "lost":
+        assert got[0] in ("fell back", "refused") and "where no rank runs them" in got[1], \
+            (case, got)
+    else:
+        assert got[0] in ("fell back", "refused") and "IndexError" in got[1], (case, got)
+    return want[0]
+
+
+PRIMES = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61)
+
+
+def test_plugin_matches_on_random_batches(balancer):
+    rng = random.Random(2508)
+    kinds = {}
+    worlds = list(range(2, 65))
+    for case in range(900):
+        world = rng.choice(PRIMES) if case % 3 == 0 else rng.choice(worlds)
+        per_rank = rng.choice([16, 100, 128, 1000, 4096])
+        top = world * per_rank
+        shape = rng.random()
+        count = rng.randint(1, 3 * world)
+        if shape < 0.3:
+            lengths = [rng.randint(1, per_rank) for _ in range(count)]
+        elif shape < 0.7:
+            lengths = [min(top, max(1, int(rng.lognormvariate(math.log(per_rank / 2), 1.3))))
+                       for _ in range(count)]
+        else:
+            lengths = [rng.randint(1, max(1, top // rng.choice([1, 2, 4, 8])))
+                       for _ in range(count)]
+        kind = check_same(balancer, lengths, world, per_rank)
+        kinds[kind] = kinds.get(kind, 0) + 1
+    # Every outcome is reached, so each is compared.
+    assert kinds.get("ok", 0) > 300 and kinds.get("assert", 0) > 50 and kinds.get("index", 0) > 50, \
+        kinds
+
+
+def test_plugin_matches_on_megatron_cases(balancer):
+    # Megatron's own unit-test inputs (already multiples of 2W, so padding
+    # leaves them), and the same with raw lengths the padding rounds up.
+    assert check_same(balancer, [6144, 2048], 2, 4096) == "ok"
+    assert plugin_groups(balancer, [6144, 2048], 2, 4096) == ("ok", [[[0, 1], [0, 1]]])
+    for lengths in ([56, 56], [50, 50]):
+        assert plugin_groups(balancer, lengths, 14, 100) == ("ok", [[[0, 1]] * 14])
+        assert check_same(balancer, lengths, 14, 100) == "ok"
+
+
+def test_plugin_group_sizes_at_twelve_ranks(balancer):
+    # Any power of two up to W: 8 + 2 + 1 + 1 at W = 12.
+    lengths = [792, 192, 96, 96]
+    kind, groups = plugin_groups(balancer, lengths, 12, 100)
+    assert kind == "ok"
+    assert groups == [[[0]] * 8 + [[1]] * 2 + [[2], [3]]]
+    assert check_same(balancer, lengths, 12, 100) == "ok"
+
+
+def test_plugin_matches_with_alignment_and_min_cp_size(balancer):
+    # Megatron's virtual-pipeline alignment and min_cp_size, carried by the
+    # request's group_shapes (the wave multiple and the least size).
+    rng = random.Random(826)
+    kinds = {}
+    aligned = 0
+    for case in range(600):
+        world = (rng.choice(PRIMES) if case % 4 == 0 else rng.randint(2, 64) if case % 4 == 1
+                 else rng.choice([2, 4, 8, 16, 32, 64]))
+        per_rank = rng.choice([16, 100, 128, 1000])
+        vpp = rng.choice([None, 2, 3, 4])
+        min_cp = rng.choice([c for c in (1, 1, 2, 4) if c <= world])
+        count = rng.randint(1, 2 * world)
+        lengths = [min(world * per_rank, max(1, int(rng.lognormvariate(math.log(per_rank), 1.3))))
+                   for _ in range(count)]
+        kind = check_same(balancer, lengths, world, per_rank, min_cp, vpp)
+        kinds[kind] = kinds.get(kind, 0) + 1
+        if kind == "ok" and vpp and vpp > 1:
+            plain = python_groups(lengths, world, per_rank, min_cp)
+            aligned += plain[0] == "ok" and len(plain[1]) % vpp != 0
+    # Every outcome is reached, and the alignment split micro-batches often.
+    assert kinds.get("ok", 0) > 250 and kinds.get("assert", 0) > 30 and aligned > 50, \
+        (kinds, aligned)

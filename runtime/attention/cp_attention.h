@@ -14,6 +14,10 @@
 // no rank needs the others' positions over the wire. Every rank of the group
 // must call forward and backward, in the same order.
 //
+// The passes, their autograd Function and the figures are the
+// ShardedAttention's (sharded_attention.h); this file is its all-gather
+// exchange over the CP group.
+//
 // Typical use inside a model (one CpAttention per row and plan; reuse it for
 // every layer of the step):
 //
@@ -23,11 +27,10 @@
 
 #include <ATen/core/Tensor.h>
 
-#include <cstdint>
 #include <memory>
 
 #include "attention/blocked_attention.h"
-#include "attention/row_attention.h"
+#include "attention/sharded_attention.h"
 #include "attention/tile_schedule.h"
 #include "comm/communicator.h"
 #include "fulcrum/cp_types.h"
@@ -39,28 +42,11 @@ struct CpAttentionOptions {
   KernelOptions kernel;
 };
 
-// What the last forward or backward call of a CpAttention did on this rank.
-struct AttentionStats {
-  std::int64_t tiles = 0;  // tiles computed, each for all heads: equals compute_work's tiles
-  std::int64_t heads = 0;
-  double compute_ms = 0.0;  // the blocked attention
-  double comm_ms = 0.0;     // all-gather (forward) or reduce-scatter (backward), with reordering
-};
+// The names fixed mode's callers know the shared types by.
+using CpForward = ShardedForward;
+using CpGrads = ShardedGrads;
 
-struct CpForward {
-  at::Tensor out;       // [S, H, D], local rows in plan order; zero on pad rows
-  at::Tensor lse;       // [S, H]
-  at::Tensor k_global;  // [N, H, D], the gathered keys in global order (kept for backward)
-  at::Tensor v_global;  // [N, H, D]
-};
-
-struct CpGrads {
-  at::Tensor dq;  // [S, H, D], this rank's rows
-  at::Tensor dk;  // [S, H, D], the gradient of this rank's keys, summed over every rank's queries
-  at::Tensor dv;  // [S, H, D]
-};
-
-class CpAttention final : public RowAttention, public std::enable_shared_from_this<CpAttention> {
+class CpAttention final : public ShardedAttention {
  public:
   // Validates the workload and plan, checks that the group has cp_size
   // ranks, and builds this rank's (= cp_group->rank()) tile schedule.
@@ -69,31 +55,13 @@ class CpAttention final : public RowAttention, public std::enable_shared_from_th
                                                      std::shared_ptr<comm::Communicator> cp_group,
                                                      const CpAttentionOptions& options = {});
 
-  // Differentiable attention of local q, k, v ([S, H, D], float32/float64):
-  // a torch::autograd::Function whose backward runs `backward` below.
-  at::Tensor apply(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) override;
-
-  // The same two passes without autograd, for tests and benchmarks.
-  CpForward forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
-  CpGrads backward(const at::Tensor& q, const CpForward& forward, const at::Tensor& dout);
-
-  const TileSchedule& schedule() const { return schedule_; }
-  const ShardPlan& plan() const { return plan_; }
   comm::Communicator& group() const { return *group_; }
-  // Not synchronised: one CpAttention belongs to one rank's thread.
-  const AttentionStats& last_forward() const { return last_forward_; }
-  const AttentionStats& last_backward() const { return last_backward_; }
 
  private:
-  CpAttention() = default;
+  CpAttention(const ShardPlan& plan, TileSchedule schedule,
+              std::shared_ptr<comm::Communicator> group, const CpAttentionOptions& options);
 
-  ShardPlan plan_;
-  TileSchedule schedule_;
   std::shared_ptr<comm::Communicator> group_;
-  CpAttentionOptions options_;
-  at::Tensor restore_;  // int64 [N]: row of the gathered buffer holding global position pos
-  AttentionStats last_forward_;
-  AttentionStats last_backward_;
 };
 
 }  // namespace fulcrum::attention

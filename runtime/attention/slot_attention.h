@@ -19,11 +19,13 @@
 // nothing. Only the slot's members call forward and backward, in the same
 // order; the other ranks of the world are not involved.
 //
+// The passes, their autograd Function and the figures are the
+// ShardedAttention's (sharded_attention.h); this file is its point-to-point
+// exchange within the slot.
+//
 //   auto a = SlotAttention::create(row, slot.plan, slot.ranks, world).value();
 //   at::Tensor out = a->apply(q, k, v);   // differentiable, [S, H, D]
 #pragma once
-
-#include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <memory>
@@ -32,7 +34,7 @@
 
 #include "attention/blocked_attention.h"
 #include "attention/kv_exchange.h"
-#include "attention/row_attention.h"
+#include "attention/sharded_attention.h"
 #include "attention/tile_schedule.h"
 #include "comm/communicator.h"
 #include "fulcrum/cp_types.h"
@@ -49,32 +51,12 @@ struct SlotAttentionOptions {
   std::string label;
 };
 
-// What the last forward or backward call did on this member.
-struct SlotAttentionStats {
-  std::int64_t tiles = 0;  // equals compute_work's tiles for the member
-  std::int64_t heads = 0;
-  std::int64_t bytes_sent = 0;  // tensor bytes handed to the exchange
-  std::int64_t bytes_received = 0;
-  std::int32_t peers = 0;   // members it sent to or received from
-  double compute_ms = 0.0;  // the blocked attention
-  double comm_ms = 0.0;     // the exchange, with gathering and placing rows
-};
+// The names hybrid mode's callers know the shared types by.
+using SlotAttentionStats = AttentionStats;
+using SlotForward = ShardedForward;
+using SlotGrads = ShardedGrads;
 
-struct SlotForward {
-  at::Tensor out;       // [S, H, D], local rows in plan order; zero on pad rows
-  at::Tensor lse;       // [S, H]
-  at::Tensor k_global;  // [N, H, D], global order; only touched key blocks are filled
-  at::Tensor v_global;  // [N, H, D]
-};
-
-struct SlotGrads {
-  at::Tensor dq;  // [S, H, D]
-  at::Tensor dk;  // [S, H, D]: this member's keys, summed over every member's queries
-  at::Tensor dv;
-};
-
-class SlotAttention final : public RowAttention,
-                            public std::enable_shared_from_this<SlotAttention> {
+class SlotAttention final : public ShardedAttention {
  public:
   // `row` and `plan` are the slot's (cp_size = g = ranks.size()); plan rank
   // i runs on world rank ranks[i], and world->rank() must be one of them.
@@ -85,54 +67,17 @@ class SlotAttention final : public RowAttention,
                                                        std::shared_ptr<comm::Communicator> world,
                                                        const SlotAttentionOptions& options = {});
 
-  // Differentiable attention of local q, k, v ([S, H, D], float32/float64).
-  at::Tensor apply(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) override;
-
-  // The two passes without autograd, for tests and benchmarks.
-  SlotForward forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
-  SlotGrads backward(const at::Tensor& q, const SlotForward& forward, const at::Tensor& dout);
-
   std::int32_t member() const { return member_; }
   const std::vector<std::int32_t>& ranks() const { return ranks_; }
-  const TileSchedule& schedule() const { return schedule_; }
   const KvExchangePlan& exchange_plan() const { return exchange_; }
-  // Not synchronised: one SlotAttention belongs to one rank's thread.
-  const SlotAttentionStats& last_forward() const { return last_forward_; }
-  const SlotAttentionStats& last_backward() const { return last_backward_; }
-  // Every forward and every backward call so far, summed (one SlotAttention
-  // serving all layers of a slot: the slot's figures); peers is the largest.
-  const SlotAttentionStats& total_forward() const { return total_forward_; }
-  const SlotAttentionStats& total_backward() const { return total_backward_; }
 
  private:
-  SlotAttention() = default;
+  SlotAttention(const ShardPlan& plan, TileSchedule schedule, std::unique_ptr<KvExchange> exchange,
+                const SlotAttentionOptions& options);
 
-  // The world's exchange, its CommError prefixed with the label and pass.
-  void exchange(const char* pass, const std::vector<comm::PeerMessage>& sends,
-                const std::vector<comm::PeerMessage>& receives);
-
-  // Rows and global positions of one transfer, as index tensors.
-  struct TransferIndex {
-    std::int32_t peer_rank = 0;  // world rank of the other member
-    at::Tensor rows;             // int64, the sender's local rows
-    at::Tensor positions;        // int64, their global positions
-  };
-
-  ShardPlan plan_;
   std::vector<std::int32_t> ranks_;
   std::int32_t member_ = 0;
-  TileSchedule schedule_;
   KvExchangePlan exchange_;
-  std::shared_ptr<comm::Communicator> world_;
-  SlotAttentionOptions options_;
-  at::Tensor own_rows_;                  // int64: this member's non-pad local rows
-  at::Tensor own_positions_;             // int64: their global positions
-  std::vector<TransferIndex> incoming_;  // keys this member receives, by peer
-  std::vector<TransferIndex> outgoing_;  // keys this member sends, by peer
-  SlotAttentionStats last_forward_;
-  SlotAttentionStats last_backward_;
-  SlotAttentionStats total_forward_;
-  SlotAttentionStats total_backward_;
 };
 
 }  // namespace fulcrum::attention

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <iterator>
 #include <limits>
 #include <new>
@@ -235,6 +237,11 @@ void add_common_options(po::options_description& options, CommonOptions& common)
        "'builtin' (default: balancer.plugin)");
 }
 
+bool printed_help(bool help, std::string_view usage, const po::options_description& options) {
+  if (help) std::cout << usage << "\n" << options;
+  return help;
+}
+
 po::variables_map parse_command_line(const std::vector<std::string>& args,
                                      const po::options_description& options,
                                      std::string_view command) {
@@ -387,6 +394,24 @@ std::int32_t rank_count(const boost::program_options::variables_map& given, cons
                      flag);
   }
   return static_cast<std::int32_t>(n);
+}
+
+int repeat_count(std::int64_t tokens, double estimated_seconds) {
+  return tokens < kRepeatBelowTokens && estimated_seconds < 0.05 ? kRepeats : 1;
+}
+
+double median_time_us(int repeats, const std::function<void(int)>& call) {
+  std::vector<double> times;
+  for (int i = 0; i < repeats; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    call(i);
+    times.push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+            .count());
+  }
+  std::sort(times.begin(), times.end());
+  const std::size_t n = times.size();
+  return n % 2 == 1 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
 }
 
 bool contains(const std::vector<std::string>& names, const std::string& name) {

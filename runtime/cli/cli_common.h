@@ -93,6 +93,11 @@ boost::program_options::variables_map parse_command_line(
     const std::vector<std::string>& args,
     const boost::program_options::options_description& options, std::string_view command);
 
+// With --help (`help`), prints `usage` and the options to stdout and says
+// so: the command then ends with kExitOk.
+bool printed_help(bool help, std::string_view usage,
+                  const boost::program_options::options_description& options);
+
 host::Config load_config_or_throw(const CommonOptions& common);
 
 // Refuses a --format other than table or json.
@@ -123,6 +128,21 @@ LoadedBalancer load_balancer(const CommonOptions& common, const host::Config& co
 // A log function that writes each distinct message once: planning repeats
 // the same call for timing and should not repeat its warnings.
 host::LogFn deduplicating_log();
+
+// Inputs up to this many tokens are planned or scheduled several times and
+// the median time reported: one run of a fast planner is mostly timer and
+// cache noise.
+inline constexpr std::int64_t kRepeatBelowTokens = 1'000'000;
+inline constexpr int kRepeats = 5;
+
+// How many times `plan` and `schedule` time a call on `tokens` tokens:
+// kRepeats for small inputs, unless even one call (estimated at
+// `estimated_seconds`) takes long enough to time on its own.
+int repeat_count(std::int64_t tokens, double estimated_seconds);
+
+// The median wall time, in microseconds, of `repeats` runs of `call` (given
+// the run's index, 0 first).
+double median_time_us(int repeats, const std::function<void(int)>& call);
 
 // Whether `name` is one of `names` (a strategy or scheduler list).
 bool contains(const std::vector<std::string>& names, const std::string& name);

@@ -295,24 +295,17 @@ void check_name(const std::string& name) {
   }
 }
 
-int calibrate_body(const std::vector<std::string>& args) {
-  CalibrateFlags f;
-  const po::options_description options = calibrate_options(f);
-  parse_command_line(args, options, "calibrate");
-  if (f.help) {
-    std::cout << kUsage << "\n" << options;
-    return kExitOk;
-  }
+// --repetitions, at most kMaxRepetitions.
+std::int64_t parse_repetitions(const std::string& text) {
   // Measured on the 2-core development VM (docs/RELIABILITY.md, "Bounded
   // before it starts"): about 8 s of start-up and 3.2 s a repetition; past 20
   // the run takes minutes for medians that no longer move.
   constexpr std::int64_t kMaxRepetitions = 20;
   // A count past the bound is told how long it would have taken; anything
   // else wrong gets the range itself.
-  if (std::int64_t asked = 0;
-      std::from_chars(f.repetitions.data(), f.repetitions.data() + f.repetitions.size(), asked)
-              .ptr == f.repetitions.data() + f.repetitions.size() &&
-      !f.repetitions.empty() && asked > kMaxRepetitions) {
+  if (std::int64_t asked = 0; std::from_chars(text.data(), text.data() + text.size(), asked).ptr ==
+                                  text.data() + text.size() &&
+                              !text.empty() && asked > kMaxRepetitions) {
     const double seconds = 8.0 + 3.2 * static_cast<double>(asked);
     throw UsageError("--repetitions " + std::to_string(asked) + " would take about " +
                      fixed(seconds / 60.0, 0) + " min, more than the " +
@@ -321,41 +314,15 @@ int calibrate_body(const std::vector<std::string>& args) {
                      std::to_string(kMaxRepetitions) + ", e.g. --repetitions 5");
   }
   const std::int64_t repetitions =
-      parse_int(f.repetitions, "--repetitions", 1, kMaxRepetitions, "e.g. --repetitions 5");
-  check_name(f.name);
-  check_output(f);
-#ifndef FULCRUM_HAVE_CALIBRATE
-  throw UsageError(
-      "this fulcrum was built without LibTorch, so fulcrum-calibrate does not exist; rebuild "
-      "with LibTorch (see CONTRIBUTING.md)");
-#else
-  std::error_code ec;
-  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
-  const fs::path program = ec ? fs::path(kMeasurerName) : self.parent_path() / kMeasurerName;
-  if (::access(program.c_str(), X_OK) != 0) {
-    throw UsageError(program.string() +
-                     " is missing or not executable; build the fulcrum-calibrate target (it "
-                     "needs LibTorch) or reinstall fulcrum");
-  }
-  const std::string reps = std::to_string(repetitions);
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  const double busy = load_average_1min();
-  if (busy > static_cast<double>(cores)) {
-    std::fprintf(stderr,
-                 "fulcrum calibrate: warning: the 1-minute load average is %.1f on %u cores; other "
-                 "processes share the cores being timed, so the figures will be noisy; run again "
-                 "on an idle machine for a profile to keep\n",
-                 busy, cores);
-  }
-  Measurements m;
-  // Before minutes of measuring: can a profile be written there at all (a
-  // full disk, a file size limit, a read-only directory)? A profile's worth of
-  // bytes through the temporary file the real write uses, then removed.
-  write_new_file(temporary_path(f.output), std::string(4096, '#') + "\n");
-  ::unlink(temporary_path(f.output).c_str());
-  measure(program, "compute", 1, reps, m);
-  measure(program, "comm", 2, reps, m);
+      parse_int(text, "--repetitions", 1, kMaxRepetitions, "e.g. --repetitions 5");
+  return repetitions;
+}
 
+#ifdef FULCRUM_HAVE_CALIBRATE
+// Fits the cost model to the measurements `m` and writes the profile, with
+// how it was measured, to --output.
+void fit_and_write(const CalibrateFlags& f, const Measurements& m, unsigned cores,
+                   const std::string& reps) {
   auto compute = calibrate::fit_compute(m.compute);
   if (!compute) throw std::runtime_error("compute fit: " + compute.status().message());
   auto p2p = calibrate::fit_transfer(m.p2p);
@@ -405,6 +372,51 @@ int calibrate_body(const std::vector<std::string>& args) {
   write_atomically(f.output, calibrate::profile_yaml(profile, provenance));
   for (const std::string& line : provenance) std::cout << line << "\n";
   std::cout << "wrote " << f.output << "\n";
+}
+
+#endif
+
+int calibrate_body(const std::vector<std::string>& args) {
+  CalibrateFlags f;
+  const po::options_description options = calibrate_options(f);
+  parse_command_line(args, options, "calibrate");
+  if (printed_help(f.help, kUsage, options)) return kExitOk;
+  const std::int64_t repetitions = parse_repetitions(f.repetitions);
+  check_name(f.name);
+  check_output(f);
+#ifndef FULCRUM_HAVE_CALIBRATE
+  throw UsageError(
+      "this fulcrum was built without LibTorch, so fulcrum-calibrate does not exist; rebuild "
+      "with LibTorch (see CONTRIBUTING.md)");
+#else
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  const fs::path program = ec ? fs::path(kMeasurerName) : self.parent_path() / kMeasurerName;
+  if (::access(program.c_str(), X_OK) != 0) {
+    throw UsageError(program.string() +
+                     " is missing or not executable; build the fulcrum-calibrate target (it "
+                     "needs LibTorch) or reinstall fulcrum");
+  }
+  const std::string reps = std::to_string(repetitions);
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const double busy = load_average_1min();
+  if (busy > static_cast<double>(cores)) {
+    std::fprintf(stderr,
+                 "fulcrum calibrate: warning: the 1-minute load average is %.1f on %u cores; other "
+                 "processes share the cores being timed, so the figures will be noisy; run again "
+                 "on an idle machine for a profile to keep\n",
+                 busy, cores);
+  }
+  Measurements m;
+  // Before minutes of measuring: can a profile be written there at all (a
+  // full disk, a file size limit, a read-only directory)? A profile's worth of
+  // bytes through the temporary file the real write uses, then removed.
+  write_new_file(temporary_path(f.output), std::string(4096, '#') + "\n");
+  ::unlink(temporary_path(f.output).c_str());
+  measure(program, "compute", 1, reps, m);
+  measure(program, "comm", 2, reps, m);
+
+  fit_and_write(f, m, cores, reps);
   return kExitOk;
 #endif
 }

@@ -102,14 +102,62 @@ void check_partition(const DpPartition& part, const DpRequest& request, const st
   }
 }
 
+// The partition as JSON: each rank's samples and cost, the imbalance and
+// the lower bound.
+void print_json(const DpPartition& part, const DpRequest& request) {
+  Json out;
+  out["strategy"] = part.strategy;
+  out["cost"] = host::cost_model_to_string(request.cost);
+  Json ranks = Json::array();
+  for (std::size_t r = 0; r < part.ranks.size(); ++r) {
+    ranks.push_back({{"rank", r}, {"samples", part.ranks[r]}, {"cost", part.cost[r]}});
+  }
+  out["ranks"] = std::move(ranks);
+  out["imbalance"] = part.imbalance;
+  out["lower_bound"] = part.lower_bound;
+  std::cout << out.dump(2) << "\n";
+}
+
+// The partition as a table, each rank's first indices shown.
+void print_table(const DpPartition& part, const DpRequest& request, const std::string& strategy) {
+  std::string text = "strategy     " + part.strategy;
+  if (part.strategy != strategy) text += " (requested " + strategy + ")";
+  text += "\ncost model   " + host::cost_model_to_string(request.cost);
+  text += "\nsamples      " + std::to_string(request.lengths.size()) + " on " +
+          std::to_string(request.num_ranks) + (request.num_ranks == 1 ? " rank" : " ranks") +
+          (request.equal_count ? " (equal count)" : "") + "\n\n";
+  std::vector<std::vector<std::string>> rows;
+  rows.push_back({"rank", "samples", "tokens", "cost", "indices"});
+  double max_cost = 0.0;
+  for (std::size_t r = 0; r < part.ranks.size(); ++r) {
+    std::int64_t tokens = 0;
+    std::vector<std::string> shown;
+    for (std::int64_t index : part.ranks[r]) {
+      tokens += request.lengths[static_cast<std::size_t>(index)];
+      if (shown.size() < kIndicesShown) shown.push_back(std::to_string(index));
+    }
+    std::string indices = join(shown, " ");
+    if (part.ranks[r].size() > kIndicesShown) {
+      indices += " ... (" + std::to_string(part.ranks[r].size() - kIndicesShown) + " more)";
+    }
+    max_cost = std::max(max_cost, part.cost[r]);
+    rows.push_back({std::to_string(r), std::to_string(part.ranks[r].size()), std::to_string(tokens),
+                    number(part.cost[r]), indices});
+  }
+  text += render_table(rows);
+  text += "\nimbalance    " + fixed(part.imbalance, 3) + "x (max / mean cost)";
+  text += "\nlower bound  " + number(part.lower_bound);
+  if (part.lower_bound > 0) {
+    text += " (max cost is " + fixed(max_cost / part.lower_bound, 3) + "x the bound)";
+  }
+  std::cout << text << "\n";
+}
+
 int dp_main(const std::vector<std::string>& args) {
   DpFlags f;
   const po::options_description options = dp_options(f);
   const po::variables_map given = parse_command_line(args, options, "dp-partition");
-  if (f.help) {
-    std::cout << kUsage << "\n" << options;
-    return kExitOk;
-  }
+  if (printed_help(f.help, kUsage, options)) return kExitOk;
   const host::Config config = load_config_or_throw(f.common);
 
   require_table_or_json(f.format);
@@ -177,51 +225,11 @@ int dp_main(const std::vector<std::string>& args) {
   check_partition(part, request, loaded.balancer->name());
 
   if (f.format == "json") {
-    Json out;
-    out["strategy"] = part.strategy;
-    out["cost"] = host::cost_model_to_string(request.cost);
-    Json ranks = Json::array();
-    for (std::size_t r = 0; r < part.ranks.size(); ++r) {
-      ranks.push_back({{"rank", r}, {"samples", part.ranks[r]}, {"cost", part.cost[r]}});
-    }
-    out["ranks"] = std::move(ranks);
-    out["imbalance"] = part.imbalance;
-    out["lower_bound"] = part.lower_bound;
-    std::cout << out.dump(2) << "\n";
+    print_json(part, request);
     return kExitOk;
   }
 
-  std::string text = "strategy     " + part.strategy;
-  if (part.strategy != strategy) text += " (requested " + strategy + ")";
-  text += "\ncost model   " + host::cost_model_to_string(request.cost);
-  text += "\nsamples      " + std::to_string(request.lengths.size()) + " on " +
-          std::to_string(request.num_ranks) + (request.num_ranks == 1 ? " rank" : " ranks") +
-          (request.equal_count ? " (equal count)" : "") + "\n\n";
-  std::vector<std::vector<std::string>> rows;
-  rows.push_back({"rank", "samples", "tokens", "cost", "indices"});
-  double max_cost = 0.0;
-  for (std::size_t r = 0; r < part.ranks.size(); ++r) {
-    std::int64_t tokens = 0;
-    std::vector<std::string> shown;
-    for (std::int64_t index : part.ranks[r]) {
-      tokens += request.lengths[static_cast<std::size_t>(index)];
-      if (shown.size() < kIndicesShown) shown.push_back(std::to_string(index));
-    }
-    std::string indices = join(shown, " ");
-    if (part.ranks[r].size() > kIndicesShown) {
-      indices += " ... (" + std::to_string(part.ranks[r].size() - kIndicesShown) + " more)";
-    }
-    max_cost = std::max(max_cost, part.cost[r]);
-    rows.push_back({std::to_string(r), std::to_string(part.ranks[r].size()), std::to_string(tokens),
-                    number(part.cost[r]), indices});
-  }
-  text += render_table(rows);
-  text += "\nimbalance    " + fixed(part.imbalance, 3) + "x (max / mean cost)";
-  text += "\nlower bound  " + number(part.lower_bound);
-  if (part.lower_bound > 0) {
-    text += " (max cost is " + fixed(max_cost / part.lower_bound, 3) + "x the bound)";
-  }
-  std::cout << text << "\n";
+  print_table(part, request, strategy);
   return kExitOk;
 }
 

@@ -3,7 +3,6 @@
 // training step) and report each rank's work, or compare every strategy.
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -41,11 +40,6 @@ constexpr const char* kUsage =
     "Work estimated past 4 s or 1.5 GB is refused before it starts: about 2^25\n"
     "tokens for one strategy, 2^22 with --compare, 2^18 ranks\n"
     "(docs/RELIABILITY.md, \"Bounded before it starts\").\n";
-
-// Rows up to this length are planned several times and the median time is
-// reported: one run of a fast planner is mostly timer and cache noise.
-constexpr std::int64_t kRepeatBelowTokens = 1'000'000;
-constexpr int kRepeats = 5;
 
 struct PlanFlags {
   std::string cp;
@@ -105,18 +99,8 @@ struct Planned {
   int repeats = 1;
 };
 
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const std::size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
-
-// Small rows are planned kRepeats times, unless even one plan takes long
-// enough to time on its own.
 int repeats_for(const CpWorkload& workload) {
-  return workload.tokens < kRepeatBelowTokens && estimate_plan(workload, 1, 1, false).seconds < 0.05
-             ? kRepeats
-             : 1;
+  return repeat_count(workload.tokens, estimate_plan(workload, 1, 1, false).seconds);
 }
 
 Planned plan_with(const std::shared_ptr<LoadBalancer>& balancer, const std::string& requested,
@@ -130,11 +114,8 @@ Planned plan_with(const std::shared_ptr<LoadBalancer>& balancer, const std::stri
   Planned out;
   out.requested = requested;
   out.repeats = repeats_for(workload);
-  std::vector<double> times;
-  for (int i = 0; i < out.repeats; ++i) {
-    const auto start = std::chrono::steady_clock::now();
+  out.time_us = median_time_us(out.repeats, [&](int i) {
     Result<ShardPlan> plan = selector.plan(workload);
-    const auto stop = std::chrono::steady_clock::now();
     if (!plan) {
       if (plan.status().code() == StatusCode::kInvalidArgument ||
           plan.status().code() == StatusCode::kPluginFault) {
@@ -143,10 +124,8 @@ Planned plan_with(const std::shared_ptr<LoadBalancer>& balancer, const std::stri
       throw std::runtime_error("planning with '" + requested +
                                "' failed: " + plan.status().message());
     }
-    times.push_back(std::chrono::duration<double, std::micro>(stop - start).count());
     if (i == 0) out.plan = std::move(plan).value();
-  }
-  out.time_us = median(times);
+  });
   // The selector fills the work; recomputing keeps the figures right even if
   // a future selector does not.
   if (out.plan.work.size() != static_cast<std::size_t>(out.plan.cp_size)) {
@@ -292,18 +271,32 @@ void print_compare_table(const std::vector<Planned>& all, const CpWorkload& work
   std::cout << out;
 }
 
-int plan_main(const std::vector<std::string>& args) {
-  PlanFlags f;
-  const po::options_description options = plan_options(f);
-  const po::variables_map given = parse_command_line(args, options, "plan");
-  if (f.help) {
-    std::cout << kUsage << "\n" << options;
-    return kExitOk;
+// --compare's output: every strategy's plan of the one row.
+void print_compare(const std::vector<Planned>& all, const CpWorkload& workload, const PlanFlags& f,
+                   const std::string& balancer) {
+  if (f.format == "json") {
+    Json out;
+    out["workload"] = {
+        {"tokens", workload.tokens},
+        {"documents", workload.doc_lengths.empty() ? 1 : workload.doc_lengths.size()},
+        {"mask", mask_to_string(workload.mask)},
+        {"cp", workload.cp_size},
+        {"block_size", workload.block_size},
+        {"balancer", balancer}};
+    Json list = Json::array();
+    for (const Planned& p : all) list.push_back(plan_json(p, workload, f.positions));
+    out["strategies"] = std::move(list);
+    std::cout << out.dump(2) << "\n";
+  } else {
+    print_compare_table(all, workload);
   }
-  const host::Config config = load_config_or_throw(f.common);
+}
 
-  require_table_or_json(f.format);
-
+// The row the flags describe: --seq-len (optionally filled with synthetic
+// documents), --lengths or --lengths-file, over --cp ranks with the block
+// size and mask of the flags or the configuration.
+CpWorkload workload_from_flags(const PlanFlags& f, const po::variables_map& given,
+                               const host::Config& config) {
   CpWorkload workload;
   workload.cp_size = rank_count(given, "cp", f.cp, config, "parallel.cp_size",
                                 "give the number of CP ranks, e.g. --cp 8");
@@ -360,6 +353,45 @@ int plan_main(const std::vector<std::string>& args) {
     workload.tokens = total_tokens(workload.doc_lengths, flag);
   }
   if (Status s = validate_workload(workload); !s) throw UsageError(s.message());
+  return workload;
+}
+
+// Refuses a --strategy or balancer.cp.fallback the loaded plugin does not
+// list.
+void check_strategy_names(const PlanFlags& f, const po::variables_map& given,
+                          const host::Config& config, const LoadedBalancer& loaded,
+                          const std::string& strategy, const std::string& fallback) {
+  const std::vector<std::string> strategies = loaded.balancer->cp_strategies();
+  // With the plugin loaded, a name it does not list is a typo. With the
+  // built-in balancer, the selector serves fulcrum names with contiguous
+  // sharding and records why, as a training job would.
+  if (loaded.is_builtin) return;
+  const std::string known = join(strategies, ", ");
+  if (!f.compare && !contains(strategies, strategy)) {
+    const std::string from =
+        given.count("strategy")
+            ? ""
+            : " (balancer.cp.strategy, " + config.origin("balancer.cp.strategy") + ")";
+    throw UsageError("unknown CP strategy " + quote_text(strategy) + from + "; balancer '" +
+                     loaded.balancer->name() + "' offers " + known);
+  }
+  if (!contains(strategies, fallback)) {
+    throw UsageError("balancer.cp.fallback is '" + one_line(fallback) + "' (" +
+                     config.origin("balancer.cp.fallback") + "), which balancer '" +
+                     loaded.balancer->name() + "' does not offer; use one of " + known);
+  }
+}
+
+int plan_main(const std::vector<std::string>& args) {
+  PlanFlags f;
+  const po::options_description options = plan_options(f);
+  const po::variables_map given = parse_command_line(args, options, "plan");
+  if (printed_help(f.help, kUsage, options)) return kExitOk;
+  const host::Config config = load_config_or_throw(f.common);
+
+  require_table_or_json(f.format);
+
+  const CpWorkload workload = workload_from_flags(f, given, config);
 
   const std::string strategy =
       given.count("strategy") ? f.strategy : config.get_string("balancer.cp.strategy");
@@ -368,25 +400,7 @@ int plan_main(const std::vector<std::string>& args) {
   const host::LogFn log = deduplicating_log();
   const LoadedBalancer loaded = load_balancer(f.common, config, log);
   const std::vector<std::string> strategies = loaded.balancer->cp_strategies();
-  // With the plugin loaded, a name it does not list is a typo. With the
-  // built-in balancer, the selector serves fulcrum names with contiguous
-  // sharding and records why, as a training job would.
-  if (!loaded.is_builtin) {
-    const std::string known = join(strategies, ", ");
-    if (!f.compare && !contains(strategies, strategy)) {
-      const std::string from =
-          given.count("strategy")
-              ? ""
-              : " (balancer.cp.strategy, " + config.origin("balancer.cp.strategy") + ")";
-      throw UsageError("unknown CP strategy " + quote_text(strategy) + from + "; balancer '" +
-                       loaded.balancer->name() + "' offers " + known);
-    }
-    if (!contains(strategies, fallback)) {
-      throw UsageError("balancer.cp.fallback is '" + one_line(fallback) + "' (" +
-                       config.origin("balancer.cp.fallback") + "), which balancer '" +
-                       loaded.balancer->name() + "' does not offer; use one of " + known);
-    }
-  }
+  check_strategy_names(f, given, config, loaded, strategy, fallback);
 
   const int planned_strategies = f.compare ? static_cast<int>(strategies.size()) : 1;
   refuse_beyond_bounds("plan",
@@ -409,22 +423,7 @@ int plan_main(const std::vector<std::string>& args) {
   for (const std::string& name : strategies) {
     all.push_back(plan_with(loaded.balancer, name, fallback, workload, log));
   }
-  if (f.format == "json") {
-    Json out;
-    out["workload"] = {
-        {"tokens", workload.tokens},
-        {"documents", workload.doc_lengths.empty() ? 1 : workload.doc_lengths.size()},
-        {"mask", mask_to_string(workload.mask)},
-        {"cp", workload.cp_size},
-        {"block_size", workload.block_size},
-        {"balancer", loaded.balancer->name()}};
-    Json list = Json::array();
-    for (const Planned& p : all) list.push_back(plan_json(p, workload, f.positions));
-    out["strategies"] = std::move(list);
-    std::cout << out.dump(2) << "\n";
-  } else {
-    print_compare_table(all, workload);
-  }
+  print_compare(all, workload, f, loaded.balancer->name());
   return kExitOk;
 }
 

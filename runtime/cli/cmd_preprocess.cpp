@@ -145,10 +145,7 @@ int preprocess_body(const std::vector<std::string>& args) {
   PreprocessFlags f;
   const po::options_description options = preprocess_options(f);
   const po::variables_map given = parse_command_line(args, options, "preprocess");
-  if (f.help) {
-    std::cout << kUsage << "\n" << options;
-    return kExitOk;
-  }
+  if (printed_help(f.help, kUsage, options)) return kExitOk;
   if (f.inputs.empty()) {
     throw UsageError("--input FILE is required: the text or JSONL to turn into byte tokens");
   }

@@ -10,7 +10,6 @@
 // (evaluate_schedule), never the plugin's own claims.
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -53,11 +52,6 @@ constexpr const char* kUsage =
     "tokens, 4096 ranks, documents x max(W, 512) up to 2 x 10^7\n"
     "(docs/RELIABILITY.md, \"Bounded before it starts\").\n";
 
-// Batches up to this many tokens are scheduled several times and the median
-// time reported, as `fulcrum plan` does.
-constexpr std::int64_t kRepeatBelowTokens = 1'000'000;
-constexpr int kRepeats = 5;
-
 struct ScheduleFlags {
   std::string world;
   std::string max_tokens;
@@ -90,8 +84,8 @@ po::options_description schedule_options(ScheduleFlags& f) {
        "the fixed scheduler's CP group size, a divisor of W (default: the smallest whose rows "
        "hold the longest document); only with --strategy fixed or --compare")  //
       ("profile", po::value(&f.profile)->value_name("NAME|FILE"),
-       "cost profile: a bundled name (h100_7b, cpu_gloo) or a YAML file of CostProfile's "
-       "fields (default: balancer.schedule.profile, as train uses)")  //
+       "cost profile: a bundled name (h100_7b, h100_7b_fa3, h100_7b_nccl, cpu_gloo) or a YAML "
+       "file of CostProfile's fields (default: balancer.schedule.profile, as train uses)")  //
       ("block-size", po::value(&f.block_size)->value_name("B"),
        "kernel tile edge in tokens (default: balancer.cp.block_size)")  //
       ("mask", po::value(&f.mask)->value_name("MASK"),
@@ -114,25 +108,14 @@ struct Scheduled {
   int repeats = 1;
 };
 
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const std::size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
-
 std::int64_t batch_tokens(const ScheduleRequest& request) {
   std::int64_t total = 0;
   for (std::int64_t length : request.doc_lengths) total += length;
   return total;
 }
 
-// Small batches are scheduled kRepeats times, unless even one schedule
-// takes long enough to time on its own.
 int repeats_for(const ScheduleRequest& request) {
-  return batch_tokens(request) < kRepeatBelowTokens &&
-                 estimate_schedule(request, 1, 1).seconds < 0.05
-             ? kRepeats
-             : 1;
+  return repeat_count(batch_tokens(request), estimate_schedule(request, 1, 1).seconds);
 }
 
 Scheduled schedule_with(LoadBalancer& balancer, const std::string& requested,
@@ -140,11 +123,8 @@ Scheduled schedule_with(LoadBalancer& balancer, const std::string& requested,
   Scheduled out;
   out.requested = requested;
   out.repeats = repeats_for(request);
-  std::vector<double> times;
-  for (int i = 0; i < out.repeats; ++i) {
-    const auto start = std::chrono::steady_clock::now();
+  out.time_us = median_time_us(out.repeats, [&](int i) {
     Result<Schedule> schedule = balancer.schedule(requested, request);
-    const auto stop = std::chrono::steady_clock::now();
     if (!schedule) {
       // The caller's choices (a name, a --cp) that the scheduler cannot
       // serve are bad input like a malformed batch; so is a plugin that
@@ -157,10 +137,8 @@ Scheduled schedule_with(LoadBalancer& balancer, const std::string& requested,
       throw std::runtime_error("scheduling with " + quote_text(requested) +
                                " failed: " + schedule.status().message());
     }
-    times.push_back(std::chrono::duration<double, std::micro>(stop - start).count());
     if (i == 0) out.schedule = std::move(schedule).value();
-  }
-  out.time_us = median(times);
+  });
   out.cost = evaluate_schedule(request, out.schedule);
   out.lower_bound = step_time_lower_bound(request);
   return out;
@@ -366,17 +344,28 @@ void print_compare_table(const std::vector<Scheduled>& all, const ScheduleReques
   std::cout << out;
 }
 
-int schedule_main(const std::vector<std::string>& args) {
-  ScheduleFlags f;
-  const po::options_description options = schedule_options(f);
-  const po::variables_map given = parse_command_line(args, options, "schedule");
-  if (f.help) {
-    std::cout << kUsage << "\n" << options;
-    return kExitOk;
+// --compare's output.
+void print_compare(const std::vector<Scheduled>& all, const ScheduleRequest& request,
+                   const ScheduleFlags& f, const std::string& balancer) {
+  if (f.format == "json") {
+    Json out;
+    out["request"] = request_json(request, balancer);
+    Json list = Json::array();
+    for (const Scheduled& s : all) {
+      list.push_back(s.refused.empty() ? schedule_json(s, request)
+                                       : Json{{"requested", s.requested}, {"refused", s.refused}});
+    }
+    out["schedulers"] = std::move(list);
+    std::cout << out.dump(2) << "\n";
+  } else {
+    print_compare_table(all, request);
   }
-  const host::Config config = load_config_or_throw(f.common);
-  require_table_or_json(f.format);
+}
 
+// The batch and the world the flags describe, with the block size, mask and
+// cost profile of the flags or the configuration.
+ScheduleRequest request_from_flags(const ScheduleFlags& f, const po::variables_map& given,
+                                   const host::Config& config) {
   ScheduleRequest request;
   if (!given.count("world")) {
     throw UsageError("--world is missing; give the number of ranks, e.g. --world 8");
@@ -432,13 +421,15 @@ int schedule_main(const std::vector<std::string>& args) {
     request.profile = std::move(profile).value();
   }
   if (Status s = validate_schedule_request(request); !s) throw UsageError(s.message());
+  return request;
+}
 
-  const host::LogFn log = deduplicating_log();
-  const LoadedBalancer loaded = load_balancer(f.common, config, log);
-  LoadBalancer& balancer = *loaded.balancer;
+// Refuses a --strategy the balancer's own schedulers do not include, and a
+// --cp given to a scheduler that chooses its own groups.
+void check_scheduler_name(const ScheduleFlags& f, const po::variables_map& given,
+                          const host::Config& config, LoadBalancer& balancer,
+                          const ScheduleRequest& request, const std::string& strategy) {
   const std::vector<std::string> schedulers = balancer.schedule_strategies();
-  const std::string strategy =
-      given.count("strategy") ? f.strategy : config.get_string("balancer.schedule.strategy");
   const std::string from =
       given.count("strategy")
           ? ""
@@ -459,6 +450,45 @@ int schedule_main(const std::vector<std::string>& args) {
                      quote_text(strategy) + from +
                      " chooses its own groups; drop --cp or use --strategy fixed");
   }
+}
+
+// --compare: every scheduler on the batch; one that cannot serve it (fixed
+// with a --cp too small for its longest document) leaves a row saying why,
+// not an error.
+std::vector<Scheduled> compare_all(LoadBalancer& balancer,
+                                   const std::vector<std::string>& schedulers,
+                                   const ScheduleRequest& request) {
+  std::vector<Scheduled> all;
+  for (const std::string& name : schedulers) {
+    try {
+      all.push_back(schedule_with(balancer, name, request));
+    } catch (const UsageError& refused) {
+      Scheduled s;
+      s.requested = name;
+      s.refused = refused.what();
+      all.push_back(std::move(s));
+    }
+  }
+  return all;
+}
+
+int schedule_main(const std::vector<std::string>& args) {
+  ScheduleFlags f;
+  const po::options_description options = schedule_options(f);
+  const po::variables_map given = parse_command_line(args, options, "schedule");
+  if (printed_help(f.help, kUsage, options)) return kExitOk;
+  const host::Config config = load_config_or_throw(f.common);
+  require_table_or_json(f.format);
+
+  const ScheduleRequest request = request_from_flags(f, given, config);
+
+  const host::LogFn log = deduplicating_log();
+  const LoadedBalancer loaded = load_balancer(f.common, config, log);
+  LoadBalancer& balancer = *loaded.balancer;
+  const std::vector<std::string> schedulers = balancer.schedule_strategies();
+  const std::string strategy =
+      given.count("strategy") ? f.strategy : config.get_string("balancer.schedule.strategy");
+  check_scheduler_name(f, given, config, balancer, request, strategy);
 
   refuse_beyond_bounds(
       "schedule",
@@ -481,32 +511,7 @@ int schedule_main(const std::vector<std::string>& args) {
     return kExitOk;
   }
 
-  std::vector<Scheduled> all;
-  for (const std::string& name : schedulers) {
-    // One scheduler that cannot serve this batch (fixed with a --cp too
-    // small for its longest document) leaves a row saying why, not an error.
-    try {
-      all.push_back(schedule_with(balancer, name, request));
-    } catch (const UsageError& refused) {
-      Scheduled s;
-      s.requested = name;
-      s.refused = refused.what();
-      all.push_back(std::move(s));
-    }
-  }
-  if (f.format == "json") {
-    Json out;
-    out["request"] = request_json(request, balancer.name());
-    Json list = Json::array();
-    for (const Scheduled& s : all) {
-      list.push_back(s.refused.empty() ? schedule_json(s, request)
-                                       : Json{{"requested", s.requested}, {"refused", s.refused}});
-    }
-    out["schedulers"] = std::move(list);
-    std::cout << out.dump(2) << "\n";
-  } else {
-    print_compare_table(all, request);
-  }
+  print_compare(compare_all(balancer, schedulers, request), request, f, balancer.name());
   return kExitOk;
 }
 

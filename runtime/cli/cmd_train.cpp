@@ -248,14 +248,45 @@ class TerminalRelay {
   std::string bar_;
 };
 
+#ifdef FULCRUM_HAVE_TRAINER
+// How the launcher starts the `nproc` workers of the job: their arguments
+// (the same config and --set lines) and what a signal makes them do.
+launch::LaunchOptions launch_options(const TrainFlags& f, const host::Config& config, int nproc,
+                                     const fs::path& worker) {
+  launch::LaunchOptions launch;
+  launch.nproc = nproc;
+  launch.program = worker.string();
+  launch.args = {"--config", f.config_path};
+  for (const std::string& o : f.overrides) {
+    launch.args.push_back("--set");
+    launch.args.push_back(o);
+  }
+  if (!f.metrics.empty()) launch.args.insert(launch.args.end(), {"--metrics", f.metrics});
+  if (!f.save_params.empty()) {
+    launch.args.insert(launch.args.end(), {"--save-params", f.save_params});
+  }
+  // The workers meet in the launcher's private directory, so the port is only
+  // their MASTER_PORT (torchrun's variable); nothing listens on it.
+  launch.master_port = static_cast<int>(config.get_int("dist.master_port"));
+  launch.require_completion_note = true;
+  if (!config.get_string("train.checkpoint_dir").empty()) {
+    // A SIGINT/SIGTERM makes the workers finish their step and rank 0 write
+    // its checkpoint: a step's waits are bounded by dist.op_timeout_s, and a
+    // minute more covers its compute and the write. A second signal kills.
+    launch.interrupt_grace_s = config.get_double("dist.op_timeout_s") + 60;
+    launch.interrupt_note =
+        "fulcrum: interrupted: the workers finish their step and write a checkpoint to " +
+        config.get_string("train.checkpoint_dir") + "; send the signal again to stop at once";
+  }
+  return launch;
+}
+#endif
+
 int train_body(const std::vector<std::string>& args) {
   TrainFlags f;
   const po::options_description options = train_options(f);
   [[maybe_unused]] const po::variables_map given = parse_command_line(args, options, "train");
-  if (f.help) {
-    std::cout << kUsage << "\n" << options;
-    return kExitOk;
-  }
+  if (printed_help(f.help, kUsage, options)) return kExitOk;
 #ifndef FULCRUM_HAVE_TRAINER
   throw UsageError(
       "this fulcrum was built without LibTorch, so it has no training runtime; install "
@@ -306,31 +337,7 @@ int train_body(const std::vector<std::string>& args) {
                      "LibTorch) or reinstall fulcrum");
   }
 
-  launch::LaunchOptions launch;
-  launch.nproc = static_cast<int>(nproc);
-  launch.program = worker.string();
-  launch.args = {"--config", f.config_path};
-  for (const std::string& o : f.overrides) {
-    launch.args.push_back("--set");
-    launch.args.push_back(o);
-  }
-  if (!f.metrics.empty()) launch.args.insert(launch.args.end(), {"--metrics", f.metrics});
-  if (!f.save_params.empty()) {
-    launch.args.insert(launch.args.end(), {"--save-params", f.save_params});
-  }
-  // The workers meet in the launcher's private directory, so the port is only
-  // their MASTER_PORT (torchrun's variable); nothing listens on it.
-  launch.master_port = static_cast<int>(config.get_int("dist.master_port"));
-  launch.require_completion_note = true;
-  if (!config.get_string("train.checkpoint_dir").empty()) {
-    // A SIGINT/SIGTERM makes the workers finish their step and rank 0 write
-    // its checkpoint: a step's waits are bounded by dist.op_timeout_s, and a
-    // minute more covers its compute and the write. A second signal kills.
-    launch.interrupt_grace_s = config.get_double("dist.op_timeout_s") + 60;
-    launch.interrupt_note =
-        "fulcrum: interrupted: the workers finish their step and write a checkpoint to " +
-        config.get_string("train.checkpoint_dir") + "; send the signal again to stop at once";
-  }
+  launch::LaunchOptions launch = launch_options(f, config, static_cast<int>(nproc), worker);
   TerminalRelay relay;
   if (::isatty(STDOUT_FILENO)) {
     launch.extra_env.push_back("FULCRUM_PROGRESS=protocol");

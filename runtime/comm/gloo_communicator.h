@@ -1,7 +1,8 @@
 // Process groups over c10d's ProcessGroupGloo (CPU tensors), rendezvous in a
 // private directory when every rank runs on this host, else over c10d's
 // TCPStore hosted by rank 0 at MASTER_ADDR:MASTER_PORT. Callers see
-// only Communicator; the c10d headers stay inside gloo_communicator.cpp.
+// only Communicator; the c10d headers stay inside this folder's sources and
+// its private headers (c10d_communicator.h, progress_board.h).
 #pragma once
 
 #include <chrono>

@@ -120,48 +120,45 @@ std::string ConfigSchema::nearest(const std::string& key) const {
   return best;
 }
 
-KeySpec int_key(std::string key, std::int64_t def, std::optional<double> min,
-                std::optional<double> max, std::string help) {
+namespace {
+
+// The fields every key has; the builders below add their type's own.
+KeySpec key_spec(std::string key, ValueType type, std::string def, std::string help) {
   KeySpec s;
   s.key = std::move(key);
-  s.type = ValueType::kInt;
-  s.default_value = std::to_string(def);
+  s.type = type;
+  s.default_value = std::move(def);
+  s.help = std::move(help);
+  return s;
+}
+
+}  // namespace
+
+KeySpec int_key(std::string key, std::int64_t def, std::optional<double> min,
+                std::optional<double> max, std::string help) {
+  KeySpec s = key_spec(std::move(key), ValueType::kInt, std::to_string(def), std::move(help));
   s.min = min;
   s.max = max;
-  s.help = std::move(help);
   return s;
 }
 
 KeySpec double_key(std::string key, std::string def, std::optional<double> min, bool exclusive,
                    std::string help) {
-  KeySpec s;
-  s.key = std::move(key);
-  s.type = ValueType::kDouble;
-  s.default_value = std::move(def);
+  KeySpec s = key_spec(std::move(key), ValueType::kDouble, std::move(def), std::move(help));
   s.min = min;
   s.min_exclusive = exclusive;
-  s.help = std::move(help);
   return s;
 }
 
 KeySpec bool_key(std::string key, bool def, std::string help) {
-  KeySpec s;
-  s.key = std::move(key);
-  s.type = ValueType::kBool;
-  s.default_value = def ? "true" : "false";
-  s.help = std::move(help);
-  return s;
+  return key_spec(std::move(key), ValueType::kBool, def ? "true" : "false", std::move(help));
 }
 
 KeySpec string_key(std::string key, std::string def, std::vector<std::string> choices,
                    KeySpec::Check check, std::string help) {
-  KeySpec s;
-  s.key = std::move(key);
-  s.type = ValueType::kString;
-  s.default_value = std::move(def);
+  KeySpec s = key_spec(std::move(key), ValueType::kString, std::move(def), std::move(help));
   s.choices = std::move(choices);
   s.check = std::move(check);
-  s.help = std::move(help);
   return s;
 }
 

@@ -19,11 +19,8 @@
 #include "fulcrum/core/plan_check.h"
 #include "fulcrum/core/schedule.h"
 #include "fulcrum/host/plugin_loader.h"
-#include "test_support.h"
+#include "loader_test_support.h"
 
-#ifndef FULCRUM_PLUGIN_PATH
-#error "FULCRUM_PLUGIN_PATH must name the built libfulcrum_balancer.so"
-#endif
 #ifndef FULCRUM_COMPAT_PLUGIN_DIR
 #error "FULCRUM_COMPAT_PLUGIN_DIR must name the directory of the compat test plugins"
 #endif
@@ -31,20 +28,7 @@
 namespace fulcrum::host {
 namespace {
 
-struct Captured {
-  std::vector<std::string> lines;
-  LoaderOptions options() {
-    LoaderOptions o;
-    o.check_permissions = false;
-    o.log = [this](LogLevel, const std::string& text) { lines.push_back(text); };
-    return o;
-  }
-  bool saw(const std::string& part) const {
-    return std::any_of(lines.begin(), lines.end(), [&](const std::string& line) {
-      return line.find(part) != std::string::npos;
-    });
-  }
-};
+using Captured = test::LogCapture;
 
 std::string compat_plugin(const std::string& kind) {
   return std::string(FULCRUM_COMPAT_PLUGIN_DIR) + "/libfulcrum_compat_" + kind + ".so";
@@ -87,7 +71,7 @@ TEST(AbiCompatTest, Abi10PluginLoadsAndServesCpAndDp) {
   auto loaded = load_plugin(compat_plugin("v1_0"), captured.options());
   ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
   EXPECT_EQ((*loaded)->name(), "compat_v1_0");
-  EXPECT_TRUE(captured.saw("(ABI 1.0)")) << (captured.lines.empty() ? "" : captured.lines[0]);
+  EXPECT_TRUE(captured.saw("(ABI 1.0)")) << (captured.lines.empty() ? "" : captured.lines[0].text);
   expect_serves_cp_and_dp(**loaded);
 }
 
@@ -150,28 +134,29 @@ class RawPlugin {
 
 constexpr std::int64_t kPoison = 0x5a5a5a5a5a5a5a5a;
 
-// A host of the next minor version: every struct it passes carries fields
-// appended after today's, and its struct_size says so.
-struct NextCpRequest {
-  fulcrum_cp_request today;
+// A struct as a host of the next minor version passes it: today's fields,
+// then one appended after them, and a struct_size that says so.
+template <typename Today>
+struct Next {
+  Today today;
   std::int64_t next_field;
 };
-struct NextCpPlan {
-  fulcrum_cp_plan today;
-  std::int64_t next_field;
-};
-struct NextDpRequest {
-  fulcrum_dp_request today;
-  std::int64_t next_field;
-};
-struct NextDpResult {
-  fulcrum_dp_result today;
-  std::int64_t next_field;
-};
-struct NextHostServices {
-  fulcrum_host_services today;
-  std::int64_t next_field;
-};
+// Zeroed but for its struct_size, which covers next_field, and next_field,
+// poisoned: a plugin that writes past what it knows changes it.
+template <typename NextStruct>
+NextStruct poisoned() {
+  NextStruct n{};
+  n.today.struct_size = FULCRUM_STRUCT_SIZE(NextStruct, next_field);
+  n.next_field = kPoison;
+  return n;
+}
+using NextCpRequest = Next<fulcrum_cp_request>;
+using NextCpPlan = Next<fulcrum_cp_plan>;
+using NextDpRequest = Next<fulcrum_dp_request>;
+using NextDpResult = Next<fulcrum_dp_result>;
+using NextHostServices = Next<fulcrum_host_services>;
+using NextScheduleRequest = Next<fulcrum_schedule_request>;
+using NextSchedule = Next<fulcrum_schedule>;
 
 TEST(AbiCompatTest, TodaysPluginServesANewerHostAndLeavesItsNewFieldsAlone) {
   RawPlugin plugin;
@@ -179,15 +164,12 @@ TEST(AbiCompatTest, TodaysPluginServesANewerHostAndLeavesItsNewFieldsAlone) {
   const fulcrum_plugin_v1& t = *plugin.table();
   ASSERT_GE(t.struct_size, FULCRUM_PLUGIN_V1_0_SIZE);
 
-  NextHostServices services{};
-  services.today.struct_size = FULCRUM_STRUCT_SIZE(NextHostServices, next_field);
-  services.next_field = kPoison;
+  auto services = poisoned<NextHostServices>();
   void* instance = plugin.create(&services.today);
   ASSERT_NE(instance, nullptr);
 
   const std::int64_t docs[] = {300, 700};
-  NextCpRequest request{};
-  request.today.struct_size = FULCRUM_STRUCT_SIZE(NextCpRequest, next_field);
+  auto request = poisoned<NextCpRequest>();
   request.today.cp_size = 4;
   request.today.tokens = 1000;
   request.today.block_size = 16;
@@ -195,11 +177,8 @@ TEST(AbiCompatTest, TodaysPluginServesANewerHostAndLeavesItsNewFieldsAlone) {
   request.today.num_docs = 2;
   request.today.mask_kind = FULCRUM_MASK_CAUSAL;
   request.today.strategy = "head_tail";
-  request.next_field = kPoison;
 
-  NextCpPlan answer{};
-  answer.today.struct_size = FULCRUM_STRUCT_SIZE(NextCpPlan, next_field);
-  answer.next_field = kPoison;
+  auto answer = poisoned<NextCpPlan>();
   ASSERT_EQ(t.plan_cp(instance, &request.today, &answer.today), FULCRUM_OK)
       << t.last_error(instance);
   EXPECT_EQ(answer.next_field, kPoison) << "the plugin wrote past the fields it knows";
@@ -216,22 +195,18 @@ TEST(AbiCompatTest, TodaysPluginServesANewerHostAndLeavesItsNewFieldsAlone) {
   EXPECT_TRUE(validate_plan(row, plan).is_ok()) << validate_plan(row, plan).message();
 
   const std::int64_t lengths[] = {4, 8, 1, 6, 2};
-  NextDpRequest dp{};
-  dp.today.struct_size = FULCRUM_STRUCT_SIZE(NextDpRequest, next_field);
+  auto dp = poisoned<NextDpRequest>();
   dp.today.num_ranks = 2;
   dp.today.lengths = lengths;
   dp.today.num_samples = 5;
   dp.today.cost_kind = FULCRUM_COST_TOKENS;
   dp.today.strategy = "round_robin";
-  dp.next_field = kPoison;
   std::int64_t offsets[3] = {-1, -1, -1};
   std::int64_t samples[5] = {-1, -1, -1, -1, -1};
-  NextDpResult result{};
-  result.today.struct_size = FULCRUM_STRUCT_SIZE(NextDpResult, next_field);
+  auto result = poisoned<NextDpResult>();
   result.today.num_ranks = 2;
   result.today.rank_offsets = offsets;
   result.today.samples = samples;
-  result.next_field = kPoison;
   ASSERT_EQ(t.partition_dp(instance, &dp.today, &result.today), FULCRUM_OK)
       << t.last_error(instance);
   EXPECT_EQ(result.next_field, kPoison);
@@ -272,15 +247,6 @@ TEST(AbiCompatTest, TodaysPluginServesAnAbi10Host) {
   t.release_plan(instance, &answer);
 }
 
-struct NextScheduleRequest {
-  fulcrum_schedule_request today;
-  std::int64_t next_field;
-};
-struct NextSchedule {
-  fulcrum_schedule today;
-  std::int64_t next_field;
-};
-
 // The placement hook under a newer host, and its structs shorter than the
 // version that introduced them refused.
 TEST(AbiCompatTest, TodaysSchedulerServesANewerHostAndRefusesShortStructs) {
@@ -294,8 +260,7 @@ TEST(AbiCompatTest, TodaysSchedulerServesANewerHostAndRefusesShortStructs) {
 
   const CostProfile profile = builtin_cost_profile("h100_7b").value();
   const std::int64_t docs[] = {2500, 1800, 900, 700, 400};
-  NextScheduleRequest request{};
-  request.today.struct_size = FULCRUM_STRUCT_SIZE(NextScheduleRequest, next_field);
+  auto request = poisoned<NextScheduleRequest>();
   request.today.world_size = 4;
   request.today.max_tokens_per_rank = 1000;
   request.today.doc_lengths = docs;
@@ -312,11 +277,8 @@ TEST(AbiCompatTest, TodaysSchedulerServesANewerHostAndRefusesShortStructs) {
   request.today.inter_node_bytes_per_second = profile.inter_node_bytes_per_second;
   request.today.latency_seconds = profile.latency_seconds;
   request.today.ranks_per_node = profile.ranks_per_node;
-  request.next_field = kPoison;
 
-  NextSchedule answer{};
-  answer.today.struct_size = FULCRUM_STRUCT_SIZE(NextSchedule, next_field);
-  answer.next_field = kPoison;
+  auto answer = poisoned<NextSchedule>();
   ASSERT_EQ(t.schedule(instance, &request.today, &answer.today), FULCRUM_OK)
       << t.last_error(instance);
   EXPECT_EQ(answer.next_field, kPoison) << "the plugin wrote past the fields it knows";

@@ -22,7 +22,7 @@
 #include "fulcrum/core/work_model.h"
 #include "fulcrum/host/open_balancer.h"
 #include "fulcrum/host/plugin_loader.h"
-#include "test_support.h"
+#include "loader_test_support.h"
 
 // With the strategies library linked in, plans through the plugin are compared
 // with the direct call; without it, with the layouts the strategies promise.
@@ -31,43 +31,10 @@
 #define FULCRUM_TEST_DIRECT_STRATEGIES 1
 #endif
 
-#ifndef FULCRUM_PLUGIN_PATH
-#error "FULCRUM_PLUGIN_PATH must name the built libfulcrum_balancer.so"
-#endif
-#ifndef FULCRUM_BROKEN_PLUGIN_DIR
-#error "FULCRUM_BROKEN_PLUGIN_DIR must name the directory of the broken test plugins"
-#endif
-
 namespace fulcrum::host {
 namespace {
 
 namespace fs = std::filesystem;
-
-struct LogLine {
-  LogLevel level;
-  std::string text;
-};
-
-// Loader options that record the log, and skip the permission check: the
-// build directory's mode depends on the umask, and only the permission tests
-// below are about that.
-struct Captured {
-  std::vector<LogLine> lines;
-  LoaderOptions options() {
-    LoaderOptions o;
-    o.check_permissions = false;
-    o.log = [this](LogLevel level, const std::string& text) { lines.push_back({level, text}); };
-    return o;
-  }
-  bool any_at_least(LogLevel level) const {
-    return std::any_of(lines.begin(), lines.end(),
-                       [level](const LogLine& l) { return l.level >= level; });
-  }
-};
-
-std::string broken_plugin(const std::string& kind) {
-  return std::string(FULCRUM_BROKEN_PLUGIN_DIR) + "/libfulcrum_broken_" + kind + ".so";
-}
 
 // A missing broken plugin would pass as "refused"; make it fail as missing.
 #define ASSERT_BUILT(kind)                                                         \
@@ -76,22 +43,11 @@ std::string broken_plugin(const std::string& kind) {
       << " target (fulcrum_host_tests does not depend on it)"
 
 // A fresh directory (mode 0700) removed with everything in it.
+using test::broken_plugin;
+using test::causal_row;
+using test::refused_as_fault;
 using test::TempDir;
-
-CpWorkload causal_row(std::int64_t tokens, std::int32_t cp_size) {
-  CpWorkload w;
-  w.tokens = tokens;
-  w.cp_size = cp_size;
-  return w;
-}
-
-// Rank r holds [r*S, min((r+1)*S, N)), S = ceil(N/P), padded with -1.
-std::vector<std::int64_t> expected_contiguous(std::int64_t n, std::int64_t p) {
-  const std::int64_t s = (n + p - 1) / p;
-  std::vector<std::int64_t> out(static_cast<std::size_t>(s * p), kPadPosition);
-  for (std::int64_t i = 0; i < n; ++i) out[static_cast<std::size_t>(i)] = i;
-  return out;
-}
+using Captured = test::LogCapture;
 
 // Rank r of a head-tail plan holds chunks r and 2P-1-r of 2P equal chunks (in
 // an order the strategy chooses): the sorted positions of every rank.
@@ -126,7 +82,7 @@ void expect_plan_of(const std::string& strategy, const CpWorkload& w, const Shar
   EXPECT_EQ(plan.padding, direct->padding);
 #endif
   if (strategy == "contiguous") {
-    EXPECT_EQ(plan.positions, expected_contiguous(w.tokens, w.cp_size));
+    EXPECT_EQ(plan.positions, test::contiguous_positions(w.tokens, w.cp_size));
   } else {
     EXPECT_EQ(sorted_rank_sets(plan), head_tail_rank_sets(w.tokens, w.cp_size));
   }
@@ -601,8 +557,7 @@ TEST(OpenBalancerTest, AbsentDefaultFallsBackAndNamedOrUnusableIsAnError) {
   ASSERT_TRUE(real.is_ok()) << real.status().message();
   EXPECT_FALSE(real->is_builtin);
 
-  const std::string broken =
-      std::string(FULCRUM_BROKEN_PLUGIN_DIR) + "/libfulcrum_broken_wrong_major.so";
+  const std::string broken = broken_plugin("wrong_major");
   auto unusable = open_balancer(broken, {}, false, captured.options().log);
   ASSERT_FALSE(unusable.is_ok());
   EXPECT_HAS(unusable.status().message(), "cannot use balancer plugin '" + broken + "'");
@@ -695,9 +650,7 @@ TEST(BrokenPluginTest, ThrowingPluginIsReportedNotFatal) {
                "broken_throwing plan_cp always throws");
   }
   auto part = balancer->partition_dp("round_robin", DpRequest{{1, 2, 3}, 2, {}, false});
-  ASSERT_FALSE(part.is_ok());
-  EXPECT_EQ(part.status().code(), StatusCode::kPluginFault);
-  EXPECT_HAS(part.status().message(), "partition_dp always throws");
+  EXPECT_TRUE(refused_as_fault(part, "partition_dp always throws"));
   // The plugin's own log line reached the host's log, named.
   const bool logged = std::any_of(captured.lines.begin(), captured.lines.end(), [](const auto& l) {
     return l.level == LogLevel::kWarning &&
@@ -713,18 +666,14 @@ TEST(BrokenPluginTest, NonPermutationPlanAndPartitionAreRejected) {
   ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
   auto balancer = *loaded;
   auto plan = balancer->plan_cp("contiguous", causal_row(100, 4));
-  ASSERT_FALSE(plan.is_ok());
-  EXPECT_EQ(plan.status().code(), StatusCode::kPluginFault);
-  EXPECT_HAS(plan.status().message(),
-             "plugin 'broken_non_permutation' strategy 'contiguous' returned an "
-             "invalid plan: ");
+  EXPECT_TRUE(refused_as_fault(plan,
+                               "plugin 'broken_non_permutation' strategy 'contiguous' returned an "
+                               "invalid plan: "));
 
   auto part = balancer->partition_dp("round_robin", DpRequest{{4, 4, 4, 4, 4}, 2, {}, false});
-  ASSERT_FALSE(part.is_ok());
-  EXPECT_EQ(part.status().code(), StatusCode::kPluginFault);
-  EXPECT_HAS(part.status().message(),
-             "plugin 'broken_non_permutation' strategy 'round_robin' returned an "
-             "invalid partition: sample 0 is listed twice");
+  EXPECT_TRUE(refused_as_fault(part,
+                               "plugin 'broken_non_permutation' strategy 'round_robin' returned an "
+                               "invalid partition: sample 0 is listed twice"));
 }
 
 }  // namespace

@@ -17,43 +17,35 @@
 #include "fulcrum/core/work_model.h"
 #include "fulcrum/host/plugin_loader.h"
 #include "fulcrum/host/selection.h"
-#include "test_support.h"
-
-#ifndef FULCRUM_PLUGIN_PATH
-#error "FULCRUM_PLUGIN_PATH must name the built libfulcrum_balancer.so"
-#endif
-#ifndef FULCRUM_BROKEN_PLUGIN_DIR
-#error "FULCRUM_BROKEN_PLUGIN_DIR must name the directory of the broken test plugins"
-#endif
+#include "loader_test_support.h"
 
 namespace fulcrum::host {
 namespace {
 
 namespace fs = std::filesystem;
+using test::broken_plugin;
+using test::refused_as_fault;
 using test::TempDir;
+using Logged = test::LogCapture;
 
 constexpr uid_t kNobody = 65534;
 
-std::string broken_plugin(const std::string& kind) {
-  return std::string(FULCRUM_BROKEN_PLUGIN_DIR) + "/libfulcrum_broken_" + kind + ".so";
-}
-
-struct Logged {
-  std::vector<std::string> lines;
-  LoaderOptions options() {
-    LoaderOptions o;
-    o.check_permissions = false;
-    o.log = [this](LogLevel, const std::string& text) { lines.push_back(text); };
-    return o;
-  }
-};
-
-std::shared_ptr<LoadBalancer> load_broken(const std::string& kind, Logged& logged) {
+// The broken plugin of `kind`, loaded with `options`; null (and a failure)
+// when it cannot be.
+std::shared_ptr<LoadBalancer> load_broken(const std::string& kind, const LoaderOptions& options) {
   const std::string path = broken_plugin(kind);
   EXPECT_TRUE(fs::exists(path)) << path << " is missing: build fulcrum_broken_" << kind;
-  auto loaded = load_plugin(path, logged.options());
+  auto loaded = load_plugin(path, options);
   EXPECT_TRUE(loaded.is_ok()) << loaded.status().message();
   return loaded.is_ok() ? *loaded : nullptr;
+}
+
+// The same, its log dropped: for the tests that look only at answers.
+std::shared_ptr<LoadBalancer> load_broken(const std::string& kind) {
+  LoaderOptions options;
+  options.check_permissions = false;  // the build tree's mode depends on the umask
+  options.log = [](LogLevel, const std::string&) {};
+  return load_broken(kind, options);
 }
 
 // Whether `text` is one line a terminal shows as it is: UTF-8 (checked here
@@ -245,18 +237,15 @@ TEST(PluginOwnershipTest, PluginFoundByNameIsCheckedWhereItWasFound) {
 // The host recounts every plan's work; a plugin whose own figures differ is
 // refused, naming it, whichever array it gave.
 TEST(PluginReportedWorkTest, WorkThatDisagreesWithTheRecountIsRefused) {
-  Logged logged;
-  auto balancer = load_broken("lying_work", logged);
+  auto balancer = load_broken("lying_work");
   ASSERT_NE(balancer, nullptr);
   CpWorkload row;
   row.tokens = 600;
   row.cp_size = 2;
   row.doc_lengths = {100, 200, 300};
   auto plan = balancer->plan_cp("contiguous", row);
-  ASSERT_FALSE(plan.is_ok());
-  EXPECT_EQ(plan.status().code(), StatusCode::kPluginFault);
-  EXPECT_HAS(plan.status().message(),
-             "plugin 'broken_lying_work' strategy 'contiguous' reports 1 pairs for rank 0");
+  EXPECT_TRUE(refused_as_fault(
+      plan, "plugin 'broken_lying_work' strategy 'contiguous' reports 1 pairs for rank 0"));
   EXPECT_HAS(plan.status().message(), "fix the plugin (");
 
   // Pairs alone, below zero.
@@ -285,17 +274,14 @@ TEST(PluginReportedWorkTest, WorkThatDisagreesWithTheRecountIsRefused) {
 // --- memory lent to the plugin ----------------------------------------------
 
 TEST(PluginLentMemoryTest, PlanThatWroteIntoTheRowIsRefusedAndTheRowKept) {
-  Logged logged;
-  auto balancer = load_broken("scribble", logged);
+  auto balancer = load_broken("scribble");
   ASSERT_NE(balancer, nullptr);
   const CpWorkload row = packed_row();
   CpWorkload used = row;
   auto plan = balancer->plan_cp("contiguous", used);
-  ASSERT_FALSE(plan.is_ok());
-  EXPECT_EQ(plan.status().code(), StatusCode::kPluginFault);
-  EXPECT_HAS(plan.status().message(),
-             "plugin 'broken_scribble' strategy 'contiguous' wrote into "
-             "doc_lengths[0] (2000 lent, 1999 after the call)");
+  EXPECT_TRUE(refused_as_fault(plan,
+                               "plugin 'broken_scribble' strategy 'contiguous' wrote into "
+                               "doc_lengths[0] (2000 lent, 1999 after the call)"));
   EXPECT_HAS(plan.status().message(),
              "fix the plugin (" + fs::canonical(broken_plugin("scribble")).string() + ")");
   EXPECT_EQ(used.doc_lengths, row.doc_lengths);
@@ -305,17 +291,14 @@ TEST(PluginLentMemoryTest, PlanThatWroteIntoTheRowIsRefusedAndTheRowKept) {
   single.tokens = 100;
   single.cp_size = 2;
   auto named = balancer->plan_cp("contiguous", single);
-  ASSERT_FALSE(named.is_ok());
-  EXPECT_EQ(named.status().code(), StatusCode::kPluginFault);
-  EXPECT_HAS(named.status().message(), "wrote into the string strategy");
+  EXPECT_TRUE(refused_as_fault(named, "wrote into the string strategy"));
   // Each call gets its own copy: the next call reads the name as asked.
   auto again = balancer->plan_cp("contiguous", single);
   EXPECT_HAS(again.status().message(), "strategy 'contiguous' wrote into the string strategy");
 }
 
 TEST(PluginLentMemoryTest, SelectorServesTheBuiltinPlanAndSaysWhichPluginFailed) {
-  Logged logged;
-  auto balancer = load_broken("scribble", logged);
+  auto balancer = load_broken("scribble");
   ASSERT_NE(balancer, nullptr);
   std::vector<std::string> warnings;
   SelectorOptions options;
@@ -333,34 +316,28 @@ TEST(PluginLentMemoryTest, SelectorServesTheBuiltinPlanAndSaysWhichPluginFailed)
 }
 
 TEST(PluginLentMemoryTest, PartitionThatWroteIntoTheLengthsIsRefused) {
-  Logged logged;
-  auto balancer = load_broken("scribble", logged);
+  auto balancer = load_broken("scribble");
   ASSERT_NE(balancer, nullptr);
   const DpRequest request{{40, 30, 20, 10, 5}, 2, {}, false};
   DpRequest used = request;
   auto part = balancer->partition_dp("round_robin", used);
-  ASSERT_FALSE(part.is_ok());
-  EXPECT_EQ(part.status().code(), StatusCode::kPluginFault);
-  EXPECT_HAS(part.status().message(),
-             "plugin 'broken_scribble' strategy 'round_robin' wrote into "
-             "lengths[0] (40 lent, 1 after the call)");
+  EXPECT_TRUE(refused_as_fault(part,
+                               "plugin 'broken_scribble' strategy 'round_robin' wrote into "
+                               "lengths[0] (40 lent, 1 after the call)"));
   EXPECT_EQ(used.lengths, request.lengths);
 }
 
 TEST(PluginLentMemoryTest, ScheduleThatShrankTheBatchIsRefusedAndTheBatchKept) {
-  Logged logged;
-  auto balancer = load_broken("scribble", logged);
+  auto balancer = load_broken("scribble");
   ASSERT_NE(balancer, nullptr);
   const ScheduleRequest request = batch_request();
   ScheduleRequest used = request;
   // The answer is a valid schedule of a batch of 1-token documents: only the
   // comparison with what was lent can tell.
   auto schedule = balancer->schedule("hybrid", used);
-  ASSERT_FALSE(schedule.is_ok());
-  EXPECT_EQ(schedule.status().code(), StatusCode::kPluginFault);
-  EXPECT_HAS(schedule.status().message(),
-             "plugin 'broken_scribble' scheduler 'hybrid' wrote into "
-             "doc_lengths[0] (2500 lent, 1 after the call)");
+  EXPECT_TRUE(refused_as_fault(schedule,
+                               "plugin 'broken_scribble' scheduler 'hybrid' wrote into "
+                               "doc_lengths[0] (2500 lent, 1 after the call)"));
   EXPECT_EQ(used.doc_lengths, request.doc_lengths);
 }
 
@@ -368,17 +345,15 @@ TEST(PluginLentMemoryTest, WritesIntoTheRequestStructAreRefused) {
   // Each hook writes one field of its request struct (no array, no string)
   // and answers validly for the request as given: only the byte comparison
   // of the struct can tell.
-  Logged logged;
-  auto balancer = load_broken("scribble_struct", logged);
+  auto balancer = load_broken("scribble_struct");
   ASSERT_NE(balancer, nullptr);
   const std::string tail = ", which the host lent it read-only";
   auto plan = balancer->plan_cp("contiguous", packed_row());
-  ASSERT_FALSE(plan.is_ok());
-  EXPECT_EQ(plan.status().code(), StatusCode::kPluginFault);
-  EXPECT_HAS(plan.status().message(),
-             "plugin 'broken_scribble_struct' strategy 'contiguous' wrote into the request "
-             "struct fulcrum_cp_request" +
-                 tail);
+  EXPECT_TRUE(refused_as_fault(
+      plan,
+      "plugin 'broken_scribble_struct' strategy 'contiguous' wrote into the request "
+      "struct fulcrum_cp_request" +
+          tail));
   const DpRequest request{{40, 30, 20, 10, 5}, 2, {}, false};
   auto part = balancer->partition_dp("round_robin", request);
   ASSERT_FALSE(part.is_ok());
@@ -399,18 +374,15 @@ TEST(PluginLentMemoryTest, WritesIntoTheRequestStructAreRefused) {
 // --- counts that promise more than the buffers hold ------------------------
 
 TEST(PluginAnswerCountsTest, CountsAreCheckedBeforeAnyBufferIsRead) {
-  Logged logged;
-  auto balancer = load_broken("lying_counts", logged);
+  auto balancer = load_broken("lying_counts");
   ASSERT_NE(balancer, nullptr);
   CpWorkload row;
   row.tokens = 1000;
   row.cp_size = 4;
   auto plan = balancer->plan_cp("contiguous", row);
-  ASSERT_FALSE(plan.is_ok());
-  EXPECT_EQ(plan.status().code(), StatusCode::kPluginFault);
-  EXPECT_HAS(plan.status().message(),
-             "4 shards of 64000 positions hold 255000 pads for 1000 "
-             "tokens, but it reports padding 0");
+  EXPECT_TRUE(refused_as_fault(plan,
+                               "4 shards of 64000 positions hold 255000 pads for 1000 "
+                               "tokens, but it reports padding 0"));
 
   for (std::int32_t k : {2, 3, 8}) {
     auto part = balancer->partition_dp("round_robin", DpRequest{{5, 4, 3, 2, 1}, k, {}, false});
@@ -423,11 +395,9 @@ TEST(PluginAnswerCountsTest, CountsAreCheckedBeforeAnyBufferIsRead) {
   }
   // One rank: it writes sample n + 1 into the host's buffer of n.
   auto past = balancer->partition_dp("round_robin", DpRequest{{5, 4, 3}, 1, {}, false});
-  ASSERT_FALSE(past.is_ok());
-  EXPECT_EQ(past.status().code(), StatusCode::kPluginFault);
-  EXPECT_HAS(past.status().message(),
-             "plugin 'broken_lying_counts' strategy 'round_robin' wrote "
-             "past the end of samples (3 entries, written at entry 3)");
+  EXPECT_TRUE(refused_as_fault(past,
+                               "plugin 'broken_lying_counts' strategy 'round_robin' wrote "
+                               "past the end of samples (3 entries, written at entry 3)"));
 }
 
 // --- text from the plugin ----------------------------------------------------
@@ -441,8 +411,7 @@ struct TextCase {
 class PluginAnswerTextTest : public ::testing::TestWithParam<TextCase> {};
 
 TEST_P(PluginAnswerTextTest, IsRefusedNamingPluginFieldAndRule) {
-  Logged logged;
-  auto balancer = load_broken("bad_text", logged);
+  auto balancer = load_broken("bad_text");
   ASSERT_NE(balancer, nullptr);
   CpWorkload row;
   row.tokens = 64;
@@ -468,7 +437,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(PluginTextTest, ErrorsAndLogLinesAreEscapedToOneLine) {
   Logged logged;
-  auto balancer = load_broken("bad_text", logged);
+  auto balancer = load_broken("bad_text", logged.options());
   ASSERT_NE(balancer, nullptr);
   CpWorkload row;
   row.tokens = 64;
@@ -482,19 +451,17 @@ TEST(PluginTextTest, ErrorsAndLogLinesAreEscapedToOneLine) {
              "plugin 'broken_bad_text' strategy 'noisy': failed \\x1b[31mred\\x1b[0m"
              "\\nfulcrum: forged line \\xc3");
   ASSERT_EQ(logged.lines.size(), 2u);  // the load line, then the plugin's
-  EXPECT_EQ(logged.lines[1], "plugin 'broken_bad_text': log \\x1b[2J line\\nsecond \\xff");
+  EXPECT_EQ(logged.lines[1].text, "plugin 'broken_bad_text': log \\x1b[2J line\\nsecond \\xff");
 }
 
 TEST(PluginTextTest, ScheduleNamesAreChecked) {
-  Logged logged;
-  auto balancer = load_broken("bad_text", logged);
+  auto balancer = load_broken("bad_text");
   ASSERT_NE(balancer, nullptr);
   auto schedule = balancer->schedule("fixed", batch_request());
-  ASSERT_FALSE(schedule.is_ok());
-  EXPECT_EQ(schedule.status().code(), StatusCode::kPluginFault);
-  EXPECT_HAS(schedule.status().message(),
-             "plugin 'broken_bad_text' scheduler 'fixed' returned an invalid schedule: "
-             "strategy_used is not UTF-8 (byte 5 is 0xc3)");
+  EXPECT_TRUE(
+      refused_as_fault(schedule,
+                       "plugin 'broken_bad_text' scheduler 'fixed' returned an invalid schedule: "
+                       "strategy_used is not UTF-8 (byte 5 is 0xc3)"));
 }
 
 TEST(PluginTextTest, TableNamesAreCheckedAtLoad) {

@@ -14,30 +14,20 @@
 #include "fulcrum/core/cost_profile.h"
 #include "fulcrum/core/schedule.h"
 #include "fulcrum/host/plugin_loader.h"
+#include "loader_test_support.h"
 #include "strategies/schedule_strategies.h"
-#include "test_support.h"
-
-#ifndef FULCRUM_PLUGIN_PATH
-#error "FULCRUM_PLUGIN_PATH must name the built libfulcrum_balancer.so"
-#endif
-#ifndef FULCRUM_BROKEN_PLUGIN_DIR
-#error "FULCRUM_BROKEN_PLUGIN_DIR must name the directory of the broken test plugins"
-#endif
 
 namespace fulcrum::host {
 namespace {
 
 namespace fs = std::filesystem;
+using test::test_plugin;
 
 LoaderOptions quiet_options() {
   LoaderOptions o;
   o.check_permissions = false;
   o.log = nullptr;
   return o;
-}
-
-std::string test_plugin(const std::string& file) {
-  return std::string(FULCRUM_BROKEN_PLUGIN_DIR) + "/lib" + file + ".so";
 }
 
 #define ASSERT_BUILT(file) \

@@ -17,30 +17,19 @@
 #include "fulcrum/core/work_model.h"
 #include "fulcrum/host/plugin_loader.h"
 #include "fulcrum/host/selection.h"
-#include "test_support.h"
+#include "loader_test_support.h"
 
 namespace fulcrum::host {
 namespace {
 
-CpWorkload causal_row(std::int64_t tokens, std::int32_t cp_size) {
-  CpWorkload w;
-  w.tokens = tokens;
-  w.cp_size = cp_size;
-  return w;
-}
-
-std::vector<std::int64_t> identity_padded(std::int64_t n, std::int64_t p) {
-  const std::int64_t s = (n + p - 1) / p;
-  std::vector<std::int64_t> out(static_cast<std::size_t>(s * p), kPadPosition);
-  for (std::int64_t i = 0; i < n; ++i) out[static_cast<std::size_t>(i)] = i;
-  return out;
-}
+using test::causal_row;
+using test::contiguous_positions;
 
 ShardPlan contiguous_plan(const CpWorkload& w) {
   ShardPlan plan;
   plan.cp_size = w.cp_size;
   plan.shard_len = (w.tokens + w.cp_size - 1) / w.cp_size;
-  plan.positions = identity_padded(w.tokens, w.cp_size);
+  plan.positions = contiguous_positions(w.tokens, w.cp_size);
   plan.padding = plan.shard_len * w.cp_size - w.tokens;
   plan.strategy_used = "contiguous";
   return plan;  // work left empty: the host fills it
@@ -132,7 +121,7 @@ TEST(SelectionTest, HeadTailOnIndivisibleLengthFallsBackWithThePluginsReason) {
   // "plugin 'fulcrum' strategy 'head_tail': ".
   EXPECT_HAS(plan->fallback_reason,
              "head_tail cannot shard this row: N=1001 is not a multiple of 2*cp_size=8");
-  EXPECT_EQ(plan->positions, identity_padded(1001, 4));
+  EXPECT_EQ(plan->positions, contiguous_positions(1001, 4));
   EXPECT_TRUE(warnings.lines.empty());
 }
 
@@ -253,7 +242,7 @@ TEST(SelectionTest, InvalidPlanFromABalancerIsAFailure) {
   auto plan = selector.plan(w);
   ASSERT_TRUE(plan.is_ok()) << plan.status().message();
   expect_servable(w, *plan);
-  EXPECT_EQ(plan->positions, identity_padded(64, 4));
+  EXPECT_EQ(plan->positions, contiguous_positions(64, 4));
   EXPECT_HAS(plan->fallback_reason, "invalid plan");
   EXPECT_EQ(warnings.lines.size(), 1u);
 }
@@ -263,8 +252,7 @@ TEST(SelectionTest, ThrowingPluginThroughTheLoaderIsServedByTheBuiltin) {
   LoaderOptions lo;
   lo.check_permissions = false;
   lo.log = nullptr;
-  auto loaded =
-      load_plugin(std::string(FULCRUM_BROKEN_PLUGIN_DIR) + "/libfulcrum_broken_throwing.so", lo);
+  auto loaded = load_plugin(test::broken_plugin("throwing"), lo);
   ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
   CpSelector selector(*loaded, options("contiguous", warnings));
   const CpWorkload w = causal_row(100, 4);

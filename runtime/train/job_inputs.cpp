@@ -99,6 +99,16 @@ data::LoaderOptions loader_options(const TrainOptions& options, int dp_rank) {
   return loader;
 }
 
+CpWorkload row_workload(const data::PackedRow& row, const TrainOptions& options) {
+  CpWorkload w;
+  w.tokens = row.size();
+  w.doc_lengths = row.doc_lengths;
+  w.mask = options.mask;
+  w.block_size = options.block_size;
+  w.cp_size = options.cp_size;
+  return w;
+}
+
 host::LogFn once_per_message_log(bool enabled) {
   auto seen = std::make_shared<std::set<std::string>>();
   return [seen, enabled](host::LogLevel level, const std::string& message) {

@@ -43,6 +43,10 @@ Result<std::unique_ptr<data::TokenDataset>> open_dataset(const TrainOptions& opt
 // loads the whole global batch as unpacked pieces.
 data::LoaderOptions loader_options(const TrainOptions& options, int dp_rank);
 
+// The CP workload of one packed row: its tokens and documents under the
+// job's mask, block size and cp_size.
+CpWorkload row_workload(const data::PackedRow& row, const TrainOptions& options);
+
 // Host warnings, each distinct message once per process and only where
 // `enabled`: replicated decisions (a missing plugin, a fallback of a row that
 // every CP rank planned alike) would otherwise be printed by every rank.

@@ -59,7 +59,7 @@ host::ConfigSchema build_job_schema() {
   s.add(bool_key("balancer.dp.equal_count", false, "give every DP rank floor(n/k) or ceil(n/k) samples"));
   s.add(int_key("balancer.dp.window", 1, 1, kNoMax, "global batches balanced together; an integer >= 1"));
   s.add(string_key("balancer.schedule.strategy", "hybrid", {}, check_not_empty, "hybrid mode: the scheduler that places each global batch; a name the balancer lists (fixed, megatron_dcp, hybrid)"));
-  s.add(string_key("balancer.schedule.profile", "cpu_gloo", {}, check_not_empty, "hybrid mode: the step-time cost profile the scheduler plans with; a bundled name (cpu_gloo, h100_7b, ...) or a profile YAML file"));
+  s.add(string_key("balancer.schedule.profile", "cpu_gloo", {}, check_not_empty, "hybrid mode: the step-time cost profile the scheduler plans with; a bundled name (cpu_gloo, h100_7b, h100_7b_fa3, h100_7b_nccl) or a profile YAML file"));
   // data: where samples come from and how they are batched.
   s.add(string_key("data.source", "synthetic", {"synthetic", "jsonl", "megatron"}, {}, "sample source"));
   s.add(string_key("data.path", "", {}, {}, "JSONL file or Megatron dataset prefix (without .bin/.idx)"));

@@ -1,7 +1,8 @@
 // The training loop of one rank, behind a LibTorch-free interface: the
 // worker's device and threads, and the run itself (trainer.h describes what
 // every rank does per step). run_worker (trainer.cpp) reads the settings and
-// maps failures to exit codes; worker.cpp trains.
+// maps failures to exit codes; worker.cpp picks the step loop of the mode
+// (worker_base.h: FixedWorker, HybridWorker over what they share) and trains.
 #pragma once
 
 #include "fulcrum/status.h"

@@ -18,6 +18,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -25,6 +26,12 @@
 #include "fulcrum/status.h"
 
 namespace fulcrum::dp {
+
+// Ok for a cost model fulcrum can weigh with: a known kind and, for
+// attention, a finite coefficient a in [0, 2^40]. The message starts with
+// `who` ("dp request", "dispatcher"). Shared by the DP registry's request
+// check and the dispatcher's options check.
+Status check_cost_model(const CostModel& cost, std::string_view who);
 
 struct DispatchOptions {
   std::int32_t num_ranks = 1;     // k, data-parallel ranks

@@ -26,17 +26,6 @@ namespace {
 using namespace testing;
 using namespace std::chrono_literals;
 
-CpWorkload make_workload(std::int64_t n, std::vector<std::int64_t> docs, MaskSpec mask,
-                         std::int64_t b, std::int32_t p) {
-  CpWorkload w;
-  w.tokens = n;
-  w.doc_lengths = std::move(docs);
-  w.mask = std::move(mask);
-  w.block_size = b;
-  w.cp_size = p;
-  return w;
-}
-
 std::vector<std::pair<std::string, MaskSpec>> all_masks(std::int64_t n, std::int64_t b) {
   MaskSpec sparse;
   sparse.kind = MaskKind::kBlockSparse;
@@ -47,10 +36,7 @@ std::vector<std::pair<std::string, MaskSpec>> all_masks(std::int64_t n, std::int
 }
 
 std::vector<ShardPlan> all_plans(std::int64_t n, std::int32_t p, std::int64_t b) {
-  std::vector<ShardPlan> plans{contiguous_plan(n, p), random_plan(n, p, 3, 11 + p),
-                               block_round_robin_plan(n, p, b)};
-  if (n % (2 * p) == 0) plans.push_back(head_tail_plan(n, p));
-  return plans;
+  return plan_shapes(n, p, b, 3, 11 + p);
 }
 
 // ---------------------------------------------------------------- schedule

@@ -21,23 +21,12 @@
 #include "fulcrum/core/work_model.h"
 #include "fulcrum/core/workload.h"
 #include "reference.h"
-
-namespace {
-
-int g_rank = -1;
-
-void check(bool ok, const std::string& what) {
-  if (ok) return;
-  std::fprintf(stderr, "FAIL: rank %d: %s\n", g_rank, what.c_str());
-  std::fflush(stderr);
-  std::exit(1);
-}
-
-}  // namespace
+#include "test_util/worker_check.h"
 
 int main(int argc, char** argv) {
   using namespace fulcrum;
   using namespace fulcrum::attention;
+  using test_util::check;
   if (argc != 4) {
     std::fprintf(stderr, "usage: %s <mask> <dp> <cp>\n", argv[0]);
     return 3;
@@ -47,7 +36,7 @@ int main(int argc, char** argv) {
   check(options.is_ok(), options.status().message());
   options->rendezvous_timeout = std::chrono::seconds(20);
   options->op_timeout = std::chrono::seconds(20);
-  g_rank = options->rank;
+  test_util::worker_rank() = options->rank;
   try {
     const comm::ProcessGroups groups = comm::init_gloo_process_groups(*options);
     const std::int32_t p = groups.cp->size();

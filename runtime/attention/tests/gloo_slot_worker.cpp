@@ -20,8 +20,10 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "attention/sharding.h"
 #include "attention/slot_attention.h"
@@ -29,24 +31,78 @@
 #include "fulcrum/core/cost_profile.h"
 #include "fulcrum/core/schedule.h"
 #include "reference.h"
+#include "slot_request.h"
 #include "strategies/schedule_strategies.h"
+#include "test_util/worker_check.h"
 
 namespace {
 
-int g_rank = -1;
+using namespace fulcrum;
+using namespace fulcrum::attention;
+using test_util::check;
 
-void check(bool ok, const std::string& what) {
-  if (ok) return;
-  std::fprintf(stderr, "FAIL: rank %d: %s\n", g_rank, what.c_str());
-  std::fflush(stderr);
-  std::exit(1);
+constexpr std::int64_t kHeads = 2;
+constexpr std::int64_t kDim = 4;
+
+// This rank's slots, in wave order.
+std::vector<std::size_t> slots_of(const Schedule& schedule, int rank) {
+  std::vector<std::size_t> mine;
+  for (std::size_t s = 0; s < schedule.slots.size(); ++s) {
+    const auto& ranks = schedule.slots[s].ranks;
+    if (std::find(ranks.begin(), ranks.end(), rank) != ranks.end()) mine.push_back(s);
+  }
+  std::stable_sort(mine.begin(), mine.end(), [&](std::size_t a, std::size_t b) {
+    return schedule.slots[a].wave < schedule.slots[b].wave;
+  });
+  return mine;
+}
+
+// Slot `s` on this member: slot attention equals dense attention of the
+// slot's row on this member's shard, and it received the predicted bytes.
+void check_slot(std::size_t s, const ScheduleSlot& slot, const ScheduleRequest& request,
+                const ScheduleCost& cost, const std::shared_ptr<comm::Communicator>& world) {
+  const CpWorkload row = slot_workload(request, slot);
+  at::manual_seed(900 + static_cast<std::uint64_t>(s));  // same tensors on every member
+  const auto opts = at::TensorOptions().dtype(at::kDouble);
+  const at::Tensor q = at::randn({row.tokens, kHeads, kDim}, opts);
+  const at::Tensor k = at::randn({row.tokens, kHeads, kDim}, opts);
+  const at::Tensor v = at::randn({row.tokens, kHeads, kDim}, opts);
+  const at::Tensor weight = at::randn({row.tokens, kHeads, kDim}, opts);
+
+  SlotAttentionOptions slot_options;
+  slot_options.label = "slot " + std::to_string(s) + " (wave " + std::to_string(slot.wave) + ")";
+  auto attention = SlotAttention::create(row, slot.plan, slot.ranks, world, slot_options);
+  check(attention.is_ok(), attention.status().message());
+  const std::int32_t m = (*attention)->member();
+  at::Tensor ql = shard(q, slot.plan, m).requires_grad_();
+  at::Tensor kl = shard(k, slot.plan, m).requires_grad_();
+  at::Tensor vl = shard(v, slot.plan, m).requires_grad_();
+  const at::Tensor out = (*attention)->apply(ql, kl, vl);
+  (out * shard(weight, slot.plan, m)).sum().backward();
+
+  const at::Tensor qr = q.clone().requires_grad_();
+  const at::Tensor kr = k.clone().requires_grad_();
+  const at::Tensor vr = v.clone().requires_grad_();
+  const at::Tensor ref = testing::dense_attention(qr, kr, vr, testing::brute_mask(row));
+  (ref * weight).sum().backward();
+  const std::string where = "slot " + std::to_string(s) + " wave " + std::to_string(slot.wave) +
+                            " member " + std::to_string(m);
+  const auto diff = [&](const at::Tensor& local, const at::Tensor& expected) {
+    return (local.detach() - shard(expected, slot.plan, m)).abs().max().item<double>();
+  };
+  check(diff(out, ref) < 1e-12, where + ": forward differs from dense attention");
+  check(diff(ql.grad(), qr.grad()) < 1e-12, where + ": dq differs");
+  check(diff(kl.grad(), kr.grad()) < 1e-12, where + ": dk differs");
+  check(diff(vl.grad(), vr.grad()) < 1e-12, where + ": dv differs");
+  const std::int64_t predicted = cost.slots[s].members[m].bytes_received;
+  check((*attention)->last_forward().bytes_received == predicted,
+        where + ": received " + std::to_string((*attention)->last_forward().bytes_received) +
+            " bytes, the cost model predicts " + std::to_string(predicted));
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  using namespace fulcrum;
-  using namespace fulcrum::attention;
   if (argc != 3 && !(argc == 4 && std::string(argv[3]) == "stall")) {
     std::fprintf(stderr, "usage: %s <scheduler> <world_size> [stall]\n", argv[0]);
     return 3;
@@ -58,21 +114,12 @@ int main(int argc, char** argv) {
   check(options.is_ok(), options.status().message());
   options->rendezvous_timeout = std::chrono::seconds(20);
   options->op_timeout = stall ? std::chrono::seconds(2) : std::chrono::seconds(20);
-  g_rank = options->rank;
+  const int rank = test_util::worker_rank() = options->rank;
   try {
     const comm::ProcessGroups groups = comm::init_gloo_process_groups(*options);
-    const std::int64_t heads = 2;
-    const std::int64_t dim = 4;
-
-    ScheduleRequest request;
-    request.world_size = options->world_size;
-    request.max_tokens_per_rank = 64;
-    request.block_size = 8;
-    request.mask = MaskSpec::causal();
-    request.profile = builtin_cost_profile("cpu_gloo").value();
-    request.profile.kv_bytes_per_token = static_cast<double>(heads * 2 * dim * 8);
     // One document that needs three ranks, a long tail of short ones.
-    request.doc_lengths = {150, 40, 3, 17, 60, 9, 1, 25, 33, 5, 12, 48, 7, 2};
+    const ScheduleRequest request = testing::slot_request(
+        options->world_size, kHeads, kDim, {150, 40, 3, 17, 60, 9, 1, 25, 33, 5, 12, 48, 7, 2});
     const Result<Schedule> schedule = run_schedule_strategy(argv[1], request);
     check(schedule.is_ok(), schedule.status().message());
     const ScheduleCost cost = evaluate_schedule(request, *schedule);
@@ -80,8 +127,8 @@ int main(int argc, char** argv) {
     if (stall) {
       for (const ScheduleSlot& slot : schedule->slots) {
         if (slot.ranks.size() < 2) continue;
-        if (slot.ranks[1] == g_rank) {
-          std::printf("rank %d stalls\n", g_rank);
+        if (slot.ranks[1] == rank) {
+          std::printf("rank %d stalls\n", rank);
           std::fflush(stdout);
           std::this_thread::sleep_for(std::chrono::seconds(5));
           return 0;
@@ -89,57 +136,9 @@ int main(int argc, char** argv) {
         break;
       }
     }
-    std::vector<std::size_t> mine;
-    for (std::size_t s = 0; s < schedule->slots.size(); ++s) {
-      const auto& ranks = schedule->slots[s].ranks;
-      if (std::find(ranks.begin(), ranks.end(), g_rank) != ranks.end()) mine.push_back(s);
-    }
-    std::stable_sort(mine.begin(), mine.end(), [&](std::size_t a, std::size_t b) {
-      return schedule->slots[a].wave < schedule->slots[b].wave;
-    });
-    for (const std::size_t s : mine) {
-      const ScheduleSlot& slot = schedule->slots[s];
-      const CpWorkload row = slot_workload(request, slot);
-      at::manual_seed(900 + static_cast<std::uint64_t>(s));  // same tensors on every member
-      const auto opts = at::TensorOptions().dtype(at::kDouble);
-      const at::Tensor q = at::randn({row.tokens, heads, dim}, opts);
-      const at::Tensor k = at::randn({row.tokens, heads, dim}, opts);
-      const at::Tensor v = at::randn({row.tokens, heads, dim}, opts);
-      const at::Tensor weight = at::randn({row.tokens, heads, dim}, opts);
-
-      SlotAttentionOptions slot_options;
-      slot_options.label =
-          "slot " + std::to_string(s) + " (wave " + std::to_string(slot.wave) + ")";
-      auto attention =
-          SlotAttention::create(row, slot.plan, slot.ranks, groups.world, slot_options);
-      check(attention.is_ok(), attention.status().message());
-      const std::int32_t m = (*attention)->member();
-      at::Tensor ql = shard(q, slot.plan, m).requires_grad_();
-      at::Tensor kl = shard(k, slot.plan, m).requires_grad_();
-      at::Tensor vl = shard(v, slot.plan, m).requires_grad_();
-      const at::Tensor out = (*attention)->apply(ql, kl, vl);
-      (out * shard(weight, slot.plan, m)).sum().backward();
-
-      const at::Tensor qr = q.clone().requires_grad_();
-      const at::Tensor kr = k.clone().requires_grad_();
-      const at::Tensor vr = v.clone().requires_grad_();
-      const at::Tensor ref = testing::dense_attention(qr, kr, vr, testing::brute_mask(row));
-      (ref * weight).sum().backward();
-      const std::string where = "slot " + std::to_string(s) + " wave " + std::to_string(slot.wave) +
-                                " member " + std::to_string(m);
-      const auto diff = [&](const at::Tensor& local, const at::Tensor& expected) {
-        return (local.detach() - shard(expected, slot.plan, m)).abs().max().item<double>();
-      };
-      check(diff(out, ref) < 1e-12, where + ": forward differs from dense attention");
-      check(diff(ql.grad(), qr.grad()) < 1e-12, where + ": dq differs");
-      check(diff(kl.grad(), kr.grad()) < 1e-12, where + ": dk differs");
-      check(diff(vl.grad(), vr.grad()) < 1e-12, where + ": dv differs");
-      const std::int64_t predicted = cost.slots[s].members[m].bytes_received;
-      check((*attention)->last_forward().bytes_received == predicted,
-            where + ": received " + std::to_string((*attention)->last_forward().bytes_received) +
-                " bytes, the cost model predicts " + std::to_string(predicted));
-    }
-    std::printf("rank %d ran %zu slots\n", g_rank, mine.size());
+    const std::vector<std::size_t> mine = slots_of(*schedule, rank);
+    for (const std::size_t s : mine) check_slot(s, schedule->slots[s], request, cost, groups.world);
+    std::printf("rank %d ran %zu slots\n", rank, mine.size());
     groups.world->barrier();
     return 0;
   } catch (const comm::CommError& e) {

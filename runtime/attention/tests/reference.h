@@ -13,6 +13,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fulcrum/cp_types.h"
@@ -147,6 +148,29 @@ inline ShardPlan block_round_robin_plan(std::int64_t n, std::int32_t p, std::int
     }
   }
   return finish(plan, "block_round_robin");
+}
+
+// The plan shapes the equivalence tests run: contiguous with a padded tail,
+// random with `extra` pad rows per rank (seeded), block round-robin, and
+// head-tail where n divides into 2P chunks.
+inline std::vector<ShardPlan> plan_shapes(std::int64_t n, std::int32_t p, std::int64_t b,
+                                          std::int64_t extra, std::uint32_t seed) {
+  std::vector<ShardPlan> plans{contiguous_plan(n, p), random_plan(n, p, extra, seed),
+                               block_round_robin_plan(n, p, b)};
+  if (n % (2 * p) == 0) plans.push_back(head_tail_plan(n, p));
+  return plans;
+}
+
+// A row of n tokens packed from `docs` (empty: one document), for P ranks.
+inline CpWorkload make_workload(std::int64_t n, std::vector<std::int64_t> docs, MaskSpec mask,
+                                std::int64_t b, std::int32_t p) {
+  CpWorkload w;
+  w.tokens = n;
+  w.doc_lengths = std::move(docs);
+  w.mask = std::move(mask);
+  w.block_size = b;
+  w.cp_size = p;
+  return w;
 }
 
 // A block-sparse mask over ceil(n / b) blocks: the diagonal, the first block

@@ -29,6 +29,7 @@
 #include "fulcrum/core/schedule.h"
 #include "fulcrum/core/work_model.h"
 #include "reference.h"
+#include "slot_request.h"
 #include "strategies/schedule_strategies.h"
 
 namespace fulcrum::attention {
@@ -38,13 +39,8 @@ using namespace testing;
 using namespace std::chrono_literals;
 
 CpWorkload make_row(std::vector<std::int64_t> docs, MaskSpec mask, std::int64_t b, std::int32_t g) {
-  CpWorkload w;
-  w.tokens = std::accumulate(docs.begin(), docs.end(), std::int64_t{0});
-  w.doc_lengths = std::move(docs);
-  w.mask = std::move(mask);
-  w.block_size = b;
-  w.cp_size = g;
-  return w;
+  const std::int64_t n = std::accumulate(docs.begin(), docs.end(), std::int64_t{0});
+  return make_workload(n, std::move(docs), std::move(mask), b, g);
 }
 
 std::vector<std::pair<std::string, MaskSpec>> masks(std::int64_t n, std::int64_t b) {
@@ -59,10 +55,7 @@ std::vector<std::pair<std::string, MaskSpec>> masks(std::int64_t n, std::int64_t
 }
 
 std::vector<ShardPlan> plans(std::int64_t n, std::int32_t g, std::int64_t b) {
-  std::vector<ShardPlan> list{contiguous_plan(n, g), random_plan(n, g, 2, 40 + g),
-                              block_round_robin_plan(n, g, b)};
-  if (n % (2 * g) == 0) list.push_back(head_tail_plan(n, g));
-  return list;
+  return plan_shapes(n, g, b, 2, 40 + g);
 }
 
 // ------------------------------------------------------------- key blocks
@@ -322,14 +315,7 @@ TEST(SlotAttention, WholeSchedulesRunWaveByWaveAndMoveThePredictedBytes) {
   const std::int64_t dim = 4;
   std::mt19937 rng(23);
   for (const std::int32_t world_size : {4, 6}) {
-    ScheduleRequest request;
-    request.world_size = world_size;
-    request.max_tokens_per_rank = 64;
-    request.block_size = 8;
-    request.mask = MaskSpec::causal();
-    request.profile = builtin_cost_profile("cpu_gloo").value();
-    request.profile.kv_bytes_per_token = static_cast<double>(heads * 2 * dim * 8);
-    request.doc_lengths = {150};  // needs three ranks at least
+    ScheduleRequest request = slot_request(world_size, heads, dim, {150});  // needs 3 ranks
     std::lognormal_distribution<double> length(2.8, 0.9);
     for (int i = 0; i < 14; ++i) {
       request.doc_lengths.push_back(std::clamp<std::int64_t>(std::llround(length(rng)), 1, 60));

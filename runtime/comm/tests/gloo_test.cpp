@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "comm/progress.h"
 #include "spawn.h"
@@ -33,22 +34,34 @@ std::string describe(const std::vector<testing::ChildResult>& results) {
   return text;
 }
 
-TEST(Gloo, CollectivesOnWorldCpAndDpGroups) {
-  // world 4 = dp 2 x cp 2: every group has two or four members.
+// The ranks of a `world`-rank job of the worker with `args` (mode, dp, cp,
+// rendezvous and op timeouts in ms) on a free port, `env` added to each
+// rank's environment; none when no port was free.
+std::vector<testing::ChildResult> run_job(const std::vector<std::string>& args, int world,
+                                          std::chrono::seconds deadline,
+                                          const std::vector<std::string>& env = {}) {
   const int port = free_port();
-  ASSERT_GT(port, 0);
-  const auto results = run_children(
-      rank_children(kWorker, {"collectives", "2", "2", "20000", "20000"}, 4, port), 60s);
+  EXPECT_GT(port, 0);
+  if (port <= 0) return {};
+  auto children = rank_children(kWorker, args, world, port);
+  for (auto& c : children) c.env.insert(c.env.end(), env.begin(), env.end());
+  return run_children(children, deadline);
+}
+
+// Every rank of a dp x cp job runs the worker's collectives and exits 0.
+void expect_collectives_pass(int dp, int cp, const std::vector<std::string>& env = {}) {
+  const auto results = run_job(
+      {"collectives", std::to_string(dp), std::to_string(cp), "20000", "20000"}, dp * cp, 60s, env);
+  ASSERT_EQ(results.size(), static_cast<std::size_t>(dp * cp));
   for (const auto& r : results) ASSERT_EQ(r.exit_code, 0) << describe(results);
 }
 
-TEST(Gloo, CollectivesWithOnlyCp) {
-  const int port = free_port();
-  ASSERT_GT(port, 0);
-  const auto results = run_children(
-      rank_children(kWorker, {"collectives", "1", "3", "20000", "20000"}, 3, port), 60s);
-  for (const auto& r : results) ASSERT_EQ(r.exit_code, 0) << describe(results);
+TEST(Gloo, CollectivesOnWorldCpAndDpGroups) {
+  // world 4 = dp 2 x cp 2: every group has two or four members.
+  expect_collectives_pass(2, 2);
 }
+
+TEST(Gloo, CollectivesWithOnlyCp) { expect_collectives_pass(1, 3); }
 
 TEST(Gloo, AClientAloneTimesOutNamingTheAddress) {
   // Rank 1 of 2 with nobody hosting the store.
@@ -83,10 +96,7 @@ TEST(Gloo, TheHostAloneTimesOutNamingTheAddress) {
 }
 
 TEST(Gloo, ACollectiveTimesOutNamingTheOperationAndGroup) {
-  const int port = free_port();
-  ASSERT_GT(port, 0);
-  const auto results =
-      run_children(rank_children(kWorker, {"op_timeout", "1", "2", "20000", "2000"}, 2, port), 30s);
+  const auto results = run_job({"op_timeout", "1", "2", "20000", "2000"}, 2, 30s);
   ASSERT_EQ(results.size(), 2u);
   EXPECT_FALSE(results[0].timed_out) << describe(results);
   EXPECT_EQ(results[0].exit_code, 2) << describe(results);
@@ -101,10 +111,7 @@ TEST(Gloo, ACollectiveTimesOutNamingTheOperationAndGroup) {
 }
 
 TEST(Gloo, PointToPointExchangesBetweenAnyPairsInAnyOrder) {
-  const int port = free_port();
-  ASSERT_GT(port, 0);
-  const auto results =
-      run_children(rank_children(kWorker, {"p2p", "1", "3", "20000", "20000"}, 3, port), 60s);
+  const auto results = run_job({"p2p", "1", "3", "20000", "20000"}, 3, 60s);
   ASSERT_EQ(results.size(), 3u);
   for (const auto& r : results) {
     EXPECT_FALSE(r.timed_out) << describe(results);
@@ -113,10 +120,7 @@ TEST(Gloo, PointToPointExchangesBetweenAnyPairsInAnyOrder) {
 }
 
 TEST(Gloo, AReceiveTimesOutNamingTheGroupAndThePeer) {
-  const int port = free_port();
-  ASSERT_GT(port, 0);
-  const auto results = run_children(
-      rank_children(kWorker, {"p2p_timeout", "1", "2", "20000", "20000"}, 2, port), 30s);
+  const auto results = run_job({"p2p_timeout", "1", "2", "20000", "20000"}, 2, 30s);
   ASSERT_EQ(results.size(), 2u);
   EXPECT_FALSE(results[0].timed_out) << describe(results);
   EXPECT_EQ(results[0].exit_code, 2) << describe(results);
@@ -228,14 +232,7 @@ TEST(Gloo, ATimedOutCollectiveNamesTheRankThatStoppedAndReportsIt) {
   EXPECT_LT(elapsed, 15s);
 }
 
-TEST(Gloo, GlooSocketIfnameIsHonoured) {
-  const int port = free_port();
-  ASSERT_GT(port, 0);
-  auto children = rank_children(kWorker, {"collectives", "1", "2", "20000", "20000"}, 2, port);
-  for (auto& c : children) c.env.push_back("GLOO_SOCKET_IFNAME=lo");
-  const auto results = run_children(children, 60s);
-  for (const auto& r : results) ASSERT_EQ(r.exit_code, 0) << describe(results);
-}
+TEST(Gloo, GlooSocketIfnameIsHonoured) { expect_collectives_pass(1, 2, {"GLOO_SOCKET_IFNAME=lo"}); }
 
 TEST(Gloo, AnInterfaceThisHostLacksIsRefusedBeforeTheRendezvous) {
   const int port = free_port();

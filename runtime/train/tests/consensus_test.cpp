@@ -401,16 +401,23 @@ TEST(ReliabilityHooks, OffMeansNoCommunicationAndNoError) {
 }
 
 // Two ranks of one CP group run `body`; the world group of each is itself
-// alone (no DP check), so only row checks meet. Returns the errors.
-std::vector<std::string> two_ranks(const std::function<void(int, ReliabilityHooks&)>& body) {
+// alone (no DP check), so only row checks meet, or with `shared_world` the
+// same two ranks over the same exchange. Returns the errors.
+std::vector<std::string> two_ranks(const std::function<void(int, ReliabilityHooks&)>& body,
+                                   bool shared_world = false) {
   ThreadGroup g(2);
   std::vector<std::string> errors(2);
   std::vector<std::thread> threads;
   for (int rank = 0; rank < 2; ++rank) {
     threads.emplace_back([&, rank] {
       ReliabilityHooks hooks(ReliabilityOptions{}, rank);
-      hooks.connect({"world", {rank}, [](const Bytes& b) { return std::vector<Bytes>{b}; }},
-                    {"cp[dp=0]", {0, 1}, [&, rank](const Bytes& b) { return g.gather(rank, b); }});
+      GatherBytes gather = [&, rank](const Bytes& b) { return g.gather(rank, b); };
+      if (shared_world) {
+        hooks.connect({"world", {0, 1}, gather}, {"cp[dp=0]", {0, 1}, gather});
+      } else {
+        hooks.connect({"world", {rank}, [](const Bytes& b) { return std::vector<Bytes>{b}; }},
+                      {"cp[dp=0]", {0, 1}, gather});
+      }
       try {
         body(rank, hooks);
       } catch (const std::exception& e) {
@@ -443,15 +450,8 @@ TEST(ReliabilityHooks, RanksInDifferentChecksAreNamed) {
   // Rank 1 reaches the end of the step (a verdict would be exchanged if the
   // job had several CP groups; here a row check of rank 0 meets a step
   // check of rank 1 through a shared group).
-  ThreadGroup g(2);
-  std::vector<std::string> errors(2);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < 2; ++rank) {
-    threads.emplace_back([&, rank] {
-      ReliabilityHooks hooks(ReliabilityOptions{}, rank);
-      GatherBytes gather = [&, rank](const Bytes& b) { return g.gather(rank, b); };
-      hooks.connect({"world", {0, 1}, gather}, {"cp[dp=0]", {0, 1}, gather});
-      try {
+  const std::vector<std::string> errors = two_ranks(
+      [](int rank, ReliabilityHooks& hooks) {
         if (rank == 0) {
           static_cast<void>(hooks.check_row(row_workload(), contiguous_plan()));
         } else {
@@ -459,12 +459,8 @@ TEST(ReliabilityHooks, RanksInDifferentChecksAreNamed) {
           data::StepBatch batch;
           hooks.begin_step(1, batch, dataset);
         }
-      } catch (const std::exception& e) {
-        errors[static_cast<std::size_t>(rank)] = e.what();
-      }
-    });
-  }
-  for (std::thread& t : threads) t.join();
+      },
+      /*shared_world=*/true);
   EXPECT_NE(errors[0].find("rank 1 sent a record of"), std::string::npos) << errors[0];
   EXPECT_NE(errors[0].find("that is not a row check"), std::string::npos) << errors[0];
   EXPECT_NE(errors[1].find("rank 0 sent a record of"), std::string::npos) << errors[1];

@@ -1,0 +1,159 @@
+// Run plans: a shard plan held as runs of consecutive positions, their
+// exact work, and the plan they materialise into.
+
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <limits>
+#include <numeric>
+#include <utility>
+#include <vector>
+
+#include "fulcrum/core/work_model.h"
+#include "fulcrum/core/workload.h"
+#include "strategies/cp_balanced_detail.h"
+#include "strategies/cp_segment.h"
+#include "strategies/cp_strategies.h"
+
+namespace fulcrum::cp::detail {
+
+RunPlan contiguous_runs(std::int64_t tokens, std::int32_t ranks) {
+  RunPlan plan;
+  plan.ranks = ranks;
+  plan.shard_len = ceil_div(tokens, ranks);
+  plan.rank_offset.assign(static_cast<std::size_t>(ranks) + 1, 0);
+  for (std::int32_t r = 0; r < ranks; ++r) {
+    const std::int64_t begin = std::min(tokens, r * plan.shard_len);
+    const std::int64_t end = std::min(tokens, begin + plan.shard_len);
+    if (end > begin) plan.runs.push_back(Run{begin, end - begin});
+    plan.rank_offset[r + 1] = static_cast<std::int64_t>(plan.runs.size());
+  }
+  return plan;
+}
+
+RunPlan head_tail_runs(std::int64_t tokens, std::int32_t ranks) {
+  RunPlan plan;
+  plan.ranks = ranks;
+  const std::int64_t chunk = tokens / (2 * static_cast<std::int64_t>(ranks));
+  plan.shard_len = 2 * chunk;
+  plan.rank_offset.assign(static_cast<std::size_t>(ranks) + 1, 0);
+  for (std::int32_t r = 0; r < ranks; ++r) {
+    plan.runs.push_back(Run{r * chunk, chunk});
+    plan.runs.push_back(Run{(2 * static_cast<std::int64_t>(ranks) - 1 - r) * chunk, chunk});
+    plan.rank_offset[r + 1] = static_cast<std::int64_t>(plan.runs.size());
+  }
+  return plan;
+}
+
+std::vector<RankWork> run_work(const CpWorkload& workload, const RowLayout& layout,
+                               const RunPlan& plan) {
+  const std::int64_t block = workload.block_size;
+  std::vector<RankWork> work(static_cast<std::size_t>(plan.ranks));
+  // Key-block intervals of the current local block; they come from anywhere
+  // in the row, so they are merged after sorting when there is more than one.
+  std::vector<std::pair<std::int64_t, std::int64_t>> spans;
+  spans.reserve(static_cast<std::size_t>(std::min<std::int64_t>(block, 1024)));
+  const auto flush = [&spans](RankWork& w) {
+    if (spans.empty()) return;
+    if (spans.size() > 1) std::sort(spans.begin(), spans.end());
+    std::int64_t covered = -1;
+    for (const auto& [lo, hi] : spans) {
+      const std::int64_t from = std::max(lo, covered + 1);
+      if (hi >= from) {
+        w.tiles += hi - from + 1;
+        covered = hi;
+      }
+    }
+    spans.clear();
+  };
+  for (std::int32_t r = 0; r < plan.ranks; ++r) {
+    RankWork& w = work[static_cast<std::size_t>(r)];
+    std::int64_t used = 0;  // rows of the current local block filled so far
+    for (std::int64_t i = plan.rank_offset[r]; i < plan.rank_offset[r + 1]; ++i) {
+      const Run& run = plan.runs[static_cast<std::size_t>(i)];
+      if (run.begin == kPadPosition) {
+        for (std::int64_t left = run.length; left > 0;) {
+          const std::int64_t take = std::min(left, block - used);
+          left -= take;
+          used += take;
+          if (used == block) {
+            flush(w);
+            used = 0;
+          }
+        }
+        continue;
+      }
+      const std::int64_t end = run.begin + run.length;
+      std::int64_t doc = layout.doc_of(run.begin);
+      w.tokens += run.length;
+      for (std::int64_t x = run.begin; x < end;) {
+        // Not min(end, x + (block - used)): that overflows for a B near
+        // int64's end (found by fuzz/).
+        const std::int64_t piece_end = x + std::min(end - x, block - used);
+        for (std::int64_t y = x; y < piece_end;) {
+          const std::int64_t db = layout.doc_begin(doc);
+          const std::int64_t de = layout.doc_end(doc);
+          const std::int64_t e = std::min(piece_end, de);
+          const Segment s = segment(workload.mask, db, de, y, e);
+          w.pairs += s.pairs;
+          spans.emplace_back(s.lo / block, s.hi / block);
+          y = e;
+          if (y == de) ++doc;
+        }
+        used += piece_end - x;
+        x = piece_end;
+        if (used == block) {
+          flush(w);
+          used = 0;
+        }
+      }
+    }
+    flush(w);
+  }
+  return work;
+}
+
+ShardPlan materialize(const RunPlan& runs) {
+  ShardPlan plan;
+  plan.cp_size = runs.ranks;
+  plan.shard_len = runs.shard_len;
+  plan.positions.resize(static_cast<std::size_t>(runs.ranks * runs.shard_len));
+  std::int64_t* const out = plan.positions.data();
+  std::int64_t real = 0;
+  for (std::int32_t r = 0; r < runs.ranks; ++r) {
+    std::int64_t* dst = out + r * runs.shard_len;
+    std::int64_t* const end = dst + runs.shard_len;
+    for (std::int64_t i = runs.rank_offset[r]; i < runs.rank_offset[r + 1]; ++i) {
+      // Locals, not run.*: the stores below could alias the run array
+      // (both int64), which would keep the loop from vectorising.
+      const std::int64_t begin = runs.runs[static_cast<std::size_t>(i)].begin;
+      const std::int64_t length = runs.runs[static_cast<std::size_t>(i)].length;
+      if (begin == kPadPosition) {
+        std::fill(dst, dst + length, kPadPosition);
+      } else {
+        for (std::int64_t j = 0; j < length; ++j) dst[j] = begin + j;
+        real += length;
+      }
+      dst += length;
+    }
+    std::fill(dst, end, kPadPosition);
+  }
+  plan.padding = runs.ranks * runs.shard_len - real;
+  return plan;
+}
+
+double plan_score(const std::vector<RankWork>& work, std::int64_t total_pairs,
+                  std::int64_t unsharded_tiles) {
+  std::int64_t max_pairs = 0;
+  std::int64_t max_tiles = 0;
+  for (const RankWork& w : work) {
+    max_pairs = std::max(max_pairs, w.pairs);
+    max_tiles = std::max(max_tiles, w.tiles);
+  }
+  const double p = static_cast<double>(work.size());
+  const double pairs = total_pairs > 0 ? max_pairs * p / total_pairs : 1.0;
+  const double tiles = unsharded_tiles > 0 ? max_tiles * p / unsharded_tiles : 1.0;
+  return std::max(pairs, tiles);
+}
+
+}  // namespace fulcrum::cp::detail

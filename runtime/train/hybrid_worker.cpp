@@ -1,0 +1,283 @@
+// Hybrid mode's step: every rank schedules the whole global batch with the
+// balancer's scheduler, checks that the others made the same schedule, and
+// runs its own slots in wave order, each with SlotAttention (point-to-point
+// K/V within the slot) over the world group, backward at once.
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "attention/sharding.h"
+#include "attention/slot_attention.h"
+#include "fulcrum/core/schedule.h"
+#include "fulcrum/core/text.h"
+#include "fulcrum/core/workload.h"
+#include "fulcrum/host/cost_profile_file.h"
+#include "fulcrum/host/plugin_loader.h"
+#include "train/worker_base.h"
+#include "train/worker_errors.h"
+
+namespace fulcrum::train {
+namespace {
+
+// The slot's row: its pieces' columns in order. A piece is a whole loader
+// row (documents longer than data.seq_length were cut there, labels kept)
+// or, should a scheduler cut one, part of it.
+data::PackedRow slot_row(const ScheduleSlot& slot,
+                         const std::vector<const data::PackedRow*>& rows) {
+  data::PackedRow out;
+  for (const DocPiece& piece : slot.pieces) {
+    const data::PackedRow& row = *rows[static_cast<std::size_t>(piece.doc)];
+    const auto b = static_cast<std::ptrdiff_t>(piece.offset);
+    const auto e = static_cast<std::ptrdiff_t>(piece.offset + piece.length);
+    const auto append = [&](auto& to, const auto& from) {
+      to.insert(to.end(), from.begin() + b, from.begin() + e);
+    };
+    append(out.tokens, row.tokens);
+    append(out.labels, row.labels);
+    append(out.loss_mask, row.loss_mask);
+    append(out.positions, row.positions);
+    append(out.document_ids, row.document_ids);
+    out.doc_lengths.push_back(piece.length);
+    std::int64_t at = 0;  // the row position where range r starts
+    for (const data::TokenRange& r : row.pieces) {
+      const std::int64_t lo = std::max(at, piece.offset);
+      const std::int64_t hi = std::min(at + (r.end - r.begin), piece.offset + piece.length);
+      if (lo < hi) out.pieces.push_back({r.sample, r.begin + (lo - at), r.begin + (hi - at)});
+      at += r.end - r.begin;
+    }
+  }
+  return out;
+}
+
+class HybridWorker final : public Worker {
+ public:
+  using Worker::Worker;
+
+ private:
+  // A slot's summed token loss on this member and its loss-token count.
+  struct SlotResult {
+    at::Tensor loss;
+    std::int64_t loss_tokens = 0;
+  };
+
+  Status prepare_mode() override;
+  // The schedule, not a CP group, says who shares a row: the per-row check
+  // becomes the schedule check over WORLD, and the DP check sees one DP
+  // rank (every rank holds the whole global batch).
+  ConsensusGroup row_group() const override {
+    return consensus_group(groups_.world, groups_.layout.world);
+  }
+  std::string layout() const override {
+    return "hybrid over " + std::to_string(options_.dp_size) +
+           " ranks (T = " + std::to_string(options_.max_tokens_per_rank) + ", scheduler " +
+           options_.schedule_strategy + ", profile " + options_.profile.name + ")";
+  }
+  StepResult run_step(std::int64_t step, const data::StepBatch& batch) override;
+  void add_to_report(StepReport& report) const override { report.hybrid = hybrid_report_; }
+
+  double fixed_prediction_ms(const ScheduleRequest& request) const;
+  ScheduleRequest exact_kv_request(const ScheduleRequest& request) const;
+  void predict(const SlotCost& cost, const SlotCost& bytes, SlotFigures& f) const;
+  SlotResult run_slot(std::int64_t index, const ScheduleSlot& slot, const ScheduleRequest& request,
+                      const std::vector<const data::PackedRow*>& rows, SlotFigures& figures);
+  std::shared_ptr<attention::SlotAttention> slot_attention(const CpWorkload& w,
+                                                           const ScheduleSlot& slot,
+                                                           std::int64_t index) const;
+
+  // The balancer that schedules, and the step's schedule for its report.
+  std::shared_ptr<LoadBalancer> scheduler_;
+  std::optional<StepReport::Hybrid> hybrid_report_;
+};
+
+// Hybrid mode: the balancer that schedules (the plugin, else the built-in
+// one, whose fixed schedule the host serves) and that it offers the
+// scheduler asked for; options.cpp has read the cost profile.
+Status HybridWorker::prepare_mode() {
+  scheduler_ = balancer_.plugin ? balancer_.plugin : host::builtin_balancer();
+  const std::vector<std::string> offered = scheduler_->schedule_strategies();
+  if (std::find(offered.begin(), offered.end(), options_.schedule_strategy) == offered.end()) {
+    return invalid_argument("balancer.schedule.strategy " + quote_text(options_.schedule_strategy) +
+                            " is not offered by balancer " + quote_text(balancer_.description) +
+                            " (it offers: " + join(offered, ", ") + ")");
+  }
+  return Status::ok();
+}
+
+// What a slot's SlotAttention did on this member over every layer.
+void add_attention_figures(const attention::SlotAttention& a, SlotFigures& f) {
+  const attention::SlotAttentionStats& fwd = a.total_forward();
+  const attention::SlotAttentionStats& bwd = a.total_backward();
+  f.tiles = fwd.tiles;
+  f.bytes_sent = fwd.bytes_sent + bwd.bytes_sent;
+  f.bytes_received = fwd.bytes_received + bwd.bytes_received;
+  f.kv_sent = fwd.bytes_sent;
+  f.kv_received = fwd.bytes_received;
+  f.compute_ms = fwd.compute_ms + bwd.compute_ms;
+  f.comm_ms = fwd.comm_ms + bwd.comm_ms;
+}
+
+// This member's SlotAttention for `slot`, over the world; every layer uses
+// it (its exchanges pair up in layer order on every member).
+std::shared_ptr<attention::SlotAttention> HybridWorker::slot_attention(const CpWorkload& w,
+                                                                       const ScheduleSlot& slot,
+                                                                       std::int64_t index) const {
+  attention::SlotAttentionOptions slot_options;
+  slot_options.label =
+      "slot " + std::to_string(index) + " (wave " + std::to_string(slot.wave) + ")";
+  Result<std::shared_ptr<attention::SlotAttention>> a =
+      attention::SlotAttention::create(w, slot.plan, slot.ranks, groups_.world, slot_options);
+  if (!a) throw std::runtime_error(slot_options.label + ": " + a.status().message());
+  return *a;
+}
+
+// One slot on this member: its row assembled and sharded by the slot's plan,
+// forward with SlotAttention over the world group, backward at once. Every
+// member runs the slot's forward and backward exchanges in the same order
+// before its next slot, which is what keeps wave order deadlock-free
+// (docs/HYBRID_RUNTIME.md).
+HybridWorker::SlotResult HybridWorker::run_slot(std::int64_t index, const ScheduleSlot& slot,
+                                                const ScheduleRequest& request,
+                                                const std::vector<const data::PackedRow*>& rows,
+                                                SlotFigures& f) {
+  const auto start = Clock::now();
+  const double cpu_start = thread_cpu_ms();
+  reliability_.begin_slot();
+  const data::PackedRow row = slot_row(slot, rows);
+  check_vocabulary(row, options_.model.vocab_size, *dataset_);
+  const auto member = static_cast<std::int32_t>(
+      std::find(slot.ranks.begin(), slot.ranks.end(), id_.rank) - slot.ranks.begin());
+  f.slot = index;
+  f.wave = slot.wave;
+  f.group = static_cast<std::int32_t>(slot.ranks.size());
+  f.member = member;
+  const auto shard_begin = slot.plan.positions.begin() + member * slot.plan.shard_len;
+  f.tokens = std::count_if(shard_begin, shard_begin + slot.plan.shard_len,
+                           [](std::int64_t position) { return position >= 0; });
+  const at::Tensor local =
+      attention::shard(row_buffers(row), slot.plan, member).to(device_of(options_));
+  const auto setup_start = Clock::now();
+  const auto attention = slot_attention(slot_workload(request, slot), slot, index);
+  f.setup_ms = ms_since(setup_start);
+  const std::vector<std::shared_ptr<attention::RowAttention>> layers(
+      static_cast<std::size_t>(options_.model.num_layers), attention);
+  const at::Tensor logits =
+      model_->forward(local.select(1, kTokens), local.select(1, kPositions), layers);
+  const at::Tensor mask = local.select(1, kLossMask);
+  const at::Tensor loss = model_->loss_sum(logits, local.select(1, kLabels), mask);
+  loss.backward();
+  add_attention_figures(*attention, f);
+  if (options_.log_samples && member == 0) f.pieces = row_pieces(row);
+  f.busy_ms = ms_since(start);
+  f.cpu_ms = thread_cpu_ms() - cpu_start;
+  return {loss.detach(), mask.sum().item<std::int64_t>()};
+}
+
+// The request with kv_bytes_per_token set to what this model's K and V of
+// one token are over all layers, so that the cost model's bytes are the
+// bytes the exchanges move.
+ScheduleRequest HybridWorker::exact_kv_request(const ScheduleRequest& request) const {
+  ScheduleRequest exact = request;
+  const double dtype_bytes = options_.dtype == Dtype::kFloat64 ? 8.0 : 4.0;
+  exact.profile.kv_bytes_per_token = 2.0 * static_cast<double>(options_.model.hidden_size) *
+                                     static_cast<double>(options_.model.num_layers) * dtype_bytes;
+  return exact;
+}
+
+// This rank's member of a slot as the cost model sees it.
+void HybridWorker::predict(const SlotCost& cost, const SlotCost& bytes, SlotFigures& f) const {
+  for (std::size_t m = 0; m < cost.members.size(); ++m) {
+    if (cost.members[m].rank != id_.rank) continue;
+    f.predicted_compute_ms = cost.members[m].compute_seconds * 1e3;
+    f.predicted_comm_ms = cost.members[m].comm_seconds * 1e3;
+    f.predicted_kv_sent = bytes.members[m].bytes_sent;
+    f.predicted_kv_received = bytes.members[m].bytes_received;
+  }
+}
+
+// What fixed mode's schedule of the same batch would take by the cost
+// model: the summary's baseline (0 when the balancer has no fixed schedule
+// for it).
+double HybridWorker::fixed_prediction_ms(const ScheduleRequest& request) const {
+  Result<Schedule> fixed = scheduler_->schedule("fixed", request);
+  return fixed ? evaluate_schedule(request, *fixed).step_seconds * 1e3 : 0.0;
+}
+
+// Hybrid mode: every rank schedules the whole global batch itself (the
+// pieces the loader cut), checks that the others made the same schedule,
+// then runs its own slots in wave order.
+Worker::StepResult HybridWorker::run_step(std::int64_t step, const data::StepBatch& batch) {
+  StepResult result;
+  result.figures.rank = id_.rank;
+  std::vector<const data::PackedRow*> rows;
+  for (const data::MicroBatch& mb : batch.micro_batches) {
+    for (const data::PackedRow& row : mb.rows) rows.push_back(&row);
+  }
+  ScheduleRequest request;
+  for (const data::PackedRow* row : rows) request.doc_lengths.push_back(row->size());
+  request.world_size = options_.dp_size;
+  request.max_tokens_per_rank = options_.max_tokens_per_rank;
+  request.mask = options_.mask;
+  request.block_size = options_.block_size;
+  request.profile = options_.profile;
+  const auto plan_start = Clock::now();
+  Result<Schedule> schedule = scheduler_->schedule(options_.schedule_strategy, request);
+  result.figures.plan_ms = ms_since(plan_start);
+  if (!schedule) {
+    const std::string why = "scheduling step " + std::to_string(step) + " with " +
+                            quote_text(options_.schedule_strategy) +
+                            " failed: " + schedule.status().message();
+    // A plugin that broke the ABI's contract, or a request the schedule
+    // refuses (the data's or the config's doing; the preflight checks the
+    // bounds it can see), is a bad setting (exit 2), named in the message;
+    // anything else is a failed run.
+    if (schedule.status().code() == StatusCode::kPluginFault ||
+        schedule.status().code() == StatusCode::kInvalidArgument) {
+      throw InputError(why);
+    }
+    throw std::runtime_error(why);
+  }
+  reliability_.check_schedule(*schedule);
+  const ScheduleCost cost = evaluate_schedule(request, *schedule);
+  const ScheduleCost bytes = evaluate_schedule(exact_kv_request(request), *schedule);
+  hybrid_report_ = StepReport::Hybrid{
+      schedule->strategy_used, schedule->fallback_reason, {}, cost.step_seconds * 1e3};
+  if (id_.rank == 0) hybrid_report_->fixed_predicted_ms = fixed_prediction_ms(request);
+  std::vector<std::size_t> mine;
+  for (std::size_t i = 0; i < schedule->slots.size(); ++i) {
+    const ScheduleSlot& slot = schedule->slots[i];
+    hybrid_report_->groups.push_back(static_cast<std::int32_t>(slot.ranks.size()));
+    if (std::find(slot.ranks.begin(), slot.ranks.end(), id_.rank) != slot.ranks.end()) {
+      mine.push_back(i);
+    }
+  }
+  std::stable_sort(mine.begin(), mine.end(), [&](std::size_t a, std::size_t b) {
+    return schedule->slots[a].wave < schedule->slots[b].wave;
+  });
+  at::Tensor loss = at::zeros({}, at::kDouble);
+  for (std::size_t i : mine) {
+    SlotFigures f;
+    predict(cost.slots[i], bytes.slots[i], f);
+    const SlotResult slot =
+        run_slot(static_cast<std::int64_t>(i), schedule->slots[i], request, rows, f);
+    loss = loss + slot.loss.to(at::kDouble);
+    result.loss_tokens += slot.loss_tokens;
+    result.figures.slots.push_back(std::move(f));
+  }
+  set_loss(result, loss, step);
+  return result;
+}
+
+}  // namespace
+
+std::unique_ptr<Worker> make_hybrid_worker(WorkerSetup setup) {
+  return std::make_unique<HybridWorker>(std::move(setup));
+}
+
+}  // namespace fulcrum::train

@@ -394,12 +394,14 @@ Result<Schedule> decide_hybrid(const ScheduleRequest& request) {
 }
 
 // Planning is O(tokens) per draft: the other drafts are planned while the
-// tokens planned in all stay within this (so every draft of a batch of up to
-// 4M tokens, fewer above; beyond 32M neither they nor the search run, and
-// the estimate's draft is the answer, as before issue 25).
-constexpr std::int64_t kDraftTokenBudget = std::int64_t{64} << 20;
+// tokens planned in all, the decided draft's included, stay within this
+// (a batch of T tokens gets 4M / T - 1 of them; beyond 2M neither they nor
+// the search run, and the estimate's draft is the answer, as before issue
+// 25). Larger budgets win more batches before the guard and cost plan time
+// in proportion (docs/HYBRID.md section 6, "Issue 25").
+constexpr std::int64_t kDraftTokenBudget = std::int64_t{4} << 20;
 // The rows rule 7's search may re-plan, in tokens, whatever the batch.
-constexpr std::int64_t kSearchTokenBudget = std::int64_t{4} << 20;
+constexpr std::int64_t kSearchTokenBudget = std::int64_t{1} << 20;
 
 // The decided draft is the estimate's bet; the other drafts (the other
 // group rules, heavy pieces within T kept on one rank, equal groups) are

@@ -15,10 +15,15 @@
 // Run from the project root so that ../shared/workloads is found:
 //   build/release/bin/fulcrum_bench_schedule                 # quality grid
 //   build/release/bin/fulcrum_bench_schedule --speed          # plan time
+//   build/release/bin/fulcrum_bench_schedule --suite 400      # pre-guard win share
 // Options: --ranks 8,16,64  --tokens 4096,8192  --batches N  --mb M
 //          --profiles h100_7b,cpu_gloo,configs/profiles/cpu_calibrated.yaml
 //          (a bundled name or a profile file)  --mixes dist_wlbllm,lognormal
 //          --check (validate every schedule and recount nothing else)
+//          --suite N: N seeded random batches per profile (W 2..1024, primes
+//          included; documents of one block to 1M tokens; every dense mask);
+//          the share where hybrid's own placement, before its never-slower
+//          guard, is no slower than fixed and megatron_dcp
 // Prints markdown tables. Exits 1 when a scheduler fails on a batch.
 #include <algorithm>
 #include <chrono>
@@ -28,12 +33,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <limits>
 #include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "fulcrum/core/cost_profile.h"
+#include "fulcrum/core/random.h"
 #include "fulcrum/core/schedule.h"
 #include "fulcrum/host/cost_profile_file.h"
 #include "strategies/schedule_strategies.h"
@@ -56,6 +63,7 @@ struct Options {
   int micro_batches = 4;
   bool speed = false;
   bool check = false;
+  int suite = 0;
 };
 
 std::vector<std::string> split(const char* text) {
@@ -327,6 +335,124 @@ int speed(const Options& opt, const std::vector<Mix>& mixes) {
   return 0;
 }
 
+// One seeded random batch of the win-share suite: W from 2 to 1024 (primes
+// included), T from 1K to 32K, block 128, every dense mask, 1 to 2,000
+// documents of one block to 1M tokens (log-uniform), at most 8 W T tokens.
+ScheduleRequest suite_request(fulcrum::SplitMix64& rng, const CostProfile& profile) {
+  const auto pick = [&](const std::vector<std::int64_t>& v) { return v[rng.next() % v.size()]; };
+  const auto log_uniform = [&](std::int64_t lo, std::int64_t hi) {
+    const double u = static_cast<double>(rng.next() >> 11) / 9007199254740992.0;
+    const double v =
+        std::exp(std::log(static_cast<double>(lo)) +
+                 u * (std::log(static_cast<double>(hi)) - std::log(static_cast<double>(lo))));
+    return std::clamp<std::int64_t>(std::llround(v), lo, hi);
+  };
+  ScheduleRequest r;
+  r.world_size =
+      static_cast<std::int32_t>(pick({2,  3,  4,  5,   7,   8,   11,  13,  16,  31,   32,
+                                      61, 64, 97, 127, 128, 251, 256, 509, 512, 1021, 1024}));
+  r.max_tokens_per_rank = pick({1024, 2048, 4096, 8192, 16384, 32768});
+  r.block_size = 128;
+  switch (rng.next() % 4) {
+    case 0:
+      r.mask = fulcrum::MaskSpec::causal();
+      break;
+    case 1:
+      r.mask = fulcrum::MaskSpec::full();
+      break;
+    case 2:
+      r.mask = fulcrum::MaskSpec::sliding(log_uniform(1, 4 * r.max_tokens_per_rank));
+      break;
+    default:
+      r.mask = fulcrum::MaskSpec::prefix(log_uniform(1, 4 * r.max_tokens_per_rank));
+      break;
+  }
+  r.profile = profile;
+  const std::int64_t docs = log_uniform(1, 2000);
+  const std::int64_t cap = 8 * static_cast<std::int64_t>(r.world_size) * r.max_tokens_per_rank;
+  std::int64_t total = 0;
+  for (std::int64_t i = 0; i < docs && total < cap; ++i) {
+    r.doc_lengths.push_back(log_uniform(128, 1'000'000));
+    total += r.doc_lengths.back();
+  }
+  return r;
+}
+
+// Hybrid's own placement (decide, plan_hybrid_slots: before the guard)
+// against both baselines in full, on --suite N random batches per profile.
+int suite(const Options& opt) {
+  const auto scheds = fulcrum::schedule_strategies();
+  std::printf(
+      "| profile | batches | own placement no slower than both | than fixed | than megatron_dcp | "
+      "worst own / best baseline | median own / bound |\n| --- | ---: | ---: | ---: | ---: | ---: "
+      "| ---: |\n");
+  for (const std::string& profile_arg : opt.profiles) {
+    const fulcrum::Result<CostProfile> profile = fulcrum::host::resolve_cost_profile(profile_arg);
+    if (!profile) {
+      std::fprintf(stderr, "fulcrum_bench_schedule: %s\n", profile.status().message().c_str());
+      return 2;
+    }
+    fulcrum::SplitMix64 rng(20261126);
+    int wins = 0, vs_fixed = 0, vs_dcp = 0, n = 0;
+    double worst = 0;
+    std::vector<double> gap;
+    for (int b = 0; b < opt.suite; ++b) {
+      const ScheduleRequest r = suite_request(rng, *profile);
+      fulcrum::Result<Schedule> own = fulcrum::decide_hybrid(r);
+      if (!own || !fulcrum::plan_hybrid_slots(r, *own)) {
+        std::fprintf(stderr, "suite batch %d: hybrid failed\n", b);
+        return 1;
+      }
+      const double mine = fulcrum::evaluate_schedule(r, *own).step_seconds;
+      double steps[2] = {std::numeric_limits<double>::infinity(),
+                         std::numeric_limits<double>::infinity()};
+      for (std::size_t s = 0; s < 2; ++s) {
+        fulcrum::Result<Schedule> other = fulcrum::run_schedule_strategy(scheds[s].name, r);
+        if (other) steps[s] = fulcrum::evaluate_schedule(r, *other).step_seconds;
+      }
+      if (const char* dump = std::getenv("FULCRUM_SUITE_DUMP"); dump && std::atoi(dump) == b) {
+        std::vector<std::pair<std::string, Schedule>> all = {{"own", *own}};
+        for (std::size_t s = 0; s < 2; ++s) {
+          fulcrum::Result<Schedule> other = fulcrum::run_schedule_strategy(scheds[s].name, r);
+          if (other) all.emplace_back(std::string(scheds[s].name), *other);
+        }
+        for (auto& [name, sch] : all) {
+          const ScheduleCost c = fulcrum::evaluate_schedule(r, sch);
+          std::fprintf(stderr, "%s step %.6g\n", name.c_str(), c.step_seconds);
+          for (std::size_t k = 0; k < sch.slots.size() && k < 40; ++k) {
+            const auto& sl = sch.slots[k];
+            std::fprintf(stderr, "  w%d g=%zu r0=%d plan=%s [%.4g,%.4g] pieces:", sl.wave,
+                         sl.ranks.size(), sl.ranks[0], sl.plan.strategy_used.c_str(),
+                         c.slots[k].start_seconds, c.slots[k].end_seconds);
+            for (const auto& pc : sl.pieces)
+              std::fprintf(stderr, " %lld", static_cast<long long>(pc.length));
+            std::fprintf(stderr, "\n");
+          }
+        }
+      }
+      ++n;
+      const bool f = mine <= steps[0];
+      const bool d = mine <= steps[1];
+      vs_fixed += f;
+      vs_dcp += d;
+      wins += f && d;
+      worst = std::max(worst, mine / std::min(steps[0], steps[1]));
+      gap.push_back(mine / fulcrum::step_time_lower_bound(r));
+      if (std::getenv("FULCRUM_SUITE_VERBOSE") != nullptr && !(f && d)) {
+        std::fprintf(stderr,
+                     "lost b=%d W=%d T=%lld mask=%d docs=%zu own=%.6g fixed=%.6g dcp=%.6g\n", b,
+                     r.world_size, static_cast<long long>(r.max_tokens_per_rank),
+                     static_cast<int>(r.mask.kind), r.doc_lengths.size(), mine, steps[0], steps[1]);
+      }
+    }
+    std::printf("| %s | %d | %.1f%% (%d) | %.1f%% | %.1f%% | %.3f | %.3f |\n",
+                profile->name.c_str(), n, 100.0 * wins / n, wins, 100.0 * vs_fixed / n,
+                100.0 * vs_dcp / n, worst, median(gap));
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -336,6 +462,13 @@ int main(int argc, char** argv) {
     const bool has_value = i + 1 < argc;
     if (arg == "--speed") {
       opt.speed = true;
+    } else if (arg == "--suite" && has_value) {
+      opt.suite = std::atoi(argv[++i]);
+      if (opt.suite < 1) {
+        std::fprintf(stderr, "fulcrum_bench_schedule: --suite needs a count >= 1, got '%s'\n",
+                     argv[i]);
+        return 2;
+      }
     } else if (arg == "--check") {
       opt.check = true;
     } else if (arg == "--ranks" && has_value) {
@@ -362,6 +495,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "fulcrum_bench_schedule: --batches and --mb must be >= 1\n");
     return 2;
   }
+  if (opt.suite > 0) return suite(opt);
   std::string source;
   std::vector<Mix> mixes;
   for (const fulcrum::bench::LengthSet& set : fulcrum::bench::document_mixes(source)) {

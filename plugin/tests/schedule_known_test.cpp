@@ -611,8 +611,10 @@ double best_single_rank_step(const ScheduleRequest& r, std::vector<std::int32_t>
 // more pieces than ranks, when the pieces are equal, and for up to four
 // pieces on two ranks; its own placement must reach the enumerated optimum
 // there when it keeps every piece on one rank, and beat it when it spreads
-// a piece whose work exceeds the mean load over a group (it does so only
-// when the exact price is lower). What it returns may be a baseline's
+// a piece whose work exceeds the mean load over a group, or merges rows
+// into a group (it keeps a group only when the exact price is no higher,
+// and at an equal step only when it spends fewer rank-seconds: so with a
+// group it reaches the optimum or beats it). What it returns may be a baseline's
 // multi-rank schedule: that must be at least as fast.
 TEST(Hybrid, ReachesTheEnumeratedOptimumOnSmallBatches) {
   SplitMix64 rng(99);
@@ -644,7 +646,7 @@ TEST(Hybrid, ReachesTheEnumeratedOptimumOnSmallBatches) {
     if (single_rank) {
       EXPECT_NEAR(step, best, 1e-9 * best) << "case " << c;
     } else {
-      EXPECT_LT(step, best) << "case " << c;
+      EXPECT_LE(step, best * (1 + 1e-9)) << "case " << c;
     }
     EXPECT_LE(cp::brute_schedule_cost(r, returned).step, step * (1 + 1e-12)) << "case " << c;
     EXPECT_LE(step_time_lower_bound(r), best * (1 + 1e-12));

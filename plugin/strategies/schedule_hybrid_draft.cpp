@@ -1,0 +1,364 @@
+// hybrid's drafts (rules 1 to 4 of schedule_hybrid.cpp): long pieces'
+// groups on the ranks' timeline, short pieces into the waits and then LPT
+// with moves and swaps.
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <queue>
+#include <utility>
+#include <vector>
+
+#include "fulcrum/core/work_model.h"
+#include "fulcrum/core/workload.h"
+#include "strategies/schedule_hybrid_draft.h"
+
+namespace fulcrum::hybrid {
+
+std::int64_t tiles_alone(const MaskSpec& mask, std::int64_t len, std::int64_t b) {
+  const std::int64_t nb = ceil_div(len, b);
+  if (mask.kind == MaskKind::kCausal) return nb * (nb + 1) / 2;
+  if (mask.kind == MaskKind::kFull) return nb * nb;
+  CpWorkload w;
+  w.tokens = len;
+  w.mask = mask;
+  w.block_size = b;
+  std::int64_t tiles = 0;
+  for (const std::int64_t t : block_costs(w).tiles) tiles += t;
+  return tiles;
+}
+
+// LPT leaves the most loaded rank up to one piece above the others; moving
+// a piece from it to the least loaded rank, or swapping one for a smaller
+// one there, closes much of that gap. Rows keep their T budget; a row left
+// empty is dropped (its fixed slot cost with it), a piece that fits no row
+// of its new rank opens one. Stops when neither lowers the pair's maximum.
+void rebalance(const Batch& batch, std::vector<std::vector<Row>>& rows, std::vector<double>& load) {
+  const std::int64_t budget = batch.request.max_tokens_per_rank;
+  const double slot_cost = batch.request.profile.slot_seconds;
+  const auto& pieces = batch.pieces;
+  const auto& work = batch.work;
+  const auto world = static_cast<std::int32_t>(load.size());
+  const auto fits_row = [&](const std::vector<Row>& mine, std::int64_t len, std::size_t skip_row) {
+    for (std::size_t r = 0; r < mine.size(); ++r) {
+      if (r != skip_row && mine[r].room >= len) return static_cast<std::int64_t>(r);
+    }
+    return std::int64_t{-1};
+  };
+  for (std::int32_t round = 0; round < 4 * world + 16; ++round) {
+    std::int32_t hi = 0;
+    std::int32_t lo = 0;
+    for (std::int32_t a = 1; a < world; ++a) {
+      if (load[a] > load[hi]) hi = a;
+      if (load[a] < load[lo]) lo = a;
+    }
+    if (hi == lo) return;
+    std::vector<Row>& from = rows[hi];
+    std::vector<Row>& to = rows[lo];
+    double best = load[hi];
+    // (row in hi, index in row, row in lo or -1, index in row or -1 for a move)
+    std::int64_t fr = -1, fi = -1, tr = -1, ti = -1;
+    for (std::size_t r = 0; r < from.size(); ++r) {
+      for (std::size_t k = 0; k < from[r].pieces.size(); ++k) {
+        const std::size_t p = from[r].pieces[k];
+        const std::int64_t len = pieces[p].length;
+        const double freed = work[p] + (from[r].pieces.size() == 1 ? slot_cost : 0.0);
+        // Move.
+        const std::int64_t dest = fits_row(to, len, to.size());
+        const double added = work[p] + (dest < 0 ? slot_cost : 0.0);
+        const double moved = std::max(load[hi] - freed, load[lo] + added);
+        if (moved < best - 1e-12) {
+          best = moved;
+          fr = static_cast<std::int64_t>(r), fi = static_cast<std::int64_t>(k), tr = dest, ti = -1;
+        }
+        // Swap with a lighter piece of lo.
+        for (std::size_t r2 = 0; r2 < to.size(); ++r2) {
+          for (std::size_t k2 = 0; k2 < to[r2].pieces.size(); ++k2) {
+            const std::size_t q = to[r2].pieces[k2];
+            if (work[q] >= work[p]) continue;
+            const std::int64_t lq = pieces[q].length;
+            if (from[r].room + len < lq || to[r2].room + lq < len) continue;
+            const double swapped =
+                std::max(load[hi] - work[p] + work[q], load[lo] - work[q] + work[p]);
+            if (swapped < best - 1e-12) {
+              best = swapped;
+              fr = static_cast<std::int64_t>(r), fi = static_cast<std::int64_t>(k);
+              tr = static_cast<std::int64_t>(r2), ti = static_cast<std::int64_t>(k2);
+            }
+          }
+        }
+      }
+    }
+    if (fr < 0) return;
+    Row& source = from[static_cast<std::size_t>(fr)];
+    const std::size_t p = source.pieces[static_cast<std::size_t>(fi)];
+    if (ti >= 0) {
+      Row& target = to[static_cast<std::size_t>(tr)];
+      const std::size_t q = target.pieces[static_cast<std::size_t>(ti)];
+      source.pieces[static_cast<std::size_t>(fi)] = q;
+      source.room += pieces[p].length - pieces[q].length;
+      target.pieces[static_cast<std::size_t>(ti)] = p;
+      target.room += pieces[q].length - pieces[p].length;
+      load[hi] += work[q] - work[p];
+      load[lo] += work[p] - work[q];
+      continue;
+    }
+    source.pieces.erase(source.pieces.begin() + fi);
+    source.room += pieces[p].length;
+    load[hi] -= work[p];
+    if (source.pieces.empty()) {
+      from.erase(from.begin() + fr);
+      load[hi] -= slot_cost;
+    }
+    if (tr < 0) {
+      to.push_back({budget, {}});
+      tr = static_cast<std::int64_t>(to.size()) - 1;
+      load[lo] += slot_cost;
+    }
+    to[static_cast<std::size_t>(tr)].pieces.push_back(p);
+    to[static_cast<std::size_t>(tr)].room -= pieces[p].length;
+    load[lo] += work[p];
+  }
+}
+
+namespace {
+
+// One draft under construction: the ranks' timeline (when each is free),
+// the long pieces' groups placed on it in turn, then the short pieces.
+class Drafter {
+ public:
+  Drafter(const Batch& batch, const Estimator& est, GroupRule rule)
+      : batch_(batch),
+        est_(est),
+        rule_(rule),
+        prof_(batch.request.profile),
+        world_(batch.request.world_size),
+        budget_(batch.request.max_tokens_per_rank),
+        node_(batch.request.profile.ranks_per_node),
+        free_at_(static_cast<std::size_t>(world_), 0.0),
+        by_free_(static_cast<std::size_t>(world_)),
+        is_member_(static_cast<std::size_t>(world_), 0) {
+    std::iota(by_free_.begin(), by_free_.end(), 0);
+  }
+
+  Draft run() {
+    for (const std::size_t i : batch_.order) {
+      if (batch_.grouped[i]) place_group(i, group_size(i));
+    }
+    fill_gaps();
+    pack_rows();
+    return std::move(d_);
+  }
+
+ private:
+  bool earlier(std::int32_t a, std::int32_t b) const {
+    return free_at_[a] < free_at_[b] || (free_at_[a] == free_at_[b] && a < b);
+  }
+
+  // Rule 2: the group size of long piece i under the draft's rule.
+  std::int32_t group_size(std::size_t i) const {
+    const std::int64_t len = batch_.pieces[i].length;
+    const double work = batch_.work[i];
+    // Room for the balanced planner's padding (at most a block per member)
+    // where the world allows it; plan_hybrid falls back when it does not.
+    auto g_min = static_cast<std::int32_t>(ceil_div(len, budget_));
+    if (budget_ > batch_.request.block_size) {
+      const std::int64_t roomy = ceil_div(len, budget_ - batch_.request.block_size);
+      if (roomy <= world_) g_min = static_cast<std::int32_t>(roomy);
+    }
+    std::int32_t g = g_min;
+    double best = std::numeric_limits<double>::infinity();
+    for (std::int32_t c = g_min; c <= world_; ++c) {
+      // No slot of c or more ranks ends before its fixed cost and latency;
+      // once that alone reaches the best, no larger c can win (nor, for the
+      // mean-load rules, fit, since the best then exceeds the mean load).
+      if (prof_.slot_seconds + prof_.latency_seconds * (c - 1) >= best) break;
+      const double start = rule_ == GroupRule::kMeanLoad ? 0.0 : free_at_[by_free_[c - 1]];
+      const double length = est_.slot_time(work, len, c, std::min(c, node_));
+      const double end = start + length;
+      if (rule_ == GroupRule::kBalancedEnd) {
+        const double finish =
+            std::max(end, batch_.mean_load + (overhead_ + c * length - work) / world_);
+        if (finish < best) {
+          best = finish;
+          g = c;
+        }
+        continue;
+      }
+      if (end < best) {
+        best = end;
+        g = c;
+      }
+      if (rule_ != GroupRule::kSoonestEnd && end <= batch_.mean_load) return c;
+    }
+    return g;
+  }
+
+  std::int32_t together_of(const std::vector<std::int32_t>& ranks) const {
+    auto least = static_cast<std::int32_t>(ranks.size());
+    for (const std::int32_t a : ranks) {
+      std::int32_t same = 0;
+      for (const std::int32_t b : ranks) same += (a / node_ == b / node_);
+      least = std::min(least, same);
+    }
+    return least;
+  }
+
+  double idle_of(const std::vector<std::int32_t>& ranks, double at) const {
+    double idle = 0;
+    for (const std::int32_t a : ranks) idle += at - free_at_[a];
+    return idle;
+  }
+
+  // Rule 3: the members of long piece i's g-rank slot. Candidates: the g
+  // ranks free earliest in the world, and, when a node can hold the group,
+  // every run of g ranks of one node in the order they free up. A member
+  // that frees up before the slot starts idles until then, and that idle
+  // time is capacity no later piece gets back; so among the candidates
+  // that end within the mean load the one costing the fewest rank-seconds
+  // (g x slot time + idle) wins, and when none does, the one that ends
+  // soonest.
+  void place_group(std::size_t i, std::int32_t g) {
+    const std::int64_t len = batch_.pieces[i].length;
+    const double work = batch_.work[i];
+    std::vector<std::int32_t> members(by_free_.begin(), by_free_.begin() + g);
+    double best_start = free_at_[members.back()];
+    const double slot_time = est_.slot_time(work, len, g, together_of(members));
+    double best_end = best_start + slot_time;
+    double best_cost = g * slot_time + idle_of(members, best_start);
+    bool best_fits = best_end <= batch_.mean_load;
+    if (g > 1 && g <= node_) {
+      const double local_time = est_.slot_time(work, len, g, g);
+      std::vector<std::int32_t> local;
+      for (std::int32_t first = 0; first < world_; first += node_) {
+        local.clear();
+        for (std::int32_t a = first; a < std::min(world_, first + node_); ++a) local.push_back(a);
+        if (static_cast<std::int32_t>(local.size()) < g) continue;
+        std::sort(local.begin(), local.end(),
+                  [this](std::int32_t a, std::int32_t b) { return earlier(a, b); });
+        for (std::size_t k = 0; k + g <= local.size(); ++k) {
+          const std::vector<std::int32_t> run(local.begin() + k, local.begin() + k + g);
+          const double at = free_at_[run.back()];
+          const double end_here = at + local_time;
+          const double cost = g * local_time + idle_of(run, at);
+          const bool fits = end_here <= batch_.mean_load;
+          if (fits ? (!best_fits || cost < best_cost) : (!best_fits && end_here < best_end)) {
+            members = run;
+            best_start = at;
+            best_end = end_here;
+            best_cost = cost;
+            best_fits = fits;
+          }
+        }
+      }
+    }
+    overhead_ += g * (best_end - best_start) - work;
+    std::sort(members.begin(), members.end());
+    commit(i, std::move(members), best_start, best_end);
+  }
+
+  // The slot on the timeline: its members' waits become gaps, and the
+  // members move in by_free_ (kept sorted: only they change).
+  void commit(std::size_t i, std::vector<std::int32_t> members, double start, double end) {
+    for (const std::int32_t a : members) {
+      const double wait = start - free_at_[a] - prof_.slot_seconds;
+      if (wait > 0) d_.gaps.push_back({a, free_at_[a], wait, budget_, {}});
+      free_at_[a] = end;
+      is_member_[a] = 1;
+    }
+    by_free_.erase(std::remove_if(by_free_.begin(), by_free_.end(),
+                                  [&](std::int32_t a) { return is_member_[a] != 0; }),
+                   by_free_.end());
+    const auto cmp = [this](std::int32_t a, std::int32_t b) { return earlier(a, b); };
+    for (const std::int32_t a : members) {
+      by_free_.insert(std::lower_bound(by_free_.begin(), by_free_.end(), a, cmp), a);
+      is_member_[a] = 0;
+    }
+    d_.long_slots.push_back({std::move(members), i, start});
+  }
+
+  // Rule 4, first part: short pieces into the waits, longest first, each
+  // into the gap it fills best (least time left); a gap is one row.
+  void fill_gaps() {
+    in_gap_.assign(batch_.pieces.size(), 0);
+    if (d_.gaps.empty()) return;
+    std::multimap<double, std::size_t> by_time;
+    for (std::size_t k = 0; k < d_.gaps.size(); ++k) by_time.emplace(d_.gaps[k].seconds, k);
+    for (const std::size_t i : batch_.order) {
+      const std::int64_t len = batch_.pieces[i].length;
+      if (batch_.grouped[i]) continue;
+      auto it = by_time.lower_bound(batch_.work[i]);
+      for (int tries = 0; it != by_time.end() && tries < 8; ++it, ++tries) {
+        if (d_.gaps[it->second].room >= len) break;
+      }
+      if (it == by_time.end() || d_.gaps[it->second].room < len) continue;
+      Gap& gap = d_.gaps[it->second];
+      const std::size_t k = it->second;
+      by_time.erase(it);
+      gap.seconds -= batch_.work[i];
+      gap.room -= len;
+      gap.pieces.push_back(i);
+      in_gap_[i] = 1;
+      by_time.emplace(gap.seconds, k);
+    }
+  }
+
+  // Rule 4, the rest: LPT onto the least loaded rank, best fit into its
+  // rows of T tokens, then rebalance.
+  void pack_rows() {
+    d_.rows.assign(static_cast<std::size_t>(world_), {});
+    using Load = std::pair<double, std::int32_t>;
+    std::priority_queue<Load, std::vector<Load>, std::greater<>> lightest;
+    for (std::int32_t a = 0; a < world_; ++a) lightest.emplace(free_at_[a], a);
+    for (const std::size_t i : batch_.order) {
+      const std::int64_t len = batch_.pieces[i].length;
+      if (batch_.grouped[i] || in_gap_[i]) continue;
+      auto [load, a] = lightest.top();
+      lightest.pop();
+      std::vector<Row>& mine = d_.rows[a];
+      Row* fit = nullptr;
+      for (Row& row : mine) {
+        if (row.room >= len && (fit == nullptr || row.room < fit->room)) fit = &row;
+      }
+      if (fit == nullptr) {
+        mine.push_back({budget_, {}});
+        fit = &mine.back();
+        load += prof_.slot_seconds;
+      }
+      fit->room -= len;
+      fit->pieces.push_back(i);
+      lightest.emplace(load + batch_.work[i], a);
+    }
+    std::vector<double> load(static_cast<std::size_t>(world_), 0.0);
+    while (!lightest.empty()) {
+      load[lightest.top().second] = lightest.top().first;
+      lightest.pop();
+    }
+    rebalance(batch_, d_.rows, load);
+    d_.makespan = *std::max_element(load.begin(), load.end());
+  }
+
+  const Batch& batch_;
+  const Estimator& est_;
+  const GroupRule rule_;
+  const CostProfile& prof_;
+  const std::int32_t world_;
+  const std::int64_t budget_;
+  const std::int32_t node_;
+  Draft d_;
+  std::vector<double> free_at_;
+  // Ranks by the time they are free (ties by index).
+  std::vector<std::int32_t> by_free_;
+  std::vector<char> is_member_;
+  std::vector<char> in_gap_;
+  double overhead_ = 0;  // rank-seconds long slots spend beyond their work
+};
+
+}  // namespace
+
+Draft draft(const Batch& batch, const Estimator& est, GroupRule rule) {
+  return Drafter(batch, est, rule).run();
+}
+
+}  // namespace fulcrum::hybrid

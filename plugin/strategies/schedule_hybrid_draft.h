@@ -1,0 +1,134 @@
+// hybrid's internals (schedule_hybrid.cpp, docs/HYBRID.md): the estimate it
+// places by, and the drafts of a placement (which ranks run which pieces,
+// when). Shared by the files that draft, choose and plan a placement.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "fulcrum/core/workload.h"
+#include "fulcrum/schedule_types.h"
+#include "fulcrum/status.h"
+
+namespace fulcrum::hybrid {
+
+// Tiles of a piece alone on one rank, at offset 0.
+std::int64_t tiles_alone(const MaskSpec& mask, std::int64_t len, std::int64_t b);
+
+class Estimator {
+ public:
+  explicit Estimator(const ScheduleRequest& r) : r_(r), p_(r.profile) {}
+
+  double work(std::int64_t len) const {
+    return p_.tile_seconds * static_cast<double>(tiles_alone(r_.mask, len, r_.block_size)) +
+           p_.token_seconds * static_cast<double>(len);
+  }
+
+  // K/V tokens a member of a g-rank balanced group receives from one peer:
+  // a balanced plan deals blocks from the whole piece to every member, so a
+  // member touches about every key block before its last query (all of the
+  // piece but a sliding window's reach).
+  double tokens_per_peer(std::int64_t len, std::int32_t g) const {
+    const double share = static_cast<double>(len) / g;
+    if (r_.mask.kind != MaskKind::kSliding) return share;
+    const double reach = share / static_cast<double>(r_.block_size) *
+                         static_cast<double>(r_.mask.param + r_.block_size);
+    return std::min(share, std::min(static_cast<double>(len) - share, reach) / (g - 1));
+  }
+
+  // Slowest member's time in a g-rank slot whose most isolated member has
+  // `together` members on its node (itself included).
+  double slot_time(double piece_work, std::int64_t len, std::int32_t g,
+                   std::int32_t together) const {
+    double t = piece_work / g + p_.slot_seconds;
+    if (g == 1) return t;
+    const double bytes = 2 * tokens_per_peer(len, g) * p_.kv_bytes_per_token;
+    t += bytes * (together - 1) / p_.intra_node_bytes_per_second +
+         bytes * (g - together) / p_.inter_node_bytes_per_second + p_.latency_seconds * (g - 1);
+    return t;
+  }
+
+ private:
+  const ScheduleRequest& r_;
+  const CostProfile& p_;
+};
+
+struct LongSlot {
+  std::vector<std::int32_t> ranks;
+  std::size_t piece = 0;
+  double start = 0;  // estimated
+};
+
+// A member's wait for the last member of its next multi-rank slot: room for
+// one single-rank row that ends before the slot starts.
+struct Gap {
+  std::int32_t rank = 0;
+  double begin = 0;
+  double seconds = 0;  // left for pieces (the row's fixed cost taken off)
+  std::int64_t room = 0;
+  std::vector<std::size_t> pieces;
+};
+
+struct Row {
+  std::int64_t room = 0;
+  std::vector<std::size_t> pieces;
+};
+
+// How a long piece's group size is chosen.
+enum class GroupRule {
+  // The smallest g whose slot alone fits in the mean load per rank (else
+  // the g with the shortest slot): fewest rank-seconds, blind to the
+  // timeline.
+  kMeanLoad,
+  // The smallest g whose slot, started when its g earliest ranks are free,
+  // ends within the mean load (else the g that ends soonest).
+  kTimelineMeanLoad,
+  // The g that ends soonest on the timeline: long pieces spread wide.
+  kSoonestEnd,
+  // The g whose slot end, or the mean load once the rank-seconds its
+  // groups spend beyond their work (fixed costs, K/V, latency) are added,
+  // whichever is later, is least: a piece too long for the mean load at
+  // any g is spread only as far as the ranks it takes from the others pay.
+  kBalancedEnd,
+};
+
+struct Draft {
+  std::vector<LongSlot> long_slots;
+  std::vector<Gap> gaps;               // rows run while waiting for a group
+  std::vector<std::vector<Row>> rows;  // per rank, its rows after its groups
+  double makespan = 0;                 // estimated
+};
+
+struct Batch {
+  const ScheduleRequest& request;
+  const std::vector<DocPiece>& pieces;
+  const std::vector<double>& work;
+  const std::vector<std::size_t>& order;  // by work, largest first
+  double mean_load = 0;
+  // Placed as groups: longer than T, or too much work for one rank within
+  // the mean load (such a piece alone would set the step on one rank).
+  std::vector<char> grouped;
+};
+
+// Moves and swaps of short pieces between the most and least loaded ranks'
+// trailing rows (rule 4's last step); `load` is per rank and kept current.
+void rebalance(const Batch& batch, std::vector<std::vector<Row>>& rows, std::vector<double>& load);
+
+// One placement of the batch under `rule` (rules 2 to 4), with its
+// estimated finish.
+Draft draft(const Batch& batch, const Estimator& est, GroupRule rule);
+
+// Plans one slot (rule 5).
+using SlotPlanner = std::function<Status(const ScheduleRequest&, ScheduleSlot&)>;
+
+// Rule 7: moves on the exact timeline of a planned schedule (merges of a
+// slot into another's spare room, the last slot re-placed), each kept only
+// when the step ends sooner, or no later with fewer rank-seconds spent.
+// The schedule stays valid; slots it changes are re-planned with `plan`,
+// until the rows re-planned hold `token_budget` tokens in all.
+Status improve_on_timeline(const ScheduleRequest& request, Schedule& schedule,
+                           const SlotPlanner& plan, std::int64_t token_budget);
+
+}  // namespace fulcrum::hybrid

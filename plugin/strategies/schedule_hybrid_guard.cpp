@@ -1,0 +1,126 @@
+// hybrid's never-slower guard (rule 6 of schedule_hybrid.cpp): the bound on
+// a decided schedule that spares planning a baseline that cannot win, and
+// the exact comparison with fixed's and megatron_dcp's schedules.
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "fulcrum/core/schedule.h"
+#include "fulcrum/core/workload.h"
+#include "strategies/schedule_strategies.h"
+
+namespace fulcrum {
+namespace {
+
+// Sum over a piece's queries of ceil(keys / B): a local query block holds at
+// most B queries and has at least ceil(keys(q) / B) tiles for each query q
+// it holds, so a member's tiles are at least its queries' sum over B.
+double query_key_blocks(const MaskSpec& mask, std::int64_t len, std::int64_t b) {
+  // Causal over queries 1..n (query i sees i keys).
+  const auto causal = [b](std::int64_t n) {
+    const std::int64_t q = n / b;
+    const std::int64_t r = n % b;
+    return static_cast<double>(b) * static_cast<double>(q) * static_cast<double>(q + 1) / 2 +
+           static_cast<double>(q + 1) * static_cast<double>(r);
+  };
+  switch (mask.kind) {
+    case MaskKind::kCausal:
+      return causal(len);
+    case MaskKind::kFull:
+      return static_cast<double>(len) * static_cast<double>(ceil_div(len, b));
+    case MaskKind::kSliding: {
+      const std::int64_t w = std::min(mask.param, len);
+      return causal(w) + static_cast<double>(len - w) * static_cast<double>(ceil_div(w, b));
+    }
+    case MaskKind::kPrefix: {
+      const std::int64_t f = std::min(mask.param, len);
+      return static_cast<double>(f) * static_cast<double>(ceil_div(f, b)) + causal(len) - causal(f);
+    }
+    case MaskKind::kBlockSparse:
+      break;
+  }
+  return 0;
+}
+
+}  // namespace
+
+// No plan of these decided slots ends sooner than this: every slot lasts at
+// least its members' mean compute (the fixed cost, the tokens and the tile
+// count above, shared over g), and the slots run on the same timeline the
+// cost model uses (wave order, a slot starting when its last member is
+// free), which only grows with the slots' lengths.
+double decided_step_lower_bound(const ScheduleRequest& request, const Schedule& schedule) {
+  const CostProfile& p = request.profile;
+  std::vector<std::size_t> order(schedule.slots.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
+    return schedule.slots[x].wave < schedule.slots[y].wave;
+  });
+  std::vector<double> free_at(static_cast<std::size_t>(request.world_size), 0.0);
+  double step = 0;
+  for (const std::size_t s : order) {
+    const ScheduleSlot& slot = schedule.slots[s];
+    double key_blocks = 0;
+    std::int64_t tokens = 0;
+    for (const DocPiece& piece : slot.pieces) {
+      key_blocks += query_key_blocks(request.mask, piece.length, request.block_size);
+      tokens += piece.length;
+    }
+    const double g = static_cast<double>(slot.ranks.size());
+    const double length =
+        p.slot_seconds + (p.tile_seconds * key_blocks / static_cast<double>(request.block_size) +
+                          p.token_seconds * static_cast<double>(tokens)) /
+                             g;
+    double start = 0;
+    for (const std::int32_t a : slot.ranks) start = std::max(start, free_at[a]);
+    for (const std::int32_t a : slot.ranks) free_at[a] = start + length;
+    step = std::max(step, start + length);
+  }
+  return step;
+}
+
+Status keep_fastest_of_baselines(const ScheduleRequest& request, Schedule& schedule) {
+  const double own = evaluate_schedule(request, schedule).step_seconds;
+  double best = own;
+  Schedule winner;
+  std::string winner_name;
+  struct Baseline {
+    const char* name;
+    Result<Schedule> (*decide)(const ScheduleRequest&);
+    Status (*plan)(const ScheduleRequest&, Schedule&);
+  };
+  for (const Baseline& baseline :
+       {Baseline{"fixed", &decide_fixed, &plan_fixed},
+        Baseline{"megatron_dcp", &decide_megatron_dcp, &plan_megatron_dcp}}) {
+    // A baseline that refuses the request (megatron_dcp's padding, a set
+    // cp_size fixed cannot use) is no candidate.
+    Result<Schedule> other = baseline.decide(request);
+    if (!other) continue;
+    // The bound sums in another order than the exact price: a margin far
+    // above rounding keeps "cannot be cheaper" certain.
+    if (decided_step_lower_bound(request, *other) * (1 - 1e-9) >= best) continue;
+    if (Status status = baseline.plan(request, *other); !status) continue;
+    // Under group_shapes a baseline is a candidate only where it keeps them.
+    if (request.group_shapes.restricts() && !validate_schedule(request, *other)) continue;
+    const double step = evaluate_schedule(request, *other).step_seconds;
+    if (step < best) {
+      best = step;
+      winner = std::move(*other);
+      winner_name = baseline.name;
+    }
+  }
+  if (winner_name.empty()) return Status::ok();
+  std::ostringstream reason;
+  reason.precision(6);
+  reason << winner_name << "'s schedule is predicted to end at " << best
+         << " s, before hybrid's own placement at " << own << " s; returned it";
+  schedule.slots = std::move(winner.slots);
+  schedule.fallback_reason = reason.str();
+  return Status::ok();
+}
+
+}  // namespace fulcrum

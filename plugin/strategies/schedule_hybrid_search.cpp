@@ -1,0 +1,295 @@
+// hybrid's local search on the exact timeline (rule 7 of
+// schedule_hybrid.cpp). A slot's length does not depend on when it starts
+// (the cost model prices its members' compute and traffic alone), so a
+// planned schedule is its slots' lengths on the wave order: a move changes
+// one or two slots, re-plans and re-prices only those, and replays the
+// timeline (O(slots x g)). Moves:
+// - merge: a slot's pieces join another slot whose row has room for them
+//   (g x T tokens), and the slot is dropped (its fixed cost and its ranks'
+//   time with it);
+// - re-place: the slot that ends last leaves its ranks and runs after the
+//   g' ranks that finish first without it, for g' of 1 up to a few times
+//   its g (a lone row at the tail spread over idle ranks, or moved to one).
+// A move is kept when it ends the step sooner, or ends it no later and
+// spends fewer rank-seconds; so the step never grows, the rank-seconds
+// strictly fall when the step does not, and the search cannot cycle. It
+// stops when no move helps or after a budget of tries fixed by the slot
+// count, at most 512, or when the rows it has re-planned reach a token
+// budget (no clock). Deterministic: candidates in index order, ties kept.
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <utility>
+#include <vector>
+
+#include "fulcrum/core/schedule.h"
+#include "strategies/schedule_hybrid_draft.h"
+
+namespace fulcrum::hybrid {
+namespace {
+
+constexpr std::int64_t kMaxTries = 512;
+
+struct Timeline {
+  double step = 0;
+  double busy = 0;                      // rank-seconds: sum of g x length
+  std::size_t last = 0;                 // the slot ending last (ties: the later index)
+  std::vector<double> finish;           // per rank
+  std::vector<std::int32_t> next_wave;  // per rank: after its last slot
+};
+
+class Search {
+ public:
+  Search(const ScheduleRequest& request, Schedule& schedule, const SlotPlanner& plan,
+         std::int64_t token_budget)
+      : r_(request), s_(schedule), plan_(plan), tokens_left_(token_budget) {}
+
+  Status run() {
+    length_.clear();
+    for (const ScheduleSlot& slot : s_.slots)
+      length_.push_back(evaluate_slot(r_, slot).end_seconds);
+    // Each try replays the timeline (O(slots log slots)): the budget grows
+    // with the slots up to a ceiling, so that large batches stay fast.
+    std::int64_t tries =
+        std::min<std::int64_t>(64 + 8 * static_cast<std::int64_t>(s_.slots.size()), kMaxTries);
+    sort_by_wave();
+    Timeline now = replay(s_.slots.size());
+    while (tries > 0 && tokens_left_ > 0 && s_.slots.size() > 1) {
+      bool moved = false;
+      if (Status st = try_replace(now, tries, moved); !st) return st;
+      if (!moved) {
+        if (Status st = try_merge(now, tries, moved); !st) return st;
+      }
+      if (!moved) break;
+    }
+    return Status::ok();
+  }
+
+ private:
+  static std::int64_t tokens_of(const ScheduleSlot& slot) {
+    std::int64_t n = 0;
+    for (const DocPiece& p : slot.pieces) n += p.length;
+    return n;
+  }
+
+  // Takes a row's tokens from the budget; false (and the budget spent)
+  // when they do not fit in what is left.
+  bool charge(const ScheduleSlot& slot) {
+    const std::int64_t n = tokens_of(slot);
+    if (n > tokens_left_) {
+      tokens_left_ = 0;
+      return false;
+    }
+    tokens_left_ -= n;
+    return true;
+  }
+
+  // The slots in wave order (stable), kept for replay: a move that is
+  // tried keeps every wave but the re-placed slot's, which replay leaves
+  // out and try_replace prices apart.
+  void sort_by_wave() {
+    order_.resize(s_.slots.size());
+    std::iota(order_.begin(), order_.end(), std::size_t{0});
+    std::stable_sort(order_.begin(), order_.end(), [&](std::size_t x, std::size_t y) {
+      return s_.slots[x].wave < s_.slots[y].wave;
+    });
+  }
+
+  // The timeline without slot `skip` (skip = size: all of them).
+  Timeline replay(std::size_t skip) const {
+    Timeline t;
+    const auto world = static_cast<std::size_t>(r_.world_size);
+    t.finish.assign(world, 0.0);
+    t.next_wave.assign(world, 0);
+    for (const std::size_t k : order_) {
+      if (k == skip) continue;
+      const ScheduleSlot& slot = s_.slots[k];
+      double start = 0;
+      for (const std::int32_t a : slot.ranks) start = std::max(start, t.finish[a]);
+      const double end = start + length_[k];
+      for (const std::int32_t a : slot.ranks) {
+        t.finish[a] = end;
+        t.next_wave[a] = std::max(t.next_wave[a], slot.wave + 1);
+      }
+      t.busy += static_cast<double>(slot.ranks.size()) * length_[k];
+      if (end >= t.step) {
+        t.step = end;
+        t.last = k;
+      }
+    }
+    return t;
+  }
+
+  static bool better(const Timeline& a, const Timeline& b) {
+    const double eps = 1e-12 * std::max(1.0, b.step);
+    return a.step < b.step - eps || (a.step <= b.step && a.busy < b.busy - eps);
+  }
+
+  // The slot that ends last, re-placed after the g' ranks that finish
+  // first without it.
+  Status try_replace(Timeline& now, std::int64_t& tries, bool& moved) {
+    const std::size_t c = now.last;
+    const ScheduleSlot& original = s_.slots[c];
+    const Timeline without = replay(c);
+    std::vector<std::int32_t> by_finish(static_cast<std::size_t>(r_.world_size));
+    std::iota(by_finish.begin(), by_finish.end(), 0);
+    std::stable_sort(by_finish.begin(), by_finish.end(), [&](std::int32_t x, std::int32_t y) {
+      return without.finish[x] < without.finish[y];
+    });
+    const std::int64_t tokens = tokens_of(original);
+    const auto g0 = static_cast<std::int32_t>(original.ranks.size());
+    const std::int32_t most = std::min(r_.world_size, 4 * g0 + 4);
+    ScheduleSlot best_slot;
+    double best_length = 0;
+    Timeline best = now;
+    for (std::int32_t g = 1; g <= most && tries > 0; g = g < 8 ? g + 1 : g + g / 4) {
+      if (static_cast<std::int64_t>(g) * r_.max_tokens_per_rank < tokens) continue;
+      ScheduleSlot slot;
+      slot.pieces = original.pieces;
+      slot.ranks.assign(by_finish.begin(), by_finish.begin() + g);
+      std::sort(slot.ranks.begin(), slot.ranks.end());
+      if (slot.ranks == original.ranks) continue;
+      for (const std::int32_t a : slot.ranks) slot.wave = std::max(slot.wave, without.next_wave[a]);
+      --tries;
+      if (!charge(slot)) return Status::ok();
+      if (Status st = plan_(r_, slot); !st) return st;
+      // It runs after its members' other slots (its wave is above theirs),
+      // so the timeline is the one without it plus this slot.
+      const double length = evaluate_slot(r_, slot).end_seconds;
+      Timeline t = without;
+      double start = 0;
+      for (const std::int32_t a : slot.ranks) start = std::max(start, without.finish[a]);
+      t.busy += static_cast<double>(g) * length;
+      if (start + length >= t.step) {
+        t.step = start + length;
+        t.last = c;
+      }
+      if (better(t, best)) {
+        best = t;
+        best_slot = slot;
+        best_length = length;
+      }
+    }
+    if (best_slot.ranks.empty()) return Status::ok();
+    s_.slots[c] = std::move(best_slot);
+    length_[c] = best_length;
+    sort_by_wave();
+    now = replay(s_.slots.size());
+    moved = true;
+    return Status::ok();
+  }
+
+  // Whether rank a holds a slot of wave w other than slots x and y.
+  bool wave_taken(std::int32_t a, std::int32_t w, std::size_t x, std::size_t y) const {
+    for (std::size_t k = 0; k < s_.slots.size(); ++k) {
+      if (k == x || k == y || s_.slots[k].wave != w) continue;
+      const auto& ranks = s_.slots[k].ranks;
+      if (std::find(ranks.begin(), ranks.end(), a) != ranks.end()) return true;
+    }
+    return false;
+  }
+
+  // Slot x's pieces into slot y; `widen`: over the union of both slots'
+  // (disjoint) ranks, at the later of their waves. Kept when it helps.
+  Status try_pair(std::size_t x, std::size_t y, bool widen, Timeline& now, bool& moved) {
+    ScheduleSlot merged = s_.slots[y];
+    merged.pieces.insert(merged.pieces.end(), s_.slots[x].pieces.begin(), s_.slots[x].pieces.end());
+    if (widen) {
+      merged.ranks.insert(merged.ranks.end(), s_.slots[x].ranks.begin(), s_.slots[x].ranks.end());
+      std::sort(merged.ranks.begin(), merged.ranks.end());
+      merged.wave = std::max(s_.slots[x].wave, s_.slots[y].wave);
+      for (const std::int32_t a : merged.ranks) {
+        if (wave_taken(a, merged.wave, x, y)) return Status::ok();
+      }
+    }
+    if (tokens_of(merged) >
+        static_cast<std::int64_t>(merged.ranks.size()) * r_.max_tokens_per_rank) {
+      return Status::ok();
+    }
+    if (!charge(merged)) return Status::ok();
+    if (Status st = plan_(r_, merged); !st) return st;
+    const double merged_length = evaluate_slot(r_, merged).end_seconds;
+    std::swap(s_.slots[y], merged);
+    const double kept_length = length_[y];
+    length_[y] = merged_length;
+    const bool rewaved = s_.slots[y].wave != merged.wave;
+    if (rewaved) sort_by_wave();  // slot y moved in the wave order
+    const Timeline t = replay(x);
+    if (better(t, now)) {
+      s_.slots.erase(s_.slots.begin() + static_cast<std::ptrdiff_t>(x));
+      length_.erase(length_.begin() + static_cast<std::ptrdiff_t>(x));
+      sort_by_wave();
+      now = replay(s_.slots.size());
+      moved = true;
+      return Status::ok();
+    }
+    std::swap(s_.slots[y], merged);
+    length_[y] = kept_length;
+    if (rewaved) sort_by_wave();
+    return Status::ok();
+  }
+
+  static bool disjoint(const ScheduleSlot& a, const ScheduleSlot& b) {
+    for (const std::int32_t r : a.ranks) {
+      if (std::find(b.ranks.begin(), b.ranks.end(), r) != b.ranks.end()) return false;
+    }
+    return true;
+  }
+
+  // The smallest slots (by tokens) into the slot with the least room that
+  // holds them, or over the union of ranks with a slot of a neighbouring
+  // wave, a few candidates each; the first that helps is kept.
+  Status try_merge(Timeline& now, std::int64_t& tries, bool& moved) {
+    std::vector<std::int64_t> tokens(s_.slots.size());
+    std::vector<std::int64_t> room(s_.slots.size());
+    for (std::size_t k = 0; k < s_.slots.size(); ++k) {
+      tokens[k] = tokens_of(s_.slots[k]);
+      room[k] =
+          static_cast<std::int64_t>(s_.slots[k].ranks.size()) * r_.max_tokens_per_rank - tokens[k];
+    }
+    std::vector<std::size_t> small(s_.slots.size());
+    std::iota(small.begin(), small.end(), std::size_t{0});
+    std::stable_sort(small.begin(), small.end(),
+                     [&](std::size_t x, std::size_t y) { return tokens[x] < tokens[y]; });
+    std::vector<std::size_t> hosts(s_.slots.size());
+    std::iota(hosts.begin(), hosts.end(), std::size_t{0});
+    std::stable_sort(hosts.begin(), hosts.end(),
+                     [&](std::size_t x, std::size_t y) { return room[x] < room[y]; });
+    for (std::size_t n = 0; n < small.size() && n < 32 && tries > 0; ++n) {
+      const std::size_t x = small[n];
+      auto it = std::lower_bound(hosts.begin(), hosts.end(), tokens[x],
+                                 [&](std::size_t h, std::int64_t need) { return room[h] < need; });
+      for (int tried = 0; it != hosts.end() && tried < 3 && tries > 0; ++it) {
+        if (*it == x) continue;
+        ++tried;
+        --tries;
+        if (Status st = try_pair(x, *it, false, now, moved); !st || moved) return st;
+      }
+      const std::int32_t wx = s_.slots[x].wave;
+      for (std::size_t y = 0, tried = 0; y < s_.slots.size() && tried < 4 && tries > 0; ++y) {
+        const std::int32_t wy = s_.slots[y].wave;
+        if (y == x || wy < wx - 1 || wy > wx + 1 || !disjoint(s_.slots[x], s_.slots[y])) continue;
+        ++tried;
+        --tries;
+        if (Status st = try_pair(x, y, true, now, moved); !st || moved) return st;
+      }
+    }
+    return Status::ok();
+  }
+
+  const ScheduleRequest& r_;
+  Schedule& s_;
+  const SlotPlanner& plan_;
+  std::vector<double> length_;      // per slot, as evaluate_slot prices it
+  std::vector<std::size_t> order_;  // sort_by_wave
+  std::int64_t tokens_left_;        // rows the tries may still plan, in tokens
+};
+
+}  // namespace
+
+Status improve_on_timeline(const ScheduleRequest& request, Schedule& schedule,
+                           const SlotPlanner& plan, std::int64_t token_budget) {
+  return Search(request, schedule, plan, token_budget).run();
+}
+
+}  // namespace fulcrum::hybrid

@@ -324,6 +324,8 @@ TEST(Hybrid, CompareSchedulersLeavesTheTrainingBitIdenticalAndReportsEverySchedu
     const std::string name = line.at("compare").get<std::string>();
     ++records[name];
     EXPECT_EQ(line.at("repetitions"), 3) << line;
+    EXPECT_EQ(line.at("clock"), "thread CPU") << line;
+    EXPECT_GT(line.at("critical_path_wall_ms").get<double>(), 0.0) << line;
     EXPECT_EQ(line.at("critical_path_ms_by_repetition").size(), 3u) << line;
     for (const char* key :
          {"rank_min_ms", "rank_median_ms", "predicted_rank_ms", "prediction_error"}) {

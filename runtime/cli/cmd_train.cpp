@@ -345,6 +345,12 @@ int train_body(const std::vector<std::string>& args) {
   common.overrides = f.overrides;
   const host::Config config = load_config_or_throw(common);
   check_config_not_empty(f.config_path);
+  if (given.count("compare-repetitions") != 0 &&
+      config.get_string("train.compare_schedulers").empty()) {
+    throw UsageError("--compare-repetitions " + f.repetitions +
+                     " has nothing to repeat: no schedulers are compared; add --compare-schedulers "
+                     "fixed,megatron_dcp,hybrid (or others) or leave --compare-repetitions out");
+  }
 
   const std::int64_t world = train::job_world_size(config);
   const std::string world_text =

@@ -435,10 +435,12 @@ json compare_line(const StepReport& step, const CompareResult& r) {
       {"compare", r.scheduler},
       {"scheduler_used", r.used},
       {"repetitions", step.repetitions},
+      {"clock", step.clock},
       {"groups", r.groups},
       {"predicted_step_ms", round_ms(r.predicted_ms)},
       {"critical_path_ms", round_ms(r.critical_path_ms)},
       {"critical_path_ms_by_repetition", rounded(r.repetition_critical_path_ms, round_ms)},
+      {"critical_path_wall_ms", round_ms(r.critical_path_wall_ms)},
       {"max_rank_ms", round_ms(r.max_rank_ms)},
       {"rank_min_ms", rounded(r.rank_min_ms, round_ms)},
       {"rank_median_ms", rounded(r.rank_median_ms, round_ms)},
@@ -684,7 +686,8 @@ std::string RunSummary::render_compare() const {
     out << "    " << t.scheduler
         << std::string(t.scheduler.size() < 13 ? 13 - t.scheduler.size() : 1, ' ') << "measured "
         << fixed(t.critical_ms / n, 1) << " ms (max rank " << fixed(t.max_rank_ms / n, 1)
-        << "), predicted " << fixed(t.predicted_ms / n, 1) << " ms, rank error "
+        << ", wall " << fixed(t.wall_ms / n, 1) << "), predicted " << fixed(t.predicted_ms / n, 1)
+        << " ms, rank error "
         << fixed(t.errors > 0 ? 100 * t.abs_error / static_cast<double>(t.errors) : 0.0, 1)
         << "% (mean |measured - predicted| / predicted)";
     if (t.scheduler != "fixed" && t.fixed_critical_ms > 0 && t.critical_ms > 0 &&

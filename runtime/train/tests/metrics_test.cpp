@@ -139,6 +139,7 @@ TEST(CompareMetrics, MediansErrorsAndSpeedupsFromEveryRepetition) {
 TEST(CompareMetrics, EveryComparedSchedulerHasARecordAndOnlyOthersASpeedup) {
   TwoSchedulers t = two_schedulers();
   t.step.step = 4;
+  t.step.clock = "thread CPU";
   t.step.hybrid = StepReport::Hybrid{"hybrid", "", {1, 1}, 10.0};
   const std::vector<std::string> lines = metrics_lines(t.step, t.ranks, 2, 1);
   int fixed = 0, hybrid = 0;
@@ -147,6 +148,8 @@ TEST(CompareMetrics, EveryComparedSchedulerHasARecordAndOnlyOthersASpeedup) {
       ++fixed;
       EXPECT_EQ(line.find("speedup"), std::string::npos) << line;
       EXPECT_NE(line.find("\"prediction_error\":[0.3,0.2]"), std::string::npos) << line;
+      EXPECT_NE(line.find("\"critical_path_wall_ms\":52.0"), std::string::npos) << line;
+      EXPECT_NE(line.find("\"clock\":\"thread CPU\""), std::string::npos) << line;
     }
     if (line.find("\"compare\":\"hybrid\"") != std::string::npos) {
       ++hybrid;

@@ -233,8 +233,8 @@ double HybridWorker::fixed_prediction_ms(const ScheduleRequest& request) const {
   return fixed ? evaluate_schedule(request, *fixed).step_seconds * 1e3 : 0.0;
 }
 
-// `name`'s schedule of the batch, checked against every rank's (plan
-// consensus); a refusal is a bad setting or a failed run (below).
+// `name`'s schedule of the batch (the caller checks it against every
+// rank's); a refusal is a bad setting or a failed run (below).
 Schedule HybridWorker::make_schedule(const std::string& name, const ScheduleRequest& request,
                                      std::int64_t step) const {
   Result<Schedule> schedule = scheduler_->schedule(name, request);

@@ -1,45 +1,46 @@
 #!/usr/bin/env python3
-"""Hybrid mode in the trainer, measured: per-rank compute against the cost
-model, hybrid's critical path against fixed mode's, K/V bytes against the
-model and against fixed mode's all-gathers, and the bookkeeping share.
+"""Hybrid mode in the trainer, measured inside one job: the fixed,
+megatron_dcp and hybrid schedulers' schedules of the same batches, run in
+the same runtime, interleaved, from the same parameters
+(`fulcrum train --compare-schedulers`, docs/HYBRID_RUNTIME.md section 9).
 
 Run from the repository root after a release build:
 
     python3 benchmarks/hybrid_train.py            # W = 4, 6 and 8
-    python3 benchmarks/hybrid_train.py --worlds 4 --steps 4
+    python3 benchmarks/hybrid_train.py --worlds 4 --steps 3
 
-For each world size W it trains two jobs on the same long-tailed lengths
+For each world size W it trains one hybrid job on long-tailed lengths
 (../shared/workloads/dist_wlbllm.json, lengths / 8 for two CPU cores, when
 present, else a seeded lognormal mix; the first line says which), with
 train.threads 1 so that each rank's compute is its thread's CPU time, for
-1 + 2 x --steps steps each (step 1 is warm-up and left out):
+1 + --steps steps (step 1 warms the allocator up and is left out). In every
+step each scheduler's schedule runs --repetitions times in rotating order
+before the step is taken (with the configured scheduler, hybrid). Per
+scheduler and W it reports, over the measured steps:
 
-1. hybrid mode, its scheduler planning with configs/profiles/cpu_calibrated.yaml:
-   every slot's CPU time, tiles, tokens and K/V bytes. A non-negative
-   least-squares fit of cpu_ms = a * tiles + b * tokens + c + d * bytes over
-   the first --steps steps gives the cost model's coefficients for this
-   model on this machine (a, b, c, and its bandwidth as 1 / d: on CPU,
-   moving K/V costs the rank the time to gather and place the rows); the
-   last --steps steps, other batches, are predicted with them, rank by
-   rank;
-2. fixed mode, DP 1 x CP W on rows of W x T tokens, the same batches: each
-   rank's compute CPU time per step, for the critical path.
+- the critical path replayed from the schedule's own timeline with the
+  median (over repetitions) of every member's slot CPU time, summed over
+  steps, and the same with wall times;
+- the measured speedup over the planner's fixed and over megatron_dcp
+  (ratio of the sums), with its spread: the min..max of the same ratio
+  taken repetition by repetition;
+- the cost model's predicted speedup;
+- the per-rank prediction error (measured - predicted) / predicted of the
+  median-filtered per (step, rank) time: its range and its median |error|.
 
 Machine-readable results go to --out (default build/hybrid_train).
 """
 
 import argparse
 import json
-import math
 import os
 import random
+import statistics
 import subprocess
 import sys
 
-import numpy as np
-
 MODEL = {"hidden_size": 64, "num_layers": 2, "num_heads": 4, "vocab_size": 256}
-DTYPE_BYTES = 4  # float32
+SCHEDULERS = ["fixed", "megatron_dcp", "hybrid"]
 
 
 def workload(seed, count, scale):
@@ -56,155 +57,67 @@ def workload(seed, count, scale):
     return lengths, source
 
 
-def config_text(world, t, lengths_path, steps, seed, mode, profile):
-    parallel = (f"  mode: hybrid\n  world_size: {world}\n  max_tokens_per_rank: {t}\n"
-                if mode == "hybrid" else f"  dp_size: 1\n  cp_size: {world}\n")
-    schedule = (f"  schedule: {{strategy: hybrid, profile: {profile}}}\n"
-                if mode == "hybrid" else "")
-    return (f"parallel:\n{parallel}"
-            f"balancer:\n{schedule}"
+def config_text(world, t, lengths_path, steps, profile):
+    return (f"parallel: {{mode: hybrid, world_size: {world}, max_tokens_per_rank: {t}}}\n"
+            f"balancer:\n"
+            f"  schedule: {{strategy: hybrid, profile: {profile}}}\n"
             f"  cp: {{strategy: auto, block_size: 64, mask: causal}}\n"
             f"data: {{source: synthetic, path: {lengths_path}, seq_length: {world * t},\n"
-            f"       packing: true, global_batch_size: 64, micro_batch_size: 1, seed: {seed}}}\n"
+            f"       packing: true, global_batch_size: 64, micro_batch_size: 1, seed: 1}}\n"
             f"model: {json.dumps(MODEL)}\n"
             f"train: {{steps: {steps}, dtype: float32, threads: 1, lr: 1.0e-3}}\n"
             f"dist: {{timeout_s: 120, op_timeout_s: 600}}\n")
 
 
-REUSE = False  # --reuse: read the jobs' metrics from --out instead of training
-
-
-def train(fulcrum, out, name, text):
-    path = os.path.join(out, name + ".yaml")
-    metrics = os.path.join(out, name + ".jsonl")
-    if REUSE and os.path.exists(metrics):
-        with open(metrics) as f:
-            return [json.loads(line) for line in f if line.strip()]
-    with open(path, "w") as f:
-        f.write(text)
-    run = subprocess.run([fulcrum, "train", "--config", path, "--metrics", metrics],
-                         capture_output=True, text=True)
-    if run.returncode != 0:
-        sys.exit(f"{name}: fulcrum train exited {run.returncode}:\n{run.stderr[-2000:]}")
+def train(args, world, lengths_path):
+    name = f"w{world}"
+    path = os.path.join(args.out, name + ".yaml")
+    metrics = os.path.join(args.out, name + ".jsonl")
+    if not (args.reuse and os.path.exists(metrics)):
+        with open(path, "w") as f:
+            f.write(config_text(world, args.tokens_per_rank, lengths_path, 1 + args.steps,
+                                args.profile))
+        run = subprocess.run([args.fulcrum, "train", "--config", path, "--metrics", metrics,
+                              "--compare-schedulers", ",".join(SCHEDULERS),
+                              "--compare-repetitions", str(args.repetitions)],
+                             capture_output=True, text=True)
+        if run.returncode != 0:
+            sys.exit(f"{name}: fulcrum train exited {run.returncode}:\n{run.stderr[-2000:]}")
     with open(metrics) as f:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def hybrid_lines(metrics):
-    return [m for m in metrics if "scheduler" in m]
+def speedup(base, other):
+    """base / other of the summed critical paths, and the min..max of the
+    same ratio repetition by repetition."""
+    ratio = base["critical_ms"] / other["critical_ms"]
+    per_rep = [b / o for b, o in zip(base["by_repetition"], other["by_repetition"]) if o > 0]
+    return {"measured": ratio, "spread": [min(per_rep), max(per_rep)],
+            "predicted": base["predicted_ms"] / other["predicted_ms"]}
 
 
-def step_lines(metrics):
-    return [m for m in metrics if "loss" in m]
-
-
-def slots(metrics, first, last):
-    """The slots of steps first..last (step 1 warms the allocator and ATen
-    up: no range includes it)."""
-    for line in hybrid_lines(metrics):
-        if not first <= line["step"] <= last:
-            continue
-        for rank in line["ranks"]:
-            for s in rank["slots"]:
-                yield line["step"], rank["rank"], s
-
-
-def features(s):
-    # The cost model's per-member quantities: tiles (of one layer), tokens,
-    # one slot, and the K/V bytes it moves (received and sent, whose dK/dV
-    # come back alike), which on CPU cost this rank's time to gather and
-    # place.
-    return [s["tiles"] / MODEL["num_layers"], s["tokens"], 1.0,
-            s["predicted_kv_received"] + s["predicted_kv_sent"]]
-
-
-def fit(metrics, first, last):
-    rows, y = [], []
-    for _, _, s in slots(metrics, first, last):
-        rows.append(features(s))
-        y.append(s["cpu_ms"])
-    x, y = np.array(rows), np.array(y)
-    # Non-negative least squares by trying every subset of the terms: the
-    # best fit whose coefficients are all >= 0 (a cost cannot be negative).
-    best, best_residual = [0.0] * x.shape[1], math.inf
-    for mask in range(1, 1 << x.shape[1]):
-        cols = [i for i in range(x.shape[1]) if mask >> i & 1]
-        coef, *_ = np.linalg.lstsq(x[:, cols], y, rcond=None)
-        if (coef < 0).any():
-            continue
-        residual = float(np.sum((x[:, cols] @ coef - y) ** 2))
-        if residual < best_residual:
-            best_residual = residual
-            best = [0.0] * x.shape[1]
-            for i, c in zip(cols, coef):
-                best[i] = float(c)
-    return best  # ms per tile, per token, per slot, per byte
-
-
-def measure(fulcrum, out, world, t, steps):
-    lengths, source = workload(7 + world, 8192, 8)
-    lengths_path = os.path.abspath(os.path.join(out, f"lengths_w{world}.json"))
-    with open(lengths_path, "w") as f:
-        json.dump(lengths, f)
-    # One hybrid job of 1 + 2 x steps steps: the coefficients are fitted on
-    # steps 2 .. steps + 1 and predict steps + 2 .. 2 x steps + 1 (other
-    # batches of the same job, so the shared machine's drift between jobs
-    # does not enter). The scheduler plans with this machine's bundled
-    # calibrated profile.
-    total = 1 + 2 * steps
-    profile = os.path.abspath("configs/profiles/cpu_calibrated.yaml")
-    hybrid = train(fulcrum, out, f"w{world}_hybrid",
-                   config_text(world, t, lengths_path, total, 1, "hybrid", profile))
-    fixed = train(fulcrum, out, f"w{world}_fixed",
-                  config_text(world, t, lengths_path, total, 1, "fixed", profile))
-    a, b, c, d = fit(hybrid, 2, steps + 1)
-    evaluated = (steps + 2, total)
-    measured = [0.0] * world
-    predicted = [0.0] * world
-    kv_received = [0] * world
-    kv_predicted = [0] * world
-    for _, r, s in slots(hybrid, *evaluated):
-        measured[r] += s["cpu_ms"]
-        # The model's time for the member, with the fitted coefficients.
-        predicted[r] += float(np.dot([a, b, c, d], features(s)))
-        kv_received[r] += s["kv_received"]
-        kv_predicted[r] += s["predicted_kv_received"]
-    # Fixed mode's all-gathers: every rank receives the row but its shard.
-    kv = 2 * MODEL["hidden_size"] * MODEL["num_layers"] * DTYPE_BYTES
-    fixed_gather = 0
-    for m in fixed:
-        if "microbatch" in m and evaluated[0] <= m["step"] <= evaluated[1]:
-            for n in m["tokens"]:
-                shard = math.ceil(n / world)
-                fixed_gather += world * (world * shard - shard) * kv  # all ranks
-    def critical_path(metrics):
-        return sum(max(s["rank_compute_cpu_ms"]) for s in step_lines(metrics)
-                   if evaluated[0] <= s["step"] <= evaluated[1])
-
-    hybrid_path, fixed_path = critical_path(hybrid), critical_path(fixed)
-    overhead, overhead_wall = [], []
-    for line, step in zip(hybrid_lines(hybrid), step_lines(hybrid)):
-        if not evaluated[0] <= step["step"] <= evaluated[1]:
-            continue
-        for rank in line["ranks"]:
-            setup = sum(s["setup_ms"] for s in rank["slots"])
-            cpu = rank["compute_cpu_ms"]
-            overhead.append((step["plan_ms"] + setup) / cpu if cpu > 0 else 0.0)
-            overhead_wall.append((step["plan_ms"] + setup) / step["step_ms"])
-    groups = sorted({g for line in hybrid_lines(hybrid) for g in line["groups"]})
-    return {
-        "world": world, "t": t, "steps": steps, "evaluated": evaluated, "source": source,
-        "fit_ms": {"tile": a, "token": b, "slot": c, "byte": d},
-        "rank_measured_ms": measured, "rank_predicted_ms": predicted,
-        "kv_received": kv_received, "kv_predicted": kv_predicted,
-        "fixed_allgather_bytes": fixed_gather,
-        "hybrid_critical_path_ms": hybrid_path, "fixed_critical_path_ms": fixed_path,
-        "overhead_median": float(np.median(overhead)) if overhead else 0.0,
-        "overhead_max": max(overhead) if overhead else 0.0,
-        "overhead_wall_median": float(np.median(overhead_wall)) if overhead_wall else 0.0,
-        "overhead_wall_max": max(overhead_wall) if overhead_wall else 0.0,
-        "groups": groups,
-    }
+def summarise(metrics):
+    records = [m for m in metrics if "compare" in m and m["step"] >= 2]
+    out = {}
+    for name in SCHEDULERS:
+        mine = [m for m in records if m["compare"] == name]
+        if not mine:
+            sys.exit(f"no comparison records of {name}: was the job trained with them?")
+        reps = len(mine[0]["critical_path_ms_by_repetition"])
+        errors = [e for m in mine for e in m["prediction_error"]]
+        out[name] = {
+            "steps": len(mine),
+            "critical_ms": sum(m["critical_path_ms"] for m in mine),
+            "wall_ms": sum(m["critical_path_wall_ms"] for m in mine),
+            "max_rank_ms": sum(m["max_rank_ms"] for m in mine),
+            "predicted_ms": sum(m["predicted_step_ms"] for m in mine),
+            "by_repetition": [sum(m["critical_path_ms_by_repetition"][r] for m in mine)
+                              for r in range(reps)],
+            "error_range": [min(errors), max(errors)],
+            "error_median_abs": statistics.median(abs(e) for e in errors),
+            "groups": sorted({g for m in mine for g in m["groups"]}),
+        }
+    return out
 
 
 def main():
@@ -212,45 +125,41 @@ def main():
     parser.add_argument("--fulcrum", default="build/release/bin/fulcrum")
     parser.add_argument("--worlds", default="4,6,8")
     parser.add_argument("--tokens-per-rank", type=int, default=512)
-    parser.add_argument("--steps", type=int, default=7)
+    parser.add_argument("--steps", type=int, default=4, help="measured steps after the warm-up")
+    parser.add_argument("--repetitions", type=int, default=3)
+    parser.add_argument("--profile", default=os.path.abspath("configs/profiles/cpu_calibrated.yaml"))
     parser.add_argument("--out", default="build/hybrid_train")
     parser.add_argument("--reuse", action="store_true",
-                        help="analyse the metrics already in --out instead of training")
+                        help="re-analyse the metrics of a previous run in --out without training")
     args = parser.parse_args()
-    global REUSE
-    REUSE = args.reuse
     os.makedirs(args.out, exist_ok=True)
-    results = [measure(args.fulcrum, args.out, int(w), args.tokens_per_rank, args.steps)
-               for w in args.worlds.split(",")]
-    print(f"workload: {results[0]['source']}; model {MODEL}, float32, causal, B = 64, "
-          f"global batch 64 documents, 1 + 2 x {args.steps} steps per job: step 1 warm-up, "
-          f"the next {args.steps} fit, the last {args.steps} measured\n")
-    for r in results:
-        w = r["world"]
-        f = r["fit_ms"]
-        print(f"W = {w}, T = {r['t']}: slot groups {r['groups']}; fit (steps 2-{r['steps'] + 1}): "
-              f"{f['tile'] * 1e3:.1f} us/tile + {f['token'] * 1e3:.2f} us/token + "
-              f"{f['slot']:.2f} ms/slot + {f['byte'] * 1e6:.2f} ms/MB moved")
-        print(f"steps {r['evaluated'][0]}-{r['evaluated'][1]}:")
-        print("| rank | slot CPU s (measured) | model s | error | K/V received MiB | model MiB |")
-        print("|---|---:|---:|---:|---:|---:|")
-        for i in range(w):
-            m, p = r["rank_measured_ms"][i], r["rank_predicted_ms"][i]
-            print(f"| {i} | {m / 1e3:.2f} | {p / 1e3:.2f} | {100 * (p - m) / m:+.1f}% | "
-                  f"{r['kv_received'][i] / 2**20:.2f} | {r['kv_predicted'][i] / 2**20:.2f} |")
-        total = sum(r["kv_received"])
-        print(f"K/V received equals the model on every rank: "
-              f"{r['kv_received'] == r['kv_predicted']}; all ranks {total / 2**20:.1f} MiB against "
-              f"fixed mode's all-gathers {r['fixed_allgather_bytes'] / 2**20:.1f} MiB "
-              f"({total / max(1, r['fixed_allgather_bytes']):.2f}x)")
-        print(f"critical path (sum over steps of the slowest rank's compute CPU): hybrid "
-              f"{r['hybrid_critical_path_ms'] / 1e3:.2f} s, fixed DP 1 x CP {w} "
-              f"{r['fixed_critical_path_ms'] / 1e3:.2f} s "
-              f"({r['fixed_critical_path_ms'] / r['hybrid_critical_path_ms']:.2f}x)")
-        print(f"bookkeeping (scheduling + slot setup) per rank and step: of its compute CPU "
-              f"median {100 * r['overhead_median']:.2f}%, worst {100 * r['overhead_max']:.2f}%; "
-              f"of the step's wall time median {100 * r['overhead_wall_median']:.2f}%, worst "
-              f"{100 * r['overhead_wall_max']:.2f}%\n")
+    lengths, source = workload(1, 4000, 8)
+    lengths_path = os.path.abspath(os.path.join(args.out, "lengths.json"))
+    with open(lengths_path, "w") as f:
+        json.dump(lengths, f)
+    print(f"documents: {source}; {args.steps} measured steps, {args.repetitions} interleaved "
+          f"runs of each schedule per step, profile {args.profile}")
+    results = {"source": source, "profile": args.profile, "worlds": {}}
+    for world in [int(w) for w in args.worlds.split(",")]:
+        s = summarise(train(args, world, lengths_path))
+        s["hybrid_over_fixed"] = speedup(s["fixed"], s["hybrid"])
+        s["hybrid_over_megatron_dcp"] = speedup(s["megatron_dcp"], s["hybrid"])
+        results["worlds"][world] = s
+        print(f"\nW = {world}")
+        print(f"  {'scheduler':13} {'critical path s':>15} {'wall s':>8} {'max rank s':>10} "
+              f"{'predicted s':>11}  per-rank error (median |e|)  groups")
+        for name in SCHEDULERS:
+            r = s[name]
+            print(f"  {name:13} {r['critical_ms'] / 1e3:15.3f} {r['wall_ms'] / 1e3:8.3f} "
+                  f"{r['max_rank_ms'] / 1e3:10.3f} {r['predicted_ms'] / 1e3:11.3f}  "
+                  f"{100 * r['error_range'][0]:+.1f}% to {100 * r['error_range'][1]:+.1f}% "
+                  f"({100 * r['error_median_abs']:.1f}%)  {r['groups']}")
+        for key, label in (("hybrid_over_fixed", "fixed"),
+                           ("hybrid_over_megatron_dcp", "megatron_dcp")):
+            v = s[key]
+            print(f"  hybrid over {label:13} measured {v['measured']:.3f}x "
+                  f"({v['spread'][0]:.3f}..{v['spread'][1]:.3f} by repetition), "
+                  f"predicted {v['predicted']:.3f}x")
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
 

@@ -277,6 +277,85 @@ TEST(Hybrid, EverySchedulerAtFourAndSixRanksMatchesOneProcessAndFixedMode) {
   }
 }
 
+// --compare-schedulers runs every listed scheduler's schedule of each batch
+// three times, forward and backward from the step's parameters, before the
+// step: the run must train exactly as one without it (the same losses and,
+// byte for byte, the same float64 parameters), and its metrics must hold one
+// record per scheduler and step with every rank's figures.
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+TEST(Hybrid, CompareSchedulersLeavesTheTrainingBitIdenticalAndReportsEveryScheduler) {
+  TempDir dir;
+  const std::string config = equivalence_config(dir);
+  const std::vector<std::string> sets = {"parallel.mode=hybrid", "parallel.world_size=4",
+                                         "parallel.max_tokens_per_rank=16", "train.threads=1"};
+  const auto train = [&](const std::string& tag, const std::vector<std::string>& flags) {
+    std::vector<std::string> argv =
+        train_command(config, sets, dir.file(tag + ".jsonl"), dir.file(tag + ".params"));
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    const RunResult r = run(argv, seconds(150));
+    EXPECT_EQ(r.exit_code, 0) << tag << ": " << r;
+    return r;
+  };
+  train("plain", {});
+  const RunResult compared =
+      train("compared", {"--compare-schedulers", "fixed,megatron_dcp,hybrid"});
+  const std::string plain_params = file_bytes(dir.file("plain.params"));
+  ASSERT_FALSE(plain_params.empty());
+  EXPECT_TRUE(plain_params == file_bytes(dir.file("compared.params")))
+      << "the comparison runs changed the trained parameters";
+  const std::vector<json> plain = read_metrics(dir.file("plain.jsonl"));
+  const std::vector<json> metrics = read_metrics(dir.file("compared.jsonl"));
+  const std::vector<json> plain_steps = step_records(plain);
+  const std::vector<json> steps = step_records(metrics);
+  ASSERT_EQ(steps.size(), 3u);
+  ASSERT_EQ(plain_steps.size(), steps.size());
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    EXPECT_EQ(steps[i].at("loss").get<double>(), plain_steps[i].at("loss").get<double>())
+        << "step " << i + 1;
+  }
+  std::map<std::string, int> records;
+  for (const json& line : plain) EXPECT_FALSE(line.contains("compare")) << line;
+  for (const json& line : metrics) {
+    if (!line.contains("compare")) continue;
+    const std::string name = line.at("compare").get<std::string>();
+    ++records[name];
+    EXPECT_EQ(line.at("repetitions"), 3) << line;
+    EXPECT_EQ(line.at("clock"), "thread CPU") << line;
+    EXPECT_GT(line.at("critical_path_wall_ms").get<double>(), 0.0) << line;
+    EXPECT_EQ(line.at("critical_path_ms_by_repetition").size(), 3u) << line;
+    for (const char* key :
+         {"rank_min_ms", "rank_median_ms", "predicted_rank_ms", "prediction_error"}) {
+      ASSERT_EQ(line.at(key).size(), 4u) << key << ": " << line;
+    }
+    for (std::size_t r = 0; r < 4; ++r) {
+      // Every rank took part and measured something; min <= median.
+      EXPECT_GT(line.at("rank_median_ms")[r].get<double>(), 0.0) << line;
+      EXPECT_LE(line.at("rank_min_ms")[r].get<double>(), line.at("rank_median_ms")[r].get<double>())
+          << line;
+    }
+    // Each repetition's replayed critical path holds every rank's slots of
+    // that repetition, so it is at least every rank's fastest repetition.
+    double slowest_min = 0.0;
+    for (const json& ms : line.at("rank_min_ms"))
+      slowest_min = std::max(slowest_min, ms.get<double>());
+    for (const json& path : line.at("critical_path_ms_by_repetition")) {
+      EXPECT_GE(path.get<double>() + 2e-3, slowest_min) << line;
+    }
+    EXPECT_EQ(line.contains("measured_speedup_over_fixed"), name != "fixed") << line;
+    EXPECT_EQ(line.contains("predicted_speedup_over_fixed"), name != "fixed") << line;
+  }
+  EXPECT_EQ(records,
+            (std::map<std::string, int>{{"fixed", 3}, {"hybrid", 3}, {"megatron_dcp", 3}}));
+  EXPECT_NE(compared.output.find("compared       3 runs of each schedule"), std::string::npos)
+      << compared.output;
+  EXPECT_NE(compared.output.find("scheduler hybrid"), std::string::npos) << compared.output;
+  EXPECT_EQ(compared.output.find(" dp auto "), std::string::npos) << compared.output;
+}
+
 // Every CP strategy, served and fallen back: at seq_length 64 and CP 2 every
 // strategy serves; at seq_length 66 and CP 4 head_tail (66 % 8) and ptrr
 // (66 % 64) cannot and the fallback serves.

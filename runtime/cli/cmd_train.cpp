@@ -38,6 +38,7 @@ constexpr const char* kUsage =
     "Usage: fulcrum train --config FILE.yaml [--nproc N] [--set KEY=VALUE ...]\n"
     "                     [--metrics FILE.jsonl] [--save-params FILE]\n"
     "                     [--resume auto|CHECKPOINT]\n"
+    "                     [--compare-schedulers A,B,... [--compare-repetitions R]]\n"
     "\n"
     "Trains the configured model with balanced context and data parallelism: starts\n"
     "N = parallel.dp_size x parallel.cp_size worker processes on this host, each\n"
@@ -54,6 +55,8 @@ struct TrainFlags {
   std::string metrics;
   std::string save_params;
   std::string resume;
+  std::string compare;
+  std::string repetitions;
   bool help = false;
 };
 
@@ -73,6 +76,13 @@ po::options_description train_options(TrainFlags& f) {
       ("resume", po::value(&f.resume)->value_name("auto|CHECKPOINT"),
        "continue from the newest intact checkpoint in train.checkpoint_dir (auto) or from "
        "one file; the same as --set train.resume=...")  //
+      ("compare-schedulers", po::value(&f.compare)->value_name("A,B,..."),
+       "hybrid mode: also run and time these schedulers' schedules of every global batch "
+       "(no optimizer step), e.g. fixed,megatron_dcp,hybrid; the same as --set "
+       "train.compare_schedulers=...")  //
+      ("compare-repetitions", po::value(&f.repetitions)->value_name("R"),
+       "runs of each compared schedule per batch, in rotating order (default 3); the same as "
+       "--set train.compare_repetitions=...")  //
       ("help,h", po::bool_switch(&f.help), "show this help");
   return options;
 }
@@ -83,6 +93,25 @@ po::options_description train_options(TrainFlags& f) {
   return ec ? fs::path(kWorkerName) : self.parent_path() / kWorkerName;
 }
 
+// train.compare_schedulers against the schedulers the balancer offers (the
+// built-in one's too: the workers would refuse the same names).
+[[maybe_unused]] void check_compare_schedulers(const host::Config& config, LoadBalancer& balancer) {
+  const std::string text = config.get_string("train.compare_schedulers");
+  if (text.empty() || config.get_string("parallel.mode") != "hybrid") return;
+  const std::vector<std::string> offered = balancer.schedule_strategies();
+  std::size_t begin = 0;
+  while (begin <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', begin), text.size());
+    const std::string name = text.substr(begin, comma - begin);
+    if (std::find(offered.begin(), offered.end(), name) == offered.end()) {
+      throw UsageError("train.compare_schedulers = '" + text + "' names '" + name +
+                       "', which balancer '" + config.get_string("balancer.plugin") +
+                       "' does not offer (it has " + join(offered, ", ") + "); list only those");
+    }
+    begin = comma + 1;
+  }
+}
+
 // A plugin that exists but cannot be used is a configuration error: refuse
 // it here, once, before any worker starts, by the policy plan and
 // dp-partition use. A missing plugin is left to the workers, whose fallback
@@ -90,6 +119,7 @@ po::options_description train_options(TrainFlags& f) {
 [[maybe_unused]] void check_plugin(const host::Config& config) {
   const LoadedBalancer loaded =
       load_balancer(CommonOptions{}, config, [](host::LogLevel, const std::string&) {});
+  check_compare_schedulers(config, *loaded.balancer);
   if (loaded.is_builtin) return;  // the workers warn and fall back per batch
   const auto require = [&](const char* key, const std::vector<std::string>& known) {
     const std::string name = config.get_string(key);
@@ -299,9 +329,28 @@ int train_body(const std::vector<std::string>& args) {
   common.config_path = f.config_path;
   // --resume is a --set that wins over any other train.resume.
   if (given.count("resume") != 0) f.overrides.push_back("train.resume=" + f.resume);
+  // So are the comparison's flags for their keys.
+  if (given.count("compare-schedulers") != 0) {
+    // Empty is a mistake (an unset shell variable), not "compare nothing".
+    if (f.compare.empty()) {
+      throw UsageError(
+          "--compare-schedulers is empty; list schedulers, e.g. --compare-schedulers "
+          "fixed,megatron_dcp,hybrid, or leave the flag out");
+    }
+    f.overrides.push_back("train.compare_schedulers=" + f.compare);
+  }
+  if (given.count("compare-repetitions") != 0) {
+    f.overrides.push_back("train.compare_repetitions=" + f.repetitions);
+  }
   common.overrides = f.overrides;
   const host::Config config = load_config_or_throw(common);
   check_config_not_empty(f.config_path);
+  if (given.count("compare-repetitions") != 0 &&
+      config.get_string("train.compare_schedulers").empty()) {
+    throw UsageError("--compare-repetitions " + f.repetitions +
+                     " has nothing to repeat: no schedulers are compared; add --compare-schedulers "
+                     "fixed,megatron_dcp,hybrid (or others) or leave --compare-repetitions out");
+  }
 
   const std::int64_t world = train::job_world_size(config);
   const std::string world_text =

@@ -80,7 +80,22 @@ class HybridWorker final : public Worker {
            options_.schedule_strategy + ", profile " + options_.profile.name + ")";
   }
   StepResult run_step(std::int64_t step, const data::StepBatch& batch) override;
-  void add_to_report(StepReport& report) const override { report.hybrid = hybrid_report_; }
+  void add_to_report(StepReport& report) const override;
+
+  // One schedule's slots of this rank, in wave order: the summed loss, its
+  // loss tokens and every slot's figures (the gradients accumulate in the
+  // parameters).
+  struct Run {
+    at::Tensor loss;
+    std::int64_t loss_tokens = 0;
+    std::vector<SlotFigures> slots;
+  };
+  Schedule make_schedule(const std::string& name, const ScheduleRequest& request,
+                         std::int64_t step) const;
+  Run run_schedule(const Schedule& schedule, const ScheduleRequest& request,
+                   const std::vector<const data::PackedRow*>& rows);
+  void compare(std::int64_t step, const ScheduleRequest& request,
+               const std::vector<const data::PackedRow*>& rows, StepResult& result);
 
   double fixed_prediction_ms(const ScheduleRequest& request) const;
   ScheduleRequest exact_kv_request(const ScheduleRequest& request) const;
@@ -94,6 +109,8 @@ class HybridWorker final : public Worker {
   // The balancer that schedules, and the step's schedule for its report.
   std::shared_ptr<LoadBalancer> scheduler_;
   std::optional<StepReport::Hybrid> hybrid_report_;
+  std::vector<StepReport::Compared> compared_;  // rank 0, with train.compare_schedulers
+  double compare_ms_ = 0.0;                     // this step's comparison runs, wall time
 };
 
 // Hybrid mode: the balancer that schedules (the plugin, else the built-in
@@ -106,6 +123,13 @@ Status HybridWorker::prepare_mode() {
     return invalid_argument("balancer.schedule.strategy " + quote_text(options_.schedule_strategy) +
                             " is not offered by balancer " + quote_text(balancer_.description) +
                             " (it offers: " + join(offered, ", ") + ")");
+  }
+  for (const std::string& name : options_.compare_schedulers) {
+    if (std::find(offered.begin(), offered.end(), name) != offered.end()) continue;
+    return invalid_argument("train.compare_schedulers names " + quote_text(name) +
+                            ", which balancer " + quote_text(balancer_.description) +
+                            " does not offer (it offers: " + join(offered, ", ") +
+                            "); list only those");
   }
   return Status::ok();
 }
@@ -209,9 +233,122 @@ double HybridWorker::fixed_prediction_ms(const ScheduleRequest& request) const {
   return fixed ? evaluate_schedule(request, *fixed).step_seconds * 1e3 : 0.0;
 }
 
+// `name`'s schedule of the batch (the caller checks it against every
+// rank's); a refusal is a bad setting or a failed run (below).
+Schedule HybridWorker::make_schedule(const std::string& name, const ScheduleRequest& request,
+                                     std::int64_t step) const {
+  Result<Schedule> schedule = scheduler_->schedule(name, request);
+  if (!schedule) {
+    const std::string why = "scheduling step " + std::to_string(step) + " with " +
+                            quote_text(name) + " failed: " + schedule.status().message();
+    // A plugin that broke the ABI's contract, or a request the schedule
+    // refuses (the data's or the config's doing; the preflight checks the
+    // bounds it can see), is a bad setting (exit 2), named in the message;
+    // anything else is a failed run.
+    if (schedule.status().code() == StatusCode::kPluginFault ||
+        schedule.status().code() == StatusCode::kInvalidArgument) {
+      throw InputError(why);
+    }
+    throw std::runtime_error(why);
+  }
+  return std::move(schedule).value();
+}
+
+HybridWorker::Run HybridWorker::run_schedule(const Schedule& schedule,
+                                             const ScheduleRequest& request,
+                                             const std::vector<const data::PackedRow*>& rows) {
+  const ScheduleCost cost = evaluate_schedule(request, schedule);
+  const ScheduleCost bytes = evaluate_schedule(exact_kv_request(request), schedule);
+  std::vector<std::size_t> mine;
+  for (std::size_t i = 0; i < schedule.slots.size(); ++i) {
+    const ScheduleSlot& slot = schedule.slots[i];
+    if (std::find(slot.ranks.begin(), slot.ranks.end(), id_.rank) != slot.ranks.end()) {
+      mine.push_back(i);
+    }
+  }
+  std::stable_sort(mine.begin(), mine.end(), [&](std::size_t a, std::size_t b) {
+    return schedule.slots[a].wave < schedule.slots[b].wave;
+  });
+  Run run;
+  run.loss = at::zeros({}, at::kDouble);
+  for (std::size_t i : mine) {
+    SlotFigures f;
+    predict(cost.slots[i], bytes.slots[i], f);
+    const SlotResult slot =
+        run_slot(static_cast<std::int64_t>(i), schedule.slots[i], request, rows, f);
+    run.loss = run.loss + slot.loss.to(at::kDouble);
+    run.loss_tokens += slot.loss_tokens;
+    run.slots.push_back(std::move(f));
+  }
+  return run;
+}
+
+// With train.compare_schedulers: every listed scheduler's schedule of the
+// batch, run compare_repetitions times in rotating order (repetition r
+// starts with the r-th name), forward and backward from the step's
+// parameters; after each run the gradients are dropped, so the parameters
+// and the step that follows are exactly those of a run without comparison.
+void HybridWorker::compare(std::int64_t step, const ScheduleRequest& request,
+                           const std::vector<const data::PackedRow*>& rows, StepResult& result) {
+  const auto start = Clock::now();
+  const std::vector<std::string>& names = options_.compare_schedulers;
+  std::vector<Schedule> schedules;
+  compared_.clear();
+  for (const std::string& name : names) {
+    schedules.push_back(make_schedule(name, request, step));
+    reliability_.check_schedule(schedules.back());
+    if (id_.rank != 0) continue;
+    const Schedule& s = schedules.back();
+    const ScheduleCost cost = evaluate_schedule(request, s);
+    StepReport::Compared c;
+    c.scheduler = name;
+    c.used = s.strategy_used;
+    for (const ScheduleSlot& slot : s.slots) {
+      c.slot_ranks.push_back(slot.ranks);
+      c.waves.push_back(slot.wave);
+    }
+    c.predicted_ms = cost.step_seconds * 1e3;
+    for (double busy : cost.busy_seconds) c.predicted_rank_ms.push_back(busy * 1e3);
+    compared_.push_back(std::move(c));
+  }
+  // Thread CPU time on CPU (free of the shared machine's other load; with
+  // train.threads: 1 it is all of the rank's compute), wall time on CUDA,
+  // whose kernels run off this thread.
+  const bool cpu = options_.device == Device::kCpu;
+  const auto n = static_cast<std::int64_t>(names.size());
+  for (std::int64_t rep = 0; rep < options_.compare_repetitions; ++rep) {
+    for (std::int64_t j = 0; j < n; ++j) {
+      const auto k = static_cast<std::size_t>((j + rep) % n);
+      const Run run = run_schedule(schedules[k], request, rows);
+      for (const at::Tensor& p : model_->parameters()) p.mutable_grad() = at::Tensor();
+      CompareRunFigures figures;
+      figures.scheduler = static_cast<std::int32_t>(k);
+      figures.repetition = static_cast<std::int32_t>(rep);
+      for (const SlotFigures& f : run.slots) {
+        figures.slots.push_back(f.slot);
+        figures.slot_ms.push_back(cpu ? f.cpu_ms : f.busy_ms);
+        figures.slot_wall_ms.push_back(f.busy_ms);
+      }
+      result.figures.compare.push_back(std::move(figures));
+    }
+  }
+  compare_ms_ = ms_since(start);
+  result.figures.compare_ms = compare_ms_;
+}
+
+void HybridWorker::add_to_report(StepReport& report) const {
+  report.hybrid = hybrid_report_;
+  if (report.hybrid) report.hybrid->measured_ms = std::max(0.0, report.wall_ms - compare_ms_);
+  report.compared = compared_;
+  report.repetitions = compared_.empty() ? 0 : options_.compare_repetitions;
+  report.clock = options_.device == Device::kCpu ? "thread CPU" : "wall";
+  report.profile = options_.schedule_profile;
+}
+
 // Hybrid mode: every rank schedules the whole global batch itself (the
 // pieces the loader cut), checks that the others made the same schedule,
-// then runs its own slots in wave order.
+// then runs its own slots in wave order. With train.compare_schedulers the
+// comparison runs come first, from the same parameters.
 Worker::StepResult HybridWorker::run_step(std::int64_t step, const data::StepBatch& batch) {
   StepResult result;
   result.figures.rank = id_.rank;
@@ -226,51 +363,23 @@ Worker::StepResult HybridWorker::run_step(std::int64_t step, const data::StepBat
   request.mask = options_.mask;
   request.block_size = options_.block_size;
   request.profile = options_.profile;
+  compare_ms_ = 0.0;
+  if (!options_.compare_schedulers.empty()) compare(step, request, rows, result);
   const auto plan_start = Clock::now();
-  Result<Schedule> schedule = scheduler_->schedule(options_.schedule_strategy, request);
+  const Schedule schedule = make_schedule(options_.schedule_strategy, request, step);
   result.figures.plan_ms = ms_since(plan_start);
-  if (!schedule) {
-    const std::string why = "scheduling step " + std::to_string(step) + " with " +
-                            quote_text(options_.schedule_strategy) +
-                            " failed: " + schedule.status().message();
-    // A plugin that broke the ABI's contract, or a request the schedule
-    // refuses (the data's or the config's doing; the preflight checks the
-    // bounds it can see), is a bad setting (exit 2), named in the message;
-    // anything else is a failed run.
-    if (schedule.status().code() == StatusCode::kPluginFault ||
-        schedule.status().code() == StatusCode::kInvalidArgument) {
-      throw InputError(why);
-    }
-    throw std::runtime_error(why);
-  }
-  reliability_.check_schedule(*schedule);
-  const ScheduleCost cost = evaluate_schedule(request, *schedule);
-  const ScheduleCost bytes = evaluate_schedule(exact_kv_request(request), *schedule);
+  reliability_.check_schedule(schedule);
+  const ScheduleCost cost = evaluate_schedule(request, schedule);
   hybrid_report_ = StepReport::Hybrid{
-      schedule->strategy_used, schedule->fallback_reason, {}, cost.step_seconds * 1e3};
+      schedule.strategy_used, schedule.fallback_reason, {}, cost.step_seconds * 1e3};
   if (id_.rank == 0) hybrid_report_->fixed_predicted_ms = fixed_prediction_ms(request);
-  std::vector<std::size_t> mine;
-  for (std::size_t i = 0; i < schedule->slots.size(); ++i) {
-    const ScheduleSlot& slot = schedule->slots[i];
+  for (const ScheduleSlot& slot : schedule.slots) {
     hybrid_report_->groups.push_back(static_cast<std::int32_t>(slot.ranks.size()));
-    if (std::find(slot.ranks.begin(), slot.ranks.end(), id_.rank) != slot.ranks.end()) {
-      mine.push_back(i);
-    }
   }
-  std::stable_sort(mine.begin(), mine.end(), [&](std::size_t a, std::size_t b) {
-    return schedule->slots[a].wave < schedule->slots[b].wave;
-  });
-  at::Tensor loss = at::zeros({}, at::kDouble);
-  for (std::size_t i : mine) {
-    SlotFigures f;
-    predict(cost.slots[i], bytes.slots[i], f);
-    const SlotResult slot =
-        run_slot(static_cast<std::int64_t>(i), schedule->slots[i], request, rows, f);
-    loss = loss + slot.loss.to(at::kDouble);
-    result.loss_tokens += slot.loss_tokens;
-    result.figures.slots.push_back(std::move(f));
-  }
-  set_loss(result, loss, step);
+  Run run = run_schedule(schedule, request, rows);
+  result.loss_tokens = run.loss_tokens;
+  result.figures.slots = std::move(run.slots);
+  set_loss(result, run.loss, step);
   return result;
 }
 

@@ -91,6 +91,8 @@ host::ConfigSchema build_job_schema() {
   s.add(string_key("train.resume", "none", {}, check_not_empty, "none (start at step 1), auto (the newest intact checkpoint in train.checkpoint_dir, if any) or a checkpoint file"));
   s.add(double_key("train.weight_decay", "0.01", 0.0, /*exclusive=*/false, "AdamW decoupled weight decay; a number >= 0"));
   s.add(int_key("train.threads", 0, 0, kNoMax, "intra-op threads per worker, 0 = the cores divided among this host's workers; an integer from 0 to this host's CPU count"));
+  s.add(string_key("train.compare_schedulers", "", {}, {}, "hybrid mode: schedulers whose schedules of every global batch are also run, timed and reported, comma-separated (e.g. fixed,megatron_dcp,hybrid); empty = none; the step is still taken once, with balancer.schedule.strategy (docs/HYBRID_RUNTIME.md)"));
+  s.add(int_key("train.compare_repetitions", 3, 1, 100, "runs of each compared schedule per global batch, in rotating order; an integer in [1, 100]"));
   s.add(bool_key("train.log_samples", false, "add every micro-batch's document pieces to the metrics (exactly-once audits)"));
   // dist: rendezvous and collectives.
   s.add(string_key("dist.backend", "gloo", {"gloo", "nccl"}, {}, "c10d backend of every process group; nccl needs train.device: cuda, a LibTorch built with NCCL and one GPU per rank on this host"));

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <utility>
 
@@ -188,7 +189,17 @@ std::vector<std::uint8_t> encode_figures(const RankStepFigures& figures) {
   for (const auto& m : figures.micro_batches) mbs.push_back(to_json(m));
   json slots = json::array();
   for (const auto& s : figures.slots) slots.push_back(to_json(s));
+  json compare = json::array();
+  for (const CompareRunFigures& c : figures.compare) {
+    compare.push_back({{"k", c.scheduler},
+                       {"r", c.repetition},
+                       {"s", c.slots},
+                       {"ms", c.slot_ms},
+                       {"wall", c.slot_wall_ms}});
+  }
   const json j = {{"rank", figures.rank},
+                  {"compare", compare},
+                  {"compare_ms", figures.compare_ms},
                   {"step_ms", figures.step_ms},
                   {"plan_ms", figures.plan_ms},
                   {"shard_ms", figures.shard_ms},
@@ -210,10 +221,150 @@ Result<RankStepFigures> decode_figures(const std::vector<std::uint8_t>& bytes) {
     f.compute_cpu_ms = j.at("cpu_ms").get<double>();
     for (const json& m : j.at("mbs")) f.micro_batches.push_back(from_json(m));
     for (const json& s : j.at("slots")) f.slots.push_back(slot_from_json(s));
+    for (const json& c : j.at("compare")) {
+      CompareRunFigures run;
+      run.scheduler = c.at("k").get<std::int32_t>();
+      run.repetition = c.at("r").get<std::int32_t>();
+      run.slots = c.at("s").get<std::vector<std::int64_t>>();
+      run.slot_ms = c.at("ms").get<std::vector<double>>();
+      run.slot_wall_ms = c.at("wall").get<std::vector<double>>();
+      if (run.slots.size() != run.slot_ms.size() || run.slots.size() != run.slot_wall_ms.size()) {
+        throw std::runtime_error("a comparison run's slots and times differ in number");
+      }
+      f.compare.push_back(std::move(run));
+    }
+    f.compare_ms = j.at("compare_ms").get<double>();
     return f;
   } catch (const std::exception& e) {
     return internal_error(std::string("step figures from a rank do not decode: ") + e.what());
   }
+}
+
+double replay_critical_path(const std::vector<std::vector<std::int32_t>>& slot_ranks,
+                            const std::vector<std::int32_t>& waves,
+                            const std::vector<std::vector<double>>& member_ms) {
+  std::vector<std::size_t> order(slot_ranks.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return waves[a] < waves[b]; });
+  std::map<std::int32_t, double> free_at;  // rank -> when its last slot ends
+  double end = 0.0;
+  for (const std::size_t s : order) {
+    double start = 0.0, length = 0.0;
+    for (std::size_t m = 0; m < slot_ranks[s].size(); ++m) {
+      start = std::max(start, free_at[slot_ranks[s][m]]);
+      if (m < member_ms[s].size()) length = std::max(length, member_ms[s][m]);
+    }
+    for (const std::int32_t r : slot_ranks[s]) free_at[r] = start + length;
+    end = std::max(end, start + length);
+  }
+  return end;
+}
+
+namespace {
+
+double median_of(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
+
+std::vector<CompareResult> compare_results(const StepReport& step,
+                                           const std::vector<RankStepFigures>& ranks) {
+  std::vector<CompareResult> out;
+  const std::size_t world = ranks.size();
+  const auto reps = static_cast<std::size_t>(std::max<std::int64_t>(step.repetitions, 1));
+  for (std::size_t k = 0; k < step.compared.size(); ++k) {
+    const StepReport::Compared& c = step.compared[k];
+    CompareResult r;
+    r.scheduler = c.scheduler;
+    r.used = c.used;
+    r.predicted_ms = c.predicted_ms;
+    for (const auto& members : c.slot_ranks) {
+      r.groups.push_back(static_cast<std::int32_t>(members.size()));
+    }
+    // times[rep][slot][member] and rank_ms[rank][rep].
+    std::vector<std::vector<std::vector<double>>> times(
+        reps, std::vector<std::vector<double>>(c.slot_ranks.size()));
+    for (auto& per_rep : times) {
+      for (std::size_t s = 0; s < c.slot_ranks.size(); ++s) {
+        per_rep[s].assign(c.slot_ranks[s].size(), 0.0);
+      }
+    }
+    std::vector<std::vector<std::vector<double>>> walls = times;
+    std::vector<std::vector<double>> rank_ms(world, std::vector<double>(reps, 0.0));
+    for (std::size_t rank = 0; rank < world; ++rank) {
+      for (const CompareRunFigures& run : ranks[rank].compare) {
+        if (run.scheduler != static_cast<std::int32_t>(k) || run.repetition < 0 ||
+            static_cast<std::size_t>(run.repetition) >= reps) {
+          continue;
+        }
+        const auto rep = static_cast<std::size_t>(run.repetition);
+        for (std::size_t i = 0; i < run.slots.size(); ++i) {
+          const auto s = static_cast<std::size_t>(run.slots[i]);
+          if (s >= c.slot_ranks.size()) continue;
+          const auto& members = c.slot_ranks[s];
+          const auto m = static_cast<std::size_t>(
+              std::find(members.begin(), members.end(), static_cast<std::int32_t>(rank)) -
+              members.begin());
+          if (m < members.size()) {
+            times[rep][s][m] = run.slot_ms[i];
+            walls[rep][s][m] = run.slot_wall_ms[i];
+          }
+          rank_ms[rank][rep] += run.slot_ms[i];
+        }
+      }
+    }
+    for (std::size_t rank = 0; rank < world; ++rank) {
+      const double median = median_of(rank_ms[rank]);
+      const double predicted = rank < c.predicted_rank_ms.size() ? c.predicted_rank_ms[rank] : 0;
+      r.rank_min_ms.push_back(*std::min_element(rank_ms[rank].begin(), rank_ms[rank].end()));
+      r.rank_median_ms.push_back(median);
+      r.rank_predicted_ms.push_back(predicted);
+      r.prediction_error.push_back(predicted > 0 ? (median - predicted) / predicted : 0.0);
+      r.max_rank_ms = std::max(r.max_rank_ms, median);
+    }
+    const auto medians = [&](const std::vector<std::vector<std::vector<double>>>& t) {
+      std::vector<std::vector<double>> per_slot(c.slot_ranks.size());
+      for (std::size_t s = 0; s < c.slot_ranks.size(); ++s) {
+        for (std::size_t m = 0; m < c.slot_ranks[s].size(); ++m) {
+          std::vector<double> v;
+          for (std::size_t rep = 0; rep < reps; ++rep) v.push_back(t[rep][s][m]);
+          per_slot[s].push_back(median_of(v));
+        }
+      }
+      return per_slot;
+    };
+    r.critical_path_ms = replay_critical_path(c.slot_ranks, c.waves, medians(times));
+    r.critical_path_wall_ms = replay_critical_path(c.slot_ranks, c.waves, medians(walls));
+    for (std::size_t rep = 0; rep < reps; ++rep) {
+      r.repetition_critical_path_ms.push_back(
+          replay_critical_path(c.slot_ranks, c.waves, times[rep]));
+    }
+    out.push_back(std::move(r));
+  }
+  const auto fixed = std::find_if(out.begin(), out.end(),
+                                  [](const CompareResult& r) { return r.scheduler == "fixed"; });
+  if (fixed == out.end()) return out;
+  const CompareResult base = *fixed;
+  for (CompareResult& r : out) {
+    if (r.critical_path_ms > 0)
+      r.measured_speedup_over_fixed = base.critical_path_ms / r.critical_path_ms;
+    if (r.predicted_ms > 0) r.predicted_speedup_over_fixed = base.predicted_ms / r.predicted_ms;
+    bool first = true;
+    for (std::size_t rep = 0; rep < r.repetition_critical_path_ms.size(); ++rep) {
+      if (!(r.repetition_critical_path_ms[rep] > 0)) continue;
+      const double ratio =
+          base.repetition_critical_path_ms[rep] / r.repetition_critical_path_ms[rep];
+      r.speedup_min = first ? ratio : std::min(r.speedup_min, ratio);
+      r.speedup_max = first ? ratio : std::max(r.speedup_max, ratio);
+      first = false;
+    }
+  }
+  return out;
 }
 
 namespace {
@@ -266,8 +417,41 @@ json hybrid_line(const StepReport& step, const std::vector<RankStepFigures>& ran
           {"fixed_predicted_step_ms", step.hybrid->fixed_predicted_ms > 0
                                           ? json(round_ms(step.hybrid->fixed_predicted_ms))
                                           : json(nullptr)},
-          {"measured_step_ms", round_ms(step.wall_ms)},
+          {"measured_step_ms", round_ms(step.hybrid->measured_ms)},
+          {"profile", step.profile},
           {"ranks", per_rank}};
+}
+
+std::vector<double> rounded(const std::vector<double>& v, double (*round)(double)) {
+  std::vector<double> out;
+  for (double x : v) out.push_back(round(x));
+  return out;
+}
+
+// With train.compare_schedulers: one record per compared scheduler.
+json compare_line(const StepReport& step, const CompareResult& r) {
+  json record = {
+      {"step", step.step},
+      {"compare", r.scheduler},
+      {"scheduler_used", r.used},
+      {"repetitions", step.repetitions},
+      {"clock", step.clock},
+      {"groups", r.groups},
+      {"predicted_step_ms", round_ms(r.predicted_ms)},
+      {"critical_path_ms", round_ms(r.critical_path_ms)},
+      {"critical_path_ms_by_repetition", rounded(r.repetition_critical_path_ms, round_ms)},
+      {"critical_path_wall_ms", round_ms(r.critical_path_wall_ms)},
+      {"max_rank_ms", round_ms(r.max_rank_ms)},
+      {"rank_min_ms", rounded(r.rank_min_ms, round_ms)},
+      {"rank_median_ms", rounded(r.rank_median_ms, round_ms)},
+      {"predicted_rank_ms", rounded(r.rank_predicted_ms, round_ms)},
+      {"prediction_error", rounded(r.prediction_error, round4)}};
+  if (r.scheduler != "fixed" && r.measured_speedup_over_fixed > 0) {
+    record["measured_speedup_over_fixed"] = round4(r.measured_speedup_over_fixed);
+    record["speedup_spread"] = {round4(r.speedup_min), round4(r.speedup_max)};
+    record["predicted_speedup_over_fixed"] = round4(r.predicted_speedup_over_fixed);
+  }
+  return record;
 }
 
 }  // namespace
@@ -340,6 +524,9 @@ std::vector<std::string> metrics_lines(const StepReport& step,
   };
   lines.push_back(record.dump());
   if (step.hybrid) lines.push_back(hybrid_line(step, ranks).dump());
+  for (const CompareResult& r : compare_results(step, ranks)) {
+    lines.push_back(compare_line(step, r).dump());
+  }
   return lines;
 }
 
@@ -382,7 +569,7 @@ void RunSummary::add(const StepReport& step, const std::vector<RankStepFigures>&
   for (const RankStepFigures& r : ranks) overhead = std::max(overhead, r.plan_ms + r.shard_ms);
   overhead_ms_ += overhead;
 
-  if (step.hybrid) add_hybrid(*step.hybrid, ranks);
+  if (step.hybrid) add_hybrid(step, ranks);
   for (const auto& [key, per_rank] : merge(ranks, cp_size)) {
     const MicroBatchFigures* base = nullptr;
     std::vector<double> ms;
@@ -412,13 +599,15 @@ void RunSummary::add(const StepReport& step, const std::vector<RankStepFigures>&
   }
 }
 
-void RunSummary::add_hybrid(const StepReport::Hybrid& hybrid,
-                            const std::vector<RankStepFigures>& ranks) {
+void RunSummary::add_hybrid(const StepReport& step, const std::vector<RankStepFigures>& ranks) {
+  const StepReport::Hybrid& hybrid = *step.hybrid;
   ++hybrid_steps_;
   ++schedulers_[hybrid.scheduler];
   for (std::int32_t g : hybrid.groups) ++group_slots_[g];
   predicted_ms_ += hybrid.predicted_ms;
   fixed_predicted_ms_ += hybrid.fixed_predicted_ms;
+  measured_ms_ += hybrid.measured_ms;
+  profile_ = step.profile;
   std::vector<double> busy;
   for (const RankStepFigures& r : ranks) {
     double b = 0;
@@ -431,6 +620,85 @@ void RunSummary::add_hybrid(const StepReport::Hybrid& hybrid,
   const auto [top, mean] = max_and_mean(busy);
   busy_max_ += top;
   busy_mean_ += mean;
+  if (!step.compared.empty()) {
+    repetitions_ = step.repetitions;
+    time_kind_ = step.clock;
+    add_compare(compare_results(step, ranks));
+  }
+}
+
+void RunSummary::add_compare(const std::vector<CompareResult>& results) {
+  const auto fixed = std::find_if(results.begin(), results.end(),
+                                  [](const CompareResult& r) { return r.scheduler == "fixed"; });
+  for (const CompareResult& r : results) {
+    auto t = std::find_if(compare_.begin(), compare_.end(),
+                          [&](const CompareTotals& c) { return c.scheduler == r.scheduler; });
+    if (t == compare_.end()) {
+      compare_.push_back({});
+      t = compare_.end() - 1;
+      t->scheduler = r.scheduler;
+    }
+    const bool first = t->steps == 0;
+    ++t->steps;
+    t->critical_ms += r.critical_path_ms;
+    t->wall_ms += r.critical_path_wall_ms;
+    t->max_rank_ms += r.max_rank_ms;
+    t->predicted_ms += r.predicted_ms;
+    for (double e : r.prediction_error) {
+      t->abs_error += std::fabs(e);
+      ++t->errors;
+    }
+    if (fixed != results.end()) {
+      t->fixed_critical_ms += fixed->critical_path_ms;
+      t->fixed_predicted_ms += fixed->predicted_ms;
+      t->speedup_min = first ? r.speedup_min : std::min(t->speedup_min, r.speedup_min);
+      t->speedup_max = first ? r.speedup_max : std::max(t->speedup_max, r.speedup_max);
+    }
+  }
+}
+
+namespace {
+
+// The profile's disagreement with the measurement past which the summary
+// says how to calibrate.
+constexpr double kCalibrateAbove = 0.20;
+
+std::string calibrate_hint(double measured, double predicted, const std::string& profile) {
+  if (!(predicted > 0) || std::fabs(measured - predicted) <= kCalibrateAbove * predicted) return "";
+  return "  calibrate      measured and predicted differ by more than " +
+         fixed(100 * kCalibrateAbove, 0) + "% (" + fixed(measured / predicted, 2) +
+         "x): the profile " + profile +
+         " does not fit this job; fit one with `fulcrum calibrate --output my_profile.yaml` and "
+         "set balancer.schedule.profile to it (docs/HYBRID_RUNTIME.md, docs/RESULTS_GPU.md "
+         "section 4)\n";
+}
+
+}  // namespace
+
+std::string RunSummary::render_compare() const {
+  std::ostringstream out;
+  out << "  compared       " << repetitions_ << (repetitions_ == 1 ? " run" : " runs")
+      << " of each schedule per batch, rotating order, no optimizer step  [mean per step; "
+         "critical path replayed from each schedule's timeline with median slot times, "
+      << time_kind_ << " time]\n";
+  for (const CompareTotals& t : compare_) {
+    const double n = t.steps > 0 ? static_cast<double>(t.steps) : 1.0;
+    out << "    " << t.scheduler
+        << std::string(t.scheduler.size() < 13 ? 13 - t.scheduler.size() : 1, ' ') << "measured "
+        << fixed(t.critical_ms / n, 1) << " ms (max rank " << fixed(t.max_rank_ms / n, 1)
+        << ", wall " << fixed(t.wall_ms / n, 1) << "), predicted " << fixed(t.predicted_ms / n, 1)
+        << " ms, rank error "
+        << fixed(t.errors > 0 ? 100 * t.abs_error / static_cast<double>(t.errors) : 0.0, 1)
+        << "% (mean |measured - predicted| / predicted)";
+    if (t.scheduler != "fixed" && t.fixed_critical_ms > 0 && t.critical_ms > 0 &&
+        t.predicted_ms > 0) {
+      out << "; over fixed " << fixed(t.fixed_critical_ms / t.critical_ms, 2) << "x measured ("
+          << fixed(t.speedup_min, 2) << ".." << fixed(t.speedup_max, 2) << " by repetition), "
+          << fixed(t.fixed_predicted_ms / t.predicted_ms, 2) << "x predicted";
+    }
+    out << "\n";
+  }
+  return out.str();
 }
 
 std::string RunSummary::render_hybrid() const {
@@ -445,17 +713,28 @@ std::string RunSummary::render_hybrid() const {
   }
   out << "  schedule       " << schedulers << (hybrid_steps_ == 1 ? " step" : " steps")
       << "; slots by group size: " << groups << "\n";
-  out << "  step time      measured " << fixed(step_ms_ / n, 1) << " ms, predicted "
-      << fixed(predicted_ms_ / n, 1) << " ms";
+  out << "  step time      measured " << fixed(measured_ms_ / n, 1) << " ms, predicted "
+      << fixed(predicted_ms_ / n, 1) << " ms by profile " << profile_;
   if (fixed_predicted_ms_ > 0) {
-    out << "; fixed mode's schedule of the same batches predicted "
+    out << "; the planner's fixed schedule of the same batches predicted "
         << fixed(fixed_predicted_ms_ / n, 1) << " ms ("
         << fixed(predicted_ms_ > 0 ? fixed_predicted_ms_ / predicted_ms_ : 1.0, 2) << "x)";
   }
-  out << "  [mean per step; predictions by the cost profile]\n";
+  out << "  [mean per step; measured: rank 0's wall time, comparison runs left out]\n";
   out << "  rank busy      max / mean " << fixed(busy_mean_ > 0 ? busy_max_ / busy_mean_ : 1.0, 3)
       << ", K/V moved " << fixed(static_cast<double>(bytes_moved_) / n / 1e6, 2)
       << " MB per step  [slots' measured time and received bytes, all ranks]\n";
+  if (!compare_.empty()) out << render_compare();
+  // With a comparison, its filtered critical path of the configured
+  // scheduler is the fairer measurement; otherwise the step's wall time.
+  double measured = measured_ms_, predicted = predicted_ms_;
+  for (const CompareTotals& t : compare_) {
+    if (schedulers_.count(t.scheduler) != 0 && t.steps > 0) {
+      measured = t.critical_ms;
+      predicted = t.predicted_ms;
+    }
+  }
+  out << calibrate_hint(measured, predicted, profile_);
   return out.str();
 }
 
@@ -552,6 +831,22 @@ std::string render_rate_and_eta(std::int64_t tokens, std::int64_t steps_done,
   return "  " + std::to_string(std::llround(rate)) + " tokens/s  eta " + text;
 }
 
+std::string render_balance(const StepReport& step) {
+  if (!step.hybrid) return "dp " + step.dp_strategy + " " + fixed(step.dp_imbalance, 3);
+  const StepReport::Hybrid& h = *step.hybrid;
+  // Group sizes as "4x1 2x2": how many slots of each size.
+  std::map<std::int32_t, std::int64_t> sizes;
+  for (std::int32_t g : h.groups) ++sizes[g];
+  std::ostringstream out;
+  out << "scheduler " << h.scheduler << (h.fallback_reason.empty() ? "" : " (fallback)")
+      << "  slots";
+  if (sizes.empty()) out << " none";
+  for (const auto& [g, count] : sizes) out << " " << count << "x" << g;
+  out << "  measured " << fixed(h.measured_ms, 1) << " ms, predicted " << fixed(h.predicted_ms, 1)
+      << " ms; step";
+  return out.str();
+}
+
 void Progress::update(const StepReport& step, double elapsed_s) {
   tokens_ += step.loss_tokens;
   const std::string rate =
@@ -568,9 +863,8 @@ void Progress::update(const StepReport& step, double elapsed_s) {
       break;
     case Mode::kLines:
       std::cout << "step " << step.step << "/" << steps_ << "  loss " << fixed(step.loss, 4)
-                << "  tokens " << step.loss_tokens << "  dp " << step.dp_strategy << " "
-                << fixed(step.dp_imbalance, 3) << "  " << fixed(step.wall_ms, 1) << " ms" << rate
-                << std::endl;
+                << "  tokens " << step.loss_tokens << "  " << render_balance(step) << "  "
+                << fixed(step.wall_ms, 1) << " ms" << rate << std::endl;
       break;
   }
 }

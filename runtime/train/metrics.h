@@ -73,6 +73,17 @@ struct SlotFigures {
   std::vector<std::array<std::int64_t, 4>> pieces;
 };
 
+// With train.compare_schedulers: one comparison run of one scheduler's
+// schedule on this rank, its slots' measured times (thread CPU time on CPU,
+// wall time on CUDA) in the order it ran them.
+struct CompareRunFigures {
+  std::int32_t scheduler = 0;  // index in train.compare_schedulers
+  std::int32_t repetition = 0;
+  std::vector<std::int64_t> slots;   // indices in that scheduler's schedule
+  std::vector<double> slot_ms;       // measured, one per entry of `slots`
+  std::vector<double> slot_wall_ms;  // the same slots' wall time (waits for peers included)
+};
+
 // What one rank sends to rank 0 after a step.
 struct RankStepFigures {
   int rank = 0;
@@ -84,6 +95,10 @@ struct RankStepFigures {
   double compute_cpu_ms = 0.0;
   std::vector<MicroBatchFigures> micro_batches;
   std::vector<SlotFigures> slots;  // hybrid mode: this rank's slots, in wave order
+  // With train.compare_schedulers: every comparison run of this rank, and
+  // their wall time together (not part of the step the optimizer takes).
+  std::vector<CompareRunFigures> compare;
+  double compare_ms = 0.0;
 };
 
 std::vector<std::uint8_t> encode_figures(const RankStepFigures& figures);
@@ -110,9 +125,64 @@ struct StepReport {
     // The cost model's step time for fixed mode's schedule of the same batch
     // (the `fixed` scheduler), for comparison; 0 = not known.
     double fixed_predicted_ms = 0.0;
+    // The step's measured time without its comparison runs (rank 0's wall
+    // time from the batch to the optimizer step's end).
+    double measured_ms = 0.0;
   };
   std::optional<Hybrid> hybrid;
+  // With train.compare_schedulers: each compared scheduler's schedule of the
+  // batch (rank 0 made the same ones as every rank) and its prediction.
+  struct Compared {
+    std::string scheduler;                              // as listed
+    std::string used;                                   // strategy_used (a fallback may differ)
+    std::vector<std::vector<std::int32_t>> slot_ranks;  // members of every slot
+    std::vector<std::int32_t> waves;                    // wave of every slot
+    double predicted_ms = 0.0;                          // the cost model's step time
+    std::vector<double> predicted_rank_ms;              // its busy time of every rank
+  };
+  std::vector<Compared> compared;
+  std::int64_t repetitions = 0;
+  std::string clock;    // what the comparison's slot times are: "thread CPU" or "wall"
+  std::string profile;  // hybrid mode: the cost profile's source (bundled name or file)
 };
+
+// One compared scheduler's figures for one step, from every rank's runs
+// (docs/HYBRID_RUNTIME.md, "Comparing schedulers"). Rank times are the sums
+// of a rank's measured slot times in one run; min and median are over the
+// repetitions. The critical path replays the schedule's own timeline: slots
+// in (wave, index) order, each starting when all its members are free and
+// lasting its slowest member's measured time.
+struct CompareResult {
+  std::string scheduler;
+  std::string used;
+  std::vector<std::int32_t> groups;
+  double predicted_ms = 0.0;
+  std::vector<double> rank_min_ms, rank_median_ms, rank_predicted_ms;
+  std::vector<double> prediction_error;             // per rank: (median - predicted) / predicted
+  double max_rank_ms = 0.0;                         // max over ranks of the median rank time
+  double critical_path_ms = 0.0;                    // replayed with each member's median slot time
+  std::vector<double> repetition_critical_path_ms;  // replayed with each repetition's times
+  // The same replay with median wall times: includes waiting for peers and,
+  // on a shared machine, for a CPU.
+  double critical_path_wall_ms = 0.0;
+  // Against the `fixed` scheduler when it is compared (0 = not known):
+  // fixed's critical path / this one's, with the min and max of the same
+  // ratio taken repetition by repetition, and the cost model's ratio.
+  double measured_speedup_over_fixed = 0.0;
+  double speedup_min = 0.0, speedup_max = 0.0;
+  double predicted_speedup_over_fixed = 0.0;
+};
+
+// The critical path of slots with members `slot_ranks`, run in (wave,
+// index) order, slot s lasting the max of `member_ms[s]` over its members.
+double replay_critical_path(const std::vector<std::vector<std::int32_t>>& slot_ranks,
+                            const std::vector<std::int32_t>& waves,
+                            const std::vector<std::vector<double>>& member_ms);
+
+// Every compared scheduler's figures for the step; `ranks` indexed by
+// global rank.
+std::vector<CompareResult> compare_results(const StepReport& step,
+                                           const std::vector<RankStepFigures>& ranks);
 
 // The metrics JSON lines of one step. `ranks` is indexed by global rank.
 std::vector<std::string> metrics_lines(const StepReport& step,
@@ -141,8 +211,10 @@ class RunSummary {
   std::string render(const std::string& header, double wall_s) const;
 
  private:
-  void add_hybrid(const StepReport::Hybrid& hybrid, const std::vector<RankStepFigures>& ranks);
+  void add_hybrid(const StepReport& step, const std::vector<RankStepFigures>& ranks);
+  void add_compare(const std::vector<CompareResult>& results);
   std::string render_hybrid() const;
+  std::string render_compare() const;
 
   std::vector<double> losses_;
   // The steps this run trained (a resumed run starts after its checkpoint's).
@@ -164,7 +236,22 @@ class RunSummary {
   std::map<std::string, std::int64_t> schedulers_;
   std::map<std::int32_t, std::int64_t> group_slots_;  // group size -> slots
   double predicted_ms_ = 0, fixed_predicted_ms_ = 0, busy_max_ = 0, busy_mean_ = 0;
+  double measured_ms_ = 0;  // the configured schedule's step, comparisons left out
   std::int64_t bytes_moved_ = 0;
+  std::string profile_;
+  // With train.compare_schedulers, per scheduler in the order listed.
+  struct CompareTotals {
+    std::string scheduler;
+    std::int64_t steps = 0;
+    double critical_ms = 0, wall_ms = 0, max_rank_ms = 0, predicted_ms = 0, min_rank_sum_ms = 0;
+    double abs_error = 0;  // sum over steps and ranks of |prediction_error|
+    std::int64_t errors = 0;
+    double fixed_critical_ms = 0, fixed_predicted_ms = 0;  // the same steps' fixed figures
+    double speedup_min = 0, speedup_max = 0;               // over steps' repetitions
+  };
+  std::vector<CompareTotals> compare_;
+  std::int64_t repetitions_ = 0;
+  std::string time_kind_;
 };
 
 // Progress of rank 0: a bar redrawn in place when it writes to a terminal;
@@ -200,6 +287,11 @@ class Progress {
 // "  5210 tokens/s  eta 12 s" (eta 3m 05s, 1h 02m). Empty before a step ran.
 std::string render_rate_and_eta(std::int64_t tokens, std::int64_t steps_done,
                                 std::int64_t steps_left, double elapsed_s);
+
+// What a plain progress line says of the step's balance: fixed mode's DP
+// strategy and imbalance ("dp auto 1.012"); hybrid mode's scheduler, its
+// slots by group size, measured and predicted step time.
+std::string render_balance(const StepReport& step);
 
 // "[#########.........] step 3/10  loss 6.9123  1.2 s". In protocol mode a
 // line is kProgressPrefix + this text (and render_rate_and_eta's):

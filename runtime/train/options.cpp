@@ -28,6 +28,42 @@ std::chrono::milliseconds seconds_to_ms(double seconds) {
   return std::chrono::milliseconds(static_cast<std::int64_t>(std::llround(seconds * 1000.0)));
 }
 
+// train.compare_schedulers and train.compare_repetitions: names that are
+// not empty and not repeated, in hybrid mode only. Whether the balancer
+// offers them is checked where it is loaded (the CLI's preflight and the
+// worker's prepare).
+Status read_compare(const host::Config& config, TrainOptions& o) {
+  const std::string text = config.get_string("train.compare_schedulers");
+  o.compare_repetitions = config.get_int("train.compare_repetitions");
+  if (text.empty()) return Status::ok();
+  const std::string key = "train.compare_schedulers";
+  if (o.mode != ParallelMode::kHybrid) {
+    return invalid_argument(where(config, key, text) +
+                            " needs parallel.mode: hybrid (fixed mode runs no schedules); set "
+                            "parallel.mode: hybrid or drop --compare-schedulers");
+  }
+  std::size_t begin = 0;
+  while (true) {
+    const std::size_t comma = text.find(',', begin);
+    const std::string name =
+        text.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin);
+    if (name.empty() || name.find_first_of(" \t") != std::string::npos) {
+      return invalid_argument(where(config, key, text) +
+                              " has an empty or blank-holding name; list scheduler names "
+                              "separated by single commas, e.g. fixed,megatron_dcp,hybrid");
+    }
+    if (std::find(o.compare_schedulers.begin(), o.compare_schedulers.end(), name) !=
+        o.compare_schedulers.end()) {
+      return invalid_argument(where(config, key, text) + " names " + name +
+                              " twice; list each scheduler once");
+    }
+    o.compare_schedulers.push_back(name);
+    if (comma == std::string::npos) break;
+    begin = comma + 1;
+  }
+  return Status::ok();
+}
+
 // parallel.mode, parallel.world_size and the schedule's keys. Hybrid mode
 // runs W = world ranks as dp_size = W, cp_size = 1.
 Status read_parallel_mode(const host::Config& config, TrainOptions& o) {
@@ -63,7 +99,7 @@ Status read_parallel_mode(const host::Config& config, TrainOptions& o) {
     }
     o.profile = *profile;
   }
-  return Status::ok();
+  return read_compare(config, o);
 }
 
 // Hybrid mode: T, and pieces of data.seq_length that fit the world.

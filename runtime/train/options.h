@@ -47,6 +47,10 @@ struct TrainOptions {
   std::string schedule_strategy = "hybrid";
   std::string schedule_profile = "cpu_gloo";  // a bundled name or an absolute path
   CostProfile profile;                        // hybrid: schedule_profile, read and checked
+  // hybrid: train.compare_schedulers, distinct names in the order given
+  // (empty = no comparison), each run compare_repetitions times per batch.
+  std::vector<std::string> compare_schedulers;
+  std::int64_t compare_repetitions = 3;
   // balancer
   std::string plugin = "fulcrum_balancer";
   // balancer.plugin was set (file or --set): an absent plugin is then an

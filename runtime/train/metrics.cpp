@@ -161,12 +161,6 @@ std::string combined(const std::vector<std::string>& names) {
 
 json nullable(const std::string& text) { return text.empty() ? json(nullptr) : json(text); }
 
-std::string fixed(double value, int decimals) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof(buffer), "%.*f", decimals, value);
-  return buffer;
-}
-
 // The micro-batches of one step, merged across the ranks of each CP group:
 // keyed by (dp_rank, microbatch), the figures of each CP rank.
 std::map<std::pair<int, std::int64_t>, std::vector<const MicroBatchFigures*>> merge(
@@ -183,6 +177,12 @@ std::map<std::pair<int, std::int64_t>, std::vector<const MicroBatchFigures*>> me
 }
 
 }  // namespace
+
+std::string fixed(double value, int decimals) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof(buffer), "%.*f", decimals, value);
+  return buffer;
+}
 
 std::vector<std::uint8_t> encode_figures(const RankStepFigures& figures) {
   json mbs = json::array();
@@ -238,133 +238,6 @@ Result<RankStepFigures> decode_figures(const std::vector<std::uint8_t>& bytes) {
   } catch (const std::exception& e) {
     return internal_error(std::string("step figures from a rank do not decode: ") + e.what());
   }
-}
-
-double replay_critical_path(const std::vector<std::vector<std::int32_t>>& slot_ranks,
-                            const std::vector<std::int32_t>& waves,
-                            const std::vector<std::vector<double>>& member_ms) {
-  std::vector<std::size_t> order(slot_ranks.size());
-  std::iota(order.begin(), order.end(), std::size_t{0});
-  std::stable_sort(order.begin(), order.end(),
-                   [&](std::size_t a, std::size_t b) { return waves[a] < waves[b]; });
-  std::map<std::int32_t, double> free_at;  // rank -> when its last slot ends
-  double end = 0.0;
-  for (const std::size_t s : order) {
-    double start = 0.0, length = 0.0;
-    for (std::size_t m = 0; m < slot_ranks[s].size(); ++m) {
-      start = std::max(start, free_at[slot_ranks[s][m]]);
-      if (m < member_ms[s].size()) length = std::max(length, member_ms[s][m]);
-    }
-    for (const std::int32_t r : slot_ranks[s]) free_at[r] = start + length;
-    end = std::max(end, start + length);
-  }
-  return end;
-}
-
-namespace {
-
-double median_of(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-}  // namespace
-
-std::vector<CompareResult> compare_results(const StepReport& step,
-                                           const std::vector<RankStepFigures>& ranks) {
-  std::vector<CompareResult> out;
-  const std::size_t world = ranks.size();
-  const auto reps = static_cast<std::size_t>(std::max<std::int64_t>(step.repetitions, 1));
-  for (std::size_t k = 0; k < step.compared.size(); ++k) {
-    const StepReport::Compared& c = step.compared[k];
-    CompareResult r;
-    r.scheduler = c.scheduler;
-    r.used = c.used;
-    r.predicted_ms = c.predicted_ms;
-    for (const auto& members : c.slot_ranks) {
-      r.groups.push_back(static_cast<std::int32_t>(members.size()));
-    }
-    // times[rep][slot][member] and rank_ms[rank][rep].
-    std::vector<std::vector<std::vector<double>>> times(
-        reps, std::vector<std::vector<double>>(c.slot_ranks.size()));
-    for (auto& per_rep : times) {
-      for (std::size_t s = 0; s < c.slot_ranks.size(); ++s) {
-        per_rep[s].assign(c.slot_ranks[s].size(), 0.0);
-      }
-    }
-    std::vector<std::vector<std::vector<double>>> walls = times;
-    std::vector<std::vector<double>> rank_ms(world, std::vector<double>(reps, 0.0));
-    for (std::size_t rank = 0; rank < world; ++rank) {
-      for (const CompareRunFigures& run : ranks[rank].compare) {
-        if (run.scheduler != static_cast<std::int32_t>(k) || run.repetition < 0 ||
-            static_cast<std::size_t>(run.repetition) >= reps) {
-          continue;
-        }
-        const auto rep = static_cast<std::size_t>(run.repetition);
-        for (std::size_t i = 0; i < run.slots.size(); ++i) {
-          const auto s = static_cast<std::size_t>(run.slots[i]);
-          if (s >= c.slot_ranks.size()) continue;
-          const auto& members = c.slot_ranks[s];
-          const auto m = static_cast<std::size_t>(
-              std::find(members.begin(), members.end(), static_cast<std::int32_t>(rank)) -
-              members.begin());
-          if (m < members.size()) {
-            times[rep][s][m] = run.slot_ms[i];
-            walls[rep][s][m] = run.slot_wall_ms[i];
-          }
-          rank_ms[rank][rep] += run.slot_ms[i];
-        }
-      }
-    }
-    for (std::size_t rank = 0; rank < world; ++rank) {
-      const double median = median_of(rank_ms[rank]);
-      const double predicted = rank < c.predicted_rank_ms.size() ? c.predicted_rank_ms[rank] : 0;
-      r.rank_min_ms.push_back(*std::min_element(rank_ms[rank].begin(), rank_ms[rank].end()));
-      r.rank_median_ms.push_back(median);
-      r.rank_predicted_ms.push_back(predicted);
-      r.prediction_error.push_back(predicted > 0 ? (median - predicted) / predicted : 0.0);
-      r.max_rank_ms = std::max(r.max_rank_ms, median);
-    }
-    const auto medians = [&](const std::vector<std::vector<std::vector<double>>>& t) {
-      std::vector<std::vector<double>> per_slot(c.slot_ranks.size());
-      for (std::size_t s = 0; s < c.slot_ranks.size(); ++s) {
-        for (std::size_t m = 0; m < c.slot_ranks[s].size(); ++m) {
-          std::vector<double> v;
-          for (std::size_t rep = 0; rep < reps; ++rep) v.push_back(t[rep][s][m]);
-          per_slot[s].push_back(median_of(v));
-        }
-      }
-      return per_slot;
-    };
-    r.critical_path_ms = replay_critical_path(c.slot_ranks, c.waves, medians(times));
-    r.critical_path_wall_ms = replay_critical_path(c.slot_ranks, c.waves, medians(walls));
-    for (std::size_t rep = 0; rep < reps; ++rep) {
-      r.repetition_critical_path_ms.push_back(
-          replay_critical_path(c.slot_ranks, c.waves, times[rep]));
-    }
-    out.push_back(std::move(r));
-  }
-  const auto fixed = std::find_if(out.begin(), out.end(),
-                                  [](const CompareResult& r) { return r.scheduler == "fixed"; });
-  if (fixed == out.end()) return out;
-  const CompareResult base = *fixed;
-  for (CompareResult& r : out) {
-    if (r.critical_path_ms > 0)
-      r.measured_speedup_over_fixed = base.critical_path_ms / r.critical_path_ms;
-    if (r.predicted_ms > 0) r.predicted_speedup_over_fixed = base.predicted_ms / r.predicted_ms;
-    bool first = true;
-    for (std::size_t rep = 0; rep < r.repetition_critical_path_ms.size(); ++rep) {
-      if (!(r.repetition_critical_path_ms[rep] > 0)) continue;
-      const double ratio =
-          base.repetition_critical_path_ms[rep] / r.repetition_critical_path_ms[rep];
-      r.speedup_min = first ? ratio : std::min(r.speedup_min, ratio);
-      r.speedup_max = first ? ratio : std::max(r.speedup_max, ratio);
-      first = false;
-    }
-  }
-  return out;
 }
 
 namespace {
@@ -789,100 +662,6 @@ std::string RunSummary::render(const std::string& header, double wall_s) const {
   out << "  overhead       planning + sharding " << fixed(overhead_ms_ / n, 2) << " ms per step, "
       << fixed(step_ms_ > 0 ? 100.0 * overhead_ms_ / step_ms_ : 0.0, 2) << "% of step time\n";
   return out.str();
-}
-
-Progress::Mode Progress::detect() {
-  if (const char* mode = std::getenv(kProgressEnv)) {
-    const std::string m = mode;
-    if (m == "protocol") return Mode::kProtocol;
-    if (m == "bar") return Mode::kBar;
-    if (m == "lines") return Mode::kLines;
-  }
-  return ::isatty(STDOUT_FILENO) ? Mode::kBar : Mode::kLines;
-}
-
-std::string render_progress_bar(std::int64_t step, std::int64_t steps, double loss,
-                                double elapsed_s, int width) {
-  const double done = steps > 0 ? static_cast<double>(step) / static_cast<double>(steps) : 1.0;
-  const int filled = static_cast<int>(std::lround(done * width));
-  std::string bar = "[";
-  bar.append(static_cast<std::size_t>(filled), '#');
-  bar.append(static_cast<std::size_t>(width - filled), '.');
-  bar += "]";
-  return bar + " step " + std::to_string(step) + "/" + std::to_string(steps) + "  loss " +
-         fixed(loss, 4) + "  " + fixed(elapsed_s, 1) + " s";
-}
-
-std::string render_rate_and_eta(std::int64_t tokens, std::int64_t steps_done,
-                                std::int64_t steps_left, double elapsed_s) {
-  if (steps_done < 1 || !(elapsed_s > 0.0)) return "";
-  const double rate = static_cast<double>(tokens) / elapsed_s;
-  const double eta = elapsed_s / static_cast<double>(steps_done) *
-                     static_cast<double>(std::max<std::int64_t>(steps_left, 0));
-  const long long whole = std::llround(eta);
-  char text[64];
-  if (whole < 60) {
-    std::snprintf(text, sizeof text, "%lld s", whole);
-  } else if (whole < 3600) {
-    std::snprintf(text, sizeof text, "%lldm %02llds", whole / 60, whole % 60);
-  } else {
-    std::snprintf(text, sizeof text, "%lldh %02lldm", whole / 3600, whole / 60 % 60);
-  }
-  return "  " + std::to_string(std::llround(rate)) + " tokens/s  eta " + text;
-}
-
-std::string render_balance(const StepReport& step) {
-  if (!step.hybrid) return "dp " + step.dp_strategy + " " + fixed(step.dp_imbalance, 3);
-  const StepReport::Hybrid& h = *step.hybrid;
-  // Group sizes as "4x1 2x2": how many slots of each size.
-  std::map<std::int32_t, std::int64_t> sizes;
-  for (std::int32_t g : h.groups) ++sizes[g];
-  std::ostringstream out;
-  out << "scheduler " << h.scheduler << (h.fallback_reason.empty() ? "" : " (fallback)")
-      << "  slots";
-  if (sizes.empty()) out << " none";
-  for (const auto& [g, count] : sizes) out << " " << count << "x" << g;
-  out << "  measured " << fixed(h.measured_ms, 1) << " ms, predicted " << fixed(h.predicted_ms, 1)
-      << " ms; step";
-  return out.str();
-}
-
-void Progress::update(const StepReport& step, double elapsed_s) {
-  tokens_ += step.loss_tokens;
-  const std::string rate =
-      render_rate_and_eta(tokens_, step.step - first_step_, steps_ - step.step, elapsed_s);
-  switch (mode_) {
-    case Mode::kBar:
-      std::cout << "\r\x1b[K" << render_progress_bar(step.step, steps_, step.loss, elapsed_s)
-                << rate << std::flush;
-      drawn_ = true;
-      break;
-    case Mode::kProtocol:
-      std::cout << kProgressPrefix << render_progress_bar(step.step, steps_, step.loss, elapsed_s)
-                << rate << std::endl;
-      break;
-    case Mode::kLines:
-      std::cout << "step " << step.step << "/" << steps_ << "  loss " << fixed(step.loss, 4)
-                << "  tokens " << step.loss_tokens << "  " << render_balance(step) << "  "
-                << fixed(step.wall_ms, 1) << " ms" << rate << std::endl;
-      break;
-  }
-}
-
-void Progress::note(const std::string& line) {
-  // The bar is redrawn by the next update; in protocol mode `fulcrum train`
-  // clears and redraws it around any other line.
-  if (drawn_) std::cout << "\r\x1b[K";
-  drawn_ = false;
-  std::cout << line << std::endl;
-}
-
-void Progress::finish() {
-  if (drawn_) std::cout << "\n" << std::flush;
-  // An empty progress line tells `fulcrum train` the bar is complete, so
-  // the summary that follows is not interleaved with redraws of it.
-  if (mode_ == Mode::kProtocol) std::cout << kProgressPrefix << std::endl;
-  drawn_ = false;
 }
 
 }  // namespace fulcrum::train

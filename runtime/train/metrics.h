@@ -257,6 +257,9 @@ class RunSummary {
 // Progress of rank 0: a bar redrawn in place when it writes to a terminal;
 // "@progress" lines that `fulcrum train` turns into a bar on its own terminal
 // (FULCRUM_PROGRESS=protocol, set by it); otherwise one plain line per step.
+// `value` with `decimals` digits after the point, as the reports print it.
+std::string fixed(double value, int decimals);
+
 class Progress {
  public:
   enum class Mode { kBar, kProtocol, kLines };

@@ -29,23 +29,109 @@ std::int64_t tiles_alone(const MaskSpec& mask, std::int64_t len, std::int64_t b)
   return tiles;
 }
 
+namespace {
+
+// A change rebalance makes: piece (from_row, from_index) of the most loaded
+// rank moves to row to_row of the least loaded one (-1: a new row), or, with
+// to_index >= 0, swaps with the piece there.
+struct Change {
+  std::int64_t from_row = -1, from_index = -1, to_row = -1, to_index = -1;
+};
+
+// The move or swap between ranks hi and lo that lowers the larger of their
+// loads most, or none (from_row < 0).
+Change best_change(const Batch& batch, const std::vector<Row>& from, const std::vector<Row>& to,
+                   double hi_load, double lo_load) {
+  const double slot_cost = batch.request.profile.slot_seconds;
+  const auto& pieces = batch.pieces;
+  const auto& work = batch.work;
+  const auto fits_row = [&](std::int64_t len) {
+    for (std::size_t r = 0; r < to.size(); ++r) {
+      if (to[r].room >= len) return static_cast<std::int64_t>(r);
+    }
+    return std::int64_t{-1};
+  };
+  double best = hi_load;
+  Change change;
+  for (std::size_t r = 0; r < from.size(); ++r) {
+    for (std::size_t k = 0; k < from[r].pieces.size(); ++k) {
+      const std::size_t p = from[r].pieces[k];
+      const std::int64_t len = pieces[p].length;
+      const double freed = work[p] + (from[r].pieces.size() == 1 ? slot_cost : 0.0);
+      // Move.
+      const std::int64_t dest = fits_row(len);
+      const double added = work[p] + (dest < 0 ? slot_cost : 0.0);
+      const double moved = std::max(hi_load - freed, lo_load + added);
+      if (moved < best - 1e-12) {
+        best = moved;
+        change = {static_cast<std::int64_t>(r), static_cast<std::int64_t>(k), dest, -1};
+      }
+      // Swap with a lighter piece of lo.
+      for (std::size_t r2 = 0; r2 < to.size(); ++r2) {
+        for (std::size_t k2 = 0; k2 < to[r2].pieces.size(); ++k2) {
+          const std::size_t q = to[r2].pieces[k2];
+          if (work[q] >= work[p]) continue;
+          const std::int64_t lq = pieces[q].length;
+          if (from[r].room + len < lq || to[r2].room + lq < len) continue;
+          const double swapped = std::max(hi_load - work[p] + work[q], lo_load - work[q] + work[p]);
+          if (swapped < best - 1e-12) {
+            best = swapped;
+            change = {static_cast<std::int64_t>(r), static_cast<std::int64_t>(k),
+                      static_cast<std::int64_t>(r2), static_cast<std::int64_t>(k2)};
+          }
+        }
+      }
+    }
+  }
+  return change;
+}
+
+// Applies `c` to the rows and loads of ranks hi and lo.
+void apply_change(const Batch& batch, const Change& c, std::vector<Row>& from, std::vector<Row>& to,
+                  double& hi_load, double& lo_load) {
+  const double slot_cost = batch.request.profile.slot_seconds;
+  const auto& pieces = batch.pieces;
+  const auto& work = batch.work;
+  Row& source = from[static_cast<std::size_t>(c.from_row)];
+  const std::size_t p = source.pieces[static_cast<std::size_t>(c.from_index)];
+  if (c.to_index >= 0) {
+    Row& target = to[static_cast<std::size_t>(c.to_row)];
+    const std::size_t q = target.pieces[static_cast<std::size_t>(c.to_index)];
+    source.pieces[static_cast<std::size_t>(c.from_index)] = q;
+    source.room += pieces[p].length - pieces[q].length;
+    target.pieces[static_cast<std::size_t>(c.to_index)] = p;
+    target.room += pieces[q].length - pieces[p].length;
+    hi_load += work[q] - work[p];
+    lo_load += work[p] - work[q];
+    return;
+  }
+  source.pieces.erase(source.pieces.begin() + c.from_index);
+  source.room += pieces[p].length;
+  hi_load -= work[p];
+  if (source.pieces.empty()) {
+    from.erase(from.begin() + c.from_row);
+    hi_load -= slot_cost;
+  }
+  std::int64_t row = c.to_row;
+  if (row < 0) {
+    to.push_back({batch.request.max_tokens_per_rank, {}});
+    row = static_cast<std::int64_t>(to.size()) - 1;
+    lo_load += slot_cost;
+  }
+  to[static_cast<std::size_t>(row)].pieces.push_back(p);
+  to[static_cast<std::size_t>(row)].room -= pieces[p].length;
+  lo_load += work[p];
+}
+
+}  // namespace
+
 // LPT leaves the most loaded rank up to one piece above the others; moving
 // a piece from it to the least loaded rank, or swapping one for a smaller
 // one there, closes much of that gap. Rows keep their T budget; a row left
 // empty is dropped (its fixed slot cost with it), a piece that fits no row
 // of its new rank opens one. Stops when neither lowers the pair's maximum.
 void rebalance(const Batch& batch, std::vector<std::vector<Row>>& rows, std::vector<double>& load) {
-  const std::int64_t budget = batch.request.max_tokens_per_rank;
-  const double slot_cost = batch.request.profile.slot_seconds;
-  const auto& pieces = batch.pieces;
-  const auto& work = batch.work;
   const auto world = static_cast<std::int32_t>(load.size());
-  const auto fits_row = [&](const std::vector<Row>& mine, std::int64_t len, std::size_t skip_row) {
-    for (std::size_t r = 0; r < mine.size(); ++r) {
-      if (r != skip_row && mine[r].room >= len) return static_cast<std::int64_t>(r);
-    }
-    return std::int64_t{-1};
-  };
   for (std::int32_t round = 0; round < 4 * world + 16; ++round) {
     std::int32_t hi = 0;
     std::int32_t lo = 0;
@@ -54,71 +140,9 @@ void rebalance(const Batch& batch, std::vector<std::vector<Row>>& rows, std::vec
       if (load[a] < load[lo]) lo = a;
     }
     if (hi == lo) return;
-    std::vector<Row>& from = rows[hi];
-    std::vector<Row>& to = rows[lo];
-    double best = load[hi];
-    // (row in hi, index in row, row in lo or -1, index in row or -1 for a move)
-    std::int64_t fr = -1, fi = -1, tr = -1, ti = -1;
-    for (std::size_t r = 0; r < from.size(); ++r) {
-      for (std::size_t k = 0; k < from[r].pieces.size(); ++k) {
-        const std::size_t p = from[r].pieces[k];
-        const std::int64_t len = pieces[p].length;
-        const double freed = work[p] + (from[r].pieces.size() == 1 ? slot_cost : 0.0);
-        // Move.
-        const std::int64_t dest = fits_row(to, len, to.size());
-        const double added = work[p] + (dest < 0 ? slot_cost : 0.0);
-        const double moved = std::max(load[hi] - freed, load[lo] + added);
-        if (moved < best - 1e-12) {
-          best = moved;
-          fr = static_cast<std::int64_t>(r), fi = static_cast<std::int64_t>(k), tr = dest, ti = -1;
-        }
-        // Swap with a lighter piece of lo.
-        for (std::size_t r2 = 0; r2 < to.size(); ++r2) {
-          for (std::size_t k2 = 0; k2 < to[r2].pieces.size(); ++k2) {
-            const std::size_t q = to[r2].pieces[k2];
-            if (work[q] >= work[p]) continue;
-            const std::int64_t lq = pieces[q].length;
-            if (from[r].room + len < lq || to[r2].room + lq < len) continue;
-            const double swapped =
-                std::max(load[hi] - work[p] + work[q], load[lo] - work[q] + work[p]);
-            if (swapped < best - 1e-12) {
-              best = swapped;
-              fr = static_cast<std::int64_t>(r), fi = static_cast<std::int64_t>(k);
-              tr = static_cast<std::int64_t>(r2), ti = static_cast<std::int64_t>(k2);
-            }
-          }
-        }
-      }
-    }
-    if (fr < 0) return;
-    Row& source = from[static_cast<std::size_t>(fr)];
-    const std::size_t p = source.pieces[static_cast<std::size_t>(fi)];
-    if (ti >= 0) {
-      Row& target = to[static_cast<std::size_t>(tr)];
-      const std::size_t q = target.pieces[static_cast<std::size_t>(ti)];
-      source.pieces[static_cast<std::size_t>(fi)] = q;
-      source.room += pieces[p].length - pieces[q].length;
-      target.pieces[static_cast<std::size_t>(ti)] = p;
-      target.room += pieces[q].length - pieces[p].length;
-      load[hi] += work[q] - work[p];
-      load[lo] += work[p] - work[q];
-      continue;
-    }
-    source.pieces.erase(source.pieces.begin() + fi);
-    source.room += pieces[p].length;
-    load[hi] -= work[p];
-    if (source.pieces.empty()) {
-      from.erase(from.begin() + fr);
-      load[hi] -= slot_cost;
-    }
-    if (tr < 0) {
-      to.push_back({budget, {}});
-      tr = static_cast<std::int64_t>(to.size()) - 1;
-      load[lo] += slot_cost;
-    }
-    to[static_cast<std::size_t>(tr)].pieces.push_back(p);
-    to[static_cast<std::size_t>(tr)].room -= pieces[p].length;
-    load[lo] += work[p];
+    const Change c = best_change(batch, rows[hi], rows[lo], load[hi], load[lo]);
+    if (c.from_row < 0) return;
+    apply_change(batch, c, rows[hi], rows[lo], load[hi], load[lo]);
   }
 }
 

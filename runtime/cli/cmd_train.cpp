@@ -312,19 +312,11 @@ launch::LaunchOptions launch_options(const TrainFlags& f, const host::Config& co
 }
 #endif
 
-int train_body(const std::vector<std::string>& args) {
-  TrainFlags f;
-  const po::options_description options = train_options(f);
-  [[maybe_unused]] const po::variables_map given = parse_command_line(args, options, "train");
-  if (printed_help(f.help, kUsage, options)) return kExitOk;
-#ifndef FULCRUM_HAVE_TRAINER
-  throw UsageError(
-      "this fulcrum was built without LibTorch, so it has no training runtime; install "
-      "LibTorch (Debian: libtorch-dev) and rebuild to use fulcrum train");
-#else
-  if (f.config_path.empty()) {
-    throw UsageError("--config is required; e.g. fulcrum train --config configs/quickstart.yaml");
-  }
+#ifdef FULCRUM_HAVE_TRAINER
+// The job's config with train's own flags applied as --set overrides that
+// win over the file's keys: --resume, --compare-schedulers and
+// --compare-repetitions.
+host::Config train_config(TrainFlags& f, const po::variables_map& given) {
   CommonOptions common;
   common.config_path = f.config_path;
   // --resume is a --set that wins over any other train.resume.
@@ -343,7 +335,7 @@ int train_body(const std::vector<std::string>& args) {
     f.overrides.push_back("train.compare_repetitions=" + f.repetitions);
   }
   common.overrides = f.overrides;
-  const host::Config config = load_config_or_throw(common);
+  host::Config config = load_config_or_throw(common);
   check_config_not_empty(f.config_path);
   if (given.count("compare-repetitions") != 0 &&
       config.get_string("train.compare_schedulers").empty()) {
@@ -351,6 +343,25 @@ int train_body(const std::vector<std::string>& args) {
                      " has nothing to repeat: no schedulers are compared; add --compare-schedulers "
                      "fixed,megatron_dcp,hybrid (or others) or leave --compare-repetitions out");
   }
+  return config;
+}
+
+#endif
+
+int train_body(const std::vector<std::string>& args) {
+  TrainFlags f;
+  const po::options_description options = train_options(f);
+  [[maybe_unused]] const po::variables_map given = parse_command_line(args, options, "train");
+  if (printed_help(f.help, kUsage, options)) return kExitOk;
+#ifndef FULCRUM_HAVE_TRAINER
+  throw UsageError(
+      "this fulcrum was built without LibTorch, so it has no training runtime; install "
+      "LibTorch (Debian: libtorch-dev) and rebuild to use fulcrum train");
+#else
+  if (f.config_path.empty()) {
+    throw UsageError("--config is required; e.g. fulcrum train --config configs/quickstart.yaml");
+  }
+  const host::Config config = train_config(f, given);
 
   const std::int64_t world = train::job_world_size(config);
   const std::string world_text =

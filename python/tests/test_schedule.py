@@ -143,12 +143,13 @@ def damaged(schedule, slot_index=0, **changes):
 @pytest.fixture(scope="module")
 def two_slot_schedule(plugin_path):
     with fulcrum.load(str(plugin_path)) as b:
-        # Hybrid's own placement here: a 3-rank slot for the 500-token
-        # document, then one rank each for the rest.
+        # Hybrid's own placement here: a multi-rank slot for the 500-token
+        # document first, then one rank each for the rest (the damage below
+        # needs a slot of two or more ranks, then a slot of one).
         s = b.schedule("hybrid", world=3, max_tokens_per_rank=256,
                        doc_lengths=[500, 200, 150, 100, 60], profile=PROFILE, block_size=16)
     assert s.fallback_reason is None
-    assert len(s.slots) >= 2 and s.slots[0].group.size == 3 and s.slots[1].group.size == 1
+    assert len(s.slots) >= 2 and s.slots[0].group.size >= 2 and s.slots[1].group.size == 1
     schedule_model.check_schedule(s, "fulcrum")
     return s
 

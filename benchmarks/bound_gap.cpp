@@ -18,6 +18,7 @@
 //          --redeal: hybrid's multi-rank slots kept, its one-rank rows dealt
 //          again longest first to the rank free soonest; the step in ms
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -60,27 +61,50 @@ std::vector<std::string> split(const char* text) {
   return out;
 }
 
-std::vector<std::int64_t> split_ints(const char* text) {
-  std::vector<std::int64_t> out;
-  for (const std::string& s : split(text)) out.push_back(std::stoll(s));
-  return out;
+// Positive integers separated by commas; false (and nothing else) on any
+// other text.
+bool split_ints(const char* text, std::vector<std::int64_t>& out) {
+  out.clear();
+  for (const std::string& item : split(text)) {
+    char* end = nullptr;
+    errno = 0;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || errno != 0 || v < 1) return false;
+    out.push_back(v);
+  }
+  return !out.empty();
 }
 
 bool parse(int argc, char** argv, Options& opt) {
   for (int i = 1; i < argc; ++i) {
     const bool more = i + 1 < argc;
+    const bool ints =
+        more && (std::strcmp(argv[i], "--ranks") == 0 || std::strcmp(argv[i], "--tokens") == 0 ||
+                 std::strcmp(argv[i], "--batches") == 0 || std::strcmp(argv[i], "--mb") == 0);
+    std::vector<std::int64_t> values;
+    if (ints && !split_ints(argv[i + 1], values)) {
+      std::fprintf(stderr,
+                   "fulcrum_bench_bound_gap: %s '%s' is not a list of positive integers; give "
+                   "positive integers separated by commas, e.g. 64,256\n",
+                   argv[i], argv[i + 1]);
+      return false;
+    }
     if (std::strcmp(argv[i], "--ranks") == 0 && more) {
-      opt.ranks = split_ints(argv[++i]);
+      opt.ranks = values;
+      ++i;
     } else if (std::strcmp(argv[i], "--tokens") == 0 && more) {
-      opt.tokens = split_ints(argv[++i]);
+      opt.tokens = values;
+      ++i;
     } else if (std::strcmp(argv[i], "--profiles") == 0 && more) {
       opt.profiles = split(argv[++i]);
     } else if (std::strcmp(argv[i], "--mixes") == 0 && more) {
       opt.mixes = split(argv[++i]);
     } else if (std::strcmp(argv[i], "--batches") == 0 && more) {
-      opt.batches = std::atoi(argv[++i]);
+      opt.batches = static_cast<int>(std::min<std::int64_t>(values[0], 1000));
+      ++i;
     } else if (std::strcmp(argv[i], "--mb") == 0 && more) {
-      opt.micro_batches = std::atoi(argv[++i]);
+      opt.micro_batches = static_cast<int>(std::min<std::int64_t>(values[0], 64));
+      ++i;
     } else if (std::strcmp(argv[i], "--slots") == 0) {
       opt.slots = true;
     } else if (std::strcmp(argv[i], "--redeal") == 0) {
@@ -260,6 +284,12 @@ int main(int argc, char** argv) {
             r.world_size = static_cast<std::int32_t>(w);
             r.max_tokens_per_rank = t;
             r.profile = *profile;
+            if (const fulcrum::Status valid = fulcrum::validate_schedule_request(r); !valid) {
+              std::fprintf(stderr, "fulcrum_bench_bound_gap: W = %lld, T = %lld: %s\n",
+                           static_cast<long long>(w), static_cast<long long>(t),
+                           valid.message().c_str());
+              return 2;
+            }
             one_batch(opt, mix.name, r, b);
           }
         }

@@ -6,7 +6,8 @@
 // bound's own figure for each, and the idle time the average omits (inside
 // slots, waiting for the slowest member; after a rank's last slot). Every
 // split figure is a mean over the W ranks in ms. megatron_dcp's step over
-// hybrid's and over the bound, per batch, for the goals of section 6.
+// hybrid's and over the bound, per batch, for the goals of section 6; the
+// wall time of one step_time_lower_bound call.
 //
 // Run from the project root so that ../shared/workloads is found:
 //   build/release/bin/fulcrum_bench_bound_gap --mixes dist_wlbllm --ranks 64 --tokens 8192
@@ -19,6 +20,7 @@
 //          again longest first to the rank free soonest; the step in ms
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -223,7 +225,10 @@ double step_of(const char* name, const ScheduleRequest& r, Schedule* keep = null
 }
 
 void one_batch(const Options& opt, const std::string& mix, const ScheduleRequest& r, int b) {
+  const auto t0 = std::chrono::steady_clock::now();
   const fulcrum::BoundTerms bt = fulcrum::step_time_lower_bound_terms(r);
+  const double bound_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   Schedule hybrid;
   const double step = step_of("hybrid", r, &hybrid);
   const double dcp = step_of("megatron_dcp", r);
@@ -232,13 +237,14 @@ void one_batch(const Options& opt, const std::string& mix, const ScheduleRequest
   const double ms = 1e3 / static_cast<double>(r.world_size);
   std::printf(
       "| %s | %s | %d | %lld | %d | %lld | %.1f | %.1f | %.1f%% | %.3f | %.3f | %.1f / %.1f | "
-      "%.1f / %.1f | %.1f / %.1f | %.1f / %.1f | %.1f | %.1f |\n",
+      "%.1f / %.1f | %.1f / %.1f | %.1f / %.1f | %.1f | %.1f | %zu | %.2f |\n",
       mix.c_str(), r.profile.name.c_str(), r.world_size,
       static_cast<long long>(r.max_tokens_per_rank), b,
       static_cast<long long>(*std::max_element(r.doc_lengths.begin(), r.doc_lengths.end())),
       step * 1e3, bt.bound * 1e3, 100 * (step / bt.bound - 1), dcp / step, dcp / bt.bound,
       sp.tiles * ms, bt.tiles * ms, sp.fixed * ms, bt.fixed * ms, sp.kv * ms, bt.exchange * ms,
-      sp.latency * ms, bt.latency * ms, sp.idle_inside * ms, sp.idle_after * ms);
+      sp.latency * ms, bt.latency * ms, sp.idle_inside * ms, sp.idle_after * ms,
+      r.doc_lengths.size(), bound_ms);
   if (opt.slots) print_slots(r, hybrid, cost);
   if (opt.redeal) {
     const Schedule again = redealt(r, hybrid);
@@ -260,10 +266,10 @@ int main(int argc, char** argv) {
   std::printf(
       "| mix | profile | W | T | batch | longest | hybrid ms | bound ms | gap | megatron_dcp / "
       "hybrid | megatron_dcp / bound | tiles: hybrid / bound | fixed | K/V | latency | idle "
-      "inside slots | idle after last slot |\n");
+      "inside slots | idle after last slot | docs | bound computed in ms |\n");
   std::printf(
       "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | "
-      "---: | ---: | ---: | ---: | ---: |\n");
+      "---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   for (const std::string& name : opt.profiles) {
     const fulcrum::Result<CostProfile> profile = fulcrum::host::resolve_cost_profile(name);
     if (!profile) {

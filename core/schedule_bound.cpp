@@ -1,8 +1,11 @@
 // The certified lower bound on a schedule's step time (docs/HYBRID.md
 // section 4 proves each term; this file is their one implementation).
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
+#include <utility>
 #include <vector>
 
 #include "fulcrum/core/cost_profile.h"
@@ -150,6 +153,117 @@ double least_peer_latency(const ScheduleRequest& request,
   return request.profile.latency_seconds * peers;
 }
 
+// The least work a member spends on the query at 1-based position q of a
+// piece: its token's linear cost and its share of its local query block's
+// tiles (the block has at least ceil(keys(q) / B) tiles and at most B
+// queries). Constant on runs of positions, so sums over the top positions
+// of a piece take one step per run.
+struct QueryWork {
+  const ScheduleRequest& r;
+
+  double at(std::int64_t len, std::int64_t q) const {
+    const std::int64_t b = r.block_size;
+    return r.profile.token_seconds + r.profile.tile_seconds / static_cast<double>(b) *
+                                         static_cast<double>(ceil_div(keys_at(r.mask, len, q), b));
+  }
+
+  // The first position of a run ending at q on which `at` is constant.
+  std::int64_t run_start(std::int64_t len, std::int64_t q) const {
+    const std::int64_t b = r.block_size;
+    const auto block_of = [&](std::int64_t x) { return (x - 1) / b * b + 1; };
+    switch (r.mask.kind) {
+      case MaskKind::kCausal:
+        return block_of(q);
+      case MaskKind::kSliding:  // min(q, window): constant from the window's block up
+        return block_of(std::min(q, r.mask.param));
+      case MaskKind::kPrefix: {  // max(q, P'): constant up to P'
+        const std::int64_t flat = std::min(r.mask.param, len);
+        return q <= flat ? 1 : std::max(block_of(q), flat + 1);
+      }
+      case MaskKind::kFull:
+      case MaskKind::kBlockSparse:
+        break;
+    }
+    return 1;
+  }
+
+  double piece(std::int64_t len) const {
+    double sum = 0;
+    for (std::int64_t q = len; q >= 1;) {
+      const std::int64_t lo = run_start(len, q);
+      sum += static_cast<double>(q - lo + 1) * at(len, q);
+      q = lo - 1;
+    }
+    return sum;
+  }
+};
+
+// The top positions of a piece that k - 1 members could hold together,
+// each holding at most T of its tokens and at most `cap` seconds of its work:
+// the longest run L - n + 1 .. L within (k - 1) T tokens and (k - 1) cap
+// seconds, taken greedily from the top (a hair more than fits is taken when
+// rounding is in doubt: more taken only lowers the bound).
+struct TopPositions {
+  std::int64_t taken = 0;
+  double work = 0;
+
+  void grow(const QueryWork& qw, std::int64_t len, std::int64_t tokens, double seconds) {
+    while (taken < len && taken < tokens) {
+      const std::int64_t q = len - taken;
+      const double each = qw.at(len, q);
+      std::int64_t can = std::min(q - qw.run_start(len, q) + 1, tokens - taken);
+      if (each > 0 && seconds < std::numeric_limits<double>::infinity()) {
+        const double fit = std::floor((seconds - work) / each * (1 + 1e-12) + 1e-9);
+        if (fit < 1) return;
+        if (fit < static_cast<double>(can)) can = static_cast<std::int64_t>(fit);
+      }
+      taken += can;
+      work += static_cast<double>(can) * each;
+    }
+  }
+};
+
+// Exchange and latency when no member's time exceeds `cap` + c (section 4,
+// "work caps"): the k-th member of a piece by last position holds a query
+// at a position the first k - 1 cannot all hold above, so it receives at
+// least keys(that position) - T, and the piece has at least as many members
+// as positions remain; its members' peers as in least_peer_latency, with
+// weights t_P / T or work_P / cap, whichever gives more. cap = infinity is
+// least_exchange and least_peer_latency.
+std::pair<double, double> capped_exchange_latency(const ScheduleRequest& request,
+                                                  const std::vector<std::int64_t>& lengths,
+                                                  const std::vector<double>& works, double cap,
+                                                  const ReceiveTime& receive) {
+  const std::int64_t budget = request.max_tokens_per_rank;
+  const QueryWork qw{request};
+  double exchange = 0;
+  double by_tokens = 0;
+  double by_work = 0;
+  std::int64_t terms = 0;
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    const std::int64_t len = lengths[i];
+    if (len <= budget && works[i] <= cap) continue;  // one member may hold it all
+    std::int64_t members = 1;
+    double missing = static_cast<double>(keys_at(request.mask, len, len) - budget);
+    if (missing > 0) exchange += 2 * receive(missing);
+    TopPositions top;
+    for (std::int64_t k = 2; k <= 65536 && terms < (std::int64_t{1} << 22); ++k, ++terms) {
+      top.grow(qw, len, (k - 1) * budget, static_cast<double>(k - 1) * cap);
+      const std::int64_t p = len - top.taken;
+      if (p < 1) break;
+      members = k;
+      missing = static_cast<double>(keys_at(request.mask, len, p) - budget);
+      if (missing > 0) exchange += 2 * receive(missing);
+    }
+    members = std::max(members, ceil_div(len, budget));
+    if (members < 2 || !sees_every_earlier(request.mask, len)) continue;
+    by_tokens +=
+        static_cast<double>(len) / static_cast<double>(budget) * static_cast<double>(members - 1);
+    if (cap > 0) by_work += works[i] / cap * static_cast<double>(members - 1);
+  }
+  return {exchange, request.profile.latency_seconds * std::max(by_tokens, by_work)};
+}
+
 // The member holding a piece's query with the most keys (s of them) ends its
 // slot no sooner than its own compute (that query's block alone has
 // ceil(s/B) tiles) plus, when s > T, receiving the K/V of the s - T keys it
@@ -200,6 +314,38 @@ BoundTerms step_time_lower_bound_terms(const ScheduleRequest& request) {
       (out.tiles + out.tokens + out.fixed + out.exchange + out.latency) / request.world_size;
   out.per_piece = longest_member(request, lengths, receive);
   out.bound = std::max(out.average, out.per_piece);
+  out.average_at_bound = out.average;
+
+  // Work caps (section 4): f(S), the bound computed as if no member's time
+  // exceeded S, only falls as S grows, and the step S* satisfies
+  // S* >= f(S*); so S* is at least the least S with S >= f(S), found by
+  // bisection from the bound above (rounded down: lo never satisfies it
+  // unless it is the bound itself).
+  std::vector<double> works(lengths.size());
+  const QueryWork qw{request};
+  for (std::size_t i = 0; i < lengths.size(); ++i) works[i] = qw.piece(lengths[i]);
+  const double fixed_part = out.tiles + out.tokens + out.fixed;
+  const auto f = [&](double step, double* average) {
+    const auto [exchange, latency] =
+        capped_exchange_latency(request, lengths, works, step - p.slot_seconds, receive);
+    *average = (fixed_part + exchange + latency) / request.world_size;
+    return std::max(*average, out.per_piece);
+  };
+  double lo = out.bound;
+  double average = 0;
+  double hi = f(lo, &average);
+  if (hi <= lo) return out;
+  out.average_at_bound = average;
+  for (int i = 0; i < 60 && hi - lo > 1e-6 * hi; ++i) {
+    const double mid = lo + (hi - lo) / 2;
+    if (f(mid, &average) <= mid) {
+      hi = mid;
+    } else {
+      lo = mid;
+      out.average_at_bound = average;
+    }
+  }
+  out.bound = lo;
   return out;
 }
 

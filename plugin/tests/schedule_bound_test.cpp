@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -192,12 +193,13 @@ MaskSpec random_mask(SplitMix64& rng) {
 // Requests of at most 6 tokens on at most 3 ranks, T from 1 to 4, block
 // size 1, every dense mask, random profiles: the bound never exceeds the
 // enumerated optimum; it equals it on some (so a bound raised by any amount
-// fails there), and the latency term lifts it strictly above the bound
-// without that term on some. About 0.5 s.
+// fails there), and the latency term and the work caps each lift it
+// strictly above the bound without them on some. About 0.1 s.
 TEST(LowerBound, NeverAboveTheEnumeratedOptimumAndTightSomewhere) {
   SplitMix64 rng(2511);
   int tight = 0;
   int lifted = 0;
+  int capped = 0;
   for (int c = 0; c < 120; ++c) {
     ScheduleRequest r;
     r.world_size = static_cast<std::int32_t>(rng.uniform(1, 3));
@@ -221,10 +223,12 @@ TEST(LowerBound, NeverAboveTheEnumeratedOptimumAndTightSomewhere) {
     EXPECT_LE(terms.bound, best * (1 + 1e-12)) << "case " << c;
     if (terms.bound >= best * (1 - 1e-12)) ++tight;
     const double without = std::max(terms.average - terms.latency / r.world_size, terms.per_piece);
-    if (terms.bound > without * (1 + 1e-12)) ++lifted;
+    if (std::max(terms.average, terms.per_piece) > without * (1 + 1e-12)) ++lifted;
+    if (terms.bound > std::max(terms.average, terms.per_piece) * (1 + 1e-12)) ++capped;
   }
   EXPECT_GE(tight, 10);
   EXPECT_GE(lifted, 5);
+  EXPECT_GE(capped, 5);
 }
 
 // Only K/V costs and latency, one rank per node: a full-mask document of
@@ -291,6 +295,44 @@ TEST(LowerBound, PerPieceCountsEveryPeerItsLastQueryNeeds) {
   EXPECT_NEAR(terms.per_piece, 1.0, 1e-9);
   EXPECT_LE(terms.bound, step * (1 + 1e-12));
   EXPECT_NEAR(step, 1.0, 1e-9);
+}
+
+// The work caps: a causal document of 4 tokens (block size 1: 1 + 2 + 3 + 4
+// = 10 tiles of 1 s) on 2 ranks with room for all of it, 1 s of latency per
+// peer and nothing else. Without the caps the bound is 10 / 2 = 5 s. With
+// them: in a step of S < 7 s no member holds both of the two last queries
+// (4 + 3 s), so the document has 2 members, each with a peer, and every
+// member's work is at most S: by work the peers sum to at least 10 / S x 1,
+// so S >= (10 + 10 / S) / 2, whose least solution is (10 + sqrt 180) / 4 =
+// 5.854 s. Two members holding queries {4, 1} and {3, 2} take 5 + 1 s each:
+// 6 s, the optimum.
+TEST(LowerBound, WorkCapsCountTheMembersAHeavyPieceNeeds) {
+  ScheduleRequest r;
+  r.doc_lengths = {4};
+  r.world_size = 2;
+  r.max_tokens_per_rank = 4;
+  r.block_size = 1;
+  r.profile.tile_seconds = 1;
+  r.profile.token_seconds = 0;
+  r.profile.slot_seconds = 0;
+  r.profile.kv_bytes_per_token = 1;
+  r.profile.intra_node_bytes_per_second = 1e15;
+  r.profile.inter_node_bytes_per_second = 1e15;
+  r.profile.latency_seconds = 1;
+  const BoundTerms terms = step_time_lower_bound_terms(r);
+  EXPECT_DOUBLE_EQ(terms.average, 5.0);
+  EXPECT_NEAR(terms.bound, (10 + std::sqrt(180.0)) / 4, 1e-5);
+  EXPECT_LE(terms.bound, (10 + std::sqrt(180.0)) / 4);
+  Schedule s;
+  ScheduleSlot slot;
+  slot.ranks = {0, 1};
+  slot.pieces = {{0, 0, 4}};
+  const CpWorkload w = slot_workload(r, slot);
+  slot.plan = plan_of(w, {0, 1, 1, 0}, 2);
+  s.slots.push_back(slot);
+  ASSERT_TRUE(validate_schedule(r, s));
+  EXPECT_NEAR(evaluate_schedule(r, s).step_seconds, 6.0, 1e-9);
+  EXPECT_LE(terms.bound, optimum(r) * (1 + 1e-12));
 }
 
 }  // namespace

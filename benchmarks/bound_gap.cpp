@@ -3,11 +3,13 @@
 // quality grid (same seeds, same draws), one row per batch with hybrid's
 // step split into the terms the bound's average counts (tiles, fixed costs,
 // K/V time, latency; tokens are the same for every schedule) beside the
-// bound's own figure for each, and the idle time the average omits (inside
-// slots, waiting for the slowest member; after a rank's last slot). Every
-// split figure is a mean over the W ranks in ms. megatron_dcp's step over
+// bound's own figure for each (without the work caps), the idle time the
+// average omits (inside slots, waiting for the slowest member; after a
+// rank's last slot), and what the work caps add to the bound. Every split
+// figure is a mean over the W ranks in ms: gap = the differences + idle -
+// work caps (when the average binds). megatron_dcp's step over
 // hybrid's and over the bound, per batch, for the goals of section 6; the
-// wall time of one step_time_lower_bound call.
+// wall time of one step_time_lower_bound call (the least of 5).
 //
 // Run from the project root so that ../shared/workloads is found:
 //   build/release/bin/fulcrum_bench_bound_gap --mixes dist_wlbllm --ranks 64 --tokens 8192
@@ -225,10 +227,16 @@ double step_of(const char* name, const ScheduleRequest& r, Schedule* keep = null
 }
 
 void one_batch(const Options& opt, const std::string& mix, const ScheduleRequest& r, int b) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const fulcrum::BoundTerms bt = fulcrum::step_time_lower_bound_terms(r);
-  const double bound_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  // The least wall time of 5 calls: this machine is shared.
+  double bound_ms = 1e300;
+  fulcrum::BoundTerms bt;
+  for (int i = 0; i < 5; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    bt = fulcrum::step_time_lower_bound_terms(r);
+    bound_ms = std::min(
+        bound_ms,
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
   Schedule hybrid;
   const double step = step_of("hybrid", r, &hybrid);
   const double dcp = step_of("megatron_dcp", r);
@@ -237,14 +245,14 @@ void one_batch(const Options& opt, const std::string& mix, const ScheduleRequest
   const double ms = 1e3 / static_cast<double>(r.world_size);
   std::printf(
       "| %s | %s | %d | %lld | %d | %lld | %.1f | %.1f | %.1f%% | %.3f | %.3f | %.1f / %.1f | "
-      "%.1f / %.1f | %.1f / %.1f | %.1f / %.1f | %.1f | %.1f | %zu | %.2f |\n",
+      "%.1f / %.1f | %.1f / %.1f | %.1f / %.1f | %.1f | %.1f | %.1f | %zu | %.2f |\n",
       mix.c_str(), r.profile.name.c_str(), r.world_size,
       static_cast<long long>(r.max_tokens_per_rank), b,
       static_cast<long long>(*std::max_element(r.doc_lengths.begin(), r.doc_lengths.end())),
       step * 1e3, bt.bound * 1e3, 100 * (step / bt.bound - 1), dcp / step, dcp / bt.bound,
       sp.tiles * ms, bt.tiles * ms, sp.fixed * ms, bt.fixed * ms, sp.kv * ms, bt.exchange * ms,
       sp.latency * ms, bt.latency * ms, sp.idle_inside * ms, sp.idle_after * ms,
-      r.doc_lengths.size(), bound_ms);
+      (bt.bound - std::max(bt.average, bt.per_piece)) * 1e3, r.doc_lengths.size(), bound_ms);
   if (opt.slots) print_slots(r, hybrid, cost);
   if (opt.redeal) {
     const Schedule again = redealt(r, hybrid);
@@ -266,10 +274,10 @@ int main(int argc, char** argv) {
   std::printf(
       "| mix | profile | W | T | batch | longest | hybrid ms | bound ms | gap | megatron_dcp / "
       "hybrid | megatron_dcp / bound | tiles: hybrid / bound | fixed | K/V | latency | idle "
-      "inside slots | idle after last slot | docs | bound computed in ms |\n");
+      "inside slots | idle after last slot | work caps | docs | bound computed in ms |\n");
   std::printf(
       "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | "
-      "---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+      "---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   for (const std::string& name : opt.profiles) {
     const fulcrum::Result<CostProfile> profile = fulcrum::host::resolve_cost_profile(name);
     if (!profile) {

@@ -187,14 +187,39 @@ struct QueryWork {
     return 1;
   }
 
+  // The sum of `at` over a piece, in closed form: sum over q of
+  // ceil(keys(q) / B) from the causal sum C(n) = sum_{q <= n} ceil(q / B).
   double piece(std::int64_t len) const {
-    double sum = 0;
-    for (std::int64_t q = len; q >= 1;) {
-      const std::int64_t lo = run_start(len, q);
-      sum += static_cast<double>(q - lo + 1) * at(len, q);
-      q = lo - 1;
+    const std::int64_t b = r.block_size;
+    const auto causal = [&](std::int64_t n) {
+      const double blocks = static_cast<double>(n / b);
+      return static_cast<double>(b) * blocks * (blocks + 1) / 2 +
+             static_cast<double>(n % b) * (blocks + 1);
+    };
+    double blocks = 0;
+    switch (r.mask.kind) {
+      case MaskKind::kCausal:
+        blocks = causal(len);
+        break;
+      case MaskKind::kFull:
+        blocks = static_cast<double>(len) * static_cast<double>(ceil_div(len, b));
+        break;
+      case MaskKind::kSliding: {
+        const std::int64_t w = std::min(r.mask.param, len);
+        blocks = causal(w) + static_cast<double>(len - w) * static_cast<double>(ceil_div(w, b));
+        break;
+      }
+      case MaskKind::kPrefix: {
+        const std::int64_t flat = std::min(r.mask.param, len);
+        blocks = static_cast<double>(flat) * static_cast<double>(ceil_div(flat, b)) + causal(len) -
+                 causal(flat);
+        break;
+      }
+      case MaskKind::kBlockSparse:
+        break;
     }
-    return sum;
+    return r.profile.token_seconds * static_cast<double>(len) +
+           r.profile.tile_seconds / static_cast<double>(b) * blocks;
   }
 };
 
@@ -246,9 +271,15 @@ std::pair<double, double> capped_exchange_latency(const ScheduleRequest& request
     std::int64_t members = 1;
     double missing = static_cast<double>(keys_at(request.mask, len, len) - budget);
     if (missing > 0) exchange += 2 * receive(missing);
+    // Where T of its heaviest tokens fit in the cap, only T limits the top.
+    const bool capped = qw.at(len, len) * static_cast<double>(budget) > cap;
     TopPositions top;
     for (std::int64_t k = 2; k <= 65536 && terms < (std::int64_t{1} << 22); ++k, ++terms) {
-      top.grow(qw, len, (k - 1) * budget, static_cast<double>(k - 1) * cap);
+      if (capped) {
+        top.grow(qw, len, (k - 1) * budget, static_cast<double>(k - 1) * cap);
+      } else {
+        top.taken = std::min(len, (k - 1) * budget);
+      }
       const std::int64_t p = len - top.taken;
       if (p < 1) break;
       members = k;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -232,8 +233,10 @@ struct TopPositions {
   std::int64_t taken = 0;
   double work = 0;
 
-  void grow(const QueryWork& qw, std::int64_t len, std::int64_t tokens, double seconds) {
+  void grow(const QueryWork& qw, std::int64_t len, std::int64_t tokens, double seconds,
+            std::int64_t& steps) {
     while (taken < len && taken < tokens) {
+      ++steps;
       const std::int64_t q = len - taken;
       const double each = qw.at(len, q);
       std::int64_t can = std::min(q - qw.run_start(len, q) + 1, tokens - taken);
@@ -253,30 +256,38 @@ struct TopPositions {
 // at a position the first k - 1 cannot all hold above, so it receives at
 // least keys(that position) - T, and the piece has at least as many members
 // as positions remain; its members' peers as in least_peer_latency, with
-// weights t_P / T or work_P / cap, whichever gives more. cap = infinity is
-// least_exchange and least_peer_latency.
-std::pair<double, double> capped_exchange_latency(const ScheduleRequest& request,
-                                                  const std::vector<std::int64_t>& lengths,
-                                                  const std::vector<double>& works, double cap,
-                                                  const ReceiveTime& receive) {
+// weights t_P / T or work_P / cap, whichever gives more. Every figure only
+// grows as cap falls (the count of members per piece stops at 65,536,
+// whatever the cap). nullopt when it would take more than 2^24 steps: the
+// caller then keeps the bound without caps.
+struct Capped {
+  double exchange = 0;
+  double latency = 0;
+};
+
+std::optional<Capped> capped_exchange_latency(const ScheduleRequest& request,
+                                              const std::vector<std::int64_t>& lengths,
+                                              const std::vector<double>& works, double cap,
+                                              const ReceiveTime& receive) {
   const std::int64_t budget = request.max_tokens_per_rank;
   const QueryWork qw{request};
-  double exchange = 0;
+  Capped out;
   double by_tokens = 0;
   double by_work = 0;
-  std::int64_t terms = 0;
+  std::int64_t steps = 0;
   for (std::size_t i = 0; i < lengths.size(); ++i) {
     const std::int64_t len = lengths[i];
     if (len <= budget && works[i] <= cap) continue;  // one member may hold it all
     std::int64_t members = 1;
     double missing = static_cast<double>(keys_at(request.mask, len, len) - budget);
-    if (missing > 0) exchange += 2 * receive(missing);
+    if (missing > 0) out.exchange += 2 * receive(missing);
     // Where T of its heaviest tokens fit in the cap, only T limits the top.
     const bool capped = qw.at(len, len) * static_cast<double>(budget) > cap;
     TopPositions top;
-    for (std::int64_t k = 2; k <= 65536 && terms < (std::int64_t{1} << 22); ++k, ++terms) {
+    for (std::int64_t k = 2; k <= 65536; ++k) {
+      if (++steps > (std::int64_t{1} << 24)) return std::nullopt;
       if (capped) {
-        top.grow(qw, len, (k - 1) * budget, static_cast<double>(k - 1) * cap);
+        top.grow(qw, len, (k - 1) * budget, static_cast<double>(k - 1) * cap, steps);
       } else {
         top.taken = std::min(len, (k - 1) * budget);
       }
@@ -284,7 +295,7 @@ std::pair<double, double> capped_exchange_latency(const ScheduleRequest& request
       if (p < 1) break;
       members = k;
       missing = static_cast<double>(keys_at(request.mask, len, p) - budget);
-      if (missing > 0) exchange += 2 * receive(missing);
+      if (missing > 0) out.exchange += 2 * receive(missing);
     }
     members = std::max(members, ceil_div(len, budget));
     if (members < 2 || !sees_every_earlier(request.mask, len)) continue;
@@ -292,7 +303,8 @@ std::pair<double, double> capped_exchange_latency(const ScheduleRequest& request
         static_cast<double>(len) / static_cast<double>(budget) * static_cast<double>(members - 1);
     if (cap > 0) by_work += works[i] / cap * static_cast<double>(members - 1);
   }
-  return {exchange, request.profile.latency_seconds * std::max(by_tokens, by_work)};
+  out.latency = request.profile.latency_seconds * std::max(by_tokens, by_work);
+  return out;
 }
 
 // The member holding a piece's query with the most keys (s of them) ends its
@@ -356,26 +368,32 @@ BoundTerms step_time_lower_bound_terms(const ScheduleRequest& request) {
   const QueryWork qw{request};
   for (std::size_t i = 0; i < lengths.size(); ++i) works[i] = qw.piece(lengths[i]);
   const double fixed_part = out.tiles + out.tokens + out.fixed;
-  const auto f = [&](double step, double* average) {
-    const auto [exchange, latency] =
+  // f at `step`, or nullopt when the caps would take too long to count.
+  const auto f = [&](double step, double* average) -> std::optional<double> {
+    const std::optional<Capped> c =
         capped_exchange_latency(request, lengths, works, step - p.slot_seconds, receive);
-    *average = (fixed_part + exchange + latency) / request.world_size;
+    if (!c) return std::nullopt;
+    *average = (fixed_part + c->exchange + c->latency) / request.world_size;
     return std::max(*average, out.per_piece);
   };
   double lo = out.bound;
   double average = 0;
-  double hi = f(lo, &average);
-  if (hi <= lo) return out;
-  out.average_at_bound = average;
+  const std::optional<double> start = f(lo, &average);
+  if (!start || *start <= lo) return out;
+  double hi = *start;
+  double lo_average = average;
   for (int i = 0; i < 60 && hi - lo > 1e-6 * hi; ++i) {
     const double mid = lo + (hi - lo) / 2;
-    if (f(mid, &average) <= mid) {
+    const std::optional<double> at = f(mid, &average);
+    if (!at) break;  // the caps gave up; lo, tested already, stays a bound
+    if (*at <= mid) {
       hi = mid;
     } else {
       lo = mid;
-      out.average_at_bound = average;
+      lo_average = average;
     }
   }
+  out.average_at_bound = lo_average;
   out.bound = lo;
   return out;
 }

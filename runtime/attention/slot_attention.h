@@ -49,6 +49,10 @@ struct SlotAttentionOptions {
   // forward: exchange on group world timed out ..."), so a stalled peer is
   // named with the slot and wave it failed in. Empty: "slot".
   std::string label;
+  // Overlap the exchange with compute (kv_exchange.h, OverlapPlan): one
+  // peer at a time on a background thread, the tiles whose keys are here
+  // first. Off: every row travels before the first tile, in one exchange.
+  bool overlap = true;
 };
 
 // The names hybrid mode's callers know the shared types by.

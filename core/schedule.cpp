@@ -173,6 +173,9 @@ SlotCost cost_slot(const ScheduleRequest& request, const ScheduleSlot& slot) {
       mc.bytes_received = bytes_of(static_cast<double>(received) * p.kv_bytes_per_token);
       mc.bytes_sent = bytes_of(static_cast<double>(sent) * p.kv_bytes_per_token);
       mc.comm_seconds = seconds + p.latency_seconds * mc.peers;
+      // Overlap (docs/HYBRID.md section 2): comm_seconds is what compute
+      // leaves exposed.
+      mc.comm_seconds -= p.exchange_overlap * std::min(mc.compute_seconds, mc.comm_seconds);
     }
   }
   double longest = 0;
@@ -597,8 +600,10 @@ double step_time_lower_bound(const ScheduleRequest& request) {
   // tokens, and one fixed cost per (slot, member) holding tokens, of which
   // there are at least ceil(total / T); plus that exchange.
   const double memberships = static_cast<double>(ceil_div(total, budget));
+  // Overlap leaves at least (1 - exchange_overlap) of every exchange exposed.
+  const double exposed = 1.0 - p.exchange_overlap;
   double bound = (p.tile_seconds * tiles + p.token_seconds * static_cast<double>(total) +
-                  p.slot_seconds * memberships + exchange) /
+                  p.slot_seconds * memberships + exposed * exchange) /
                  request.world_size;
 
   // The member holding a piece's query with the most keys (s of them) ends
@@ -612,7 +617,7 @@ double step_time_lower_bound(const ScheduleRequest& request) {
     const std::int64_t s = most_keys(request.mask, len);
     double member = p.slot_seconds + p.token_seconds + p.tile_seconds * ceil_div(s, b);
     if (s > budget) {
-      member += receive_seconds(static_cast<double>(s - budget)) + p.latency_seconds;
+      member += exposed * (receive_seconds(static_cast<double>(s - budget)) + p.latency_seconds);
     }
     bound = std::max(bound, member);
   }

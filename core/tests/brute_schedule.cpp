@@ -169,6 +169,12 @@ BruteScheduleCost brute_schedule_cost(const ScheduleRequest& request, const Sche
         bm.comm += static_cast<double>(from[m][j] + from[j][m]) * p.kv_bytes_per_token / bw;
       }
       bm.comm += p.latency_seconds * bm.peers;
+      // Overlap: the member is busy for the sum at overlap 0 and for the
+      // longer of the two at overlap 1, linearly between; comm is what the
+      // compute leaves of that.
+      const double f = p.exchange_overlap;
+      const double busy = (1 - f) * (bm.compute + bm.comm) + f * std::max(bm.compute, bm.comm);
+      bm.comm = busy - bm.compute;
       out.kv_tokens_moved += bm.kv_tokens_in;
     }
     out.allgather_kv_tokens += static_cast<std::int64_t>(g - 1) * w.tokens;

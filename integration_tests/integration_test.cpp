@@ -128,12 +128,16 @@ struct Trained {
   std::map<std::string, std::vector<double>> params;
   std::vector<json> steps;
   std::vector<json> micro_batches;
+  std::vector<json> hybrid;  // hybrid mode's schedule lines
 };
 
 Trained train_layout(const TempDir& dir, const std::string& config, int dp, int cp,
-                     const std::vector<std::string>& extra = {}) {
+                     const std::vector<std::string>& extra = {},
+                     const std::vector<std::string>& env = {}) {
   std::string tag = "dp" + std::to_string(dp) + "cp" + std::to_string(cp);
-  for (const std::string& e : extra) {
+  std::vector<std::string> named = extra;
+  named.insert(named.end(), env.begin(), env.end());
+  for (const std::string& e : named) {
     tag += "_";
     for (char c : e) tag += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
   }
@@ -142,7 +146,7 @@ Trained train_layout(const TempDir& dir, const std::string& config, int dp, int 
   sets.insert(sets.end(), extra.begin(), extra.end());
   const RunResult r =
       run(train_command(config, sets, dir.file(tag + ".jsonl"), dir.file(tag + ".params")),
-          seconds(150));
+          seconds(150), env);
   EXPECT_EQ(r.exit_code, 0) << tag << ": " << r;
   Trained t;
   const std::vector<json> metrics = read_metrics(dir.file(tag + ".jsonl"));
@@ -152,6 +156,9 @@ Trained train_layout(const TempDir& dir, const std::string& config, int dp, int 
     t.tokens.push_back(s.at("tokens").get<std::int64_t>());
   }
   t.micro_batches = micro_batch_records(metrics);
+  for (const json& j : metrics) {
+    if (j.contains("scheduler") && j.contains("ranks")) t.hybrid.push_back(j);
+  }
   t.params = read_params(dir.file(tag + ".params"));
   EXPECT_FALSE(t.params.empty()) << tag;
   return t;
@@ -275,6 +282,64 @@ TEST(Hybrid, EverySchedulerAtFourAndSixRanksMatchesOneProcessAndFixedMode) {
       EXPECT_GE(*groups.rbegin(), 4) << what << ": no slot of four ranks or more";
     }
   }
+}
+
+// parallel.hybrid.free_single_slots: the one-rank slots after the last
+// multi-rank wave go to whichever rank claims them first, from a counter on
+// the job's store. The float64 losses and parameters must match one process
+// wherever the slots ran. A first run finds a step S with a free slot
+// planned for rank R; a second has R claim only after every other rank has
+// stopped (the test-only `late` fault), so the others must run all of step
+// S's free slots, R's among them, and the results must not move.
+TEST(Hybrid, FreeSingleSlotsRunOnAnyRankAndMatchOneProcess) {
+  TempDir dir;
+  const std::string config = equivalence_config(dir);
+  const Trained single = train_layout(dir, config, 1, 1);
+  const std::vector<std::string> sets = {
+      "parallel.mode=hybrid", "parallel.world_size=4", "parallel.max_tokens_per_rank=16",
+      "balancer.schedule.strategy=hybrid", "parallel.hybrid.free_single_slots=true"};
+  const Trained free = train_layout(dir, config, 1, 1, sets);
+  expect_same(single, free, "free single slots");
+  // Every slot is reported once by each of its g members, a free one by the
+  // one rank that ran it.
+  std::int64_t step = 0;
+  int planned = -1;
+  for (const json& line : free.hybrid) {
+    std::map<std::int64_t, std::int64_t> reports;
+    for (const json& rank : line.at("ranks")) {
+      for (const json& slot : rank.at("slots")) {
+        ++reports[slot.at("slot").get<std::int64_t>()];
+        if (slot.contains("planned_rank") && planned < 0) {
+          step = line.at("step").get<std::int64_t>();
+          planned = slot.at("planned_rank").get<int>();
+        }
+      }
+    }
+    const json& groups = line.at("groups");
+    ASSERT_EQ(reports.size(), groups.size()) << "step " << line.at("step");
+    for (const auto& [slot, count] : reports) {
+      EXPECT_EQ(count, groups.at(static_cast<std::size_t>(slot)).get<std::int64_t>())
+          << "slot " << slot << " of step " << line.at("step");
+    }
+  }
+  ASSERT_GE(planned, 0) << "no free single slot in any step: the test proves nothing";
+  const Trained late =
+      train_layout(dir, config, 1, 1, sets,
+                   {"FULCRUM_TEST_FAULT=late", "FULCRUM_TEST_FAULT_RANK=" + std::to_string(planned),
+                    "FULCRUM_TEST_FAULT_STEP=" + std::to_string(step)});
+  expect_same(single, late, "free single slots, rank " + std::to_string(planned) + " late");
+  int taken = 0;
+  for (const json& line : late.hybrid) {
+    if (line.at("step").get<std::int64_t>() != step) continue;
+    for (const json& rank : line.at("ranks")) {
+      for (const json& slot : rank.at("slots")) {
+        if (!slot.contains("planned_rank")) continue;
+        EXPECT_NE(rank.at("rank").get<int>(), planned) << "the late rank ran a free slot";
+        taken += slot.at("planned_rank").get<int>() == planned;
+      }
+    }
+  }
+  EXPECT_GE(taken, 1) << "no slot planned for rank " << planned << " ran elsewhere";
 }
 
 // --compare-schedulers runs every listed scheduler's schedule of each batch

@@ -88,6 +88,8 @@ const char* fault_name(FaultKind kind) {
       return "stall";
     case FaultKind::kExitZero:
       return "exit0";
+    case FaultKind::kLate:
+      return "late";
   }
   return "?";
 }
@@ -117,7 +119,8 @@ Result<std::optional<FaultSpec>> fault_from_environment(const EnvFn& env, int wo
                                               {{"kill", FaultKind::kKill},
                                                {"throw", FaultKind::kThrow},
                                                {"stall", FaultKind::kStall},
-                                               {"exit0", FaultKind::kExitZero}},
+                                               {"exit0", FaultKind::kExitZero},
+                                               {"late", FaultKind::kLate}},
                                               world_size, /*min_step=*/0);
   if (!fault) return fault.status();
   if (!*fault) return std::optional<FaultSpec>();
@@ -162,6 +165,7 @@ bool InjectedFaults::armed(PerturbKind kind, std::int64_t step) const {
 
 void InjectedFaults::maybe_fault(std::int64_t step) {
   if (!fault_ || fault_fired_ || fault_->rank != rank_ || fault_->step != step) return;
+  if (fault_->kind == FaultKind::kLate) return;  // not a failure: see late()
   fault_fired_ = true;
   switch (fault_->kind) {
     case FaultKind::kKill:
@@ -175,6 +179,8 @@ void InjectedFaults::maybe_fault(std::int64_t step) {
       // Silent, as a rank stuck in I/O or a dead lock would be; only the
       // others' timeouts and the launcher can end it.
       for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+    case FaultKind::kLate:
+      return;
     case FaultKind::kExitZero:
       // A rank that quits quietly with success (a stray exit(0) in a
       // library, a wrapper script that swallows the status): only the

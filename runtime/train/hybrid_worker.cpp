@@ -317,6 +317,7 @@ void HybridWorker::run_free_slots(const Schedule& schedule, const std::vector<st
   if (reliability_.late_claims()) wait_for_claims(key, count + groups_.world->size() - 1);
   for (;;) {
     const std::int64_t n = groups_.shared_add(key, 1) - 1;
+    reliability_.after_claim();
     if (n >= count) break;
     const std::size_t i = free[static_cast<std::size_t>(n)];
     ScheduleSlot slot = schedule.slots[i];  // run here, as its only member

@@ -9,6 +9,8 @@
 //   FULCRUM_TEST_FAULT=late: in step S rank R claims free single slots
 //     (parallel.hybrid.free_single_slots) only once every other rank has
 //     stopped claiming, so the others run every one of them.
+//   FULCRUM_TEST_FAULT=kill_claim: in step S rank R SIGKILLs itself right
+//     after its first claim of a free single slot, before running it.
 //   FULCRUM_TEST_PERTURB=cp|plan|dp  with FULCRUM_TEST_PERTURB_RANK=R
 //     (default 0) and FULCRUM_TEST_PERTURB_STEP=S (default 1): rank R sees
 //     different document lengths in its first row of step S (the workload is
@@ -32,7 +34,7 @@ namespace fulcrum::train {
 using EnvFn = std::function<std::optional<std::string>(std::string_view name)>;
 std::optional<std::string> process_environment(std::string_view name);
 
-enum class FaultKind { kKill, kThrow, kStall, kExitZero, kLate };
+enum class FaultKind { kKill, kThrow, kStall, kExitZero, kLate, kKillAtClaim };
 enum class PerturbKind { kCpWorkload, kCpPlan, kDpLengths };
 
 struct FaultSpec {
@@ -65,6 +67,8 @@ class InjectedFaults {
   void maybe_fault(std::int64_t step);
   // Whether this rank's perturbation of `kind` is due at `step`.
   bool armed(PerturbKind kind, std::int64_t step) const;
+  // Fires the `kill_claim` fault if it is this rank's at `step`.
+  void maybe_claim_fault(std::int64_t step);
   // Whether this rank is the `late` fault's rank at `step`.
   bool late(std::int64_t step) const {
     return fault_ && fault_->kind == FaultKind::kLate && fault_->rank == rank_ &&

@@ -564,9 +564,6 @@ TEST(Overlap, TheOverlappedPassesAreTakenAndEqualTheWholeExchange) {
         EXPECT_GE(runs[0].forward[m].groups, 1);
         EXPECT_LE(runs[0].forward[m].wait_ms, runs[0].forward[m].comm_ms + 1e-9) << m;
         split += runs[0].forward[m].groups > 1 && runs[0].backward[m].groups > 1;
-        if (runs[0].forward[m].bytes_received > 0) {
-          EXPECT_GT(runs[0].forward[m].exchange_ms, 0.0) << m;
-        }
       }
       EXPECT_GT(split, 0) << "no member computed its tiles in groups";
     }

@@ -55,8 +55,8 @@ struct KvExchangePlan {
 // N) beyond the members' tile schedules.
 Result<KvExchangePlan> make_kv_exchange_plan(const CpWorkload& workload, const ShardPlan& plan);
 
-// How one member overlaps its exchange with compute (docs/HYBRID_RUNTIME.md,
-// "Overlap"). It exchanges with its peers one at a time in ascending member
+// How one member overlaps its exchange with compute (docs/HYBRID_RUNTIME.md
+// section 10). It exchanges with its peers one at a time in ascending member
 // order (the same order on every member, so two members never wait on each
 // other's later peer), and splits its tiles by the peers their key blocks
 // need:

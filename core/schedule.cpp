@@ -174,6 +174,9 @@ SlotCost cost_slot(const ScheduleRequest& request, const ScheduleSlot& slot) {
       mc.bytes_received = bytes_of(static_cast<double>(received) * p.kv_bytes_per_token);
       mc.bytes_sent = bytes_of(static_cast<double>(sent) * p.kv_bytes_per_token);
       mc.comm_seconds = seconds + p.latency_seconds * mc.peers;
+      // Overlap (docs/HYBRID.md section 2): comm_seconds is what compute
+      // leaves exposed.
+      mc.comm_seconds -= p.exchange_overlap * std::min(mc.compute_seconds, mc.comm_seconds);
     }
   }
   double longest = 0;

@@ -307,6 +307,12 @@ std::optional<Capped> capped_exchange_latency(const ScheduleRequest& request,
   return out;
 }
 
+// The least share of a member's exchange (K/V and latency) that overlap
+// leaves exposed: a member's time is compute + comm - f min(compute, comm)
+// >= compute + (1 - f) comm (docs/HYBRID.md section 2), and never below its
+// compute, so the work caps hold as they are.
+double exposed_share(const CostProfile& p) { return 1.0 - p.exchange_overlap; }
+
 // The member holding a piece's query with the most keys (s of them) ends its
 // slot no sooner than its own compute (that query's block alone has
 // ceil(s/B) tiles) plus, when s > T, receiving the K/V of the s - T keys it
@@ -322,8 +328,9 @@ double longest_member(const ScheduleRequest& request, const std::vector<std::int
     double member = p.slot_seconds + p.token_seconds +
                     p.tile_seconds * static_cast<double>(ceil_div(s, request.block_size));
     if (s > budget) {
-      member += receive(static_cast<double>(s - budget)) +
-                p.latency_seconds * static_cast<double>(ceil_div(s, budget) - 1);
+      member +=
+          exposed_share(p) * (receive(static_cast<double>(s - budget)) +
+                              p.latency_seconds * static_cast<double>(ceil_div(s, budget) - 1));
     }
     longest = std::max(longest, member);
   }
@@ -351,8 +358,8 @@ BoundTerms step_time_lower_bound_terms(const ScheduleRequest& request) {
   out.tiles = p.tile_seconds * least_tiles(request.mask, lengths, request.block_size);
   out.tokens = p.token_seconds * static_cast<double>(total);
   out.fixed = p.slot_seconds * static_cast<double>(ceil_div(total, budget));
-  out.exchange = least_exchange(request, lengths, receive);
-  out.latency = least_peer_latency(request, lengths);
+  out.exchange = exposed_share(p) * least_exchange(request, lengths, receive);
+  out.latency = exposed_share(p) * least_peer_latency(request, lengths);
   out.average =
       (out.tiles + out.tokens + out.fixed + out.exchange + out.latency) / request.world_size;
   out.per_piece = longest_member(request, lengths, receive);
@@ -373,7 +380,7 @@ BoundTerms step_time_lower_bound_terms(const ScheduleRequest& request) {
     const std::optional<Capped> c =
         capped_exchange_latency(request, lengths, works, step - p.slot_seconds, receive);
     if (!c) return std::nullopt;
-    *average = (fixed_part + c->exchange + c->latency) / request.world_size;
+    *average = (fixed_part + exposed_share(p) * (c->exchange + c->latency)) / request.world_size;
     return std::max(*average, out.per_piece);
   };
   double lo = out.bound;

@@ -31,156 +31,27 @@
 #include <vector>
 
 #include "harness.h"
+#include "training_runs.h"
 
 namespace {
 
+using fulcrum::it::equivalence_config;
+using fulcrum::it::expect_same;
+using fulcrum::it::kEquivalenceLengths;
+using fulcrum::it::micro_batch_records;
+using fulcrum::it::read_metrics;
 using fulcrum::it::read_params;
 using fulcrum::it::run;
 using fulcrum::it::RunResult;
+using fulcrum::it::source_file;
+using fulcrum::it::step_records;
 using fulcrum::it::TempDir;
+using fulcrum::it::train_command;
+using fulcrum::it::train_layout;
+using fulcrum::it::Trained;
 namespace fs = std::filesystem;
 using nlohmann::json;
 using std::chrono::seconds;
-
-std::vector<json> read_metrics(const std::string& path) {
-  std::vector<json> lines;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (!line.empty()) lines.push_back(json::parse(line));
-  }
-  return lines;
-}
-
-std::vector<json> step_records(const std::vector<json>& metrics) {
-  std::vector<json> out;
-  for (const json& j : metrics) {
-    if (j.contains("loss")) out.push_back(j);
-  }
-  return out;
-}
-
-std::vector<json> micro_batch_records(const std::vector<json>& metrics) {
-  std::vector<json> out;
-  for (const json& j : metrics) {
-    if (j.contains("microbatch")) out.push_back(j);
-  }
-  return out;
-}
-
-std::vector<std::string> train_command(const std::string& config,
-                                       const std::vector<std::string>& sets,
-                                       const std::string& metrics = "",
-                                       const std::string& params = "") {
-  std::vector<std::string> argv = {FULCRUM_BIN, "train", "--config", config};
-  for (const std::string& s : sets) {
-    argv.push_back("--set");
-    argv.push_back(s);
-  }
-  if (!metrics.empty()) argv.insert(argv.end(), {"--metrics", metrics});
-  if (!params.empty()) argv.insert(argv.end(), {"--save-params", params});
-  return argv;
-}
-
-std::string source_file(const std::string& relative) {
-  return (fs::path(FULCRUM_SOURCE_DIR) / relative).string();
-}
-
-// (b) ---------------------------------------------------------------------
-
-// The invariance suite: a balancer never changes what is learned. Packing is
-// on, samples are longer than a row (one spans four rows) and rows hold
-// several documents, so a cut that depended on the row being filled, or a
-// label lost at a cut, would show as a different loss or token count. float64
-// leaves summation order as the only source of difference.
-constexpr const char* kEquivalenceConfig = R"(
-parallel: {dp_size: 1, cp_size: 1}
-balancer:
-  cp: {strategy: auto, fallback: contiguous, block_size: 16, mask: causal}
-  dp: {strategy: auto, cost: attention}
-data:
-  source: synthetic
-  path: LENGTHS
-  seq_length: 64
-  packing: true
-  global_batch_size: 8
-  micro_batch_size: 2
-  seed: 3
-model: {hidden_size: 32, num_layers: 2, num_heads: 2, vocab_size: 96}
-train: {steps: 3, dtype: float64, lr: 1.0e-2, seed: 7}
-dist: {timeout_s: 60, op_timeout_s: 60}
-)";
-
-// 24 samples: short ones that share rows, some just over a row, one of 230
-// tokens (four pieces of 64, 64, 64, 38).
-constexpr const char* kEquivalenceLengths =
-    "[5, 70, 12, 230, 3, 33, 64, 9, 130, 1, 17, 66, 40, 2, 95, 7, 28, 150, 11, 4, 63, 21, 80, 6]";
-
-std::string equivalence_config(const TempDir& dir) {
-  std::string config = kEquivalenceConfig;
-  config.replace(config.find("LENGTHS"), 7, dir.write("lengths.json", kEquivalenceLengths));
-  return dir.write("equivalence.yaml", config);
-}
-
-struct Trained {
-  std::vector<double> losses;
-  std::vector<std::int64_t> tokens;  // loss tokens per step, over the global batch
-  std::map<std::string, std::vector<double>> params;
-  std::vector<json> steps;
-  std::vector<json> micro_batches;
-};
-
-Trained train_layout(const TempDir& dir, const std::string& config, int dp, int cp,
-                     const std::vector<std::string>& extra = {}) {
-  std::string tag = "dp" + std::to_string(dp) + "cp" + std::to_string(cp);
-  for (const std::string& e : extra) {
-    tag += "_";
-    for (char c : e) tag += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-  }
-  std::vector<std::string> sets = {"parallel.dp_size=" + std::to_string(dp),
-                                   "parallel.cp_size=" + std::to_string(cp)};
-  sets.insert(sets.end(), extra.begin(), extra.end());
-  const RunResult r =
-      run(train_command(config, sets, dir.file(tag + ".jsonl"), dir.file(tag + ".params")),
-          seconds(150));
-  EXPECT_EQ(r.exit_code, 0) << tag << ": " << r;
-  Trained t;
-  const std::vector<json> metrics = read_metrics(dir.file(tag + ".jsonl"));
-  t.steps = step_records(metrics);
-  for (const json& s : t.steps) {
-    t.losses.push_back(s.at("loss").get<double>());
-    t.tokens.push_back(s.at("tokens").get<std::int64_t>());
-  }
-  t.micro_batches = micro_batch_records(metrics);
-  t.params = read_params(dir.file(tag + ".params"));
-  EXPECT_FALSE(t.params.empty()) << tag;
-  return t;
-}
-
-void expect_same(const Trained& expected, const Trained& got, const std::string& what) {
-  ASSERT_EQ(expected.losses.size(), got.losses.size()) << what;
-  EXPECT_EQ(got.tokens, expected.tokens) << what << ": loss tokens per step differ";
-  for (std::size_t i = 0; i < expected.losses.size(); ++i) {
-    EXPECT_NEAR(got.losses[i], expected.losses[i], 1e-10 * std::abs(expected.losses[i]))
-        << what << " step " << i + 1;
-  }
-  ASSERT_EQ(expected.params.size(), got.params.size()) << what;
-  double worst = 0.0;
-  std::string where;
-  for (const auto& [name, values] : expected.params) {
-    const auto it = got.params.find(name);
-    ASSERT_NE(it, got.params.end()) << what << ": no parameter " << name;
-    ASSERT_EQ(it->second.size(), values.size()) << what << " " << name;
-    for (std::size_t i = 0; i < values.size(); ++i) {
-      const double d = std::abs(it->second[i] - values[i]);
-      if (!(d <= worst)) {
-        worst = d;
-        where = name + "[" + std::to_string(i) + "]";
-      }
-    }
-  }
-  EXPECT_LT(worst, 1e-9) << what << ": parameters differ most at " << where;
-}
 
 // Over an epoch every sample trains on each of its tokens but the last,
 // wherever it was cut: the loss-token count is fixed by the data alone.
@@ -275,6 +146,64 @@ TEST(Hybrid, EverySchedulerAtFourAndSixRanksMatchesOneProcessAndFixedMode) {
       EXPECT_GE(*groups.rbegin(), 4) << what << ": no slot of four ranks or more";
     }
   }
+}
+
+// parallel.hybrid.free_single_slots: the one-rank slots after the last
+// multi-rank wave go to whichever rank claims them first, from a counter on
+// the job's store. The float64 losses and parameters must match one process
+// wherever the slots ran. A first run finds a step S with a free slot
+// planned for rank R; a second has R claim only after every other rank has
+// stopped (the test-only `late` fault), so the others must run all of step
+// S's free slots, R's among them, and the results must not move.
+TEST(Hybrid, FreeSingleSlotsRunOnAnyRankAndMatchOneProcess) {
+  TempDir dir;
+  const std::string config = equivalence_config(dir);
+  const Trained single = train_layout(dir, config, 1, 1);
+  const std::vector<std::string> sets = {
+      "parallel.mode=hybrid", "parallel.world_size=4", "parallel.max_tokens_per_rank=16",
+      "balancer.schedule.strategy=hybrid", "parallel.hybrid.free_single_slots=true"};
+  const Trained free = train_layout(dir, config, 1, 1, sets);
+  expect_same(single, free, "free single slots");
+  // Every slot is reported once by each of its g members, a free one by the
+  // one rank that ran it.
+  std::int64_t step = 0;
+  int planned = -1;
+  for (const json& line : free.hybrid) {
+    std::map<std::int64_t, std::int64_t> reports;
+    for (const json& rank : line.at("ranks")) {
+      for (const json& slot : rank.at("slots")) {
+        ++reports[slot.at("slot").get<std::int64_t>()];
+        if (slot.contains("planned_rank") && planned < 0) {
+          step = line.at("step").get<std::int64_t>();
+          planned = slot.at("planned_rank").get<int>();
+        }
+      }
+    }
+    const json& groups = line.at("groups");
+    ASSERT_EQ(reports.size(), groups.size()) << "step " << line.at("step");
+    for (const auto& [slot, count] : reports) {
+      EXPECT_EQ(count, groups.at(static_cast<std::size_t>(slot)).get<std::int64_t>())
+          << "slot " << slot << " of step " << line.at("step");
+    }
+  }
+  ASSERT_GE(planned, 0) << "no free single slot in any step: the test proves nothing";
+  const Trained late =
+      train_layout(dir, config, 1, 1, sets,
+                   {"FULCRUM_TEST_FAULT=late", "FULCRUM_TEST_FAULT_RANK=" + std::to_string(planned),
+                    "FULCRUM_TEST_FAULT_STEP=" + std::to_string(step)});
+  expect_same(single, late, "free single slots, rank " + std::to_string(planned) + " late");
+  int taken = 0;
+  for (const json& line : late.hybrid) {
+    if (line.at("step").get<std::int64_t>() != step) continue;
+    for (const json& rank : line.at("ranks")) {
+      for (const json& slot : rank.at("slots")) {
+        if (!slot.contains("planned_rank")) continue;
+        EXPECT_NE(rank.at("rank").get<int>(), planned) << "the late rank ran a free slot";
+        taken += slot.at("planned_rank").get<int>() == planned;
+      }
+    }
+  }
+  EXPECT_GE(taken, 1) << "no slot planned for rank " << planned << " ran elsewhere";
 }
 
 // --compare-schedulers runs every listed scheduler's schedule of each batch

@@ -5,11 +5,13 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -92,8 +94,15 @@ class HybridWorker final : public Worker {
   };
   Schedule make_schedule(const std::string& name, const ScheduleRequest& request,
                          std::int64_t step) const;
+  // claim_step > 0: free single slots are claimed (free_slots below) under
+  // that step's counter; 0: every slot runs on its planned rank.
   Run run_schedule(const Schedule& schedule, const ScheduleRequest& request,
-                   const std::vector<const data::PackedRow*>& rows);
+                   const std::vector<const data::PackedRow*>& rows, std::int64_t claim_step = 0);
+  void run_free_slots(const Schedule& schedule, const std::vector<std::size_t>& free,
+                      const ScheduleCost& cost, const ScheduleCost& bytes,
+                      const ScheduleRequest& request,
+                      const std::vector<const data::PackedRow*>& rows, std::int64_t step, Run& run);
+  void wait_for_claims(const std::string& key, std::int64_t target) const;
   void compare(std::int64_t step, const ScheduleRequest& request,
                const std::vector<const data::PackedRow*>& rows, StepResult& result);
 
@@ -145,6 +154,8 @@ void add_attention_figures(const attention::SlotAttention& a, SlotFigures& f) {
   f.kv_received = fwd.bytes_received;
   f.compute_ms = fwd.compute_ms + bwd.compute_ms;
   f.comm_ms = fwd.comm_ms + bwd.comm_ms;
+  f.exchange_ms = fwd.exchange_ms + bwd.exchange_ms;
+  f.exchange_wait_ms = fwd.wait_ms + bwd.wait_ms;
 }
 
 // This member's SlotAttention for `slot`, over the world; every layer uses
@@ -155,6 +166,7 @@ std::shared_ptr<attention::SlotAttention> HybridWorker::slot_attention(const CpW
   attention::SlotAttentionOptions slot_options;
   slot_options.label =
       "slot " + std::to_string(index) + " (wave " + std::to_string(slot.wave) + ")";
+  slot_options.overlap = options_.overlap;
   Result<std::shared_ptr<attention::SlotAttention>> a =
       attention::SlotAttention::create(w, slot.plan, slot.ranks, groups_.world, slot_options);
   if (!a) throw std::runtime_error(slot_options.label + ": " + a.status().message());
@@ -254,14 +266,86 @@ Schedule HybridWorker::make_schedule(const std::string& name, const ScheduleRequ
   return std::move(schedule).value();
 }
 
+// Free single slots (docs/HYBRID_RUNTIME.md section 11): the one-rank slots
+// of the waves after the last one holding a multi-rank slot. They move no
+// K/V and no slot of another rank waits for them, so any rank may run them.
+// In claim order: the longest predicted compute first (then slot order), the
+// same on every rank.
+std::vector<std::size_t> free_slots(const Schedule& schedule, const ScheduleCost& cost) {
+  std::int32_t last_multi = -1;
+  for (const ScheduleSlot& slot : schedule.slots) {
+    if (slot.ranks.size() > 1) last_multi = std::max(last_multi, slot.wave);
+  }
+  std::vector<std::size_t> free;
+  for (std::size_t i = 0; i < schedule.slots.size(); ++i) {
+    const ScheduleSlot& slot = schedule.slots[i];
+    if (slot.ranks.size() == 1 && slot.wave > last_multi) free.push_back(i);
+  }
+  std::stable_sort(free.begin(), free.end(), [&](std::size_t a, std::size_t b) {
+    return cost.slots[a].members[0].compute_seconds > cost.slots[b].members[0].compute_seconds;
+  });
+  return free;
+}
+
+// The test-only `late` fault: wait until the counter shows every other rank's
+// last, failed claim, so that they have run every free slot.
+void HybridWorker::wait_for_claims(const std::string& key, std::int64_t target) const {
+  const auto deadline = Clock::now() + groups_.world->default_timeout();
+  while (groups_.shared_add(key, 0) < target) {
+    if (Clock::now() > deadline) {
+      throw std::runtime_error(
+          "test-only FULCRUM_TEST_FAULT=late: the other ranks did not "
+          "finish claiming free slots (" +
+          key + ") in time");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+// Claims free slots one at a time from the step's shared counter until none
+// is left: the n-th claim of the job (over every rank) takes free[n], so each
+// runs exactly once, on whichever rank asked first. A rank that dies after a
+// claim leaves its slot unrun, but it also never enters the gradient
+// all-reduce, which then fails on every rank as any lost rank does.
+void HybridWorker::run_free_slots(const Schedule& schedule, const std::vector<std::size_t>& free,
+                                  const ScheduleCost& cost, const ScheduleCost& bytes,
+                                  const ScheduleRequest& request,
+                                  const std::vector<const data::PackedRow*>& rows,
+                                  std::int64_t step, Run& run) {
+  const std::string key = "free_slots/step" + std::to_string(step);
+  const auto count = static_cast<std::int64_t>(free.size());
+  if (reliability_.late_claims()) wait_for_claims(key, count + groups_.world->size() - 1);
+  for (;;) {
+    const std::int64_t n = groups_.shared_add(key, 1) - 1;
+    reliability_.after_claim();
+    if (n >= count) break;
+    const std::size_t i = free[static_cast<std::size_t>(n)];
+    ScheduleSlot slot = schedule.slots[i];  // run here, as its only member
+    SlotFigures f;
+    f.planned_rank = slot.ranks[0];
+    slot.ranks = {id_.rank};
+    f.predicted_compute_ms = cost.slots[i].members[0].compute_seconds * 1e3;
+    f.predicted_kv_sent = bytes.slots[i].members[0].bytes_sent;
+    f.predicted_kv_received = bytes.slots[i].members[0].bytes_received;
+    const SlotResult result = run_slot(static_cast<std::int64_t>(i), slot, request, rows, f);
+    run.loss = run.loss + result.loss.to(at::kDouble);
+    run.loss_tokens += result.loss_tokens;
+    run.slots.push_back(std::move(f));
+  }
+}
+
 HybridWorker::Run HybridWorker::run_schedule(const Schedule& schedule,
                                              const ScheduleRequest& request,
-                                             const std::vector<const data::PackedRow*>& rows) {
+                                             const std::vector<const data::PackedRow*>& rows,
+                                             std::int64_t claim_step) {
   const ScheduleCost cost = evaluate_schedule(request, schedule);
   const ScheduleCost bytes = evaluate_schedule(exact_kv_request(request), schedule);
+  const std::vector<std::size_t> free =
+      claim_step > 0 ? free_slots(schedule, cost) : std::vector<std::size_t>();
   std::vector<std::size_t> mine;
   for (std::size_t i = 0; i < schedule.slots.size(); ++i) {
     const ScheduleSlot& slot = schedule.slots[i];
+    if (std::find(free.begin(), free.end(), i) != free.end()) continue;
     if (std::find(slot.ranks.begin(), slot.ranks.end(), id_.rank) != slot.ranks.end()) {
       mine.push_back(i);
     }
@@ -279,6 +363,9 @@ HybridWorker::Run HybridWorker::run_schedule(const Schedule& schedule,
     run.loss = run.loss + slot.loss.to(at::kDouble);
     run.loss_tokens += slot.loss_tokens;
     run.slots.push_back(std::move(f));
+  }
+  if (claim_step > 0) {
+    run_free_slots(schedule, free, cost, bytes, request, rows, claim_step, run);
   }
   return run;
 }
@@ -376,7 +463,8 @@ Worker::StepResult HybridWorker::run_step(std::int64_t step, const data::StepBat
   for (const ScheduleSlot& slot : schedule.slots) {
     hybrid_report_->groups.push_back(static_cast<std::int32_t>(slot.ranks.size()));
   }
-  Run run = run_schedule(schedule, request, rows);
+  const bool claim = options_.free_single_slots && groups_.shared_add != nullptr;
+  Run run = run_schedule(schedule, request, rows, claim ? step : 0);
   result.loss_tokens = run.loss_tokens;
   result.figures.slots = std::move(run.slots);
   set_loss(result, run.loss, step);

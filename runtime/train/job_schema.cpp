@@ -46,6 +46,8 @@ host::ConfigSchema build_job_schema() {
   s.add(string_key("parallel.mode", "fixed", {"fixed", "hybrid"}, {}, "fixed: DP groups of CP groups, every row on one CP group; hybrid: the world is one pool and the balancer's scheduler places each document piece on a group of any size (docs/HYBRID_RUNTIME.md)"));
   s.add(int_key("parallel.world_size", 0, 0, static_cast<double>(kMaxGroupSize), "ranks of the job, 0 = parallel.dp_size x parallel.cp_size; an integer in [0, 2^20]"));
   s.add(int_key("parallel.max_tokens_per_rank", 0, 0, static_cast<double>(kMaxRowTokens), "hybrid mode: T, the most tokens one rank holds in a slot; 0 = data.seq_length / world size, rounded up; an integer in [0, 2^31 / world size]"));
+  s.add(bool_key("parallel.hybrid.overlap", true, "hybrid mode: overlap each slot's K/V exchange with its attention compute, one peer at a time (docs/HYBRID_RUNTIME.md section 10); false: every row travels before the first tile"));
+  s.add(bool_key("parallel.hybrid.free_single_slots", false, "hybrid mode: single-rank slots after the last multi-rank wave are run by whichever rank is free first, not by their planned rank (docs/HYBRID_RUNTIME.md section 11)"));
   // balancer: which plugin, and which strategies it is asked for.
   s.add(string_key("balancer.plugin", "fulcrum_balancer", {}, check_not_empty, "balancer plugin; a plugin name, a path to one, or builtin (the host's contiguous balancer)"));
   s.add(string_key("balancer.plugin_dirs", "", {}, {}, "directories searched for the plugin, colon-separated, before the defaults"));

@@ -49,8 +49,11 @@ struct MicroBatchFigures {
 struct SlotFigures {
   std::int64_t slot = 0;  // index in the schedule
   std::int32_t wave = 0;
-  std::int32_t group = 1;       // g, the slot's members
-  std::int32_t member = 0;      // this rank's index among them
+  std::int32_t group = 1;   // g, the slot's members
+  std::int32_t member = 0;  // this rank's index among them
+  // A free single slot this rank claimed: the rank the schedule planned it
+  // for (which may be this one); -1 = run where planned.
+  std::int32_t planned_rank = -1;
   std::int64_t tokens = 0;      // real tokens this member held
   std::int64_t tiles = 0;       // forward tiles, summed over layers
   std::int64_t bytes_sent = 0;  // K/V forward and dK/dV backward, all layers
@@ -61,7 +64,12 @@ struct SlotFigures {
   double cpu_ms = 0.0;           // the same span in this thread's CPU time
   double setup_ms = 0.0;         // building its SlotAttentions (tile schedules, exchange plan)
   double compute_ms = 0.0;       // attention kernels, forward + backward, all layers
-  double comm_ms = 0.0;          // exchanges, with gathering and placing rows
+  double comm_ms = 0.0;          // exchanges not hidden by compute: gathering, placing, waiting
+  // Overlapped exchanges (docs/HYBRID_RUNTIME.md, "Overlap"), forward +
+  // backward, all layers: their own wall time on the background thread and
+  // the part this rank waited for; exchange_ms - exchange_wait_ms was hidden.
+  double exchange_ms = 0.0;
+  double exchange_wait_ms = 0.0;
   // The cost model's figures for this member (evaluate_schedule): compute
   // and exchange time by the profile, and K/V bytes with the profile's
   // kv_bytes_per_token replaced by this model's (2 x hidden x layers x dtype).

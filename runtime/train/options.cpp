@@ -104,7 +104,14 @@ Status read_parallel_mode(const host::Config& config, TrainOptions& o) {
 
 // Hybrid mode: T, and pieces of data.seq_length that fit the world.
 Status check_hybrid(const host::Config& config, TrainOptions& o) {
-  if (o.mode != ParallelMode::kHybrid) return Status::ok();
+  o.free_single_slots = config.get_bool("parallel.hybrid.free_single_slots");
+  o.overlap = config.get_bool("parallel.hybrid.overlap");
+  if (o.mode != ParallelMode::kHybrid) {
+    if (!o.free_single_slots) return Status::ok();
+    return invalid_argument(where(config, "parallel.hybrid.free_single_slots", "true") +
+                            " needs parallel.mode: hybrid (fixed mode has no slots); set "
+                            "parallel.mode: hybrid or drop the key");
+  }
   if (config.get_string("dist.backend") == "nccl") {
     return invalid_argument(
         "parallel.mode: hybrid exchanges K/V point-to-point over Gloo only; set dist.backend: "

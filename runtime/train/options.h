@@ -44,6 +44,9 @@ struct TrainOptions {
   int dp_size = 1;
   int cp_size = 1;
   std::int64_t max_tokens_per_rank = 0;  // hybrid: T, resolved (>= 1)
+  // hybrid: parallel.hybrid.free_single_slots (hybrid_worker.cpp, free slots)
+  bool free_single_slots = false;
+  bool overlap = true;  // hybrid: parallel.hybrid.overlap (SlotAttentionOptions::overlap)
   std::string schedule_strategy = "hybrid";
   std::string schedule_profile = "cpu_gloo";  // a bundled name or an absolute path
   CostProfile profile;                        // hybrid: schedule_profile, read and checked

@@ -130,6 +130,64 @@ Result<TransferFit> fit_transfer(const std::vector<TransferSample>& samples) {
   return TransferFit{fit->coefficients[0], 1.0 / fit->coefficients[1], fit->max_relative_error};
 }
 
+namespace {
+
+// The fitted terms of fit_slots into `p`.
+void set_slot_terms(const std::vector<double>& x, bool exchange, double kv_bytes_per_token,
+                    CostProfile& p) {
+  p.tile_seconds = x[0];
+  p.token_seconds = x[1];
+  p.slot_seconds = x[2];
+  if (!exchange) return;
+  constexpr double kFastest = 1e15;  // validate_cost_profile's largest bandwidth
+  const double bandwidth = x[3] > 1.0 / kFastest ? 1.0 / x[3] : kFastest;
+  p.kv_bytes_per_token = kv_bytes_per_token;
+  p.intra_node_bytes_per_second = bandwidth;
+  p.inter_node_bytes_per_second = bandwidth;
+  p.latency_seconds = x[4];
+}
+
+}  // namespace
+
+Result<SlotFit> fit_slots(const std::vector<SlotSample>& samples, const CostProfile& start,
+                          double kv_bytes_per_token) {
+  bool exchange = false;
+  for (const SlotSample& s : samples) exchange = exchange || s.kv_bytes > 0 || s.peers > 0;
+  std::vector<std::vector<double>> columns(exchange ? 5 : 3);
+  std::vector<double> y;
+  for (const SlotSample& s : samples) {
+    columns[0].push_back(static_cast<double>(s.tiles));
+    columns[1].push_back(static_cast<double>(s.tokens));
+    columns[2].push_back(1.0);
+    if (exchange) {
+      columns[3].push_back(static_cast<double>(s.kv_bytes));
+      columns[4].push_back(static_cast<double>(s.peers));
+    }
+    y.push_back(s.seconds);
+  }
+  Result<LinearFit> fit = fit_nonnegative(columns, y);
+  if (!fit) return fit.status();
+  SlotFit out;
+  out.profile = start;
+  out.exchange_fitted = exchange;
+  set_slot_terms(fit->coefficients, exchange, kv_bytes_per_token, out.profile);
+  std::vector<double> magnitudes;
+  for (std::size_t s = 0; s < y.size(); ++s) {
+    double predicted = 0;
+    for (std::size_t i = 0; i < columns.size(); ++i) {
+      predicted += fit->coefficients[i] * columns[i][s];
+    }
+    out.errors.push_back((predicted - y[s]) / y[s]);
+    magnitudes.push_back(std::abs(out.errors.back()));
+  }
+  std::sort(magnitudes.begin(), magnitudes.end());
+  const std::size_t n = magnitudes.size();
+  out.median_abs_error =
+      n % 2 ? magnitudes[n / 2] : 0.5 * (magnitudes[n / 2 - 1] + magnitudes[n / 2]);
+  out.max_abs_error = magnitudes.back();
+  return out;
+}
+
 std::string profile_yaml(const CostProfile& p, const std::vector<std::string>& provenance) {
   std::ostringstream out;
   for (const std::string& line : provenance) out << "# " << line << "\n";

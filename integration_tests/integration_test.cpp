@@ -277,6 +277,52 @@ TEST(Hybrid, EverySchedulerAtFourAndSixRanksMatchesOneProcessAndFixedMode) {
   }
 }
 
+// balancer.schedule.profile: auto refits the cost profile from the slots'
+// measured times after every step (refit_every = 1) and plans the next step
+// with it, on every rank the same: the profile moves where documents run,
+// never what is learned, so the float64 losses and parameters equal a run
+// that plans with the start profile throughout. The metrics must show that
+// refits happened and changed the profile, or the run proved nothing.
+TEST(Hybrid, ProfileAutoRefitsOnEveryRankAndTrainsAsAFixedProfile) {
+  TempDir dir;
+  const std::string config = equivalence_config(dir);
+  const std::vector<std::string> base = {"parallel.mode=hybrid", "parallel.world_size=4",
+                                         "parallel.max_tokens_per_rank=16", "train.threads=1"};
+  std::vector<std::string> fixed_sets = base;
+  fixed_sets.push_back("balancer.schedule.profile=cpu_gloo");
+  std::vector<std::string> auto_sets = base;
+  auto_sets.insert(auto_sets.end(),
+                   {"balancer.schedule.profile=auto", "balancer.schedule.profile_start=cpu_gloo",
+                    "balancer.schedule.refit_every=1"});
+  const Trained fixed_profile = train_layout(dir, config, 1, 1, fixed_sets);
+  const Trained refitted = train_layout(dir, config, 1, 1, auto_sets);
+  ASSERT_EQ(refitted.losses.size(), 3u);
+  expect_same(fixed_profile, refitted, "profile auto against cpu_gloo");
+  std::string tag = "dp1cp1";
+  for (const std::string& e : auto_sets) {
+    tag += "_";
+    for (char c : e) tag += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  }
+  int refits = 0;
+  std::set<double> slot_seconds;
+  for (const json& line : read_metrics(dir.file(tag + ".jsonl"))) {
+    if (!line.contains("scheduler")) continue;
+    ASSERT_TRUE(line.at("profile_fit").is_object()) << line;
+    const json& fit = line.at("profile_fit");
+    EXPECT_TRUE(fit.at("refit_due").get<bool>()) << fit;
+    EXPECT_GT(fit.at("samples").get<std::int64_t>(), 0) << fit;
+    EXPECT_EQ(fit.at("samples").get<std::size_t>(), line.at("fit_samples").size()) << fit;
+    refits += fit.at("refitted").get<bool>() ? 1 : 0;
+    slot_seconds.insert(fit.at("profile").at("slot_seconds").get<double>());
+    EXPECT_NE(line.at("profile").get<std::string>().find("auto (start cpu_gloo"), std::string::npos)
+        << line.at("profile");
+  }
+  EXPECT_EQ(refits, 3) << "a refit after every step";
+  // cpu_gloo's slot_seconds is not what this machine measures: the refits
+  // moved the profile.
+  EXPECT_EQ(slot_seconds.count(6.6e-3), 0u);
+}
+
 // --compare-schedulers runs every listed scheduler's schedule of each batch
 // three times, forward and backward from the step's parameters, before the
 // step: the run must train exactly as one without it (the same losses and,

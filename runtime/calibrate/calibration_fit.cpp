@@ -165,8 +165,29 @@ Result<SlotFit> fit_slots(const std::vector<SlotSample>& samples, const CostProf
     }
     y.push_back(s.seconds);
   }
+  // A term the samples cannot tell from the others (every slot of two
+  // members has one peer, so peers repeats the constant) is dropped, held
+  // at 0 (the others absorb it), and the rest fitted: latency first, then
+  // the bytes, then tokens.
+  if (y.size() < columns.size()) {
+    return invalid_argument("the whole-slot fit has " + std::to_string(y.size()) +
+                            " rows for " + std::to_string(columns.size()) +
+                            " terms; time more slots (more steps, or a bigger batch)");
+  }
   Result<LinearFit> fit = fit_nonnegative(columns, y);
+  std::vector<std::size_t> kept(columns.size());
+  for (std::size_t i = 0; i < kept.size(); ++i) kept[i] = i;
+  for (std::size_t drop : {4, 3, 1}) {
+    if (fit || drop >= columns.size()) continue;
+    kept.erase(std::find(kept.begin(), kept.end(), drop));
+    std::vector<std::vector<double>> fewer;
+    for (std::size_t i : kept) fewer.push_back(columns[i]);
+    fit = fit_nonnegative(fewer, y);
+  }
   if (!fit) return fit.status();
+  std::vector<double> x(columns.size(), 0.0);
+  for (std::size_t i = 0; i < kept.size(); ++i) x[kept[i]] = fit->coefficients[i];
+  fit->coefficients = x;
   SlotFit out;
   out.profile = start;
   out.exchange_fitted = exchange;

@@ -82,7 +82,9 @@ struct SlotFit {
 // (fit_nonnegative) and returns `start` with a, b, c as tile, token and slot
 // seconds and, when some sample exchanged K/V, kv_bytes_per_token set to
 // `kv_bytes_per_token` (the model's), both bandwidths to 1 / d (the largest a
-// profile allows when d is 0) and latency to e. Deterministic: the same
+// profile allows when d is 0) and latency to e. A term the samples cannot
+// separate from the others (peers, then bytes, then tokens) is held at 0
+// and the others absorb it. Deterministic: the same
 // samples in the same order give bit-identical profiles on every rank.
 Result<SlotFit> fit_slots(const std::vector<SlotSample>& samples, const CostProfile& start,
                           double kv_bytes_per_token);

@@ -20,6 +20,7 @@
 #include "fulcrum/core/workload.h"
 #include "fulcrum/host/cost_profile_file.h"
 #include "fulcrum/host/plugin_loader.h"
+#include "train/profile_refit.h"
 #include "train/worker_base.h"
 #include "train/worker_errors.h"
 
@@ -80,6 +81,7 @@ class HybridWorker final : public Worker {
            options_.schedule_strategy + ", profile " + options_.profile.name + ")";
   }
   StepResult run_step(std::int64_t step, const data::StepBatch& batch) override;
+  void after_step(std::int64_t step, const std::vector<RankStepFigures>& ranks) override;
   void add_to_report(StepReport& report) const override;
 
   // One schedule's slots of this rank, in wave order: the summed loss, its
@@ -89,6 +91,7 @@ class HybridWorker final : public Worker {
     at::Tensor loss;
     std::int64_t loss_tokens = 0;
     std::vector<SlotFigures> slots;
+    std::vector<calibrate::SlotSample> samples;  // one per slot, as the cost model counts it
   };
   Schedule make_schedule(const std::string& name, const ScheduleRequest& request,
                          std::int64_t step) const;
@@ -98,6 +101,9 @@ class HybridWorker final : public Worker {
                const std::vector<const data::PackedRow*>& rows, StepResult& result);
 
   double fixed_prediction_ms(const ScheduleRequest& request) const;
+  double model_kv_bytes_per_token() const;
+  calibrate::SlotSample sample_of(const SlotCost& cost, const SlotCost& bytes,
+                                  const SlotFigures& f) const;
   ScheduleRequest exact_kv_request(const ScheduleRequest& request) const;
   void predict(const SlotCost& cost, const SlotCost& bytes, SlotFigures& f) const;
   SlotResult run_slot(std::int64_t index, const ScheduleSlot& slot, const ScheduleRequest& request,
@@ -111,6 +117,9 @@ class HybridWorker final : public Worker {
   std::optional<StepReport::Hybrid> hybrid_report_;
   std::vector<StepReport::Compared> compared_;  // rank 0, with train.compare_schedulers
   double compare_ms_ = 0.0;                     // this step's comparison runs, wall time
+  // balancer.schedule.profile: auto: the refit, and what the last step's did.
+  std::optional<ProfileRefit> refit_;
+  std::optional<StepReport::ProfileFit> profile_fit_;
 };
 
 // Hybrid mode: the balancer that schedules (the plugin, else the built-in
@@ -130,6 +139,9 @@ Status HybridWorker::prepare_mode() {
                             ", which balancer " + quote_text(balancer_.description) +
                             " does not offer (it offers: " + join(offered, ", ") +
                             "); list only those");
+  }
+  if (options_.profile_auto) {
+    refit_.emplace(options_.profile, options_.refit_every, model_kv_bytes_per_token());
   }
   return Status::ok();
 }
@@ -206,12 +218,33 @@ HybridWorker::SlotResult HybridWorker::run_slot(std::int64_t index, const Schedu
 // The request with kv_bytes_per_token set to what this model's K and V of
 // one token are over all layers, so that the cost model's bytes are the
 // bytes the exchanges move.
+double HybridWorker::model_kv_bytes_per_token() const {
+  const double dtype_bytes = options_.dtype == Dtype::kFloat64 ? 8.0 : 4.0;
+  return 2.0 * static_cast<double>(options_.model.hidden_size) *
+         static_cast<double>(options_.model.num_layers) * dtype_bytes;
+}
+
 ScheduleRequest HybridWorker::exact_kv_request(const ScheduleRequest& request) const {
   ScheduleRequest exact = request;
-  const double dtype_bytes = options_.dtype == Dtype::kFloat64 ? 8.0 : 4.0;
-  exact.profile.kv_bytes_per_token = 2.0 * static_cast<double>(options_.model.hidden_size) *
-                                     static_cast<double>(options_.model.num_layers) * dtype_bytes;
+  exact.profile.kv_bytes_per_token = model_kv_bytes_per_token();
   return exact;
+}
+
+// This rank's member of a slot that ran as a fit sample: the cost model's
+// tokens, tiles and peers, its K/V bytes at the model's bytes per token, and
+// the time measured (thread CPU time on CPU, wall time on CUDA, as the
+// comparison measures).
+calibrate::SlotSample HybridWorker::sample_of(const SlotCost& cost, const SlotCost& bytes,
+                                              const SlotFigures& f) const {
+  calibrate::SlotSample s;
+  s.group = f.group;
+  const auto m = static_cast<std::size_t>(f.member);
+  s.tokens = cost.members[m].tokens;
+  s.tiles = cost.members[m].tiles;
+  s.peers = cost.members[m].peers;
+  s.kv_bytes = bytes.members[m].bytes_sent + bytes.members[m].bytes_received;
+  s.seconds = (options_.device == Device::kCpu ? f.cpu_ms : f.busy_ms) / 1e3;
+  return s;
 }
 
 // This rank's member of a slot as the cost model sees it.
@@ -278,6 +311,7 @@ HybridWorker::Run HybridWorker::run_schedule(const Schedule& schedule,
         run_slot(static_cast<std::int64_t>(i), schedule.slots[i], request, rows, f);
     run.loss = run.loss + slot.loss.to(at::kDouble);
     run.loss_tokens += slot.loss_tokens;
+    run.samples.push_back(sample_of(cost.slots[i], bytes.slots[i], f));
     run.slots.push_back(std::move(f));
   }
   return run;
@@ -316,10 +350,20 @@ void HybridWorker::compare(std::int64_t step, const ScheduleRequest& request,
   // whose kernels run off this thread.
   const bool cpu = options_.device == Device::kCpu;
   const auto n = static_cast<std::int64_t>(names.size());
+  // Per scheduler, this rank's slots' samples, their times over the runs.
+  std::vector<std::vector<calibrate::SlotSample>> samples(names.size());
+  std::vector<std::vector<std::vector<double>>> seconds(names.size());
   for (std::int64_t rep = 0; rep < options_.compare_repetitions; ++rep) {
     for (std::int64_t j = 0; j < n; ++j) {
       const auto k = static_cast<std::size_t>((j + rep) % n);
       const Run run = run_schedule(schedules[k], request, rows);
+      if (samples[k].empty()) {
+        samples[k] = run.samples;
+        seconds[k].resize(run.samples.size());
+      }
+      for (std::size_t i = 0; i < run.samples.size(); ++i) {
+        seconds[k][i].push_back(run.samples[i].seconds);
+      }
       for (const at::Tensor& p : model_->parameters()) p.mutable_grad() = at::Tensor();
       CompareRunFigures figures;
       figures.scheduler = static_cast<std::int32_t>(k);
@@ -330,6 +374,16 @@ void HybridWorker::compare(std::int64_t step, const ScheduleRequest& request,
         figures.slot_wall_ms.push_back(f.busy_ms);
       }
       result.figures.compare.push_back(std::move(figures));
+    }
+  }
+  // The fit's samples: each slot member's median over the repetitions.
+  for (std::size_t k = 0; k < samples.size(); ++k) {
+    for (std::size_t i = 0; i < samples[k].size(); ++i) {
+      std::vector<double>& t = seconds[k][i];
+      std::sort(t.begin(), t.end());
+      const std::size_t r = t.size();
+      samples[k][i].seconds = r % 2 ? t[r / 2] : 0.5 * (t[r / 2 - 1] + t[r / 2]);
+      result.figures.fit_samples.push_back(samples[k][i]);
     }
   }
   compare_ms_ = ms_since(start);
@@ -343,6 +397,39 @@ void HybridWorker::add_to_report(StepReport& report) const {
   report.repetitions = compared_.empty() ? 0 : options_.compare_repetitions;
   report.clock = options_.device == Device::kCpu ? "thread CPU" : "wall";
   report.profile = options_.schedule_profile;
+  if (refit_) {
+    report.profile = "auto (start " + options_.schedule_profile + ", refit every " +
+                     std::to_string(options_.refit_every) + " steps, " +
+                     std::to_string(refit_->refits()) + " refits so far)";
+    report.profile_fit = profile_fit_;
+  }
+}
+
+// balancer.schedule.profile: auto, on every rank: the step's samples of
+// every rank, in rank order, into the refit; on a refit step the new
+// profile, checked to be the same on every rank, is the next step's.
+void HybridWorker::after_step(std::int64_t step, const std::vector<RankStepFigures>& ranks) {
+  if (!refit_) return;
+  std::vector<calibrate::SlotSample> samples;
+  for (const RankStepFigures& r : ranks) {
+    samples.insert(samples.end(), r.fit_samples.begin(), r.fit_samples.end());
+  }
+  const RefitOutcome out = refit_->add_step(step, std::move(samples));
+  if (out.due) check_same_profile(row_group(), refit_->profile(), step);
+  options_.profile = refit_->profile();
+  StepReport::ProfileFit f;
+  f.samples = out.predicted.samples;
+  f.median_error = out.predicted.median;
+  f.max_error = out.predicted.max;
+  f.due = out.due;
+  f.refitted = out.refitted;
+  f.fit_samples = out.fitted.samples;
+  f.window_steps = out.window_steps;
+  f.fit_median_error = out.fitted.median;
+  f.fit_max_error = out.fitted.max;
+  f.note = out.note;
+  f.profile = refit_->profile();
+  profile_fit_ = f;
 }
 
 // Hybrid mode: every rank schedules the whole global batch itself (the
@@ -377,6 +464,7 @@ Worker::StepResult HybridWorker::run_step(std::int64_t step, const data::StepBat
     hybrid_report_->groups.push_back(static_cast<std::int32_t>(slot.ranks.size()));
   }
   Run run = run_schedule(schedule, request, rows);
+  if (options_.compare_schedulers.empty()) result.figures.fit_samples = run.samples;
   result.loss_tokens = run.loss_tokens;
   result.figures.slots = std::move(run.slots);
   set_loss(result, run.loss, step);

@@ -149,6 +149,24 @@ TEST(CalibrationFit, SlotFitWithoutExchangeKeepsTheStartsExchangeTerms) {
   EXPECT_FALSE(fit_slots(samples, start, 4096));
 }
 
+// Every slot of two members: one peer each, so latency cannot be told from
+// the per-slot constant; it is held at 0 and the constant takes it, and the
+// samples are still predicted exactly.
+TEST(CalibrationFit, SlotFitFoldsATermItCannotSeparate) {
+  std::vector<SlotSample> samples;
+  for (int i = 0; i < 12; ++i) {
+    const std::int64_t tokens = 50 * (i + 1), tiles = (i * 5) % 11 + 1, kv = 1000 * ((i * 7) % 5);
+    samples.push_back(
+        {2, tokens, tiles, 1, kv, 1e-5 * tiles + 1e-6 * tokens + 1e-3 + kv / 1e9 + 2e-4});
+  }
+  auto fit = fit_slots(samples, CostProfile{}, 100.0);
+  ASSERT_TRUE(fit) << fit.status().message();
+  EXPECT_EQ(fit->profile.latency_seconds, 0.0);
+  EXPECT_NEAR(fit->profile.slot_seconds, 1.2e-3, 1e-9);
+  EXPECT_NEAR(fit->profile.intra_node_bytes_per_second / 1e9, 1.0, 1e-6);
+  EXPECT_LT(fit->max_abs_error, 1e-8);
+}
+
 TEST(CalibrationFit, ProfileYamlHasExactlyTheCostProfileKeys) {
   CostProfile p;
   p.name = "cpu_calibrated";

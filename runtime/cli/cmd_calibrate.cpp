@@ -555,7 +555,10 @@ int calibrate_body(const std::vector<std::string>& args) {
   const po::options_description options = calibrate_options(f);
   const po::variables_map given = parse_command_line(args, options, "calibrate");
   if (printed_help(f.help, kUsage, options)) return kExitOk;
-  if (given.count("config") != 0) return calibrate_job(f);
+  if (given.count("config") != 0) {
+    if (given.count("repetitions") == 0) f.repetitions = "3";
+    return calibrate_job(f);
+  }
   if (given.count("set") != 0 || given.count("steps") != 0) {
     throw UsageError(
         "--set and --steps are read only with --config JOB.yaml; add --config, or "

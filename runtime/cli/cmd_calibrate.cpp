@@ -405,9 +405,11 @@ void fit_and_write(const CalibrateFlags& f, const Measurements& m, unsigned core
 // The job's options, checked as fulcrum train checks them; refused when the
 // job has no slots to time or none that exchange.
 train::TrainOptions job_options(const CalibrateFlags& f) {
-  Result<host::Config> config = train::load_job_config(f.config, f.overrides);
-  if (!config) throw UsageError(config.status().message());
-  Result<train::TrainOptions> o = train::train_options_from_config(*config);
+  CommonOptions common;
+  common.config_path = f.config;
+  common.overrides = f.overrides;
+  const host::Config config = load_config_or_throw(common);
+  Result<train::TrainOptions> o = train::train_options_from_config(config);
   if (!o) throw UsageError(o.status().message());
   if (o->mode != train::ParallelMode::kHybrid) {
     throw UsageError("--config " + quote_text(f.config) +

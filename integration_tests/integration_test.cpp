@@ -298,11 +298,26 @@ TEST(Hybrid, ProfileAutoRefitsOnEveryRankAndTrainsAsAFixedProfile) {
   const Trained refitted = train_layout(dir, config, 1, 1, auto_sets);
   ASSERT_EQ(refitted.losses.size(), 3u);
   expect_same(fixed_profile, refitted, "profile auto against cpu_gloo");
-  std::string tag = "dp1cp1";
-  for (const std::string& e : auto_sets) {
-    tag += "_";
-    for (char c : e) tag += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-  }
+  const auto tag_of = [](const std::vector<std::string>& sets) {
+    std::string tag = "dp1cp1";
+    for (const std::string& e : sets) {
+      tag += "_";
+      for (char c : e) tag += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+    }
+    return tag;
+  };
+  const std::string tag = tag_of(auto_sets);
+  // Each step's slots (members and waves): the refitted profile must have
+  // planned some step differently, or equal losses prove nothing.
+  const auto schedules = [&](const std::string& t) {
+    std::vector<json> out;
+    for (const json& line : read_metrics(dir.file(t + ".jsonl"))) {
+      if (line.contains("scheduler")) out.push_back(line.at("groups"));
+    }
+    return out;
+  };
+  EXPECT_NE(schedules(tag_of(fixed_sets)), schedules(tag))
+      << "the refitted profile placed every step as the start profile did";
   int refits = 0;
   std::set<double> slot_seconds;
   for (const json& line : read_metrics(dir.file(tag + ".jsonl"))) {

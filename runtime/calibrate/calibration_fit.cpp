@@ -47,7 +47,7 @@ std::string number(double value) {
 }  // namespace
 
 Result<LinearFit> fit_nonnegative(const std::vector<std::vector<double>>& columns,
-                                  const std::vector<double>& y) {
+                                  const std::vector<double>& y, bool relative) {
   if (columns.empty() || y.size() < columns.size()) {
     return invalid_argument("calibration has " + std::to_string(y.size()) + " measurements for " +
                             std::to_string(columns.size()) + " coefficients; measure more shapes");
@@ -57,13 +57,27 @@ Result<LinearFit> fit_nonnegative(const std::vector<std::vector<double>>& column
   // 32 MiB messages), and an absolute fit would leave the small ones at
   // several times their measured time.
   std::vector<std::vector<double>> scaled = columns;
-  std::vector<double> ones(y.size(), 1.0);
+  std::vector<double> ones(y.size(), 1.0);  // with !relative: y itself
   for (std::size_t s = 0; s < y.size(); ++s) {
     if (!(y[s] > 0)) {
       return invalid_argument("calibration measurement " + std::to_string(s) + " is " +
                               std::to_string(y[s]) + " s; times must be positive");
     }
+    if (!relative) {
+      ones[s] = y[s];
+      continue;
+    }
     for (auto& column : scaled) column[s] /= y[s];
+  }
+  // Plain errors: each column scaled to a largest magnitude of 1 (bytes run
+  // to millions where peers are a few), so the normal equations stay well
+  // conditioned; the coefficients are scaled back below.
+  std::vector<double> unit(columns.size(), 1.0);
+  for (std::size_t i = 0; i < columns.size() && !relative; ++i) {
+    double largest = 0;
+    for (double v : columns[i]) largest = std::max(largest, std::abs(v));
+    if (largest > 0) unit[i] = largest;
+    for (double& v : scaled[i]) v /= unit[i];
   }
   std::vector<std::size_t> active(columns.size());
   for (std::size_t i = 0; i < active.size(); ++i) active[i] = i;
@@ -80,7 +94,9 @@ Result<LinearFit> fit_nonnegative(const std::vector<std::vector<double>>& column
     }
     const auto worst = std::min_element(x.begin(), x.end());
     if (*worst >= 0) {
-      for (std::size_t i = 0; i < active.size(); ++i) fit.coefficients[active[i]] = x[i];
+      for (std::size_t i = 0; i < active.size(); ++i) {
+        fit.coefficients[active[i]] = x[i] / unit[active[i]];
+      }
       break;
     }
     active.erase(active.begin() + (worst - x.begin()));
@@ -170,11 +186,11 @@ Result<SlotFit> fit_slots(const std::vector<SlotSample>& samples, const CostProf
   // at 0 (the others absorb it), and the rest fitted: latency first, then
   // the bytes, then tokens.
   if (y.size() < columns.size()) {
-    return invalid_argument("the whole-slot fit has " + std::to_string(y.size()) +
-                            " rows for " + std::to_string(columns.size()) +
+    return invalid_argument("the whole-slot fit has " + std::to_string(y.size()) + " rows for " +
+                            std::to_string(columns.size()) +
                             " terms; time more slots (more steps, or a bigger batch)");
   }
-  Result<LinearFit> fit = fit_nonnegative(columns, y);
+  Result<LinearFit> fit = fit_nonnegative(columns, y, false);
   std::vector<std::size_t> kept(columns.size());
   for (std::size_t i = 0; i < kept.size(); ++i) kept[i] = i;
   for (std::size_t drop : {4, 3, 1}) {
@@ -182,7 +198,7 @@ Result<SlotFit> fit_slots(const std::vector<SlotSample>& samples, const CostProf
     kept.erase(std::find(kept.begin(), kept.end(), drop));
     std::vector<std::vector<double>> fewer;
     for (std::size_t i : kept) fewer.push_back(columns[i]);
-    fit = fit_nonnegative(fewer, y);
+    fit = fit_nonnegative(fewer, y, false);
   }
   if (!fit) return fit.status();
   std::vector<double> x(columns.size(), 0.0);

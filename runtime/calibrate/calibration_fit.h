@@ -41,8 +41,10 @@ struct LinearFit {
 // (each equation divided by its y), coefficients >= 0. Fails when there are
 // fewer samples than columns, a y is not positive, or the columns do not
 // separate the coefficients.
+// With `relative` false the plain squared errors are minimised instead
+// (every y must still be positive).
 Result<LinearFit> fit_nonnegative(const std::vector<std::vector<double>>& columns,
-                                  const std::vector<double>& y);
+                                  const std::vector<double>& y, bool relative = true);
 
 struct ComputeFit {
   LinearFit forward;  // {a, b, c} in seconds per tile, per token, per call
@@ -79,7 +81,9 @@ struct SlotFit {
 };
 
 // Fits a member's slot time = a tiles + b tokens + c + d kv_bytes + e peers
-// (fit_nonnegative) and returns `start` with a, b, c as tile, token and slot
+// (fit_nonnegative on plain, not relative, errors: a rank's time is the sum
+// of its slots', and with noisy times a relative fit under-predicts the long
+// slots that dominate the sum) and returns `start` with a, b, c as tile, token and slot
 // seconds and, when some sample exchanged K/V, kv_bytes_per_token set to
 // `kv_bytes_per_token` (the model's), both bandwidths to 1 / d (the largest a
 // profile allows when d is 0) and latency to e. A term the samples cannot

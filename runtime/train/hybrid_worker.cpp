@@ -97,7 +97,7 @@ class HybridWorker final : public Worker {
                          std::int64_t step) const;
   Run run_schedule(const Schedule& schedule, const ScheduleRequest& request,
                    const std::vector<const data::PackedRow*>& rows);
-  void compare(std::int64_t step, const ScheduleRequest& request,
+  std::vector<Schedule> compare(std::int64_t step, const ScheduleRequest& request,
                const std::vector<const data::PackedRow*>& rows, StepResult& result);
 
   double fixed_prediction_ms(const ScheduleRequest& request) const;
@@ -322,7 +322,8 @@ HybridWorker::Run HybridWorker::run_schedule(const Schedule& schedule,
 // starts with the r-th name), forward and backward from the step's
 // parameters; after each run the gradients are dropped, so the parameters
 // and the step that follows are exactly those of a run without comparison.
-void HybridWorker::compare(std::int64_t step, const ScheduleRequest& request,
+// Returns the schedules, in the list's order.
+std::vector<Schedule> HybridWorker::compare(std::int64_t step, const ScheduleRequest& request,
                            const std::vector<const data::PackedRow*>& rows, StepResult& result) {
   const auto start = Clock::now();
   const std::vector<std::string>& names = options_.compare_schedulers;
@@ -388,6 +389,7 @@ void HybridWorker::compare(std::int64_t step, const ScheduleRequest& request,
   }
   compare_ms_ = ms_since(start);
   result.figures.compare_ms = compare_ms_;
+  return schedules;
 }
 
 void HybridWorker::add_to_report(StepReport& report) const {
@@ -451,9 +453,15 @@ Worker::StepResult HybridWorker::run_step(std::int64_t step, const data::StepBat
   request.block_size = options_.block_size;
   request.profile = options_.profile;
   compare_ms_ = 0.0;
-  if (!options_.compare_schedulers.empty()) compare(step, request, rows, result);
+  std::vector<Schedule> compared;
+  if (!options_.compare_schedulers.empty()) compared = compare(step, request, rows, result);
   const auto plan_start = Clock::now();
-  const Schedule schedule = make_schedule(options_.schedule_strategy, request, step);
+  // The configured scheduler's schedule, made once: a compared one is reused.
+  const std::vector<std::string>& names = options_.compare_schedulers;
+  const auto listed = std::find(names.begin(), names.end(), options_.schedule_strategy);
+  const Schedule schedule =
+      listed != names.end() ? compared[static_cast<std::size_t>(listed - names.begin())]
+                            : make_schedule(options_.schedule_strategy, request, step);
   result.figures.plan_ms = ms_since(plan_start);
   reliability_.check_schedule(schedule);
   const ScheduleCost cost = evaluate_schedule(request, schedule);

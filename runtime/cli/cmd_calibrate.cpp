@@ -530,9 +530,8 @@ std::vector<std::string> job_provenance(const CalibrateFlags& f, const train::Tr
           " runs; time = " + (job.device == train::Device::kCpu ? "thread CPU" : "wall") +
           " time of the slot's forward and backward of the whole model.",
       "Fit: a tiles + b tokens + c + K/V bytes / bandwidth + latency x peers per member,",
-      "  non-negative least squares on relative errors: a = " + sci(p.tile_seconds) +
-          " s/tile, b = " + sci(p.token_seconds) + " s/token, c = " + sci(p.slot_seconds) +
-          " s/slot,",
+      "  non-negative least squares on plain errors: a = " + sci(p.tile_seconds) + " s/tile, b = " +
+          sci(p.token_seconds) + " s/token, c = " + sci(p.slot_seconds) + " s/slot,",
       "  bandwidth = " + sci(p.intra_node_bytes_per_second) +
           " B/s, latency = " + sci(p.latency_seconds) + " s/peer" +
           (fit.exchange_fitted ? "" : " (no row exchanged: the job's profile's, not fitted)"),

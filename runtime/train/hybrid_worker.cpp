@@ -98,7 +98,8 @@ class HybridWorker final : public Worker {
   Run run_schedule(const Schedule& schedule, const ScheduleRequest& request,
                    const std::vector<const data::PackedRow*>& rows);
   std::vector<Schedule> compare(std::int64_t step, const ScheduleRequest& request,
-               const std::vector<const data::PackedRow*>& rows, StepResult& result);
+                                const std::vector<const data::PackedRow*>& rows,
+                                StepResult& result);
 
   double fixed_prediction_ms(const ScheduleRequest& request) const;
   double model_kv_bytes_per_token() const;
@@ -120,6 +121,7 @@ class HybridWorker final : public Worker {
   // balancer.schedule.profile: auto: the refit, and what the last step's did.
   std::optional<ProfileRefit> refit_;
   std::optional<StepReport::ProfileFit> profile_fit_;
+  bool warmed_up_ = false;  // this process has run a step: its first one's times are left out
 };
 
 // Hybrid mode: the balancer that schedules (the plugin, else the built-in
@@ -324,7 +326,8 @@ HybridWorker::Run HybridWorker::run_schedule(const Schedule& schedule,
 // and the step that follows are exactly those of a run without comparison.
 // Returns the schedules, in the list's order.
 std::vector<Schedule> HybridWorker::compare(std::int64_t step, const ScheduleRequest& request,
-                           const std::vector<const data::PackedRow*>& rows, StepResult& result) {
+                                            const std::vector<const data::PackedRow*>& rows,
+                                            StepResult& result) {
   const auto start = Clock::now();
   const std::vector<std::string>& names = options_.compare_schedulers;
   std::vector<Schedule> schedules;
@@ -412,10 +415,14 @@ void HybridWorker::add_to_report(StepReport& report) const {
 // profile, checked to be the same on every rank, is the next step's.
 void HybridWorker::after_step(std::int64_t step, const std::vector<RankStepFigures>& ranks) {
   if (!refit_) return;
+  // The first step this process runs warms its allocator and caches up:
+  // its times are no sample of the job's (fulcrum calibrate leaves it out
+  // too).
   std::vector<calibrate::SlotSample> samples;
   for (const RankStepFigures& r : ranks) {
-    samples.insert(samples.end(), r.fit_samples.begin(), r.fit_samples.end());
+    if (warmed_up_) samples.insert(samples.end(), r.fit_samples.begin(), r.fit_samples.end());
   }
+  warmed_up_ = true;
   const RefitOutcome out = refit_->add_step(step, std::move(samples));
   if (out.due) check_same_profile(row_group(), refit_->profile(), step);
   options_.profile = refit_->profile();
@@ -459,9 +466,9 @@ Worker::StepResult HybridWorker::run_step(std::int64_t step, const data::StepBat
   // The configured scheduler's schedule, made once: a compared one is reused.
   const std::vector<std::string>& names = options_.compare_schedulers;
   const auto listed = std::find(names.begin(), names.end(), options_.schedule_strategy);
-  const Schedule schedule =
-      listed != names.end() ? compared[static_cast<std::size_t>(listed - names.begin())]
-                            : make_schedule(options_.schedule_strategy, request, step);
+  const Schedule schedule = listed != names.end()
+                                ? compared[static_cast<std::size_t>(listed - names.begin())]
+                                : make_schedule(options_.schedule_strategy, request, step);
   result.figures.plan_ms = ms_since(plan_start);
   reliability_.check_schedule(schedule);
   const ScheduleCost cost = evaluate_schedule(request, schedule);

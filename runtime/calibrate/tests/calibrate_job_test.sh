@@ -74,10 +74,11 @@ grep -q "by profile $profile" "$WORK/out" || fail "the summary does not name the
 PASSED=$((PASSED + 1))
 
 run "profile: auto starts from it and refits" \
-  train --config "$job" --set train.steps=2 --set balancer.schedule.profile=auto \
+  train --config "$job" --set train.steps=3 --set balancer.schedule.profile=auto \
   --set "balancer.schedule.profile_start=$profile" --set balancer.schedule.refit_every=1 \
   --metrics "$WORK/m.jsonl"
 [[ $RC -eq 0 ]] || fail "expected exit 0"
+# Refits after steps 2 and 3; step 1 is a warm-up, left out.
 grep -q "by profile auto (start $profile, refit every 1 steps, 2 refits so far)" "$WORK/out" ||
   fail "the summary does not say the profile was refitted twice"
 [[ $(grep -c '"refitted":true' "$WORK/m.jsonl") -eq 2 ]] || fail "no refitted record per step"

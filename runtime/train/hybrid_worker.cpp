@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -121,6 +122,7 @@ class HybridWorker final : public Worker {
   // balancer.schedule.profile: auto: the refit, and what the last step's did.
   std::optional<ProfileRefit> refit_;
   std::optional<StepReport::ProfileFit> profile_fit_;
+  ErrorSummary last_fit_;   // the last refit's error on its rows
   bool warmed_up_ = false;  // this process has run a step: its first one's times are left out
 };
 
@@ -405,7 +407,13 @@ void HybridWorker::add_to_report(StepReport& report) const {
   if (refit_) {
     report.profile = "auto (start " + options_.schedule_profile + ", refit every " +
                      std::to_string(options_.refit_every) + " steps, " +
-                     std::to_string(refit_->refits()) + " refits so far)";
+                     std::to_string(refit_->refits()) + " refits so far" +
+                     (refit_->refits() == 0
+                          ? std::string(")")
+                          : ", the last on " + std::to_string(last_fit_.samples) +
+                                " slot members: median |error| " +
+                                std::to_string(std::lround(100 * last_fit_.median)) + "%, max " +
+                                std::to_string(std::lround(100 * last_fit_.max)) + "%)");
     report.profile_fit = profile_fit_;
   }
 }
@@ -439,6 +447,7 @@ void HybridWorker::after_step(std::int64_t step, const std::vector<RankStepFigur
   f.note = out.note;
   f.profile = refit_->profile();
   profile_fit_ = f;
+  if (out.refitted) last_fit_ = out.fitted;
 }
 
 // Hybrid mode: every rank schedules the whole global batch itself (the

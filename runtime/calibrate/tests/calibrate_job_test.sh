@@ -79,7 +79,7 @@ run "profile: auto starts from it and refits" \
   --metrics "$WORK/m.jsonl"
 [[ $RC -eq 0 ]] || fail "expected exit 0"
 # Refits after steps 2 and 3; step 1 is a warm-up, left out.
-grep -q "by profile auto (start $profile, refit every 1 steps, 2 refits so far)" "$WORK/out" ||
+grep -q "by profile auto (start $profile, refit every 1 steps, 2 refits so far, the last on [0-9]* slot members: median |error| [0-9]*%, max [0-9]*%)" "$WORK/out" ||
   fail "the summary does not say the profile was refitted twice"
 [[ $(grep -c '"refitted":true' "$WORK/m.jsonl") -eq 2 ]] || fail "no refitted record per step"
 PASSED=$((PASSED + 1))

@@ -470,6 +470,11 @@ int calibrate_job(CalibrateFlags& f) {
   if (f.name == "cpu_calibrated") f.name = "job_calibrated";
   check_name(f.name);
   if (!f.output.empty()) check_output(f);
+  std::error_code same_ec;
+  if (!f.output.empty() && fs::equivalent(f.config, f.output, same_ec)) {
+    throw UsageError("--output " + quote_text(f.output) +
+                     " is the job's --config file; give the profile another path");
+  }
   const train::TrainOptions job = job_options(f);
   char dir_template[] = "/tmp/fulcrum-calibrate-XXXXXX";
   if (::mkdtemp(dir_template) == nullptr) {

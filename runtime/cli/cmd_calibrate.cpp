@@ -57,11 +57,11 @@ constexpr const char* kUsage =
     "model, device and threads. Prints each term and the fit's per-row error and\n"
     "writes the profile (to --output, else stdout). docs/HYBRID_RUNTIME.md, section 10.\n"
     "\n"
-    "Without --config: "
-    "Times the runtime's blocked attention per tile and per token (forward and\n"
-    "backward, several row shapes) and c10d Gloo point-to-point and all-gather\n"
-    "between two local processes, fits the step-time cost model's coefficients\n"
-    "and writes them as a profile file (one YAML mapping, CostProfile's keys).\n"
+    "Without --config: times the runtime's blocked attention per tile and per\n"
+    "token (forward and backward, several row shapes) and c10d Gloo\n"
+    "point-to-point and all-gather between two local processes, fits the\n"
+    "step-time cost model's coefficients and writes them as a profile file (one\n"
+    "YAML mapping, CostProfile's keys).\n"
     "Every figure is a median of R repetitions.\n";
 
 constexpr const char* kMeasurerName = "fulcrum-calibrate";

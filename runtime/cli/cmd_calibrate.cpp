@@ -34,6 +34,7 @@
 #include "host/input_file.h"
 #include "launch/launch.h"
 #ifdef FULCRUM_HAVE_TRAINER
+#include "train/fit_records.h"
 #include "train/job_schema.h"
 #include "train/options.h"
 #endif
@@ -431,12 +432,10 @@ std::vector<calibrate::SlotSample> read_fit_samples(const fs::path& metrics) {
   std::vector<calibrate::SlotSample> out;
   std::string line;
   while (std::getline(in, line)) {
-    const auto j = nlohmann::json::parse(line, nullptr, false);
+    const auto j = nlohmann::ordered_json::parse(line, nullptr, false);
     if (j.is_discarded() || !j.contains("fit_samples") || j.value("step", 0) <= 1) continue;
-    for (const auto& row : j["fit_samples"]) {
-      out.push_back({row[0].get<std::int32_t>(), row[1].get<std::int64_t>(),
-                     row[2].get<std::int64_t>(), row[3].get<std::int64_t>(),
-                     row[4].get<std::int64_t>(), row[5].get<double>()});
+    for (const calibrate::SlotSample& s : train::fit_samples_from_json(j["fit_samples"])) {
+      out.push_back(s);
     }
   }
   return out;

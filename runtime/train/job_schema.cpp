@@ -61,7 +61,9 @@ host::ConfigSchema build_job_schema() {
   s.add(bool_key("balancer.dp.equal_count", false, "give every DP rank floor(n/k) or ceil(n/k) samples"));
   s.add(int_key("balancer.dp.window", 1, 1, kNoMax, "global batches balanced together; an integer >= 1"));
   s.add(string_key("balancer.schedule.strategy", "hybrid", {}, check_not_empty, "hybrid mode: the scheduler that places each global batch; a name the balancer lists (fixed, megatron_dcp, hybrid)"));
-  s.add(string_key("balancer.schedule.profile", "cpu_gloo", {}, check_not_empty, "hybrid mode: the step-time cost profile the scheduler plans with; a bundled name (cpu_gloo, h100_7b, h100_7b_fa3, h100_7b_nccl) or a profile YAML file"));
+  s.add(string_key("balancer.schedule.profile", "cpu_gloo", {}, check_not_empty, "hybrid mode: the step-time cost profile the scheduler plans with; a bundled name (cpu_gloo, h100_7b, h100_7b_fa3, h100_7b_nccl), a profile YAML file, or auto (start from balancer.schedule.profile_start, refit from the job's slot times every balancer.schedule.refit_every steps)"));
+  s.add(string_key("balancer.schedule.profile_start", "", {}, {}, "with balancer.schedule.profile: auto, the profile the job starts from; a bundled name or a profile YAML file (e.g. one fulcrum calibrate --config wrote); empty = the bundled cpu_gloo"));
+  s.add(int_key("balancer.schedule.refit_every", 4, 1, 10000, "with balancer.schedule.profile: auto, steps between refits of the profile from the slot times measured; an integer in [1, 10000]"));
   // data: where samples come from and how they are batched.
   s.add(string_key("data.source", "synthetic", {"synthetic", "jsonl", "megatron"}, {}, "sample source"));
   s.add(string_key("data.path", "", {}, {}, "JSONL file or Megatron dataset prefix (without .bin/.idx)"));
@@ -137,9 +139,15 @@ std::string config_path(const host::Config& config, const std::string& key) {
 }
 
 std::string schedule_profile(const host::Config& config) {
-  const std::string text = config.get_string("balancer.schedule.profile");
+  std::string key = "balancer.schedule.profile";
+  std::string text = config.get_string(key);
+  if (text == "auto") {  // the profile the job starts from (profile_refit.h)
+    key = "balancer.schedule.profile_start";
+    text = config.get_string(key);
+    if (text.empty()) return "cpu_gloo";
+  }
   if (text.find('/') == std::string::npos && text.find('.') == std::string::npos) return text;
-  return config_path(config, "balancer.schedule.profile");
+  return config_path(config, key);
 }
 
 const host::ConfigSchema& job_schema() {

@@ -1,5 +1,7 @@
 #include "train/metrics.h"
 
+#include "train/fit_records.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -211,7 +213,8 @@ std::vector<std::uint8_t> encode_figures(const RankStepFigures& figures) {
                   {"shard_ms", figures.shard_ms},
                   {"cpu_ms", figures.compute_cpu_ms},
                   {"mbs", mbs},
-                  {"slots", slots}};
+                  {"slots", slots},
+                  {"fit", fit_samples_json(figures.fit_samples)}};
   const std::string text = j.dump();
   return {text.begin(), text.end()};
 }
@@ -240,6 +243,7 @@ Result<RankStepFigures> decode_figures(const std::vector<std::uint8_t>& bytes) {
       f.compare.push_back(std::move(run));
     }
     f.compare_ms = j.at("compare_ms").get<double>();
+    f.fit_samples = fit_samples_from_json(j.at("fit"));
     return f;
   } catch (const std::exception& e) {
     return internal_error(std::string("step figures from a rank do not decode: ") + e.what());
@@ -306,7 +310,9 @@ json hybrid_line(const StepReport& step, const std::vector<RankStepFigures>& ran
                                           : json(nullptr)},
           {"measured_step_ms", round_ms(step.hybrid->measured_ms)},
           {"profile", step.profile},
-          {"ranks", per_rank}};
+          {"ranks", per_rank},
+          {"profile_fit", step.profile_fit ? profile_fit_json(*step.profile_fit) : json(nullptr)},
+          {"fit_samples", all_fit_samples_json(ranks)}};
 }
 
 std::vector<double> rounded(const std::vector<double>& v, double (*round)(double)) {
@@ -555,9 +561,9 @@ std::string calibrate_hint(double measured, double predicted, const std::string&
   return "  calibrate      measured and predicted differ by more than " +
          fixed(100 * kCalibrateAbove, 0) + "% (" + fixed(measured / predicted, 2) +
          "x): the profile " + profile +
-         " does not fit this job; fit one with `fulcrum calibrate --output my_profile.yaml` and "
-         "set balancer.schedule.profile to it (docs/HYBRID_RUNTIME.md, docs/RESULTS_GPU.md "
-         "section 4)\n";
+         " does not fit this job; fit one to it with `fulcrum calibrate --config JOB.yaml "
+         "--output my_profile.yaml` and set balancer.schedule.profile to it, or set "
+         "balancer.schedule.profile: auto (docs/HYBRID_RUNTIME.md section 12)\n";
 }
 
 }  // namespace

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "calibrate/calibration_fit.h"
 #include "fulcrum/status.h"
 
 namespace fulcrum::train {
@@ -107,6 +108,11 @@ struct RankStepFigures {
   // their wall time together (not part of the step the optimizer takes).
   std::vector<CompareRunFigures> compare;
   double compare_ms = 0.0;
+  // Hybrid mode: this rank's members of slots as the cost model counts them,
+  // with their measured time (with a comparison: the median over its
+  // repetitions of every compared schedule's slots; else the step's own),
+  // what balancer.schedule.profile: auto and fulcrum calibrate fit.
+  std::vector<calibrate::SlotSample> fit_samples;
 };
 
 std::vector<std::uint8_t> encode_figures(const RankStepFigures& figures);
@@ -152,6 +158,18 @@ struct StepReport {
   std::int64_t repetitions = 0;
   std::string clock;    // what the comparison's slot times are: "thread CPU" or "wall"
   std::string profile;  // hybrid mode: the cost profile's source (bundled name or file)
+  // balancer.schedule.profile: auto: the step's samples by the profile it
+  // planned with, and the refit when one was due (profile_refit.h).
+  struct ProfileFit {
+    std::int64_t samples = 0;
+    double median_error = 0, max_error = 0;  // |predicted - measured| / measured
+    bool due = false, refitted = false;
+    std::int64_t fit_samples = 0, window_steps = 0;
+    double fit_median_error = 0, fit_max_error = 0;
+    std::string note;     // why a due refit kept the profile
+    CostProfile profile;  // what the next step plans with
+  };
+  std::optional<ProfileFit> profile_fit;
 };
 
 // One compared scheduler's figures for one step, from every rank's runs

@@ -120,6 +120,11 @@ TEST(Hybrid, FreeSingleSlotsRunOnAnyRankAndMatchOneProcess) {
 // never what is learned, so the float64 losses and parameters equal a run
 // that plans with the start profile throughout. The metrics must show that
 // refits happened and changed the profile, or the run proved nothing.
+// Whether a refitted profile moves a placement of these small batches
+// depends on the times this machine measures (it does in about one run in
+// three here), so the placements are not compared: that another schedule
+// of a batch trains alike is what
+// Hybrid.EverySchedulerAtFourAndSixRanksMatchesOneProcessAndFixedMode shows.
 TEST(Hybrid, ProfileAutoRefitsOnEveryRankAndTrainsAsAFixedProfile) {
   TempDir dir;
   const std::string config = equivalence_config(dir);
@@ -144,17 +149,6 @@ TEST(Hybrid, ProfileAutoRefitsOnEveryRankAndTrainsAsAFixedProfile) {
     return tag;
   };
   const std::string tag = tag_of(auto_sets);
-  // Each step's slots (members and waves): the refitted profile must have
-  // planned some step differently, or equal losses prove nothing.
-  const auto schedules = [&](const std::string& t) {
-    std::vector<json> out;
-    for (const json& line : read_metrics(dir.file(t + ".jsonl"))) {
-      if (line.contains("scheduler")) out.push_back(line.at("groups"));
-    }
-    return out;
-  };
-  EXPECT_NE(schedules(tag_of(fixed_sets)), schedules(tag))
-      << "the refitted profile placed every step as the start profile did";
   int refits = 0;
   std::set<double> slot_seconds;
   for (const json& line : read_metrics(dir.file(tag + ".jsonl"))) {

@@ -227,7 +227,7 @@ TEST(ConfigTest, MappingWhereScalarExpectedAndViceVersa) {
             "test.yaml:2:12: parallel.cp_size must be an integer >= 1, got a sequence");
   EXPECT_EQ(load_error("parallel: 4\n"),
             "test.yaml:1:11: parallel must be a mapping of its keys (dp_size, cp_size, mode, "
-            "world_size, max_tokens_per_rank), got a scalar '4'");
+            "world_size, max_tokens_per_rank, hybrid), got a scalar '4'");
   EXPECT_TRUE(Contains(load_error("- a\n- b\n"),
                        "test.yaml:1:1: the config must be a mapping of sections (parallel, "
                        "balancer, data, model, train, dist), got a sequence"));

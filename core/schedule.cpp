@@ -6,6 +6,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <string>
 #include <utility>
@@ -116,71 +117,35 @@ BlockHolders holders_of(const ShardPlan& plan, std::int64_t tokens, std::int64_t
 }
 
 SlotCost cost_slot(const ScheduleRequest& request, const ScheduleSlot& slot) {
-  const CostProfile& p = request.profile;
   const CpWorkload w = slot_workload(request, slot);
   const std::vector<RankWork> work = compute_work(w, slot.plan);
   const auto g = static_cast<std::size_t>(slot.plan.cp_size);
-
-  SlotCost cost;
-  cost.members.resize(g);
+  SlotCounts counts;
+  counts.tokens.resize(g);
+  counts.tiles.resize(g);
   for (std::size_t m = 0; m < g; ++m) {
-    SlotMemberCost& mc = cost.members[m];
-    mc.rank = slot.ranks[m];
-    mc.tokens = work[m].tokens;
-    mc.tiles = work[m].tiles;
-    mc.compute_seconds = p.tile_seconds * static_cast<double>(mc.tiles) +
-                         p.token_seconds * static_cast<double>(mc.tokens) + p.slot_seconds;
+    counts.tokens[m] = work[m].tokens;
+    counts.tiles[m] = work[m].tiles;
   }
   if (g > 1) {
     const RowLayout layout(w);
     const BlockHolders holders = holders_of(slot.plan, w.tokens, w.block_size);
-    // tokens[m][j]: K/V tokens member m receives from member j.
-    std::vector<std::vector<std::int64_t>> tokens(g, std::vector<std::int64_t>(g, 0));
+    counts.received.assign(g * g, 0);
     for (std::size_t m = 0; m < g; ++m) {
       const auto touched =
           touched_key_blocks(w, layout, slot.plan.rank_begin(static_cast<std::int32_t>(m)),
                              slot.plan.rank_end(static_cast<std::int32_t>(m)));
-      std::vector<std::int64_t>& from = tokens[m];
+      std::int64_t* from = counts.received.data() + m * g;
       for (const auto& [lo, hi] : touched) {
         for (std::int64_t i = holders.offset[lo]; i < holders.offset[hi + 1]; ++i) {
           const auto& [j, count] = holders.entries[static_cast<std::size_t>(i)];
-          from[static_cast<std::size_t>(j)] += count;
+          from[j] += count;
         }
       }
       from[m] = 0;  // its own
     }
-    const std::int32_t node_size = p.ranks_per_node;
-    for (std::size_t m = 0; m < g; ++m) {
-      SlotMemberCost& mc = cost.members[m];
-      std::int64_t received = 0;
-      std::int64_t sent = 0;
-      double seconds = 0;
-      for (std::size_t j = 0; j < g; ++j) {
-        if (j == m) continue;
-        const std::int64_t in = tokens[m][j];
-        const std::int64_t out = tokens[j][m];
-        if (in == 0 && out == 0) continue;
-        received += in;
-        sent += out;
-        ++mc.peers;
-        const bool same_node = slot.ranks[m] / node_size == slot.ranks[j] / node_size;
-        const double bandwidth =
-            same_node ? p.intra_node_bytes_per_second : p.inter_node_bytes_per_second;
-        // Forward: K/V in, own K/V out; backward: dK/dV of both back the
-        // other way. Each direction carries in + out, in parallel.
-        seconds += static_cast<double>(in + out) * p.kv_bytes_per_token / bandwidth;
-      }
-      mc.bytes_received = bytes_of(static_cast<double>(received) * p.kv_bytes_per_token);
-      mc.bytes_sent = bytes_of(static_cast<double>(sent) * p.kv_bytes_per_token);
-      mc.comm_seconds = seconds + p.latency_seconds * mc.peers;
-    }
   }
-  double longest = 0;
-  for (const SlotMemberCost& mc : cost.members) {
-    longest = std::max(longest, mc.compute_seconds + mc.comm_seconds);
-  }
-  cost.end_seconds = longest;  // shifted by the start in evaluate_schedule
-  return cost;
+  return price_slot_counts(request.profile, slot.ranks, counts);
 }
 
 // How many queries of a piece of `len` tokens see at least `s` keys.
@@ -482,11 +447,63 @@ Status validate_schedule(const ScheduleRequest& request, const Schedule& schedul
   return Status::ok();
 }
 
+SlotCost price_slot_counts(const CostProfile& p, const std::vector<std::int32_t>& ranks,
+                           const SlotCounts& counts) {
+  const std::size_t g = counts.tokens.size();
+  SlotCost cost;
+  cost.members.resize(g);
+  for (std::size_t m = 0; m < g; ++m) {
+    SlotMemberCost& mc = cost.members[m];
+    mc.rank = ranks[m];
+    mc.tokens = counts.tokens[m];
+    mc.tiles = counts.tiles[m];
+    mc.compute_seconds = p.tile_seconds * static_cast<double>(mc.tiles) +
+                         p.token_seconds * static_cast<double>(mc.tokens) + p.slot_seconds;
+  }
+  const std::int32_t node_size = p.ranks_per_node;
+  for (std::size_t m = 0; m < g && g > 1; ++m) {
+    SlotMemberCost& mc = cost.members[m];
+    std::int64_t received = 0;
+    std::int64_t sent = 0;
+    double seconds = 0;
+    for (std::size_t j = 0; j < g; ++j) {
+      if (j == m) continue;
+      const std::int64_t in = counts.received[m * g + j];
+      const std::int64_t out = counts.received[j * g + m];
+      if (in == 0 && out == 0) continue;
+      received += in;
+      sent += out;
+      ++mc.peers;
+      const bool same_node = ranks[m] / node_size == ranks[j] / node_size;
+      const double bandwidth =
+          same_node ? p.intra_node_bytes_per_second : p.inter_node_bytes_per_second;
+      // Forward: K/V in, own K/V out; backward: dK/dV of both back the
+      // other way. Each direction carries in + out, in parallel.
+      seconds += static_cast<double>(in + out) * p.kv_bytes_per_token / bandwidth;
+    }
+    mc.bytes_received = bytes_of(static_cast<double>(received) * p.kv_bytes_per_token);
+    mc.bytes_sent = bytes_of(static_cast<double>(sent) * p.kv_bytes_per_token);
+    mc.comm_seconds = seconds + p.latency_seconds * mc.peers;
+  }
+  double longest = 0;
+  for (const SlotMemberCost& mc : cost.members) {
+    longest = std::max(longest, mc.compute_seconds + mc.comm_seconds);
+  }
+  cost.end_seconds = longest;  // shifted by the start in price_timeline
+  return cost;
+}
+
 SlotCost evaluate_slot(const ScheduleRequest& request, const ScheduleSlot& slot) {
   return cost_slot(request, slot);
 }
 
 ScheduleCost evaluate_schedule(const ScheduleRequest& request, const Schedule& schedule) {
+  return price_timeline(request, schedule,
+                        [&](std::size_t s) { return cost_slot(request, schedule.slots[s]); });
+}
+
+ScheduleCost price_timeline(const ScheduleRequest& request, const Schedule& schedule,
+                            const std::function<SlotCost(std::size_t)>& slot_cost) {
   const auto w = static_cast<std::size_t>(request.world_size);
   ScheduleCost cost;
   cost.slots.resize(schedule.slots.size());
@@ -502,7 +519,7 @@ ScheduleCost evaluate_schedule(const ScheduleRequest& request, const Schedule& s
   double allgather = 0;
   for (const std::size_t s : order) {
     const ScheduleSlot& slot = schedule.slots[s];
-    SlotCost sc = cost_slot(request, slot);
+    SlotCost sc = slot_cost(s);
     double start = 0;
     for (const std::int32_t r : slot.ranks) start = std::max(start, free_at[r]);
     sc.start_seconds = start;

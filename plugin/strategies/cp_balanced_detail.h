@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "fulcrum/core/slot_runs.h"
 #include "fulcrum/core/work_model.h"
 #include "fulcrum/core/workload.h"
 #include "fulcrum/cp_types.h"
@@ -57,20 +58,12 @@ std::int64_t range_pairs(const CpWorkload& workload, const RowLayout& layout, st
                          std::int64_t end);
 
 // A run of consecutive global positions [begin, begin + length), or `length`
-// pad entries when begin == kPadPosition.
-struct Run {
-  std::int64_t begin = 0;
-  std::int64_t length = 0;
-};
-
-// A plan described by runs: rank r's local order is runs[rank_offset[r] ..
-// rank_offset[r+1]) followed by padding up to shard_len.
-struct RunPlan {
-  std::int32_t ranks = 1;
-  std::int64_t shard_len = 0;
-  std::vector<Run> runs;
-  std::vector<std::int64_t> rank_offset;  // ranks + 1 entries
-};
+// pad entries when begin == kPadPosition; a plan described by runs: rank r's
+// local order is runs[rank_offset[r] .. rank_offset[r+1]) followed by
+// padding up to shard_len. core's types, so that core prices them directly
+// (fulcrum/core/slot_runs.h).
+using Run = PositionRun;
+using RunPlan = RunShardPlan;
 
 struct BalanceOptions {
   // Refinement stops once the score is within this of the achievable floor

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "fulcrum/cp_types.h"
@@ -70,6 +71,28 @@ struct ScheduleCost {
   std::int64_t bytes_moved = 0;      // sum of bytes_received over every member
   std::int64_t allgather_bytes = 0;  // the same rows with a full K/V all-gather
 };
+
+// What a slot's members do, counted: per member its real tokens and tiles,
+// and received[m * g + j], the K/V tokens member m receives from member j
+// (g x g, zero diagonal; empty when g == 1).
+struct SlotCounts {
+  std::vector<std::int64_t> tokens;
+  std::vector<std::int64_t> tiles;
+  std::vector<std::int64_t> received;
+};
+
+// Counts to seconds: the one place the cost model forms a slot's times
+// (compute, communication, bytes, peers; start 0, end = its slowest member).
+// Every pricing path (positions, runs) counts and then calls this, so a term
+// added to the model is priced alike by all.
+SlotCost price_slot_counts(const CostProfile& profile, const std::vector<std::int32_t>& ranks,
+                           const SlotCounts& counts);
+
+// The timeline of docs/HYBRID.md section 2 over slots priced by `slot_cost`
+// (slot index -> its SlotCost with start 0): wave order, each slot starting
+// when its last member is free. evaluate_schedule is this with evaluate_slot.
+ScheduleCost price_timeline(const ScheduleRequest& request, const Schedule& schedule,
+                            const std::function<SlotCost(std::size_t)>& slot_cost);
 
 // One slot on its own (start 0, end = its slowest member's time): what a
 // scheduler compares when it chooses between plans for a slot. Requires a

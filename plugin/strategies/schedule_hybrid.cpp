@@ -314,58 +314,14 @@ std::vector<Schedule> hybrid_drafts(const ScheduleRequest& request, bool every) 
   return out;
 }
 
-// The planners a multi-rank slot may use, in order of preference on ties.
-constexpr cp::Planner kSlotPlanners[] = {&cp::plan_per_document, &cp::plan_head_tail,
-                                         &cp::plan_per_document_padded};
-
-constexpr std::int64_t kManyPlannersTokens = std::int64_t{1} << 18;
-
-// Rule 5 for one slot: balanced (per_document when balanced needs more
-// than T per member), then whichever plan of every CP planner that holds
-// at most T per member the cost model says ends the slot soonest (ties:
-// the earlier; contiguous last, it moves least).
-Status plan_slot(const ScheduleRequest& request, ScheduleSlot& slot) {
-  const std::int64_t budget = request.max_tokens_per_rank;
-  const CpWorkload w = slot_workload(request, slot);
-  if (w.cp_size == 1) {
-    slot.plan = contiguous_plan(w);
-    return Status::ok();
-  }
-  Result<ShardPlan> balanced = cp::plan_balanced(w);
-  if (!balanced) return balanced.status();
-  if (balanced->shard_len > budget) {
-    // per_document holds at most ceil(N / g) <= T tokens per member.
-    Result<ShardPlan> even = cp::plan_per_document(w);
-    if (!even) return even.status();
-    even->fallback_reason = "balanced needs " + std::to_string(balanced->shard_len) +
-                            " tokens per rank, more than T = " + std::to_string(budget);
-    balanced = std::move(even);
-  }
-  slot.plan = std::move(*balanced);
-  double best_end = evaluate_slot(request, slot).end_seconds;
-  ScheduleSlot other = slot;
-  const auto consider = [&](ShardPlan plan) {
-    if (plan.shard_len > budget) return;
-    other.plan = std::move(plan);
-    const double end = evaluate_slot(request, other).end_seconds;
-    if (end < best_end) {
-      best_end = end;
-      slot.plan = std::move(other.plan);
-    }
-  };
-  // The other head-tail planners only on rows of up to kManyPlannersTokens:
-  // each costs a pass over the row.
-  for (const cp::Planner planner : kSlotPlanners) {
-    if (planner != &cp::plan_per_document && w.tokens > kManyPlannersTokens) continue;
-    if (Result<ShardPlan> plan = planner(w); plan) consider(std::move(*plan));
-  }
-  consider(contiguous_plan(w));
-  return Status::ok();
-}
-
-Status plan_slots(const ScheduleRequest& request, Schedule& schedule) {
+// Every slot planned compactly (rule 5, schedule_hybrid_plan.cpp): `length`
+// gets each slot's exact length.
+Status plan_slots(const ScheduleRequest& request, Schedule& schedule, std::vector<double>& length) {
+  length.clear();
   for (ScheduleSlot& slot : schedule.slots) {
-    if (Status status = plan_slot(request, slot); !status) return status;
+    const Result<double> planned = hybrid::plan_slot_compact(request, slot);
+    if (!planned) return planned.status();
+    length.push_back(*planned);
   }
   return Status::ok();
 }
@@ -393,12 +349,13 @@ Result<Schedule> decide_hybrid(const ScheduleRequest& request) {
   return std::move(hybrid_drafts(request, false).front());
 }
 
-// Planning is O(tokens) per draft: the other drafts are planned while the
-// tokens planned in all, the decided draft's included, stay within this
-// (a batch of T tokens gets 4M / T - 1 of them; beyond 2M neither they nor
-// the search run, and the estimate's draft is the answer, as before issue
-// 25). Larger budgets win more batches before the guard and cost plan time
-// in proportion (docs/HYBRID.md section 6, "Issue 25").
+// Planning a draft prices its slots from runs, O(runs + blocks) per slot
+// (schedule_hybrid_plan.cpp): the other drafts are planned while the tokens
+// planned in all, the decided draft's included, stay within this (a batch
+// of T tokens gets kDraftTokenBudget / T - 1 of them; beyond half of it
+// neither they nor the search run, and the estimate's draft is the answer).
+// Larger budgets win more batches before the guard and cost plan time in
+// proportion (docs/HYBRID.md section 6, "Issue 25").
 constexpr std::int64_t kDraftTokenBudget = std::int64_t{4} << 20;
 // The rows rule 7's search may re-plan, in tokens, whatever the batch.
 constexpr std::int64_t kSearchTokenBudget = std::int64_t{1} << 20;
@@ -408,38 +365,60 @@ constexpr std::int64_t kSearchTokenBudget = std::int64_t{1} << 20;
 // planned and priced exactly too, within kDraftTokenBudget, and the soonest
 // is kept (ties: the decided one, then the drafts' order). The estimate
 // misjudges small batches most, where this costs least. Then rule 7's
-// search.
-Status plan_hybrid_slots(const ScheduleRequest& request, Schedule& schedule) {
-  if (Status status = plan_slots(request, schedule); !status) return status;
+// search. Every slot stays compact (no positions); `step` gets the exact
+// step of the schedule kept.
+Status plan_hybrid_compact(const ScheduleRequest& request, Schedule& schedule, double& step) {
+  std::vector<double> length;
+  if (Status status = plan_slots(request, schedule, length); !status) return status;
+  double best = hybrid::step_of_lengths(request, schedule, length);
+  step = best;
   std::int64_t tokens = 0;
   for (const std::int64_t len : request.doc_lengths) tokens += len;
-  // Beyond half the budget neither the other drafts nor the search run
-  // (each prices every slot exactly, a pass over the positions).
   if (2 * tokens > kDraftTokenBudget) return Status::ok();
-  double best = evaluate_schedule(request, schedule).step_seconds;
   std::int64_t planned = tokens;
   for (Schedule& other : hybrid_drafts(request, true)) {
     if (planned + tokens > kDraftTokenBudget) break;
     if (same_slots(other, schedule)) continue;
     if (decided_step_lower_bound(request, other) * (1 - 1e-9) >= best) continue;
-    if (Status status = plan_slots(request, other); !status) return status;
+    std::vector<double> other_length;
+    if (Status status = plan_slots(request, other, other_length); !status) return status;
     planned += tokens;
-    const double step = evaluate_schedule(request, other).step_seconds;
-    if (step < best) {
-      best = step;
+    const double other_step = hybrid::step_of_lengths(request, other, other_length);
+    if (other_step < best) {
+      best = other_step;
       schedule = std::move(other);
+      length = std::move(other_length);
     }
   }
-  // The search replays the cost model's timeline; the exact price has the
-  // last word (a schedule the search made slower is not kept).
+  // The search replays the same timeline; a schedule it made slower (it
+  // cannot: it keeps only moves that do not delay the step) is not kept.
   Schedule searched = schedule;
-  if (Status status =
-          hybrid::improve_on_timeline(request, searched, &plan_slot, kSearchTokenBudget);
+  std::vector<double> searched_length = length;
+  if (Status status = hybrid::improve_on_timeline(request, searched, searched_length,
+                                                  &hybrid::plan_slot_compact, kSearchTokenBudget);
       !status) {
     return status;
   }
-  if (evaluate_schedule(request, searched).step_seconds <= best) schedule = std::move(searched);
+  const double searched_step = hybrid::step_of_lengths(request, searched, searched_length);
+  if (searched_step <= best) {
+    schedule = std::move(searched);
+    best = searched_step;
+  }
+  step = best;
   return Status::ok();
+}
+
+Status expand_hybrid_plans(const ScheduleRequest& request, Schedule& schedule) {
+  for (ScheduleSlot& slot : schedule.slots) {
+    if (Status status = hybrid::expand_slot_plan(request, slot); !status) return status;
+  }
+  return Status::ok();
+}
+
+Status plan_hybrid_slots(const ScheduleRequest& request, Schedule& schedule) {
+  double step = 0;
+  if (Status status = plan_hybrid_compact(request, schedule, step); !status) return status;
+  return expand_hybrid_plans(request, schedule);
 }
 
 Status plan_hybrid(const ScheduleRequest& request, Schedule& schedule) {
@@ -447,8 +426,10 @@ Status plan_hybrid(const ScheduleRequest& request, Schedule& schedule) {
     if (Status status = plan_hybrid_shaped(request, schedule); !status) return status;
     return keep_fastest_of_baselines(request, schedule);
   }
-  if (Status status = plan_hybrid_slots(request, schedule); !status) return status;
-  return keep_fastest_of_baselines(request, schedule);
+  double step = 0;
+  if (Status status = plan_hybrid_compact(request, schedule, step); !status) return status;
+  if (Status status = keep_fastest_of_baselines(request, schedule, step); !status) return status;
+  return expand_hybrid_plans(request, schedule);
 }
 
 }  // namespace fulcrum

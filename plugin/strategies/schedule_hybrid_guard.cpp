@@ -84,7 +84,11 @@ double decided_step_lower_bound(const ScheduleRequest& request, const Schedule& 
 }
 
 Status keep_fastest_of_baselines(const ScheduleRequest& request, Schedule& schedule) {
-  const double own = evaluate_schedule(request, schedule).step_seconds;
+  return keep_fastest_of_baselines(request, schedule,
+                                   evaluate_schedule(request, schedule).step_seconds);
+}
+
+Status keep_fastest_of_baselines(const ScheduleRequest& request, Schedule& schedule, double own) {
   double best = own;
   Schedule winner;
   std::string winner_name;

@@ -6,12 +6,14 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "fulcrum/core/slot_runs.h"
 #include "fulcrum/core/work_model.h"
 #include "fulcrum/core/workload.h"
 #include "fulcrum/cp_types.h"
+#include "fulcrum/status.h"
 
 namespace fulcrum::cp::detail {
 
@@ -119,6 +121,17 @@ RunPlan head_tail_runs(std::int64_t tokens, std::int32_t ranks);
 // O(runs + local blocks + segments), independent of N for long runs.
 std::vector<RankWork> run_work(const CpWorkload& workload, const RowLayout& layout,
                                const RunPlan& plan);
+
+// `auto`'s choice for a row (cp_auto.cpp): the planner it names, that
+// plan's runs (plan_auto writes exactly these positions), their exact work
+// and score.
+struct AutoChoice {
+  std::string name;
+  RunPlan runs;
+  std::vector<RankWork> work;
+  double score = 0.0;
+};
+Result<AutoChoice> auto_choice(const CpWorkload& workload);
 
 // Writes the positions of a run plan: cp_size, shard_len, positions, padding.
 // strategy_used, fallback_reason and work are left to the caller.

@@ -461,7 +461,7 @@ SlotCost price_slot_counts(const CostProfile& p, const std::vector<std::int32_t>
                          p.token_seconds * static_cast<double>(mc.tokens) + p.slot_seconds;
   }
   const std::int32_t node_size = p.ranks_per_node;
-  for (std::size_t m = 0; m < g && g > 1; ++m) {
+  for (std::size_t m = 0; m < g && g > 1 && !counts.received.empty(); ++m) {
     SlotMemberCost& mc = cost.members[m];
     std::int64_t received = 0;
     std::int64_t sent = 0;

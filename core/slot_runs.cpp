@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -144,6 +145,55 @@ Holders holders_of_runs(const RunShardPlan& plan, std::int64_t tokens, std::int6
   return h;
 }
 
+// Per holder, the blocks it holds tokens of and the running sum of those
+// tokens: what a holder has in a range of blocks in O(log blocks), for a
+// member whose touched ranges cover more holder entries than g log blocks.
+struct HolderSums {
+  std::vector<std::vector<std::int64_t>> blocks;  // per member, ascending
+  std::vector<std::vector<std::int64_t>> sum;     // per member, sum[0] = 0
+
+  HolderSums(const Holders& h, std::size_t members) : blocks(members), sum(members, {0}) {
+    for (std::size_t k = 0; k + 1 < h.offset.size(); ++k) {
+      for (std::int64_t i = h.offset[k]; i < h.offset[k + 1]; ++i) {
+        const auto& [j, count] = h.entries[static_cast<std::size_t>(i)];
+        blocks[static_cast<std::size_t>(j)].push_back(static_cast<std::int64_t>(k));
+        sum[static_cast<std::size_t>(j)].push_back(sum[static_cast<std::size_t>(j)].back() + count);
+      }
+    }
+  }
+
+  // Tokens member j holds in blocks [lo, hi].
+  std::int64_t in_range(std::size_t j, std::int64_t lo, std::int64_t hi) const {
+    const std::vector<std::int64_t>& b = blocks[j];
+    const auto first = std::lower_bound(b.begin(), b.end(), lo) - b.begin();
+    const auto last = std::upper_bound(b.begin(), b.end(), hi) - b.begin();
+    return sum[j][static_cast<std::size_t>(last)] - sum[j][static_cast<std::size_t>(first)];
+  }
+};
+
+// Adds to from[j] the tokens every member j holds in the blocks `touched`
+// (member m's own included; the caller clears them): entry by entry, or per
+// holder by range sums when that is fewer steps. Both are exact sums.
+void add_receipts(const Holders& holders, const std::unique_ptr<HolderSums>& sums,
+                  const std::vector<Interval>& touched, std::int64_t* from, std::size_t g) {
+  std::int64_t entries = 0;
+  for (const auto& [lo, hi] : touched) entries += holders.offset[hi + 1] - holders.offset[lo];
+  const auto by_range = static_cast<std::int64_t>(touched.size() * g) * 24;
+  if (sums && by_range < entries) {
+    for (std::size_t j = 0; j < g; ++j) {
+      if (sums->blocks[j].empty()) continue;
+      for (const auto& [lo, hi] : touched) from[j] += sums->in_range(j, lo, hi);
+    }
+    return;
+  }
+  for (const auto& [lo, hi] : touched) {
+    for (std::int64_t i = holders.offset[lo]; i < holders.offset[hi + 1]; ++i) {
+      const auto& [j, count] = holders.entries[static_cast<std::size_t>(i)];
+      from[j] += count;
+    }
+  }
+}
+
 // The merged key-block intervals member r's queries touch.
 std::vector<Interval> touched_blocks(const CpWorkload& w, const RowLayout& layout,
                                      const RunShardPlan& plan, std::int32_t r) {
@@ -252,19 +302,32 @@ SlotCost evaluate_slot_runs(const ScheduleRequest& request, const ScheduleSlot& 
   if (g > 1) {
     const RowLayout layout(w);
     const Holders holders = holders_of_runs(runs, w.tokens, w.block_size);
+    // Range sums pay off only where blocks have many holders (a row cut
+    // into chunks far shorter than a block, over many members).
+    std::unique_ptr<HolderSums> sums;
+    if (holders.entries.size() > 4 * (holders.offset.size() - 1)) {
+      sums = std::make_unique<HolderSums>(holders, g);
+    }
     counts.received.assign(g * g, 0);
     for (std::size_t m = 0; m < g; ++m) {
       std::int64_t* from = counts.received.data() + m * g;
-      for (const auto& [lo, hi] : touched_blocks(w, layout, runs, static_cast<std::int32_t>(m))) {
-        for (std::int64_t i = holders.offset[lo]; i < holders.offset[hi + 1]; ++i) {
-          const auto& [j, count] = holders.entries[static_cast<std::size_t>(i)];
-          from[j] += count;
-        }
-      }
+      add_receipts(holders, sums, touched_blocks(w, layout, runs, static_cast<std::int32_t>(m)),
+                   from, g);
       from[m] = 0;  // its own
     }
   }
   return price_slot_counts(request.profile, slot.ranks, counts);
+}
+
+double slot_end_floor_runs(const ScheduleRequest& request, const ScheduleSlot& slot,
+                           const RunShardPlan& runs) {
+  const std::vector<RankWork> work = run_tokens_and_tiles(slot_workload(request, slot), runs);
+  SlotCounts counts;
+  for (const RankWork& rw : work) {
+    counts.tokens.push_back(rw.tokens);
+    counts.tiles.push_back(rw.tiles);
+  }
+  return price_slot_counts(request.profile, slot.ranks, counts).end_seconds;
 }
 
 ScheduleCost evaluate_schedule_runs(const ScheduleRequest& request, const Schedule& schedule,

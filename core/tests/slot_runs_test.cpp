@@ -165,6 +165,8 @@ TEST(SlotRuns, PricedFromRunsExactlyAsFromPositions) {
     SCOPED_TRACE("slot " + std::to_string(i) + ", g = " + std::to_string(s.runs.ranks) + ", B = " +
                  std::to_string(s.request.block_size) + ", mask " + mask_to_string(s.request.mask));
     expect_same(want, got);
+    // The floor without exchange never passes the price.
+    EXPECT_LE(slot_end_floor_runs(s.request, no_plan, s.runs), got.end_seconds);
     const std::vector<RankWork> work = compute_work(slot_workload(s.request, s.slot), s.slot.plan);
     const std::vector<RankWork> counted =
         run_tokens_and_tiles(slot_workload(s.request, s.slot), s.runs);

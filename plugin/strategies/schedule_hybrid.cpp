@@ -315,15 +315,34 @@ std::vector<Schedule> hybrid_drafts(const ScheduleRequest& request, bool every) 
 }
 
 // Every slot planned compactly (rule 5, schedule_hybrid_plan.cpp): `length`
-// gets each slot's exact length.
-Status plan_slots(const ScheduleRequest& request, Schedule& schedule, std::vector<double>& length) {
+// gets each slot's exact length. Stops at the first slot that cannot end
+// before `ceiling` (a step no later than its length cannot beat one that
+// ends at the ceiling) and leaves `length` short.
+Status plan_slots(const ScheduleRequest& request, Schedule& schedule, std::vector<double>& length,
+                  double ceiling = hybrid::kNoEnd) {
   length.clear();
   for (ScheduleSlot& slot : schedule.slots) {
-    const Result<double> planned = hybrid::plan_slot_compact(request, slot);
+    const Result<double> planned = hybrid::plan_slot_compact(request, slot, ceiling);
     if (!planned) return planned.status();
+    if (*planned >= ceiling) return Status::ok();
     length.push_back(*planned);
   }
   return Status::ok();
+}
+
+// What planning a draft costs, in tokens: a slot of g members is balanced
+// over g and its exchange counted over g^2 member pairs, so a row of more
+// than kWideSlot members counts g / kWideSlot times its tokens.
+constexpr std::int64_t kWideSlot = 64;
+
+std::int64_t planning_cost(const Schedule& schedule) {
+  std::int64_t cost = 0;
+  for (const ScheduleSlot& slot : schedule.slots) {
+    std::int64_t n = 0;
+    for (const DocPiece& piece : slot.pieces) n += piece.length;
+    cost += n * std::max<std::int64_t>(1, static_cast<std::int64_t>(slot.ranks.size()) / kWideSlot);
+  }
+  return cost;
 }
 
 bool same_slots(const Schedule& a, const Schedule& b) {
@@ -350,15 +369,18 @@ Result<Schedule> decide_hybrid(const ScheduleRequest& request) {
 }
 
 // Planning a draft prices its slots from runs, O(runs + blocks) per slot
-// (schedule_hybrid_plan.cpp): the other drafts are planned while the tokens
-// planned in all, the decided draft's included, stay within this (a batch
-// of T tokens gets kDraftTokenBudget / T - 1 of them; beyond half of it
-// neither they nor the search run, and the estimate's draft is the answer).
-// Larger budgets win more batches before the guard and cost plan time in
-// proportion (docs/HYBRID.md section 6, "Issue 25").
-constexpr std::int64_t kDraftTokenBudget = std::int64_t{4} << 20;
+// (schedule_hybrid_plan.cpp), and balances each multi-rank row: the other
+// drafts are planned while their planning costs (planning_cost: tokens,
+// rows over more than kWideSlot members weighted by their width), the
+// decided draft's tokens included, stay within this; a draft that does not
+// fit is skipped and the next tried. Beyond half of it neither they nor
+// the search run, and the estimate's draft is the answer. 32M and 8M win
+// 99% of the suite's batches on h100_7b before the guard (82% with the 4M
+// and 1M of position-based pricing); docs/HYBRID.md section 6, "Issue 25",
+// gives the plan time they cost.
+constexpr std::int64_t kDraftTokenBudget = std::int64_t{32} << 20;
 // The rows rule 7's search may re-plan, in tokens, whatever the batch.
-constexpr std::int64_t kSearchTokenBudget = std::int64_t{1} << 20;
+constexpr std::int64_t kSearchTokenBudget = std::int64_t{8} << 20;
 
 // The decided draft is the estimate's bet; the other drafts (the other
 // group rules, heavy pieces within T kept on one rank, equal groups) are
@@ -377,12 +399,14 @@ Status plan_hybrid_compact(const ScheduleRequest& request, Schedule& schedule, d
   if (2 * tokens > kDraftTokenBudget) return Status::ok();
   std::int64_t planned = tokens;
   for (Schedule& other : hybrid_drafts(request, true)) {
-    if (planned + tokens > kDraftTokenBudget) break;
+    const std::int64_t cost = planning_cost(other);
+    if (planned + cost > kDraftTokenBudget) continue;
     if (same_slots(other, schedule)) continue;
     if (decided_step_lower_bound(request, other) * (1 - 1e-9) >= best) continue;
     std::vector<double> other_length;
-    if (Status status = plan_slots(request, other, other_length); !status) return status;
-    planned += tokens;
+    if (Status status = plan_slots(request, other, other_length, best); !status) return status;
+    planned += cost;
+    if (other_length.size() < other.slots.size()) continue;  // a slot alone reaches `best`
     const double other_step = hybrid::step_of_lengths(request, other, other_length);
     if (other_step < best) {
       best = other_step;

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -123,11 +124,17 @@ void rebalance(const Batch& batch, std::vector<std::vector<Row>>& rows, std::vec
 // estimated finish.
 Draft draft(const Batch& batch, const Estimator& est, GroupRule rule);
 
+// A slot length that stands for "no sooner than the ceiling asked for".
+inline constexpr double kNoEnd = std::numeric_limits<double>::infinity();
+
 // Rule 5 for one slot, without positions (schedule_hybrid_plan.cpp): the
 // slot's plan gets the chosen rule's name (strategy_used, fallback_reason),
 // cp_size and shard_len, no positions; returns the slot's exact length
-// (evaluate_slot's end_seconds for the expanded plan).
-Result<double> plan_slot_compact(const ScheduleRequest& request, ScheduleSlot& slot);
+// (evaluate_slot's end_seconds for the expanded plan) when it is below
+// `ceiling`, else kNoEnd (the plan recorded is then not rule 5's choice,
+// and the caller drops the slot's schedule).
+Result<double> plan_slot_compact(const ScheduleRequest& request, ScheduleSlot& slot,
+                                 double ceiling = kNoEnd);
 
 // The runs of the plan rule `rule` (balanced, per_document,
 // per_document_padded, head_tail, contiguous) for a slot's row; nullopt for
@@ -142,8 +149,9 @@ Status expand_slot_plan(const ScheduleRequest& request, ScheduleSlot& slot);
 double step_of_lengths(const ScheduleRequest& request, const Schedule& schedule,
                        const std::vector<double>& length);
 
-// Plans one slot (rule 5) and returns its exact length.
-using SlotPlanner = std::function<Result<double>(const ScheduleRequest&, ScheduleSlot&)>;
+// Plans one slot (rule 5) and returns its exact length, or kNoEnd when it
+// is not below the ceiling (the last argument).
+using SlotPlanner = std::function<Result<double>(const ScheduleRequest&, ScheduleSlot&, double)>;
 
 // Rule 7: moves on the exact timeline of a planned schedule (merges of a
 // slot into another's spare room, the last slot re-placed), each kept only

@@ -11,6 +11,7 @@
 // re-runs the named rule, which is deterministic).
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -135,14 +136,20 @@ void record(ScheduleSlot& slot, const char* rule, const RunShardPlan& runs, std:
 // Rule 5 for one slot: balanced (per_document when balanced needs more
 // than T per member), then whichever plan of the other rules that holds at
 // most T per member the cost model says ends the slot soonest (ties: the
-// earlier; contiguous last, it moves least).
-Result<double> plan_slot_compact(const ScheduleRequest& request, ScheduleSlot& slot) {
+// earlier; contiguous last, it moves least). A plan whose floor (its
+// compute, no exchange) reaches the end to beat is not priced in full: it
+// cannot end strictly sooner. The end to beat is also capped by `ceiling`:
+// a slot that cannot end before it gets +infinity (its caller's schedule
+// cannot win), and below it the choice is exactly the uncapped one.
+Result<double> plan_slot_compact(const ScheduleRequest& request, ScheduleSlot& slot,
+                                 double ceiling) {
   const std::int64_t budget = request.max_tokens_per_rank;
   const CpWorkload w = slot_workload(request, slot);
   if (w.cp_size == 1) {
     const RunShardPlan runs = cp::detail::contiguous_runs(w.tokens, 1);
     record(slot, "contiguous", runs, "");
-    return evaluate_slot_runs(request, slot, runs).end_seconds;
+    const double end = evaluate_slot_runs(request, slot, runs).end_seconds;
+    return end < ceiling ? end : kNoEnd;
   }
   if (Status status = validate_workload(w); !status) return status;
   RunShardPlan chosen = cp::detail::balance_row(w, RowLayout(w)).runs;
@@ -155,9 +162,16 @@ Result<double> plan_slot_compact(const ScheduleRequest& request, ScheduleSlot& s
     chosen = per_document_runs(w);
     rule = "per_document";
   }
-  double best_end = evaluate_slot_runs(request, slot, chosen).end_seconds;
+  // +infinity stands for "ends no sooner than the ceiling".
+  double best_end = kNoEnd;
+  if (slot_end_floor_runs(request, slot, chosen) < ceiling) {
+    best_end = evaluate_slot_runs(request, slot, chosen).end_seconds;
+  }
   const auto consider = [&](const char* other, const std::optional<RunShardPlan>& runs) {
     if (!runs || runs->shard_len > budget) return;
+    // Its compute alone already ends no sooner than the end to beat: the
+    // exchange need not be counted (it only adds time).
+    if (slot_end_floor_runs(request, slot, *runs) >= std::min(best_end, ceiling)) return;
     const double end = evaluate_slot_runs(request, slot, *runs).end_seconds;
     if (end < best_end) {
       best_end = end;
@@ -174,7 +188,7 @@ Result<double> plan_slot_compact(const ScheduleRequest& request, ScheduleSlot& s
   consider("contiguous", cp::detail::contiguous_runs(w.tokens, w.cp_size));
   const std::optional<RunShardPlan> runs = slot_rule_runs(rule, w);
   record(slot, rule, *runs, reason);
-  return best_end;
+  return best_end < ceiling ? best_end : kNoEnd;
 }
 
 Status expand_slot_plan(const ScheduleRequest& request, ScheduleSlot& slot) {

@@ -17,7 +17,9 @@
 // count, at most 512, or when the rows it has re-planned reach a token
 // budget (no clock). Deterministic: candidates in index order, ties kept.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <numeric>
 #include <utility>
 #include <vector>
@@ -117,6 +119,12 @@ class Search {
     return t;
   }
 
+  // The least length above `step`: a slot that long or longer ends the
+  // timeline later than `step`.
+  static double above(double step) {
+    return std::nextafter(step, std::numeric_limits<double>::infinity());
+  }
+
   static bool better(const Timeline& a, const Timeline& b) {
     const double eps = 1e-12 * std::max(1.0, b.step);
     return a.step < b.step - eps || (a.step <= b.step && a.busy < b.busy - eps);
@@ -149,7 +157,8 @@ class Search {
       for (const std::int32_t a : slot.ranks) slot.wave = std::max(slot.wave, without.next_wave[a]);
       --tries;
       if (!charge(slot)) return Status::ok();
-      const Result<double> length = plan_(r_, slot);
+      // A slot longer than the step cannot make a better timeline.
+      const Result<double> length = plan_(r_, slot, above(now.step));
       if (!length) return length.status();
       // It runs after its members' other slots (its wave is above theirs),
       // so the timeline is the one without it plus this slot.
@@ -204,7 +213,7 @@ class Search {
       return Status::ok();
     }
     if (!charge(merged)) return Status::ok();
-    const Result<double> planned = plan_(r_, merged);
+    const Result<double> planned = plan_(r_, merged, above(now.step));
     if (!planned) return planned.status();
     const double merged_length = *planned;
     std::swap(s_.slots[y], merged);

@@ -74,7 +74,8 @@ struct ScheduleCost {
 
 // What a slot's members do, counted: per member its real tokens and tiles,
 // and received[m * g + j], the K/V tokens member m receives from member j
-// (g x g, zero diagonal; empty when g == 1).
+// (g x g, zero diagonal; empty when g == 1, or when no exchange is counted:
+// then the slot is priced as if it moved nothing, a floor on its price).
 struct SlotCounts {
   std::vector<std::int64_t> tokens;
   std::vector<std::int64_t> tiles;

@@ -54,6 +54,13 @@ std::vector<RankWork> run_tokens_and_tiles(const CpWorkload& workload, const Run
 SlotCost evaluate_slot_runs(const ScheduleRequest& request, const ScheduleSlot& slot,
                             const RunShardPlan& runs);
 
+// A floor on evaluate_slot_runs(...).end_seconds in O(runs + local blocks):
+// the slot priced with its tokens and tiles and no exchange (communication
+// only adds time). A planner comparing plans skips counting the exchange of
+// a plan whose floor already reaches the best end.
+double slot_end_floor_runs(const ScheduleRequest& request, const ScheduleSlot& slot,
+                           const RunShardPlan& runs);
+
 // evaluate_schedule with slot s priced from runs[s] (its plan not read).
 ScheduleCost evaluate_schedule_runs(const ScheduleRequest& request, const Schedule& schedule,
                                     const std::vector<RunShardPlan>& runs);

@@ -130,19 +130,20 @@ SlotCost cost_slot(const ScheduleRequest& request, const ScheduleSlot& slot) {
   if (g > 1) {
     const RowLayout layout(w);
     const BlockHolders holders = holders_of(slot.plan, w.tokens, w.block_size);
-    counts.received.assign(g * g, 0);
-    for (std::size_t m = 0; m < g; ++m) {
+    const std::vector<std::int32_t> index = start_exchange(counts);
+    const std::size_t a = counts.active.size();
+    for (std::size_t x = 0; x < a; ++x) {
+      const std::int32_t m = counts.active[x];
       const auto touched =
-          touched_key_blocks(w, layout, slot.plan.rank_begin(static_cast<std::int32_t>(m)),
-                             slot.plan.rank_end(static_cast<std::int32_t>(m)));
-      std::int64_t* from = counts.received.data() + m * g;
+          touched_key_blocks(w, layout, slot.plan.rank_begin(m), slot.plan.rank_end(m));
+      std::int64_t* from = counts.received.data() + x * a;
       for (const auto& [lo, hi] : touched) {
         for (std::int64_t i = holders.offset[lo]; i < holders.offset[hi + 1]; ++i) {
           const auto& [j, count] = holders.entries[static_cast<std::size_t>(i)];
-          from[j] += count;
+          from[index[static_cast<std::size_t>(j)]] += count;
         }
       }
-      from[m] = 0;  // its own
+      from[x] = 0;  // its own
     }
   }
   return price_slot_counts(request.profile, slot.ranks, counts);
@@ -447,6 +448,18 @@ Status validate_schedule(const ScheduleRequest& request, const Schedule& schedul
   return Status::ok();
 }
 
+std::vector<std::int32_t> start_exchange(SlotCounts& counts) {
+  std::vector<std::int32_t> index(counts.tokens.size(), -1);
+  counts.active.clear();
+  for (std::size_t m = 0; m < counts.tokens.size(); ++m) {
+    if (counts.tokens[m] == 0) continue;
+    index[m] = static_cast<std::int32_t>(counts.active.size());
+    counts.active.push_back(static_cast<std::int32_t>(m));
+  }
+  counts.received.assign(counts.active.size() * counts.active.size(), 0);
+  return index;
+}
+
 SlotCost price_slot_counts(const CostProfile& p, const std::vector<std::int32_t>& ranks,
                            const SlotCounts& counts) {
   const std::size_t g = counts.tokens.size();
@@ -461,15 +474,20 @@ SlotCost price_slot_counts(const CostProfile& p, const std::vector<std::int32_t>
                          p.token_seconds * static_cast<double>(mc.tokens) + p.slot_seconds;
   }
   const std::int32_t node_size = p.ranks_per_node;
-  for (std::size_t m = 0; m < g && g > 1 && !counts.received.empty(); ++m) {
+  const std::size_t a = counts.received.empty() ? 0 : counts.active.size();
+  for (std::size_t x = 0; x < a; ++x) {
+    const auto m = static_cast<std::size_t>(counts.active[x]);
     SlotMemberCost& mc = cost.members[m];
     std::int64_t received = 0;
     std::int64_t sent = 0;
     double seconds = 0;
-    for (std::size_t j = 0; j < g; ++j) {
-      if (j == m) continue;
-      const std::int64_t in = counts.received[m * g + j];
-      const std::int64_t out = counts.received[j * g + m];
+    // Members without tokens exchange nothing: the peers in ascending
+    // order are the active ones with something in either direction.
+    for (std::size_t y = 0; y < a; ++y) {
+      if (y == x) continue;
+      const auto j = static_cast<std::size_t>(counts.active[y]);
+      const std::int64_t in = counts.received[x * a + y];
+      const std::int64_t out = counts.received[y * a + x];
       if (in == 0 && out == 0) continue;
       received += in;
       sent += out;

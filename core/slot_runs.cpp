@@ -171,25 +171,28 @@ struct HolderSums {
   }
 };
 
-// Adds to from[j] the tokens every member j holds in the blocks `touched`
-// (member m's own included; the caller clears them): entry by entry, or per
-// holder by range sums when that is fewer steps. Both are exact sums.
+// Adds to from[y] the tokens member active[y] holds in the blocks `touched`
+// (index: a member's place among the active ones; the caller clears the
+// receiver's own): entry by entry, or per holder by range sums when that is
+// fewer steps. Both are exact sums.
 void add_receipts(const Holders& holders, const std::unique_ptr<HolderSums>& sums,
-                  const std::vector<Interval>& touched, std::int64_t* from, std::size_t g) {
+                  const std::vector<Interval>& touched, const std::vector<std::int32_t>& active,
+                  const std::vector<std::int32_t>& index, std::int64_t* from) {
   std::int64_t entries = 0;
   for (const auto& [lo, hi] : touched) entries += holders.offset[hi + 1] - holders.offset[lo];
-  const auto by_range = static_cast<std::int64_t>(touched.size() * g) * 24;
+  const auto by_range = static_cast<std::int64_t>(touched.size() * active.size()) * 24;
   if (sums && by_range < entries) {
-    for (std::size_t j = 0; j < g; ++j) {
+    for (std::size_t y = 0; y < active.size(); ++y) {
+      const auto j = static_cast<std::size_t>(active[y]);
       if (sums->blocks[j].empty()) continue;
-      for (const auto& [lo, hi] : touched) from[j] += sums->in_range(j, lo, hi);
+      for (const auto& [lo, hi] : touched) from[y] += sums->in_range(j, lo, hi);
     }
     return;
   }
   for (const auto& [lo, hi] : touched) {
     for (std::int64_t i = holders.offset[lo]; i < holders.offset[hi + 1]; ++i) {
       const auto& [j, count] = holders.entries[static_cast<std::size_t>(i)];
-      from[j] += count;
+      from[index[static_cast<std::size_t>(j)]] += count;
     }
   }
 }
@@ -308,12 +311,13 @@ SlotCost evaluate_slot_runs(const ScheduleRequest& request, const ScheduleSlot& 
     if (holders.entries.size() > 4 * (holders.offset.size() - 1)) {
       sums = std::make_unique<HolderSums>(holders, g);
     }
-    counts.received.assign(g * g, 0);
-    for (std::size_t m = 0; m < g; ++m) {
-      std::int64_t* from = counts.received.data() + m * g;
-      add_receipts(holders, sums, touched_blocks(w, layout, runs, static_cast<std::int32_t>(m)),
-                   from, g);
-      from[m] = 0;  // its own
+    const std::vector<std::int32_t> index = start_exchange(counts);
+    const std::size_t a = counts.active.size();
+    for (std::size_t x = 0; x < a; ++x) {
+      std::int64_t* from = counts.received.data() + x * a;
+      add_receipts(holders, sums, touched_blocks(w, layout, runs, counts.active[x]), counts.active,
+                   index, from);
+      from[x] = 0;  // its own
     }
   }
   return price_slot_counts(request.profile, slot.ranks, counts);

@@ -72,15 +72,23 @@ struct ScheduleCost {
   std::int64_t allgather_bytes = 0;  // the same rows with a full K/V all-gather
 };
 
-// What a slot's members do, counted: per member its real tokens and tiles,
-// and received[m * g + j], the K/V tokens member m receives from member j
-// (g x g, zero diagonal; empty when g == 1, or when no exchange is counted:
-// then the slot is priced as if it moved nothing, a floor on its price).
+// What a slot's members do, counted: per member its real tokens and tiles;
+// `active`, the members holding real tokens (ascending: only they have
+// queries and keys, so only they exchange), and received[x * a + y], the
+// K/V tokens member active[x] receives from member active[y] (a = active
+// members, zero diagonal). active and received are empty when g == 1, or
+// when no exchange is counted: then the slot is priced as if it moved
+// nothing, a floor on its price.
 struct SlotCounts {
   std::vector<std::int64_t> tokens;
   std::vector<std::int64_t> tiles;
+  std::vector<std::int32_t> active;
   std::vector<std::int64_t> received;
 };
+
+// Fills counts.active from counts.tokens, sizes counts.received (a x a,
+// zero) and returns each member's index among the active ones (-1: none).
+std::vector<std::int32_t> start_exchange(SlotCounts& counts);
 
 // Counts to seconds: the one place the cost model forms a slot's times
 // (compute, communication, bytes, peers; start 0, end = its slowest member).

@@ -255,6 +255,23 @@ int quality(const Options& opt, const std::vector<Mix>& mixes) {
   return failures > 0 ? 1 : 0;
 }
 
+// Which baselines hybrid's guard prices: those its bound on their decided
+// slots cannot rule out ("none"; empty when hybrid fails).
+std::string baselines_priced(const ScheduleRequest& request) {
+  const auto scheds = fulcrum::schedule_strategies();
+  fulcrum::Result<Schedule> own = fulcrum::decide_hybrid(request);
+  double step = 0;
+  if (!own || !fulcrum::plan_hybrid_compact(request, *own, step)) return "";
+  std::string planned;
+  for (std::size_t s = 0; s < 2; ++s) {
+    fulcrum::Result<Schedule> other = scheds[s].decide(request);
+    if (other && fulcrum::decided_step_lower_bound(request, *other) * (1 - 1e-9) < step) {
+      planned += (planned.empty() ? "" : ", ") + std::string(scheds[s].name);
+    }
+  }
+  return planned.empty() ? "none" : planned;
+}
+
 // hybrid's answer, phase by phase (thread CPU time): deciding, planning its
 // own slots compactly (drafts, search: no positions), the guard (deciding
 // both baselines, bounding them, planning and pricing those the bound cannot
@@ -319,21 +336,8 @@ int speed(const Options& opt, const std::vector<Mix>& mixes) {
         wholes.push_back(cpu_seconds() - w0);
         if (!whole) return 1;
       }
-      // Which baselines the guard had to plan: those its bound on their
-      // decided slots could not rule out.
-      std::string planned;
-      {
-        fulcrum::Result<Schedule> own = scheds[2].decide(request);
-        double step = 0;
-        if (!own || !fulcrum::plan_hybrid_compact(request, *own, step)) return 1;
-        for (std::size_t s = 0; s < 2; ++s) {
-          fulcrum::Result<Schedule> other = scheds[s].decide(request);
-          if (other && fulcrum::decided_step_lower_bound(request, *other) * (1 - 1e-9) < step) {
-            planned += (planned.empty() ? "" : ", ") + std::string(scheds[s].name);
-          }
-        }
-        if (planned.empty()) planned = "none";
-      }
+      const std::string planned = baselines_priced(request);
+      if (planned.empty()) return 1;
       std::printf(
           "| %s | %lld | %lld | %lld | %lld | %.3f | %.1f | %.1f | %.1f | %.1f | %s | %.3f | %.3f "
           "|\n",

@@ -41,20 +41,22 @@
 // 6. The rules above are estimates, and a baseline can win a batch they
 //    misjudge (one extra row on one rank is the difference when every
 //    document fits one rank). So the planned schedule is priced exactly
-//    (evaluate_schedule) against the schedules `fixed` and `megatron_dcp`
-//    give for the same request, and the cheapest is returned (ties: hybrid's
-//    own, then fixed): hybrid is never slower than either by the cost model.
-//    A baseline is planned only when a lower bound on its decided slots
-//    (each slot's mean member compute over a per-query tile count, on the
-//    slots' timeline) is below hybrid's step: positions are the costly part.
+//    (evaluate_schedule's model, from runs) against the schedules `fixed`
+//    and `megatron_dcp` give for the same request, and the cheapest is
+//    returned (ties: hybrid's own, then fixed): hybrid is never slower than
+//    either by the cost model. A baseline is priced only when a lower bound
+//    on its decided slots (each slot's mean member compute over a
+//    per-query tile count, on the slots' timeline) is below hybrid's step,
+//    from the runs its planner writes; its positions only when it wins.
 // 7. The estimate picks among drafts, and misjudges small batches most. So
 //    every draft (each group rule, with and without rule 1's heavy pieces
-//    as groups, and rule 8's) is planned and priced exactly, the soonest
-//    kept; a draft whose decided-slots bound (rule 6) is not below the best
-//    so far is not planned. The kept one is improved by moves on the exact
-//    timeline (schedule_hybrid_search.cpp): a small slot merged into
-//    another's spare room or over both slots' ranks, the last slot
-//    re-placed over the ranks that finish first.
+//    as groups, and rule 8's) is planned and priced exactly, without
+//    positions (schedule_hybrid_plan.cpp), the soonest kept; a draft whose
+//    decided-slots bound (rule 6) is not below the best so far is not
+//    planned, nor the rest of one a slot of which cannot end before it. The kept one is improved by
+//    moves on the exact timeline (schedule_hybrid_search.cpp): a small slot merged into another's
+//    spare room or over both slots' ranks, the last slot re-placed over the ranks that finish
+//    first.
 // 8. Equal groups: for g = 1, 2, 4, ... and W, floor(W / g) groups of g
 //    consecutive ranks, pieces best fit into rows of g x T (a longer piece
 //    over the groups it needs), rows LPT onto the groups. Many long pieces

@@ -28,6 +28,14 @@ scheduler and W it reports, over the measured steps:
 - the per-rank prediction error (measured - predicted) / predicted of the
   median-filtered per (step, rank) time: its range and its median |error|.
 
+--profile picks the profile the hybrid scheduler plans with: a file or a
+bundled name; `calibrate` first runs `fulcrum calibrate --config` on the
+W's job (its own whole slots, --calibrate-steps steps) and plans with the
+profile it writes; `auto` plans with balancer.schedule.profile: auto
+(--profile-start, refit every --refit-every steps; docs/HYBRID_RUNTIME.md
+section 10). --first-step leaves earlier steps out of the figures (with
+`auto`, set it past the first refit).
+
 Machine-readable results go to --out (default build/hybrid_train).
 """
 
@@ -57,10 +65,17 @@ def workload(seed, count, scale):
     return lengths, source
 
 
-def config_text(world, t, lengths_path, steps, profile):
+def schedule_text(args, profile):
+    if profile != "auto":
+        return f"{{strategy: hybrid, profile: {profile}}}"
+    start = f", profile_start: {args.profile_start}" if args.profile_start else ""
+    return f"{{strategy: hybrid, profile: auto{start}, refit_every: {args.refit_every}}}"
+
+
+def config_text(args, world, t, lengths_path, steps, profile):
     return (f"parallel: {{mode: hybrid, world_size: {world}, max_tokens_per_rank: {t}}}\n"
             f"balancer:\n"
-            f"  schedule: {{strategy: hybrid, profile: {profile}}}\n"
+            f"  schedule: {schedule_text(args, profile)}\n"
             f"  cp: {{strategy: auto, block_size: 64, mask: causal}}\n"
             f"data: {{source: synthetic, path: {lengths_path}, seq_length: {world * t},\n"
             f"       packing: true, global_batch_size: 64, micro_batch_size: 1, seed: 1}}\n"
@@ -74,9 +89,12 @@ def train(args, world, lengths_path):
     path = os.path.join(args.out, name + ".yaml")
     metrics = os.path.join(args.out, name + ".jsonl")
     if not (args.reuse and os.path.exists(metrics)):
+        profile = args.profile
+        if profile == "calibrate":
+            profile = calibrate(args, world, lengths_path)
         with open(path, "w") as f:
-            f.write(config_text(world, args.tokens_per_rank, lengths_path, 1 + args.steps,
-                                args.profile))
+            f.write(config_text(args, world, args.tokens_per_rank, lengths_path,
+                                args.first_step - 1 + args.steps, profile))
         run = subprocess.run([args.fulcrum, "train", "--config", path, "--metrics", metrics,
                               "--compare-schedulers", ",".join(SCHEDULERS),
                               "--compare-repetitions", str(args.repetitions)],
@@ -85,6 +103,22 @@ def train(args, world, lengths_path):
             sys.exit(f"{name}: fulcrum train exited {run.returncode}:\n{run.stderr[-2000:]}")
     with open(metrics) as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def calibrate(args, world, lengths_path):
+    """fulcrum calibrate --config on the W's job; the profile file's path."""
+    path = os.path.join(args.out, f"w{world}_calibrate.yaml")
+    profile = os.path.abspath(os.path.join(args.out, f"w{world}_profile.yaml"))
+    with open(path, "w") as f:
+        f.write(config_text(args, world, args.tokens_per_rank, lengths_path, 1, "cpu_gloo"))
+    run = subprocess.run([args.fulcrum, "calibrate", "--config", path, "--output", profile,
+                          "--force", "--steps", str(args.calibrate_steps),
+                          "--repetitions", str(args.repetitions), "--set", "data.seed=2"],
+                         capture_output=True, text=True)
+    if run.returncode != 0:
+        sys.exit(f"w{world}: fulcrum calibrate exited {run.returncode}:\n{run.stderr[-2000:]}")
+    print("\n".join(line for line in run.stderr.splitlines() if line.startswith("  ")))
+    return profile
 
 
 def speedup(base, other):
@@ -96,8 +130,8 @@ def speedup(base, other):
             "predicted": base["predicted_ms"] / other["predicted_ms"]}
 
 
-def summarise(metrics):
-    records = [m for m in metrics if "compare" in m and m["step"] >= 2]
+def summarise(metrics, first_step):
+    records = [m for m in metrics if "compare" in m and m["step"] >= first_step]
     out = {}
     for name in SCHEDULERS:
         mine = [m for m in records if m["compare"] == name]
@@ -127,7 +161,13 @@ def main():
     parser.add_argument("--tokens-per-rank", type=int, default=512)
     parser.add_argument("--steps", type=int, default=4, help="measured steps after the warm-up")
     parser.add_argument("--repetitions", type=int, default=3)
-    parser.add_argument("--profile", default=os.path.abspath("configs/profiles/cpu_calibrated.yaml"))
+    parser.add_argument("--profile", default=os.path.abspath("configs/profiles/cpu_calibrated.yaml"),
+                        help="a profile file or bundled name, calibrate, or auto")
+    parser.add_argument("--profile-start", default="", help="with --profile auto")
+    parser.add_argument("--refit-every", type=int, default=4, help="with --profile auto")
+    parser.add_argument("--calibrate-steps", type=int, default=3, help="with --profile calibrate")
+    parser.add_argument("--first-step", type=int, default=2,
+                        help="the first step measured; earlier ones are left out")
     parser.add_argument("--out", default="build/hybrid_train")
     parser.add_argument("--reuse", action="store_true",
                         help="re-analyse the metrics of a previous run in --out without training")
@@ -141,7 +181,7 @@ def main():
           f"runs of each schedule per step, profile {args.profile}")
     results = {"source": source, "profile": args.profile, "worlds": {}}
     for world in [int(w) for w in args.worlds.split(",")]:
-        s = summarise(train(args, world, lengths_path))
+        s = summarise(train(args, world, lengths_path), args.first_step)
         s["hybrid_over_fixed"] = speedup(s["fixed"], s["hybrid"])
         s["hybrid_over_megatron_dcp"] = speedup(s["megatron_dcp"], s["hybrid"])
         results["worlds"][world] = s

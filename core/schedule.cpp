@@ -1,5 +1,6 @@
-// Schedule checks, the step-time cost model and its lower bound
-// (docs/HYBRID.md states each rule; this file is their one implementation).
+// Schedule checks and the step-time cost model (docs/HYBRID.md states each
+// rule; this file is their one implementation; the lower bound is in
+// schedule_bound.cpp).
 #include "fulcrum/core/schedule.h"
 
 #include <algorithm>
@@ -147,47 +148,6 @@ SlotCost cost_slot(const ScheduleRequest& request, const ScheduleSlot& slot) {
     }
   }
   return price_slot_counts(request.profile, slot.ranks, counts);
-}
-
-// How many queries of a piece of `len` tokens see at least `s` keys.
-std::int64_t queries_seeing_at_least(const MaskSpec& mask, std::int64_t len, std::int64_t s) {
-  switch (mask.kind) {
-    case MaskKind::kCausal:  // query i sees i + 1
-      return std::max<std::int64_t>(0, len - s + 1);
-    case MaskKind::kFull:
-      return s <= len ? len : 0;
-    case MaskKind::kSliding:  // min(i + 1, W)
-      return s <= std::min(mask.param, len) ? len - s + 1 : 0;
-    case MaskKind::kPrefix: {  // max(i + 1, min(L, len))
-      const std::int64_t flat = std::min(mask.param, len);
-      return s <= flat ? len : std::max<std::int64_t>(0, len - s + 1);
-    }
-    case MaskKind::kBlockSparse:
-      break;
-  }
-  return 0;
-}
-
-// Keys the query at 1-based position q of a piece of `len` tokens sees; never
-// decreasing in q for every dense mask.
-std::int64_t keys_at(const MaskSpec& mask, std::int64_t len, std::int64_t q) {
-  switch (mask.kind) {
-    case MaskKind::kCausal:
-      return q;
-    case MaskKind::kFull:
-      return len;
-    case MaskKind::kSliding:
-      return std::min(q, mask.param);
-    case MaskKind::kPrefix:
-      return std::max(q, std::min(mask.param, len));
-    case MaskKind::kBlockSparse:
-      break;
-  }
-  return 0;
-}
-
-std::int64_t most_keys(const MaskSpec& mask, std::int64_t len) {
-  return mask.kind == MaskKind::kSliding ? std::min(mask.param, len) : len;
 }
 
 }  // namespace
@@ -502,6 +462,9 @@ SlotCost price_slot_counts(const CostProfile& p, const std::vector<std::int32_t>
     mc.bytes_received = bytes_of(static_cast<double>(received) * p.kv_bytes_per_token);
     mc.bytes_sent = bytes_of(static_cast<double>(sent) * p.kv_bytes_per_token);
     mc.comm_seconds = seconds + p.latency_seconds * mc.peers;
+    // Overlap (docs/HYBRID.md section 2): comm_seconds is what compute
+    // leaves exposed.
+    mc.comm_seconds -= p.exchange_overlap * std::min(mc.compute_seconds, mc.comm_seconds);
   }
   double longest = 0;
   for (const SlotMemberCost& mc : cost.members) {
@@ -559,99 +522,6 @@ ScheduleCost price_timeline(const ScheduleRequest& request, const Schedule& sche
   for (std::size_t r = 0; r < w; ++r)
     cost.idle_seconds[r] = cost.step_seconds - cost.busy_seconds[r];
   return cost;
-}
-
-double step_time_lower_bound(const ScheduleRequest& request) {
-  const CostProfile& p = request.profile;
-  const std::int64_t b = request.block_size;
-  const std::int64_t budget = request.max_tokens_per_rank;
-  const std::vector<DocPiece> pieces = schedule_pieces(request);
-
-  // Tiles: a local query block holding query q has at least ceil(keys(q)/B)
-  // tiles, and holds at most B queries. The least sum of block maxima over
-  // any grouping of the batch's queries into groups of at most B is
-  // sum_k ceil(c_k / B), c_k = #queries with ceil(keys/B) >= k, i.e. with
-  // keys >= (k-1)B + 1 (sort descending, group consecutively).
-  std::vector<std::int64_t> lengths;
-  lengths.reserve(pieces.size());
-  std::int64_t total = 0;
-  for (const DocPiece& piece : pieces) {
-    lengths.push_back(piece.length);
-    total += piece.length;
-  }
-  std::sort(lengths.begin(), lengths.end(), std::greater<>());
-  double tiles = 0;
-  std::size_t active = lengths.size();
-  for (std::int64_t k = 1;; ++k) {
-    const std::int64_t s = (k - 1) * b + 1;
-    while (active > 0 && most_keys(request.mask, lengths[active - 1]) < s) --active;
-    if (active == 0) break;
-    std::int64_t count = 0;
-    for (std::size_t i = 0; i < active; ++i)
-      count += queries_seeing_at_least(request.mask, lengths[i], s);
-    tiles += static_cast<double>(ceil_div(count, b));
-  }
-
-  // Receiving `missing` K/V tokens: a member's peers on its own node number
-  // at most min(node, W) - 1 and hold at most T tokens each, so at most that
-  // many come over the intra-node link (when it is the faster one) and the
-  // rest cross nodes. Convex in `missing`, so summing it over parts of one
-  // member's receipt never exceeds the whole's.
-  const double intra = p.intra_node_bytes_per_second;
-  const double inter = p.inter_node_bytes_per_second;
-  const double neighbours = static_cast<double>(std::min(p.ranks_per_node, request.world_size) - 1);
-  const auto receive_seconds = [&](double missing) {
-    double seconds = missing / inter;
-    if (intra > inter) {
-      const double near = std::min(missing, neighbours * static_cast<double>(budget));
-      seconds = near / intra + (missing - near) / inter;
-    }
-    return seconds * p.kv_bytes_per_token;
-  };
-
-  // K/V every schedule moves (docs/HYBRID.md section 4): in a piece's slot,
-  // order its members by the last position of the piece they hold; the
-  // first k - 1 hold at most (k - 1) T of its tokens, so the k-th holds a
-  // query at position >= L - (k - 1) T and, holding at most T tokens,
-  // receives at least keys(L - (k - 1) T) - T of that query's keys. Each
-  // token received is one member's "in" and another's "out", and both are
-  // charged: busy time sums to at least twice every receipt. Stopping the
-  // sum early keeps it a lower bound (terms are >= 0).
-  double exchange = 0;
-  std::int64_t terms = 0;
-  for (const std::int64_t len : lengths) {
-    if (most_keys(request.mask, len) <= budget || terms > (std::int64_t{1} << 22)) break;
-    for (std::int64_t k = 1; len - (k - 1) * budget >= 1 && k <= 65536; ++k, ++terms) {
-      const std::int64_t missing = keys_at(request.mask, len, len - (k - 1) * budget) - budget;
-      if (missing <= 0) break;  // positions only fall as k grows
-      exchange += 2 * receive_seconds(static_cast<double>(missing));
-    }
-  }
-
-  // Every rank's busy time sums to at least the compute of all slots: tiles,
-  // tokens, and one fixed cost per (slot, member) holding tokens, of which
-  // there are at least ceil(total / T); plus that exchange.
-  const double memberships = static_cast<double>(ceil_div(total, budget));
-  double bound = (p.tile_seconds * tiles + p.token_seconds * static_cast<double>(total) +
-                  p.slot_seconds * memberships + exchange) /
-                 request.world_size;
-
-  // The member holding a piece's query with the most keys (s of them) ends
-  // its slot no sooner than its own compute (that query's block alone has
-  // ceil(s/B) tiles) plus, when s > T, receiving the K/V of the s - T keys
-  // it cannot hold, from at least one peer. Its peers on its own node hold
-  // at most T tokens each and there are at most min(node, W) - 1 of them:
-  // only that much can come over the intra-node link, the rest crosses
-  // nodes (when the intra-node link is the faster one).
-  for (const std::int64_t len : lengths) {
-    const std::int64_t s = most_keys(request.mask, len);
-    double member = p.slot_seconds + p.token_seconds + p.tile_seconds * ceil_div(s, b);
-    if (s > budget) {
-      member += receive_seconds(static_cast<double>(s - budget)) + p.latency_seconds;
-    }
-    bound = std::max(bound, member);
-  }
-  return bound;
 }
 
 }  // namespace fulcrum

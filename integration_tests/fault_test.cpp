@@ -223,6 +223,18 @@ TEST(HybridFault, KilledWorkerEndsTheJobAtOnce) {
   expect_killed_rank_ends_the_job_at_once(job, inject(job, "kill", 1, kHybrid));
 }
 
+// parallel.hybrid.free_single_slots: rank 1 dies right after its first
+// claim of step 2 (a free slot taken and never run, or its last, failed
+// claim). Its slot is lost with it, but the job ends at once as for any
+// killed rank: the others never wait for a claim, only in the gradient
+// all-reduce, where the launcher has already stopped them.
+TEST(HybridFault, RankKilledAfterClaimingAFreeSlotEndsTheJobAtOnce) {
+  FaultJob job;
+  std::vector<std::string> sets = kHybrid;
+  sets.push_back("parallel.hybrid.free_single_slots=true");
+  expect_killed_rank_ends_the_job_at_once(job, inject(job, "kill_claim", 1, sets));
+}
+
 TEST(HybridFault, ThrowingWorkerEndsTheJobWithItsMessage) {
   FaultJob job;
   const ChildResult r = inject(job, "throw", 1, kHybrid);

@@ -111,6 +111,14 @@ std::vector<std::pair<std::int64_t, std::int64_t>> per_block(std::vector<std::in
   return out;
 }
 
+// Overlap: a member is busy for compute + comm at overlap 0 and for the
+// longer of the two at overlap 1, linearly between; its comm is what the
+// compute leaves of that.
+double exposed_comm(double compute, double comm, double overlap) {
+  const double busy = (1 - overlap) * (compute + comm) + overlap * std::max(compute, comm);
+  return busy - compute;
+}
+
 }  // namespace
 
 BruteScheduleCost brute_schedule_cost(const ScheduleRequest& request, const Schedule& schedule,
@@ -169,6 +177,7 @@ BruteScheduleCost brute_schedule_cost(const ScheduleRequest& request, const Sche
         bm.comm += static_cast<double>(from[m][j] + from[j][m]) * p.kv_bytes_per_token / bw;
       }
       bm.comm += p.latency_seconds * bm.peers;
+      bm.comm = exposed_comm(bm.compute, bm.comm, p.exchange_overlap);
       out.kv_tokens_moved += bm.kv_tokens_in;
     }
     out.allgather_kv_tokens += static_cast<std::int64_t>(g - 1) * w.tokens;

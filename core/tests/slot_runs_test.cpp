@@ -111,6 +111,9 @@ RandomSlot random_slot(std::mt19937_64& rng, bool long_row) {
   r.profile = *builtin_cost_profile(below(rng, 2) == 0 ? "h100_7b" : "cpu_gloo");
   r.profile.ranks_per_node = static_cast<std::int32_t>(1 + below(rng, 16));
   r.profile.inter_node_bytes_per_second = 1e9 * static_cast<double>(1 + below(rng, 100));
+  // The overlap term (0 to 1 of the exchange hidden under compute) too.
+  r.profile.exchange_overlap =
+      below(rng, 3) == 0 ? 0.0 : static_cast<double>(below(rng, 101)) / 100;
   const std::int64_t n = long_row ? log_uniform(rng, 1 << 16, 1 << 19) : log_uniform(rng, 1, 20000);
   const auto docs = 1 + below(rng, below(rng, 2) == 0 ? 4 : 64);
   std::int64_t left = n;

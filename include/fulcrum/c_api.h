@@ -47,7 +47,7 @@ extern "C" {
 #endif
 
 #define FULCRUM_ABI_MAJOR 1
-#define FULCRUM_ABI_MINOR 2
+#define FULCRUM_ABI_MINOR 3
 
 /* Bytes of `type` up to the end of `field`: a shipped version's size when
  * `field` is that version's last field. A constant expression in C and C++. */
@@ -194,6 +194,9 @@ typedef struct fulcrum_schedule_request {
   uint64_t group_sizes;  /* bit k: a slot may span 2^k ranks (0 and no WORLD flag: any size) */
   int32_t group_flags;   /* FULCRUM_GROUPS_* bits */
   int32_t wave_multiple; /* 0 or 1: any wave count; k > 1: a multiple of k (with EVERY_WAVE) */
+  /* ABI 1.3: CostProfile::exchange_overlap, in [0, 1]; a 1.2 host does not
+   * send it and it reads as 0 (no overlap: the cost model of ABI 1.2). */
+  double exchange_overlap;
 } fulcrum_schedule_request;
 
 /* ABI 1.2 group_flags bits. */
@@ -289,6 +292,8 @@ typedef const fulcrum_plugin_v1* (*fulcrum_get_plugin_fn)(void);
 #define FULCRUM_SCHEDULE_V1_1_SIZE FULCRUM_STRUCT_SIZE(fulcrum_schedule, plugin_data)
 #define FULCRUM_SCHEDULE_REQUEST_V1_2_SIZE \
   FULCRUM_STRUCT_SIZE(fulcrum_schedule_request, wave_multiple)
+#define FULCRUM_SCHEDULE_REQUEST_V1_3_SIZE \
+  FULCRUM_STRUCT_SIZE(fulcrum_schedule_request, exchange_overlap)
 
 /* The layout is defined for LP64 targets; these pin every shipped size and
  * the offsets readers rely on. A failure here is an ABI break. */
@@ -347,6 +352,10 @@ FULCRUM_STATIC_ASSERT(offsetof(fulcrum_schedule_request, group_sizes) == 136,
                       "fulcrum_schedule_request v1.2 moved");
 FULCRUM_STATIC_ASSERT(offsetof(fulcrum_schedule_request, group_flags) == 144,
                       "fulcrum_schedule_request v1.2 moved");
+FULCRUM_STATIC_ASSERT(FULCRUM_SCHEDULE_REQUEST_V1_3_SIZE == 160,
+                      "fulcrum_schedule_request v1.3 moved");
+FULCRUM_STATIC_ASSERT(offsetof(fulcrum_schedule_request, exchange_overlap) == 152,
+                      "fulcrum_schedule_request v1.3 moved");
 FULCRUM_STATIC_ASSERT(offsetof(fulcrum_schedule, slot_rank_offsets) == 8,
                       "fulcrum_schedule v1.1 moved");
 FULCRUM_STATIC_ASSERT(offsetof(fulcrum_schedule, slot_waves) == 56, "fulcrum_schedule v1.1 moved");

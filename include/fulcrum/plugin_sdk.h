@@ -155,6 +155,10 @@ inline Result<ScheduleRequest> schedule_request_from_c(const fulcrum_schedule_re
     shapes.every_wave = (req.group_flags & FULCRUM_GROUPS_EVERY_WAVE) != 0;
     shapes.wave_multiple = req.wave_multiple > 1 ? req.wave_multiple : 1;
   }
+  // ABI 1.3: a 1.2 host sends no overlap term; it reads as 0.
+  if (FULCRUM_HAS_FIELD(fulcrum_schedule_request, exchange_overlap, req.struct_size)) {
+    p.exchange_overlap = req.exchange_overlap;
+  }
   return r;
 }
 

@@ -30,6 +30,9 @@ struct CostProfile {
   double inter_node_bytes_per_second = 0;
   double latency_seconds = 0;       // per peer a member exchanges with
   std::int32_t ranks_per_node = 8;  // ranks r and s share a node iff r / n == s / n
+  // In [0, 1]: the share of min(compute, exchange) a member's exchange hides
+  // behind its compute (docs/HYBRID.md section 2); 0 = none, the sum.
+  double exchange_overlap = 0;
 };
 
 // Which groups a schedule may use, for hosts whose runtime has only some

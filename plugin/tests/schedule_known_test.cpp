@@ -11,6 +11,7 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "brute_schedule.h"
@@ -104,6 +105,36 @@ TEST(ScheduleCostModel, HandComputedTwoMemberSlot) {
   EXPECT_DOUBLE_EQ(c.idle_seconds[1], 12.25);  // rank 1 runs nothing
   EXPECT_EQ(c.bytes_moved, 8);
   EXPECT_EQ(c.allgather_bytes, 16);  // each member would receive the other's 4 tokens
+}
+
+// The same slot with exchange_overlap f: each member's exposed exchange is
+// 4.25 - f * min(compute, 4.25), so at f = 1 a member takes the longer of
+// its compute and its exchange, and at f = 1/2 half the shorter hides.
+TEST(ScheduleCostModel, OverlapHidesItsShareOfTheShorterOfComputeAndExchange) {
+  ScheduleRequest r = request_of({8}, 4, 4, 4);
+  Schedule s;
+  s.slots.push_back(slot_with(r, {0, 2}, {{0, 0, 8}}, 0));
+  for (const auto& [f, comm0, comm1, step] :
+       {std::tuple{1.0, 0.0, 0.0, 8.0}, std::tuple{0.5, 2.125, 2.125, 10.125},
+        std::tuple{0.0, 4.25, 4.25, 12.25}}) {
+    r.profile.exchange_overlap = f;
+    const ScheduleCost c = evaluate_schedule(r, s);
+    const auto& m = c.slots[0].members;
+    EXPECT_DOUBLE_EQ(m[0].compute_seconds, 7.0) << f;  // compute never changes
+    EXPECT_DOUBLE_EQ(m[1].compute_seconds, 8.0) << f;
+    EXPECT_DOUBLE_EQ(m[0].comm_seconds, comm0) << f;
+    EXPECT_DOUBLE_EQ(m[1].comm_seconds, comm1) << f;
+    EXPECT_DOUBLE_EQ(c.step_seconds, step) << f;
+    EXPECT_EQ(c.bytes_moved, 8) << f;  // the bytes do not shrink
+  }
+  // An exchange longer than the compute: 0.25 s of latency per peer and
+  // slow links leave the excess exposed even at f = 1.
+  r.profile.exchange_overlap = 1.0;
+  r.profile.latency_seconds = 10.0;
+  const ScheduleCost c = evaluate_schedule(r, s);
+  EXPECT_DOUBLE_EQ(c.slots[0].members[0].comm_seconds, 14.0 - 7.0);
+  EXPECT_DOUBLE_EQ(c.slots[0].members[1].comm_seconds, 14.0 - 8.0);
+  EXPECT_DOUBLE_EQ(c.step_seconds, 14.0);
 }
 
 // Waves order each rank's slots and a slot waits for its last member.
@@ -258,6 +289,15 @@ TEST(ScheduleContract, BadRequestsNameTheField) {
   r = good;
   r.profile.ranks_per_node = (1 << 20) + 1;
   refused(r, "ranks_per_node");
+  r = good;
+  r.profile.exchange_overlap = 1.5;
+  refused(r, "exchange_overlap = 1.5 must be <= 1");
+  r = good;
+  r.profile.exchange_overlap = -0.25;
+  refused(r, "exchange_overlap = -0.25 must be >= 0");
+  r = good;
+  r.profile.exchange_overlap = std::nan("");
+  refused(r, "exchange_overlap = nan is not finite");
 }
 
 TEST(CostProfiles, BundledProfilesAreValidAndNamed) {

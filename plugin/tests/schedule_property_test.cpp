@@ -66,6 +66,9 @@ CostProfile random_profile(Rng& rng) {
   CostProfile p = *builtin_cost_profile(rng.uniform(0, 1) ? "h100_7b" : "cpu_gloo");
   p.ranks_per_node = static_cast<std::int32_t>(rng.pick(std::vector<std::int64_t>{1, 2, 3, 4, 8}));
   p.inter_node_bytes_per_second = p.intra_node_bytes_per_second / rng.uniform(1, 16);
+  // 0, 1/2 or 1, from the node size rather than a further draw, so every
+  // seed still makes the requests it made before the term existed.
+  p.exchange_overlap = static_cast<double>(p.ranks_per_node % 3) / 2.0;
   return p;
 }
 

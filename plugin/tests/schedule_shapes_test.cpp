@@ -230,5 +230,26 @@ TEST(GroupShapes, CrossTheAbiOnlyWhenTheRequestIsLongEnough) {
   EXPECT_FALSE(sdk::schedule_request_from_c(c));
 }
 
+TEST(ExchangeOverlap, CrossesTheAbiOnlyWhenTheRequestIsLongEnough) {
+  const std::int64_t docs[] = {100, 50};
+  fulcrum_schedule_request c{};
+  c.world_size = 4;
+  c.max_tokens_per_rank = 100;
+  c.doc_lengths = docs;
+  c.num_docs = 2;
+  c.block_size = 16;
+  c.ranks_per_node = 8;
+  c.exchange_overlap = 0.75;
+  // A 1.2 host's request ends before the field: no overlap, whatever follows.
+  c.struct_size = FULCRUM_SCHEDULE_REQUEST_V1_2_SIZE;
+  Result<ScheduleRequest> old = sdk::schedule_request_from_c(c);
+  ASSERT_TRUE(old) << old.status().message();
+  EXPECT_EQ(old->profile.exchange_overlap, 0.0);
+  c.struct_size = FULCRUM_SCHEDULE_REQUEST_V1_3_SIZE;
+  Result<ScheduleRequest> now = sdk::schedule_request_from_c(c);
+  ASSERT_TRUE(now) << now.status().message();
+  EXPECT_EQ(now->profile.exchange_overlap, 0.75);
+}
+
 }  // namespace
 }  // namespace fulcrum

@@ -41,7 +41,11 @@ _BOUNDS = {
     "intra_node_bytes_per_second": (1.0, False, _MAX_BANDWIDTH),
     "inter_node_bytes_per_second": (1.0, False, _MAX_BANDWIDTH),
     "latency_seconds": (0.0, False, _HOUR),
+    "exchange_overlap": (0.0, False, 1.0),
 }
+# Fields a profile may leave out (0): later terms, so older files keep their
+# meaning.
+_OPTIONAL = ("exchange_overlap",)
 _FIX = "fix it in the profile (docs/HYBRID.md lists every field)"
 # A YAML number as yaml-cpp reads one, and its special values.
 _NUMBER = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
@@ -71,6 +75,9 @@ class CostProfile:
     inter_node_bytes_per_second: float
     latency_seconds: float
     ranks_per_node: int
+    # Share of min(compute, exchange) a member's exchange hides behind its
+    # compute, in [0, 1] (docs/HYBRID.md section 2); ABI 1.3.
+    exchange_overlap: float = 0.0
 
     def __post_init__(self):
         try:
@@ -127,12 +134,13 @@ class CostProfile:
             raise FulcrumError("invalid_argument", f"cost profile {source}: unknown key "
                                f"{unknown[0]}; known keys at the top level: "
                                f"{', '.join(_PROFILE_FIELDS)}")
-        missing = [name for name in _PROFILE_FIELDS if name not in mapping]
+        missing = [name for name in _PROFILE_FIELDS
+                   if name not in mapping and name not in _OPTIONAL]
         if missing:
             raise FulcrumError("invalid_argument", f"cost profile {source} does not set "
                                f"{missing[0]}; a profile sets every one of "
                                f"{', '.join(_PROFILE_FIELDS)}")
-        return cls(**{name: mapping[name] for name in _PROFILE_FIELDS})
+        return cls(**{name: mapping[name] for name in _PROFILE_FIELDS if name in mapping})
 
     @classmethod
     def bundled(cls, name):
@@ -260,7 +268,10 @@ class CostProfile:
         return cls.from_mapping(values, source=file)
 
     def to_mapping(self):
-        return {name: getattr(self, name) for name in _PROFILE_FIELDS}
+        """The fields, an optional one only when it is not 0 (so a profile
+        without it maps as before it existed)."""
+        return {name: getattr(self, name) for name in _PROFILE_FIELDS
+                if name not in _OPTIONAL or getattr(self, name) != 0}
 
 
 _PROFILE_FIELDS = tuple(f.name for f in fields(CostProfile))

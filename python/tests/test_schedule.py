@@ -258,10 +258,15 @@ def test_the_v1_1_layout_is_pinned():
 
 
 def test_the_v1_2_group_shapes_layout_is_pinned():
-    assert ctypes.sizeof(_abi.ScheduleRequest) == 152
     assert _abi.ScheduleRequest.group_sizes.offset == 136
     assert _abi.ScheduleRequest.group_flags.offset == 144
     assert _abi.field_end(_abi.ScheduleRequest, "wave_multiple") == 152
+
+
+def test_the_v1_3_exchange_overlap_layout_is_pinned():
+    assert ctypes.sizeof(_abi.ScheduleRequest) == 160
+    assert _abi.ScheduleRequest.exchange_overlap.offset == 152
+    assert _abi.field_end(_abi.ScheduleRequest, "exchange_overlap") == 160
 
 
 def test_a_v1_0_table_plans_but_has_no_scheduler(plugin_path):
@@ -327,11 +332,29 @@ def test_a_table_with_half_a_scheduler_is_refused(plugin_path):
     ({"profile": {k: v for k, v in PROFILE.items() if k != "slot_seconds"}},
      "invalid_argument", ["does not set slot_seconds"]),
     ({"profile": dict(PROFILE, name="")}, "invalid_argument", ["name must be"]),
+    ({"profile": dict(PROFILE, exchange_overlap=1.5)}, "invalid_argument",
+     ["exchange_overlap = 1.5 must be <= 1"]),
+    ({"profile": dict(PROFILE, exchange_overlap=-0.5)}, "invalid_argument",
+     ["exchange_overlap = -0.5 must be >= 0"]),
 ])
 def test_bad_schedule_arguments(kwargs, code, words, balancer):
     args = dict(world=2, max_tokens_per_rank=128, doc_lengths=[100, 20], profile=PROFILE)
     args.update(kwargs)
     refused(lambda: balancer.schedule("hybrid", **args), code, *words)
+
+
+def test_exchange_overlap_is_optional_and_read_when_set(balancer, tmp_path):
+    # ABI 1.3's term: absent it is 0 and the mapping is the one before it.
+    assert fulcrum.CostProfile.from_mapping(PROFILE).exchange_overlap == 0.0
+    with_overlap = fulcrum.CostProfile.from_mapping(dict(PROFILE, exchange_overlap=0.5))
+    assert with_overlap.exchange_overlap == 0.5
+    assert with_overlap.to_mapping() == dict(PROFILE, exchange_overlap=0.5)
+    path = tmp_path / "overlap.yaml"
+    path.write_text("".join(f"{k}: {v}\n" for k, v in PROFILE.items()) + "exchange_overlap: 0.5\n")
+    assert fulcrum.CostProfile.load(str(path)) == with_overlap
+    schedule = balancer.schedule("hybrid", world=2, max_tokens_per_rank=128,
+                                 doc_lengths=[100, 20], profile=with_overlap)
+    assert schedule.slots
 
 
 def test_a_profile_file_reads_like_its_mapping(balancer, tmp_path):

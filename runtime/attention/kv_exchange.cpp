@@ -26,7 +26,94 @@ std::vector<KeyBlockRun> touched_runs(const TileSchedule& s) {
   return runs;
 }
 
+// Per key block: the members other than `member` that hold a token of it,
+// ascending; only for the blocks `member`'s schedule touches.
+std::vector<std::vector<std::int32_t>> block_peers(const TileSchedule& s, const ShardPlan& plan,
+                                                   std::int32_t member) {
+  std::vector<std::int32_t> owner(static_cast<std::size_t>(s.tokens), member);
+  for (std::int32_t r = 0; r < plan.cp_size; ++r) {
+    const std::int64_t* held = plan.rank_begin(r);
+    for (std::int64_t row = 0; row < plan.shard_len; ++row) {
+      if (held[row] != kPadPosition) owner[held[row]] = r;
+    }
+  }
+  std::vector<std::vector<std::int32_t>> peers(static_cast<std::size_t>(s.num_key_blocks));
+  for (const KeyBlockRun& run : touched_runs(s)) {
+    for (std::int64_t kb = run.first; kb <= run.last; ++kb) {
+      std::vector<std::int32_t>& p = peers[kb];
+      const std::int64_t end = std::min(s.tokens, (kb + 1) * s.block_size);
+      for (std::int64_t pos = kb * s.block_size; pos < end; ++pos) {
+        if (owner[pos] != member) p.push_back(owner[pos]);
+      }
+      std::sort(p.begin(), p.end());
+      p.erase(std::unique(p.begin(), p.end()), p.end());
+    }
+  }
+  return peers;
+}
+
+// Splits the schedule's key blocks into `groups` schedules by group_of(kb).
+std::vector<TileSchedule> split_schedule(const TileSchedule& s, std::size_t groups,
+                                         const std::vector<std::size_t>& group_of) {
+  std::vector<TileSchedule> out;
+  for (std::size_t g = 0; g < groups; ++g) {
+    std::vector<bool> keep(group_of.size());
+    for (std::size_t kb = 0; kb < group_of.size(); ++kb) keep[kb] = group_of[kb] == g;
+    out.push_back(restrict_schedule(s, keep));
+  }
+  return out;
+}
+
 }  // namespace
+
+TileSchedule restrict_schedule(const TileSchedule& schedule, const std::vector<bool>& keep) {
+  TileSchedule s = schedule;
+  s.runs.clear();
+  s.run_offsets.assign(1, 0);
+  s.tiles = 0;
+  for (std::int64_t qb = 0; qb < schedule.num_query_blocks; ++qb) {
+    for (std::int64_t i = schedule.run_offsets[qb]; i < schedule.run_offsets[qb + 1]; ++i) {
+      const KeyBlockRun& run = schedule.runs[i];
+      for (std::int64_t kb = run.first; kb <= run.last; ++kb) {
+        if (!keep[kb]) continue;
+        if (s.runs.size() > static_cast<std::size_t>(s.run_offsets.back()) &&
+            s.runs.back().last == kb - 1) {
+          s.runs.back().last = kb;
+        } else {
+          s.runs.push_back({kb, kb});
+        }
+        ++s.tiles;
+      }
+    }
+    s.run_offsets.push_back(static_cast<std::int64_t>(s.runs.size()));
+  }
+  return s;
+}
+
+OverlapPlan make_overlap_plan(const TileSchedule& schedule, const ShardPlan& plan,
+                              const KvExchangePlan& exchange, std::int32_t member) {
+  OverlapPlan o;
+  for (const KvTransfer& t : exchange.transfers) {
+    if (t.to == member) o.peers.push_back(t.from);
+    if (t.from == member) o.peers.push_back(t.to);
+  }
+  std::sort(o.peers.begin(), o.peers.end());
+  o.peers.erase(std::unique(o.peers.begin(), o.peers.end()), o.peers.end());
+  auto index_of = [&](std::int32_t peer) {
+    return static_cast<std::size_t>(std::lower_bound(o.peers.begin(), o.peers.end(), peer) -
+                                    o.peers.begin());
+  };
+  const std::vector<std::vector<std::int32_t>> needs = block_peers(schedule, plan, member);
+  const std::size_t groups = o.peers.size() + 1;
+  std::vector<std::size_t> first(needs.size()), last(needs.size());
+  for (std::size_t kb = 0; kb < needs.size(); ++kb) {
+    first[kb] = needs[kb].empty() ? groups - 1 : index_of(needs[kb].front());
+    last[kb] = needs[kb].empty() ? 0 : index_of(needs[kb].back()) + 1;
+  }
+  o.forward = split_schedule(schedule, groups, last);
+  o.backward = split_schedule(schedule, groups, first);
+  return o;
+}
 
 std::int64_t KvExchangePlan::tokens_received(std::int32_t member) const {
   std::int64_t n = 0;

@@ -55,4 +55,33 @@ struct KvExchangePlan {
 // N) beyond the members' tile schedules.
 Result<KvExchangePlan> make_kv_exchange_plan(const CpWorkload& workload, const ShardPlan& plan);
 
+// How one member overlaps its exchange with compute (docs/HYBRID_RUNTIME.md
+// section 10). It exchanges with its peers one at a time in ascending member
+// order (the same order on every member, so two members never wait on each
+// other's later peer), and splits its tiles by the peers their key blocks
+// need:
+//   forward:  group 0 holds the blocks whose tokens are all its own, computed
+//             while the keys travel; group i + 1 the blocks whose last
+//             needed peer (in exchange order) is peers[i], computed once
+//             that peer's keys are placed;
+//   backward: group i holds the blocks whose first needed peer is peers[i],
+//             not in an earlier group, so after group i every tile that
+//             touches peers[i]'s keys is done and its dK/dV can leave; the
+//             last group holds the own-key blocks, computed while the
+//             gradients travel.
+// Every tile of the schedule is in exactly one group of each list.
+struct OverlapPlan {
+  std::vector<std::int32_t> peers;     // members exchanged with, ascending
+  std::vector<TileSchedule> forward;   // peers.size() + 1 groups
+  std::vector<TileSchedule> backward;  // peers.size() + 1 groups
+};
+
+// `schedule` is member's; `exchange` the slot's plan over the same row.
+OverlapPlan make_overlap_plan(const TileSchedule& schedule, const ShardPlan& plan,
+                              const KvExchangePlan& exchange, std::int32_t member);
+
+// The schedule with only the key blocks `keep` marks (indexed by key block):
+// the same rows and masks, fewer runs and tiles.
+TileSchedule restrict_schedule(const TileSchedule& schedule, const std::vector<bool>& keep);
+
 }  // namespace fulcrum::attention

@@ -16,11 +16,14 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "attention/blocked_attention.h"
+#include "attention/kv_exchange.h"
 #include "attention/row_attention.h"
 #include "attention/tile_schedule.h"
 #include "fulcrum/cp_types.h"
@@ -37,7 +40,18 @@ struct AttentionStats {
   std::int64_t bytes_received = 0;
   std::int32_t peers = 0;
   double compute_ms = 0.0;  // the blocked attention
-  double comm_ms = 0.0;     // the K/V exchange, with gathering and placing rows
+  // This rank's thread's time on the K/V exchange that compute did not
+  // cover: gathering and placing rows, and waiting for the exchange.
+  double comm_ms = 0.0;
+  // Overlapped exchange only (0 otherwise): the exchange's own wall time on
+  // its background thread, and the part of it this rank's thread waited
+  // for; exchange_ms - wait_ms of it was hidden behind compute.
+  double exchange_ms = 0.0;
+  double wait_ms = 0.0;
+  // Tile groups computed as separate kernel calls: 1 without overlap, more
+  // when some of the tiles ran before (forward) or after (backward) peers'
+  // keys travelled.
+  std::int32_t groups = 0;
 };
 
 struct ShardedForward {
@@ -65,6 +79,23 @@ class KvExchange {
   // [N, H, 2D] -> the gradient of this rank's own keys [S, H, 2D], summed
   // over every rank's queries.
   virtual at::Tensor return_grads(const at::Tensor& dkv_global, AttentionStats& stats) = 0;
+
+  // Overlap with compute (the point-to-point exchange; see OverlapPlan in
+  // kv_exchange.h). nullptr: the exchange runs whole, as above.
+  virtual const OverlapPlan* overlap() const { return nullptr; }
+  // Places this rank's rows in the key buffer [N, H, 2D] it returns, starts
+  // the exchange, and calls compute(i, buffer) for forward group i of
+  // overlap() once the group's keys are in place.
+  virtual at::Tensor gather_overlapped(
+      const at::Tensor& kv, AttentionStats& stats,
+      const std::function<void(std::size_t, const at::Tensor&)>& compute);
+  // Calls compute(i) for backward group i of overlap(), which returns that
+  // group's share of the row's dK/dV [N, H, 2D] (undefined: none); each
+  // peer's rows leave once its group is done. `like` is a local [S, H, D]
+  // tensor of the pass (heads, head_dim, dtype, device). Returns the
+  // gradient of this rank's own keys [S, H, 2D], as return_grads.
+  virtual at::Tensor return_grads_overlapped(const at::Tensor& like, AttentionStats& stats,
+                                             const std::function<at::Tensor(std::size_t)>& compute);
 };
 
 class ShardedAttention : public RowAttention,
@@ -94,6 +125,14 @@ class ShardedAttention : public RowAttention,
                    std::unique_ptr<KvExchange> exchange);
 
  private:
+  ShardedForward forward_overlapped(const at::Tensor& q, const at::Tensor& kv,
+                                    const OverlapPlan& overlap, AttentionStats& stats);
+  ShardedGrads backward_overlapped(const at::Tensor& q, const ShardedForward& forward,
+                                   const at::Tensor& dout, const OverlapPlan& overlap,
+                                   AttentionStats& stats);
+  void finish_forward(const AttentionStats& stats);
+  void finish_backward(const AttentionStats& stats);
+
   std::string name_;
   ShardPlan plan_;
   TileSchedule schedule_;

@@ -2,11 +2,15 @@
 
 #include <ATen/ATen.h>
 
+#include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "attention/exchange_thread.h"
 
 namespace fulcrum::attention {
 namespace {
@@ -34,8 +38,9 @@ class PeerKvExchange final : public KvExchange {
  public:
   PeerKvExchange(const std::vector<std::int32_t>& ranks, std::int32_t member, const ShardPlan& plan,
                  const KvExchangePlan& exchange, std::shared_ptr<comm::Communicator> world,
-                 std::string label)
-      : world_(std::move(world)),
+                 std::string label, std::optional<OverlapPlan> overlap)
+      : overlap_(std::move(overlap)),
+        world_(std::move(world)),
         label_(label.empty() ? std::string("slot") : std::move(label)),
         tokens_(exchange.tokens),
         shard_len_(plan.shard_len) {
@@ -49,12 +54,15 @@ class PeerKvExchange final : public KvExchange {
     own_rows_ = index_tensor(own_rows);
     own_positions_ = index_tensor(own_positions);
     for (const KvTransfer* t : exchange.incoming(member)) {
-      incoming_.push_back({ranks[t->from], index_tensor(t->rows), index_tensor(t->positions)});
+      incoming_.push_back(
+          {ranks[t->from], t->from, index_tensor(t->rows), index_tensor(t->positions)});
     }
     for (const KvTransfer* t : exchange.outgoing(member)) {
-      outgoing_.push_back({ranks[t->to], index_tensor(t->rows), index_tensor(t->positions)});
+      outgoing_.push_back({ranks[t->to], t->to, index_tensor(t->rows), index_tensor(t->positions)});
     }
   }
+
+  const OverlapPlan* overlap() const override { return overlap_ ? &*overlap_ : nullptr; }
 
   // Own rows and received ones placed at their global positions; key
   // blocks no tile touches are never filled and never read.
@@ -109,13 +117,102 @@ class PeerKvExchange final : public KvExchange {
     return dkv;
   }
 
+  // The forward exchange one peer at a time on a background thread; the
+  // own-key tiles compute meanwhile, each peer's group once its rows are in.
+  at::Tensor gather_overlapped(
+      const at::Tensor& kv, AttentionStats& stats,
+      const std::function<void(std::size_t, const at::Tensor&)>& compute) override {
+    const at::Device device = kv.device();
+    std::vector<ExchangeThread::Step> steps(overlap_->peers.size());
+    std::vector<at::Tensor> received(steps.size());
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      if (const TransferIndex* t = find(outgoing_, overlap_->peers[i])) {
+        steps[i].sends.push_back({t->peer_rank, kv.index_select(0, t->rows.to(device))});
+        stats.bytes_sent += bytes_of(steps[i].sends.back().tensor);
+      }
+      if (const TransferIndex* t = find(incoming_, overlap_->peers[i])) {
+        received[i] = at::empty({t->rows.size(0), kv.size(1), kv.size(2)}, kv.options());
+        steps[i].receives.push_back({t->peer_rank, received[i]});
+        stats.bytes_received += bytes_of(received[i]);
+      }
+    }
+    stats.peers = static_cast<std::int32_t>(steps.size());
+    ExchangeThread thread(world_, label_ + " forward", std::move(steps));
+    at::Tensor kv_global = at::zeros({tokens_, kv.size(1), kv.size(2)}, kv.options());
+    kv_global.index_copy_(0, own_positions_.to(device), kv.index_select(0, own_rows_.to(device)));
+    compute(0, kv_global);
+    for (std::size_t i = 0; i < received.size(); ++i) {
+      thread.wait(i);
+      if (!received[i].defined()) continue;  // a peer that only receives from this one
+      kv_global.index_copy_(0, find(incoming_, overlap_->peers[i])->positions.to(device),
+                            received[i]);
+      compute(i + 1, kv_global);
+    }
+    thread.finish();
+    stats.exchange_ms += thread.exchange_ms();
+    stats.wait_ms += thread.wait_ms();
+    return kv_global;
+  }
+
+  // The mirror: group i's tiles, then peer i's dK/dV leave on the background
+  // thread while group i + 1 computes; the own-key tiles last.
+  at::Tensor return_grads_overlapped(
+      const at::Tensor& like, AttentionStats& stats,
+      const std::function<at::Tensor(std::size_t)>& compute) override {
+    const at::Device device = like.device();
+    const std::int64_t heads = like.size(1);
+    const std::int64_t width = 2 * like.size(2);
+    const std::size_t peers = overlap_->peers.size();
+    std::vector<ExchangeThread::Step> steps(peers);
+    std::vector<at::Tensor> received(peers);
+    for (std::size_t i = 0; i < peers; ++i) {
+      steps[i].sends_later = find(incoming_, overlap_->peers[i]) != nullptr;
+      if (const TransferIndex* t = find(outgoing_, overlap_->peers[i])) {
+        received[i] = at::empty({t->rows.size(0), heads, width}, like.options());
+        steps[i].receives.push_back({t->peer_rank, received[i]});
+        stats.bytes_received += bytes_of(received[i]);
+      }
+    }
+    stats.peers = static_cast<std::int32_t>(peers);
+    ExchangeThread thread(world_, label_ + " backward", std::move(steps));
+    at::Tensor acc = at::zeros({tokens_, heads, width}, like.options());  // dK/dV so far
+    for (std::size_t i = 0; i <= peers; ++i) {
+      const at::Tensor part = compute(i);
+      if (part.defined()) acc.add_(part);
+      const TransferIndex* t = i < peers ? find(incoming_, overlap_->peers[i]) : nullptr;
+      if (t == nullptr) continue;
+      at::Tensor send = acc.index_select(0, t->positions.to(device));
+      stats.bytes_sent += bytes_of(send);
+      thread.provide(i, {{t->peer_rank, std::move(send)}});
+    }
+    thread.finish();
+    stats.exchange_ms += thread.exchange_ms();
+    stats.wait_ms += thread.wait_ms();
+    at::Tensor dkv = at::zeros({shard_len_, heads, width}, like.options());
+    dkv.index_copy_(0, own_rows_.to(device), acc.index_select(0, own_positions_.to(device)));
+    for (std::size_t i = 0; i < peers; ++i) {  // peer order, as return_grads
+      if (received[i].defined()) {
+        dkv.index_add_(0, find(outgoing_, overlap_->peers[i])->rows.to(device), received[i]);
+      }
+    }
+    return dkv;
+  }
+
  private:
   // Rows and global positions of one transfer, as index tensors.
   struct TransferIndex {
     std::int32_t peer_rank = 0;  // world rank of the other member
+    std::int32_t peer = 0;       // its member index
     at::Tensor rows;             // int64, the sender's local rows
     at::Tensor positions;        // int64, their global positions
   };
+
+  static const TransferIndex* find(const std::vector<TransferIndex>& list, std::int32_t peer) {
+    for (const TransferIndex& t : list) {
+      if (t.peer == peer) return &t;
+    }
+    return nullptr;
+  }
 
   // The world's exchange, its CommError prefixed with the label and pass.
   void exchange(const char* pass, const std::vector<comm::PeerMessage>& sends,
@@ -127,6 +224,7 @@ class PeerKvExchange final : public KvExchange {
     }
   }
 
+  std::optional<OverlapPlan> overlap_;
   std::shared_ptr<comm::Communicator> world_;
   std::string label_;
   std::int64_t tokens_ = 0;
@@ -186,8 +284,12 @@ Result<std::shared_ptr<SlotAttention>> SlotAttention::create(
   Result<KvExchangePlan> exchange = make_kv_exchange_plan(row, plan);
   if (!exchange) return exchange.status();
 
+  std::optional<OverlapPlan> overlap;
+  if (options.overlap && plan.cp_size > 1) {
+    overlap = make_overlap_plan(*schedule, plan, *exchange, *member);
+  }
   auto peers = std::make_unique<PeerKvExchange>(ranks, *member, plan, *exchange, std::move(world),
-                                                options.label);
+                                                options.label, std::move(overlap));
   std::shared_ptr<SlotAttention> a(
       new SlotAttention(plan, std::move(schedule).value(), std::move(peers), options));
   a->ranks_ = std::move(ranks);

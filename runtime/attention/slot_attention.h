@@ -5,14 +5,19 @@
 // CP group.
 //
 //   forward:  each member sends each peer the K/V rows that peer needs and
-//             receives its own needs, all in one exchange; its own rows and
-//             the received ones are placed at their global positions of a
-//             key buffer; blocked attention of the local queries over the
-//             tiles its TileSchedule lists. Key blocks no tile touches are
-//             never filled and never read.
+//             receives its own needs; its own rows and the received ones are
+//             placed at their global positions of a key buffer; blocked
+//             attention of the local queries over the tiles its TileSchedule
+//             lists. Key blocks no tile touches are never filled and never
+//             read. With overlap (the default) the exchange runs one peer at
+//             a time on a background thread while the tiles of the member's
+//             own keys compute, each peer's tiles once its rows are placed,
+//             the partial results merged by log-sum-exp; without it, one
+//             exchange before the first tile.
 //   backward: recompute tiles from (O, L); dK/dV of the received keys go back
-//             to their owners in one exchange, the mirror of the forward
-//             one, and each owner adds them to the gradient of its own keys.
+//             to their owners (with overlap, each peer's once the tiles of
+//             its keys are done, while the next peer's compute), and each
+//             owner adds them to the gradient of its own keys.
 //
 // Both sides derive what travels from the replicated row and plan, so no
 // sizes or positions go over the wire. A slot of one member communicates
@@ -49,6 +54,10 @@ struct SlotAttentionOptions {
   // forward: exchange on group world timed out ..."), so a stalled peer is
   // named with the slot and wave it failed in. Empty: "slot".
   std::string label;
+  // Overlap the exchange with compute (kv_exchange.h, OverlapPlan): one
+  // peer at a time on a background thread, the tiles whose keys are here
+  // first. Off: every row travels before the first tile, in one exchange.
+  bool overlap = true;
 };
 
 // The names hybrid mode's callers know the shared types by.

@@ -47,7 +47,7 @@ std::string number(double value) {
 }  // namespace
 
 Result<LinearFit> fit_nonnegative(const std::vector<std::vector<double>>& columns,
-                                  const std::vector<double>& y) {
+                                  const std::vector<double>& y, bool relative) {
   if (columns.empty() || y.size() < columns.size()) {
     return invalid_argument("calibration has " + std::to_string(y.size()) + " measurements for " +
                             std::to_string(columns.size()) + " coefficients; measure more shapes");
@@ -57,13 +57,27 @@ Result<LinearFit> fit_nonnegative(const std::vector<std::vector<double>>& column
   // 32 MiB messages), and an absolute fit would leave the small ones at
   // several times their measured time.
   std::vector<std::vector<double>> scaled = columns;
-  std::vector<double> ones(y.size(), 1.0);
+  std::vector<double> ones(y.size(), 1.0);  // with !relative: y itself
   for (std::size_t s = 0; s < y.size(); ++s) {
     if (!(y[s] > 0)) {
       return invalid_argument("calibration measurement " + std::to_string(s) + " is " +
                               std::to_string(y[s]) + " s; times must be positive");
     }
+    if (!relative) {
+      ones[s] = y[s];
+      continue;
+    }
     for (auto& column : scaled) column[s] /= y[s];
+  }
+  // Plain errors: each column scaled to a largest magnitude of 1 (bytes run
+  // to millions where peers are a few), so the normal equations stay well
+  // conditioned; the coefficients are scaled back below.
+  std::vector<double> unit(columns.size(), 1.0);
+  for (std::size_t i = 0; i < columns.size() && !relative; ++i) {
+    double largest = 0;
+    for (double v : columns[i]) largest = std::max(largest, std::abs(v));
+    if (largest > 0) unit[i] = largest;
+    for (double& v : scaled[i]) v /= unit[i];
   }
   std::vector<std::size_t> active(columns.size());
   for (std::size_t i = 0; i < active.size(); ++i) active[i] = i;
@@ -80,7 +94,9 @@ Result<LinearFit> fit_nonnegative(const std::vector<std::vector<double>>& column
     }
     const auto worst = std::min_element(x.begin(), x.end());
     if (*worst >= 0) {
-      for (std::size_t i = 0; i < active.size(); ++i) fit.coefficients[active[i]] = x[i];
+      for (std::size_t i = 0; i < active.size(); ++i) {
+        fit.coefficients[active[i]] = x[i] / unit[active[i]];
+      }
       break;
     }
     active.erase(active.begin() + (worst - x.begin()));
@@ -128,6 +144,85 @@ Result<TransferFit> fit_transfer(const std::vector<TransferSample>& samples) {
         "run again on an idle machine or with more --repetitions");
   }
   return TransferFit{fit->coefficients[0], 1.0 / fit->coefficients[1], fit->max_relative_error};
+}
+
+namespace {
+
+// The fitted terms of fit_slots into `p`.
+void set_slot_terms(const std::vector<double>& x, bool exchange, double kv_bytes_per_token,
+                    CostProfile& p) {
+  p.tile_seconds = x[0];
+  p.token_seconds = x[1];
+  p.slot_seconds = x[2];
+  if (!exchange) return;
+  constexpr double kFastest = 1e15;  // validate_cost_profile's largest bandwidth
+  const double bandwidth = x[3] > 1.0 / kFastest ? 1.0 / x[3] : kFastest;
+  p.kv_bytes_per_token = kv_bytes_per_token;
+  p.intra_node_bytes_per_second = bandwidth;
+  p.inter_node_bytes_per_second = bandwidth;
+  p.latency_seconds = x[4];
+}
+
+}  // namespace
+
+Result<SlotFit> fit_slots(const std::vector<SlotSample>& samples, const CostProfile& start,
+                          double kv_bytes_per_token) {
+  bool exchange = false;
+  for (const SlotSample& s : samples) exchange = exchange || s.kv_bytes > 0 || s.peers > 0;
+  std::vector<std::vector<double>> columns(exchange ? 5 : 3);
+  std::vector<double> y;
+  for (const SlotSample& s : samples) {
+    columns[0].push_back(static_cast<double>(s.tiles));
+    columns[1].push_back(static_cast<double>(s.tokens));
+    columns[2].push_back(1.0);
+    if (exchange) {
+      columns[3].push_back(static_cast<double>(s.kv_bytes));
+      columns[4].push_back(static_cast<double>(s.peers));
+    }
+    y.push_back(s.seconds);
+  }
+  // A term the samples cannot tell from the others (every slot of two
+  // members has one peer, so peers repeats the constant) is dropped, held
+  // at 0 (the others absorb it), and the rest fitted: latency first, then
+  // the bytes, then tokens.
+  if (y.size() < columns.size()) {
+    return invalid_argument("the whole-slot fit has " + std::to_string(y.size()) + " rows for " +
+                            std::to_string(columns.size()) +
+                            " terms; time more slots (more steps, or a bigger batch)");
+  }
+  Result<LinearFit> fit = fit_nonnegative(columns, y, false);
+  std::vector<std::size_t> kept(columns.size());
+  for (std::size_t i = 0; i < kept.size(); ++i) kept[i] = i;
+  for (std::size_t drop : {4, 3, 1}) {
+    if (fit || drop >= columns.size()) continue;
+    kept.erase(std::find(kept.begin(), kept.end(), drop));
+    std::vector<std::vector<double>> fewer;
+    for (std::size_t i : kept) fewer.push_back(columns[i]);
+    fit = fit_nonnegative(fewer, y, false);
+  }
+  if (!fit) return fit.status();
+  std::vector<double> x(columns.size(), 0.0);
+  for (std::size_t i = 0; i < kept.size(); ++i) x[kept[i]] = fit->coefficients[i];
+  fit->coefficients = x;
+  SlotFit out;
+  out.profile = start;
+  out.exchange_fitted = exchange;
+  set_slot_terms(fit->coefficients, exchange, kv_bytes_per_token, out.profile);
+  std::vector<double> magnitudes;
+  for (std::size_t s = 0; s < y.size(); ++s) {
+    double predicted = 0;
+    for (std::size_t i = 0; i < columns.size(); ++i) {
+      predicted += fit->coefficients[i] * columns[i][s];
+    }
+    out.errors.push_back((predicted - y[s]) / y[s]);
+    magnitudes.push_back(std::abs(out.errors.back()));
+  }
+  std::sort(magnitudes.begin(), magnitudes.end());
+  const std::size_t n = magnitudes.size();
+  out.median_abs_error =
+      n % 2 ? magnitudes[n / 2] : 0.5 * (magnitudes[n / 2 - 1] + magnitudes[n / 2]);
+  out.max_abs_error = magnitudes.back();
+  return out;
 }
 
 std::string profile_yaml(const CostProfile& p, const std::vector<std::string>& provenance) {

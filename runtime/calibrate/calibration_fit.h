@@ -41,8 +41,10 @@ struct LinearFit {
 // (each equation divided by its y), coefficients >= 0. Fails when there are
 // fewer samples than columns, a y is not positive, or the columns do not
 // separate the coefficients.
+// With `relative` false the plain squared errors are minimised instead
+// (every y must still be positive).
 Result<LinearFit> fit_nonnegative(const std::vector<std::vector<double>>& columns,
-                                  const std::vector<double>& y);
+                                  const std::vector<double>& y, bool relative = true);
 
 struct ComputeFit {
   LinearFit forward;  // {a, b, c} in seconds per tile, per token, per call
@@ -56,6 +58,40 @@ struct TransferFit {
   double max_relative_error = 0;
 };
 Result<TransferFit> fit_transfer(const std::vector<TransferSample>& samples);
+
+// Whole slots: one member of one slot as the cost model counts it
+// (core/schedule.cpp's cost_slot) and the time it measured. kv_bytes is the
+// K/V the member received plus sent in the forward, at the model's own bytes
+// per token (the exchange term's bytes).
+struct SlotSample {
+  std::int32_t group = 1;  // g, the slot's members
+  std::int64_t tokens = 0;
+  std::int64_t tiles = 0;
+  std::int64_t peers = 0;
+  std::int64_t kv_bytes = 0;
+  double seconds = 0;
+};
+
+struct SlotFit {
+  CostProfile profile;
+  std::vector<double> errors;  // per sample: (predicted - measured) / measured
+  double median_abs_error = 0;
+  double max_abs_error = 0;
+  bool exchange_fitted = false;  // false: the samples had no exchange, start's terms kept
+};
+
+// Fits a member's slot time = a tiles + b tokens + c + d kv_bytes + e peers
+// (fit_nonnegative on plain, not relative, errors: a rank's time is the sum
+// of its slots', and with noisy times a relative fit under-predicts the long
+// slots that dominate the sum) and returns `start` with a, b, c as tile, token and slot
+// seconds and, when some sample exchanged K/V, kv_bytes_per_token set to
+// `kv_bytes_per_token` (the model's), both bandwidths to 1 / d (the largest a
+// profile allows when d is 0) and latency to e. A term the samples cannot
+// separate from the others (peers, then bytes, then tokens) is held at 0
+// and the others absorb it. Deterministic: the same
+// samples in the same order give bit-identical profiles on every rank.
+Result<SlotFit> fit_slots(const std::vector<SlotSample>& samples, const CostProfile& start,
+                          double kv_bytes_per_token);
 
 // The profile as YAML: `provenance` lines as comments, then one mapping with
 // exactly CostProfile's keys in declaration order.

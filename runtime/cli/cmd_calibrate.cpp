@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -32,6 +33,11 @@
 #include "commands.h"
 #include "host/input_file.h"
 #include "launch/launch.h"
+#ifdef FULCRUM_HAVE_TRAINER
+#include "train/fit_records.h"
+#include "train/job_schema.h"
+#include "train/options.h"
+#endif
 
 namespace fulcrum::cli {
 namespace {
@@ -41,17 +47,31 @@ namespace fs = std::filesystem;
 
 constexpr const char* kUsage =
     "Usage: fulcrum calibrate --output FILE.yaml [--repetitions R] [--name NAME] [--force]\n"
+    "       fulcrum calibrate --config JOB.yaml [--output FILE.yaml] [--steps N]\n"
+    "                         [--repetitions R] [--set KEY=VALUE ...] [--name NAME] [--force]\n"
     "\n"
-    "Times the runtime's blocked attention per tile and per token (forward and\n"
-    "backward, several row shapes) and c10d Gloo point-to-point and all-gather\n"
-    "between two local processes, fits the step-time cost model's coefficients\n"
-    "and writes them as a profile file (one YAML mapping, CostProfile's keys).\n"
+    "With --config (a parallel.mode: hybrid job): trains the job itself for N steps\n"
+    "(default 3; the first is a warm-up) with the schedulers fixed, megatron_dcp and\n"
+    "hybrid compared R times each per batch (default 3), and fits every cost-model\n"
+    "term to the whole slots' measured times, member by member (per slot member:\n"
+    "a tiles + b tokens + c + K/V bytes / bandwidth + latency x peers), on the job's\n"
+    "model, device and threads. Prints each term and the fit's per-row error and\n"
+    "writes the profile (to --output, else stdout). docs/HYBRID_RUNTIME.md, section 12.\n"
+    "\n"
+    "Without --config: times the runtime's blocked attention per tile and per\n"
+    "token (forward and backward, several row shapes) and c10d Gloo\n"
+    "point-to-point and all-gather between two local processes, fits the\n"
+    "step-time cost model's coefficients and writes them as a profile file (one\n"
+    "YAML mapping, CostProfile's keys).\n"
     "Every figure is a median of R repetitions.\n";
 
 constexpr const char* kMeasurerName = "fulcrum-calibrate";
 constexpr std::string_view kLinePrefix = "@calibrate ";
 
 struct CalibrateFlags {
+  std::string config;
+  std::string steps = "3";
+  std::vector<std::string> overrides;
   std::string output;
   std::string repetitions = "5";
   std::string name = "cpu_calibrated";
@@ -67,7 +87,13 @@ po::options_description calibrate_options(CalibrateFlags& f) {
       ("repetitions", po::value(&f.repetitions)->value_name("R"),
        "repetitions per measurement, the median is kept; 1 to 20, about 3 s each (default: 5)")  //
       ("name", po::value(&f.name)->value_name("NAME"),
-       "the profile's name (default: cpu_calibrated)")                           //
+       "the profile's name (default: cpu_calibrated; with --config: job_calibrated)")  //
+      ("config", po::value(&f.config)->value_name("JOB.yaml"),
+       "fit the profile to this hybrid job's whole slots")  //
+      ("steps", po::value(&f.steps)->value_name("N"),
+       "with --config: training steps to time, the first a warm-up; 2 to 50 (default: 3)")  //
+      ("set", po::value(&f.overrides)->value_name("KEY=VALUE")->composing(),
+       "with --config: override a key of the job, as fulcrum train --set")       //
       ("force", po::bool_switch(&f.force), "replace an existing --output file")  //
       ("help,h", po::bool_switch(&f.help), "show this help");
   return options;
@@ -376,11 +402,173 @@ void fit_and_write(const CalibrateFlags& f, const Measurements& m, unsigned core
 
 #endif
 
+#ifdef FULCRUM_HAVE_TRAINER
+// The job's options, checked as fulcrum train checks them; refused when the
+// job has no slots to time or none that exchange.
+train::TrainOptions job_options(const CalibrateFlags& f) {
+  CommonOptions common;
+  common.config_path = f.config;
+  common.overrides = f.overrides;
+  const host::Config config = load_config_or_throw(common);
+  Result<train::TrainOptions> o = train::train_options_from_config(config);
+  if (!o) throw UsageError(o.status().message());
+  if (o->mode != train::ParallelMode::kHybrid) {
+    throw UsageError("--config " + quote_text(f.config) +
+                     " is a parallel.mode: fixed job, which runs no slots to time; calibrate a "
+                     "hybrid job (e.g. configs/hybrid.yaml) or add --set parallel.mode=hybrid");
+  }
+  if (o->dp_size < 2) {
+    throw UsageError("--config " + quote_text(f.config) +
+                     " runs on 1 rank, so no slot exchanges K/V and the exchange terms cannot be "
+                     "fitted; give the job at least 2 ranks (parallel.world_size)");
+  }
+  return std::move(o).value();
+}
+
+// Every step's rows (slot members) from the metrics file, the first step
+// (the warm-up) left out.
+std::vector<calibrate::SlotSample> read_fit_samples(const fs::path& metrics) {
+  std::ifstream in(metrics);
+  std::vector<calibrate::SlotSample> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::ordered_json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.contains("fit_samples") || j.value("step", 0) <= 1) continue;
+    for (const calibrate::SlotSample& s : train::fit_samples_from_json(j["fit_samples"])) {
+      out.push_back(s);
+    }
+  }
+  return out;
+}
+
+// The fit's signed error by group size: a term the model lacks for bigger
+// slots shows as errors that move with g.
+std::string errors_by_group(const std::vector<calibrate::SlotSample>& rows,
+                            const std::vector<double>& errors) {
+  std::map<std::int32_t, std::vector<double>> by_g;
+  for (std::size_t i = 0; i < rows.size(); ++i) by_g[rows[i].group].push_back(errors[i]);
+  std::string out;
+  for (auto& [g, e] : by_g) {
+    std::sort(e.begin(), e.end());
+    out += (out.empty() ? "" : ", ") + std::string("g = ") + std::to_string(g) + ": " +
+           std::to_string(e.size()) + " rows, median " + fixed(100 * e[e.size() / 2], 1) + "%";
+  }
+  return out;
+}
+
+std::vector<std::string> job_provenance(const CalibrateFlags& f, const train::TrainOptions& job,
+                                        std::int64_t steps, std::int64_t repetitions,
+                                        const std::vector<calibrate::SlotSample>& rows,
+                                        const calibrate::SlotFit& fit);
+
+// Trains the job for --steps steps with the schedulers compared, then fits
+// and writes the profile.
+int calibrate_job(CalibrateFlags& f) {
+  const std::int64_t steps = parse_int(f.steps, "--steps", 2, 50, "e.g. --steps 3");
+  const std::int64_t repetitions = parse_repetitions(f.repetitions);
+  if (f.name == "cpu_calibrated") f.name = "job_calibrated";
+  check_name(f.name);
+  if (!f.output.empty()) check_output(f);
+  std::error_code same_ec;
+  if (!f.output.empty() && fs::equivalent(f.config, f.output, same_ec)) {
+    throw UsageError("--output " + quote_text(f.output) +
+                     " is the job's --config file; give the profile another path");
+  }
+  const train::TrainOptions job = job_options(f);
+  char dir_template[] = "/tmp/fulcrum-calibrate-XXXXXX";
+  if (::mkdtemp(dir_template) == nullptr) {
+    throw std::runtime_error(std::string("cannot make a temporary directory in /tmp: ") +
+                             std::strerror(errno));
+  }
+  const fs::path dir(dir_template);
+  const fs::path metrics = dir / "metrics.jsonl";
+  std::vector<std::string> args = {"--config", f.config};
+  for (const std::string& o : f.overrides) args.insert(args.end(), {"--set", o});
+  args.insert(args.end(),
+              {"--set", "train.steps=" + std::to_string(steps), "--set", "train.checkpoint_every=0",
+               "--set", "train.resume=none", "--metrics", metrics.string(), "--compare-schedulers",
+               "fixed,megatron_dcp,hybrid", "--compare-repetitions", std::to_string(repetitions)});
+  const int code = run_train(args);
+  const std::vector<calibrate::SlotSample> rows = read_fit_samples(metrics);
+  std::error_code ignored;
+  fs::remove_all(dir, ignored);
+  if (code != kExitOk) return code;
+  const double kv = 2.0 * static_cast<double>(job.model.hidden_size * job.model.num_layers) *
+                    (job.dtype == train::Dtype::kFloat64 ? 8.0 : 4.0);
+  CostProfile start = job.profile;
+  start.name = f.name;
+  Result<calibrate::SlotFit> fit = calibrate::fit_slots(rows, start, kv);
+  if (!fit) throw std::runtime_error("the whole-slot fit failed: " + fit.status().message());
+  const std::vector<std::string> provenance =
+      job_provenance(f, job, steps, repetitions, rows, *fit);
+  const std::string yaml = calibrate::profile_yaml(fit->profile, provenance);
+  for (const std::string& line : provenance) std::cerr << line << "\n";
+  if (f.output.empty()) {
+    std::cout << yaml;
+  } else {
+    write_atomically(f.output, yaml);
+    std::cerr << "wrote " << f.output << "\n";
+  }
+  return kExitOk;
+}
+
+// The profile file's comments: how it was measured and how well it fits.
+std::vector<std::string> job_provenance(const CalibrateFlags& f, const train::TrainOptions& job,
+                                        std::int64_t steps, std::int64_t repetitions,
+                                        const std::vector<calibrate::SlotSample>& rows,
+                                        const calibrate::SlotFit& fit) {
+  const CostProfile& p = fit.profile;
+  std::string command = "fulcrum calibrate --config " + f.config;
+  for (const std::string& o : f.overrides) command += " --set " + o;
+  command += " --steps " + std::to_string(steps) + " --repetitions " + std::to_string(repetitions) +
+             " --name " + f.name;
+  const std::vector<std::string> provenance = {
+      command,
+      "on " + host_name() + " (" + cpu_model() + "), " + utc_now() + ", " + load_average() +
+          " when done.",
+      "Rows: " + std::to_string(rows.size()) + " slot members of steps 2.." +
+          std::to_string(steps) +
+          " of the job (step 1 a warm-up), under the schedulers fixed, "
+          "megatron_dcp and hybrid, each the median of " +
+          std::to_string(repetitions) +
+          " runs; time = " + (job.device == train::Device::kCpu ? "thread CPU" : "wall") +
+          " time of the slot's forward and backward of the whole model.",
+      "Fit: a tiles + b tokens + c + K/V bytes / bandwidth + latency x peers per member,",
+      "  non-negative least squares on plain errors: a = " + sci(p.tile_seconds) + " s/tile, b = " +
+          sci(p.token_seconds) + " s/token, c = " + sci(p.slot_seconds) + " s/slot,",
+      "  bandwidth = " + sci(p.intra_node_bytes_per_second) +
+          " B/s, latency = " + sci(p.latency_seconds) + " s/peer" +
+          (fit.exchange_fitted ? "" : " (no row exchanged: the job's profile's, not fitted)"),
+      "  per-row error: median |e| " + fixed(100 * fit.median_abs_error, 1) + "%, max " +
+          fixed(100 * fit.max_abs_error, 1) + "%",
+      "  by group size (signed): " + errors_by_group(rows, fit.errors),
+      "kv_bytes_per_token: the job's K and V of one token over all layers (2 x hidden x layers "
+      "x dtype bytes).",
+  };
+  return provenance;
+}
+#else
+int calibrate_job(CalibrateFlags&) {
+  throw UsageError(
+      "this fulcrum was built without LibTorch, so it cannot train the job to time its slots; "
+      "rebuild with LibTorch (see CONTRIBUTING.md)");
+}
+#endif
+
 int calibrate_body(const std::vector<std::string>& args) {
   CalibrateFlags f;
   const po::options_description options = calibrate_options(f);
-  parse_command_line(args, options, "calibrate");
+  const po::variables_map given = parse_command_line(args, options, "calibrate");
   if (printed_help(f.help, kUsage, options)) return kExitOk;
+  if (given.count("config") != 0) {
+    if (given.count("repetitions") == 0) f.repetitions = "3";
+    return calibrate_job(f);
+  }
+  if (given.count("set") != 0 || given.count("steps") != 0) {
+    throw UsageError(
+        "--set and --steps are read only with --config JOB.yaml; add --config, or "
+        "drop them to time the attention kernel alone");
+  }
   const std::int64_t repetitions = parse_repetitions(f.repetitions);
   check_name(f.name);
   check_output(f);

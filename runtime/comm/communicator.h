@@ -19,6 +19,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -148,6 +149,11 @@ struct ProcessGroups {
   std::shared_ptr<Communicator> world;
   std::shared_ptr<Communicator> dp;
   std::shared_ptr<Communicator> cp;
+  // A counter every rank of the job shares: adds `delta` to `key` and
+  // returns the new value, atomically across ranks (the rendezvous store's
+  // add; one process: a counter of its own). Throws CommError when the store
+  // fails. Unset for groups built by hand (tests).
+  std::function<std::int64_t(const std::string& key, std::int64_t delta)> shared_add;
 };
 
 }  // namespace fulcrum::comm

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <exception>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -313,6 +314,10 @@ ProcessGroups init_gloo_process_groups(const GlooOptions& o) {
     groups.world = std::make_shared<LocalCommunicator>(layout->world.name, o.op_timeout);
     groups.dp = std::make_shared<LocalCommunicator>(layout->dp.name, o.op_timeout);
     groups.cp = std::make_shared<LocalCommunicator>(layout->cp.name, o.op_timeout);
+    auto counts = std::make_shared<std::map<std::string, std::int64_t>>();
+    groups.shared_add = [counts](const std::string& key, std::int64_t delta) {
+      return (*counts)[key] += delta;
+    };
     return groups;
   }
   std::string rendezvous_dir = o.rendezvous_dir;
@@ -346,6 +351,15 @@ ProcessGroups init_gloo_process_groups(const GlooOptions& o) {
   groups.world = make_group(layout->world, setup);
   groups.cp = make_group(layout->cp, setup);
   groups.dp = make_group(layout->dp, setup);
+  auto shared = c10::make_intrusive<c10d::PrefixStore>("fulcrum/shared", store);
+  groups.shared_add = [shared, who](const std::string& key, std::int64_t delta) {
+    try {
+      return shared->add(key, delta);
+    } catch (const std::exception& e) {
+      throw CommError("shared counter " + key + " on the rendezvous store failed on " + who + ": " +
+                      first_line(e) + "; the store or a rank has gone, check the logs");
+    }
+  };
   return groups;
 }
 

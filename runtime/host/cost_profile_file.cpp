@@ -45,7 +45,15 @@ const Field kDoubleFields[] = {
      "bandwidth between nodes, bytes per second; a number > 0", true},
     {"latency_seconds", &CostProfile::latency_seconds,
      "seconds per peer a member exchanges with; a number >= 0", false},
+    {"exchange_overlap", &CostProfile::exchange_overlap,
+     "share of min(compute, exchange) a member's exchange hides behind its compute, in [0, 1]; "
+     "optional, 0 when absent",
+     false},
 };
+
+// Keys a profile may leave out (default 0): later terms, so that older files
+// keep their meaning.
+bool optional_key(const std::string& key) { return key == "exchange_overlap"; }
 
 const ConfigSchema& profile_schema() {
   static const ConfigSchema schema = [] {
@@ -127,7 +135,7 @@ Result<CostProfile> load_cost_profile_string(const std::string& yaml, const std:
   }
   const Config& config = *loaded;
   for (const KeySpec& spec : profile_schema().keys()) {
-    if (!config.is_set(spec.key)) {
+    if (!config.is_set(spec.key) && !optional_key(spec.key)) {
       return invalid_argument("cost profile " + file + " does not set " + spec.key + " (" +
                               spec.help + "); a profile sets every one of " + field_list());
     }

@@ -61,6 +61,19 @@ TEST(CostProfileFileTest, BundledProfilesRoundTripThroughAFile) {
   }
 }
 
+// exchange_overlap came later (ABI 1.3): a file without it is read as 0,
+// the cost model before it; one that sets it is read exactly.
+TEST(CostProfileFileTest, ExchangeOverlapIsOptionalAndReadWhenSet) {
+  const CostProfile bundled = builtin_cost_profile("cpu_gloo").value();
+  auto without = load_cost_profile_string(yaml_of(bundled), "p.yaml");
+  ASSERT_TRUE(without.is_ok()) << without.status().message();
+  EXPECT_EQ(without->exchange_overlap, 0.0);
+  auto with = load_cost_profile_string(yaml_of(bundled) + "exchange_overlap: 0.625\n", "p.yaml");
+  ASSERT_TRUE(with.is_ok()) << with.status().message();
+  EXPECT_EQ(with->exchange_overlap, 0.625);
+  EXPECT_EQ(with->tile_seconds, bundled.tile_seconds);
+}
+
 struct Hostile {
   const char* what;
   std::string yaml;
@@ -109,6 +122,10 @@ TEST(CostProfileFileTest, HostileContentIsRefusedInOneLine) {
        "tile_seconds must be"},
       {"two documents", good + "---\n" + good, "2 YAML documents"},
       {"malformed", "name: [unclosed\n", "malformed YAML"},
+      {"overlap above 1", good + "exchange_overlap: 1.5\n", "exchange_overlap = 1.5 must be <= 1"},
+      {"negative overlap", good + "exchange_overlap: -0.5\n",
+       "exchange_overlap must be a number >= 0"},
+      {"NaN overlap", good + "exchange_overlap: .nan\n", "exchange_overlap must be"},
   };
   for (const Hostile& c : cases) {
     SCOPED_TRACE(c.what);

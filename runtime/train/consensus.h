@@ -149,6 +149,11 @@ class ReliabilityHooks {
   [[nodiscard]] bool check_row(const CpWorkload& workload, const ShardPlan& plan);
   // Hybrid mode, a slot of this rank is about to run: fault injection.
   void begin_slot();
+  // Hybrid mode with free single slots: the test-only `late` fault, this
+  // rank claims after every other rank has stopped.
+  bool late_claims() const { return faults_.late(step_); }
+  // Right after a claim: the test-only `kill_claim` fault.
+  void after_claim() { faults_.maybe_claim_fault(step_); }
   // Hybrid mode, once the step's schedule is made and before any slot runs:
   // the schedule's fingerprint compared over WORLD
   // (every rank schedules the global batch itself); a divergence throws

@@ -5,11 +5,14 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -20,6 +23,7 @@
 #include "fulcrum/core/workload.h"
 #include "fulcrum/host/cost_profile_file.h"
 #include "fulcrum/host/plugin_loader.h"
+#include "train/profile_refit.h"
 #include "train/worker_base.h"
 #include "train/worker_errors.h"
 
@@ -80,6 +84,7 @@ class HybridWorker final : public Worker {
            options_.schedule_strategy + ", profile " + options_.profile.name + ")";
   }
   StepResult run_step(std::int64_t step, const data::StepBatch& batch) override;
+  void after_step(std::int64_t step, const std::vector<RankStepFigures>& ranks) override;
   void add_to_report(StepReport& report) const override;
 
   // One schedule's slots of this rank, in wave order: the summed loss, its
@@ -89,15 +94,27 @@ class HybridWorker final : public Worker {
     at::Tensor loss;
     std::int64_t loss_tokens = 0;
     std::vector<SlotFigures> slots;
+    std::vector<calibrate::SlotSample> samples;  // one per slot, as the cost model counts it
   };
   Schedule make_schedule(const std::string& name, const ScheduleRequest& request,
                          std::int64_t step) const;
+  // claim_step > 0: free single slots are claimed (free_slots below) under
+  // that step's counter; 0: every slot runs on its planned rank.
   Run run_schedule(const Schedule& schedule, const ScheduleRequest& request,
-                   const std::vector<const data::PackedRow*>& rows);
-  void compare(std::int64_t step, const ScheduleRequest& request,
-               const std::vector<const data::PackedRow*>& rows, StepResult& result);
+                   const std::vector<const data::PackedRow*>& rows, std::int64_t claim_step = 0);
+  void run_free_slots(const Schedule& schedule, const std::vector<std::size_t>& free,
+                      const ScheduleCost& cost, const ScheduleCost& bytes,
+                      const ScheduleRequest& request,
+                      const std::vector<const data::PackedRow*>& rows, std::int64_t step, Run& run);
+  void wait_for_claims(const std::string& key, std::int64_t target) const;
+  std::vector<Schedule> compare(std::int64_t step, const ScheduleRequest& request,
+                                const std::vector<const data::PackedRow*>& rows,
+                                StepResult& result);
 
   double fixed_prediction_ms(const ScheduleRequest& request) const;
+  double model_kv_bytes_per_token() const;
+  calibrate::SlotSample sample_of(const SlotCost& cost, const SlotCost& bytes,
+                                  const SlotFigures& f) const;
   ScheduleRequest exact_kv_request(const ScheduleRequest& request) const;
   void predict(const SlotCost& cost, const SlotCost& bytes, SlotFigures& f) const;
   SlotResult run_slot(std::int64_t index, const ScheduleSlot& slot, const ScheduleRequest& request,
@@ -111,6 +128,11 @@ class HybridWorker final : public Worker {
   std::optional<StepReport::Hybrid> hybrid_report_;
   std::vector<StepReport::Compared> compared_;  // rank 0, with train.compare_schedulers
   double compare_ms_ = 0.0;                     // this step's comparison runs, wall time
+  // balancer.schedule.profile: auto: the refit, and what the last step's did.
+  std::optional<ProfileRefit> refit_;
+  std::optional<StepReport::ProfileFit> profile_fit_;
+  ErrorSummary last_fit_;   // the last refit's error on its rows
+  bool warmed_up_ = false;  // this process has run a step: its first one's times are left out
 };
 
 // Hybrid mode: the balancer that schedules (the plugin, else the built-in
@@ -131,6 +153,9 @@ Status HybridWorker::prepare_mode() {
                             " does not offer (it offers: " + join(offered, ", ") +
                             "); list only those");
   }
+  if (options_.profile_auto) {
+    refit_.emplace(options_.profile, options_.refit_every, model_kv_bytes_per_token());
+  }
   return Status::ok();
 }
 
@@ -145,6 +170,8 @@ void add_attention_figures(const attention::SlotAttention& a, SlotFigures& f) {
   f.kv_received = fwd.bytes_received;
   f.compute_ms = fwd.compute_ms + bwd.compute_ms;
   f.comm_ms = fwd.comm_ms + bwd.comm_ms;
+  f.exchange_ms = fwd.exchange_ms + bwd.exchange_ms;
+  f.exchange_wait_ms = fwd.wait_ms + bwd.wait_ms;
 }
 
 // This member's SlotAttention for `slot`, over the world; every layer uses
@@ -155,6 +182,7 @@ std::shared_ptr<attention::SlotAttention> HybridWorker::slot_attention(const CpW
   attention::SlotAttentionOptions slot_options;
   slot_options.label =
       "slot " + std::to_string(index) + " (wave " + std::to_string(slot.wave) + ")";
+  slot_options.overlap = options_.overlap;
   Result<std::shared_ptr<attention::SlotAttention>> a =
       attention::SlotAttention::create(w, slot.plan, slot.ranks, groups_.world, slot_options);
   if (!a) throw std::runtime_error(slot_options.label + ": " + a.status().message());
@@ -206,12 +234,33 @@ HybridWorker::SlotResult HybridWorker::run_slot(std::int64_t index, const Schedu
 // The request with kv_bytes_per_token set to what this model's K and V of
 // one token are over all layers, so that the cost model's bytes are the
 // bytes the exchanges move.
+double HybridWorker::model_kv_bytes_per_token() const {
+  const double dtype_bytes = options_.dtype == Dtype::kFloat64 ? 8.0 : 4.0;
+  return 2.0 * static_cast<double>(options_.model.hidden_size) *
+         static_cast<double>(options_.model.num_layers) * dtype_bytes;
+}
+
 ScheduleRequest HybridWorker::exact_kv_request(const ScheduleRequest& request) const {
   ScheduleRequest exact = request;
-  const double dtype_bytes = options_.dtype == Dtype::kFloat64 ? 8.0 : 4.0;
-  exact.profile.kv_bytes_per_token = 2.0 * static_cast<double>(options_.model.hidden_size) *
-                                     static_cast<double>(options_.model.num_layers) * dtype_bytes;
+  exact.profile.kv_bytes_per_token = model_kv_bytes_per_token();
   return exact;
+}
+
+// This rank's member of a slot that ran as a fit sample: the cost model's
+// tokens, tiles and peers, its K/V bytes at the model's bytes per token, and
+// the time measured (thread CPU time on CPU, wall time on CUDA, as the
+// comparison measures).
+calibrate::SlotSample HybridWorker::sample_of(const SlotCost& cost, const SlotCost& bytes,
+                                              const SlotFigures& f) const {
+  calibrate::SlotSample s;
+  s.group = f.group;
+  const auto m = static_cast<std::size_t>(f.member);
+  s.tokens = cost.members[m].tokens;
+  s.tiles = cost.members[m].tiles;
+  s.peers = cost.members[m].peers;
+  s.kv_bytes = bytes.members[m].bytes_sent + bytes.members[m].bytes_received;
+  s.seconds = (options_.device == Device::kCpu ? f.cpu_ms : f.busy_ms) / 1e3;
+  return s;
 }
 
 // This rank's member of a slot as the cost model sees it.
@@ -254,14 +303,87 @@ Schedule HybridWorker::make_schedule(const std::string& name, const ScheduleRequ
   return std::move(schedule).value();
 }
 
+// Free single slots (docs/HYBRID_RUNTIME.md section 11): the one-rank slots
+// of the waves after the last one holding a multi-rank slot. They move no
+// K/V and no slot of another rank waits for them, so any rank may run them.
+// In claim order: the longest predicted compute first (then slot order), the
+// same on every rank.
+std::vector<std::size_t> free_slots(const Schedule& schedule, const ScheduleCost& cost) {
+  std::int32_t last_multi = -1;
+  for (const ScheduleSlot& slot : schedule.slots) {
+    if (slot.ranks.size() > 1) last_multi = std::max(last_multi, slot.wave);
+  }
+  std::vector<std::size_t> free;
+  for (std::size_t i = 0; i < schedule.slots.size(); ++i) {
+    const ScheduleSlot& slot = schedule.slots[i];
+    if (slot.ranks.size() == 1 && slot.wave > last_multi) free.push_back(i);
+  }
+  std::stable_sort(free.begin(), free.end(), [&](std::size_t a, std::size_t b) {
+    return cost.slots[a].members[0].compute_seconds > cost.slots[b].members[0].compute_seconds;
+  });
+  return free;
+}
+
+// The test-only `late` fault: wait until the counter shows every other rank's
+// last, failed claim, so that they have run every free slot.
+void HybridWorker::wait_for_claims(const std::string& key, std::int64_t target) const {
+  const auto deadline = Clock::now() + groups_.world->default_timeout();
+  while (groups_.shared_add(key, 0) < target) {
+    if (Clock::now() > deadline) {
+      throw std::runtime_error(
+          "test-only FULCRUM_TEST_FAULT=late: the other ranks did not "
+          "finish claiming free slots (" +
+          key + ") in time");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+// Claims free slots one at a time from the step's shared counter until none
+// is left: the n-th claim of the job (over every rank) takes free[n], so each
+// runs exactly once, on whichever rank asked first. A rank that dies after a
+// claim leaves its slot unrun, but it also never enters the gradient
+// all-reduce, which then fails on every rank as any lost rank does.
+void HybridWorker::run_free_slots(const Schedule& schedule, const std::vector<std::size_t>& free,
+                                  const ScheduleCost& cost, const ScheduleCost& bytes,
+                                  const ScheduleRequest& request,
+                                  const std::vector<const data::PackedRow*>& rows,
+                                  std::int64_t step, Run& run) {
+  const std::string key = "free_slots/step" + std::to_string(step);
+  const auto count = static_cast<std::int64_t>(free.size());
+  if (reliability_.late_claims()) wait_for_claims(key, count + groups_.world->size() - 1);
+  for (;;) {
+    const std::int64_t n = groups_.shared_add(key, 1) - 1;
+    reliability_.after_claim();
+    if (n >= count) break;
+    const std::size_t i = free[static_cast<std::size_t>(n)];
+    ScheduleSlot slot = schedule.slots[i];  // run here, as its only member
+    SlotFigures f;
+    f.planned_rank = slot.ranks[0];
+    slot.ranks = {id_.rank};
+    f.predicted_compute_ms = cost.slots[i].members[0].compute_seconds * 1e3;
+    f.predicted_kv_sent = bytes.slots[i].members[0].bytes_sent;
+    f.predicted_kv_received = bytes.slots[i].members[0].bytes_received;
+    const SlotResult result = run_slot(static_cast<std::int64_t>(i), slot, request, rows, f);
+    run.loss = run.loss + result.loss.to(at::kDouble);
+    run.loss_tokens += result.loss_tokens;
+    run.samples.push_back(sample_of(cost.slots[i], bytes.slots[i], f));
+    run.slots.push_back(std::move(f));
+  }
+}
+
 HybridWorker::Run HybridWorker::run_schedule(const Schedule& schedule,
                                              const ScheduleRequest& request,
-                                             const std::vector<const data::PackedRow*>& rows) {
+                                             const std::vector<const data::PackedRow*>& rows,
+                                             std::int64_t claim_step) {
   const ScheduleCost cost = evaluate_schedule(request, schedule);
   const ScheduleCost bytes = evaluate_schedule(exact_kv_request(request), schedule);
+  const std::vector<std::size_t> free =
+      claim_step > 0 ? free_slots(schedule, cost) : std::vector<std::size_t>();
   std::vector<std::size_t> mine;
   for (std::size_t i = 0; i < schedule.slots.size(); ++i) {
     const ScheduleSlot& slot = schedule.slots[i];
+    if (std::find(free.begin(), free.end(), i) != free.end()) continue;
     if (std::find(slot.ranks.begin(), slot.ranks.end(), id_.rank) != slot.ranks.end()) {
       mine.push_back(i);
     }
@@ -278,7 +400,11 @@ HybridWorker::Run HybridWorker::run_schedule(const Schedule& schedule,
         run_slot(static_cast<std::int64_t>(i), schedule.slots[i], request, rows, f);
     run.loss = run.loss + slot.loss.to(at::kDouble);
     run.loss_tokens += slot.loss_tokens;
+    run.samples.push_back(sample_of(cost.slots[i], bytes.slots[i], f));
     run.slots.push_back(std::move(f));
+  }
+  if (claim_step > 0) {
+    run_free_slots(schedule, free, cost, bytes, request, rows, claim_step, run);
   }
   return run;
 }
@@ -288,8 +414,10 @@ HybridWorker::Run HybridWorker::run_schedule(const Schedule& schedule,
 // starts with the r-th name), forward and backward from the step's
 // parameters; after each run the gradients are dropped, so the parameters
 // and the step that follows are exactly those of a run without comparison.
-void HybridWorker::compare(std::int64_t step, const ScheduleRequest& request,
-                           const std::vector<const data::PackedRow*>& rows, StepResult& result) {
+// Returns the schedules, in the list's order.
+std::vector<Schedule> HybridWorker::compare(std::int64_t step, const ScheduleRequest& request,
+                                            const std::vector<const data::PackedRow*>& rows,
+                                            StepResult& result) {
   const auto start = Clock::now();
   const std::vector<std::string>& names = options_.compare_schedulers;
   std::vector<Schedule> schedules;
@@ -316,10 +444,20 @@ void HybridWorker::compare(std::int64_t step, const ScheduleRequest& request,
   // whose kernels run off this thread.
   const bool cpu = options_.device == Device::kCpu;
   const auto n = static_cast<std::int64_t>(names.size());
+  // Per scheduler, this rank's slots' samples, their times over the runs.
+  std::vector<std::vector<calibrate::SlotSample>> samples(names.size());
+  std::vector<std::vector<std::vector<double>>> seconds(names.size());
   for (std::int64_t rep = 0; rep < options_.compare_repetitions; ++rep) {
     for (std::int64_t j = 0; j < n; ++j) {
       const auto k = static_cast<std::size_t>((j + rep) % n);
       const Run run = run_schedule(schedules[k], request, rows);
+      if (samples[k].empty()) {
+        samples[k] = run.samples;
+        seconds[k].resize(run.samples.size());
+      }
+      for (std::size_t i = 0; i < run.samples.size(); ++i) {
+        seconds[k][i].push_back(run.samples[i].seconds);
+      }
       for (const at::Tensor& p : model_->parameters()) p.mutable_grad() = at::Tensor();
       CompareRunFigures figures;
       figures.scheduler = static_cast<std::int32_t>(k);
@@ -332,8 +470,19 @@ void HybridWorker::compare(std::int64_t step, const ScheduleRequest& request,
       result.figures.compare.push_back(std::move(figures));
     }
   }
+  // The fit's samples: each slot member's median over the repetitions.
+  for (std::size_t k = 0; k < samples.size(); ++k) {
+    for (std::size_t i = 0; i < samples[k].size(); ++i) {
+      std::vector<double>& t = seconds[k][i];
+      std::sort(t.begin(), t.end());
+      const std::size_t r = t.size();
+      samples[k][i].seconds = r % 2 ? t[r / 2] : 0.5 * (t[r / 2 - 1] + t[r / 2]);
+      result.figures.fit_samples.push_back(samples[k][i]);
+    }
+  }
   compare_ms_ = ms_since(start);
   result.figures.compare_ms = compare_ms_;
+  return schedules;
 }
 
 void HybridWorker::add_to_report(StepReport& report) const {
@@ -343,6 +492,50 @@ void HybridWorker::add_to_report(StepReport& report) const {
   report.repetitions = compared_.empty() ? 0 : options_.compare_repetitions;
   report.clock = options_.device == Device::kCpu ? "thread CPU" : "wall";
   report.profile = options_.schedule_profile;
+  if (refit_) {
+    report.profile = "auto (start " + options_.schedule_profile + ", refit every " +
+                     std::to_string(options_.refit_every) + " steps, " +
+                     std::to_string(refit_->refits()) + " refits so far" +
+                     (refit_->refits() == 0
+                          ? std::string(")")
+                          : ", the last on " + std::to_string(last_fit_.samples) +
+                                " slot members: median |error| " +
+                                std::to_string(std::lround(100 * last_fit_.median)) + "%, max " +
+                                std::to_string(std::lround(100 * last_fit_.max)) + "%)");
+    report.profile_fit = profile_fit_;
+  }
+}
+
+// balancer.schedule.profile: auto, on every rank: the step's samples of
+// every rank, in rank order, into the refit; on a refit step the new
+// profile, checked to be the same on every rank, is the next step's.
+void HybridWorker::after_step(std::int64_t step, const std::vector<RankStepFigures>& ranks) {
+  if (!refit_) return;
+  // The first step this process runs warms its allocator and caches up:
+  // its times are no sample of the job's (fulcrum calibrate leaves it out
+  // too).
+  std::vector<calibrate::SlotSample> samples;
+  for (const RankStepFigures& r : ranks) {
+    if (warmed_up_) samples.insert(samples.end(), r.fit_samples.begin(), r.fit_samples.end());
+  }
+  warmed_up_ = true;
+  const RefitOutcome out = refit_->add_step(step, std::move(samples));
+  if (out.due) check_same_profile(row_group(), refit_->profile(), step);
+  options_.profile = refit_->profile();
+  StepReport::ProfileFit f;
+  f.samples = out.predicted.samples;
+  f.median_error = out.predicted.median;
+  f.max_error = out.predicted.max;
+  f.due = out.due;
+  f.refitted = out.refitted;
+  f.fit_samples = out.fitted.samples;
+  f.window_steps = out.window_steps;
+  f.fit_median_error = out.fitted.median;
+  f.fit_max_error = out.fitted.max;
+  f.note = out.note;
+  f.profile = refit_->profile();
+  profile_fit_ = f;
+  if (out.refitted) last_fit_ = out.fitted;
 }
 
 // Hybrid mode: every rank schedules the whole global batch itself (the
@@ -364,9 +557,15 @@ Worker::StepResult HybridWorker::run_step(std::int64_t step, const data::StepBat
   request.block_size = options_.block_size;
   request.profile = options_.profile;
   compare_ms_ = 0.0;
-  if (!options_.compare_schedulers.empty()) compare(step, request, rows, result);
+  std::vector<Schedule> compared;
+  if (!options_.compare_schedulers.empty()) compared = compare(step, request, rows, result);
   const auto plan_start = Clock::now();
-  const Schedule schedule = make_schedule(options_.schedule_strategy, request, step);
+  // The configured scheduler's schedule, made once: a compared one is reused.
+  const std::vector<std::string>& names = options_.compare_schedulers;
+  const auto listed = std::find(names.begin(), names.end(), options_.schedule_strategy);
+  const Schedule schedule = listed != names.end()
+                                ? compared[static_cast<std::size_t>(listed - names.begin())]
+                                : make_schedule(options_.schedule_strategy, request, step);
   result.figures.plan_ms = ms_since(plan_start);
   reliability_.check_schedule(schedule);
   const ScheduleCost cost = evaluate_schedule(request, schedule);
@@ -376,7 +575,9 @@ Worker::StepResult HybridWorker::run_step(std::int64_t step, const data::StepBat
   for (const ScheduleSlot& slot : schedule.slots) {
     hybrid_report_->groups.push_back(static_cast<std::int32_t>(slot.ranks.size()));
   }
-  Run run = run_schedule(schedule, request, rows);
+  const bool claim = options_.free_single_slots && groups_.shared_add != nullptr;
+  Run run = run_schedule(schedule, request, rows, claim ? step : 0);
+  if (options_.compare_schedulers.empty()) result.figures.fit_samples = run.samples;
   result.loss_tokens = run.loss_tokens;
   result.figures.slots = std::move(run.slots);
   set_loss(result, run.loss, step);

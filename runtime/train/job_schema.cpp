@@ -46,6 +46,8 @@ host::ConfigSchema build_job_schema() {
   s.add(string_key("parallel.mode", "fixed", {"fixed", "hybrid"}, {}, "fixed: DP groups of CP groups, every row on one CP group; hybrid: the world is one pool and the balancer's scheduler places each document piece on a group of any size (docs/HYBRID_RUNTIME.md)"));
   s.add(int_key("parallel.world_size", 0, 0, static_cast<double>(kMaxGroupSize), "ranks of the job, 0 = parallel.dp_size x parallel.cp_size; an integer in [0, 2^20]"));
   s.add(int_key("parallel.max_tokens_per_rank", 0, 0, static_cast<double>(kMaxRowTokens), "hybrid mode: T, the most tokens one rank holds in a slot; 0 = data.seq_length / world size, rounded up; an integer in [0, 2^31 / world size]"));
+  s.add(bool_key("parallel.hybrid.overlap", true, "hybrid mode: overlap each slot's K/V exchange with its attention compute, one peer at a time (docs/HYBRID_RUNTIME.md section 10); false: every row travels before the first tile"));
+  s.add(bool_key("parallel.hybrid.free_single_slots", false, "hybrid mode: single-rank slots after the last multi-rank wave are run by whichever rank is free first, not by their planned rank (docs/HYBRID_RUNTIME.md section 11)"));
   // balancer: which plugin, and which strategies it is asked for.
   s.add(string_key("balancer.plugin", "fulcrum_balancer", {}, check_not_empty, "balancer plugin; a plugin name, a path to one, or builtin (the host's contiguous balancer)"));
   s.add(string_key("balancer.plugin_dirs", "", {}, {}, "directories searched for the plugin, colon-separated, before the defaults"));
@@ -59,7 +61,9 @@ host::ConfigSchema build_job_schema() {
   s.add(bool_key("balancer.dp.equal_count", false, "give every DP rank floor(n/k) or ceil(n/k) samples"));
   s.add(int_key("balancer.dp.window", 1, 1, kNoMax, "global batches balanced together; an integer >= 1"));
   s.add(string_key("balancer.schedule.strategy", "hybrid", {}, check_not_empty, "hybrid mode: the scheduler that places each global batch; a name the balancer lists (fixed, megatron_dcp, hybrid)"));
-  s.add(string_key("balancer.schedule.profile", "cpu_gloo", {}, check_not_empty, "hybrid mode: the step-time cost profile the scheduler plans with; a bundled name (cpu_gloo, h100_7b, h100_7b_fa3, h100_7b_nccl) or a profile YAML file"));
+  s.add(string_key("balancer.schedule.profile", "cpu_gloo", {}, check_not_empty, "hybrid mode: the step-time cost profile the scheduler plans with; a bundled name (cpu_gloo, h100_7b, h100_7b_fa3, h100_7b_nccl), a profile YAML file, or auto (start from balancer.schedule.profile_start, refit from the job's slot times every balancer.schedule.refit_every steps)"));
+  s.add(string_key("balancer.schedule.profile_start", "", {}, {}, "with balancer.schedule.profile: auto, the profile the job starts from; a bundled name or a profile YAML file (e.g. one fulcrum calibrate --config wrote); empty = the bundled cpu_gloo"));
+  s.add(int_key("balancer.schedule.refit_every", 4, 1, 10000, "with balancer.schedule.profile: auto, steps between refits of the profile from the slot times measured; an integer in [1, 10000]"));
   // data: where samples come from and how they are batched.
   s.add(string_key("data.source", "synthetic", {"synthetic", "jsonl", "megatron"}, {}, "sample source"));
   s.add(string_key("data.path", "", {}, {}, "JSONL file or Megatron dataset prefix (without .bin/.idx)"));
@@ -135,9 +139,15 @@ std::string config_path(const host::Config& config, const std::string& key) {
 }
 
 std::string schedule_profile(const host::Config& config) {
-  const std::string text = config.get_string("balancer.schedule.profile");
+  std::string key = "balancer.schedule.profile";
+  std::string text = config.get_string(key);
+  if (text == "auto") {  // the profile the job starts from (profile_refit.h)
+    key = "balancer.schedule.profile_start";
+    text = config.get_string(key);
+    if (text.empty()) return "cpu_gloo";
+  }
   if (text.find('/') == std::string::npos && text.find('.') == std::string::npos) return text;
-  return config_path(config, "balancer.schedule.profile");
+  return config_path(config, key);
 }
 
 const host::ConfigSchema& job_schema() {

@@ -29,6 +29,8 @@ std::string config_path(const host::Config& config, const std::string& key);
 // balancer.schedule.profile as the host resolves it: a bundled name as
 // written, a value with '/' or '.' as a file (config_path). `fulcrum train`
 // and `fulcrum schedule` both read it here, so they plan with one profile.
+// With `auto`, the profile the job starts from: balancer.schedule.profile_start
+// resolved the same way, or the bundled cpu_gloo when it is empty.
 std::string schedule_profile(const host::Config& config);
 
 }  // namespace fulcrum::train

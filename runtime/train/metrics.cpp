@@ -1,5 +1,7 @@
 #include "train/metrics.h"
 
+#include "train/fit_records.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -82,6 +84,7 @@ json to_json(const SlotFigures& s) {
           {"wave", s.wave},
           {"g", s.group},
           {"member", s.member},
+          {"planned", s.planned_rank},
           {"tokens", s.tokens},
           {"tiles", s.tiles},
           {"sent", s.bytes_sent},
@@ -93,6 +96,8 @@ json to_json(const SlotFigures& s) {
           {"setup_ms", s.setup_ms},
           {"ms", s.compute_ms},
           {"cms", s.comm_ms},
+          {"xms", s.exchange_ms},
+          {"xwms", s.exchange_wait_ms},
           {"p_ms", s.predicted_compute_ms},
           {"p_cms", s.predicted_comm_ms},
           {"p_kv_sent", s.predicted_kv_sent},
@@ -106,6 +111,7 @@ SlotFigures slot_from_json(const json& j) {
   s.wave = j.at("wave").get<std::int32_t>();
   s.group = j.at("g").get<std::int32_t>();
   s.member = j.at("member").get<std::int32_t>();
+  s.planned_rank = j.at("planned").get<std::int32_t>();
   s.tokens = j.at("tokens").get<std::int64_t>();
   s.tiles = j.at("tiles").get<std::int64_t>();
   s.bytes_sent = j.at("sent").get<std::int64_t>();
@@ -121,6 +127,8 @@ SlotFigures slot_from_json(const json& j) {
   s.predicted_kv_received = j.at("p_kv_received").get<std::int64_t>();
   s.compute_ms = j.at("ms").get<double>();
   s.comm_ms = j.at("cms").get<double>();
+  s.exchange_ms = j.at("xms").get<double>();
+  s.exchange_wait_ms = j.at("xwms").get<double>();
   s.pieces = pieces_from_json(j.at("pieces"));
   return s;
 }
@@ -205,7 +213,8 @@ std::vector<std::uint8_t> encode_figures(const RankStepFigures& figures) {
                   {"shard_ms", figures.shard_ms},
                   {"cpu_ms", figures.compute_cpu_ms},
                   {"mbs", mbs},
-                  {"slots", slots}};
+                  {"slots", slots},
+                  {"fit", fit_samples_json(figures.fit_samples)}};
   const std::string text = j.dump();
   return {text.begin(), text.end()};
 }
@@ -234,6 +243,7 @@ Result<RankStepFigures> decode_figures(const std::vector<std::uint8_t>& bytes) {
       f.compare.push_back(std::move(run));
     }
     f.compare_ms = j.at("compare_ms").get<double>();
+    f.fit_samples = fit_samples_from_json(j.at("fit"));
     return f;
   } catch (const std::exception& e) {
     return internal_error(std::string("step figures from a rank do not decode: ") + e.what());
@@ -246,13 +256,15 @@ namespace {
 json hybrid_line(const StepReport& step, const std::vector<RankStepFigures>& ranks) {
   json per_rank = json::array();
   for (const RankStepFigures& r : ranks) {
-    double busy = 0, compute = 0, comm = 0;
+    double busy = 0, compute = 0, comm = 0, exchange = 0, wait = 0;
     std::int64_t sent = 0, received = 0;
     json slots = json::array();
     for (const SlotFigures& s : r.slots) {
       busy += s.busy_ms;
       compute += s.compute_ms;
       comm += s.comm_ms;
+      exchange += s.exchange_ms;
+      wait += s.exchange_wait_ms;
       sent += s.bytes_sent;
       received += s.bytes_received;
       json slot = {{"slot", s.slot},
@@ -270,17 +282,23 @@ json hybrid_line(const StepReport& step, const std::vector<RankStepFigures>& ran
                    {"kv_sent", s.kv_sent},
                    {"predicted_kv_sent", s.predicted_kv_sent}};
       if (!s.pieces.empty()) slot["pieces"] = pieces_json(s.pieces);
+      if (s.planned_rank >= 0) slot["planned_rank"] = s.planned_rank;
       slots.push_back(slot);
     }
-    per_rank.push_back({{"rank", r.rank},
-                        {"busy_ms", round_ms(busy)},
-                        {"idle_ms", round_ms(std::max(0.0, r.step_ms - busy))},
-                        {"attention_ms", round_ms(compute)},
-                        {"comm_ms", round_ms(comm)},
-                        {"bytes_sent", sent},
-                        {"bytes_received", received},
-                        {"compute_cpu_ms", round_ms(r.compute_cpu_ms)},
-                        {"slots", slots}});
+    per_rank.push_back(
+        {{"rank", r.rank},
+         {"busy_ms", round_ms(busy)},
+         {"idle_ms", round_ms(std::max(0.0, r.step_ms - busy))},
+         {"attention_ms", round_ms(compute)},
+         {"comm_ms", round_ms(comm)},
+         {"exchange_ms", round_ms(exchange)},
+         {"exchange_wait_ms", round_ms(wait)},
+         {"exchange_hidden_share",
+          exchange > 0 ? json(round4(std::max(0.0, exchange - wait) / exchange)) : json(nullptr)},
+         {"bytes_sent", sent},
+         {"bytes_received", received},
+         {"compute_cpu_ms", round_ms(r.compute_cpu_ms)},
+         {"slots", slots}});
   }
   return {{"step", step.step},
           {"scheduler", step.hybrid->scheduler},
@@ -292,7 +310,9 @@ json hybrid_line(const StepReport& step, const std::vector<RankStepFigures>& ran
                                           : json(nullptr)},
           {"measured_step_ms", round_ms(step.hybrid->measured_ms)},
           {"profile", step.profile},
-          {"ranks", per_rank}};
+          {"ranks", per_rank},
+          {"profile_fit", step.profile_fit ? profile_fit_json(*step.profile_fit) : json(nullptr)},
+          {"fit_samples", all_fit_samples_json(ranks)}};
 }
 
 std::vector<double> rounded(const std::vector<double>& v, double (*round)(double)) {
@@ -541,9 +561,9 @@ std::string calibrate_hint(double measured, double predicted, const std::string&
   return "  calibrate      measured and predicted differ by more than " +
          fixed(100 * kCalibrateAbove, 0) + "% (" + fixed(measured / predicted, 2) +
          "x): the profile " + profile +
-         " does not fit this job; fit one with `fulcrum calibrate --output my_profile.yaml` and "
-         "set balancer.schedule.profile to it (docs/HYBRID_RUNTIME.md, docs/RESULTS_GPU.md "
-         "section 4)\n";
+         " does not fit this job; fit one to it with `fulcrum calibrate --config JOB.yaml "
+         "--output my_profile.yaml` and set balancer.schedule.profile to it, or set "
+         "balancer.schedule.profile: auto (docs/HYBRID_RUNTIME.md section 12)\n";
 }
 
 }  // namespace

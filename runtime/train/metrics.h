@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "calibrate/calibration_fit.h"
 #include "fulcrum/status.h"
 
 namespace fulcrum::train {
@@ -49,8 +50,11 @@ struct MicroBatchFigures {
 struct SlotFigures {
   std::int64_t slot = 0;  // index in the schedule
   std::int32_t wave = 0;
-  std::int32_t group = 1;       // g, the slot's members
-  std::int32_t member = 0;      // this rank's index among them
+  std::int32_t group = 1;   // g, the slot's members
+  std::int32_t member = 0;  // this rank's index among them
+  // A free single slot this rank claimed: the rank the schedule planned it
+  // for (which may be this one); -1 = run where planned.
+  std::int32_t planned_rank = -1;
   std::int64_t tokens = 0;      // real tokens this member held
   std::int64_t tiles = 0;       // forward tiles, summed over layers
   std::int64_t bytes_sent = 0;  // K/V forward and dK/dV backward, all layers
@@ -61,7 +65,12 @@ struct SlotFigures {
   double cpu_ms = 0.0;           // the same span in this thread's CPU time
   double setup_ms = 0.0;         // building its SlotAttentions (tile schedules, exchange plan)
   double compute_ms = 0.0;       // attention kernels, forward + backward, all layers
-  double comm_ms = 0.0;          // exchanges, with gathering and placing rows
+  double comm_ms = 0.0;          // exchanges not hidden by compute: gathering, placing, waiting
+  // Overlapped exchanges (docs/HYBRID_RUNTIME.md, "Overlap"), forward +
+  // backward, all layers: their own wall time on the background thread and
+  // the part this rank waited for; exchange_ms - exchange_wait_ms was hidden.
+  double exchange_ms = 0.0;
+  double exchange_wait_ms = 0.0;
   // The cost model's figures for this member (evaluate_schedule): compute
   // and exchange time by the profile, and K/V bytes with the profile's
   // kv_bytes_per_token replaced by this model's (2 x hidden x layers x dtype).
@@ -99,6 +108,11 @@ struct RankStepFigures {
   // their wall time together (not part of the step the optimizer takes).
   std::vector<CompareRunFigures> compare;
   double compare_ms = 0.0;
+  // Hybrid mode: this rank's members of slots as the cost model counts them,
+  // with their measured time (with a comparison: the median over its
+  // repetitions of every compared schedule's slots; else the step's own),
+  // what balancer.schedule.profile: auto and fulcrum calibrate fit.
+  std::vector<calibrate::SlotSample> fit_samples;
 };
 
 std::vector<std::uint8_t> encode_figures(const RankStepFigures& figures);
@@ -144,6 +158,18 @@ struct StepReport {
   std::int64_t repetitions = 0;
   std::string clock;    // what the comparison's slot times are: "thread CPU" or "wall"
   std::string profile;  // hybrid mode: the cost profile's source (bundled name or file)
+  // balancer.schedule.profile: auto: the step's samples by the profile it
+  // planned with, and the refit when one was due (profile_refit.h).
+  struct ProfileFit {
+    std::int64_t samples = 0;
+    double median_error = 0, max_error = 0;  // |predicted - measured| / measured
+    bool due = false, refitted = false;
+    std::int64_t fit_samples = 0, window_steps = 0;
+    double fit_median_error = 0, fit_max_error = 0;
+    std::string note;     // why a due refit kept the profile
+    CostProfile profile;  // what the next step plans with
+  };
+  std::optional<ProfileFit> profile_fit;
 };
 
 // One compared scheduler's figures for one step, from every rank's runs

@@ -64,6 +64,28 @@ Status read_compare(const host::Config& config, TrainOptions& o) {
   return Status::ok();
 }
 
+// balancer.schedule.profile: auto and its two keys, which mean nothing
+// without it; hybrid mode only (fixed mode plans with no profile).
+Status read_profile_auto(const host::Config& config, TrainOptions& o) {
+  const std::string key = "balancer.schedule.profile";
+  o.profile_auto = config.get_string(key) == "auto";
+  o.refit_every = config.get_int("balancer.schedule.refit_every");
+  if (o.profile_auto && o.mode != ParallelMode::kHybrid) {
+    return invalid_argument(where(config, key, "auto") +
+                            " needs parallel.mode: hybrid (fixed mode plans with no cost "
+                            "profile); set parallel.mode: hybrid or drop the key");
+  }
+  for (const char* other : {"balancer.schedule.profile_start", "balancer.schedule.refit_every"}) {
+    if (!o.profile_auto && config.is_set(other)) {
+      return invalid_argument(std::string(other) + " (set at " + config.origin(other) +
+                              ") is read only with balancer.schedule.profile: auto; set that "
+                              "too, or drop " +
+                              other);
+    }
+  }
+  return Status::ok();
+}
+
 // parallel.mode, parallel.world_size and the schedule's keys. Hybrid mode
 // runs W = world ranks as dp_size = W, cp_size = 1.
 Status read_parallel_mode(const host::Config& config, TrainOptions& o) {
@@ -91,20 +113,30 @@ Status read_parallel_mode(const host::Config& config, TrainOptions& o) {
     o.cp_size = 1;
     Result<CostProfile> profile = host::resolve_cost_profile(o.schedule_profile);
     if (!profile) {
-      return invalid_argument("balancer.schedule.profile (" +
-                              (config.is_set("balancer.schedule.profile")
-                                   ? "set at " + config.origin("balancer.schedule.profile")
-                                   : std::string("the default")) +
-                              "): " + profile.status().message());
+      const std::string key = config.get_string("balancer.schedule.profile") == "auto"
+                                  ? "balancer.schedule.profile_start"
+                                  : "balancer.schedule.profile";
+      return invalid_argument(
+          key + " (" +
+          (config.is_set(key) ? "set at " + config.origin(key) : std::string("the default")) +
+          "): " + profile.status().message());
     }
     o.profile = *profile;
   }
+  if (Status s = read_profile_auto(config, o); !s) return s;
   return read_compare(config, o);
 }
 
 // Hybrid mode: T, and pieces of data.seq_length that fit the world.
 Status check_hybrid(const host::Config& config, TrainOptions& o) {
-  if (o.mode != ParallelMode::kHybrid) return Status::ok();
+  o.free_single_slots = config.get_bool("parallel.hybrid.free_single_slots");
+  o.overlap = config.get_bool("parallel.hybrid.overlap");
+  if (o.mode != ParallelMode::kHybrid) {
+    if (!o.free_single_slots) return Status::ok();
+    return invalid_argument(where(config, "parallel.hybrid.free_single_slots", "true") +
+                            " needs parallel.mode: hybrid (fixed mode has no slots); set "
+                            "parallel.mode: hybrid or drop the key");
+  }
   if (config.get_string("dist.backend") == "nccl") {
     return invalid_argument(
         "parallel.mode: hybrid exchanges K/V point-to-point over Gloo only; set dist.backend: "

@@ -44,9 +44,17 @@ struct TrainOptions {
   int dp_size = 1;
   int cp_size = 1;
   std::int64_t max_tokens_per_rank = 0;  // hybrid: T, resolved (>= 1)
+  // hybrid: parallel.hybrid.free_single_slots (hybrid_worker.cpp, free slots)
+  bool free_single_slots = false;
+  bool overlap = true;  // hybrid: parallel.hybrid.overlap (SlotAttentionOptions::overlap)
   std::string schedule_strategy = "hybrid";
   std::string schedule_profile = "cpu_gloo";  // a bundled name or an absolute path
   CostProfile profile;                        // hybrid: schedule_profile, read and checked
+  // hybrid, balancer.schedule.profile: auto: `profile` is the start
+  // (balancer.schedule.profile_start) and is refitted every refit_every steps
+  // from the slots' measured times (profile_refit.h).
+  bool profile_auto = false;
+  std::int64_t refit_every = 4;
   // hybrid: train.compare_schedulers, distinct names in the order given
   // (empty = no comparison), each run compare_repetitions times per batch.
   std::vector<std::string> compare_schedulers;

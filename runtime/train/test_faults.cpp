@@ -88,6 +88,10 @@ const char* fault_name(FaultKind kind) {
       return "stall";
     case FaultKind::kExitZero:
       return "exit0";
+    case FaultKind::kLate:
+      return "late";
+    case FaultKind::kKillAtClaim:
+      return "kill_claim";
   }
   return "?";
 }
@@ -117,7 +121,9 @@ Result<std::optional<FaultSpec>> fault_from_environment(const EnvFn& env, int wo
                                               {{"kill", FaultKind::kKill},
                                                {"throw", FaultKind::kThrow},
                                                {"stall", FaultKind::kStall},
-                                               {"exit0", FaultKind::kExitZero}},
+                                               {"exit0", FaultKind::kExitZero},
+                                               {"late", FaultKind::kLate},
+                                               {"kill_claim", FaultKind::kKillAtClaim}},
                                               world_size, /*min_step=*/0);
   if (!fault) return fault.status();
   if (!*fault) return std::optional<FaultSpec>();
@@ -160,8 +166,19 @@ bool InjectedFaults::armed(PerturbKind kind, std::int64_t step) const {
   return perturb_ && perturb_->kind == kind && perturb_->rank == rank_ && perturb_->step == step;
 }
 
+void InjectedFaults::maybe_claim_fault(std::int64_t step) {
+  if (!fault_ || fault_->kind != FaultKind::kKillAtClaim || fault_->rank != rank_ ||
+      fault_->step != step) {
+    return;
+  }
+  ::kill(::getpid(), SIGKILL);  // a claim taken and never run
+  std::abort();                 // not reached
+}
+
 void InjectedFaults::maybe_fault(std::int64_t step) {
   if (!fault_ || fault_fired_ || fault_->rank != rank_ || fault_->step != step) return;
+  // Not fired here: see late() and maybe_claim_fault().
+  if (fault_->kind == FaultKind::kLate || fault_->kind == FaultKind::kKillAtClaim) return;
   fault_fired_ = true;
   switch (fault_->kind) {
     case FaultKind::kKill:
@@ -175,6 +192,9 @@ void InjectedFaults::maybe_fault(std::int64_t step) {
       // Silent, as a rank stuck in I/O or a dead lock would be; only the
       // others' timeouts and the launcher can end it.
       for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+    case FaultKind::kLate:
+    case FaultKind::kKillAtClaim:
+      return;
     case FaultKind::kExitZero:
       // A rank that quits quietly with success (a stray exit(0) in a
       // library, a wrapper script that swallows the status): only the

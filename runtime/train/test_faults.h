@@ -6,6 +6,11 @@
 //     (default 0) and FULCRUM_TEST_FAULT_STEP=S (default 1; 0 = before the
 //     rendezvous): rank R SIGKILLs itself, throws, or sleeps forever at the
 //     first row of step S (at end_step when it has no row in step S).
+//   FULCRUM_TEST_FAULT=late: in step S rank R claims free single slots
+//     (parallel.hybrid.free_single_slots) only once every other rank has
+//     stopped claiming, so the others run every one of them.
+//   FULCRUM_TEST_FAULT=kill_claim: in step S rank R SIGKILLs itself right
+//     after its first claim of a free single slot, before running it.
 //   FULCRUM_TEST_PERTURB=cp|plan|dp  with FULCRUM_TEST_PERTURB_RANK=R
 //     (default 0) and FULCRUM_TEST_PERTURB_STEP=S (default 1): rank R sees
 //     different document lengths in its first row of step S (the workload is
@@ -29,7 +34,7 @@ namespace fulcrum::train {
 using EnvFn = std::function<std::optional<std::string>(std::string_view name)>;
 std::optional<std::string> process_environment(std::string_view name);
 
-enum class FaultKind { kKill, kThrow, kStall, kExitZero };
+enum class FaultKind { kKill, kThrow, kStall, kExitZero, kLate, kKillAtClaim };
 enum class PerturbKind { kCpWorkload, kCpPlan, kDpLengths };
 
 struct FaultSpec {
@@ -62,6 +67,13 @@ class InjectedFaults {
   void maybe_fault(std::int64_t step);
   // Whether this rank's perturbation of `kind` is due at `step`.
   bool armed(PerturbKind kind, std::int64_t step) const;
+  // Fires the `kill_claim` fault if it is this rank's at `step`.
+  void maybe_claim_fault(std::int64_t step);
+  // Whether this rank is the `late` fault's rank at `step`.
+  bool late(std::int64_t step) const {
+    return fault_ && fault_->kind == FaultKind::kLate && fault_->rank == rank_ &&
+           fault_->step == step;
+  }
   // The `cp` perturbation: another split of the same N into documents, so
   // the shapes stay equal and only the check can tell.
   static void perturb_workload(CpWorkload& workload);

@@ -257,13 +257,7 @@ Worker::GlobalLoss Worker::reduce_and_step(double loss_sum, std::int64_t loss_to
 // Rank 0: the step's metrics line, summary and progress from every rank's
 // figures.
 void Worker::report_step(std::int64_t step, const data::StepBatch& batch, const GlobalLoss& loss,
-                         double step_ms, const std::vector<std::vector<std::uint8_t>>& gathered) {
-  std::vector<RankStepFigures> ranks;
-  for (const auto& bytes : gathered) {
-    Result<RankStepFigures> decoded = decode_figures(bytes);
-    if (!decoded) throw std::runtime_error(decoded.status().message());
-    ranks.push_back(std::move(decoded).value());
-  }
+                         double step_ms, const std::vector<RankStepFigures>& ranks) {
   StepReport report;
   report.step = step;
   report.loss = loss.tokens > 0 ? loss.sum / static_cast<double>(loss.tokens) : 0.0;
@@ -307,11 +301,18 @@ void Worker::train() {
     reliability_.end_step();
     const GlobalLoss loss = reduce_and_step(result.loss_sum, result.loss_tokens);
     result.figures.step_ms = ms_since(step_start);
-    const std::vector<std::vector<std::uint8_t>> gathered =
-        groups_.world->all_gather_bytes(encode_figures(result.figures));
+    // Every rank decodes every rank's figures: a mode may act on them
+    // (hybrid's profile refit) before rank 0 reports them.
+    std::vector<RankStepFigures> ranks;
+    for (const auto& bytes : groups_.world->all_gather_bytes(encode_figures(result.figures))) {
+      Result<RankStepFigures> decoded = decode_figures(bytes);
+      if (!decoded) throw std::runtime_error(decoded.status().message());
+      ranks.push_back(std::move(decoded).value());
+    }
+    after_step(step, ranks);
     std::string written;
     if (rank0) {
-      report_step(step, *batch, loss, result.figures.step_ms, gathered);
+      report_step(step, *batch, loss, result.figures.step_ms, ranks);
       // After the step's metrics: a crash while writing loses no record.
       if ((checkpoints_.every > 0 && step % checkpoints_.every == 0) || loss.interrupted_by != 0) {
         written =

@@ -101,6 +101,9 @@ class Worker {
   // This rank's forward and backward of the step's batch (the gradients
   // left in the parameters), its summed token loss, checked finite.
   virtual StepResult run_step(std::int64_t step, const data::StepBatch& batch) = 0;
+  // Every rank, after the step: every rank's figures, in rank order (the
+  // same on every rank).
+  virtual void after_step(std::int64_t /*step*/, const std::vector<RankStepFigures>& /*ranks*/) {}
   // What the mode adds to the step's report on rank 0.
   virtual void add_to_report(StepReport& /*report*/) const {}
   // The step's summed float64 token loss into `result`, checked finite.
@@ -129,7 +132,7 @@ class Worker {
   void build_model();
   GlobalLoss reduce_and_step(double loss_sum, std::int64_t loss_tokens);
   void report_step(std::int64_t step, const data::StepBatch& batch, const GlobalLoss& loss,
-                   double step_ms, const std::vector<std::vector<std::uint8_t>>& gathered);
+                   double step_ms, const std::vector<RankStepFigures>& ranks);
   void finish(double wall_s);
   [[noreturn]] void stop_interrupted(std::int64_t step, int sig, const std::string& checkpoint);
   void check_same_checkpoint();

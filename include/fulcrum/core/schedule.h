@@ -111,8 +111,28 @@ SlotCost evaluate_slot(const ScheduleRequest& request, const ScheduleSlot& slot)
 // Requires a schedule that validate_schedule accepts.
 ScheduleCost evaluate_schedule(const ScheduleRequest& request, const Schedule& schedule);
 
-// No valid schedule of `request` has a step time below this (assumptions in
-// docs/HYBRID.md).
+// No valid schedule of `request` has a step time below this (assumptions and
+// proof in docs/HYBRID.md section 4; core/schedule_bound.cpp).
 double step_time_lower_bound(const ScheduleRequest& request);
+
+// The bound's parts (docs/HYBRID.md section 4). The first five are seconds
+// summed over every member of every slot, which every valid schedule spends
+// at least: the average is their sum over W; the per-piece term is one
+// member's least time. The bound is the larger of the two, or more where
+// the work caps bind: then it is the least S (to 1e-6 of it, rounded down) that is
+// at least the per-piece term and average_at_bound, the average recomputed
+// as if no member's time exceeded S.
+struct BoundTerms {
+  double tiles = 0;     // tile_seconds x the least tile count
+  double tokens = 0;    // token_seconds x the batch's tokens
+  double fixed = 0;     // slot_seconds x the least number of memberships
+  double exchange = 0;  // the least K/V time (received and sent)
+  double latency = 0;   // latency_seconds x the least number of peers
+  double average = 0;   // (tiles + tokens + fixed + exchange + latency) / W
+  double per_piece = 0;
+  double bound = 0;             // step_time_lower_bound: >= max(average, per_piece)
+  double average_at_bound = 0;  // the average under the work caps of S = bound
+};
+BoundTerms step_time_lower_bound_terms(const ScheduleRequest& request);
 
 }  // namespace fulcrum

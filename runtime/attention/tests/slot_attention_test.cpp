@@ -16,6 +16,7 @@
 #include <map>
 #include <numeric>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -178,12 +179,13 @@ struct SlotRun {
   CpWorkload row;
   ShardPlan plan;
   std::vector<std::int32_t> ranks;
+  SlotAttentionOptions options;
   at::Tensor q, k, v, weight;               // [N, H, D], global order
   std::vector<at::Tensor> out, dq, dk, dv;  // per member, local
   std::vector<SlotAttentionStats> forward, backward;
 
   void run_member(std::int32_t m, const std::shared_ptr<comm::Communicator>& world) {
-    auto attention = SlotAttention::create(row, plan, ranks, world);
+    auto attention = SlotAttention::create(row, plan, ranks, world, options);
     if (!attention) throw std::runtime_error(attention.status().message());
     if ((*attention)->member() != m) throw std::runtime_error("wrong member index");
     at::Tensor ql = shard(q, plan, m).requires_grad_();
@@ -454,6 +456,117 @@ TEST(SlotAttention, TwoLayersShareOneSlotAttentionWhileAnotherSlotRuns) {
     EXPECT_LT(max_diff(unshard(at::cat(dq[s]), plan), data[s].dq), 1e-12);
     EXPECT_LT(max_diff(unshard(at::cat(dk[s]), plan), data[s].dk), 1e-12);
     EXPECT_LT(max_diff(unshard(at::cat(dv[s]), plan), data[s].dv), 1e-12);
+  }
+}
+
+// ------------------------------------------------------------- overlap
+
+// The members holding a token of key block kb other than m, recounted from
+// the plan's positions.
+std::set<std::int32_t> holders(const ShardPlan& plan, std::int64_t kb, std::int64_t b,
+                               std::int32_t m) {
+  std::set<std::int32_t> h;
+  for (std::int32_t r = 0; r < plan.cp_size; ++r) {
+    for (std::int64_t row = 0; row < plan.shard_len; ++row) {
+      const std::int64_t pos = plan.rank_begin(r)[row];
+      if (r != m && pos != kPadPosition && pos / b == kb) h.insert(r);
+    }
+  }
+  return h;
+}
+
+// (query block, key block) tiles of a schedule.
+std::set<std::pair<std::int64_t, std::int64_t>> tiles_of(const TileSchedule& s) {
+  std::set<std::pair<std::int64_t, std::int64_t>> t;
+  for (std::int64_t qb = 0; qb < s.num_query_blocks; ++qb) {
+    for (std::int64_t i = s.run_offsets[qb]; i < s.run_offsets[qb + 1]; ++i) {
+      for (std::int64_t kb = s.runs[i].first; kb <= s.runs[i].last; ++kb) t.insert({qb, kb});
+    }
+  }
+  return t;
+}
+
+TEST(Overlap, GroupsSplitEveryTileOnceByThePeersItsKeyBlockNeeds) {
+  const std::int64_t b = 8;
+  for (std::int32_t g : {2, 3, 5}) {
+    for (const auto& [mask_name, mask] : masks(90, b)) {
+      for (const ShardPlan& plan : plans(90, g, b)) {
+        SCOPED_TRACE("g=" + std::to_string(g) + " mask=" + mask_name +
+                     " plan=" + plan.strategy_used);
+        const CpWorkload row = make_row({31, 7, 40, 2, 10}, mask, b, g);
+        const KvExchangePlan x = make_kv_exchange_plan(row, plan).value();
+        for (std::int32_t m = 0; m < g; ++m) {
+          const TileSchedule s = make_tile_schedule(row, plan, m).value();
+          const OverlapPlan o = make_overlap_plan(s, plan, x, m);
+          ASSERT_EQ(o.forward.size(), o.peers.size() + 1);
+          ASSERT_EQ(o.backward.size(), o.peers.size() + 1);
+          const std::size_t last = o.peers.size();
+          for (const auto* groups : {&o.forward, &o.backward}) {
+            std::set<std::pair<std::int64_t, std::int64_t>> seen;
+            std::int64_t count = 0;
+            for (std::size_t i = 0; i < groups->size(); ++i) {
+              const auto t = tiles_of((*groups)[i]);
+              EXPECT_EQ(static_cast<std::int64_t>(t.size()), (*groups)[i].tiles);
+              count += (*groups)[i].tiles;
+              for (const auto& [qb, kb] : t) {
+                ASSERT_TRUE(seen.insert({qb, kb}).second) << "tile in two groups";
+                const std::set<std::int32_t> h = holders(plan, kb, b, m);
+                // Forward: group 0 own keys only, group i + 1 ends at peers[i].
+                // Backward: group i starts at peers[i], the last own keys only.
+                const bool fwd = groups == &o.forward;
+                const std::size_t local = fwd ? 0 : last;
+                if (h.empty()) {
+                  EXPECT_EQ(i, local);
+                } else {
+                  ASSERT_NE(i, local);
+                  const std::size_t peer = fwd ? i - 1 : i;
+                  EXPECT_EQ(fwd ? *h.rbegin() : *h.begin(), o.peers[peer]);
+                }
+              }
+            }
+            EXPECT_EQ(seen, tiles_of(s));
+            EXPECT_EQ(count, s.tiles);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Overlap, TheOverlappedPassesAreTakenAndEqualTheWholeExchange) {
+  // The same slot run twice, overlapped and not: the results agree to
+  // rounding (the partial results merge by log-sum-exp, the dK/dV shares
+  // add in another order), the overlapped pass computed tiles in several
+  // groups, and the whole one in one.
+  const std::int64_t b = 8;
+  const auto world = comm::make_thread_group(5, "world", 20s);
+  for (const auto& [mask_name, mask] : masks(90, b)) {
+    for (const ShardPlan& plan : plans(90, 4, b)) {
+      SCOPED_TRACE("mask=" + mask_name + " plan=" + plan.strategy_used);
+      const CpWorkload row = make_row({31, 7, 40, 2, 10}, mask, b, 4);
+      std::vector<SlotRun> runs(2, SlotRun{row, plan, {4, 0, 2, 1}});
+      runs[1].options.overlap = false;
+      for (SlotRun& run : runs) {
+        at::manual_seed(7);
+        run.prepare(2, 4);
+        for (const auto& e : run_wave({&run}, world)) ASSERT_EQ(e, "");
+        run.expect_equals_dense(1e-12);
+      }
+      std::int32_t split = 0;
+      for (std::int32_t m = 0; m < 4; ++m) {
+        EXPECT_LT(max_diff(runs[0].out[m], runs[1].out[m]), 1e-13) << m;
+        EXPECT_LT(max_diff(runs[0].dq[m], runs[1].dq[m]), 1e-13) << m;
+        EXPECT_LT(max_diff(runs[0].dk[m], runs[1].dk[m]), 1e-13) << m;
+        EXPECT_LT(max_diff(runs[0].dv[m], runs[1].dv[m]), 1e-13) << m;
+        EXPECT_EQ(runs[1].forward[m].groups, 1);
+        EXPECT_EQ(runs[1].backward[m].groups, 1);
+        EXPECT_EQ(runs[1].forward[m].exchange_ms, 0.0);
+        EXPECT_GE(runs[0].forward[m].groups, 1);
+        EXPECT_LE(runs[0].forward[m].wait_ms, runs[0].forward[m].comm_ms + 1e-9) << m;
+        split += runs[0].forward[m].groups > 1 && runs[0].backward[m].groups > 1;
+      }
+      EXPECT_GT(split, 0) << "no member computed its tiles in groups";
+    }
   }
 }
 

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
 #include <sstream>
 #include <string>
@@ -65,6 +66,105 @@ TEST(CalibrationFit, RefusesWhatCannotBeFitted) {
   ASSERT_FALSE(flat);
   EXPECT_NE(flat.status().message().find("bandwidth"), std::string::npos);
   EXPECT_FALSE(fit_transfer({{4096, 0.0}, {8192, 1e-3}}));
+}
+
+// Whole-slot samples made from a known profile by the cost model's own
+// formula (compute + bytes / bandwidth + latency x peers) give that profile
+// back, and every sample's time to rounding.
+TEST(CalibrationFit, SlotFitRecoversEveryTermOfAKnownProfile) {
+  constexpr double kKv = 1024.0;  // the model's K/V bytes per token
+  CostProfile truth;
+  truth.tile_seconds = 4e-5;
+  truth.token_seconds = 2e-6;
+  truth.slot_seconds = 3e-3;
+  truth.kv_bytes_per_token = kKv;
+  truth.intra_node_bytes_per_second = 2e9;
+  truth.inter_node_bytes_per_second = 2e9;
+  truth.latency_seconds = 5e-4;
+  std::vector<SlotSample> samples;
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 60; ++i) {
+    SlotSample s;
+    s.group = 1 + static_cast<std::int32_t>(rng() % 4);
+    s.tokens = 64 + static_cast<std::int64_t>(rng() % 2000);
+    s.tiles = 1 + static_cast<std::int64_t>(rng() % 400);
+    s.peers = s.group == 1 ? 0 : 1 + static_cast<std::int64_t>(rng() % (s.group - 1));
+    const std::int64_t kv_tokens = s.peers * static_cast<std::int64_t>(rng() % 1500);
+    s.kv_bytes = static_cast<std::int64_t>(kKv) * kv_tokens;
+    s.seconds = truth.tile_seconds * s.tiles + truth.token_seconds * s.tokens + truth.slot_seconds +
+                kv_tokens * kKv / truth.intra_node_bytes_per_second +
+                truth.latency_seconds * s.peers;
+    samples.push_back(s);
+  }
+  CostProfile start;
+  start.name = "start";
+  start.kv_bytes_per_token = 1.0;
+  auto fit = fit_slots(samples, start, kKv);
+  ASSERT_TRUE(fit) << fit.status().message();
+  EXPECT_TRUE(fit->exchange_fitted);
+  EXPECT_EQ(fit->profile.name, "start");
+  EXPECT_NEAR(fit->profile.tile_seconds / truth.tile_seconds, 1.0, 1e-6);
+  EXPECT_NEAR(fit->profile.token_seconds / truth.token_seconds, 1.0, 1e-6);
+  EXPECT_NEAR(fit->profile.slot_seconds / truth.slot_seconds, 1.0, 1e-6);
+  EXPECT_NEAR(fit->profile.intra_node_bytes_per_second / 2e9, 1.0, 1e-6);
+  EXPECT_EQ(fit->profile.inter_node_bytes_per_second, fit->profile.intra_node_bytes_per_second);
+  EXPECT_NEAR(fit->profile.latency_seconds / truth.latency_seconds, 1.0, 1e-6);
+  EXPECT_EQ(fit->profile.kv_bytes_per_token, kKv);
+  ASSERT_EQ(fit->errors.size(), samples.size());
+  EXPECT_LT(fit->max_abs_error, 1e-8);
+  EXPECT_LE(fit->median_abs_error, fit->max_abs_error);
+  // The same samples again: the same bits (every rank fits them itself).
+  auto again = fit_slots(samples, start, kKv);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(std::memcmp(&again->profile.tile_seconds, &fit->profile.tile_seconds, sizeof(double)),
+            0);
+  EXPECT_EQ(again->profile.latency_seconds, fit->profile.latency_seconds);
+}
+
+// Slots of one member exchange nothing: the exchange terms cannot be told
+// from the samples, so the start profile's stay, and a known 20% error on
+// one sample shows in the reported errors.
+TEST(CalibrationFit, SlotFitWithoutExchangeKeepsTheStartsExchangeTerms) {
+  std::vector<SlotSample> samples;
+  for (int i = 0; i < 10; ++i) {
+    const std::int64_t tokens = 100 * (i + 1);
+    const std::int64_t tiles = (i * i) % 7 + 1;
+    samples.push_back({1, tokens, tiles, 0, 0, 1e-5 * tiles + 1e-6 * tokens + 1e-3});
+  }
+  CostProfile start;
+  start.kv_bytes_per_token = 77;
+  start.intra_node_bytes_per_second = 5e9;
+  start.inter_node_bytes_per_second = 1e9;
+  start.latency_seconds = 1e-4;
+  auto fit = fit_slots(samples, start, 4096);
+  ASSERT_TRUE(fit) << fit.status().message();
+  EXPECT_FALSE(fit->exchange_fitted);
+  EXPECT_EQ(fit->profile.kv_bytes_per_token, 77);
+  EXPECT_EQ(fit->profile.intra_node_bytes_per_second, 5e9);
+  EXPECT_EQ(fit->profile.inter_node_bytes_per_second, 1e9);
+  EXPECT_EQ(fit->profile.latency_seconds, 1e-4);
+  EXPECT_NEAR(fit->profile.slot_seconds, 1e-3, 1e-9);
+  // Too few samples for the terms is refused, not guessed.
+  samples.resize(2);
+  EXPECT_FALSE(fit_slots(samples, start, 4096));
+}
+
+// Every slot of two members: one peer each, so latency cannot be told from
+// the per-slot constant; it is held at 0 and the constant takes it, and the
+// samples are still predicted exactly.
+TEST(CalibrationFit, SlotFitFoldsATermItCannotSeparate) {
+  std::vector<SlotSample> samples;
+  for (int i = 0; i < 12; ++i) {
+    const std::int64_t tokens = 50 * (i + 1), tiles = (i * 5) % 11 + 1, kv = 1000 * ((i * 7) % 5);
+    samples.push_back(
+        {2, tokens, tiles, 1, kv, 1e-5 * tiles + 1e-6 * tokens + 1e-3 + kv / 1e9 + 2e-4});
+  }
+  auto fit = fit_slots(samples, CostProfile{}, 100.0);
+  ASSERT_TRUE(fit) << fit.status().message();
+  EXPECT_EQ(fit->profile.latency_seconds, 0.0);
+  EXPECT_NEAR(fit->profile.slot_seconds, 1.2e-3, 1e-9);
+  EXPECT_NEAR(fit->profile.intra_node_bytes_per_second / 1e9, 1.0, 1e-6);
+  EXPECT_LT(fit->max_abs_error, 1e-8);
 }
 
 TEST(CalibrationFit, ProfileYamlHasExactlyTheCostProfileKeys) {

@@ -1,0 +1,144 @@
+#include "train/profile_refit.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <utility>
+
+#include "fulcrum/core/cost_profile.h"
+
+namespace fulcrum::train {
+namespace {
+
+std::uint64_t bits(double value) {
+  std::uint64_t out = 0;
+  std::memcpy(&out, &value, sizeof out);
+  return out;
+}
+
+Bytes words_to_bytes(std::uint64_t a, std::uint64_t b) {
+  Bytes out(16);
+  std::memcpy(out.data(), &a, 8);
+  std::memcpy(out.data() + 8, &b, 8);
+  return out;
+}
+
+std::string hex(std::uint64_t value) {
+  char text[24];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(value));
+  return text;
+}
+
+}  // namespace
+
+double predicted_seconds(const CostProfile& p, const calibrate::SlotSample& s,
+                         double kv_bytes_per_token) {
+  const double compute = p.tile_seconds * static_cast<double>(s.tiles) +
+                         p.token_seconds * static_cast<double>(s.tokens) + p.slot_seconds;
+  if (s.peers == 0 && s.kv_bytes == 0) return compute;
+  // One host: the intra-node bandwidth (calibrate sets both the same).
+  const double kv_tokens = static_cast<double>(s.kv_bytes) / kv_bytes_per_token;
+  return compute + kv_tokens * p.kv_bytes_per_token / p.intra_node_bytes_per_second +
+         p.latency_seconds * static_cast<double>(s.peers);
+}
+
+ErrorSummary prediction_errors(const CostProfile& profile,
+                               const std::vector<calibrate::SlotSample>& samples,
+                               double kv_bytes_per_token) {
+  std::vector<double> errors;
+  for (const calibrate::SlotSample& s : samples) {
+    if (!(s.seconds > 0)) continue;
+    errors.push_back(std::abs(predicted_seconds(profile, s, kv_bytes_per_token) - s.seconds) /
+                     s.seconds);
+  }
+  ErrorSummary out;
+  out.samples = static_cast<std::int64_t>(errors.size());
+  if (errors.empty()) return out;
+  std::sort(errors.begin(), errors.end());
+  const std::size_t n = errors.size();
+  out.median = n % 2 ? errors[n / 2] : 0.5 * (errors[n / 2 - 1] + errors[n / 2]);
+  out.max = errors.back();
+  return out;
+}
+
+std::uint64_t profile_fingerprint(const CostProfile& p) {
+  Fingerprint f;
+  f.add(p.name);
+  for (double v :
+       {p.tile_seconds, p.token_seconds, p.slot_seconds, p.kv_bytes_per_token,
+        p.intra_node_bytes_per_second, p.inter_node_bytes_per_second, p.latency_seconds}) {
+    f.add(bits(v));
+  }
+  f.add(static_cast<std::int64_t>(p.ranks_per_node));
+  return f.value();
+}
+
+void check_same_profile(const ConsensusGroup& world, const CostProfile& profile,
+                        std::int64_t step) {
+  const std::uint64_t mine = profile_fingerprint(profile);
+  const std::vector<Bytes> all =
+      world.gather(words_to_bytes(static_cast<std::uint64_t>(step), mine));
+  std::vector<std::uint64_t> prints;
+  for (const Bytes& b : all) {
+    std::uint64_t s = 0, f = 0;
+    if (b.size() == 16) {
+      std::memcpy(&s, b.data(), 8);
+      std::memcpy(&f, b.data() + 8, 8);
+    }
+    if (b.size() != 16 || s != static_cast<std::uint64_t>(step)) {
+      throw ConsensusError("profile check after step " + std::to_string(step) + " on group " +
+                           world.name +
+                           ": a rank is at another point of training; the ranks' "
+                           "control flow diverged (check that every rank runs the same build)");
+    }
+    prints.push_back(f);
+  }
+  std::string odd;
+  for (std::size_t i = 1; i < prints.size(); ++i) {
+    if (prints[i] == prints[0]) continue;
+    odd += (odd.empty() ? "" : ", ") + std::to_string(world.ranks[i]) + " (" + hex(prints[i]) + ")";
+  }
+  if (odd.empty()) return;
+  throw ConsensusError(
+      "balancer.schedule.profile: auto: the profile refitted after step " + std::to_string(step) +
+      " on rank(s) " + odd + " differs from rank " + std::to_string(world.ranks[0]) + "'s (" +
+      hex(prints[0]) +
+      "); every rank must fit the same samples with the same build: check that the ranks run "
+      "one fulcrum build, or set a fixed balancer.schedule.profile");
+}
+
+ProfileRefit::ProfileRefit(CostProfile start, std::int64_t every, double kv_bytes_per_token)
+    : profile_(std::move(start)), every_(every), kv_bytes_per_token_(kv_bytes_per_token) {}
+
+RefitOutcome ProfileRefit::add_step(std::int64_t step, std::vector<calibrate::SlotSample> samples) {
+  RefitOutcome out;
+  out.predicted = prediction_errors(profile_, samples, kv_bytes_per_token_);
+  window_.push_back(std::move(samples));
+  while (static_cast<std::int64_t>(window_.size()) > 2 * every_) window_.pop_front();
+  if (step % every_ != 0) return out;
+  out.due = true;
+  out.window_steps = static_cast<std::int64_t>(window_.size());
+  std::vector<calibrate::SlotSample> all;
+  for (const auto& one : window_) {
+    for (const calibrate::SlotSample& s : one) {
+      if (s.seconds > 0) all.push_back(s);
+    }
+  }
+  Result<calibrate::SlotFit> fit = calibrate::fit_slots(all, profile_, kv_bytes_per_token_);
+  if (!fit) {
+    out.note = "kept: " + fit.status().message();
+    return out;
+  }
+  if (Status valid = validate_cost_profile(fit->profile); !valid) {
+    out.note = "kept: the fit is no valid profile: " + valid.message();
+    return out;
+  }
+  profile_ = fit->profile;
+  ++refits_;
+  out.refitted = true;
+  out.fitted = {static_cast<std::int64_t>(all.size()), fit->median_abs_error, fit->max_abs_error};
+  return out;
+}
+
+}  // namespace fulcrum::train

@@ -20,6 +20,7 @@
 //          --profiles h100_7b,cpu_gloo,configs/profiles/cpu_calibrated.yaml
 //          (a bundled name or a profile file)  --mixes dist_wlbllm,lognormal
 //          --check (validate every schedule and recount nothing else)
+//          --docs 8,1000,4000 (--speed's batch sizes; default 1000,4000,16000)
 //          --suite N: N seeded random batches per profile (W 2..1024, primes
 //          included; documents of one block to 1M tokens; every dense mask);
 //          the share where hybrid's own placement, before its never-slower
@@ -64,6 +65,7 @@ struct Options {
   bool speed = false;
   bool check = false;
   int suite = 0;
+  std::vector<std::int64_t> docs = {1000, 4000, 16000};  // --speed's batch sizes
 };
 
 std::vector<std::string> split(const char* text) {
@@ -253,18 +255,40 @@ int quality(const Options& opt, const std::vector<Mix>& mixes) {
   return failures > 0 ? 1 : 0;
 }
 
-// Decision time against W and the number of documents (median of 5 runs,
-// thread CPU time), and the planning phase apart.
+// Which baselines hybrid's guard prices: those its bound on their decided
+// slots cannot rule out ("none"; empty when hybrid fails).
+std::string baselines_priced(const ScheduleRequest& request) {
+  const auto scheds = fulcrum::schedule_strategies();
+  fulcrum::Result<Schedule> own = fulcrum::decide_hybrid(request);
+  double step = 0;
+  if (!own || !fulcrum::plan_hybrid_compact(request, *own, step)) return "";
+  std::string planned;
+  for (std::size_t s = 0; s < 2; ++s) {
+    fulcrum::Result<Schedule> other = scheds[s].decide(request);
+    if (other && fulcrum::decided_step_lower_bound(request, *other) * (1 - 1e-9) < step) {
+      planned += (planned.empty() ? "" : ", ") + std::string(scheds[s].name);
+    }
+  }
+  return planned.empty() ? "none" : planned;
+}
+
+// hybrid's answer, phase by phase (thread CPU time): deciding, planning its
+// own slots compactly (drafts, search: no positions), the guard (deciding
+// both baselines, bounding them, planning and pricing those the bound cannot
+// rule out), and writing the returned schedule's positions; "whole" is
+// plan_hybrid after decide_hybrid, as the plugin answers. Median of 5 runs
+// (3 for the phases; 1 past 50M tokens); the baselines' decisions beside.
 int speed(const Options& opt, const std::vector<Mix>& mixes) {
   const fulcrum::Result<CostProfile> profile = fulcrum::builtin_cost_profile("h100_7b");
   const auto scheds = fulcrum::schedule_strategies();
   std::printf(
-      "| mix | W | T | docs | tokens | hybrid decide ms | hybrid plan ms | hybrid guard ms | "
-      "baseline planned by the guard | megatron_dcp decide ms | fixed decide ms |\n| --- | ---: | "
-      "---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |\n");
+      "| mix | W | T | docs | tokens | hybrid decide ms | hybrid plan ms | guard ms | positions "
+      "ms | whole answer ms | baseline planned by the guard | megatron_dcp decide ms | fixed "
+      "decide ms |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | "
+      "---: | ---: |\n");
   const Mix& mix = mixes.front();
   for (const std::int64_t w : opt.ranks) {
-    for (const std::int64_t docs : {1000, 4000, 16000}) {
+    for (const std::int64_t docs : opt.docs) {
       const std::int64_t t = 16384;
       std::mt19937_64 rng(static_cast<std::uint64_t>(w * 7 + docs));
       ScheduleRequest request;
@@ -276,59 +300,51 @@ int speed(const Options& opt, const std::vector<Mix>& mixes) {
       request.world_size = static_cast<std::int32_t>(w);
       request.max_tokens_per_rank = t;
       request.profile = *profile;
+      const int reps = tokens < 50'000'000 ? 5 : 1;
       double decide[3] = {0, 0, 0};
-      double plan_hybrid = 0;
-      double guard = 0;
-      std::string planned;
       for (std::size_t s = 0; s < 3; ++s) {
-        std::vector<double> times, plans, guards;
-        const int reps = (s == 2 || tokens < 50'000'000) ? 5 : 1;
+        std::vector<double> times;
         for (int rep = 0; rep < reps; ++rep) {
           const double t0 = cpu_seconds();
           fulcrum::Result<Schedule> schedule = scheds[s].decide(request);
-          const double t1 = cpu_seconds();
+          times.push_back(cpu_seconds() - t0);
           if (!schedule) {
             std::fprintf(stderr, "%s failed: %s\n", std::string(scheds[s].name).c_str(),
                          schedule.status().message().c_str());
             return 1;
           }
-          times.push_back(t1 - t0);
-          if (s == 2 && rep < 3) {
-            // Planning hybrid's own slots, then the guard that prices them
-            // against both baselines (plan_hybrid is the two in turn).
-            const double p0 = cpu_seconds();
-            if (fulcrum::Status st = fulcrum::plan_hybrid_slots(request, *schedule); !st) return 1;
-            const double p1 = cpu_seconds();
-            if (fulcrum::Status st = fulcrum::keep_fastest_of_baselines(request, *schedule); !st) {
-              return 1;
-            }
-            plans.push_back(p1 - p0);
-            guards.push_back(cpu_seconds() - p1);
-          }
         }
         decide[s] = median(times);
-        if (!plans.empty()) plan_hybrid = median(plans);
-        if (!guards.empty()) guard = median(guards);
       }
-      // Which baselines the guard had to plan: those its bound on their
-      // decided slots could not rule out.
-      {
-        fulcrum::Result<Schedule> own = scheds[2].decide(request);
-        if (!own || !fulcrum::plan_hybrid_slots(request, *own)) return 1;
-        const double step = fulcrum::evaluate_schedule(request, *own).step_seconds;
-        for (std::size_t s = 0; s < 2; ++s) {
-          fulcrum::Result<Schedule> other = scheds[s].decide(request);
-          if (other && fulcrum::decided_step_lower_bound(request, *other) * (1 - 1e-9) < step) {
-            planned += (planned.empty() ? "" : ", ") + std::string(scheds[s].name);
-          }
-        }
-        if (planned.empty()) planned = "none";
+      std::vector<double> plans, guards, expands, wholes;
+      for (int rep = 0; rep < std::min(reps, 3); ++rep) {
+        fulcrum::Result<Schedule> schedule = fulcrum::decide_hybrid(request);
+        if (!schedule) return 1;
+        double step = 0;
+        const double p0 = cpu_seconds();
+        if (!fulcrum::plan_hybrid_compact(request, *schedule, step)) return 1;
+        const double p1 = cpu_seconds();
+        if (!fulcrum::keep_fastest_of_baselines(request, *schedule, step)) return 1;
+        const double p2 = cpu_seconds();
+        if (!fulcrum::expand_hybrid_plans(request, *schedule)) return 1;
+        const double p3 = cpu_seconds();
+        plans.push_back(p1 - p0);
+        guards.push_back(p2 - p1);
+        expands.push_back(p3 - p2);
+        const double w0 = cpu_seconds();
+        fulcrum::Result<Schedule> whole = fulcrum::run_schedule_strategy("hybrid", request);
+        wholes.push_back(cpu_seconds() - w0);
+        if (!whole) return 1;
       }
-      std::printf("| %s | %lld | %lld | %lld | %lld | %.3f | %.1f | %.1f | %s | %.3f | %.3f |\n",
-                  mix.name.c_str(), static_cast<long long>(w), static_cast<long long>(t),
-                  static_cast<long long>(docs), static_cast<long long>(tokens), 1e3 * decide[2],
-                  1e3 * plan_hybrid, 1e3 * guard, planned.c_str(), 1e3 * decide[1],
-                  1e3 * decide[0]);
+      const std::string planned = baselines_priced(request);
+      if (planned.empty()) return 1;
+      std::printf(
+          "| %s | %lld | %lld | %lld | %lld | %.3f | %.1f | %.1f | %.1f | %.1f | %s | %.3f | %.3f "
+          "|\n",
+          mix.name.c_str(), static_cast<long long>(w), static_cast<long long>(t),
+          static_cast<long long>(docs), static_cast<long long>(tokens), 1e3 * decide[2],
+          1e3 * median(plans), 1e3 * median(guards), 1e3 * median(expands), 1e3 * median(wholes),
+          planned.c_str(), 1e3 * decide[1], 1e3 * decide[0]);
       std::fflush(stdout);
     }
   }
@@ -473,6 +489,8 @@ int main(int argc, char** argv) {
       opt.check = true;
     } else if (arg == "--ranks" && has_value) {
       opt.ranks = split_ints(argv[++i]);
+    } else if (arg == "--docs" && has_value) {
+      opt.docs = split_ints(argv[++i]);
     } else if (arg == "--tokens" && has_value) {
       opt.tokens = split_ints(argv[++i]);
     } else if (arg == "--profiles" && has_value) {

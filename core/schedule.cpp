@@ -7,6 +7,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <string>
 #include <utility>
@@ -117,74 +118,36 @@ BlockHolders holders_of(const ShardPlan& plan, std::int64_t tokens, std::int64_t
 }
 
 SlotCost cost_slot(const ScheduleRequest& request, const ScheduleSlot& slot) {
-  const CostProfile& p = request.profile;
   const CpWorkload w = slot_workload(request, slot);
   const std::vector<RankWork> work = compute_work(w, slot.plan);
   const auto g = static_cast<std::size_t>(slot.plan.cp_size);
-
-  SlotCost cost;
-  cost.members.resize(g);
+  SlotCounts counts;
+  counts.tokens.resize(g);
+  counts.tiles.resize(g);
   for (std::size_t m = 0; m < g; ++m) {
-    SlotMemberCost& mc = cost.members[m];
-    mc.rank = slot.ranks[m];
-    mc.tokens = work[m].tokens;
-    mc.tiles = work[m].tiles;
-    mc.compute_seconds = p.tile_seconds * static_cast<double>(mc.tiles) +
-                         p.token_seconds * static_cast<double>(mc.tokens) + p.slot_seconds;
+    counts.tokens[m] = work[m].tokens;
+    counts.tiles[m] = work[m].tiles;
   }
   if (g > 1) {
     const RowLayout layout(w);
     const BlockHolders holders = holders_of(slot.plan, w.tokens, w.block_size);
-    // tokens[m][j]: K/V tokens member m receives from member j.
-    std::vector<std::vector<std::int64_t>> tokens(g, std::vector<std::int64_t>(g, 0));
-    for (std::size_t m = 0; m < g; ++m) {
+    const std::vector<std::int32_t> index = start_exchange(counts);
+    const std::size_t a = counts.active.size();
+    for (std::size_t x = 0; x < a; ++x) {
+      const std::int32_t m = counts.active[x];
       const auto touched =
-          touched_key_blocks(w, layout, slot.plan.rank_begin(static_cast<std::int32_t>(m)),
-                             slot.plan.rank_end(static_cast<std::int32_t>(m)));
-      std::vector<std::int64_t>& from = tokens[m];
+          touched_key_blocks(w, layout, slot.plan.rank_begin(m), slot.plan.rank_end(m));
+      std::int64_t* from = counts.received.data() + x * a;
       for (const auto& [lo, hi] : touched) {
         for (std::int64_t i = holders.offset[lo]; i < holders.offset[hi + 1]; ++i) {
           const auto& [j, count] = holders.entries[static_cast<std::size_t>(i)];
-          from[static_cast<std::size_t>(j)] += count;
+          from[index[static_cast<std::size_t>(j)]] += count;
         }
       }
-      from[m] = 0;  // its own
-    }
-    const std::int32_t node_size = p.ranks_per_node;
-    for (std::size_t m = 0; m < g; ++m) {
-      SlotMemberCost& mc = cost.members[m];
-      std::int64_t received = 0;
-      std::int64_t sent = 0;
-      double seconds = 0;
-      for (std::size_t j = 0; j < g; ++j) {
-        if (j == m) continue;
-        const std::int64_t in = tokens[m][j];
-        const std::int64_t out = tokens[j][m];
-        if (in == 0 && out == 0) continue;
-        received += in;
-        sent += out;
-        ++mc.peers;
-        const bool same_node = slot.ranks[m] / node_size == slot.ranks[j] / node_size;
-        const double bandwidth =
-            same_node ? p.intra_node_bytes_per_second : p.inter_node_bytes_per_second;
-        // Forward: K/V in, own K/V out; backward: dK/dV of both back the
-        // other way. Each direction carries in + out, in parallel.
-        seconds += static_cast<double>(in + out) * p.kv_bytes_per_token / bandwidth;
-      }
-      mc.bytes_received = bytes_of(static_cast<double>(received) * p.kv_bytes_per_token);
-      mc.bytes_sent = bytes_of(static_cast<double>(sent) * p.kv_bytes_per_token);
-      mc.comm_seconds = seconds + p.latency_seconds * mc.peers;
-      // Overlap (docs/HYBRID.md section 2): comm_seconds is what compute
-      // leaves exposed.
-      mc.comm_seconds -= p.exchange_overlap * std::min(mc.compute_seconds, mc.comm_seconds);
+      from[x] = 0;  // its own
     }
   }
-  double longest = 0;
-  for (const SlotMemberCost& mc : cost.members) {
-    longest = std::max(longest, mc.compute_seconds + mc.comm_seconds);
-  }
-  cost.end_seconds = longest;  // shifted by the start in evaluate_schedule
-  return cost;
+  return price_slot_counts(request.profile, slot.ranks, counts);
 }
 
 }  // namespace
@@ -445,11 +408,83 @@ Status validate_schedule(const ScheduleRequest& request, const Schedule& schedul
   return Status::ok();
 }
 
+std::vector<std::int32_t> start_exchange(SlotCounts& counts) {
+  std::vector<std::int32_t> index(counts.tokens.size(), -1);
+  counts.active.clear();
+  for (std::size_t m = 0; m < counts.tokens.size(); ++m) {
+    if (counts.tokens[m] == 0) continue;
+    index[m] = static_cast<std::int32_t>(counts.active.size());
+    counts.active.push_back(static_cast<std::int32_t>(m));
+  }
+  counts.received.assign(counts.active.size() * counts.active.size(), 0);
+  return index;
+}
+
+SlotCost price_slot_counts(const CostProfile& p, const std::vector<std::int32_t>& ranks,
+                           const SlotCounts& counts) {
+  const std::size_t g = counts.tokens.size();
+  SlotCost cost;
+  cost.members.resize(g);
+  for (std::size_t m = 0; m < g; ++m) {
+    SlotMemberCost& mc = cost.members[m];
+    mc.rank = ranks[m];
+    mc.tokens = counts.tokens[m];
+    mc.tiles = counts.tiles[m];
+    mc.compute_seconds = p.tile_seconds * static_cast<double>(mc.tiles) +
+                         p.token_seconds * static_cast<double>(mc.tokens) + p.slot_seconds;
+  }
+  const std::int32_t node_size = p.ranks_per_node;
+  const std::size_t a = counts.received.empty() ? 0 : counts.active.size();
+  for (std::size_t x = 0; x < a; ++x) {
+    const auto m = static_cast<std::size_t>(counts.active[x]);
+    SlotMemberCost& mc = cost.members[m];
+    std::int64_t received = 0;
+    std::int64_t sent = 0;
+    double seconds = 0;
+    // Members without tokens exchange nothing: the peers in ascending
+    // order are the active ones with something in either direction.
+    for (std::size_t y = 0; y < a; ++y) {
+      if (y == x) continue;
+      const auto j = static_cast<std::size_t>(counts.active[y]);
+      const std::int64_t in = counts.received[x * a + y];
+      const std::int64_t out = counts.received[y * a + x];
+      if (in == 0 && out == 0) continue;
+      received += in;
+      sent += out;
+      ++mc.peers;
+      const bool same_node = ranks[m] / node_size == ranks[j] / node_size;
+      const double bandwidth =
+          same_node ? p.intra_node_bytes_per_second : p.inter_node_bytes_per_second;
+      // Forward: K/V in, own K/V out; backward: dK/dV of both back the
+      // other way. Each direction carries in + out, in parallel.
+      seconds += static_cast<double>(in + out) * p.kv_bytes_per_token / bandwidth;
+    }
+    mc.bytes_received = bytes_of(static_cast<double>(received) * p.kv_bytes_per_token);
+    mc.bytes_sent = bytes_of(static_cast<double>(sent) * p.kv_bytes_per_token);
+    mc.comm_seconds = seconds + p.latency_seconds * mc.peers;
+    // Overlap (docs/HYBRID.md section 2): comm_seconds is what compute
+    // leaves exposed.
+    mc.comm_seconds -= p.exchange_overlap * std::min(mc.compute_seconds, mc.comm_seconds);
+  }
+  double longest = 0;
+  for (const SlotMemberCost& mc : cost.members) {
+    longest = std::max(longest, mc.compute_seconds + mc.comm_seconds);
+  }
+  cost.end_seconds = longest;  // shifted by the start in price_timeline
+  return cost;
+}
+
 SlotCost evaluate_slot(const ScheduleRequest& request, const ScheduleSlot& slot) {
   return cost_slot(request, slot);
 }
 
 ScheduleCost evaluate_schedule(const ScheduleRequest& request, const Schedule& schedule) {
+  return price_timeline(request, schedule,
+                        [&](std::size_t s) { return cost_slot(request, schedule.slots[s]); });
+}
+
+ScheduleCost price_timeline(const ScheduleRequest& request, const Schedule& schedule,
+                            const std::function<SlotCost(std::size_t)>& slot_cost) {
   const auto w = static_cast<std::size_t>(request.world_size);
   ScheduleCost cost;
   cost.slots.resize(schedule.slots.size());
@@ -465,7 +500,7 @@ ScheduleCost evaluate_schedule(const ScheduleRequest& request, const Schedule& s
   double allgather = 0;
   for (const std::size_t s : order) {
     const ScheduleSlot& slot = schedule.slots[s];
-    SlotCost sc = cost_slot(request, slot);
+    SlotCost sc = slot_cost(s);
     double start = 0;
     for (const std::int32_t r : slot.ranks) start = std::max(start, free_at[r]);
     sc.start_seconds = start;

@@ -44,12 +44,7 @@ constexpr std::int64_t kShortBlocksPerRank = 8;
 // and the exact recount grow with N for nothing a short row still gains.
 constexpr std::int64_t kMaxTokenUnitsPerRank = 256;
 
-struct Candidate {
-  std::string name;
-  detail::RunPlan runs;  // the positions
-  std::vector<RankWork> work;
-  double score = 0.0;
-};
+using Candidate = detail::AutoChoice;
 
 // pairs max / mean of a run plan: a lower bound on its score, from range sums.
 double pairs_imbalance(const CpWorkload& w, const RowLayout& layout, const detail::RunPlan& plan,
@@ -69,16 +64,11 @@ double pairs_imbalance(const CpWorkload& w, const RowLayout& layout, const detai
   return static_cast<double>(top) * plan.ranks / total_pairs;
 }
 
-ShardPlan finish(Candidate&& best) {
-  ShardPlan plan = detail::materialize(best.runs);
-  plan.strategy_used = std::move(best.name);
-  plan.work = std::move(best.work);
-  return plan;
-}
-
 }  // namespace
 
-Result<ShardPlan> plan_auto(const CpWorkload& w) {
+namespace detail {
+
+Result<AutoChoice> auto_choice(const CpWorkload& w) {
   if (Status status = validate_workload(w); !status) return status;
   const RowLayout layout(w);
   const std::int64_t n = w.tokens;
@@ -91,7 +81,7 @@ Result<ShardPlan> plan_auto(const CpWorkload& w) {
     } else {
       only.work = detail::run_work(w, layout, only.runs);
     }
-    return finish(std::move(only));
+    return only;
   }
 
   detail::Balanced balanced = detail::balance_row(w, layout);
@@ -137,7 +127,18 @@ Result<ShardPlan> plan_auto(const CpWorkload& w) {
     consider("head_tail", detail::head_tail_runs(n, p));
   }
   consider("contiguous", detail::contiguous_runs(n, p));
-  return finish(std::move(best));
+  return best;
+}
+
+}  // namespace detail
+
+Result<ShardPlan> plan_auto(const CpWorkload& w) {
+  Result<detail::AutoChoice> best = detail::auto_choice(w);
+  if (!best) return best.status();
+  ShardPlan plan = detail::materialize(best->runs);
+  plan.strategy_used = std::move(best->name);
+  plan.work = std::move(best->work);
+  return plan;
 }
 
 }  // namespace fulcrum::cp

@@ -6,11 +6,14 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include "fulcrum/core/slot_runs.h"
 #include "fulcrum/core/work_model.h"
 #include "fulcrum/core/workload.h"
 #include "fulcrum/cp_types.h"
+#include "fulcrum/status.h"
 
 namespace fulcrum::cp::detail {
 
@@ -57,20 +60,12 @@ std::int64_t range_pairs(const CpWorkload& workload, const RowLayout& layout, st
                          std::int64_t end);
 
 // A run of consecutive global positions [begin, begin + length), or `length`
-// pad entries when begin == kPadPosition.
-struct Run {
-  std::int64_t begin = 0;
-  std::int64_t length = 0;
-};
-
-// A plan described by runs: rank r's local order is runs[rank_offset[r] ..
-// rank_offset[r+1]) followed by padding up to shard_len.
-struct RunPlan {
-  std::int32_t ranks = 1;
-  std::int64_t shard_len = 0;
-  std::vector<Run> runs;
-  std::vector<std::int64_t> rank_offset;  // ranks + 1 entries
-};
+// pad entries when begin == kPadPosition; a plan described by runs: rank r's
+// local order is runs[rank_offset[r] .. rank_offset[r+1]) followed by
+// padding up to shard_len. core's types, so that core prices them directly
+// (fulcrum/core/slot_runs.h).
+using Run = PositionRun;
+using RunPlan = RunShardPlan;
 
 struct BalanceOptions {
   // Refinement stops once the score is within this of the achievable floor
@@ -126,6 +121,17 @@ RunPlan head_tail_runs(std::int64_t tokens, std::int32_t ranks);
 // O(runs + local blocks + segments), independent of N for long runs.
 std::vector<RankWork> run_work(const CpWorkload& workload, const RowLayout& layout,
                                const RunPlan& plan);
+
+// `auto`'s choice for a row (cp_auto.cpp): the planner it names, that
+// plan's runs (plan_auto writes exactly these positions), their exact work
+// and score.
+struct AutoChoice {
+  std::string name;
+  RunPlan runs;
+  std::vector<RankWork> work;
+  double score = 0.0;
+};
+Result<AutoChoice> auto_choice(const CpWorkload& workload);
 
 // Writes the positions of a run plan: cp_size, shard_len, positions, padding.
 // strategy_used, fallback_reason and work are left to the caller.

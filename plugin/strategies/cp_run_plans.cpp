@@ -113,34 +113,7 @@ std::vector<RankWork> run_work(const CpWorkload& workload, const RowLayout& layo
   return work;
 }
 
-ShardPlan materialize(const RunPlan& runs) {
-  ShardPlan plan;
-  plan.cp_size = runs.ranks;
-  plan.shard_len = runs.shard_len;
-  plan.positions.resize(static_cast<std::size_t>(runs.ranks * runs.shard_len));
-  std::int64_t* const out = plan.positions.data();
-  std::int64_t real = 0;
-  for (std::int32_t r = 0; r < runs.ranks; ++r) {
-    std::int64_t* dst = out + r * runs.shard_len;
-    std::int64_t* const end = dst + runs.shard_len;
-    for (std::int64_t i = runs.rank_offset[r]; i < runs.rank_offset[r + 1]; ++i) {
-      // Locals, not run.*: the stores below could alias the run array
-      // (both int64), which would keep the loop from vectorising.
-      const std::int64_t begin = runs.runs[static_cast<std::size_t>(i)].begin;
-      const std::int64_t length = runs.runs[static_cast<std::size_t>(i)].length;
-      if (begin == kPadPosition) {
-        std::fill(dst, dst + length, kPadPosition);
-      } else {
-        for (std::int64_t j = 0; j < length; ++j) dst[j] = begin + j;
-        real += length;
-      }
-      dst += length;
-    }
-    std::fill(dst, end, kPadPosition);
-  }
-  plan.padding = runs.ranks * runs.shard_len - real;
-  return plan;
-}
+ShardPlan materialize(const RunPlan& runs) { return materialize_runs(runs); }
 
 double plan_score(const std::vector<RankWork>& work, std::int64_t total_pairs,
                   std::int64_t unsharded_tiles) {

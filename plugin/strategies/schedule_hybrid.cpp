@@ -41,20 +41,22 @@
 // 6. The rules above are estimates, and a baseline can win a batch they
 //    misjudge (one extra row on one rank is the difference when every
 //    document fits one rank). So the planned schedule is priced exactly
-//    (evaluate_schedule) against the schedules `fixed` and `megatron_dcp`
-//    give for the same request, and the cheapest is returned (ties: hybrid's
-//    own, then fixed): hybrid is never slower than either by the cost model.
-//    A baseline is planned only when a lower bound on its decided slots
-//    (each slot's mean member compute over a per-query tile count, on the
-//    slots' timeline) is below hybrid's step: positions are the costly part.
+//    (evaluate_schedule's model, from runs) against the schedules `fixed`
+//    and `megatron_dcp` give for the same request, and the cheapest is
+//    returned (ties: hybrid's own, then fixed): hybrid is never slower than
+//    either by the cost model. A baseline is priced only when a lower bound
+//    on its decided slots (each slot's mean member compute over a
+//    per-query tile count, on the slots' timeline) is below hybrid's step,
+//    from the runs its planner writes; its positions only when it wins.
 // 7. The estimate picks among drafts, and misjudges small batches most. So
 //    every draft (each group rule, with and without rule 1's heavy pieces
-//    as groups, and rule 8's) is planned and priced exactly, the soonest
-//    kept; a draft whose decided-slots bound (rule 6) is not below the best
-//    so far is not planned. The kept one is improved by moves on the exact
-//    timeline (schedule_hybrid_search.cpp): a small slot merged into
-//    another's spare room or over both slots' ranks, the last slot
-//    re-placed over the ranks that finish first.
+//    as groups, and rule 8's) is planned and priced exactly, without
+//    positions (schedule_hybrid_plan.cpp), the soonest kept; a draft whose
+//    decided-slots bound (rule 6) is not below the best so far is not
+//    planned, nor the rest of one a slot of which cannot end before it. The kept one is improved by
+//    moves on the exact timeline (schedule_hybrid_search.cpp): a small slot merged into another's
+//    spare room or over both slots' ranks, the last slot re-placed over the ranks that finish
+//    first.
 // 8. Equal groups: for g = 1, 2, 4, ... and W, floor(W / g) groups of g
 //    consecutive ranks, pieces best fit into rows of g x T (a longer piece
 //    over the groups it needs), rows LPT onto the groups. Many long pieces
@@ -314,60 +316,35 @@ std::vector<Schedule> hybrid_drafts(const ScheduleRequest& request, bool every) 
   return out;
 }
 
-// The planners a multi-rank slot may use, in order of preference on ties.
-constexpr cp::Planner kSlotPlanners[] = {&cp::plan_per_document, &cp::plan_head_tail,
-                                         &cp::plan_per_document_padded};
-
-constexpr std::int64_t kManyPlannersTokens = std::int64_t{1} << 18;
-
-// Rule 5 for one slot: balanced (per_document when balanced needs more
-// than T per member), then whichever plan of every CP planner that holds
-// at most T per member the cost model says ends the slot soonest (ties:
-// the earlier; contiguous last, it moves least).
-Status plan_slot(const ScheduleRequest& request, ScheduleSlot& slot) {
-  const std::int64_t budget = request.max_tokens_per_rank;
-  const CpWorkload w = slot_workload(request, slot);
-  if (w.cp_size == 1) {
-    slot.plan = contiguous_plan(w);
-    return Status::ok();
+// Every slot planned compactly (rule 5, schedule_hybrid_plan.cpp): `length`
+// gets each slot's exact length. Stops at the first slot that cannot end
+// before `ceiling` (a step no later than its length cannot beat one that
+// ends at the ceiling) and leaves `length` short.
+Status plan_slots(const ScheduleRequest& request, Schedule& schedule, std::vector<double>& length,
+                  double ceiling = hybrid::kNoEnd) {
+  length.clear();
+  for (ScheduleSlot& slot : schedule.slots) {
+    const Result<double> planned = hybrid::plan_slot_compact(request, slot, ceiling);
+    if (!planned) return planned.status();
+    if (*planned >= ceiling) return Status::ok();
+    length.push_back(*planned);
   }
-  Result<ShardPlan> balanced = cp::plan_balanced(w);
-  if (!balanced) return balanced.status();
-  if (balanced->shard_len > budget) {
-    // per_document holds at most ceil(N / g) <= T tokens per member.
-    Result<ShardPlan> even = cp::plan_per_document(w);
-    if (!even) return even.status();
-    even->fallback_reason = "balanced needs " + std::to_string(balanced->shard_len) +
-                            " tokens per rank, more than T = " + std::to_string(budget);
-    balanced = std::move(even);
-  }
-  slot.plan = std::move(*balanced);
-  double best_end = evaluate_slot(request, slot).end_seconds;
-  ScheduleSlot other = slot;
-  const auto consider = [&](ShardPlan plan) {
-    if (plan.shard_len > budget) return;
-    other.plan = std::move(plan);
-    const double end = evaluate_slot(request, other).end_seconds;
-    if (end < best_end) {
-      best_end = end;
-      slot.plan = std::move(other.plan);
-    }
-  };
-  // The other head-tail planners only on rows of up to kManyPlannersTokens:
-  // each costs a pass over the row.
-  for (const cp::Planner planner : kSlotPlanners) {
-    if (planner != &cp::plan_per_document && w.tokens > kManyPlannersTokens) continue;
-    if (Result<ShardPlan> plan = planner(w); plan) consider(std::move(*plan));
-  }
-  consider(contiguous_plan(w));
   return Status::ok();
 }
 
-Status plan_slots(const ScheduleRequest& request, Schedule& schedule) {
-  for (ScheduleSlot& slot : schedule.slots) {
-    if (Status status = plan_slot(request, slot); !status) return status;
+// What planning a draft costs, in tokens: a slot of g members is balanced
+// over g and its exchange counted over g^2 member pairs, so a row of more
+// than kWideSlot members counts g / kWideSlot times its tokens.
+constexpr std::int64_t kWideSlot = 64;
+
+std::int64_t planning_cost(const Schedule& schedule) {
+  std::int64_t cost = 0;
+  for (const ScheduleSlot& slot : schedule.slots) {
+    std::int64_t n = 0;
+    for (const DocPiece& piece : slot.pieces) n += piece.length;
+    cost += n * std::max<std::int64_t>(1, static_cast<std::int64_t>(slot.ranks.size()) / kWideSlot);
   }
-  return Status::ok();
+  return cost;
 }
 
 bool same_slots(const Schedule& a, const Schedule& b) {
@@ -393,53 +370,81 @@ Result<Schedule> decide_hybrid(const ScheduleRequest& request) {
   return std::move(hybrid_drafts(request, false).front());
 }
 
-// Planning is O(tokens) per draft: the other drafts are planned while the
-// tokens planned in all, the decided draft's included, stay within this
-// (a batch of T tokens gets 4M / T - 1 of them; beyond 2M neither they nor
-// the search run, and the estimate's draft is the answer, as before issue
-// 25). Larger budgets win more batches before the guard and cost plan time
-// in proportion (docs/HYBRID.md section 6, "Issue 25").
-constexpr std::int64_t kDraftTokenBudget = std::int64_t{4} << 20;
+// Planning a draft prices its slots from runs, O(runs + blocks) per slot
+// (schedule_hybrid_plan.cpp), and balances each multi-rank row: the other
+// drafts are planned while their planning costs (planning_cost: tokens,
+// rows over more than kWideSlot members weighted by their width), the
+// decided draft's tokens included, stay within this; a draft that does not
+// fit is skipped and the next tried. Beyond half of it neither they nor
+// the search run, and the estimate's draft is the answer. 32M and 8M win
+// 99% of the suite's batches on h100_7b before the guard (82% with the 4M
+// and 1M of position-based pricing); docs/HYBRID.md section 6, "Issue 25",
+// gives the plan time they cost.
+constexpr std::int64_t kDraftTokenBudget = std::int64_t{32} << 20;
 // The rows rule 7's search may re-plan, in tokens, whatever the batch.
-constexpr std::int64_t kSearchTokenBudget = std::int64_t{1} << 20;
+constexpr std::int64_t kSearchTokenBudget = std::int64_t{8} << 20;
 
 // The decided draft is the estimate's bet; the other drafts (the other
 // group rules, heavy pieces within T kept on one rank, equal groups) are
 // planned and priced exactly too, within kDraftTokenBudget, and the soonest
 // is kept (ties: the decided one, then the drafts' order). The estimate
 // misjudges small batches most, where this costs least. Then rule 7's
-// search.
-Status plan_hybrid_slots(const ScheduleRequest& request, Schedule& schedule) {
-  if (Status status = plan_slots(request, schedule); !status) return status;
+// search. Every slot stays compact (no positions); `step` gets the exact
+// step of the schedule kept.
+Status plan_hybrid_compact(const ScheduleRequest& request, Schedule& schedule, double& step) {
+  std::vector<double> length;
+  if (Status status = plan_slots(request, schedule, length); !status) return status;
+  double best = hybrid::step_of_lengths(request, schedule, length);
+  step = best;
   std::int64_t tokens = 0;
   for (const std::int64_t len : request.doc_lengths) tokens += len;
-  // Beyond half the budget neither the other drafts nor the search run
-  // (each prices every slot exactly, a pass over the positions).
   if (2 * tokens > kDraftTokenBudget) return Status::ok();
-  double best = evaluate_schedule(request, schedule).step_seconds;
   std::int64_t planned = tokens;
   for (Schedule& other : hybrid_drafts(request, true)) {
-    if (planned + tokens > kDraftTokenBudget) break;
+    const std::int64_t cost = planning_cost(other);
+    if (planned + cost > kDraftTokenBudget) continue;
     if (same_slots(other, schedule)) continue;
     if (decided_step_lower_bound(request, other) * (1 - 1e-9) >= best) continue;
-    if (Status status = plan_slots(request, other); !status) return status;
-    planned += tokens;
-    const double step = evaluate_schedule(request, other).step_seconds;
-    if (step < best) {
-      best = step;
+    std::vector<double> other_length;
+    if (Status status = plan_slots(request, other, other_length, best); !status) return status;
+    planned += cost;
+    if (other_length.size() < other.slots.size()) continue;  // a slot alone reaches `best`
+    const double other_step = hybrid::step_of_lengths(request, other, other_length);
+    if (other_step < best) {
+      best = other_step;
       schedule = std::move(other);
+      length = std::move(other_length);
     }
   }
-  // The search replays the cost model's timeline; the exact price has the
-  // last word (a schedule the search made slower is not kept).
+  // The search replays the same timeline; a schedule it made slower (it
+  // cannot: it keeps only moves that do not delay the step) is not kept.
   Schedule searched = schedule;
-  if (Status status =
-          hybrid::improve_on_timeline(request, searched, &plan_slot, kSearchTokenBudget);
+  std::vector<double> searched_length = length;
+  if (Status status = hybrid::improve_on_timeline(request, searched, searched_length,
+                                                  &hybrid::plan_slot_compact, kSearchTokenBudget);
       !status) {
     return status;
   }
-  if (evaluate_schedule(request, searched).step_seconds <= best) schedule = std::move(searched);
+  const double searched_step = hybrid::step_of_lengths(request, searched, searched_length);
+  if (searched_step <= best) {
+    schedule = std::move(searched);
+    best = searched_step;
+  }
+  step = best;
   return Status::ok();
+}
+
+Status expand_hybrid_plans(const ScheduleRequest& request, Schedule& schedule) {
+  for (ScheduleSlot& slot : schedule.slots) {
+    if (Status status = hybrid::expand_slot_plan(request, slot); !status) return status;
+  }
+  return Status::ok();
+}
+
+Status plan_hybrid_slots(const ScheduleRequest& request, Schedule& schedule) {
+  double step = 0;
+  if (Status status = plan_hybrid_compact(request, schedule, step); !status) return status;
+  return expand_hybrid_plans(request, schedule);
 }
 
 Status plan_hybrid(const ScheduleRequest& request, Schedule& schedule) {
@@ -447,8 +452,10 @@ Status plan_hybrid(const ScheduleRequest& request, Schedule& schedule) {
     if (Status status = plan_hybrid_shaped(request, schedule); !status) return status;
     return keep_fastest_of_baselines(request, schedule);
   }
-  if (Status status = plan_hybrid_slots(request, schedule); !status) return status;
-  return keep_fastest_of_baselines(request, schedule);
+  double step = 0;
+  if (Status status = plan_hybrid_compact(request, schedule, step); !status) return status;
+  if (Status status = keep_fastest_of_baselines(request, schedule, step); !status) return status;
+  return expand_hybrid_plans(request, schedule);
 }
 
 }  // namespace fulcrum

@@ -6,8 +6,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <limits>
+#include <optional>
+#include <string_view>
 #include <vector>
 
+#include "fulcrum/core/slot_runs.h"
 #include "fulcrum/core/workload.h"
 #include "fulcrum/schedule_types.h"
 #include "fulcrum/status.h"
@@ -120,15 +124,43 @@ void rebalance(const Batch& batch, std::vector<std::vector<Row>>& rows, std::vec
 // estimated finish.
 Draft draft(const Batch& batch, const Estimator& est, GroupRule rule);
 
-// Plans one slot (rule 5).
-using SlotPlanner = std::function<Status(const ScheduleRequest&, ScheduleSlot&)>;
+// A slot length that stands for "no sooner than the ceiling asked for".
+inline constexpr double kNoEnd = std::numeric_limits<double>::infinity();
+
+// Rule 5 for one slot, without positions (schedule_hybrid_plan.cpp): the
+// slot's plan gets the chosen rule's name (strategy_used, fallback_reason),
+// cp_size and shard_len, no positions; returns the slot's exact length
+// (evaluate_slot's end_seconds for the expanded plan) when it is below
+// `ceiling`, else kNoEnd (the plan recorded is then not rule 5's choice,
+// and the caller drops the slot's schedule).
+Result<double> plan_slot_compact(const ScheduleRequest& request, ScheduleSlot& slot,
+                                 double ceiling = kNoEnd);
+
+// The runs of the plan rule `rule` (balanced, per_document,
+// per_document_padded, head_tail, contiguous) for a slot's row; nullopt for
+// another name or a rule that cannot shard the row.
+std::optional<RunShardPlan> slot_rule_runs(std::string_view rule, const CpWorkload& workload);
+
+// Writes the positions (and work) of a slot planned by plan_slot_compact;
+// a slot that has positions is left as it is.
+Status expand_slot_plan(const ScheduleRequest& request, ScheduleSlot& slot);
+
+// The step evaluate_schedule gives when slot s lasts length[s].
+double step_of_lengths(const ScheduleRequest& request, const Schedule& schedule,
+                       const std::vector<double>& length);
+
+// Plans one slot (rule 5) and returns its exact length, or kNoEnd when it
+// is not below the ceiling (the last argument).
+using SlotPlanner = std::function<Result<double>(const ScheduleRequest&, ScheduleSlot&, double)>;
 
 // Rule 7: moves on the exact timeline of a planned schedule (merges of a
 // slot into another's spare room, the last slot re-placed), each kept only
 // when the step ends sooner, or no later with fewer rank-seconds spent.
-// The schedule stays valid; slots it changes are re-planned with `plan`,
-// until the rows re-planned hold `token_budget` tokens in all.
+// `length` holds every slot's exact length and is kept current. The
+// schedule stays valid; slots it changes are re-planned with `plan`, until
+// the rows re-planned hold `token_budget` tokens in all.
 Status improve_on_timeline(const ScheduleRequest& request, Schedule& schedule,
-                           const SlotPlanner& plan, std::int64_t token_budget);
+                           std::vector<double>& length, const SlotPlanner& plan,
+                           std::int64_t token_budget);
 
 }  // namespace fulcrum::hybrid

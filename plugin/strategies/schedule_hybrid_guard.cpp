@@ -10,7 +10,10 @@
 #include <vector>
 
 #include "fulcrum/core/schedule.h"
+#include "fulcrum/core/slot_runs.h"
 #include "fulcrum/core/workload.h"
+#include "strategies/cp_balanced_detail.h"
+#include "strategies/schedule_hybrid_draft.h"
 #include "strategies/schedule_strategies.h"
 
 namespace fulcrum {
@@ -44,6 +47,36 @@ double query_key_blocks(const MaskSpec& mask, std::int64_t len, std::int64_t b) 
       break;
   }
   return 0;
+}
+
+// The step of a baseline's decided schedule once planned, priced from the
+// runs its planner writes, without positions: plan_fixed shards a slot by
+// CP `auto` (contiguously where auto needs more than T per member),
+// plan_megatron_dcp by per_document_padded (contiguously on one rank, or
+// where the padded plan needs more than T). Equal to evaluate_schedule of
+// the planned schedule (the property test compares the guard's answer with
+// both baselines planned and priced in full).
+Result<double> baseline_step(const ScheduleRequest& request, const Schedule& schedule,
+                             bool fixed_rules) {
+  const std::int64_t budget = request.max_tokens_per_rank;
+  std::vector<double> length;
+  length.reserve(schedule.slots.size());
+  for (const ScheduleSlot& slot : schedule.slots) {
+    const CpWorkload w = slot_workload(request, slot);
+    RunShardPlan runs;
+    if (fixed_rules) {
+      Result<cp::detail::AutoChoice> choice = cp::detail::auto_choice(w);
+      if (!choice) return choice.status();
+      runs = std::move(choice->runs);
+    } else if (w.cp_size > 1) {
+      runs = *hybrid::slot_rule_runs("per_document_padded", w);
+    }
+    if (runs.rank_offset.empty() || runs.shard_len > budget) {
+      runs = cp::detail::contiguous_runs(w.tokens, w.cp_size);
+    }
+    length.push_back(evaluate_slot_runs(request, slot, runs).end_seconds);
+  }
+  return hybrid::step_of_lengths(request, schedule, length);
 }
 
 }  // namespace
@@ -84,7 +117,11 @@ double decided_step_lower_bound(const ScheduleRequest& request, const Schedule& 
 }
 
 Status keep_fastest_of_baselines(const ScheduleRequest& request, Schedule& schedule) {
-  const double own = evaluate_schedule(request, schedule).step_seconds;
+  return keep_fastest_of_baselines(request, schedule,
+                                   evaluate_schedule(request, schedule).step_seconds);
+}
+
+Status keep_fastest_of_baselines(const ScheduleRequest& request, Schedule& schedule, double own) {
   double best = own;
   Schedule winner;
   std::string winner_name;
@@ -103,10 +140,20 @@ Status keep_fastest_of_baselines(const ScheduleRequest& request, Schedule& sched
     // The bound sums in another order than the exact price: a margin far
     // above rounding keeps "cannot be cheaper" certain.
     if (decided_step_lower_bound(request, *other) * (1 - 1e-9) >= best) continue;
-    if (Status status = baseline.plan(request, *other); !status) continue;
-    // Under group_shapes a baseline is a candidate only where it keeps them.
-    if (request.group_shapes.restricts() && !validate_schedule(request, *other)) continue;
-    const double step = evaluate_schedule(request, *other).step_seconds;
+    double step = 0;
+    if (!request.group_shapes.restricts()) {
+      // Priced from runs first: its positions are written only when it wins.
+      const bool fixed_rules = other->strategy_used == "fixed";
+      const Result<double> priced = baseline_step(request, *other, fixed_rules);
+      if (!priced || *priced >= best) continue;
+      if (Status status = baseline.plan(request, *other); !status) continue;
+      step = *priced;
+    } else {
+      if (Status status = baseline.plan(request, *other); !status) continue;
+      // Under group_shapes a baseline is a candidate only where it keeps them.
+      if (!validate_schedule(request, *other)) continue;
+      step = evaluate_schedule(request, *other).step_seconds;
+    }
     if (step < best) {
       best = step;
       winner = std::move(*other);

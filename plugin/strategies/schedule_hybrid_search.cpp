@@ -17,7 +17,9 @@
 // count, at most 512, or when the rows it has re-planned reach a token
 // budget (no clock). Deterministic: candidates in index order, ties kept.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <numeric>
 #include <utility>
 #include <vector>
@@ -40,14 +42,11 @@ struct Timeline {
 
 class Search {
  public:
-  Search(const ScheduleRequest& request, Schedule& schedule, const SlotPlanner& plan,
-         std::int64_t token_budget)
-      : r_(request), s_(schedule), plan_(plan), tokens_left_(token_budget) {}
+  Search(const ScheduleRequest& request, Schedule& schedule, std::vector<double>& length,
+         const SlotPlanner& plan, std::int64_t token_budget)
+      : r_(request), s_(schedule), plan_(plan), length_(length), tokens_left_(token_budget) {}
 
   Status run() {
-    length_.clear();
-    for (const ScheduleSlot& slot : s_.slots)
-      length_.push_back(evaluate_slot(r_, slot).end_seconds);
     // Each try replays the timeline (O(slots log slots)): the budget grows
     // with the slots up to a ceiling, so that large batches stay fast.
     std::int64_t tries =
@@ -120,6 +119,12 @@ class Search {
     return t;
   }
 
+  // The least length above `step`: a slot that long or longer ends the
+  // timeline later than `step`.
+  static double above(double step) {
+    return std::nextafter(step, std::numeric_limits<double>::infinity());
+  }
+
   static bool better(const Timeline& a, const Timeline& b) {
     const double eps = 1e-12 * std::max(1.0, b.step);
     return a.step < b.step - eps || (a.step <= b.step && a.busy < b.busy - eps);
@@ -152,22 +157,23 @@ class Search {
       for (const std::int32_t a : slot.ranks) slot.wave = std::max(slot.wave, without.next_wave[a]);
       --tries;
       if (!charge(slot)) return Status::ok();
-      if (Status st = plan_(r_, slot); !st) return st;
+      // A slot longer than the step cannot make a better timeline.
+      const Result<double> length = plan_(r_, slot, above(now.step));
+      if (!length) return length.status();
       // It runs after its members' other slots (its wave is above theirs),
       // so the timeline is the one without it plus this slot.
-      const double length = evaluate_slot(r_, slot).end_seconds;
       Timeline t = without;
       double start = 0;
       for (const std::int32_t a : slot.ranks) start = std::max(start, without.finish[a]);
-      t.busy += static_cast<double>(g) * length;
-      if (start + length >= t.step) {
-        t.step = start + length;
+      t.busy += static_cast<double>(g) * *length;
+      if (start + *length >= t.step) {
+        t.step = start + *length;
         t.last = c;
       }
       if (better(t, best)) {
         best = t;
         best_slot = slot;
-        best_length = length;
+        best_length = *length;
       }
     }
     if (best_slot.ranks.empty()) return Status::ok();
@@ -207,8 +213,9 @@ class Search {
       return Status::ok();
     }
     if (!charge(merged)) return Status::ok();
-    if (Status st = plan_(r_, merged); !st) return st;
-    const double merged_length = evaluate_slot(r_, merged).end_seconds;
+    const Result<double> planned = plan_(r_, merged, above(now.step));
+    if (!planned) return planned.status();
+    const double merged_length = *planned;
     std::swap(s_.slots[y], merged);
     const double kept_length = length_[y];
     length_[y] = merged_length;
@@ -280,7 +287,7 @@ class Search {
   const ScheduleRequest& r_;
   Schedule& s_;
   const SlotPlanner& plan_;
-  std::vector<double> length_;      // per slot, as evaluate_slot prices it
+  std::vector<double>& length_;     // per slot, as evaluate_slot prices it
   std::vector<std::size_t> order_;  // sort_by_wave
   std::int64_t tokens_left_;        // rows the tries may still plan, in tokens
 };
@@ -288,8 +295,9 @@ class Search {
 }  // namespace
 
 Status improve_on_timeline(const ScheduleRequest& request, Schedule& schedule,
-                           const SlotPlanner& plan, std::int64_t token_budget) {
-  return Search(request, schedule, plan, token_budget).run();
+                           std::vector<double>& length, const SlotPlanner& plan,
+                           std::int64_t token_budget) {
+  return Search(request, schedule, length, plan, token_budget).run();
 }
 
 }  // namespace fulcrum::hybrid

@@ -47,6 +47,17 @@ Result<Schedule> decide_hybrid(const ScheduleRequest& request);
 Status plan_hybrid(const ScheduleRequest& request, Schedule& schedule);
 Status plan_hybrid_slots(const ScheduleRequest& request, Schedule& schedule);
 Status keep_fastest_of_baselines(const ScheduleRequest& request, Schedule& schedule);
+// The same with hybrid's step known (`own_step`, as evaluate_schedule would
+// price `schedule`): the guard then needs no positions of hybrid's slots.
+Status keep_fastest_of_baselines(const ScheduleRequest& request, Schedule& schedule,
+                                 double own_step);
+// hybrid's own slots (plan_hybrid_slots) planned compactly: every slot's
+// plan names its CP rule (strategy_used, fallback_reason), cp_size and
+// shard_len, without positions; `step` gets the schedule's exact step.
+// expand_hybrid_plans writes the positions of every slot that has none.
+// plan_hybrid_slots = the two in turn.
+Status plan_hybrid_compact(const ScheduleRequest& request, Schedule& schedule, double& step);
+Status expand_hybrid_plans(const ScheduleRequest& request, Schedule& schedule);
 // `hybrid` under a request's group_shapes (schedule_shaped.cpp): decide_hybrid
 // and plan_hybrid hand a request that restricts groups to these.
 Result<Schedule> decide_hybrid_shaped(const ScheduleRequest& request);

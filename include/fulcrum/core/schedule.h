@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "fulcrum/cp_types.h"
@@ -70,6 +71,37 @@ struct ScheduleCost {
   std::int64_t bytes_moved = 0;      // sum of bytes_received over every member
   std::int64_t allgather_bytes = 0;  // the same rows with a full K/V all-gather
 };
+
+// What a slot's members do, counted: per member its real tokens and tiles;
+// `active`, the members holding real tokens (ascending: only they have
+// queries and keys, so only they exchange), and received[x * a + y], the
+// K/V tokens member active[x] receives from member active[y] (a = active
+// members, zero diagonal). active and received are empty when g == 1, or
+// when no exchange is counted: then the slot is priced as if it moved
+// nothing, a floor on its price.
+struct SlotCounts {
+  std::vector<std::int64_t> tokens;
+  std::vector<std::int64_t> tiles;
+  std::vector<std::int32_t> active;
+  std::vector<std::int64_t> received;
+};
+
+// Fills counts.active from counts.tokens, sizes counts.received (a x a,
+// zero) and returns each member's index among the active ones (-1: none).
+std::vector<std::int32_t> start_exchange(SlotCounts& counts);
+
+// Counts to seconds: the one place the cost model forms a slot's times
+// (compute, communication, bytes, peers; start 0, end = its slowest member).
+// Every pricing path (positions, runs) counts and then calls this, so a term
+// added to the model is priced alike by all.
+SlotCost price_slot_counts(const CostProfile& profile, const std::vector<std::int32_t>& ranks,
+                           const SlotCounts& counts);
+
+// The timeline of docs/HYBRID.md section 2 over slots priced by `slot_cost`
+// (slot index -> its SlotCost with start 0): wave order, each slot starting
+// when its last member is free. evaluate_schedule is this with evaluate_slot.
+ScheduleCost price_timeline(const ScheduleRequest& request, const Schedule& schedule,
+                            const std::function<SlotCost(std::size_t)>& slot_cost);
 
 // One slot on its own (start 0, end = its slowest member's time): what a
 // scheduler compares when it chooses between plans for a slot. Requires a

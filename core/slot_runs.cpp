@@ -1,0 +1,344 @@
+// The cost model priced from runs of positions (include/fulcrum/core/
+// slot_runs.h): the counts evaluate_slot takes from a position per token,
+// taken from runs at block granularity, then the same price_slot_counts.
+//
+// Why the counts are equal. A member's tiles are, per local query block of B
+// entries, the key blocks its queries touch; a query's keys are one interval
+// of its document whose ends never fall as the query moves on (every dense
+// mask), so the queries of a run inside one document and one local block
+// touch [lo(first) / B, hi(last) / B], and the block's tiles are the union of
+// those intervals over its pieces of runs. What a member must hold is the
+// same union over all its runs; what it receives from member j is j's real
+// tokens in those key blocks, counted per (block, member) from the runs'
+// overlaps with the blocks. Cost: O(runs + local blocks + the key blocks a
+// member's touched intervals cover times the holders per block).
+#include "fulcrum/core/slot_runs.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "fulcrum/core/schedule.h"
+#include "fulcrum/core/workload.h"
+
+namespace fulcrum {
+namespace {
+
+using Interval = std::pair<std::int64_t, std::int64_t>;
+
+// Sorted, merged (touching intervals joined) copy of `spans`.
+std::vector<Interval> merged(std::vector<Interval> spans) {
+  std::sort(spans.begin(), spans.end());
+  std::vector<Interval> out;
+  for (const auto& [lo, hi] : spans) {
+    if (!out.empty() && lo <= out.back().second + 1) {
+      out.back().second = std::max(out.back().second, hi);
+    } else {
+      out.emplace_back(lo, hi);
+    }
+  }
+  return out;
+}
+
+// Key blocks of the union of `spans` (inclusive intervals, any order).
+std::int64_t union_size(std::vector<Interval>& spans) {
+  if (spans.size() > 1) std::sort(spans.begin(), spans.end());
+  std::int64_t covered = -1;
+  std::int64_t count = 0;
+  for (const auto& [lo, hi] : spans) {
+    const std::int64_t from = std::max(lo, covered + 1);
+    if (hi >= from) {
+      count += hi - from + 1;
+      covered = hi;
+    }
+  }
+  return count;
+}
+
+// Walks one member's runs in local order, cut at local blocks of B entries
+// and at document ends: calls piece(a, b, local_block) for the real queries
+// [a, b) of one document inside one local block.
+template <typename Piece>
+void walk_member(const RowLayout& layout, std::int64_t block, const RunShardPlan& plan,
+                 std::int32_t r, Piece&& piece) {
+  std::int64_t local = 0;  // entries of the member's order before the current run
+  for (std::int64_t i = plan.rank_offset[r]; i < plan.rank_offset[r + 1]; ++i) {
+    const PositionRun& run = plan.runs[static_cast<std::size_t>(i)];
+    if (run.begin == kPadPosition || run.length == 0) {
+      local += run.length;
+      continue;
+    }
+    const std::int64_t end = run.begin + run.length;
+    std::int64_t doc = layout.doc_of(run.begin);
+    for (std::int64_t x = run.begin; x < end;) {
+      // Entries left in the current local block; compared as a distance so
+      // that a B near int64's end cannot overflow.
+      const std::int64_t room = block - local % block;
+      const std::int64_t piece_end = x + std::min(end - x, room);
+      for (std::int64_t y = x; y < piece_end;) {
+        const std::int64_t de = layout.doc_end(doc);
+        const std::int64_t e = std::min(piece_end, de);
+        piece(y, e, doc, local / block);
+        y = e;
+        if (y == de) ++doc;
+      }
+      local += piece_end - x;
+      x = piece_end;
+    }
+  }
+}
+
+// Who holds the real tokens of every key block: block k's holders are
+// entries [offset[k], offset[k + 1]) of (member, tokens), members ascending.
+struct Holders {
+  std::vector<std::int64_t> offset;
+  std::vector<std::pair<std::int32_t, std::int64_t>> entries;
+};
+
+template <typename Visit>
+void for_each_block_overlap(const RunShardPlan& plan, std::int64_t block, Visit&& visit) {
+  for (std::int32_t m = 0; m < plan.ranks; ++m) {
+    for (std::int64_t i = plan.rank_offset[m]; i < plan.rank_offset[m + 1]; ++i) {
+      const PositionRun& run = plan.runs[static_cast<std::size_t>(i)];
+      if (run.begin == kPadPosition || run.length == 0) continue;
+      const std::int64_t end = run.begin + run.length;
+      for (std::int64_t k = run.begin / block; k <= (end - 1) / block; ++k) {
+        const std::int64_t lo = std::max(run.begin, k * block);
+        const std::int64_t hi = std::min(end, k * block + std::min(block, end - k * block));
+        visit(k, m, hi - lo);
+      }
+    }
+  }
+}
+
+Holders holders_of_runs(const RunShardPlan& plan, std::int64_t tokens, std::int64_t block) {
+  const auto blocks = static_cast<std::size_t>(ceil_div(tokens, block));
+  // Counting sort of (block, member, tokens) by block; members come in
+  // ascending order, so one member's pieces of a block are adjacent.
+  std::vector<std::int64_t> start(blocks + 1, 0);
+  for_each_block_overlap(plan, block, [&](std::int64_t k, std::int32_t, std::int64_t) {
+    ++start[static_cast<std::size_t>(k) + 1];
+  });
+  for (std::size_t k = 1; k <= blocks; ++k) start[k] += start[k - 1];
+  std::vector<std::pair<std::int32_t, std::int64_t>> raw(static_cast<std::size_t>(start[blocks]));
+  std::vector<std::int64_t> fill(start.begin(), start.end() - 1);
+  for_each_block_overlap(plan, block, [&](std::int64_t k, std::int32_t m, std::int64_t n) {
+    raw[static_cast<std::size_t>(fill[static_cast<std::size_t>(k)]++)] = {m, n};
+  });
+  Holders h;
+  h.offset.reserve(blocks + 1);
+  h.offset.push_back(0);
+  for (std::size_t k = 0; k < blocks; ++k) {
+    for (std::int64_t i = start[k]; i < start[k + 1]; ++i) {
+      const auto& [m, n] = raw[static_cast<std::size_t>(i)];
+      if (h.entries.size() > static_cast<std::size_t>(h.offset.back()) &&
+          h.entries.back().first == m) {
+        h.entries.back().second += n;
+      } else {
+        h.entries.emplace_back(m, n);
+      }
+    }
+    h.offset.push_back(static_cast<std::int64_t>(h.entries.size()));
+  }
+  return h;
+}
+
+// Per holder, the blocks it holds tokens of and the running sum of those
+// tokens: what a holder has in a range of blocks in O(log blocks), for a
+// member whose touched ranges cover more holder entries than g log blocks.
+struct HolderSums {
+  std::vector<std::vector<std::int64_t>> blocks;  // per member, ascending
+  std::vector<std::vector<std::int64_t>> sum;     // per member, sum[0] = 0
+
+  HolderSums(const Holders& h, std::size_t members) : blocks(members), sum(members, {0}) {
+    for (std::size_t k = 0; k + 1 < h.offset.size(); ++k) {
+      for (std::int64_t i = h.offset[k]; i < h.offset[k + 1]; ++i) {
+        const auto& [j, count] = h.entries[static_cast<std::size_t>(i)];
+        blocks[static_cast<std::size_t>(j)].push_back(static_cast<std::int64_t>(k));
+        sum[static_cast<std::size_t>(j)].push_back(sum[static_cast<std::size_t>(j)].back() + count);
+      }
+    }
+  }
+
+  // Tokens member j holds in blocks [lo, hi].
+  std::int64_t in_range(std::size_t j, std::int64_t lo, std::int64_t hi) const {
+    const std::vector<std::int64_t>& b = blocks[j];
+    const auto first = std::lower_bound(b.begin(), b.end(), lo) - b.begin();
+    const auto last = std::upper_bound(b.begin(), b.end(), hi) - b.begin();
+    return sum[j][static_cast<std::size_t>(last)] - sum[j][static_cast<std::size_t>(first)];
+  }
+};
+
+// Adds to from[y] the tokens member active[y] holds in the blocks `touched`
+// (index: a member's place among the active ones; the caller clears the
+// receiver's own): entry by entry, or per holder by range sums when that is
+// fewer steps. Both are exact sums.
+void add_receipts(const Holders& holders, const std::unique_ptr<HolderSums>& sums,
+                  const std::vector<Interval>& touched, const std::vector<std::int32_t>& active,
+                  const std::vector<std::int32_t>& index, std::int64_t* from) {
+  std::int64_t entries = 0;
+  for (const auto& [lo, hi] : touched) entries += holders.offset[hi + 1] - holders.offset[lo];
+  const auto by_range = static_cast<std::int64_t>(touched.size() * active.size()) * 24;
+  if (sums && by_range < entries) {
+    for (std::size_t y = 0; y < active.size(); ++y) {
+      const auto j = static_cast<std::size_t>(active[y]);
+      if (sums->blocks[j].empty()) continue;
+      for (const auto& [lo, hi] : touched) from[y] += sums->in_range(j, lo, hi);
+    }
+    return;
+  }
+  for (const auto& [lo, hi] : touched) {
+    for (std::int64_t i = holders.offset[lo]; i < holders.offset[hi + 1]; ++i) {
+      const auto& [j, count] = holders.entries[static_cast<std::size_t>(i)];
+      from[index[static_cast<std::size_t>(j)]] += count;
+    }
+  }
+}
+
+// The merged key-block intervals member r's queries touch.
+std::vector<Interval> touched_blocks(const CpWorkload& w, const RowLayout& layout,
+                                     const RunShardPlan& plan, std::int32_t r) {
+  std::vector<Interval> spans;
+  walk_member(layout, w.block_size, plan, r,
+              [&](std::int64_t a, std::int64_t b, std::int64_t doc, std::int64_t) {
+                const std::int64_t db = layout.doc_begin(doc);
+                const std::int64_t de = layout.doc_end(doc);
+                spans.emplace_back(key_range(w.mask, db, de, a).lo / w.block_size,
+                                   key_range(w.mask, db, de, b - 1).hi / w.block_size);
+              });
+  return merged(std::move(spans));
+}
+
+}  // namespace
+
+ShardPlan materialize_runs(const RunShardPlan& runs) {
+  ShardPlan plan;
+  plan.cp_size = runs.ranks;
+  plan.shard_len = runs.shard_len;
+  plan.positions.resize(static_cast<std::size_t>(runs.ranks * runs.shard_len));
+  std::int64_t* const out = plan.positions.data();
+  std::int64_t real = 0;
+  for (std::int32_t r = 0; r < runs.ranks; ++r) {
+    std::int64_t* dst = out + r * runs.shard_len;
+    std::int64_t* const end = dst + runs.shard_len;
+    for (std::int64_t i = runs.rank_offset[r]; i < runs.rank_offset[r + 1]; ++i) {
+      // Locals, not run.*: the stores below could alias the run array
+      // (both int64), which would keep the loop from vectorising.
+      const std::int64_t begin = runs.runs[static_cast<std::size_t>(i)].begin;
+      const std::int64_t length = runs.runs[static_cast<std::size_t>(i)].length;
+      if (begin == kPadPosition) {
+        std::fill(dst, dst + length, kPadPosition);
+      } else {
+        for (std::int64_t j = 0; j < length; ++j) dst[j] = begin + j;
+        real += length;
+      }
+      dst += length;
+    }
+    std::fill(dst, end, kPadPosition);
+  }
+  plan.padding = runs.ranks * runs.shard_len - real;
+  return plan;
+}
+
+RunShardPlan runs_of_plan(const ShardPlan& plan) {
+  RunShardPlan runs;
+  runs.ranks = plan.cp_size;
+  runs.shard_len = plan.shard_len;
+  runs.rank_offset.assign(static_cast<std::size_t>(plan.cp_size) + 1, 0);
+  for (std::int32_t r = 0; r < plan.cp_size; ++r) {
+    const std::int64_t* const end = plan.rank_end(r);
+    for (const std::int64_t* it = plan.rank_begin(r); it != end;) {
+      const std::int64_t* next = it + 1;
+      if (*it == kPadPosition) {
+        while (next != end && *next == kPadPosition) ++next;
+      } else {
+        while (next != end && *next == next[-1] + 1) ++next;
+      }
+      runs.runs.push_back({*it, next - it});
+      it = next;
+    }
+    runs.rank_offset[r + 1] = static_cast<std::int64_t>(runs.runs.size());
+  }
+  return runs;
+}
+
+std::vector<RankWork> run_tokens_and_tiles(const CpWorkload& w, const RunShardPlan& runs) {
+  const RowLayout layout(w);
+  std::vector<RankWork> work(static_cast<std::size_t>(runs.ranks));
+  std::vector<Interval> spans;
+  for (std::int32_t r = 0; r < runs.ranks; ++r) {
+    RankWork& rw = work[static_cast<std::size_t>(r)];
+    std::int64_t current = -1;  // the local block `spans` belongs to
+    walk_member(layout, w.block_size, runs, r,
+                [&](std::int64_t a, std::int64_t b, std::int64_t doc, std::int64_t local_block) {
+                  if (local_block != current) {
+                    rw.tiles += union_size(spans);
+                    spans.clear();
+                    current = local_block;
+                  }
+                  const std::int64_t db = layout.doc_begin(doc);
+                  const std::int64_t de = layout.doc_end(doc);
+                  spans.emplace_back(key_range(w.mask, db, de, a).lo / w.block_size,
+                                     key_range(w.mask, db, de, b - 1).hi / w.block_size);
+                  rw.tokens += b - a;
+                });
+    rw.tiles += union_size(spans);
+    spans.clear();
+  }
+  return work;
+}
+
+SlotCost evaluate_slot_runs(const ScheduleRequest& request, const ScheduleSlot& slot,
+                            const RunShardPlan& runs) {
+  const CpWorkload w = slot_workload(request, slot);
+  const std::vector<RankWork> work = run_tokens_and_tiles(w, runs);
+  const auto g = static_cast<std::size_t>(runs.ranks);
+  SlotCounts counts;
+  counts.tokens.resize(g);
+  counts.tiles.resize(g);
+  for (std::size_t m = 0; m < g; ++m) {
+    counts.tokens[m] = work[m].tokens;
+    counts.tiles[m] = work[m].tiles;
+  }
+  if (g > 1) {
+    const RowLayout layout(w);
+    const Holders holders = holders_of_runs(runs, w.tokens, w.block_size);
+    // Range sums pay off only where blocks have many holders (a row cut
+    // into chunks far shorter than a block, over many members).
+    std::unique_ptr<HolderSums> sums;
+    if (holders.entries.size() > 4 * (holders.offset.size() - 1)) {
+      sums = std::make_unique<HolderSums>(holders, g);
+    }
+    const std::vector<std::int32_t> index = start_exchange(counts);
+    const std::size_t a = counts.active.size();
+    for (std::size_t x = 0; x < a; ++x) {
+      std::int64_t* from = counts.received.data() + x * a;
+      add_receipts(holders, sums, touched_blocks(w, layout, runs, counts.active[x]), counts.active,
+                   index, from);
+      from[x] = 0;  // its own
+    }
+  }
+  return price_slot_counts(request.profile, slot.ranks, counts);
+}
+
+double slot_end_floor_runs(const ScheduleRequest& request, const ScheduleSlot& slot,
+                           const RunShardPlan& runs) {
+  const std::vector<RankWork> work = run_tokens_and_tiles(slot_workload(request, slot), runs);
+  SlotCounts counts;
+  for (const RankWork& rw : work) {
+    counts.tokens.push_back(rw.tokens);
+    counts.tiles.push_back(rw.tiles);
+  }
+  return price_slot_counts(request.profile, slot.ranks, counts).end_seconds;
+}
+
+ScheduleCost evaluate_schedule_runs(const ScheduleRequest& request, const Schedule& schedule,
+                                    const std::vector<RunShardPlan>& runs) {
+  return price_timeline(request, schedule, [&](std::size_t s) {
+    return evaluate_slot_runs(request, schedule.slots[s], runs[s]);
+  });
+}
+
+}  // namespace fulcrum

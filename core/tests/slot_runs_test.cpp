@@ -1,0 +1,245 @@
+// Run pricing (fulcrum/core/slot_runs.h) against the position-based
+// evaluate_slot and compute_work: on thousands of random slots (every dense
+// mask, g from 1 to 64, block sizes from 1 to 512, rows from one token to
+// hundreds of thousands, plans of random runs of positions and padding in
+// random order), every member's tokens, tiles, bytes, peers and times are
+// exactly equal, and the schedules' timelines too.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "fulcrum/core/cost_profile.h"
+#include "fulcrum/core/random.h"
+#include "fulcrum/core/schedule.h"
+#include "fulcrum/core/slot_runs.h"
+#include "fulcrum/core/work_model.h"
+#include "fulcrum/core/workload.h"
+
+namespace fulcrum {
+namespace {
+
+std::int64_t below(std::mt19937_64& rng, std::int64_t bound) {
+  return static_cast<std::int64_t>(draw_below(rng, static_cast<std::uint64_t>(bound)));
+}
+
+// Log-uniform in [lo, hi].
+std::int64_t log_uniform(std::mt19937_64& rng, std::int64_t lo, std::int64_t hi) {
+  const double u = static_cast<double>(below(rng, 1 << 20)) / (1 << 20);
+  const double v = std::exp(std::log(static_cast<double>(lo)) +
+                            u * (std::log(static_cast<double>(hi)) - std::log(lo)));
+  return std::clamp<std::int64_t>(static_cast<std::int64_t>(v), lo, hi);
+}
+
+MaskSpec random_mask(std::mt19937_64& rng, std::int64_t n) {
+  MaskSpec mask;
+  switch (below(rng, 4)) {
+    case 0:
+      mask.kind = MaskKind::kCausal;
+      break;
+    case 1:
+      mask.kind = MaskKind::kFull;
+      break;
+    case 2:
+      mask.kind = MaskKind::kSliding;
+      mask.param = log_uniform(rng, 1, 2 * n);
+      break;
+    default:
+      mask.kind = MaskKind::kPrefix;
+      mask.param = below(rng, 3) == 0 ? 0 : log_uniform(rng, 1, 2 * n);
+      break;
+  }
+  return mask;
+}
+
+// A random plan of the row [0, n) over g members: the row cut into chunks
+// (some block-aligned, some of any length), dealt in random order to random
+// members, with pad runs of random length between them and padding to the
+// longest member at the end.
+RunShardPlan random_runs(std::mt19937_64& rng, std::int64_t n, std::int32_t g, std::int64_t b) {
+  std::vector<PositionRun> chunks;
+  const std::int64_t scale = log_uniform(rng, 1, std::max<std::int64_t>(1, n / g));
+  for (std::int64_t x = 0; x < n;) {
+    std::int64_t len = below(rng, 2) == 0 ? b - x % b : 1 + below(rng, 2 * scale);
+    len = std::min(len, n - x);
+    chunks.push_back({x, len});
+    x += len;
+  }
+  // Shuffle part of the chunks, keep others in order (consecutive chunks on
+  // one member join into longer runs of the plan).
+  for (std::size_t i = chunks.size(); i > 1; --i) {
+    if (below(rng, 3) == 0) std::swap(chunks[i - 1], chunks[below(rng, i)]);
+  }
+  std::vector<std::vector<PositionRun>> member(static_cast<std::size_t>(g));
+  const bool one_heavy = below(rng, 4) == 0;
+  for (const PositionRun& c : chunks) {
+    const std::int64_t m = one_heavy && below(rng, 2) == 0 ? 0 : below(rng, g);
+    auto& runs = member[static_cast<std::size_t>(m)];
+    if (below(rng, 6) == 0) runs.push_back({kPadPosition, 1 + below(rng, 2 * b)});
+    runs.push_back(c);
+  }
+  RunShardPlan plan;
+  plan.ranks = g;
+  plan.rank_offset.push_back(0);
+  for (const auto& runs : member) {
+    std::int64_t len = 0;
+    for (const PositionRun& r : runs) len += r.length;
+    plan.shard_len = std::max(plan.shard_len, len);
+    plan.runs.insert(plan.runs.end(), runs.begin(), runs.end());
+    plan.rank_offset.push_back(static_cast<std::int64_t>(plan.runs.size()));
+  }
+  plan.shard_len += below(rng, 3);
+  return plan;
+}
+
+struct RandomSlot {
+  ScheduleRequest request;
+  ScheduleSlot slot;
+  RunShardPlan runs;
+};
+
+RandomSlot random_slot(std::mt19937_64& rng, bool long_row) {
+  RandomSlot out;
+  ScheduleRequest& r = out.request;
+  const auto g = static_cast<std::int32_t>(below(rng, 5) == 0 ? 1 : 1 + below(rng, 64));
+  r.world_size = g + static_cast<std::int32_t>(below(rng, 64));
+  r.block_size = below(rng, 3) == 0 ? 128 : log_uniform(rng, 1, 512);
+  r.profile = *builtin_cost_profile(below(rng, 2) == 0 ? "h100_7b" : "cpu_gloo");
+  r.profile.ranks_per_node = static_cast<std::int32_t>(1 + below(rng, 16));
+  r.profile.inter_node_bytes_per_second = 1e9 * static_cast<double>(1 + below(rng, 100));
+  // The overlap term (0 to 1 of the exchange hidden under compute) too.
+  r.profile.exchange_overlap =
+      below(rng, 3) == 0 ? 0.0 : static_cast<double>(below(rng, 101)) / 100;
+  const std::int64_t n = long_row ? log_uniform(rng, 1 << 16, 1 << 19) : log_uniform(rng, 1, 20000);
+  const auto docs = 1 + below(rng, below(rng, 2) == 0 ? 4 : 64);
+  std::int64_t left = n;
+  for (std::int64_t d = 0; d < docs && left > 0; ++d) {
+    const std::int64_t len = d + 1 == docs ? left : 1 + below(rng, left);
+    r.doc_lengths.push_back(len);
+    out.slot.pieces.push_back({d, 0, len});
+    left -= len;
+  }
+  if (left > 0) {
+    r.doc_lengths.back() += left;
+    out.slot.pieces.back().length += left;
+  }
+  r.mask = random_mask(rng, n);
+  r.max_tokens_per_rank = n;
+  std::vector<std::int32_t> ranks(static_cast<std::size_t>(r.world_size));
+  std::iota(ranks.begin(), ranks.end(), 0);
+  portable_shuffle(ranks, rng);
+  out.slot.ranks.assign(ranks.begin(), ranks.begin() + g);
+  out.runs = random_runs(rng, n, g, r.block_size);
+  out.slot.plan = materialize_runs(out.runs);
+  return out;
+}
+
+void expect_same(const SlotCost& want, const SlotCost& got) {
+  ASSERT_EQ(want.members.size(), got.members.size());
+  EXPECT_EQ(want.start_seconds, got.start_seconds);
+  EXPECT_EQ(want.end_seconds, got.end_seconds);
+  for (std::size_t m = 0; m < want.members.size(); ++m) {
+    const SlotMemberCost& a = want.members[m];
+    const SlotMemberCost& b = got.members[m];
+    EXPECT_EQ(a.rank, b.rank) << "member " << m;
+    EXPECT_EQ(a.tokens, b.tokens) << "member " << m;
+    EXPECT_EQ(a.tiles, b.tiles) << "member " << m;
+    EXPECT_EQ(a.bytes_received, b.bytes_received) << "member " << m;
+    EXPECT_EQ(a.bytes_sent, b.bytes_sent) << "member " << m;
+    EXPECT_EQ(a.peers, b.peers) << "member " << m;
+    EXPECT_EQ(a.compute_seconds, b.compute_seconds) << "member " << m;
+    EXPECT_EQ(a.comm_seconds, b.comm_seconds) << "member " << m;
+  }
+}
+
+TEST(SlotRuns, PricedFromRunsExactlyAsFromPositions) {
+  std::mt19937_64 rng(20261126);
+  std::int64_t multi = 0;
+  for (int i = 0; i < 3000; ++i) {
+    const RandomSlot s = random_slot(rng, i % 100 == 99);
+    const SlotCost want = evaluate_slot(s.request, s.slot);
+    ScheduleSlot no_plan = s.slot;
+    no_plan.plan = ShardPlan{};  // the run path must not read it
+    const SlotCost got = evaluate_slot_runs(s.request, no_plan, s.runs);
+    SCOPED_TRACE("slot " + std::to_string(i) + ", g = " + std::to_string(s.runs.ranks) + ", B = " +
+                 std::to_string(s.request.block_size) + ", mask " + mask_to_string(s.request.mask));
+    expect_same(want, got);
+    // The floor without exchange never passes the price.
+    EXPECT_LE(slot_end_floor_runs(s.request, no_plan, s.runs), got.end_seconds);
+    const std::vector<RankWork> work = compute_work(slot_workload(s.request, s.slot), s.slot.plan);
+    const std::vector<RankWork> counted =
+        run_tokens_and_tiles(slot_workload(s.request, s.slot), s.runs);
+    for (std::size_t m = 0; m < work.size(); ++m) {
+      EXPECT_EQ(work[m].tokens, counted[m].tokens);
+      EXPECT_EQ(work[m].tiles, counted[m].tiles);
+    }
+    multi += s.runs.ranks > 1 && want.end_seconds > 0 ? 1 : 0;
+    if (HasFailure()) return;
+  }
+  EXPECT_GT(multi, 2000);  // most slots exchange K/V: the comparison covers communication
+}
+
+TEST(SlotRuns, RunsOfAPlanGiveThePlanBack) {
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 500; ++i) {
+    const RandomSlot s = random_slot(rng, false);
+    const RunShardPlan runs = runs_of_plan(s.slot.plan);
+    const ShardPlan back = materialize_runs(runs);
+    EXPECT_EQ(back.positions, s.slot.plan.positions);
+    EXPECT_EQ(back.padding, s.slot.plan.padding);
+    EXPECT_EQ(back.shard_len, s.slot.plan.shard_len);
+    // Maximal runs: no two neighbours of one member could join.
+    for (std::int32_t r = 0; r < runs.ranks; ++r) {
+      for (std::int64_t k = runs.rank_offset[r] + 1; k < runs.rank_offset[r + 1]; ++k) {
+        const PositionRun& a = runs.runs[static_cast<std::size_t>(k - 1)];
+        const PositionRun& b = runs.runs[static_cast<std::size_t>(k)];
+        const bool both_pad = a.begin == kPadPosition && b.begin == kPadPosition;
+        const bool join = a.begin != kPadPosition && b.begin == a.begin + a.length;
+        EXPECT_FALSE(both_pad || join);
+      }
+    }
+  }
+}
+
+TEST(SlotRuns, ScheduleTimelineEqualsEvaluateSchedule) {
+  std::mt19937_64 rng(11);
+  for (int i = 0; i < 200; ++i) {
+    // Slots of one request over a shared world, in random waves.
+    RandomSlot first = random_slot(rng, false);
+    ScheduleRequest request = first.request;
+    request.world_size = 64 + static_cast<std::int32_t>(below(rng, 64));
+    Schedule schedule;
+    std::vector<RunShardPlan> runs;
+    const auto slots = 1 + below(rng, 12);
+    for (std::int64_t k = 0; k < slots; ++k) {
+      RandomSlot s = random_slot(rng, false);
+      // Re-home the slot's pieces as documents of the shared request.
+      for (DocPiece& p : s.slot.pieces) {
+        p.doc = static_cast<std::int64_t>(request.doc_lengths.size());
+        request.doc_lengths.push_back(p.length);
+      }
+      s.slot.wave = static_cast<std::int32_t>(below(rng, 4));
+      for (std::int32_t& r : s.slot.ranks) r = static_cast<std::int32_t>(r % request.world_size);
+      std::sort(s.slot.ranks.begin(), s.slot.ranks.end());
+      s.slot.ranks.erase(std::unique(s.slot.ranks.begin(), s.slot.ranks.end()), s.slot.ranks.end());
+      if (static_cast<std::int32_t>(s.slot.ranks.size()) != s.runs.ranks) continue;
+      schedule.slots.push_back(s.slot);
+      runs.push_back(s.runs);
+    }
+    const ScheduleCost want = evaluate_schedule(request, schedule);
+    const ScheduleCost got = evaluate_schedule_runs(request, schedule, runs);
+    EXPECT_EQ(want.step_seconds, got.step_seconds);
+    EXPECT_EQ(want.bytes_moved, got.bytes_moved);
+    EXPECT_EQ(want.allgather_bytes, got.allgather_bytes);
+    EXPECT_EQ(want.busy_seconds, got.busy_seconds);
+    ASSERT_EQ(want.slots.size(), got.slots.size());
+    for (std::size_t s = 0; s < want.slots.size(); ++s) expect_same(want.slots[s], got.slots[s]);
+  }
+}
+
+}  // namespace
+}  // namespace fulcrum

@@ -1,0 +1,68 @@
+// A shard plan held as runs of consecutive row positions, and the step-time
+// cost model priced from those runs without writing a position per token
+// (docs/HYBRID.md section 2 states the model; "Pricing from runs" in
+// section 5 says why). A scheduler compares many plans of a slot and many
+// placements of a batch; each ShardPlan is one int64 per token, and pricing
+// it walks them all. A planner that builds its plan from runs (balanced,
+// per-document, head-tail, contiguous) describes it in O(runs), and the run
+// pricing below counts the same tokens, tiles, bytes and peers as
+// evaluate_slot in O(runs + blocks), then forms the times with the same
+// function (price_slot_counts), so both give bit-equal figures. No LibTorch.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "fulcrum/core/schedule.h"
+#include "fulcrum/cp_types.h"
+#include "fulcrum/schedule_types.h"
+
+namespace fulcrum {
+
+// Row positions [begin, begin + length), or `length` pad entries when
+// begin == kPadPosition.
+struct PositionRun {
+  std::int64_t begin = 0;
+  std::int64_t length = 0;
+};
+
+// A plan over `ranks` members: member r's local order is runs[rank_offset[r]
+// .. rank_offset[r + 1]) followed by padding up to shard_len entries.
+struct RunShardPlan {
+  std::int32_t ranks = 1;
+  std::int64_t shard_len = 0;
+  std::vector<PositionRun> runs;
+  std::vector<std::int64_t> rank_offset;  // ranks + 1 entries
+};
+
+// The positions of a run plan: cp_size, shard_len, positions and padding
+// (strategy_used, fallback_reason and work are left to the caller).
+ShardPlan materialize_runs(const RunShardPlan& runs);
+
+// The runs of a plan's positions (maximal runs of consecutive positions and
+// of padding, per member); materialize_runs gives the plan back.
+RunShardPlan runs_of_plan(const ShardPlan& plan);
+
+// Per member of `runs`: real tokens and tiles under the work model, equal to
+// compute_work on the materialised plan. Requires a dense mask.
+std::vector<RankWork> run_tokens_and_tiles(const CpWorkload& workload, const RunShardPlan& runs);
+
+// evaluate_slot of the slot whose plan materialize_runs(runs) would be: the
+// same members' tokens, tiles, bytes, peers and times, exactly. The slot's
+// own `plan` is not read. Requires runs that form a valid plan of the slot's
+// row (as validate_schedule checks for a plan).
+SlotCost evaluate_slot_runs(const ScheduleRequest& request, const ScheduleSlot& slot,
+                            const RunShardPlan& runs);
+
+// A floor on evaluate_slot_runs(...).end_seconds in O(runs + local blocks):
+// the slot priced with its tokens and tiles and no exchange (communication
+// only adds time). A planner comparing plans skips counting the exchange of
+// a plan whose floor already reaches the best end.
+double slot_end_floor_runs(const ScheduleRequest& request, const ScheduleSlot& slot,
+                           const RunShardPlan& runs);
+
+// evaluate_schedule with slot s priced from runs[s] (its plan not read).
+ScheduleCost evaluate_schedule_runs(const ScheduleRequest& request, const Schedule& schedule,
+                                    const std::vector<RunShardPlan>& runs);
+
+}  // namespace fulcrum

@@ -1,0 +1,229 @@
+// hybrid's rule 5, planned without positions. A multi-rank slot's plan is
+// chosen among CP planners by the cost model; each planner here builds its
+// plan as runs of positions (the balanced planner's units, per-document
+// head-tail chunks, head-tail, contiguous shards), and core prices the runs
+// exactly as evaluate_slot prices the positions (fulcrum/core/slot_runs.h).
+// So a slot is planned in O(runs + blocks) and recorded compactly: its plan
+// names the rule (strategy_used, and fallback_reason when balanced needed
+// more than T per member), cp_size and shard_len, with no positions. Drafts,
+// the search and the guard compare compact schedules by their exact step;
+// positions are written once, for the schedule returned (expand_slot_plan
+// re-runs the named rule, which is deterministic).
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fulcrum/core/schedule.h"
+#include "fulcrum/core/slot_runs.h"
+#include "fulcrum/core/workload.h"
+#include "strategies/cp_balanced_detail.h"
+#include "strategies/cp_strategies.h"
+#include "strategies/schedule_hybrid_draft.h"
+
+namespace fulcrum::hybrid {
+namespace {
+
+using cp::detail::Run;
+using cp::detail::RunPlan;
+
+// per_document's plan (cp_per_document.cpp) as runs: document by document,
+// member r takes chunks r and 2P - 1 - r, the extra tokens dealt round-robin
+// across documents; the row is padded to ceil(N / P) per member.
+RunPlan per_document_runs(const CpWorkload& w) {
+  const std::int32_t p = w.cp_size;
+  const std::int64_t chunks = 2 * static_cast<std::int64_t>(p);
+  RunPlan plan;
+  plan.ranks = p;
+  plan.shard_len = ceil_div(w.tokens, p);
+  std::vector<std::vector<Run>> member(static_cast<std::size_t>(p));
+  std::vector<std::int64_t> size(static_cast<std::size_t>(chunks));
+  std::vector<std::int64_t> start(static_cast<std::size_t>(chunks));
+  std::int64_t rotation = 0;
+  std::int64_t doc_start = 0;
+  for (const std::int64_t length : w.doc_lengths) {
+    const std::int64_t base = length / chunks;
+    const std::int64_t extras = length % chunks;
+    std::fill(size.begin(), size.end(), base);
+    for (std::int64_t e = 0; e < extras; ++e) {
+      const std::int64_t r = (rotation + e) % p;
+      ++size[static_cast<std::size_t>(size[r] == base ? r : chunks - 1 - r)];
+    }
+    rotation = (rotation + extras) % p;
+    std::int64_t offset = doc_start;
+    for (std::int64_t c = 0; c < chunks; ++c) {
+      start[static_cast<std::size_t>(c)] = offset;
+      offset += size[static_cast<std::size_t>(c)];
+    }
+    for (std::int32_t r = 0; r < p; ++r) {
+      for (const std::int64_t c : {static_cast<std::int64_t>(r), chunks - 1 - r}) {
+        const auto k = static_cast<std::size_t>(c);
+        if (size[k] > 0) member[static_cast<std::size_t>(r)].push_back({start[k], size[k]});
+      }
+    }
+    doc_start += length;
+  }
+  plan.rank_offset.push_back(0);
+  for (const auto& runs : member) {
+    plan.runs.insert(plan.runs.end(), runs.begin(), runs.end());
+    plan.rank_offset.push_back(static_cast<std::int64_t>(plan.runs.size()));
+  }
+  return plan;
+}
+
+// per_document_padded's (Megatron / TransformerEngine THD) as runs: each
+// document padded to 2P chunks of ceil(L / 2P), member r taking chunks r and
+// 2P - 1 - r, the padding at the tail of the document's last chunks.
+RunPlan per_document_padded_runs(const CpWorkload& w) {
+  const std::int32_t p = w.cp_size;
+  const std::int64_t chunks = 2 * static_cast<std::int64_t>(p);
+  RunPlan plan;
+  plan.ranks = p;
+  for (const std::int64_t length : w.doc_lengths) plan.shard_len += 2 * ceil_div(length, chunks);
+  std::vector<std::vector<Run>> member(static_cast<std::size_t>(p));
+  std::int64_t doc_start = 0;
+  for (const std::int64_t length : w.doc_lengths) {
+    const std::int64_t chunk = ceil_div(length, chunks);
+    for (std::int32_t r = 0; r < p; ++r) {
+      auto& runs = member[static_cast<std::size_t>(r)];
+      for (const std::int64_t c : {static_cast<std::int64_t>(r), chunks - 1 - r}) {
+        const std::int64_t real = std::clamp<std::int64_t>(length - c * chunk, 0, chunk);
+        if (real > 0) runs.push_back({doc_start + c * chunk, real});
+        if (chunk > real) runs.push_back({kPadPosition, chunk - real});
+      }
+    }
+    doc_start += length;
+  }
+  plan.rank_offset.push_back(0);
+  for (const auto& runs : member) {
+    plan.runs.insert(plan.runs.end(), runs.begin(), runs.end());
+    plan.rank_offset.push_back(static_cast<std::int64_t>(plan.runs.size()));
+  }
+  return plan;
+}
+
+}  // namespace
+
+std::optional<RunShardPlan> slot_rule_runs(std::string_view rule, const CpWorkload& w) {
+  if (rule == "contiguous") return cp::detail::contiguous_runs(w.tokens, w.cp_size);
+  if (rule == "balanced") return cp::detail::balance_row(w, RowLayout(w)).runs;
+  if (rule == "per_document") return per_document_runs(w);
+  if (rule == "per_document_padded") return per_document_padded_runs(w);
+  if (rule == "head_tail" && !cp::inapplicable_reason("head_tail", w)) {
+    return cp::detail::head_tail_runs(w.tokens, w.cp_size);
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+// Rows up to this many tokens also try head_tail and per_document_padded.
+constexpr std::int64_t kManyPlannersTokens = std::int64_t{1} << 18;
+
+void record(ScheduleSlot& slot, const char* rule, const RunShardPlan& runs, std::string reason) {
+  slot.plan = ShardPlan{};
+  slot.plan.cp_size = runs.ranks;
+  slot.plan.shard_len = runs.shard_len;
+  slot.plan.strategy_used = rule;
+  slot.plan.fallback_reason = std::move(reason);
+}
+
+}  // namespace
+
+// Rule 5 for one slot: balanced (per_document when balanced needs more
+// than T per member), then whichever plan of the other rules that holds at
+// most T per member the cost model says ends the slot soonest (ties: the
+// earlier; contiguous last, it moves least). A plan whose floor (its
+// compute, no exchange) reaches the end to beat is not priced in full: it
+// cannot end strictly sooner. The end to beat is also capped by `ceiling`:
+// a slot that cannot end before it gets +infinity (its caller's schedule
+// cannot win), and below it the choice is exactly the uncapped one.
+Result<double> plan_slot_compact(const ScheduleRequest& request, ScheduleSlot& slot,
+                                 double ceiling) {
+  const std::int64_t budget = request.max_tokens_per_rank;
+  const CpWorkload w = slot_workload(request, slot);
+  if (w.cp_size == 1) {
+    const RunShardPlan runs = cp::detail::contiguous_runs(w.tokens, 1);
+    record(slot, "contiguous", runs, "");
+    const double end = evaluate_slot_runs(request, slot, runs).end_seconds;
+    return end < ceiling ? end : kNoEnd;
+  }
+  if (Status status = validate_workload(w); !status) return status;
+  RunShardPlan chosen = cp::detail::balance_row(w, RowLayout(w)).runs;
+  const char* rule = "balanced";
+  std::string reason;
+  if (chosen.shard_len > budget) {
+    // per_document holds at most ceil(N / g) <= T tokens per member.
+    reason = "balanced needs " + std::to_string(chosen.shard_len) +
+             " tokens per rank, more than T = " + std::to_string(budget);
+    chosen = per_document_runs(w);
+    rule = "per_document";
+  }
+  // +infinity stands for "ends no sooner than the ceiling".
+  double best_end = kNoEnd;
+  if (slot_end_floor_runs(request, slot, chosen) < ceiling) {
+    best_end = evaluate_slot_runs(request, slot, chosen).end_seconds;
+  }
+  const auto consider = [&](const char* other, const std::optional<RunShardPlan>& runs) {
+    if (!runs || runs->shard_len > budget) return;
+    // Its compute alone already ends no sooner than the end to beat: the
+    // exchange need not be counted (it only adds time).
+    if (slot_end_floor_runs(request, slot, *runs) >= std::min(best_end, ceiling)) return;
+    const double end = evaluate_slot_runs(request, slot, *runs).end_seconds;
+    if (end < best_end) {
+      best_end = end;
+      rule = other;
+      reason.clear();
+    }
+  };
+  // The same plan again cannot end strictly sooner.
+  if (std::string_view(rule) != "per_document") consider("per_document", per_document_runs(w));
+  if (w.tokens <= kManyPlannersTokens) {
+    consider("head_tail", slot_rule_runs("head_tail", w));
+    consider("per_document_padded", per_document_padded_runs(w));
+  }
+  consider("contiguous", cp::detail::contiguous_runs(w.tokens, w.cp_size));
+  const std::optional<RunShardPlan> runs = slot_rule_runs(rule, w);
+  record(slot, rule, *runs, reason);
+  return best_end < ceiling ? best_end : kNoEnd;
+}
+
+Status expand_slot_plan(const ScheduleRequest& request, ScheduleSlot& slot) {
+  if (!slot.plan.positions.empty()) return Status::ok();
+  const CpWorkload w = slot_workload(request, slot);
+  const std::optional<RunShardPlan> runs = slot_rule_runs(slot.plan.strategy_used, w);
+  if (!runs) {
+    return internal_error("hybrid: slot plan rule '" + slot.plan.strategy_used +
+                          "' cannot be expanded for this row");
+  }
+  ShardPlan plan = materialize_runs(*runs);
+  plan.strategy_used = std::move(slot.plan.strategy_used);
+  plan.fallback_reason = std::move(slot.plan.fallback_reason);
+  plan.work = cp::detail::run_work(w, RowLayout(w), *runs);
+  slot.plan = std::move(plan);
+  return Status::ok();
+}
+
+double step_of_lengths(const ScheduleRequest& request, const Schedule& schedule,
+                       const std::vector<double>& length) {
+  // price_timeline's arithmetic on the slots' lengths alone: the same step.
+  std::vector<std::size_t> order(schedule.slots.size());
+  for (std::size_t s = 0; s < order.size(); ++s) order[s] = s;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
+    return schedule.slots[x].wave < schedule.slots[y].wave;
+  });
+  std::vector<double> free_at(static_cast<std::size_t>(request.world_size), 0.0);
+  for (const std::size_t s : order) {
+    double start = 0;
+    for (const std::int32_t r : schedule.slots[s].ranks) start = std::max(start, free_at[r]);
+    for (const std::int32_t r : schedule.slots[s].ranks) free_at[r] = start + length[s];
+  }
+  double step = 0;
+  for (const double t : free_at) step = std::max(step, t);
+  return step;
+}
+
+}  // namespace fulcrum::hybrid

@@ -1,0 +1,168 @@
+// hybrid's slots planned without positions (schedule_hybrid_plan.cpp): each
+// plan rule's runs write exactly the CP planner's positions and work, and a
+// slot planned compactly then expanded is the plan the position-based rule 5
+// chooses (re-stated here over the CP planners and evaluate_slot), with the
+// length evaluate_slot gives it. Random rows: every dense mask, g from 1 to
+// 64, block sizes 1 to 256, one to 300 documents (rows up to 300K tokens),
+// T from the least that holds the row to the row itself.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "fulcrum/core/cost_profile.h"
+#include "fulcrum/core/fixed_schedule.h"
+#include "fulcrum/core/random.h"
+#include "fulcrum/core/schedule.h"
+#include "fulcrum/core/slot_runs.h"
+#include "fulcrum/core/work_model.h"
+#include "strategies/cp_strategies.h"
+#include "strategies/schedule_hybrid_draft.h"
+
+namespace fulcrum {
+namespace {
+
+struct Case {
+  ScheduleRequest request;
+  ScheduleSlot slot;
+};
+
+Case random_case(SplitMix64& rng) {
+  Case c;
+  ScheduleRequest& r = c.request;
+  const auto g = static_cast<std::int32_t>(rng.uniform(0, 4) == 0 ? 1 : rng.uniform(2, 64));
+  r.world_size = g + static_cast<std::int32_t>(rng.uniform(0, 8));
+  r.block_size = rng.uniform(0, 2) == 0 ? 128 : rng.uniform(1, 256);
+  r.profile = *builtin_cost_profile(rng.uniform(0, 1) == 0 ? "h100_7b" : "cpu_gloo");
+  // Few long documents (up to 300K tokens: rows past 2^18, where fewer
+  // rules are tried) or many short ones.
+  const bool many = rng.uniform(0, 1) == 0;
+  const std::int64_t docs = rng.uniform(1, many ? 300 : 3);
+  const std::int64_t longest = many ? 600 : (rng.uniform(0, 9) == 0 ? 100000 : 8000);
+  std::int64_t n = 0;
+  for (std::int64_t d = 0; d < docs; ++d) {
+    const std::int64_t len = rng.uniform(1, longest);
+    r.doc_lengths.push_back(len);
+    c.slot.pieces.push_back({d, 0, len});
+    n += len;
+  }
+  switch (rng.uniform(0, 3)) {
+    case 0:
+      r.mask = MaskSpec::causal();
+      break;
+    case 1:
+      r.mask = MaskSpec::full();
+      break;
+    case 2:
+      r.mask = MaskSpec::sliding(rng.uniform(1, 4 * r.block_size));
+      break;
+    default:
+      r.mask = MaskSpec::prefix(rng.uniform(0, 4 * r.block_size));
+      break;
+  }
+  const std::int64_t least = (n + g - 1) / g;
+  r.max_tokens_per_rank = rng.uniform(0, 1) == 0 ? least + rng.uniform(0, 64) : n;
+  for (std::int32_t k = 0; k < g; ++k) c.slot.ranks.push_back((k * 5) % r.world_size);
+  std::sort(c.slot.ranks.begin(), c.slot.ranks.end());
+  c.slot.ranks.erase(std::unique(c.slot.ranks.begin(), c.slot.ranks.end()), c.slot.ranks.end());
+  for (std::int32_t k = 0; static_cast<std::int32_t>(c.slot.ranks.size()) < g; ++k) {
+    if (std::find(c.slot.ranks.begin(), c.slot.ranks.end(), k) == c.slot.ranks.end()) {
+      c.slot.ranks.push_back(k);
+    }
+  }
+  return c;
+}
+
+// Rule 5 over positions, as hybrid planned before its slots were priced
+// from runs: balanced (per_document when balanced needs more than T), then
+// the plan of per_document, head_tail and per_document_padded (rows up to
+// 2^18 tokens) and contiguous that ends the slot strictly soonest.
+ShardPlan reference_plan(const ScheduleRequest& request, const ScheduleSlot& slot) {
+  const CpWorkload w = slot_workload(request, slot);
+  if (w.cp_size == 1) return contiguous_plan(w);
+  ShardPlan chosen = *cp::plan_balanced(w);
+  if (chosen.shard_len > request.max_tokens_per_rank) {
+    const std::int64_t need = chosen.shard_len;
+    chosen = *cp::plan_per_document(w);
+    chosen.fallback_reason =
+        "balanced needs " + std::to_string(need) +
+        " tokens per rank, more than T = " + std::to_string(request.max_tokens_per_rank);
+  }
+  ScheduleSlot probe = slot;
+  probe.plan = chosen;
+  double best = evaluate_slot(request, probe).end_seconds;
+  const auto consider = [&](Result<ShardPlan> plan) {
+    if (!plan || plan->shard_len > request.max_tokens_per_rank) return;
+    probe.plan = *plan;
+    const double end = evaluate_slot(request, probe).end_seconds;
+    if (end < best) {
+      best = end;
+      chosen = *plan;
+    }
+  };
+  consider(cp::plan_per_document(w));
+  if (w.tokens <= (std::int64_t{1} << 18)) {
+    consider(cp::plan_head_tail(w));
+    consider(cp::plan_per_document_padded(w));
+  }
+  consider(contiguous_plan(w));
+  return chosen;
+}
+
+TEST(HybridCompactPlans, EveryRuleWritesThePlannersPositionsAndWork) {
+  SplitMix64 rng(41);
+  for (int i = 0; i < 300; ++i) {
+    const Case c = random_case(rng);
+    const CpWorkload w = slot_workload(c.request, c.slot);
+    for (const char* rule :
+         {"balanced", "per_document", "per_document_padded", "head_tail", "contiguous"}) {
+      SCOPED_TRACE("case " + std::to_string(i) + " rule " + rule);
+      const Result<ShardPlan> want = std::string(rule) == "contiguous"
+                                         ? Result<ShardPlan>(contiguous_plan(w))
+                                         : cp::plan(rule, w);
+      const auto runs = hybrid::slot_rule_runs(rule, w);
+      ASSERT_EQ(want.is_ok(), runs.has_value());
+      if (!runs) continue;
+      const ShardPlan got = materialize_runs(*runs);
+      EXPECT_EQ(got.shard_len, want->shard_len);
+      EXPECT_EQ(got.padding, want->padding);
+      EXPECT_EQ(got.positions, want->positions);
+    }
+    if (HasFailure()) return;
+  }
+}
+
+TEST(HybridCompactPlans, CompactSlotExpandsToThePositionBasedChoice) {
+  SplitMix64 rng(43);
+  int not_balanced = 0;
+  for (int i = 0; i < 500; ++i) {
+    const Case c = random_case(rng);
+    SCOPED_TRACE("case " + std::to_string(i));
+    const ShardPlan want = reference_plan(c.request, c.slot);
+    ScheduleSlot slot = c.slot;
+    const Result<double> length = hybrid::plan_slot_compact(c.request, slot);
+    ASSERT_TRUE(length.is_ok());
+    EXPECT_TRUE(slot.plan.positions.empty());
+    EXPECT_EQ(slot.plan.strategy_used, want.strategy_used);
+    EXPECT_EQ(slot.plan.shard_len, want.shard_len);
+    ASSERT_TRUE(hybrid::expand_slot_plan(c.request, slot).is_ok());
+    EXPECT_EQ(slot.plan.positions, want.positions);
+    EXPECT_EQ(slot.plan.fallback_reason, want.fallback_reason);
+    EXPECT_EQ(slot.plan.padding, want.padding);
+    ASSERT_EQ(slot.plan.work.size(), want.work.size());
+    for (std::size_t m = 0; m < want.work.size(); ++m) {
+      EXPECT_EQ(slot.plan.work[m].tokens, want.work[m].tokens);
+      EXPECT_EQ(slot.plan.work[m].pairs, want.work[m].pairs);
+      EXPECT_EQ(slot.plan.work[m].tiles, want.work[m].tiles);
+    }
+    EXPECT_EQ(*length, evaluate_slot(c.request, slot).end_seconds);
+    not_balanced += want.strategy_used != "balanced" && slot.ranks.size() > 1 ? 1 : 0;
+    if (HasFailure()) return;
+  }
+  EXPECT_GT(not_balanced, 30);  // the other rules are chosen often enough to be compared
+}
+
+}  // namespace
+}  // namespace fulcrum

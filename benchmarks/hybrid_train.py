@@ -26,7 +26,16 @@ scheduler and W it reports, over the measured steps:
   taken repetition by repetition;
 - the cost model's predicted speedup;
 - the per-rank prediction error (measured - predicted) / predicted of the
-  median-filtered per (step, rank) time: its range and its median |error|.
+  median-filtered per (step, rank) time: its range and its median |error|;
+- whether the predicted speedup lies within 5 points (0.05x) of the
+  measured one;
+- per scheduler, whether it is slower than the better baseline (fixed or
+  megatron_dcp, the smaller summed critical path) beyond the spread: the
+  better baseline's critical path / this scheduler's is below 1 in every
+  repetition;
+- the share of the exchange's own time that compute hid
+  (`exchange_hidden_share` of the trained step's per-rank metrics, which
+  ran hybrid's schedule): its median and range over (step, rank).
 
 --profile picks the profile the hybrid scheduler plans with: a file or a
 bundled name; `calibrate` first runs `fulcrum calibrate --config` on the
@@ -130,6 +139,30 @@ def speedup(base, other):
             "predicted": base["predicted_ms"] / other["predicted_ms"]}
 
 
+def hidden_share(metrics, first_step):
+    """exchange_hidden_share per (step, rank) of the trained steps; None when no
+    figure is there (no rank exchanged, or metrics from before overlap)."""
+    shares = [r["exchange_hidden_share"] for m in metrics
+              if "ranks" in m and "compare" not in m and m.get("step", 0) >= first_step
+              for r in m["ranks"] if r.get("exchange_hidden_share") is not None]
+    if not shares:
+        return None
+    return {"median": statistics.median(shares), "range": [min(shares), max(shares)],
+            "count": len(shares)}
+
+
+def against_better_baseline(s):
+    """Per scheduler: the better baseline's critical path / its own, with
+    the spread by repetition, and whether it is slower beyond the spread."""
+    better = min(("fixed", "megatron_dcp"), key=lambda n: s[n]["critical_ms"])
+    out = {"better_baseline": better}
+    for name in SCHEDULERS:
+        v = speedup(s[better], s[name])
+        v["slower_beyond_spread"] = v["spread"][1] < 1.0
+        out[name] = v
+    return out
+
+
 def summarise(metrics, first_step):
     records = [m for m in metrics if "compare" in m and m["step"] >= first_step]
     out = {}
@@ -181,9 +214,15 @@ def main():
           f"runs of each schedule per step, profile {args.profile}")
     results = {"source": source, "profile": args.profile, "worlds": {}}
     for world in [int(w) for w in args.worlds.split(",")]:
-        s = summarise(train(args, world, lengths_path), args.first_step)
+        metrics = train(args, world, lengths_path)
+        s = summarise(metrics, args.first_step)
         s["hybrid_over_fixed"] = speedup(s["fixed"], s["hybrid"])
         s["hybrid_over_megatron_dcp"] = speedup(s["megatron_dcp"], s["hybrid"])
+        for key in ("hybrid_over_fixed", "hybrid_over_megatron_dcp"):
+            v = s[key]
+            v["within_5_points"] = abs(v["measured"] - v["predicted"]) <= 0.05
+        s["against_better_baseline"] = against_better_baseline(s)
+        s["exchange_hidden_share"] = hidden_share(metrics, args.first_step)
         results["worlds"][world] = s
         print(f"\nW = {world}")
         print(f"  {'scheduler':13} {'critical path s':>15} {'wall s':>8} {'max rank s':>10} "
@@ -199,7 +238,24 @@ def main():
             v = s[key]
             print(f"  hybrid over {label:13} measured {v['measured']:.3f}x "
                   f"({v['spread'][0]:.3f}..{v['spread'][1]:.3f} by repetition), "
-                  f"predicted {v['predicted']:.3f}x")
+                  f"predicted {v['predicted']:.3f}x, "
+                  f"{'within' if v['within_5_points'] else 'not within'} 5 points")
+        b = s["against_better_baseline"]
+        slower = [n for n in SCHEDULERS if b[n]["slower_beyond_spread"]]
+        print(f"  better baseline {b['better_baseline']}; slower than it beyond the spread: "
+              f"{', '.join(slower) if slower else 'none'}")
+        for name in SCHEDULERS:
+            if name != b["better_baseline"]:
+                v = b[name]
+                print(f"    {b['better_baseline']} / {name}: {v['measured']:.3f}x "
+                      f"({v['spread'][0]:.3f}..{v['spread'][1]:.3f} by repetition)")
+        h = s["exchange_hidden_share"]
+        if h is None:
+            print("  exchange hidden by overlap: no exchange_hidden_share figure in the measured steps")
+        else:
+            print(f"  exchange hidden by overlap (exchange_hidden_share, {h['count']} (step, rank)): "
+                  f"median {100 * h['median']:.1f}% ({100 * h['range'][0]:.1f}% to "
+                  f"{100 * h['range'][1]:.1f}%)")
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
 

@@ -121,13 +121,7 @@ SlotCost cost_slot(const ScheduleRequest& request, const ScheduleSlot& slot) {
   const CpWorkload w = slot_workload(request, slot);
   const std::vector<RankWork> work = compute_work(w, slot.plan);
   const auto g = static_cast<std::size_t>(slot.plan.cp_size);
-  SlotCounts counts;
-  counts.tokens.resize(g);
-  counts.tiles.resize(g);
-  for (std::size_t m = 0; m < g; ++m) {
-    counts.tokens[m] = work[m].tokens;
-    counts.tiles[m] = work[m].tiles;
-  }
+  SlotCounts counts = slot_counts_of(work);
   if (g > 1) {
     const RowLayout layout(w);
     const BlockHolders holders = holders_of(slot.plan, w.tokens, w.block_size);
@@ -406,6 +400,17 @@ Status validate_schedule(const ScheduleRequest& request, const Schedule& schedul
     }
   }
   return Status::ok();
+}
+
+SlotCounts slot_counts_of(const std::vector<RankWork>& work) {
+  SlotCounts counts;
+  counts.tokens.reserve(work.size());
+  counts.tiles.reserve(work.size());
+  for (const RankWork& w : work) {
+    counts.tokens.push_back(w.tokens);
+    counts.tiles.push_back(w.tiles);
+  }
+  return counts;
 }
 
 std::vector<std::int32_t> start_exchange(SlotCounts& counts) {

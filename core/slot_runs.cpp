@@ -295,13 +295,7 @@ SlotCost evaluate_slot_runs(const ScheduleRequest& request, const ScheduleSlot& 
   const CpWorkload w = slot_workload(request, slot);
   const std::vector<RankWork> work = run_tokens_and_tiles(w, runs);
   const auto g = static_cast<std::size_t>(runs.ranks);
-  SlotCounts counts;
-  counts.tokens.resize(g);
-  counts.tiles.resize(g);
-  for (std::size_t m = 0; m < g; ++m) {
-    counts.tokens[m] = work[m].tokens;
-    counts.tiles[m] = work[m].tiles;
-  }
+  SlotCounts counts = slot_counts_of(work);
   if (g > 1) {
     const RowLayout layout(w);
     const Holders holders = holders_of_runs(runs, w.tokens, w.block_size);

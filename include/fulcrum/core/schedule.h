@@ -86,6 +86,10 @@ struct SlotCounts {
   std::vector<std::int64_t> received;
 };
 
+// Counts of a slot's members from their work (tokens and tiles; no
+// exchange counted yet).
+SlotCounts slot_counts_of(const std::vector<RankWork>& work);
+
 // Fills counts.active from counts.tokens, sizes counts.received (a x a,
 // zero) and returns each member's index among the active ones (-1: none).
 std::vector<std::int32_t> start_exchange(SlotCounts& counts);

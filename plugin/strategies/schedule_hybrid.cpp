@@ -61,6 +61,8 @@
 //    consecutive ranks, pieces best fit into rows of g x T (a longer piece
 //    over the groups it needs), rows LPT onto the groups. Many long pieces
 //    of similar size share rows better this way than one piece per group.
+//    Rule 7 tries them by estimated finish, the soonest right after the
+//    estimate's draft, so the planning budget reaches it first.
 // Waves follow the estimated time order, every slot's wave above its
 // members' earlier ones, so a rank's wave order is its time order (no
 // deadlock, docs/HYBRID.md). Deterministic: no clock, no randomness, ties

@@ -456,9 +456,10 @@ int suite(const Options& opt) {
       gap.push_back(mine / fulcrum::step_time_lower_bound(r));
       if (std::getenv("FULCRUM_SUITE_VERBOSE") != nullptr && !(f && d)) {
         std::fprintf(stderr,
-                     "lost b=%d W=%d T=%lld mask=%d docs=%zu own=%.6g fixed=%.6g dcp=%.6g\n", b,
-                     r.world_size, static_cast<long long>(r.max_tokens_per_rank),
-                     static_cast<int>(r.mask.kind), r.doc_lengths.size(), mine, steps[0], steps[1]);
+                     "lost b=%d W=%d T=%lld mask=%d (%lld) docs=%zu own=%.6g fixed=%.6g dcp=%.6g\n",
+                     b, r.world_size, static_cast<long long>(r.max_tokens_per_rank),
+                     static_cast<int>(r.mask.kind), static_cast<long long>(r.mask.param),
+                     r.doc_lengths.size(), mine, steps[0], steps[1]);
       }
     }
     std::printf("| %s | %d | %.1f%% (%d) | %.1f%% | %.1f%% | %.3f | %.3f |\n",

@@ -61,6 +61,8 @@
 //    consecutive ranks, pieces best fit into rows of g x T (a longer piece
 //    over the groups it needs), rows LPT onto the groups. Many long pieces
 //    of similar size share rows better this way than one piece per group.
+//    Rule 7 tries them by estimated finish, the soonest right after the
+//    estimate's draft, so the planning budget reaches it first.
 // Waves follow the estimated time order, every slot's wave above its
 // members' earlier ones, so a rank's wave order is its time order (no
 // deadlock, docs/HYBRID.md). Deterministic: no clock, no randomness, ties
@@ -181,7 +183,7 @@ Schedule to_schedule(const Draft& best, const std::vector<DocPiece>& pieces, std
 // up first. Batches of many long pieces of similar size pack better into
 // shared rows than one piece per group.
 Schedule packed_draft(const ScheduleRequest& request, const Estimator& est, const Prepared& prep,
-                      const std::vector<std::size_t>& by_length, std::int32_t g) {
+                      const std::vector<std::size_t>& by_length, std::int32_t g, double& finish) {
   const std::int64_t capacity = static_cast<std::int64_t>(g) * request.max_tokens_per_rank;
   const std::int32_t groups = request.world_size / g;
   std::vector<double> load(static_cast<std::size_t>(groups), 0.0);
@@ -257,6 +259,7 @@ Schedule packed_draft(const ScheduleRequest& request, const Estimator& est, cons
     for (const std::size_t i : rows[k].pieces) pieces.push_back(prep.pieces[i]);
     place(earliest(1), std::move(pieces), time[k]);
   }
+  finish = *std::max_element(load.begin(), load.end());
   return schedule;
 }
 
@@ -267,12 +270,19 @@ std::vector<Schedule> packed_drafts(const ScheduleRequest& request, const Estima
   std::stable_sort(by_length.begin(), by_length.end(), [&](std::size_t a, std::size_t b) {
     return prep.pieces[a].length > prep.pieces[b].length;
   });
-  std::vector<Schedule> out;
+  std::vector<std::pair<double, Schedule>> drafts;
   const std::int32_t world = request.world_size;
   for (std::int32_t g = 1; g <= world; g = (g == world ? world + 1 : std::min(world, 2 * g))) {
-    Schedule s = packed_draft(request, est, prep, by_length, g);
-    if (!s.slots.empty()) out.push_back(std::move(s));
+    double finish = 0;
+    Schedule s = packed_draft(request, est, prep, by_length, g, finish);
+    if (!s.slots.empty()) drafts.emplace_back(finish, std::move(s));
   }
+  // Soonest estimated finish first (ties: the smaller g), so that the
+  // planning budget goes to the likeliest of them.
+  std::stable_sort(drafts.begin(), drafts.end(),
+                   [](const auto& x, const auto& y) { return x.first < y.first; });
+  std::vector<Schedule> out;
+  for (auto& d : drafts) out.push_back(std::move(d.second));
   return out;
 }
 
@@ -311,7 +321,13 @@ std::vector<Schedule> hybrid_drafts(const ScheduleRequest& request, bool every) 
   }
   for (const Draft& d : drafts) out.push_back(to_schedule(d, prep.pieces, request.world_size));
   if (every) {
-    for (Schedule& packed : packed_drafts(request, est, prep)) out.push_back(std::move(packed));
+    // The equal-groups draft of soonest estimated finish right after the
+    // estimate's choice, the others after the group rules' drafts.
+    std::vector<Schedule> packed = packed_drafts(request, est, prep);
+    for (std::size_t k = 0; k < packed.size(); ++k) {
+      const auto at = k == 0 ? out.begin() + 1 : out.end();
+      out.insert(at, std::move(packed[k]));
+    }
   }
   return out;
 }

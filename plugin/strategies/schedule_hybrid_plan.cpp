@@ -30,6 +30,15 @@ namespace {
 using cp::detail::Run;
 using cp::detail::RunPlan;
 
+// Each member's runs, in member order, into the plan's flat list.
+void append_members(const std::vector<std::vector<Run>>& member, RunPlan& plan) {
+  plan.rank_offset.push_back(0);
+  for (const auto& runs : member) {
+    plan.runs.insert(plan.runs.end(), runs.begin(), runs.end());
+    plan.rank_offset.push_back(static_cast<std::int64_t>(plan.runs.size()));
+  }
+}
+
 // per_document's plan (cp_per_document.cpp) as runs: document by document,
 // member r takes chunks r and 2P - 1 - r, the extra tokens dealt round-robin
 // across documents; the row is padded to ceil(N / P) per member.
@@ -66,11 +75,7 @@ RunPlan per_document_runs(const CpWorkload& w) {
     }
     doc_start += length;
   }
-  plan.rank_offset.push_back(0);
-  for (const auto& runs : member) {
-    plan.runs.insert(plan.runs.end(), runs.begin(), runs.end());
-    plan.rank_offset.push_back(static_cast<std::int64_t>(plan.runs.size()));
-  }
+  append_members(member, plan);
   return plan;
 }
 
@@ -97,11 +102,7 @@ RunPlan per_document_padded_runs(const CpWorkload& w) {
     }
     doc_start += length;
   }
-  plan.rank_offset.push_back(0);
-  for (const auto& runs : member) {
-    plan.runs.insert(plan.runs.end(), runs.begin(), runs.end());
-    plan.rank_offset.push_back(static_cast<std::int64_t>(plan.runs.size()));
-  }
+  append_members(member, plan);
   return plan;
 }
 

@@ -14,31 +14,8 @@ WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 PASSED=0
 
-fail() {
-  echo "FAIL: $CHECK: $*" >&2
-  echo "  exit code: $RC; stderr:" >&2
-  sed 's/^/    /' "$WORK/err" >&2
-  echo "$PASSED passed, 1 failed"
-  exit 1
-}
-
-run() {
-  CHECK=$1
-  shift
-  "$FULCRUM" "$@" >"$WORK/out" 2>"$WORK/err"
-  RC=$?
-}
-
-# expect_refusal NAME PATTERN ARGS...: exit 2, one stderr line matching PATTERN.
-expect_refusal() {
-  local name=$1 pattern=$2
-  shift 2
-  run "$name" "$@"
-  [[ $RC -eq 2 ]] || fail "expected exit 2"
-  [[ $(wc -l <"$WORK/err") -eq 1 ]] || fail "expected exactly one line on stderr"
-  grep -q -- "$pattern" "$WORK/err" || fail "stderr does not say '$pattern'"
-  PASSED=$((PASSED + 1))
-}
+# shellcheck source=cli_checks.sh
+source "$(dirname "${BASH_SOURCE[0]}")/cli_checks.sh"
 
 profile=$WORK/profile.yaml
 run "calibrate writes a profile" calibrate --output "$profile" --repetitions 1 --name test_profile

@@ -65,9 +65,9 @@ ErrorSummary prediction_errors(const CostProfile& profile,
 std::uint64_t profile_fingerprint(const CostProfile& p) {
   Fingerprint f;
   f.add(p.name);
-  for (double v :
-       {p.tile_seconds, p.token_seconds, p.slot_seconds, p.kv_bytes_per_token,
-        p.intra_node_bytes_per_second, p.inter_node_bytes_per_second, p.latency_seconds}) {
+  for (double v : {p.tile_seconds, p.token_seconds, p.slot_seconds, p.kv_bytes_per_token,
+                   p.intra_node_bytes_per_second, p.inter_node_bytes_per_second, p.latency_seconds,
+                   p.exchange_overlap}) {
     f.add(bits(v));
   }
   f.add(static_cast<std::int64_t>(p.ranks_per_node));

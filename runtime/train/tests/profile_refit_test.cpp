@@ -127,7 +127,7 @@ TEST(ProfileRefit, TooFewSamplesKeepTheProfile) {
 TEST(ProfileRefit, FingerprintSeesEveryField) {
   const CostProfile p = truth();
   const std::uint64_t base = profile_fingerprint(p);
-  for (int field = 0; field < 9; ++field) {
+  for (int field = 0; field < 10; ++field) {
     CostProfile q = p;
     double* d[] = {&q.tile_seconds,
                    &q.token_seconds,
@@ -139,6 +139,7 @@ TEST(ProfileRefit, FingerprintSeesEveryField) {
     if (field < 7) *d[field] = std::nextafter(*d[field], 1e300);
     if (field == 7) q.ranks_per_node += 1;
     if (field == 8) q.name = "auto2";
+    if (field == 9) q.exchange_overlap = 0.5;
     EXPECT_NE(profile_fingerprint(q), base) << field;
   }
 }

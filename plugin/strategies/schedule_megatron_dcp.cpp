@@ -49,8 +49,10 @@
 // a shard over T falls back to the contiguous plan and says so. The
 // remaining departures are listed in docs/HYBRID.md.
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -103,8 +105,89 @@ struct MicroBatch {
   std::vector<std::size_t> leftovers;
 };
 
+// The open groups of one size, in creation order, with each subtree's least
+// packed length and least workload. Megatron scans every group for every
+// piece; its choice within a size is the first group, in creation order, of
+// the least projected workload among those the piece fits. Both tests are
+// monotone (a + x is non-decreasing in a, rounding included), so a subtree
+// whose least packed length does not fit, or whose least workload already
+// projects above the limit, holds no candidate, and the descent below finds
+// Megatron's group without visiting the others.
+class SizeIndex {
+ public:
+  explicit SizeIndex(std::size_t capacity) {
+    while (leaves_ < capacity) leaves_ *= 2;
+    packed_.assign(2 * leaves_, kNone);
+    work_.assign(2 * leaves_, kNone);
+  }
+  std::size_t size() const { return groups_.size(); }
+  std::size_t group(std::size_t slot) const { return groups_[slot]; }
+
+  void add(std::size_t group, double packed, double workload) {
+    groups_.push_back(group);
+    set(groups_.size() - 1, packed, workload);
+  }
+  void set(std::size_t slot, double packed, double workload) {
+    std::size_t i = leaves_ + slot;
+    packed_[i] = packed;
+    work_[i] = workload;
+    for (i /= 2; i >= 1; i /= 2) {
+      packed_[i] = std::min(packed_[2 * i], packed_[2 * i + 1]);
+      work_[i] = std::min(work_[2 * i], work_[2 * i + 1]);
+    }
+  }
+  // The least workload of a group with packed + share <= t (kNone: none).
+  double least_workload(double share, double t) const {
+    double best = kNone;
+    least(1, share, t, best);
+    return best;
+  }
+  // The first group with packed + share <= t and workload + cost <= limit.
+  std::optional<std::size_t> first_fit(double share, double t, double cost, double limit) const {
+    return first(1, share, t, cost, limit);
+  }
+
+ private:
+  static constexpr double kNone = std::numeric_limits<double>::infinity();
+
+  void least(std::size_t i, double share, double t, double& best) const {
+    if (!(packed_[i] + share <= t) || work_[i] >= best) return;
+    if (i >= leaves_) {
+      best = work_[i];
+      return;
+    }
+    least(2 * i, share, t, best);
+    least(2 * i + 1, share, t, best);
+  }
+  std::optional<std::size_t> first(std::size_t i, double share, double t, double cost,
+                                   double limit) const {
+    if (!(packed_[i] + share <= t) || !(work_[i] + cost <= limit)) return std::nullopt;
+    if (i >= leaves_) return i - leaves_;
+    if (auto left = first(2 * i, share, t, cost, limit)) return left;
+    return first(2 * i + 1, share, t, cost, limit);
+  }
+
+  std::size_t leaves_ = 1;
+  std::vector<double> packed_;  // heap order: node i's children are 2i and 2i + 1
+  std::vector<double> work_;
+  std::vector<std::size_t> groups_;
+};
+
+// Megatron's choice for one piece: the size, and the group (or the index
+// of a new one), and the projected maximum workload.
+struct Choice {
+  std::int64_t size = 0;
+  std::size_t group = 0;
+  double projected = 0;
+};
+
 // One call of next_hdp_group_packing_aware over `remaining` (longest P
-// first); kUnsupported where Megatron raises.
+// first); kUnsupported where Megatron raises. For each piece Megatron
+// tries the sizes in ascending order, in each the open groups of that size
+// in creation order and then a new group, and keeps the first candidate of
+// the least projected maximum workload within the cap. SizeIndex gives each
+// size's first best group directly, and since no candidate projects below
+// today's maximum, the sizes above one that reaches it are not tried.
 Result<MicroBatch> next_micro_batch(const std::vector<std::int64_t>& padded,
                                     const std::vector<std::size_t>& remaining, std::int32_t world,
                                     std::int64_t budget, std::int64_t min_cp) {
@@ -112,8 +195,16 @@ Result<MicroBatch> next_micro_batch(const std::vector<std::int64_t>& padded,
   MicroBatch mb;
   const std::int64_t tall = padded[remaining[0]];
   const double cap = static_cast<double>(tall) * t * (1.0 + kWorkloadCapDelta);
-  std::int32_t used = 0;  // groups hold ranks [0, used), in creation order
-  double highest = 0;     // max workload over all ranks
+  std::int32_t used = 0;             // groups hold ranks [0, used), in creation order
+  double highest = 0;                // max workload over all ranks
+  std::vector<SizeIndex> by_size;    // by log2 of the size
+  std::vector<std::size_t> slot_of;  // a group's place in its size's index
+  for (std::int64_t c = 1; c <= world; c *= 2) {
+    by_size.emplace_back(static_cast<std::size_t>(world / c));
+  }
+  const auto index_of = [](std::int64_t c) {
+    return static_cast<std::size_t>(std::countr_zero(static_cast<std::uint64_t>(c)));
+  };
 
   const auto open_group = [&](std::size_t piece, std::int64_t c) {
     Group g;
@@ -124,6 +215,9 @@ Result<MicroBatch> next_micro_batch(const std::vector<std::int64_t>& padded,
     g.pieces.push_back(piece);
     used += g.size;
     highest = std::max(highest, g.workload);
+    SizeIndex& index = by_size[index_of(c)];
+    slot_of.push_back(index.size());
+    index.add(mb.groups.size(), g.packed, g.workload);
     mb.groups.push_back(std::move(g));
   };
   // decide_exactly has refused a batch whose longest piece needs more
@@ -133,49 +227,47 @@ Result<MicroBatch> next_micro_batch(const std::vector<std::int64_t>& padded,
   for (std::size_t k = 1; k < remaining.size(); ++k) {
     const std::size_t piece = remaining[k];
     const std::int64_t p = padded[piece];
-    double best = 0;
-    std::int64_t best_size = 0;
-    std::size_t best_group = 0;
-    bool found = false;
+    std::optional<Choice> best;
+    const auto offer = [&](std::int64_t c, std::size_t group, double projected) {
+      if (projected <= cap && (!best || projected < best->projected)) {
+        best = Choice{c, group, projected};
+      }
+    };
     for (std::int64_t c = gpus_needed(p, budget, min_cp); c <= world; c *= 2) {
+      if (best && best->projected == highest) break;  // nothing projects lower
       const double cost = workload(p, c);
       const double share = static_cast<double>(p) / static_cast<double>(c);
-      for (std::size_t gi = 0; gi < mb.groups.size(); ++gi) {
-        const Group& g = mb.groups[gi];
-        if (g.size != c || g.packed + share > t) continue;
-        // Members share one workload, so the projected maximum over all
-        // ranks is the larger of today's and this group's new one.
-        const double projected = std::max(highest, g.workload + cost);
-        if (projected <= cap && (!found || projected < best)) {
-          best = projected;
-          best_size = c;
-          best_group = gi;
-          found = true;
+      const SizeIndex& index = by_size[index_of(c)];
+      // Members share one workload, so the projected maximum over all ranks
+      // is the larger of today's and the group's new one: the first group
+      // that stays within today's, else the first of the least workload.
+      std::optional<std::size_t> slot = index.first_fit(share, t, cost, highest);
+      if (!slot) {
+        const double least = index.least_workload(share, t);
+        if (least < std::numeric_limits<double>::infinity()) {
+          slot = index.first_fit(share, t, cost, least + cost);
         }
       }
-      if (world - used >= c) {
-        // The free ranks all have zero workload: the lowest c of them.
-        const double projected = std::max(highest, 0.0 + cost);
-        if (projected <= cap && (!found || projected < best)) {
-          best = projected;
-          best_size = c;
-          best_group = mb.groups.size();
-          found = true;
-        }
+      if (slot) {
+        const std::size_t gi = index.group(*slot);
+        offer(c, gi, std::max(highest, mb.groups[gi].workload + cost));
       }
+      // The free ranks all have zero workload: the lowest c of them.
+      if (world - used >= c) offer(c, mb.groups.size(), std::max(highest, 0.0 + cost));
     }
-    if (!found) {
+    if (!best) {
       mb.leftovers.push_back(piece);
       continue;
     }
-    if (best_group == mb.groups.size()) {
-      open_group(piece, best_size);
+    if (best->group == mb.groups.size()) {
+      open_group(piece, best->size);
     } else {
-      Group& g = mb.groups[best_group];
-      g.packed += static_cast<double>(p) / static_cast<double>(best_size);
-      g.workload += workload(p, best_size);
+      Group& g = mb.groups[best->group];
+      g.packed += static_cast<double>(p) / static_cast<double>(best->size);
+      g.workload += workload(p, best->size);
       g.pieces.push_back(piece);
       highest = std::max(highest, g.workload);
+      by_size[index_of(best->size)].set(slot_of[best->group], g.packed, g.workload);
     }
   }
 

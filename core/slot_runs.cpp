@@ -15,6 +15,7 @@
 #include "fulcrum/core/slot_runs.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <memory>
 #include <utility>
@@ -211,6 +212,46 @@ std::vector<Interval> touched_blocks(const CpWorkload& w, const RowLayout& layou
   return merged(std::move(spans));
 }
 
+// How many members hold real tokens of each key block.
+std::vector<std::int32_t> holders_per_block(const RunShardPlan& plan, std::int64_t tokens,
+                                            std::int64_t block) {
+  const auto blocks = static_cast<std::size_t>(ceil_div(tokens, block));
+  std::vector<std::int32_t> count(blocks, 0);
+  std::vector<std::int32_t> last(blocks, -1);  // members come in ascending order
+  for_each_block_overlap(plan, block, [&](std::int64_t k, std::int32_t m, std::int64_t) {
+    const auto b = static_cast<std::size_t>(k);
+    if (last[b] != m) {
+      last[b] = m;
+      ++count[b];
+    }
+  });
+  return count;
+}
+
+// The largest of values[lo..hi] in O(1) after O(n log n).
+class SparseMax {
+ public:
+  explicit SparseMax(std::vector<std::int32_t> values) {
+    levels_.push_back(std::move(values));
+    for (std::size_t span = 1; 2 * span <= levels_[0].size(); span *= 2) {
+      const std::vector<std::int32_t>& below = levels_.back();
+      std::vector<std::int32_t> up(below.size() - span);
+      for (std::size_t i = 0; i < up.size(); ++i) up[i] = std::max(below[i], below[i + span]);
+      levels_.push_back(std::move(up));
+    }
+  }
+  std::int32_t max(std::int64_t lo, std::int64_t hi) const {
+    const auto n = static_cast<std::uint64_t>(hi - lo + 1);
+    const auto k = static_cast<std::size_t>(std::bit_width(n) - 1);
+    const std::vector<std::int32_t>& level = levels_[k];
+    return std::max(level[static_cast<std::size_t>(lo)],
+                    level[static_cast<std::size_t>(hi + 1 - (std::int64_t{1} << k))]);
+  }
+
+ private:
+  std::vector<std::vector<std::int32_t>> levels_;  // level k: max of 2^k from i
+};
+
 }  // namespace
 
 ShardPlan materialize_runs(const RunShardPlan& runs) {
@@ -319,13 +360,35 @@ SlotCost evaluate_slot_runs(const ScheduleRequest& request, const ScheduleSlot& 
 
 double slot_end_floor_runs(const ScheduleRequest& request, const ScheduleSlot& slot,
                            const RunShardPlan& runs) {
-  const std::vector<RankWork> work = run_tokens_and_tiles(slot_workload(request, slot), runs);
+  const CpWorkload w = slot_workload(request, slot);
+  const std::vector<RankWork> work = run_tokens_and_tiles(w, runs);
   SlotCounts counts;
   for (const RankWork& rw : work) {
     counts.tokens.push_back(rw.tokens);
     counts.tiles.push_back(rw.tiles);
   }
-  return price_slot_counts(request.profile, slot.ranks, counts).end_seconds;
+  const SlotCost compute = price_slot_counts(request.profile, slot.ranks, counts);
+  const CostProfile& p = request.profile;
+  if (runs.ranks <= 1 || p.latency_seconds <= 0) return compute.end_seconds;
+  // Every other member holding tokens of a key block a member touches sends
+  // it some: a peer. So a member has at least (the most holders of one
+  // block it touches) - 1 peers, and pays their latency, of which compute
+  // can hide at most the overlap's share (comm_seconds only grows with it).
+  const RowLayout layout(w);
+  const SparseMax holders(holders_per_block(runs, w.tokens, w.block_size));
+  double end = compute.end_seconds;
+  for (std::int32_t r = 0; r < runs.ranks; ++r) {
+    std::int32_t most = 0;
+    for (const auto& [lo, hi] : touched_blocks(w, layout, runs, r)) {
+      most = std::max(most, holders.max(lo, hi));
+    }
+    if (most <= 1) continue;
+    const double compute_seconds = compute.members[static_cast<std::size_t>(r)].compute_seconds;
+    const double comm = p.latency_seconds * (most - 1);
+    end = std::max(end,
+                   compute_seconds + comm - p.exchange_overlap * std::min(compute_seconds, comm));
+  }
+  return end;
 }
 
 ScheduleCost evaluate_schedule_runs(const ScheduleRequest& request, const Schedule& schedule,

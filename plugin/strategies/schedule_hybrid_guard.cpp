@@ -3,12 +3,15 @@
 // the exact comparison with fixed's and megatron_dcp's schedules.
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <numeric>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
+#include "fulcrum/core/fixed_schedule.h"
 #include "fulcrum/core/schedule.h"
 #include "fulcrum/core/slot_runs.h"
 #include "fulcrum/core/workload.h"
@@ -56,10 +59,15 @@ double query_key_blocks(const MaskSpec& mask, std::int64_t len, std::int64_t b) 
 // where the padded plan needs more than T). Equal to evaluate_schedule of
 // the planned schedule (the property test compares the guard's answer with
 // both baselines planned and priced in full).
+// When the slots' floors (slot_end_floor_runs: compute and the latency of
+// the peers each member has at least) already reach `beat`, the step is
+// not priced in full and +infinity stands for "no sooner than beat".
 Result<double> baseline_step(const ScheduleRequest& request, const Schedule& schedule,
-                             bool fixed_rules) {
+                             bool fixed_rules, double beat) {
   const std::int64_t budget = request.max_tokens_per_rank;
+  std::vector<RunShardPlan> plans;
   std::vector<double> length;
+  plans.reserve(schedule.slots.size());
   length.reserve(schedule.slots.size());
   for (const ScheduleSlot& slot : schedule.slots) {
     const CpWorkload w = slot_workload(request, slot);
@@ -74,9 +82,47 @@ Result<double> baseline_step(const ScheduleRequest& request, const Schedule& sch
     if (runs.rank_offset.empty() || runs.shard_len > budget) {
       runs = cp::detail::contiguous_runs(w.tokens, w.cp_size);
     }
-    length.push_back(evaluate_slot_runs(request, slot, runs).end_seconds);
+    length.push_back(slot_end_floor_runs(request, slot, runs));
+    plans.push_back(std::move(runs));
+  }
+  if (hybrid::step_of_lengths(request, schedule, length) >= beat) {
+    return std::numeric_limits<double>::infinity();
+  }
+  for (std::size_t s = 0; s < plans.size(); ++s) {
+    length[s] = evaluate_slot_runs(request, schedule.slots[s], plans[s]).end_seconds;
   }
   return hybrid::step_of_lengths(request, schedule, length);
+}
+
+// No schedule of fixed's ends sooner than this, and it needs no decision:
+// fixed runs every piece in a row of at most cp x T tokens over one of the
+// W / cp CP groups, each group's rows one after another. A row lasts at
+// least its members' mean compute (decided_step_lower_bound's per-slot
+// bound), so the group that finishes last runs at least the mean over the
+// groups of all rows' lengths, with at least ceil(tokens / (cp T)) rows;
+// and at least the longest piece's row. +infinity where fixed refuses the
+// request (it is then no candidate).
+double fixed_step_lower_bound(const ScheduleRequest& request) {
+  const Result<std::int32_t> cp = fixed_cp_size(request);
+  if (!cp) return std::numeric_limits<double>::infinity();
+  const CostProfile& p = request.profile;
+  const auto g = static_cast<double>(*cp);
+  const auto b = static_cast<double>(request.block_size);
+  double work = 0;
+  double longest = 0;
+  std::int64_t tokens = 0;
+  for (const DocPiece& piece : schedule_pieces(request)) {
+    const double w =
+        p.tile_seconds * query_key_blocks(request.mask, piece.length, request.block_size) / b +
+        p.token_seconds * static_cast<double>(piece.length);
+    work += w;
+    longest = std::max(longest, w);
+    tokens += piece.length;
+  }
+  const std::int64_t rows = ceil_div(tokens, *cp * request.max_tokens_per_rank);
+  const double groups = static_cast<double>(request.world_size / *cp);
+  return std::max(p.slot_seconds + longest / g,
+                  (static_cast<double>(rows) * p.slot_seconds + work / g) / groups);
 }
 
 }  // namespace
@@ -133,6 +179,12 @@ Status keep_fastest_of_baselines(const ScheduleRequest& request, Schedule& sched
   for (const Baseline& baseline :
        {Baseline{"fixed", &decide_fixed, &plan_fixed},
         Baseline{"megatron_dcp", &decide_megatron_dcp, &plan_megatron_dcp}}) {
+    // Fixed's bound needs no decision: a fixed schedule that cannot be
+    // cheaper is not decided at all.
+    if (std::string_view(baseline.name) == "fixed" &&
+        fixed_step_lower_bound(request) * (1 - 1e-9) >= best) {
+      continue;
+    }
     // A baseline that refuses the request (megatron_dcp's padding, a set
     // cp_size fixed cannot use) is no candidate.
     Result<Schedule> other = baseline.decide(request);
@@ -144,7 +196,7 @@ Status keep_fastest_of_baselines(const ScheduleRequest& request, Schedule& sched
     if (!request.group_shapes.restricts()) {
       // Priced from runs first: its positions are written only when it wins.
       const bool fixed_rules = other->strategy_used == "fixed";
-      const Result<double> priced = baseline_step(request, *other, fixed_rules);
+      const Result<double> priced = baseline_step(request, *other, fixed_rules, best);
       if (!priced || *priced >= best) continue;
       if (Status status = baseline.plan(request, *other); !status) continue;
       step = *priced;

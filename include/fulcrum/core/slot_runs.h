@@ -54,10 +54,12 @@ std::vector<RankWork> run_tokens_and_tiles(const CpWorkload& workload, const Run
 SlotCost evaluate_slot_runs(const ScheduleRequest& request, const ScheduleSlot& slot,
                             const RunShardPlan& runs);
 
-// A floor on evaluate_slot_runs(...).end_seconds in O(runs + local blocks):
-// the slot priced with its tokens and tiles and no exchange (communication
-// only adds time). A planner comparing plans skips counting the exchange of
-// a plan whose floor already reaches the best end.
+// A floor on evaluate_slot_runs(...).end_seconds in O(runs + blocks log
+// blocks), without the member-by-member table of the exchange: the slot
+// priced with its tokens and tiles, each member adding the latency of the
+// peers it has at least (the other holders of the most-held key block it
+// touches), less what the overlap can hide. A planner comparing plans skips
+// counting the exchange of a plan whose floor already reaches the best end.
 double slot_end_floor_runs(const ScheduleRequest& request, const ScheduleSlot& slot,
                            const RunShardPlan& runs);
 

@@ -75,6 +75,7 @@
 #include <queue>
 #include <sstream>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -272,7 +273,13 @@ std::vector<Schedule> packed_drafts(const ScheduleRequest& request, const Estima
   });
   std::vector<std::pair<double, Schedule>> drafts;
   const std::int32_t world = request.world_size;
+  // A group wider than the batch has key blocks is wider than any row it
+  // runs (hybrid::kBlocksPerMember), and pricing it costs g^2.
+  std::int64_t tokens = 0;
+  for (const DocPiece& piece : prep.pieces) tokens += piece.length;
+  const std::int64_t widest = hybrid::widest_useful_group(tokens, request.block_size);
   for (std::int32_t g = 1; g <= world; g = (g == world ? world + 1 : std::min(world, 2 * g))) {
+    if (g > 1 && g > widest) break;
     double finish = 0;
     Schedule s = packed_draft(request, est, prep, by_length, g, finish);
     if (!s.slots.empty()) drafts.emplace_back(finish, std::move(s));
@@ -332,15 +339,55 @@ std::vector<Schedule> hybrid_drafts(const ScheduleRequest& request, bool every) 
   return out;
 }
 
+// Rule 5's slots of one answer, planned once: drafts share slots (the same
+// row over the same group, or a group placed alike on another node) and the
+// search re-plans rows it tried before. A slot's plan and length depend on
+// its pieces' lengths in order, its size and which members share a node
+// (the bandwidth of each pair; nothing else of the ranks is priced), so
+// that is the key. Only exact lengths are kept (a plan capped by a ceiling
+// is not rule 5's choice); one kept answers any later ceiling as
+// plan_slot_compact would: the length when below it, else kNoEnd.
+class SlotMemo {
+ public:
+  Result<double> plan(const ScheduleRequest& request, ScheduleSlot& slot, double ceiling) {
+    std::vector<std::int64_t> key;
+    key.reserve(slot.ranks.size() + slot.pieces.size() + 1);
+    key.push_back(static_cast<std::int64_t>(slot.ranks.size()));
+    // Each member's node, numbered by first appearance.
+    const std::int32_t node = request.profile.ranks_per_node;
+    std::unordered_map<std::int32_t, std::int64_t> first;  // node -> first member on it
+    for (std::size_t m = 0; m < slot.ranks.size(); ++m) {
+      key.push_back(
+          first.emplace(slot.ranks[m] / node, static_cast<std::int64_t>(m)).first->second);
+    }
+    for (const DocPiece& piece : slot.pieces) key.push_back(piece.length);
+    const auto it = kept_.find(key);
+    if (it != kept_.end()) {
+      slot.plan = it->second.record;
+      return it->second.length < ceiling ? it->second.length : hybrid::kNoEnd;
+    }
+    const Result<double> planned = hybrid::plan_slot_compact(request, slot, ceiling);
+    if (planned && *planned < ceiling) kept_.emplace(std::move(key), Kept{*planned, slot.plan});
+    return planned;
+  }
+
+ private:
+  struct Kept {
+    double length = 0;
+    ShardPlan record;  // the rule's name, cp_size and shard_len; no positions
+  };
+  std::map<std::vector<std::int64_t>, Kept> kept_;
+};
+
 // Every slot planned compactly (rule 5, schedule_hybrid_plan.cpp): `length`
 // gets each slot's exact length. Stops at the first slot that cannot end
 // before `ceiling` (a step no later than its length cannot beat one that
 // ends at the ceiling) and leaves `length` short.
-Status plan_slots(const ScheduleRequest& request, Schedule& schedule, std::vector<double>& length,
-                  double ceiling = hybrid::kNoEnd) {
+Status plan_slots(const ScheduleRequest& request, SlotMemo& memo, Schedule& schedule,
+                  std::vector<double>& length, double ceiling = hybrid::kNoEnd) {
   length.clear();
   for (ScheduleSlot& slot : schedule.slots) {
-    const Result<double> planned = hybrid::plan_slot_compact(request, slot, ceiling);
+    const Result<double> planned = memo.plan(request, slot, ceiling);
     if (!planned) return planned.status();
     if (*planned >= ceiling) return Status::ok();
     length.push_back(*planned);
@@ -409,7 +456,8 @@ constexpr std::int64_t kSearchTokenBudget = std::int64_t{8} << 20;
 // step of the schedule kept.
 Status plan_hybrid_compact(const ScheduleRequest& request, Schedule& schedule, double& step) {
   std::vector<double> length;
-  if (Status status = plan_slots(request, schedule, length); !status) return status;
+  SlotMemo memo;
+  if (Status status = plan_slots(request, memo, schedule, length); !status) return status;
   double best = hybrid::step_of_lengths(request, schedule, length);
   step = best;
   std::int64_t tokens = 0;
@@ -422,7 +470,8 @@ Status plan_hybrid_compact(const ScheduleRequest& request, Schedule& schedule, d
     if (same_slots(other, schedule)) continue;
     if (decided_step_lower_bound(request, other) * (1 - 1e-9) >= best) continue;
     std::vector<double> other_length;
-    if (Status status = plan_slots(request, other, other_length, best); !status) return status;
+    if (Status status = plan_slots(request, memo, other, other_length, best); !status)
+      return status;
     planned += cost;
     if (other_length.size() < other.slots.size()) continue;  // a slot alone reaches `best`
     const double other_step = hybrid::step_of_lengths(request, other, other_length);
@@ -434,10 +483,14 @@ Status plan_hybrid_compact(const ScheduleRequest& request, Schedule& schedule, d
   }
   // The search replays the same timeline; a schedule it made slower (it
   // cannot: it keeps only moves that do not delay the step) is not kept.
+  const hybrid::SlotPlanner planner = [&memo](const ScheduleRequest& r, ScheduleSlot& slot,
+                                              double ceiling) {
+    return memo.plan(r, slot, ceiling);
+  };
   Schedule searched = schedule;
   std::vector<double> searched_length = length;
-  if (Status status = hybrid::improve_on_timeline(request, searched, searched_length,
-                                                  &hybrid::plan_slot_compact, kSearchTokenBudget);
+  if (Status status = hybrid::improve_on_timeline(request, searched, searched_length, planner,
+                                                  kSearchTokenBudget);
       !status) {
     return status;
   }

@@ -193,7 +193,9 @@ class Drafter {
     }
     std::int32_t g = g_min;
     double best = std::numeric_limits<double>::infinity();
-    for (std::int32_t c = g_min; c <= world_; ++c) {
+    const auto most = static_cast<std::int32_t>(std::clamp<std::int64_t>(
+        widest_useful_group(len, batch_.request.block_size), g_min, world_));
+    for (std::int32_t c = g_min; c <= most; ++c) {
       // No slot of c or more ranks ends before its fixed cost and latency;
       // once that alone reaches the best, no larger c can win (nor, for the
       // mean-load rules, fit, since the best then exceeds the mean load).

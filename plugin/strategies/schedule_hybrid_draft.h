@@ -21,6 +21,18 @@ namespace fulcrum::hybrid {
 // Tiles of a piece alone on one rank, at offset 0.
 std::int64_t tiles_alone(const MaskSpec& mask, std::int64_t len, std::int64_t b);
 
+// The most members a slot over a row of `tokens` is given: one key block
+// of the row per member. A member then holds about a block of queries, and
+// its tiles are the key blocks that block touches; a wider slot splits
+// blocks between members, each of whom still computes the block's tiles and
+// receives its keys, and pays a peer's latency for every member it
+// exchanges with, for a token term of a block or less per member. The
+// drafts and the search consider no wider slot (pricing a slot costs g^2
+// pairs: thousands of members for a short row cost seconds).
+inline std::int64_t widest_useful_group(std::int64_t tokens, std::int64_t block) {
+  return std::max<std::int64_t>(1, (tokens + block - 1) / block);
+}
+
 class Estimator {
  public:
   explicit Estimator(const ScheduleRequest& r) : r_(r), p_(r.profile) {}

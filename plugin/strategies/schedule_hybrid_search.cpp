@@ -143,7 +143,9 @@ class Search {
     });
     const std::int64_t tokens = tokens_of(original);
     const auto g0 = static_cast<std::int32_t>(original.ranks.size());
-    const std::int32_t most = std::min(r_.world_size, 4 * g0 + 4);
+    const auto most = static_cast<std::int32_t>(std::min<std::int64_t>(
+        {r_.world_size, 4 * static_cast<std::int64_t>(g0) + 4,
+         std::max<std::int64_t>(g0, widest_useful_group(tokens, r_.block_size))}));
     ScheduleSlot best_slot;
     double best_length = 0;
     Timeline best = now;

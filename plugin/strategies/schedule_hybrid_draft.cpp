@@ -7,6 +7,7 @@
 #include <map>
 #include <numeric>
 #include <queue>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -164,6 +165,12 @@ class Drafter {
         by_free_(static_cast<std::size_t>(world_)),
         is_member_(static_cast<std::size_t>(world_), 0) {
     std::iota(by_free_.begin(), by_free_.end(), 0);
+    for (std::int32_t first = 0; first < world_; first += node_) {
+      by_node_.emplace_back();
+      for (std::int32_t a = first; a < std::min(world_, first + node_); ++a) {
+        by_node_.back().push_back(a);
+      }
+    }
   }
 
   Draft run() {
@@ -231,7 +238,7 @@ class Drafter {
     return least;
   }
 
-  double idle_of(const std::vector<std::int32_t>& ranks, double at) const {
+  double idle_of(std::span<const std::int32_t> ranks, double at) const {
     double idle = 0;
     for (const std::int32_t a : ranks) idle += at - free_at_[a];
     return idle;
@@ -256,21 +263,17 @@ class Drafter {
     bool best_fits = best_end <= batch_.mean_load;
     if (g > 1 && g <= node_) {
       const double local_time = est_.slot_time(work, len, g, g);
-      std::vector<std::int32_t> local;
-      for (std::int32_t first = 0; first < world_; first += node_) {
-        local.clear();
-        for (std::int32_t a = first; a < std::min(world_, first + node_); ++a) local.push_back(a);
+      // Each node's ranks in the order they free up (by_node_).
+      for (const std::vector<std::int32_t>& local : by_node_) {
         if (static_cast<std::int32_t>(local.size()) < g) continue;
-        std::sort(local.begin(), local.end(),
-                  [this](std::int32_t a, std::int32_t b) { return earlier(a, b); });
         for (std::size_t k = 0; k + g <= local.size(); ++k) {
-          const std::vector<std::int32_t> run(local.begin() + k, local.begin() + k + g);
+          const auto run = std::span(local).subspan(k, static_cast<std::size_t>(g));
           const double at = free_at_[run.back()];
           const double end_here = at + local_time;
           const double cost = g * local_time + idle_of(run, at);
           const bool fits = end_here <= batch_.mean_load;
           if (fits ? (!best_fits || cost < best_cost) : (!best_fits && end_here < best_end)) {
-            members = run;
+            members.assign(run.begin(), run.end());
             best_start = at;
             best_end = end_here;
             best_cost = cost;
@@ -300,6 +303,12 @@ class Drafter {
     for (const std::int32_t a : members) {
       by_free_.insert(std::lower_bound(by_free_.begin(), by_free_.end(), a, cmp), a);
       is_member_[a] = 0;
+      std::vector<std::int32_t>& local = by_node_[static_cast<std::size_t>(a / node_)];
+      local.erase(std::find(local.begin(), local.end(), a));
+    }
+    for (const std::int32_t a : members) {
+      std::vector<std::int32_t>& local = by_node_[static_cast<std::size_t>(a / node_)];
+      local.insert(std::lower_bound(local.begin(), local.end(), a, cmp), a);
     }
     d_.long_slots.push_back({std::move(members), i, start});
   }
@@ -376,6 +385,7 @@ class Drafter {
   std::vector<double> free_at_;
   // Ranks by the time they are free (ties by index).
   std::vector<std::int32_t> by_free_;
+  std::vector<std::vector<std::int32_t>> by_node_;  // per node, its ranks as by_free_ orders them
   std::vector<char> is_member_;
   std::vector<char> in_gap_;
   double overhead_ = 0;  // rank-seconds long slots spend beyond their work

@@ -165,7 +165,7 @@ Result<double> plan_slot_compact(const ScheduleRequest& request, ScheduleSlot& s
   }
   // +infinity stands for "ends no sooner than the ceiling".
   double best_end = kNoEnd;
-  if (slot_end_floor_runs(request, slot, chosen) < ceiling) {
+  if (ceiling == kNoEnd || slot_end_floor_runs(request, slot, chosen) < ceiling) {
     best_end = evaluate_slot_runs(request, slot, chosen).end_seconds;
   }
   const auto consider = [&](const char* other, const std::optional<RunShardPlan>& runs) {

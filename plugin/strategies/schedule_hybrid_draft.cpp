@@ -228,12 +228,18 @@ class Drafter {
     return g;
   }
 
+  // The fewest members any member has on its node, itself included.
   std::int32_t together_of(const std::vector<std::int32_t>& ranks) const {
+    std::vector<std::int32_t> nodes;
+    nodes.reserve(ranks.size());
+    for (const std::int32_t a : ranks) nodes.push_back(a / node_);
+    std::sort(nodes.begin(), nodes.end());
     auto least = static_cast<std::int32_t>(ranks.size());
-    for (const std::int32_t a : ranks) {
-      std::int32_t same = 0;
-      for (const std::int32_t b : ranks) same += (a / node_ == b / node_);
-      least = std::min(least, same);
+    for (std::size_t k = 0; k < nodes.size();) {
+      std::size_t e = k;
+      while (e < nodes.size() && nodes[e] == nodes[k]) ++e;
+      least = std::min(least, static_cast<std::int32_t>(e - k));
+      k = e;
     }
     return least;
   }

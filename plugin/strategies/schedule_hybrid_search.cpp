@@ -187,14 +187,22 @@ class Search {
     return Status::ok();
   }
 
-  // Whether rank a holds a slot of wave w other than slots x and y.
-  bool wave_taken(std::int32_t a, std::int32_t w, std::size_t x, std::size_t y) const {
+  // Whether any of `ranks` holds a slot of wave w other than slots x and y:
+  // one pass over the slots, their ranks marked in taken_.
+  bool wave_taken(const std::vector<std::int32_t>& ranks, std::int32_t w, std::size_t x,
+                  std::size_t y) {
+    taken_.resize(static_cast<std::size_t>(r_.world_size), 0);
     for (std::size_t k = 0; k < s_.slots.size(); ++k) {
       if (k == x || k == y || s_.slots[k].wave != w) continue;
-      const auto& ranks = s_.slots[k].ranks;
-      if (std::find(ranks.begin(), ranks.end(), a) != ranks.end()) return true;
+      for (const std::int32_t a : s_.slots[k].ranks) taken_[static_cast<std::size_t>(a)] = 1;
     }
-    return false;
+    bool any = false;
+    for (const std::int32_t a : ranks) any = any || taken_[static_cast<std::size_t>(a)] != 0;
+    for (std::size_t k = 0; k < s_.slots.size(); ++k) {
+      if (k == x || k == y || s_.slots[k].wave != w) continue;
+      for (const std::int32_t a : s_.slots[k].ranks) taken_[static_cast<std::size_t>(a)] = 0;
+    }
+    return any;
   }
 
   // Slot x's pieces into slot y; `widen`: over the union of both slots'
@@ -206,9 +214,7 @@ class Search {
       merged.ranks.insert(merged.ranks.end(), s_.slots[x].ranks.begin(), s_.slots[x].ranks.end());
       std::sort(merged.ranks.begin(), merged.ranks.end());
       merged.wave = std::max(s_.slots[x].wave, s_.slots[y].wave);
-      for (const std::int32_t a : merged.ranks) {
-        if (wave_taken(a, merged.wave, x, y)) return Status::ok();
-      }
+      if (wave_taken(merged.ranks, merged.wave, x, y)) return Status::ok();
     }
     if (tokens_of(merged) >
         static_cast<std::int64_t>(merged.ranks.size()) * r_.max_tokens_per_rank) {
@@ -292,6 +298,7 @@ class Search {
   std::vector<double>& length_;     // per slot, as evaluate_slot prices it
   std::vector<std::size_t> order_;  // sort_by_wave
   std::int64_t tokens_left_;        // rows the tries may still plan, in tokens
+  std::vector<char> taken_;         // wave_taken's marks, all 0 between calls
 };
 
 }  // namespace

@@ -31,6 +31,7 @@ namespace fulcrum::hybrid {
 namespace {
 
 constexpr std::int64_t kMaxTries = 512;
+constexpr std::int64_t kNarrow = 8;
 
 struct Timeline {
   double step = 0;
@@ -143,9 +144,12 @@ class Search {
     });
     const std::int64_t tokens = tokens_of(original);
     const auto g0 = static_cast<std::int32_t>(original.ranks.size());
+    // No wider than the row has key blocks (widest_useful_group), but a
+    // lone row may always try up to kNarrow ranks: pricing that few members
+    // costs little, and a row of a few blocks may still gain there.
     const auto most = static_cast<std::int32_t>(std::min<std::int64_t>(
         {r_.world_size, 4 * static_cast<std::int64_t>(g0) + 4,
-         std::max<std::int64_t>(g0, widest_useful_group(tokens, r_.block_size))}));
+         std::max<std::int64_t>({g0, kNarrow, widest_useful_group(tokens, r_.block_size)})}));
     ScheduleSlot best_slot;
     double best_length = 0;
     Timeline best = now;

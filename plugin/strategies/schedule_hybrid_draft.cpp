@@ -3,6 +3,7 @@
 // with moves and swaps.
 #include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -162,8 +163,7 @@ class Drafter {
         budget_(batch.request.max_tokens_per_rank),
         node_(batch.request.profile.ranks_per_node),
         free_at_(static_cast<std::size_t>(world_), 0.0),
-        by_free_(static_cast<std::size_t>(world_)),
-        is_member_(static_cast<std::size_t>(world_), 0) {
+        by_free_(static_cast<std::size_t>(world_)) {
     std::iota(by_free_.begin(), by_free_.end(), 0);
     for (std::int32_t first = 0; first < world_; first += node_) {
       by_node_.emplace_back();
@@ -296,19 +296,43 @@ class Drafter {
   // The slot on the timeline: its members' waits become gaps, and the
   // members move in by_free_ (kept sorted: only they change).
   void commit(std::size_t i, std::vector<std::int32_t> members, double start, double end) {
+    const auto cmp = [this](std::int32_t a, std::int32_t b) { return earlier(a, b); };
+    // The members' places in by_free_, found while their times are the
+    // ones it is sorted by; the holes are closed a stretch at a time.
+    std::vector<std::size_t> place;
+    place.reserve(members.size());
+    for (const std::int32_t a : members) {
+      place.push_back(static_cast<std::size_t>(
+          std::lower_bound(by_free_.begin(), by_free_.end(), a, cmp) - by_free_.begin()));
+    }
+    std::sort(place.begin(), place.end());
+    std::size_t kept = place.front();
+    for (std::size_t k = 0; k < place.size(); ++k) {
+      const std::size_t to = k + 1 < place.size() ? place[k + 1] : by_free_.size();
+      std::copy(by_free_.begin() + static_cast<std::ptrdiff_t>(place[k] + 1),
+                by_free_.begin() + static_cast<std::ptrdiff_t>(to),
+                by_free_.begin() + static_cast<std::ptrdiff_t>(kept));
+      kept += to - place[k] - 1;
+    }
+    by_free_.resize(kept);
     for (const std::int32_t a : members) {
       const double wait = start - free_at_[a] - prof_.slot_seconds;
       if (wait > 0) d_.gaps.push_back({a, free_at_[a], wait, budget_, {}});
       free_at_[a] = end;
-      is_member_[a] = 1;
     }
-    by_free_.erase(std::remove_if(by_free_.begin(), by_free_.end(),
-                                  [&](std::int32_t a) { return is_member_[a] != 0; }),
-                   by_free_.end());
-    const auto cmp = [this](std::int32_t a, std::int32_t b) { return earlier(a, b); };
+    // The members (ascending, one time) back in order: one at a time for a
+    // few, one merge for many.
+    if (members.size() <= kInsertOneByOne) {
+      for (const std::int32_t a : members) {
+        by_free_.insert(std::lower_bound(by_free_.begin(), by_free_.end(), a, cmp), a);
+      }
+    } else {
+      merged_.clear();
+      std::merge(by_free_.begin(), by_free_.end(), members.begin(), members.end(),
+                 std::back_inserter(merged_), cmp);
+      std::swap(by_free_, merged_);
+    }
     for (const std::int32_t a : members) {
-      by_free_.insert(std::lower_bound(by_free_.begin(), by_free_.end(), a, cmp), a);
-      is_member_[a] = 0;
       std::vector<std::int32_t>& local = by_node_[static_cast<std::size_t>(a / node_)];
       local.erase(std::find(local.begin(), local.end(), a));
     }
@@ -392,7 +416,8 @@ class Drafter {
   // Ranks by the time they are free (ties by index).
   std::vector<std::int32_t> by_free_;
   std::vector<std::vector<std::int32_t>> by_node_;  // per node, its ranks as by_free_ orders them
-  std::vector<char> is_member_;
+  static constexpr std::size_t kInsertOneByOne = 16;
+  std::vector<std::int32_t> merged_;  // commit's scratch
   std::vector<char> in_gap_;
   double overhead_ = 0;  // rank-seconds long slots spend beyond their work
 };

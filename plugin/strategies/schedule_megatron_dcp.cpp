@@ -142,6 +142,17 @@ class SizeIndex {
     least(1, share, t, best);
     return best;
   }
+  // Megatron's group of this size for a piece of this share and cost when
+  // the maximum workload is `highest`: members share one workload, so the
+  // projected maximum over all ranks is the larger of `highest` and the
+  // group's new one, and the first group that stays within `highest` wins,
+  // else the first of the least workload.
+  std::optional<std::size_t> choice(double share, double t, double cost, double highest) const {
+    if (std::optional<std::size_t> slot = first_fit(share, t, cost, highest)) return slot;
+    const double least = least_workload(share, t);
+    if (least == kNone) return std::nullopt;
+    return first_fit(share, t, cost, least + cost);
+  }
   // The first group with packed + share <= t and workload + cost <= limit.
   std::optional<std::size_t> first_fit(double share, double t, double cost, double limit) const {
     return first(1, share, t, cost, limit);
@@ -173,105 +184,12 @@ class SizeIndex {
   std::vector<std::size_t> groups_;
 };
 
-// Megatron's choice for one piece: the size, and the group (or the index
-// of a new one), and the projected maximum workload.
-struct Choice {
-  std::int64_t size = 0;
-  std::size_t group = 0;
-  double projected = 0;
-};
-
-// One call of next_hdp_group_packing_aware over `remaining` (longest P
-// first); kUnsupported where Megatron raises. For each piece Megatron
-// tries the sizes in ascending order, in each the open groups of that size
-// in creation order and then a new group, and keeps the first candidate of
-// the least projected maximum workload within the cap. SizeIndex gives each
-// size's first best group directly, and since no candidate projects below
-// today's maximum, the sizes above one that reaches it are not tried.
-Result<MicroBatch> next_micro_batch(const std::vector<std::int64_t>& padded,
-                                    const std::vector<std::size_t>& remaining, std::int32_t world,
-                                    std::int64_t budget, std::int64_t min_cp) {
-  const auto t = static_cast<double>(budget);
-  MicroBatch mb;
-  const std::int64_t tall = padded[remaining[0]];
-  const double cap = static_cast<double>(tall) * t * (1.0 + kWorkloadCapDelta);
-  std::int32_t used = 0;             // groups hold ranks [0, used), in creation order
-  double highest = 0;                // max workload over all ranks
-  std::vector<SizeIndex> by_size;    // by log2 of the size
-  std::vector<std::size_t> slot_of;  // a group's place in its size's index
-  for (std::int64_t c = 1; c <= world; c *= 2) {
-    by_size.emplace_back(static_cast<std::size_t>(world / c));
-  }
-  const auto index_of = [](std::int64_t c) {
-    return static_cast<std::size_t>(std::countr_zero(static_cast<std::uint64_t>(c)));
-  };
-
-  const auto open_group = [&](std::size_t piece, std::int64_t c) {
-    Group g;
-    g.first_rank = used;
-    g.size = static_cast<std::int32_t>(c);
-    g.packed = static_cast<double>(padded[piece]) / static_cast<double>(c);
-    g.workload = workload(padded[piece], c);
-    g.pieces.push_back(piece);
-    used += g.size;
-    highest = std::max(highest, g.workload);
-    SizeIndex& index = by_size[index_of(c)];
-    slot_of.push_back(index.size());
-    index.add(mb.groups.size(), g.packed, g.workload);
-    mb.groups.push_back(std::move(g));
-  };
-  // decide_exactly has refused a batch whose longest piece needs more
-  // than W ranks (Megatron's assertion on the first sample).
-  open_group(remaining[0], gpus_needed(tall, budget, min_cp));
-
-  for (std::size_t k = 1; k < remaining.size(); ++k) {
-    const std::size_t piece = remaining[k];
-    const std::int64_t p = padded[piece];
-    std::optional<Choice> best;
-    const auto offer = [&](std::int64_t c, std::size_t group, double projected) {
-      if (projected <= cap && (!best || projected < best->projected)) {
-        best = Choice{c, group, projected};
-      }
-    };
-    for (std::int64_t c = gpus_needed(p, budget, min_cp); c <= world; c *= 2) {
-      if (best && best->projected == highest) break;  // nothing projects lower
-      const double cost = workload(p, c);
-      const double share = static_cast<double>(p) / static_cast<double>(c);
-      const SizeIndex& index = by_size[index_of(c)];
-      // Members share one workload, so the projected maximum over all ranks
-      // is the larger of today's and the group's new one: the first group
-      // that stays within today's, else the first of the least workload.
-      std::optional<std::size_t> slot = index.first_fit(share, t, cost, highest);
-      if (!slot) {
-        const double least = index.least_workload(share, t);
-        if (least < std::numeric_limits<double>::infinity()) {
-          slot = index.first_fit(share, t, cost, least + cost);
-        }
-      }
-      if (slot) {
-        const std::size_t gi = index.group(*slot);
-        offer(c, gi, std::max(highest, mb.groups[gi].workload + cost));
-      }
-      // The free ranks all have zero workload: the lowest c of them.
-      if (world - used >= c) offer(c, mb.groups.size(), std::max(highest, 0.0 + cost));
-    }
-    if (!best) {
-      mb.leftovers.push_back(piece);
-      continue;
-    }
-    if (best->group == mb.groups.size()) {
-      open_group(piece, best->size);
-    } else {
-      Group& g = mb.groups[best->group];
-      g.packed += static_cast<double>(p) / static_cast<double>(best->size);
-      g.workload += workload(p, best->size);
-      g.pieces.push_back(piece);
-      highest = std::max(highest, g.workload);
-      by_size[index_of(best->size)].set(slot_of[best->group], g.packed, g.workload);
-    }
-  }
-
-  // fill_empty_gpus_once, while a rank is empty and a group can grow.
+// fill_empty_gpus_once while a rank is empty and a group can grow, else
+// fill_with_full_dpxcp_group; kUnsupported where Megatron raises. `used`:
+// the ranks the groups hold, [0, used).
+Status fill_empty_ranks(const std::vector<std::int64_t>& padded,
+                        const std::vector<std::size_t>& remaining, std::int32_t world, double t,
+                        std::int32_t used, MicroBatch& mb) {
   while (used < world) {
     std::int32_t smallest = std::numeric_limits<std::int32_t>::max();
     for (const Group& g : mb.groups) smallest = std::min(smallest, g.size);
@@ -323,6 +241,109 @@ Result<MicroBatch> next_micro_batch(const std::vector<std::int64_t>& padded,
     mb.groups.assign(1, std::move(all));
     mb.leftovers = std::move(rest);
     break;
+  }
+  return Status::ok();
+}
+
+// The index of the groups of size c (a power of two) in size_indexes.
+std::size_t size_index(std::int64_t c) {
+  return static_cast<std::size_t>(std::countr_zero(static_cast<std::uint64_t>(c)));
+}
+
+// One empty SizeIndex per power of two up to W, each for the most groups
+// of that size W ranks hold.
+std::vector<SizeIndex> size_indexes(std::int32_t world) {
+  std::vector<SizeIndex> by_size;
+  for (std::int64_t c = 1; c <= world; c *= 2) {
+    by_size.emplace_back(static_cast<std::size_t>(world / c));
+  }
+  return by_size;
+}
+
+// Megatron's choice for one piece: the size, and the group (or the index
+// of a new one), and the projected maximum workload.
+struct Choice {
+  std::int64_t size = 0;
+  std::size_t group = 0;
+  double projected = 0;
+};
+
+// One call of next_hdp_group_packing_aware over `remaining` (longest P
+// first); kUnsupported where Megatron raises. For each piece Megatron
+// tries the sizes in ascending order, in each the open groups of that size
+// in creation order and then a new group, and keeps the first candidate of
+// the least projected maximum workload within the cap. SizeIndex gives each
+// size's first best group directly, and since no candidate projects below
+// today's maximum, the sizes above one that reaches it are not tried.
+Result<MicroBatch> next_micro_batch(const std::vector<std::int64_t>& padded,
+                                    const std::vector<std::size_t>& remaining, std::int32_t world,
+                                    std::int64_t budget, std::int64_t min_cp) {
+  const auto t = static_cast<double>(budget);
+  MicroBatch mb;
+  const std::int64_t tall = padded[remaining[0]];
+  const double cap = static_cast<double>(tall) * t * (1.0 + kWorkloadCapDelta);
+  std::int32_t used = 0;  // groups hold ranks [0, used), in creation order
+  double highest = 0;     // max workload over all ranks
+  std::vector<SizeIndex> by_size = size_indexes(world);
+  std::vector<std::size_t> slot_of;  // a group's place in its size's index
+
+  const auto open_group = [&](std::size_t piece, std::int64_t c) {
+    Group g;
+    g.first_rank = used;
+    g.size = static_cast<std::int32_t>(c);
+    g.packed = static_cast<double>(padded[piece]) / static_cast<double>(c);
+    g.workload = workload(padded[piece], c);
+    g.pieces.push_back(piece);
+    used += g.size;
+    highest = std::max(highest, g.workload);
+    SizeIndex& index = by_size[size_index(c)];
+    slot_of.push_back(index.size());
+    index.add(mb.groups.size(), g.packed, g.workload);
+    mb.groups.push_back(std::move(g));
+  };
+  // decide_exactly has refused a batch whose longest piece needs more
+  // than W ranks (Megatron's assertion on the first sample).
+  open_group(remaining[0], gpus_needed(tall, budget, min_cp));
+
+  for (std::size_t k = 1; k < remaining.size(); ++k) {
+    const std::size_t piece = remaining[k];
+    const std::int64_t p = padded[piece];
+    std::optional<Choice> best;
+    const auto offer = [&](std::int64_t c, std::size_t group, double projected) {
+      if (projected <= cap && (!best || projected < best->projected)) {
+        best = Choice{c, group, projected};
+      }
+    };
+    for (std::int64_t c = gpus_needed(p, budget, min_cp); c <= world; c *= 2) {
+      if (best && best->projected == highest) break;  // nothing projects lower
+      const double cost = workload(p, c);
+      const double share = static_cast<double>(p) / static_cast<double>(c);
+      const SizeIndex& index = by_size[size_index(c)];
+      if (const std::optional<std::size_t> slot = index.choice(share, t, cost, highest)) {
+        const std::size_t gi = index.group(*slot);
+        offer(c, gi, std::max(highest, mb.groups[gi].workload + cost));
+      }
+      // The free ranks all have zero workload: the lowest c of them.
+      if (world - used >= c) offer(c, mb.groups.size(), std::max(highest, 0.0 + cost));
+    }
+    if (!best) {
+      mb.leftovers.push_back(piece);
+      continue;
+    }
+    if (best->group == mb.groups.size()) {
+      open_group(piece, best->size);
+    } else {
+      Group& g = mb.groups[best->group];
+      g.packed += static_cast<double>(p) / static_cast<double>(best->size);
+      g.workload += workload(p, best->size);
+      g.pieces.push_back(piece);
+      highest = std::max(highest, g.workload);
+      by_size[size_index(best->size)].set(slot_of[best->group], g.packed, g.workload);
+    }
+  }
+
+  if (Status status = fill_empty_ranks(padded, remaining, world, t, used, mb); !status) {
+    return status;
   }
   return mb;
 }

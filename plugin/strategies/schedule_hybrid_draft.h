@@ -28,7 +28,8 @@ std::int64_t tiles_alone(const MaskSpec& mask, std::int64_t len, std::int64_t b)
 // receives its keys, and pays a peer's latency for every member it
 // exchanges with, for a token term of a block or less per member. The
 // drafts and the search consider no wider slot (pricing a slot costs g^2
-// pairs: thousands of members for a short row cost seconds).
+// pairs: thousands of members for a short row cost seconds), except that
+// the search lets a lone row try a few ranks (docs/HYBRID.md rule 9).
 inline std::int64_t widest_useful_group(std::int64_t tokens, std::int64_t block) {
   return std::max<std::int64_t>(1, (tokens + block - 1) / block);
 }

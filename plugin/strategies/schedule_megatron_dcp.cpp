@@ -251,11 +251,12 @@ std::size_t size_index(std::int64_t c) {
 }
 
 // One empty SizeIndex per power of two up to W, each for the most groups
-// of that size W ranks hold.
-std::vector<SizeIndex> size_indexes(std::int32_t world) {
+// of that size: no more than W ranks hold, nor than there are pieces (each
+// group holds one), so a large W with a few pieces costs little.
+std::vector<SizeIndex> size_indexes(std::int32_t world, std::size_t pieces) {
   std::vector<SizeIndex> by_size;
   for (std::int64_t c = 1; c <= world; c *= 2) {
-    by_size.emplace_back(static_cast<std::size_t>(world / c));
+    by_size.emplace_back(std::min(static_cast<std::size_t>(world / c), pieces));
   }
   return by_size;
 }
@@ -284,7 +285,7 @@ Result<MicroBatch> next_micro_batch(const std::vector<std::int64_t>& padded,
   const double cap = static_cast<double>(tall) * t * (1.0 + kWorkloadCapDelta);
   std::int32_t used = 0;  // groups hold ranks [0, used), in creation order
   double highest = 0;     // max workload over all ranks
-  std::vector<SizeIndex> by_size = size_indexes(world);
+  std::vector<SizeIndex> by_size = size_indexes(world, remaining.size());
   std::vector<std::size_t> slot_of;  // a group's place in its size's index
 
   const auto open_group = [&](std::size_t piece, std::int64_t c) {

@@ -16,8 +16,9 @@
 // Options: --ranks 64,256  --tokens 8192,16384  --batches N  --mb M
 //          --profiles h100_7b,h100_7b_fa3  --mixes dist_wlbllm,dist_prolong
 //          --slots: after each batch, hybrid's multi-rank slots, each re-planned
-//          by every CP planner on the same ranks and planned as chosen on
-//          ranks 0..g-1 (the fewest nodes), slot end in ms
+//          by every CP planner on the same ranks, planned as chosen on
+//          ranks 0..g-1 (the fewest nodes) and with its members dealt to its
+//          nodes in every order of the nodes (the least end), slot end in ms
 //          --redeal: hybrid's multi-rank slots kept, its one-rank rows dealt
 //          again longest first to the rank free soonest; the step in ms
 #include <algorithm>
@@ -27,6 +28,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <sstream>
 #include <string>
@@ -149,6 +151,31 @@ Split split_of(const ScheduleRequest& r, const Schedule& s, const ScheduleCost& 
   return out;
 }
 
+// The same plan with its members dealt to the slot's nodes in every order
+// of the nodes (each node's ranks kept in order; at most 720 orders): the
+// least slot end.
+double least_end_over_node_orders(const ScheduleRequest& r, const ScheduleSlot& slot) {
+  std::vector<std::vector<std::int32_t>> groups;
+  for (const std::int32_t a : slot.ranks) {
+    if (groups.empty() ||
+        groups.back()[0] / r.profile.ranks_per_node != a / r.profile.ranks_per_node)
+      groups.emplace_back();
+    groups.back().push_back(a);
+  }
+  std::vector<std::size_t> order(groups.size());
+  for (std::size_t k = 0; k < order.size(); ++k) order[k] = k;
+  double best = std::numeric_limits<double>::infinity();
+  int tried = 0;
+  do {
+    ScheduleSlot moved = slot;
+    moved.ranks.clear();
+    for (const std::size_t k : order)
+      moved.ranks.insert(moved.ranks.end(), groups[k].begin(), groups[k].end());
+    best = std::min(best, fulcrum::evaluate_slot(r, moved).end_seconds);
+  } while (++tried < 720 && std::next_permutation(order.begin(), order.end()));
+  return best;
+}
+
 // Every CP planner on a slot's own ranks, and its own plan on ranks 0..g-1.
 void print_slots(const ScheduleRequest& r, const Schedule& s, const ScheduleCost& cost) {
   for (std::size_t i = 0; i < s.slots.size(); ++i) {
@@ -168,6 +195,7 @@ void print_slots(const ScheduleRequest& r, const Schedule& s, const ScheduleCost
         i, slot.ranks.size(), slot.pieces.size(), static_cast<long long>(tokens), nodes.size(),
         (cost.slots[i].end_seconds - cost.slots[i].start_seconds) * 1e3,
         cost.slots[i].start_seconds * 1e3, fulcrum::evaluate_slot(r, packed).end_seconds * 1e3);
+    std::printf(" node orders %.1f;", least_end_over_node_orders(r, slot) * 1e3);
     const fulcrum::CpWorkload w = fulcrum::slot_workload(r, slot);
     for (const fulcrum::cp::StrategyInfo& info : fulcrum::cp::strategies()) {
       fulcrum::Result<fulcrum::ShardPlan> plan = info.plan(w);

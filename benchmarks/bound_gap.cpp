@@ -28,7 +28,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <limits>
 #include <random>
 #include <sstream>
 #include <string>
@@ -153,8 +152,8 @@ Split split_of(const ScheduleRequest& r, const Schedule& s, const ScheduleCost& 
 
 // The same plan with its members dealt to the slot's nodes in every order
 // of the nodes (each node's ranks kept in order; at most 720 orders): the
-// least slot end.
-double least_end_over_node_orders(const ScheduleRequest& r, const ScheduleSlot& slot) {
+// slot whose end is least (the first such, its own order first).
+ScheduleSlot best_node_order(const ScheduleRequest& r, const ScheduleSlot& slot) {
   std::vector<std::vector<std::int32_t>> groups;
   for (const std::int32_t a : slot.ranks) {
     if (groups.empty() ||
@@ -164,20 +163,26 @@ double least_end_over_node_orders(const ScheduleRequest& r, const ScheduleSlot& 
   }
   std::vector<std::size_t> order(groups.size());
   for (std::size_t k = 0; k < order.size(); ++k) order[k] = k;
-  double best = std::numeric_limits<double>::infinity();
+  ScheduleSlot best = slot;
+  double least = fulcrum::evaluate_slot(r, slot).end_seconds;
   int tried = 0;
-  do {
+  while (++tried < 720 && std::next_permutation(order.begin(), order.end())) {
     ScheduleSlot moved = slot;
     moved.ranks.clear();
     for (const std::size_t k : order)
       moved.ranks.insert(moved.ranks.end(), groups[k].begin(), groups[k].end());
-    best = std::min(best, fulcrum::evaluate_slot(r, moved).end_seconds);
-  } while (++tried < 720 && std::next_permutation(order.begin(), order.end()));
+    const double end = fulcrum::evaluate_slot(r, moved).end_seconds;
+    if (end < least) {
+      least = end;
+      best = std::move(moved);
+    }
+  }
   return best;
 }
 
 // Every CP planner on a slot's own ranks, and its own plan on ranks 0..g-1.
 void print_slots(const ScheduleRequest& r, const Schedule& s, const ScheduleCost& cost) {
+  Schedule moved = s;
   for (std::size_t i = 0; i < s.slots.size(); ++i) {
     const ScheduleSlot& slot = s.slots[i];
     if (slot.ranks.size() < 2) continue;
@@ -195,7 +200,8 @@ void print_slots(const ScheduleRequest& r, const Schedule& s, const ScheduleCost
         i, slot.ranks.size(), slot.pieces.size(), static_cast<long long>(tokens), nodes.size(),
         (cost.slots[i].end_seconds - cost.slots[i].start_seconds) * 1e3,
         cost.slots[i].start_seconds * 1e3, fulcrum::evaluate_slot(r, packed).end_seconds * 1e3);
-    std::printf(" node orders %.1f;", least_end_over_node_orders(r, slot) * 1e3);
+    moved.slots[i] = best_node_order(r, slot);
+    std::printf(" node orders %.1f;", fulcrum::evaluate_slot(r, moved.slots[i]).end_seconds * 1e3);
     const fulcrum::CpWorkload w = fulcrum::slot_workload(r, slot);
     for (const fulcrum::cp::StrategyInfo& info : fulcrum::cp::strategies()) {
       fulcrum::Result<fulcrum::ShardPlan> plan = info.plan(w);
@@ -207,6 +213,8 @@ void print_slots(const ScheduleRequest& r, const Schedule& s, const ScheduleCost
     }
     std::printf("\n");
   }
+  std::printf("    every multi-rank slot in its best node order: step %.1f\n",
+              fulcrum::evaluate_schedule(r, moved).step_seconds * 1e3);
 }
 
 // Hybrid's multi-rank slots as they are (same ranks, plans and wave order),

@@ -10,6 +10,7 @@
 // positions are written once, for the schedule returned (expand_slot_plan
 // re-runs the named rule, which is deterministic).
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -121,6 +122,37 @@ std::optional<RunShardPlan> slot_rule_runs(std::string_view rule, const CpWorklo
 
 namespace {
 
+// per_document_weighted's plan of a slot over two or more nodes: member r's
+// weight is D - comm_r under per_document's plan (D the mean of compute +
+// comm over members, the weight at least D / 2), so members that exchange
+// more (fewer node-mates) take less work. nullopt on one node, where
+// per_document's exchange is even.
+std::optional<RunShardPlan> weighted_runs(const ScheduleRequest& request, const ScheduleSlot& slot,
+                                          const CpWorkload& w) {
+  const std::int32_t node = std::max(1, request.profile.ranks_per_node);
+  const bool one_node = std::all_of(slot.ranks.begin(), slot.ranks.end(), [&](std::int32_t a) {
+    return a / node == slot.ranks.front() / node;
+  });
+  if (one_node || w.cp_size < 2) return std::nullopt;
+  const SlotCost cost = evaluate_slot_runs(request, slot, per_document_runs(w));
+  double total = 0;
+  for (const SlotMemberCost& m : cost.members) total += m.compute_seconds + m.comm_seconds;
+  const double mean = total / static_cast<double>(cost.members.size());
+  if (!(mean > 0) || !std::isfinite(mean)) return std::nullopt;
+  std::vector<double> weight;
+  for (const SlotMemberCost& m : cost.members) {
+    weight.push_back(std::max(mean / 2, mean - m.comm_seconds));
+  }
+  return cp::detail::per_document_weighted_runs(w, weight);
+}
+
+// The runs of a recorded rule on this slot.
+std::optional<RunShardPlan> rule_runs(const ScheduleRequest& request, const ScheduleSlot& slot,
+                                      std::string_view rule, const CpWorkload& w) {
+  if (rule == "per_document_weighted") return weighted_runs(request, slot, w);
+  return slot_rule_runs(rule, w);
+}
+
 // Rows up to this many tokens also try head_tail and per_document_padded.
 constexpr std::int64_t kManyPlannersTokens = std::int64_t{1} << 18;
 
@@ -135,9 +167,11 @@ void record(ScheduleSlot& slot, const char* rule, const RunShardPlan& runs, std:
 }  // namespace
 
 // Rule 5 for one slot: balanced (per_document when balanced needs more
-// than T per member), then whichever plan of the other rules that holds at
-// most T per member the cost model says ends the slot soonest (ties: the
-// earlier; contiguous last, it moves least). A plan whose floor (its
+// than T per member), then whichever plan of the other rules (among them,
+// on slots over several nodes, per_document weighted by each member's
+// exchange) that holds at most T per member the cost model says ends the
+// slot soonest (ties: the earlier; contiguous last, it moves least). A
+// plan whose floor (its
 // compute, no exchange) reaches the end to beat is not priced in full: it
 // cannot end strictly sooner. The end to beat is also capped by `ceiling`:
 // a slot that cannot end before it gets +infinity (its caller's schedule
@@ -186,8 +220,9 @@ Result<double> plan_slot_compact(const ScheduleRequest& request, ScheduleSlot& s
     consider("head_tail", slot_rule_runs("head_tail", w));
     consider("per_document_padded", per_document_padded_runs(w));
   }
+  consider("per_document_weighted", weighted_runs(request, slot, w));
   consider("contiguous", cp::detail::contiguous_runs(w.tokens, w.cp_size));
-  const std::optional<RunShardPlan> runs = slot_rule_runs(rule, w);
+  const std::optional<RunShardPlan> runs = rule_runs(request, slot, rule, w);
   record(slot, rule, *runs, reason);
   return best_end < ceiling ? best_end : kNoEnd;
 }
@@ -195,7 +230,7 @@ Result<double> plan_slot_compact(const ScheduleRequest& request, ScheduleSlot& s
 Status expand_slot_plan(const ScheduleRequest& request, ScheduleSlot& slot) {
   if (!slot.plan.positions.empty()) return Status::ok();
   const CpWorkload w = slot_workload(request, slot);
-  const std::optional<RunShardPlan> runs = slot_rule_runs(slot.plan.strategy_used, w);
+  const std::optional<RunShardPlan> runs = rule_runs(request, slot, slot.plan.strategy_used, w);
   if (!runs) {
     return internal_error("hybrid: slot plan rule '" + slot.plan.strategy_used +
                           "' cannot be expanded for this row");

@@ -79,9 +79,10 @@ Case random_case(SplitMix64& rng) {
 
 // per_document weighted by each member's exchange, over positions: on a
 // slot over two or more nodes, member r's weight is max(D / 2, D - comm_r)
-// under per_document's plan, D the mean of compute + comm over members.
+// under per_document's plan, D the mean of compute + comm over members;
+// not tried where D does not end 0.5% before `beat`.
 Result<ShardPlan> weighted_plan(const ScheduleRequest& request, const ScheduleSlot& slot,
-                                const CpWorkload& w) {
+                                const CpWorkload& w, double beat) {
   const std::int32_t node = request.profile.ranks_per_node;
   std::vector<std::int32_t> nodes;
   for (const std::int32_t a : slot.ranks) nodes.push_back(a / node);
@@ -94,6 +95,10 @@ Result<ShardPlan> weighted_plan(const ScheduleRequest& request, const ScheduleSl
   for (const SlotMemberCost& m : cost.members) total += m.compute_seconds + m.comm_seconds;
   const double mean = total / static_cast<double>(cost.members.size());
   if (!(mean > 0)) return invalid_argument("no cost");
+  // Tried only where members ending at the mean would end 0.5% sooner.
+  if (cost.start_seconds + mean >= beat - 0.005 * (beat - cost.start_seconds)) {
+    return invalid_argument("no room");
+  }
   std::vector<double> weight;
   for (const SlotMemberCost& m : cost.members)
     weight.push_back(std::max(mean / 2, mean - m.comm_seconds));
@@ -131,12 +136,20 @@ ShardPlan reference_plan(const ScheduleRequest& request, const ScheduleSlot& slo
       chosen = *plan;
     }
   };
+  // per_document is priced in full (so its members' times known) when it
+  // is the first choice or its compute alone ends before the best so far.
+  probe.plan = *cp::plan_per_document(w);
+  double floor = 0;
+  for (const SlotMemberCost& m : evaluate_slot(request, probe).members) {
+    floor = std::max(floor, m.compute_seconds);
+  }
+  const bool priced = chosen.strategy_used == "per_document" || floor < best;
   consider(cp::plan_per_document(w));
   if (w.tokens <= (std::int64_t{1} << 18)) {
     consider(cp::plan_head_tail(w));
     consider(cp::plan_per_document_padded(w));
   }
-  consider(weighted_plan(request, slot, w));
+  if (priced) consider(weighted_plan(request, slot, w, best));
   consider(contiguous_plan(w));
   return chosen;
 }

@@ -16,8 +16,9 @@
 // Options: --ranks 64,256  --tokens 8192,16384  --batches N  --mb M
 //          --profiles h100_7b,h100_7b_fa3  --mixes dist_wlbllm,dist_prolong
 //          --slots: after each batch, hybrid's multi-rank slots, each re-planned
-//          by every CP planner on the same ranks and planned as chosen on
-//          ranks 0..g-1 (the fewest nodes), slot end in ms
+//          by every CP planner on the same ranks, planned as chosen on
+//          ranks 0..g-1 (the fewest nodes) and with its members dealt to its
+//          nodes in every order of the nodes (the least end), slot end in ms
 //          --redeal: hybrid's multi-rank slots kept, its one-rank rows dealt
 //          again longest first to the rank free soonest; the step in ms
 #include <algorithm>
@@ -149,8 +150,39 @@ Split split_of(const ScheduleRequest& r, const Schedule& s, const ScheduleCost& 
   return out;
 }
 
+// The same plan with its members dealt to the slot's nodes in every order
+// of the nodes (each node's ranks kept in order; at most 720 orders): the
+// slot whose end is least (the first such, its own order first).
+ScheduleSlot best_node_order(const ScheduleRequest& r, const ScheduleSlot& slot) {
+  std::vector<std::vector<std::int32_t>> groups;
+  for (const std::int32_t a : slot.ranks) {
+    if (groups.empty() ||
+        groups.back()[0] / r.profile.ranks_per_node != a / r.profile.ranks_per_node)
+      groups.emplace_back();
+    groups.back().push_back(a);
+  }
+  std::vector<std::size_t> order(groups.size());
+  for (std::size_t k = 0; k < order.size(); ++k) order[k] = k;
+  ScheduleSlot best = slot;
+  double least = fulcrum::evaluate_slot(r, slot).end_seconds;
+  int tried = 0;
+  while (++tried < 720 && std::next_permutation(order.begin(), order.end())) {
+    ScheduleSlot moved = slot;
+    moved.ranks.clear();
+    for (const std::size_t k : order)
+      moved.ranks.insert(moved.ranks.end(), groups[k].begin(), groups[k].end());
+    const double end = fulcrum::evaluate_slot(r, moved).end_seconds;
+    if (end < least) {
+      least = end;
+      best = std::move(moved);
+    }
+  }
+  return best;
+}
+
 // Every CP planner on a slot's own ranks, and its own plan on ranks 0..g-1.
 void print_slots(const ScheduleRequest& r, const Schedule& s, const ScheduleCost& cost) {
+  Schedule moved = s;
   for (std::size_t i = 0; i < s.slots.size(); ++i) {
     const ScheduleSlot& slot = s.slots[i];
     if (slot.ranks.size() < 2) continue;
@@ -168,6 +200,8 @@ void print_slots(const ScheduleRequest& r, const Schedule& s, const ScheduleCost
         i, slot.ranks.size(), slot.pieces.size(), static_cast<long long>(tokens), nodes.size(),
         (cost.slots[i].end_seconds - cost.slots[i].start_seconds) * 1e3,
         cost.slots[i].start_seconds * 1e3, fulcrum::evaluate_slot(r, packed).end_seconds * 1e3);
+    moved.slots[i] = best_node_order(r, slot);
+    std::printf(" node orders %.1f;", fulcrum::evaluate_slot(r, moved.slots[i]).end_seconds * 1e3);
     const fulcrum::CpWorkload w = fulcrum::slot_workload(r, slot);
     for (const fulcrum::cp::StrategyInfo& info : fulcrum::cp::strategies()) {
       fulcrum::Result<fulcrum::ShardPlan> plan = info.plan(w);
@@ -179,6 +213,8 @@ void print_slots(const ScheduleRequest& r, const Schedule& s, const ScheduleCost
     }
     std::printf("\n");
   }
+  std::printf("    every multi-rank slot in its best node order: step %.1f\n",
+              fulcrum::evaluate_schedule(r, moved).step_seconds * 1e3);
 }
 
 // Hybrid's multi-rank slots as they are (same ranks, plans and wave order),

@@ -112,25 +112,105 @@ struct ReceiveTime {
   }
 };
 
+// The least cross-node K/V of a piece whose queries see every earlier
+// position (section 4, "cross-node pairs"): a member u whose last position
+// of the piece lies above member v's receives every token v holds of it, so
+// at least sum over members v of t_v c_v tokens cross nodes, c_v the
+// members on other nodes whose last position lies above v's. Any i of the
+// members have c's summing to at least their pairs on different nodes, at
+// least cross(i) with nodes of at most R = min(ranks_per_node, W) members;
+// with t_v <= T and sum t_v = L, the sum is at least
+// (T - r) cross(n) + r cross(n + 1), n = floor(L / T), r = L - n T. When
+// every query sees the whole piece (full, or a prefix covering it), u
+// receives v's tokens whichever last position is higher: twice that.
+struct CrossNode {
+  double node = 1;
+  double budget = 1;
+
+  CrossNode(const CostProfile& p, std::int32_t world, std::int64_t t)
+      : node(static_cast<double>(std::min(p.ranks_per_node, world))),
+        budget(static_cast<double>(t)) {}
+
+  // The fewest pairs on different nodes among i members, nodes filled whole.
+  double cross(double i) const {
+    const double full = std::floor(i / node);
+    const double rest = i - full * node;
+    return (i * (i - 1) - full * node * (node - 1) - rest * (rest - 1)) / 2;
+  }
+
+  double tokens(std::int64_t len) const {
+    const double n = std::floor(static_cast<double>(len) / budget);
+    const double r = static_cast<double>(len) - n * budget;
+    return (budget - r) * cross(n) + r * cross(n + 1);
+  }
+};
+
+// One piece's least exchange, in and out. Its members receive at least
+// `all` tokens of it, of which at least `far` cross nodes, so (the intra-node
+// link being the faster) at least 2 x kv x ((all - far) / intra + far / inter)
+// seconds. all: the sum of the per-member receipts keys(p_k) - T (> 0
+// only), or for a piece whose queries see every earlier position the sum of
+// keys(p_k) over the members counted less L (they hold L tokens of it in all,
+// each below its p_k), the larger. far: the sum of each receipt's excess over
+// what a member's node-mates may hold ((min(node, W) - 1) T), or for such a
+// piece the cross-node count, or all less (R - 1) L, the largest. Without
+// the cross-node counts and the keys(p_k) sum (`by_member_only`) this is the
+// per-member argument alone, sum over k of 2 x ReceiveTime(keys(p_k) - T).
+struct PieceExchange {
+  double missing = 0;
+  double keys = 0;
+  double beyond_node = 0;
+
+  void add(std::int64_t keys_k, std::int64_t budget, const ReceiveTime& receive) {
+    keys += static_cast<double>(keys_k);
+    if (keys_k > budget) {
+      const double x = static_cast<double>(keys_k - budget);
+      missing += x;
+      beyond_node += std::max(0.0, x - receive.near_limit);
+    }
+  }
+
+  double seconds(const ScheduleRequest& request, std::int64_t len, const ReceiveTime& receive,
+                 const CrossNode& cross, bool by_member_only) const {
+    const bool pairs = !by_member_only && sees_every_earlier(request.mask, len);
+    const bool whole = keys_at(request.mask, len, 1) == len;
+    double all = missing;
+    double far = beyond_node;
+    if (pairs) {
+      all = std::max(all, keys - static_cast<double>(len));
+      far = std::max(far, (whole ? 2 : 1) * cross.tokens(len));
+    }
+    if (receive.intra <= receive.inter) return 2 * receive.kv_bytes * all / receive.inter;
+    // Two members on one node exchange at most what both hold of the piece,
+    // so at most (R - 1) L of its tokens move inside nodes.
+    if (!by_member_only) far = std::max(far, all - (cross.node - 1) * static_cast<double>(len));
+    all = std::max(all, far);
+    return 2 * receive.kv_bytes * ((all - far) / receive.intra + far / receive.inter);
+  }
+};
+
 // K/V every schedule moves: in a piece's slot, order its members by the last
 // position of the piece they hold; the first k - 1 hold at most (k - 1) T of
-// its tokens, so the k-th holds a query at position >= L - (k - 1) T and,
-// holding at most T tokens, receives at least keys(L - (k - 1) T) - T of
-// that query's keys. Each token received is one member's "in" and another's
-// "out", and both are charged: busy time sums to at least twice every
-// receipt. Stopping the sum early keeps it a lower bound (terms are >= 0).
+// its tokens, so the k-th holds a query at position p_k >= L - (k - 1) T and,
+// holding at most T tokens, receives at least keys(p_k) - T of that query's
+// keys. Each token received is one member's "in" and another's "out", and
+// both are charged: busy time sums to at least twice every receipt. Per
+// piece, that with the cross-node count and the keys(p_k) sum
+// (PieceExchange), or the per-member argument alone when `by_member_only`.
+// Stopping the sum early keeps it a lower bound (terms are >= 0).
 double least_exchange(const ScheduleRequest& request, const std::vector<std::int64_t>& lengths,
-                      const ReceiveTime& receive) {
+                      const ReceiveTime& receive, bool by_member_only) {
   const std::int64_t budget = request.max_tokens_per_rank;
+  const CrossNode cross(request.profile, request.world_size, budget);
   double exchange = 0;
   std::int64_t terms = 0;
   for (const std::int64_t len : lengths) {
     if (most_keys(request.mask, len) <= budget || terms > (std::int64_t{1} << 22)) break;
+    PieceExchange piece;
     for (std::int64_t k = 1; len - (k - 1) * budget >= 1 && k <= 65536; ++k, ++terms) {
-      const std::int64_t missing = keys_at(request.mask, len, len - (k - 1) * budget) - budget;
-      if (missing <= 0) break;  // positions only fall as k grows
-      exchange += 2 * receive(static_cast<double>(missing));
+      piece.add(keys_at(request.mask, len, len - (k - 1) * budget), budget, receive);
     }
+    exchange += piece.seconds(request, len, receive, cross, by_member_only);
   }
   return exchange;
 }
@@ -254,8 +334,10 @@ struct TopPositions {
 // Exchange and latency when no member's time exceeds `cap` + c (section 4,
 // "work caps"): the k-th member of a piece by last position holds a query
 // at a position the first k - 1 cannot all hold above, so it receives at
-// least keys(that position) - T, and the piece has at least as many members
-// as positions remain; its members' peers as in least_peer_latency, with
+// least keys(that position) - T (and the piece's receipts sum to at least
+// the sum of those keys(p_k) - L), and the piece has at least as many
+// members as positions remain; the cross-node count as without caps; its
+// members' peers as in least_peer_latency, with
 // weights t_P / T or work_P / cap, whichever gives more. Every figure only
 // grows as cap falls (the count of members per piece stops at 65,536,
 // whatever the cap). nullopt when it would take more than 2^24 steps: the
@@ -271,6 +353,7 @@ std::optional<Capped> capped_exchange_latency(const ScheduleRequest& request,
                                               const ReceiveTime& receive) {
   const std::int64_t budget = request.max_tokens_per_rank;
   const QueryWork qw{request};
+  const CrossNode cross(request.profile, request.world_size, budget);
   Capped out;
   double by_tokens = 0;
   double by_work = 0;
@@ -279,8 +362,8 @@ std::optional<Capped> capped_exchange_latency(const ScheduleRequest& request,
     const std::int64_t len = lengths[i];
     if (len <= budget && works[i] <= cap) continue;  // one member may hold it all
     std::int64_t members = 1;
-    double missing = static_cast<double>(keys_at(request.mask, len, len) - budget);
-    if (missing > 0) out.exchange += 2 * receive(missing);
+    PieceExchange piece;
+    piece.add(keys_at(request.mask, len, len), budget, receive);
     // Where T of its heaviest tokens fit in the cap, only T limits the top.
     const bool capped = qw.at(len, len) * static_cast<double>(budget) > cap;
     TopPositions top;
@@ -294,9 +377,9 @@ std::optional<Capped> capped_exchange_latency(const ScheduleRequest& request,
       const std::int64_t p = len - top.taken;
       if (p < 1) break;
       members = k;
-      missing = static_cast<double>(keys_at(request.mask, len, p) - budget);
-      if (missing > 0) out.exchange += 2 * receive(missing);
+      piece.add(keys_at(request.mask, len, p), budget, receive);
     }
+    out.exchange += piece.seconds(request, len, receive, cross, false);
     members = std::max(members, ceil_div(len, budget));
     if (members < 2 || !sees_every_earlier(request.mask, len)) continue;
     by_tokens +=
@@ -358,7 +441,8 @@ BoundTerms step_time_lower_bound_terms(const ScheduleRequest& request) {
   out.tiles = p.tile_seconds * least_tiles(request.mask, lengths, request.block_size);
   out.tokens = p.token_seconds * static_cast<double>(total);
   out.fixed = p.slot_seconds * static_cast<double>(ceil_div(total, budget));
-  out.exchange = exposed_share(p) * least_exchange(request, lengths, receive);
+  out.exchange = exposed_share(p) * least_exchange(request, lengths, receive, false);
+  out.exchange_by_member = exposed_share(p) * least_exchange(request, lengths, receive, true);
   out.latency = exposed_share(p) * least_peer_latency(request, lengths);
   out.average =
       (out.tiles + out.tokens + out.fixed + out.exchange + out.latency) / request.world_size;

@@ -116,6 +116,15 @@ Balanced balance_row(const CpWorkload& workload, const RowLayout& layout,
 RunPlan contiguous_runs(std::int64_t tokens, std::int32_t ranks);
 RunPlan head_tail_runs(std::int64_t tokens, std::int32_t ranks);
 
+// per_document's layout with chunks sized by weight (cp_size entries, each
+// > 0 and finite): each document's first half is cut in member order at the
+// cumulative weight shares, its second half likewise from the end, and
+// member r takes the r-th chunk of each (head-tail per document). A causal
+// document's two chunks of equal size s at any depth hold s x (L + 1) key
+// pairs, so a member's attention work follows its weight. Every position
+// once, no padding runs (shard_len is the largest member). Deterministic.
+RunPlan per_document_weighted_runs(const CpWorkload& workload, const std::vector<double>& weight);
+
 // Exact per-rank work of a run plan under both work models, equal to
 // compute_work on the materialised plan. Non-block-sparse masks only.
 // O(runs + local blocks + segments), independent of N for long runs.

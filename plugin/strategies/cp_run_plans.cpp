@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <numeric>
@@ -41,6 +42,49 @@ RunPlan head_tail_runs(std::int64_t tokens, std::int32_t ranks) {
     plan.runs.push_back(Run{r * chunk, chunk});
     plan.runs.push_back(Run{(2 * static_cast<std::int64_t>(ranks) - 1 - r) * chunk, chunk});
     plan.rank_offset[r + 1] = static_cast<std::int64_t>(plan.runs.size());
+  }
+  return plan;
+}
+
+RunPlan per_document_weighted_runs(const CpWorkload& workload, const std::vector<double>& weight) {
+  const std::int32_t g = workload.cp_size;
+  const auto size = static_cast<std::size_t>(g);
+  std::vector<double> cumulative(size + 1, 0.0);
+  for (std::size_t r = 0; r < size; ++r) cumulative[r + 1] = cumulative[r] + weight[r];
+  // Boundary k of a half of n tokens: floor(n x share before member k),
+  // exactly n at k = g, so the chunks tile the half in member order.
+  const auto boundary = [&](std::int64_t n, std::size_t k) {
+    if (k == size) return n;
+    const double share = cumulative[k] / cumulative[size];
+    return std::min(n, static_cast<std::int64_t>(std::floor(static_cast<double>(n) * share)));
+  };
+  std::vector<std::vector<Run>> member(size);
+  std::int64_t doc_start = 0;
+  const std::vector<std::int64_t> whole = {workload.tokens};  // no lengths: one document
+  for (const std::int64_t length : workload.doc_lengths.empty() ? whole : workload.doc_lengths) {
+    const std::int64_t head = length / 2;
+    const std::int64_t tail = length - head;
+    for (std::size_t r = 0; r < size; ++r) {
+      // Member r: the r-th chunk of the head [0, head) and the r-th from
+      // the end of the tail [head, length), mirrored.
+      const std::int64_t h0 = boundary(head, r);
+      const std::int64_t h1 = boundary(head, r + 1);
+      const std::int64_t t0 = length - boundary(tail, r + 1);
+      const std::int64_t t1 = length - boundary(tail, r);
+      if (h1 > h0) member[r].push_back(Run{doc_start + h0, h1 - h0});
+      if (t1 > t0) member[r].push_back(Run{doc_start + t0, t1 - t0});
+    }
+    doc_start += length;
+  }
+  RunPlan plan;
+  plan.ranks = g;
+  plan.rank_offset.push_back(0);
+  for (const std::vector<Run>& runs : member) {
+    std::int64_t held = 0;
+    for (const Run& run : runs) held += run.length;
+    plan.shard_len = std::max(plan.shard_len, held);
+    plan.runs.insert(plan.runs.end(), runs.begin(), runs.end());
+    plan.rank_offset.push_back(static_cast<std::int64_t>(plan.runs.size()));
   }
   return plan;
 }

@@ -10,6 +10,7 @@
 // positions are written once, for the schedule returned (expand_slot_plan
 // re-runs the named rule, which is deterministic).
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -121,6 +122,42 @@ std::optional<RunShardPlan> slot_rule_runs(std::string_view rule, const CpWorklo
 
 namespace {
 
+// per_document_weighted's plan of a slot over two or more nodes: member r's
+// weight is D - comm_r under per_document's plan (`priced`, or priced here;
+// D the mean of compute + comm over members, the weight at least D / 2), so
+// members that exchange more (fewer node-mates) take less work. nullopt on
+// one node, where per_document's exchange is even, and where even members
+// ending at D would not end 0.5% before `beat` (not worth pricing).
+std::optional<RunShardPlan> weighted_runs(const ScheduleRequest& request, const ScheduleSlot& slot,
+                                          const CpWorkload& w, const SlotCost* priced = nullptr,
+                                          double beat = kNoEnd) {
+  const std::int32_t node = std::max(1, request.profile.ranks_per_node);
+  const bool one_node = std::all_of(slot.ranks.begin(), slot.ranks.end(), [&](std::int32_t a) {
+    return a / node == slot.ranks.front() / node;
+  });
+  if (one_node || w.cp_size < 2) return std::nullopt;
+  const SlotCost cost = priced ? *priced : evaluate_slot_runs(request, slot, per_document_runs(w));
+  double total = 0;
+  for (const SlotMemberCost& m : cost.members) total += m.compute_seconds + m.comm_seconds;
+  const double mean = total / static_cast<double>(cost.members.size());
+  if (!(mean > 0) || !std::isfinite(mean)) return std::nullopt;
+  if (beat < kNoEnd && cost.start_seconds + mean >= beat - 0.005 * (beat - cost.start_seconds)) {
+    return std::nullopt;
+  }
+  std::vector<double> weight;
+  for (const SlotMemberCost& m : cost.members) {
+    weight.push_back(std::max(mean / 2, mean - m.comm_seconds));
+  }
+  return cp::detail::per_document_weighted_runs(w, weight);
+}
+
+// The runs of a recorded rule on this slot.
+std::optional<RunShardPlan> rule_runs(const ScheduleRequest& request, const ScheduleSlot& slot,
+                                      std::string_view rule, const CpWorkload& w) {
+  if (rule == "per_document_weighted") return weighted_runs(request, slot, w);
+  return slot_rule_runs(rule, w);
+}
+
 // Rows up to this many tokens also try head_tail and per_document_padded.
 constexpr std::int64_t kManyPlannersTokens = std::int64_t{1} << 18;
 
@@ -135,13 +172,18 @@ void record(ScheduleSlot& slot, const char* rule, const RunShardPlan& runs, std:
 }  // namespace
 
 // Rule 5 for one slot: balanced (per_document when balanced needs more
-// than T per member), then whichever plan of the other rules that holds at
-// most T per member the cost model says ends the slot soonest (ties: the
-// earlier; contiguous last, it moves least). A plan whose floor (its
+// than T per member), then whichever plan of the other rules (among them,
+// on slots over several nodes, per_document weighted by each member's
+// exchange) that holds at most T per member the cost model says ends the
+// slot soonest (ties: the earlier; contiguous last, it moves least). A
+// plan whose floor (its
 // compute, no exchange) reaches the end to beat is not priced in full: it
 // cannot end strictly sooner. The end to beat is also capped by `ceiling`:
 // a slot that cannot end before it gets +infinity (its caller's schedule
-// cannot win), and below it the choice is exactly the uncapped one.
+// cannot win), and below it the choice is exactly the uncapped one, but
+// for per_document_weighted: it is tried only where per_document's plan
+// was priced in full (which the ceiling may skip) and its members' mean
+// time ends 0.5% before the end to beat.
 Result<double> plan_slot_compact(const ScheduleRequest& request, ScheduleSlot& slot,
                                  double ceiling) {
   const std::int64_t budget = request.max_tokens_per_rank;
@@ -165,15 +207,20 @@ Result<double> plan_slot_compact(const ScheduleRequest& request, ScheduleSlot& s
   }
   // +infinity stands for "ends no sooner than the ceiling".
   double best_end = kNoEnd;
+  std::optional<SlotCost> per_document;  // its members' times, once priced in full
   if (ceiling == kNoEnd || slot_end_floor_runs(request, slot, chosen) < ceiling) {
-    best_end = evaluate_slot_runs(request, slot, chosen).end_seconds;
+    const SlotCost cost = evaluate_slot_runs(request, slot, chosen);
+    best_end = cost.end_seconds;
+    if (std::string_view(rule) == "per_document") per_document = cost;
   }
   const auto consider = [&](const char* other, const std::optional<RunShardPlan>& runs) {
     if (!runs || runs->shard_len > budget) return;
     // Its compute alone already ends no sooner than the end to beat: the
     // exchange need not be counted (it only adds time).
     if (slot_end_floor_runs(request, slot, *runs) >= std::min(best_end, ceiling)) return;
-    const double end = evaluate_slot_runs(request, slot, *runs).end_seconds;
+    const SlotCost cost = evaluate_slot_runs(request, slot, *runs);
+    if (std::string_view(other) == "per_document") per_document = cost;
+    const double end = cost.end_seconds;
     if (end < best_end) {
       best_end = end;
       rule = other;
@@ -186,8 +233,11 @@ Result<double> plan_slot_compact(const ScheduleRequest& request, ScheduleSlot& s
     consider("head_tail", slot_rule_runs("head_tail", w));
     consider("per_document_padded", per_document_padded_runs(w));
   }
+  if (per_document) {
+    consider("per_document_weighted", weighted_runs(request, slot, w, &*per_document, best_end));
+  }
   consider("contiguous", cp::detail::contiguous_runs(w.tokens, w.cp_size));
-  const std::optional<RunShardPlan> runs = slot_rule_runs(rule, w);
+  const std::optional<RunShardPlan> runs = rule_runs(request, slot, rule, w);
   record(slot, rule, *runs, reason);
   return best_end < ceiling ? best_end : kNoEnd;
 }
@@ -195,7 +245,7 @@ Result<double> plan_slot_compact(const ScheduleRequest& request, ScheduleSlot& s
 Status expand_slot_plan(const ScheduleRequest& request, ScheduleSlot& slot) {
   if (!slot.plan.positions.empty()) return Status::ok();
   const CpWorkload w = slot_workload(request, slot);
-  const std::optional<RunShardPlan> runs = slot_rule_runs(slot.plan.strategy_used, w);
+  const std::optional<RunShardPlan> runs = rule_runs(request, slot, slot.plan.strategy_used, w);
   if (!runs) {
     return internal_error("hybrid: slot plan rule '" + slot.plan.strategy_used +
                           "' cannot be expanded for this row");

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <numeric>
 #include <sstream>
@@ -249,6 +250,53 @@ TEST(CpBalancedTest, RunWorkEqualsComputeWorkOnRandomRunPlans) {
     ASSERT_TRUE(validate_plan(w, materialized).is_ok()) << describe(w);
     ASSERT_TRUE(same_work(detail::run_work(w, RowLayout(w), plan), compute_work(w, materialized)))
         << describe(w);
+  }
+}
+
+// per_document_weighted (hybrid's plan of slots over several nodes): on
+// random rows and weights it is a valid plan (every position once), its run
+// work is exact, each member holds its weight's share of every document's
+// halves (so of the row) to within one token per half, and on a causal
+// document the key pairs follow the weights: a member's two chunks of s
+// tokens hold s (L + 1) pairs (checked with an independent pair count).
+TEST(CpBalancedTest, PerDocumentWeightedIsValidAndFollowsItsWeights) {
+  Rng rng(15);
+  for (int i = 0; i < 300; ++i) {
+    const CpWorkload w = random_workload(rng, {.max_tokens = 60000, .sparse = false});
+    std::vector<double> weight;
+    for (std::int32_t r = 0; r < w.cp_size; ++r) weight.push_back(rng.uniform(1, 40) / 8.0);
+    const double sum = std::accumulate(weight.begin(), weight.end(), 0.0);
+    const detail::RunPlan plan = detail::per_document_weighted_runs(w, weight);
+    const ShardPlan materialized = detail::materialize(plan);
+    ASSERT_TRUE(validate_plan(w, materialized).is_ok()) << describe(w);
+    const std::vector<RankWork> work = compute_work(w, materialized);
+    ASSERT_TRUE(same_work(detail::run_work(w, RowLayout(w), plan), work)) << describe(w);
+    const auto docs = static_cast<double>(std::max<std::size_t>(1, w.doc_lengths.size()));
+    for (std::int32_t r = 0; r < w.cp_size; ++r) {
+      std::int64_t held = 0;
+      for (std::int64_t k = 0; k < materialized.shard_len; ++k) {
+        held += materialized.positions[r * materialized.shard_len + k] != kPadPosition ? 1 : 0;
+      }
+      const double want = static_cast<double>(w.tokens) * weight[r] / sum;
+      EXPECT_LE(std::abs(static_cast<double>(held) - want), 2 * docs)
+          << describe(w) << " rank " << r;
+    }
+  }
+  CpWorkload one;
+  one.tokens = 10000;
+  one.cp_size = 5;
+  one.block_size = 1;
+  const std::vector<double> weight = {1, 2, 3, 4, 10};
+  const ShardPlan plan = detail::materialize(detail::per_document_weighted_runs(one, weight));
+  ASSERT_TRUE(validate_plan(one, plan).is_ok());
+  for (std::int32_t r = 0; r < one.cp_size; ++r) {
+    std::int64_t pairs = 0;  // query at 0-based position q sees q + 1 keys
+    for (std::int64_t k = 0; k < plan.shard_len; ++k) {
+      const std::int64_t q = plan.positions[r * plan.shard_len + k];
+      if (q != kPadPosition) pairs += q + 1;
+    }
+    const double want = 10000.0 * 10001.0 / 2 * weight[r] / 20;
+    EXPECT_LE(std::abs(static_cast<double>(pairs) - want), 2 * 10001.0) << "rank " << r;
   }
 }
 

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -241,6 +242,67 @@ TEST(LowerBound, NeverAboveTheEnumeratedOptimumAndTightSomewhere) {
   EXPECT_GE(capped, 5);
 }
 
+// The cross-node count (section 4): requests of at most 6 tokens on 3 or 4
+// ranks, two to a node, the intra-node link faster than the inter-node one,
+// pieces longer than T under masks that see every earlier position, and
+// profiles that are K/V alone at times. The bound never exceeds the
+// enumerated optimum; the cross-node count lifts the exchange above the
+// per-member argument alone on some, and the bound equals the optimum on
+// some of those, so a cross-node count raised by any amount fails there.
+TEST(LowerBound, CrossNodePairsNeverAboveTheEnumeratedOptimum) {
+  SplitMix64 rng(2531);
+  int tight = 0;
+  int lifted = 0;
+  int lifted_and_tight = 0;
+  for (int c = 0; c < 200; ++c) {
+    ScheduleRequest r;
+    r.world_size = c % 4 == 0 ? 3 : 4;
+    r.max_tokens_per_rank = c % 4 == 2 ? 1 : rng.uniform(1, 2);
+    r.block_size = 1;
+    switch (rng.uniform(0, 2)) {
+      case 0:
+        r.mask = MaskSpec::full();
+        break;
+      case 1:
+        r.mask = MaskSpec::prefix(rng.uniform(1, 3));
+        break;
+      default:
+        r.mask = MaskSpec::causal();
+    }
+    r.profile = random_profile(rng);
+    if (c % 2 == 0) {  // K/V alone
+      r.profile.tile_seconds = r.profile.token_seconds = r.profile.slot_seconds = 0;
+      r.profile.latency_seconds = 0;
+    }
+    r.profile.ranks_per_node = 2;
+    r.profile.intra_node_bytes_per_second = static_cast<double>(rng.uniform(4, 8));
+    r.profile.inter_node_bytes_per_second = static_cast<double>(rng.uniform(1, 3));
+    const std::int64_t room = std::min<std::int64_t>(6, r.world_size * r.max_tokens_per_rank);
+    const std::int64_t longest = rng.uniform(r.max_tokens_per_rank + 1, room);
+    r.doc_lengths.push_back(c % 4 == 2 ? room : longest);
+    if (r.doc_lengths[0] < room && c % 3 == 0) {
+      r.doc_lengths.push_back(rng.uniform(1, room - r.doc_lengths[0]));
+    }
+    ASSERT_TRUE(validate_schedule_request(r)) << "case " << c;
+    const double best = optimum(r);
+    const BoundTerms terms = step_time_lower_bound_terms(r);
+    ASSERT_LT(best, kInf) << "case " << c;
+    EXPECT_LE(terms.bound, best * (1 + 1e-12)) << "case " << c;
+    const bool at = terms.bound >= best * (1 - 1e-12);
+    // Lifted: the average reaches the bound (ties with the per-piece term
+    // included), and its exchange is the cross-node count's.
+    const bool up = terms.exchange > terms.exchange_by_member * (1 + 1e-12) &&
+                    terms.average >= terms.bound * (1 - 1e-12);
+    tight += at ? 1 : 0;
+    lifted += up ? 1 : 0;
+    lifted_and_tight += at && up ? 1 : 0;
+  }
+  EXPECT_GE(tight, 5);
+  EXPECT_GE(lifted, 5);
+  EXPECT_GE(lifted_and_tight, 3);
+  std::printf("tight %d, lifted %d, both %d\n", tight, lifted, lifted_and_tight);
+}
+
 // Only K/V costs and latency, one rank per node: a full-mask document of
 // 4 T tokens over 4 ranks, contiguous shards. Each member needs all 16 keys
 // and holds 4: 12 received and 12 sent, (4 + 4) x 2 bytes / 2 per peer, 24 s,
@@ -305,6 +367,46 @@ TEST(LowerBound, PerPieceCountsEveryPeerItsLastQueryNeeds) {
   EXPECT_NEAR(terms.per_piece, 1.0, 1e-9);
   EXPECT_LE(terms.bound, step * (1 + 1e-12));
   EXPECT_NEAR(step, 1.0, 1e-9);
+}
+
+// The cross-node count: a causal document of 4 tokens, T = 1, on 4 ranks two
+// to a node, K/V alone (1 byte per token, 4 B/s inside a node, 1 B/s
+// between). Contiguous shards, positions 1 and 2 on one node: every member
+// sends or receives one token inside its node and two across, 1 / 4 + 2 =
+// 2.25 s each. The members' receipts are 3, 2, 1 and 0 tokens; the
+// per-member argument lets each take one of them over the fast link,
+// 2 x (2.25 + 1.25 + 0.25) / 4 = 1.875 s. The cross-node count: any two
+// members on different nodes, the one with the later last position
+// receives all the other holds, and 4 of the 6 pairs are on different
+// nodes, so 4 of the 6 tokens received cross nodes: 2 x (2 / 4 + 4) / 4 =
+// 2.25 s, reached.
+TEST(LowerBound, CrossNodePairsOfACausalDocument) {
+  ScheduleRequest r;
+  r.doc_lengths = {4};
+  r.world_size = 4;
+  r.max_tokens_per_rank = 1;
+  r.block_size = 1;
+  r.profile.tile_seconds = 0;
+  r.profile.token_seconds = 0;
+  r.profile.slot_seconds = 0;
+  r.profile.kv_bytes_per_token = 1;
+  r.profile.intra_node_bytes_per_second = 4;
+  r.profile.inter_node_bytes_per_second = 1;
+  r.profile.latency_seconds = 0;
+  r.profile.ranks_per_node = 2;
+  const BoundTerms terms = step_time_lower_bound_terms(r);
+  EXPECT_DOUBLE_EQ(terms.exchange_by_member, 7.5);
+  EXPECT_DOUBLE_EQ(terms.exchange, 9.0);
+  EXPECT_DOUBLE_EQ(terms.bound, 2.25);
+  Schedule s;
+  ScheduleSlot slot;
+  slot.ranks = {0, 1, 2, 3};
+  slot.pieces = {{0, 0, 4}};
+  slot.plan = contiguous_plan(slot_workload(r, slot));
+  s.slots.push_back(slot);
+  ASSERT_TRUE(validate_schedule(r, s));
+  EXPECT_DOUBLE_EQ(evaluate_schedule(r, s).step_seconds, 2.25);
+  EXPECT_DOUBLE_EQ(optimum(r), 2.25);
 }
 
 // The work caps: a causal document of 4 tokens (block size 1: 1 + 2 + 3 + 4

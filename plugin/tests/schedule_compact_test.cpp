@@ -18,6 +18,7 @@
 #include "fulcrum/core/schedule.h"
 #include "fulcrum/core/slot_runs.h"
 #include "fulcrum/core/work_model.h"
+#include "strategies/cp_balanced_detail.h"
 #include "strategies/cp_strategies.h"
 #include "strategies/schedule_hybrid_draft.h"
 #include "strategies/schedule_strategies.h"
@@ -76,10 +77,42 @@ Case random_case(SplitMix64& rng) {
   return c;
 }
 
+// per_document weighted by each member's exchange, over positions: on a
+// slot over two or more nodes, member r's weight is max(D / 2, D - comm_r)
+// under per_document's plan, D the mean of compute + comm over members;
+// not tried where D does not end 0.5% before `beat`.
+Result<ShardPlan> weighted_plan(const ScheduleRequest& request, const ScheduleSlot& slot,
+                                const CpWorkload& w, double beat) {
+  const std::int32_t node = request.profile.ranks_per_node;
+  std::vector<std::int32_t> nodes;
+  for (const std::int32_t a : slot.ranks) nodes.push_back(a / node);
+  std::sort(nodes.begin(), nodes.end());
+  if (nodes.front() == nodes.back()) return invalid_argument("one node");
+  ScheduleSlot probe = slot;
+  probe.plan = *cp::plan_per_document(w);
+  const SlotCost cost = evaluate_slot(request, probe);
+  double total = 0;
+  for (const SlotMemberCost& m : cost.members) total += m.compute_seconds + m.comm_seconds;
+  const double mean = total / static_cast<double>(cost.members.size());
+  if (!(mean > 0)) return invalid_argument("no cost");
+  // Tried only where members ending at the mean would end 0.5% sooner.
+  if (cost.start_seconds + mean >= beat - 0.005 * (beat - cost.start_seconds)) {
+    return invalid_argument("no room");
+  }
+  std::vector<double> weight;
+  for (const SlotMemberCost& m : cost.members)
+    weight.push_back(std::max(mean / 2, mean - m.comm_seconds));
+  ShardPlan plan = materialize_runs(cp::detail::per_document_weighted_runs(w, weight));
+  plan.strategy_used = "per_document_weighted";
+  plan.work = compute_work(w, plan);
+  return plan;
+}
+
 // Rule 5 over positions, as hybrid planned before its slots were priced
 // from runs: balanced (per_document when balanced needs more than T), then
 // the plan of per_document, head_tail and per_document_padded (rows up to
-// 2^18 tokens) and contiguous that ends the slot strictly soonest.
+// 2^18 tokens), per_document_weighted (slots over several nodes) and
+// contiguous that ends the slot strictly soonest.
 ShardPlan reference_plan(const ScheduleRequest& request, const ScheduleSlot& slot) {
   const CpWorkload w = slot_workload(request, slot);
   if (w.cp_size == 1) return contiguous_plan(w);
@@ -103,11 +136,20 @@ ShardPlan reference_plan(const ScheduleRequest& request, const ScheduleSlot& slo
       chosen = *plan;
     }
   };
+  // per_document is priced in full (so its members' times known) when it
+  // is the first choice or its compute alone ends before the best so far.
+  probe.plan = *cp::plan_per_document(w);
+  double floor = 0;
+  for (const SlotMemberCost& m : evaluate_slot(request, probe).members) {
+    floor = std::max(floor, m.compute_seconds);
+  }
+  const bool priced = chosen.strategy_used == "per_document" || floor < best;
   consider(cp::plan_per_document(w));
   if (w.tokens <= (std::int64_t{1} << 18)) {
     consider(cp::plan_head_tail(w));
     consider(cp::plan_per_document_padded(w));
   }
+  if (priced) consider(weighted_plan(request, slot, w, best));
   consider(contiguous_plan(w));
   return chosen;
 }
@@ -138,6 +180,7 @@ TEST(HybridCompactPlans, EveryRuleWritesThePlannersPositionsAndWork) {
 TEST(HybridCompactPlans, CompactSlotExpandsToThePositionBasedChoice) {
   SplitMix64 rng(43);
   int not_balanced = 0;
+  int weighted = 0;
   for (int i = 0; i < 500; ++i) {
     const Case c = random_case(rng);
     SCOPED_TRACE("case " + std::to_string(i));
@@ -160,9 +203,11 @@ TEST(HybridCompactPlans, CompactSlotExpandsToThePositionBasedChoice) {
     }
     EXPECT_EQ(*length, evaluate_slot(c.request, slot).end_seconds);
     not_balanced += want.strategy_used != "balanced" && slot.ranks.size() > 1 ? 1 : 0;
+    weighted += want.strategy_used == "per_document_weighted" ? 1 : 0;
     if (HasFailure()) return;
   }
   EXPECT_GT(not_balanced, 30);  // the other rules are chosen often enough to be compared
+  EXPECT_GE(weighted, 3);       // and the weighted plan (6 of the 500)
 }
 
 // Rule 8's drafts are tried by estimated finish, the soonest right after the

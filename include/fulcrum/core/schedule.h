@@ -127,12 +127,13 @@ double step_time_lower_bound(const ScheduleRequest& request);
 // at least the per-piece term and average_at_bound, the average recomputed
 // as if no member's time exceeded S.
 struct BoundTerms {
-  double tiles = 0;     // tile_seconds x the least tile count
-  double tokens = 0;    // token_seconds x the batch's tokens
-  double fixed = 0;     // slot_seconds x the least number of memberships
-  double exchange = 0;  // the least K/V time (received and sent)
-  double latency = 0;   // latency_seconds x the least number of peers
-  double average = 0;   // (tiles + tokens + fixed + exchange + latency) / W
+  double tiles = 0;               // tile_seconds x the least tile count
+  double tokens = 0;              // token_seconds x the batch's tokens
+  double fixed = 0;               // slot_seconds x the least number of memberships
+  double exchange = 0;            // the least K/V time (received and sent)
+  double exchange_by_member = 0;  // the same by the per-member argument alone (no cross-node count)
+  double latency = 0;             // latency_seconds x the least number of peers
+  double average = 0;             // (tiles + tokens + fixed + exchange + latency) / W
   double per_piece = 0;
   double bound = 0;             // step_time_lower_bound: >= max(average, per_piece)
   double average_at_bound = 0;  // the average under the work caps of S = bound

@@ -493,7 +493,13 @@ std::uint64_t schedule_fingerprint(const Schedule& schedule) {
         .add(std::vector<std::int64_t>(slot.ranks.begin(), slot.ranks.end()))
         .add(static_cast<std::int64_t>(slot.pieces.size()));
     for (const DocPiece& p : slot.pieces) f.add(p.doc).add(p.offset).add(p.length);
-    f.add(plan_fingerprint(slot.plan));
+    // The plan as the compact answer states it (its rule and shape), never
+    // its positions: each rank writes only its own slots' (ABI 1.4), and
+    // they are a function of what is fingerprinted here.
+    f.add(std::string_view(slot.plan.strategy_used))
+        .add(static_cast<std::int64_t>(slot.plan.cp_size))
+        .add(slot.plan.shard_len)
+        .add(slot.plan.padding);
   }
   return f.value();
 }

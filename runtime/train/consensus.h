@@ -78,7 +78,10 @@ class Fingerprint {
 std::uint64_t workload_fingerprint(const CpWorkload& workload);
 // Strategy used, P, shard length, positions.
 std::uint64_t plan_fingerprint(const ShardPlan& plan);
-// The scheduler used, then every slot: wave, ranks, pieces, plan.
+// The scheduler used, then every slot: wave, ranks, pieces, and its plan's
+// rule and shape (strategy used, P, shard length, padding) without
+// positions: the compact answer (ABI 1.4), the same on every rank whichever
+// slots it has expanded.
 std::uint64_t schedule_fingerprint(const Schedule& schedule);
 
 // One byte vector per member of a group, in group-rank order: what

@@ -18,6 +18,7 @@
 
 #include "attention/sharding.h"
 #include "attention/slot_attention.h"
+#include "fulcrum/core/compact_schedule.h"
 #include "fulcrum/core/schedule.h"
 #include "fulcrum/core/text.h"
 #include "fulcrum/core/workload.h"
@@ -98,6 +99,7 @@ class HybridWorker final : public Worker {
   };
   Schedule make_schedule(const std::string& name, const ScheduleRequest& request,
                          std::int64_t step) const;
+  void expand_schedule(Schedule& schedule, const ScheduleRequest& request, std::int64_t step) const;
   // claim_step > 0: free single slots are claimed (free_slots below) under
   // that step's counter; 0: every slot runs on its planned rank.
   Run run_schedule(const Schedule& schedule, const ScheduleRequest& request,
@@ -286,7 +288,12 @@ double HybridWorker::fixed_prediction_ms(const ScheduleRequest& request) const {
 // rank's); a refusal is a bad setting or a failed run (below).
 Schedule HybridWorker::make_schedule(const std::string& name, const ScheduleRequest& request,
                                      std::int64_t step) const {
-  Result<Schedule> schedule = scheduler_->schedule(name, request);
+  // The compact answer (ABI 1.4) where the scheduler gives one: slot plans
+  // by rule, positions written by the ranks that need them
+  // (expand_schedule), after the schedule check compared the answer.
+  ScheduleRequest compact = request;
+  compact.compact = true;
+  Result<Schedule> schedule = scheduler_->schedule(name, compact);
   if (!schedule) {
     const std::string why = "scheduling step " + std::to_string(step) + " with " +
                             quote_text(name) + " failed: " + schedule.status().message();
@@ -301,6 +308,23 @@ Schedule HybridWorker::make_schedule(const std::string& name, const ScheduleRequ
     throw std::runtime_error(why);
   }
   return std::move(schedule).value();
+}
+
+// Writes the positions of a compact answer's plans. This rank's slots
+// first: a plan by rule that does not expand to a valid plan of the shape
+// the schedule stated is refused on a rank that would run it, before any
+// of its exchanges, as a plugin fault (exit 2; the job stops as for any
+// lost rank). Then every other slot, for the cost model only: the
+// predictions and the free slots' claim order price every slot from its
+// positions, and it cannot yet price a slot from its rule.
+void HybridWorker::expand_schedule(Schedule& schedule, const ScheduleRequest& request,
+                                   std::int64_t step) const {
+  for (const std::int32_t rank : {id_.rank, -1}) {
+    if (Status s = expand_slots_of_rank(request, schedule, rank, *scheduler_); !s) {
+      throw InputError("scheduling step " + std::to_string(step) + " with " +
+                       quote_text(schedule.strategy_used) + " failed: " + s.message());
+    }
+  }
 }
 
 // Free single slots (docs/HYBRID_RUNTIME.md section 11): the one-rank slots
@@ -425,6 +449,7 @@ std::vector<Schedule> HybridWorker::compare(std::int64_t step, const ScheduleReq
   for (const std::string& name : names) {
     schedules.push_back(make_schedule(name, request, step));
     reliability_.check_schedule(schedules.back());
+    expand_schedule(schedules.back(), request, step);
     if (id_.rank != 0) continue;
     const Schedule& s = schedules.back();
     const ScheduleCost cost = evaluate_schedule(request, s);
@@ -563,11 +588,12 @@ Worker::StepResult HybridWorker::run_step(std::int64_t step, const data::StepBat
   // The configured scheduler's schedule, made once: a compared one is reused.
   const std::vector<std::string>& names = options_.compare_schedulers;
   const auto listed = std::find(names.begin(), names.end(), options_.schedule_strategy);
-  const Schedule schedule = listed != names.end()
-                                ? compared[static_cast<std::size_t>(listed - names.begin())]
-                                : make_schedule(options_.schedule_strategy, request, step);
+  Schedule schedule = listed != names.end()
+                          ? compared[static_cast<std::size_t>(listed - names.begin())]
+                          : make_schedule(options_.schedule_strategy, request, step);
   result.figures.plan_ms = ms_since(plan_start);
   reliability_.check_schedule(schedule);
+  expand_schedule(schedule, request, step);
   const ScheduleCost cost = evaluate_schedule(request, schedule);
   hybrid_report_ = StepReport::Hybrid{
       schedule.strategy_used, schedule.fallback_reason, {}, cost.step_seconds * 1e3};

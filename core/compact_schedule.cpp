@@ -13,8 +13,9 @@ Status expand_slot(const ScheduleRequest& request, ScheduleSlot& slot, std::size
                    const RulePlanFn& plan) {
   if (!slot.compact()) return Status::ok();
   const std::string where = "schedule slot " + std::to_string(index) + " (CP rule " +
-                            quote_text(slot.plan.strategy_used) + ", " +
-                            std::to_string(slot.ranks.size()) + " ranks)";
+                            quote_text(slot.plan.strategy_used) + " on " +
+                            std::to_string(slot.ranks.size()) +
+                            (slot.ranks.size() == 1 ? " rank)" : " ranks)");
   const CpWorkload w = slot_workload(request, slot);
   Result<ShardPlan> expanded = plan(slot.plan.strategy_used, w);
   if (!expanded) {
@@ -24,7 +25,8 @@ Status expand_slot(const ScheduleRequest& request, ScheduleSlot& slot, std::size
   const auto differs = [&](const char* field, const std::string& said, const std::string& gave) {
     return plugin_fault(where + " expanded to a plan with " + field + " " + gave +
                         ", the schedule said " + said +
-                        "; a plan by rule must be what its rule plans for the slot's row");
+                        "; fix the plugin: a plan by rule must be what its rule plans for the "
+                        "slot's row");
   };
   if (got.cp_size != slot.plan.cp_size) {
     return differs("cp_size", std::to_string(slot.plan.cp_size), std::to_string(got.cp_size));

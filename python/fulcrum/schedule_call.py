@@ -112,7 +112,7 @@ class Scheduling:
 
     def _expand_slot(self, schedule, s, mask, block_size):
         bad = (f"plugin {self.name!r} scheduler {schedule.used!r}: slot {s.slot} (CP rule "
-               f"{s.plan!r}, {s.group.size} ranks) ")
+               f"{s.plan!r} on {s.group.size} rank{'s' if s.group.size > 1 else ''}) ")
         try:
             plan = self.plan_cp(s.plan, cp=int(s.group.size), doc_lengths=s.lengths,
                                 block_size=block_size, mask=mask, fallback=None)

@@ -177,7 +177,7 @@ TEST_P(CompactFaultTest, IsRefusedByTheRankThatExpandsIt) {
     EXPECT_EQ(status.code(), StatusCode::kPluginFault);
     EXPECT_HAS(status.message(),
                "balancer 'broken_compact': schedule slot 0 (CP rule "
-               "'broken_rule', 4 ranks)");
+               "'broken_rule' on 4 ranks)");
     EXPECT_HAS(status.message(), GetParam().says);
     EXPECT_EQ(status.message().find('\n'), std::string::npos) << status.message();
   }

@@ -307,8 +307,8 @@ TEST(HybridConsensus, DivergentScheduleEndsTheJobNamingTheRank) {
 
 // A plugin whose compact answer (ABI 1.4) names a rule that plans another
 // shape than it stated: the ranks that expand slot 0 refuse it as the
-// plugin's fault before any exchange, and the job ends with that line and
-// exit 2 (not the driver's timeout).
+// plugin's fault before any exchange, the schedule check shares the
+// refusal, and every rank ends with that line and exit 2.
 TEST(HybridFault, CompactAnswerWithABadRuleEndsTheJobNamingTheSlot) {
   FaultJob job;
   std::vector<std::string> sets = kHybrid;
@@ -321,10 +321,12 @@ TEST(HybridFault, CompactAnswerWithABadRuleEndsTheJobNamingTheSlot) {
   EXPECT_FALSE(r.timed_out) << r;
   EXPECT_EQ(r.exit_code, 2) << r;
   EXPECT_TRUE(contains(r.err,
-                       "scheduling step 1 with 'fixed' failed: balancer 'broken_compact': "
-                       "schedule slot 0 (CP rule 'broken_rule' on "))
+                       "scheduling step 1 with 'fixed' failed on rank 0: balancer "
+                       "'broken_compact': schedule slot 0 (CP rule 'broken_rule' on "))
       << r;
   EXPECT_TRUE(contains(r.err, "the schedule said")) << r;
+  // Every rank stops on the refusing rank's line (the schedule check shares it).
+  EXPECT_TRUE(contains(r.err, "failed with exit status 2 (the same error on ranks ")) << r;
   expect_no_orphans(job.marker);
 }
 

@@ -40,10 +40,12 @@
 #include <string>
 #include <vector>
 
+#include "fulcrum/core/compact_schedule.h"
 #include "fulcrum/core/cost_profile.h"
 #include "fulcrum/core/random.h"
 #include "fulcrum/core/schedule.h"
 #include "fulcrum/host/cost_profile_file.h"
+#include "strategies/cp_strategies.h"
 #include "strategies/schedule_strategies.h"
 #include "workloads.h"
 
@@ -272,6 +274,56 @@ std::string baselines_priced(const ScheduleRequest& request) {
   return planned.empty() ? "none" : planned;
 }
 
+// The compact answer (ABI 1.4), thread CPU time, medians of `reps`: "whole"
+// is hybrid's answer with plans by rule (decide, plan compactly, guard; no
+// positions), "own" one rank's expansion of its slots through the CP
+// planners (the plugin's plan_cp, in process: plan, recount, validate), the
+// worst of the three ranks with the most plan entries. -1: a call failed.
+struct CompactTimes {
+  double whole = -1;
+  double own = -1;
+};
+
+CompactTimes compact_times(const ScheduleRequest& full, int reps) {
+  ScheduleRequest request = full;
+  request.compact = true;
+  std::vector<double> wholes;
+  fulcrum::Result<Schedule> compact = fulcrum::internal_error("not run");
+  for (int rep = 0; rep < reps; ++rep) {
+    const double t0 = cpu_seconds();
+    compact = fulcrum::run_schedule_strategy("hybrid", request);
+    wholes.push_back(cpu_seconds() - t0);
+    if (!compact) return {};
+  }
+  std::vector<std::int64_t> entries(static_cast<std::size_t>(full.world_size), 0);
+  for (const fulcrum::ScheduleSlot& slot : compact->slots) {
+    for (const std::int32_t r : slot.ranks) {
+      entries[static_cast<std::size_t>(r)] += slot.plan.shard_len * slot.plan.cp_size;
+    }
+  }
+  std::vector<std::int32_t> ranks(entries.size());
+  for (std::size_t r = 0; r < ranks.size(); ++r) ranks[r] = static_cast<std::int32_t>(r);
+  const std::size_t top = std::min<std::size_t>(3, ranks.size());
+  std::partial_sort(ranks.begin(), ranks.begin() + static_cast<std::ptrdiff_t>(top), ranks.end(),
+                    [&](std::int32_t a, std::int32_t b) { return entries[a] > entries[b]; });
+  const fulcrum::RulePlanFn plan = [](std::string_view rule, const fulcrum::CpWorkload& w) {
+    return fulcrum::cp::plan(rule, w);
+  };
+  CompactTimes out{median(wholes), 0};
+  for (std::size_t i = 0; i < top; ++i) {
+    std::vector<double> times;
+    for (int rep = 0; rep < reps; ++rep) {
+      Schedule mine = *compact;
+      const double t0 = cpu_seconds();
+      const fulcrum::Status status = fulcrum::expand_slots_of_rank(request, mine, ranks[i], plan);
+      times.push_back(cpu_seconds() - t0);
+      if (!status) return {};
+    }
+    out.own = std::max(out.own, median(times));
+  }
+  return out;
+}
+
 // hybrid's answer, phase by phase (thread CPU time): deciding, planning its
 // own slots compactly (drafts, search: no positions), the guard (deciding
 // both baselines, bounding them, planning and pricing those the bound cannot
@@ -283,9 +335,9 @@ int speed(const Options& opt, const std::vector<Mix>& mixes) {
   const auto scheds = fulcrum::schedule_strategies();
   std::printf(
       "| mix | W | T | docs | tokens | hybrid decide ms | hybrid plan ms | guard ms | positions "
-      "ms | whole answer ms | baseline planned by the guard | megatron_dcp decide ms | fixed "
-      "decide ms |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | "
-      "---: | ---: |\n");
+      "ms | whole answer ms | compact whole ms | expand own ms | baseline planned by the guard | "
+      "megatron_dcp decide ms | fixed decide ms |\n| --- | ---: | ---: | ---: | ---: | ---: | "
+      "---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |\n");
   const Mix& mix = mixes.front();
   for (const std::int64_t w : opt.ranks) {
     for (const std::int64_t docs : opt.docs) {
@@ -338,13 +390,16 @@ int speed(const Options& opt, const std::vector<Mix>& mixes) {
       }
       const std::string planned = baselines_priced(request);
       if (planned.empty()) return 1;
+      const CompactTimes compact = compact_times(request, std::min(reps, 3));
+      if (compact.whole < 0 || compact.own < 0) return 1;
       std::printf(
-          "| %s | %lld | %lld | %lld | %lld | %.3f | %.1f | %.1f | %.1f | %.1f | %s | %.3f | %.3f "
-          "|\n",
+          "| %s | %lld | %lld | %lld | %lld | %.3f | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f | %s "
+          "| %.3f | %.3f |\n",
           mix.name.c_str(), static_cast<long long>(w), static_cast<long long>(t),
           static_cast<long long>(docs), static_cast<long long>(tokens), 1e3 * decide[2],
           1e3 * median(plans), 1e3 * median(guards), 1e3 * median(expands), 1e3 * median(wholes),
-          planned.c_str(), 1e3 * decide[1], 1e3 * decide[0]);
+          1e3 * compact.whole, 1e3 * compact.own, planned.c_str(), 1e3 * decide[1],
+          1e3 * decide[0]);
       std::fflush(stdout);
     }
   }

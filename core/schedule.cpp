@@ -278,7 +278,27 @@ CpWorkload slot_workload(const ScheduleRequest& request, const ScheduleSlot& slo
   return w;
 }
 
-Status validate_schedule(const ScheduleRequest& request, const Schedule& schedule) {
+Status validate_plan_shape(const CpWorkload& w, const ShardPlan& plan) {
+  if (plan.cp_size != w.cp_size) {
+    return invalid_argument("plan has cp_size " + str(plan.cp_size) + ", expected " +
+                            str(w.cp_size));
+  }
+  if (plan.strategy_used.empty()) return invalid_argument("plan by rule names no CP strategy");
+  if (plan.shard_len < ceil_div(w.tokens, w.cp_size) || plan.shard_len > kMaxRowTokens) {
+    return invalid_argument("plan has shard_len " + str(plan.shard_len) + "; " + str(w.cp_size) +
+                            " shards must hold the row's " + str(w.tokens) + " tokens");
+  }
+  if (plan.padding != plan.shard_len * w.cp_size - w.tokens) {
+    return invalid_argument("plan has padding " + str(plan.padding) + ", expected " +
+                            str(plan.shard_len * w.cp_size - w.tokens) + " (" + str(w.cp_size) +
+                            " x " + str(plan.shard_len) + " entries for " + str(w.tokens) +
+                            " tokens)");
+  }
+  return Status::ok();
+}
+
+Status validate_schedule(const ScheduleRequest& request, const Schedule& schedule,
+                         PlanCheck plans) {
   const std::int64_t limit = piece_limit(request);
   const std::int64_t budget = request.max_tokens_per_rank;
   // First piece index of every document: document d's piece at offset o is
@@ -338,7 +358,9 @@ Status validate_schedule(const ScheduleRequest& request, const Schedule& schedul
                               " ranks, more than " + str(g) + " x T = " + str(g * budget));
     }
     const CpWorkload w = slot_workload(request, slot);
-    if (Status status = validate_plan(w, slot.plan); !status) {
+    const bool by_rule = plans == PlanCheck::kByRule && slot.compact();
+    if (Status status = by_rule ? validate_plan_shape(w, slot.plan) : validate_plan(w, slot.plan);
+        !status) {
       return invalid_argument(where + ": " + status.message());
     }
     if (slot.plan.shard_len > budget) {

@@ -305,6 +305,31 @@ TEST(HybridConsensus, DivergentScheduleEndsTheJobNamingTheRank) {
   expect_no_orphans(job.marker);
 }
 
+// A plugin whose compact answer (ABI 1.4) names a rule that plans another
+// shape than it stated: the ranks that expand slot 0 refuse it as the
+// plugin's fault before any exchange, the schedule check shares the
+// refusal, and every rank ends with that line and exit 2.
+TEST(HybridFault, CompactAnswerWithABadRuleEndsTheJobNamingTheSlot) {
+  FaultJob job;
+  std::vector<std::string> sets = kHybrid;
+  for (const char* set :
+       {"balancer.plugin=" FULCRUM_BROKEN_COMPACT_PLUGIN, "balancer.schedule.strategy=fixed",
+        "balancer.cp.strategy=contiguous", "balancer.dp.strategy=round_robin"}) {
+    sets.push_back(set);
+  }
+  const ChildResult r = job.train({}, sets);
+  EXPECT_FALSE(r.timed_out) << r;
+  EXPECT_EQ(r.exit_code, 2) << r;
+  EXPECT_TRUE(contains(r.err,
+                       "scheduling step 1 with 'fixed' failed on rank 0: balancer "
+                       "'broken_compact': schedule slot 0 (CP rule 'broken_rule' on "))
+      << r;
+  EXPECT_TRUE(contains(r.err, "the schedule said")) << r;
+  // Every rank stops on the refusing rank's line (the schedule check shares it).
+  EXPECT_TRUE(contains(r.err, "failed with exit status 2 (the same error on ranks ")) << r;
+  expect_no_orphans(job.marker);
+}
+
 // Not a fault but the one input only the workers check: the Gloo interface.
 // Every rank refuses it before the rendezvous, with exit status 2.
 // --- plan consensus -----------------------------------------------------------

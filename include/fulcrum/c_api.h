@@ -47,7 +47,7 @@ extern "C" {
 #endif
 
 #define FULCRUM_ABI_MAJOR 1
-#define FULCRUM_ABI_MINOR 3
+#define FULCRUM_ABI_MINOR 4
 
 /* Bytes of `type` up to the end of `field`: a shipped version's size when
  * `field` is that version's last field. A constant expression in C and C++. */
@@ -197,7 +197,14 @@ typedef struct fulcrum_schedule_request {
   /* ABI 1.3: CostProfile::exchange_overlap, in [0, 1]; a 1.2 host does not
    * send it and it reads as 0 (no overlap: the cost model of ABI 1.2). */
   double exchange_overlap;
+  /* ABI 1.4: FULCRUM_ANSWER_* bits, what the host will take back. A 1.3 host
+   * does not send it and it reads as 0: the full answer. */
+  uint32_t answer_flags;
+  int32_t reserved_v1_4; /* zero */
 } fulcrum_schedule_request;
+
+/* ABI 1.4 answer_flags bits (request and schedule). */
+#define FULCRUM_ANSWER_COMPACT 1 /* slot plans by rule, positions NULL (fulcrum_schedule) */
 
 /* ABI 1.2 group_flags bits. */
 #define FULCRUM_GROUPS_WORLD 1      /* a slot of all W ranks is allowed (with no sizes: alone) */
@@ -234,6 +241,16 @@ typedef struct fulcrum_schedule {
   const char* strategy_used;               /* the scheduler that produced it */
   const char* fallback_reason;             /* NULL when the requested scheduler served */
   void* plugin_data;                       /* the plugin's own bookkeeping */
+  /* ABI 1.4. FULCRUM_ANSWER_COMPACT, set only when the request asked for it
+   * and struct_size covers this field: `positions` is NULL and slot s's plan
+   * is by rule: the plan this plugin's plan_cp answers for the strategy
+   * slot_plan_strategies[s] (then never NULL) on the slot's row (its pieces'
+   * lengths as documents, the request's mask and block size, cp_size = g),
+   * with slot_shard_lens[s] and slot_padding[s] its shape. The host expands
+   * only the slots it runs and refuses a plan that differs from the shape.
+   * 0 (what a 1.3 plugin leaves): the full answer above. */
+  uint32_t answer_flags;
+  int32_t reserved_v1_4; /* zero */
 } fulcrum_schedule;
 
 /* The function table. Static storage in the plugin: valid until dlclose. */
@@ -294,6 +311,9 @@ typedef const fulcrum_plugin_v1* (*fulcrum_get_plugin_fn)(void);
   FULCRUM_STRUCT_SIZE(fulcrum_schedule_request, wave_multiple)
 #define FULCRUM_SCHEDULE_REQUEST_V1_3_SIZE \
   FULCRUM_STRUCT_SIZE(fulcrum_schedule_request, exchange_overlap)
+#define FULCRUM_SCHEDULE_REQUEST_V1_4_SIZE \
+  FULCRUM_STRUCT_SIZE(fulcrum_schedule_request, reserved_v1_4)
+#define FULCRUM_SCHEDULE_V1_4_SIZE FULCRUM_STRUCT_SIZE(fulcrum_schedule, reserved_v1_4)
 
 /* The layout is defined for LP64 targets; these pin every shipped size and
  * the offsets readers rely on. A failure here is an ABI break. */
@@ -356,6 +376,13 @@ FULCRUM_STATIC_ASSERT(FULCRUM_SCHEDULE_REQUEST_V1_3_SIZE == 160,
                       "fulcrum_schedule_request v1.3 moved");
 FULCRUM_STATIC_ASSERT(offsetof(fulcrum_schedule_request, exchange_overlap) == 152,
                       "fulcrum_schedule_request v1.3 moved");
+FULCRUM_STATIC_ASSERT(FULCRUM_SCHEDULE_REQUEST_V1_4_SIZE == 168,
+                      "fulcrum_schedule_request v1.4 moved");
+FULCRUM_STATIC_ASSERT(offsetof(fulcrum_schedule_request, answer_flags) == 160,
+                      "fulcrum_schedule_request v1.4 moved");
+FULCRUM_STATIC_ASSERT(FULCRUM_SCHEDULE_V1_4_SIZE == 128, "fulcrum_schedule v1.4 moved");
+FULCRUM_STATIC_ASSERT(offsetof(fulcrum_schedule, answer_flags) == 120,
+                      "fulcrum_schedule v1.4 moved");
 FULCRUM_STATIC_ASSERT(offsetof(fulcrum_schedule, slot_rank_offsets) == 8,
                       "fulcrum_schedule v1.1 moved");
 FULCRUM_STATIC_ASSERT(offsetof(fulcrum_schedule, slot_waves) == 56, "fulcrum_schedule v1.1 moved");

@@ -159,6 +159,10 @@ inline Result<ScheduleRequest> schedule_request_from_c(const fulcrum_schedule_re
   if (FULCRUM_HAS_FIELD(fulcrum_schedule_request, exchange_overlap, req.struct_size)) {
     p.exchange_overlap = req.exchange_overlap;
   }
+  // ABI 1.4: a 1.3 host sends no answer flags; it takes the full answer.
+  if (FULCRUM_HAS_FIELD(fulcrum_schedule_request, reserved_v1_4, req.struct_size)) {
+    r.compact = (req.answer_flags & FULCRUM_ANSWER_COMPACT) != 0;
+  }
   return r;
 }
 
@@ -367,8 +371,22 @@ class PluginAdapter {
       }
       auto request = schedule_request_from_c(*req);
       if (!request) return fail(inst, request.status());
+      // The compact answer only where the host's struct holds the flag
+      // that says so.
+      request->compact =
+          request->compact && FULCRUM_HAS_FIELD(fulcrum_schedule, reserved_v1_4, out->struct_size);
       auto result = inst->balancer->schedule(req->strategy, *request);
       if (!result) return fail(inst, result.status());
+      std::size_t by_rule = 0;
+      for (const ScheduleSlot& slot : result->slots) by_rule += slot.compact() ? 1 : 0;
+      const bool compact = by_rule > 0 && by_rule == result->slots.size();
+      if (by_rule > 0 && !(compact && request->compact)) {
+        return fail(inst, internal_error("scheduler " + quote_text(req->strategy) + " left " +
+                                         std::to_string(by_rule) + " of " +
+                                         std::to_string(result->slots.size()) +
+                                         " slot plans without positions; a compact answer needs "
+                                         "every slot by rule and a host that asked for one"));
+      }
       auto buffers = std::make_unique<ScheduleBuffers>();
       ScheduleBuffers& b = *buffers;
       for (ScheduleSlot& slot : result->slots) {
@@ -401,10 +419,13 @@ class PluginAdapter {
       out->slot_waves = b.waves.data();
       out->slot_shard_lens = b.shard_lens.data();
       out->slot_padding = b.padding.data();
-      out->positions = b.positions.data();
+      out->positions = compact ? nullptr : b.positions.data();
       out->slot_plan_strategies = b.plan_strategies_c.data();
       out->strategy_used = b.strategy_used.c_str();
       out->fallback_reason = b.fallback_reason.empty() ? nullptr : b.fallback_reason.c_str();
+      if (FULCRUM_HAS_FIELD(fulcrum_schedule, reserved_v1_4, out->struct_size)) {
+        out->answer_flags = compact ? FULCRUM_ANSWER_COMPACT : 0;
+      }
       out->plugin_data = buffers.release();
       return FULCRUM_OK;
     });
@@ -430,6 +451,7 @@ class PluginAdapter {
     out->strategy_used = nullptr;
     out->fallback_reason = nullptr;
     out->plugin_data = nullptr;
+    if (FULCRUM_HAS_FIELD(fulcrum_schedule, reserved_v1_4, out->struct_size)) out->answer_flags = 0;
   }
 
   static const char* last_error(void* instance) noexcept {

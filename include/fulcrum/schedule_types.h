@@ -60,6 +60,12 @@ struct ScheduleRequest {
   std::int32_t cp_size = 0;                     // for `fixed` only: its CP group size; 0 = choose
   CostProfile profile;
   GroupShapes group_shapes;  // ABI 1.2; the default restricts nothing
+  // ABI 1.4: the caller takes a compact answer (docs/PLUGIN_ABI.md): a
+  // scheduler may then leave a slot's plan.positions (and work) empty, its
+  // plan then by rule: cp_size, shard_len, padding and strategy_used are
+  // set, and the positions are exactly what the CP strategy strategy_used
+  // plans for slot_workload(request, slot). A scheduler may ignore it.
+  bool compact = false;
 };
 
 // A run of one document placed in a slot: tokens [offset, offset + length) of
@@ -76,6 +82,8 @@ struct ScheduleSlot {
   std::vector<DocPiece> pieces;     // packed in this order into the slot's row
   std::int32_t wave = 0;
   ShardPlan plan;  // over the row of the pieces' lengths, cp_size == g
+  // A plan by rule (ScheduleRequest::compact): its positions not written.
+  bool compact() const { return plan.positions.empty(); }
 };
 
 struct Schedule {

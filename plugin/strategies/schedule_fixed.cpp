@@ -12,7 +12,16 @@ Result<Schedule> decide_fixed(const ScheduleRequest& request) {
 }
 
 Status plan_fixed(const ScheduleRequest& request, Schedule& schedule) {
-  return plan_fixed_slots(request, schedule, &cp::plan_auto);
+  if (Status status = plan_fixed_slots(request, schedule, &cp::plan_auto); !status) return status;
+  // A compact answer names each plan by the rule that gives it again: auto
+  // (whose strategy_used may name a planner with no registry entry of its
+  // own, balanced_token), or contiguous where auto needed more than T.
+  if (request.compact) {
+    for (ScheduleSlot& slot : schedule.slots) {
+      if (slot.plan.fallback_reason.empty()) slot.plan.strategy_used = "auto";
+    }
+  }
+  return Status::ok();
 }
 
 }  // namespace fulcrum

@@ -524,6 +524,8 @@ Status plan_hybrid(const ScheduleRequest& request, Schedule& schedule) {
   double step = 0;
   if (Status status = plan_hybrid_compact(request, schedule, step); !status) return status;
   if (Status status = keep_fastest_of_baselines(request, schedule, step); !status) return status;
+  // A compact answer's plans stay by rule; the host expands its own slots.
+  if (request.compact) return Status::ok();
   return expand_hybrid_plans(request, schedule);
 }
 

@@ -1,6 +1,7 @@
 // The table of schedulers and name lookup.
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
@@ -56,6 +57,21 @@ Result<Schedule> run_schedule_strategy(std::string_view name, const ScheduleRequ
     if (Status status = validate_schedule(request, *schedule); !status) {
       return unsupported(std::string(it->name) +
                          " cannot keep the request's group_shapes: " + status.message());
+    }
+  }
+  // A compact answer (ABI 1.4): every slot's plan by its rule. Each plan
+  // here is what the CP strategy it names plans for the slot's row (the
+  // property test expands every scheduler's through plan_cp), so the
+  // positions a planner wrote anyway are dropped, not sent.
+  if (request.compact) {
+    for (ScheduleSlot& slot : schedule->slots) {
+      slot.plan.positions = {};
+      slot.plan.work = {};
+      // hybrid's compact plans state no padding; every plan's is the
+      // entries its row's tokens leave.
+      std::int64_t row = 0;
+      for (const DocPiece& piece : slot.pieces) row += piece.length;
+      slot.plan.padding = slot.plan.shard_len * slot.plan.cp_size - row;
     }
   }
   return schedule;

@@ -1,4 +1,4 @@
-"""ctypes mirror of include/fulcrum/c_api.h (ABI 1.1).
+"""ctypes mirror of include/fulcrum/c_api.h (ABI 1.4).
 
 Only the layout lives here; ownership rules are the header's and are applied
 in balancer.py. The function table is read in two steps: its header
@@ -11,7 +11,7 @@ package and a newer plugin's extra functions simply go unused.
 import ctypes
 
 ABI_MAJOR = 1
-ABI_MINOR = 3
+ABI_MINOR = 4
 PLUGIN_ENTRY = "fulcrum_get_plugin"
 
 # fulcrum_status
@@ -118,7 +118,7 @@ class DpResult(ctypes.Structure):
 
 class ScheduleRequest(ctypes.Structure):
     """fulcrum_schedule_request (ABI 1.1; group_* and wave_multiple ABI 1.2;
-    exchange_overlap ABI 1.3)."""
+    exchange_overlap ABI 1.3; answer_flags ABI 1.4)."""
 
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
@@ -145,6 +145,8 @@ class ScheduleRequest(ctypes.Structure):
         ("group_flags", ctypes.c_int32),
         ("wave_multiple", ctypes.c_int32),
         ("exchange_overlap", ctypes.c_double),
+        ("answer_flags", ctypes.c_uint32),
+        ("reserved_v1_4", ctypes.c_int32),
     ]
 
 
@@ -153,13 +155,17 @@ GROUPS_WORLD = 1
 GROUPS_ALIGNED = 2
 GROUPS_EVERY_WAVE = 4
 
+# ABI 1.4 answer_flags bit (c_api.h FULCRUM_ANSWER_COMPACT): slot plans by
+# rule, positions NULL.
+ANSWER_COMPACT = 1
+
 
 c_int32_p = ctypes.POINTER(ctypes.c_int32)
 
 
 class ScheduleAnswer(ctypes.Structure):
-    """fulcrum_schedule (ABI 1.1): flat arrays owned by the plugin until
-    release_schedule."""
+    """fulcrum_schedule (ABI 1.1; answer_flags ABI 1.4): flat arrays owned by
+    the plugin until release_schedule."""
 
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
@@ -178,6 +184,8 @@ class ScheduleAnswer(ctypes.Structure):
         ("strategy_used", ctypes.c_void_p),
         ("fallback_reason", ctypes.c_void_p),
         ("plugin_data", ctypes.c_void_p),
+        ("answer_flags", ctypes.c_uint32),
+        ("reserved_v1_4", ctypes.c_int32),
     ]
 
 

@@ -344,17 +344,28 @@ class ScheduleSlot:
     docs: np.ndarray
     offsets: np.ndarray
     lengths: np.ndarray
-    positions: np.ndarray
+    positions: Optional[np.ndarray]
     padding: int
     plan: Optional[str]
+    # A compact answer's slot (ABI 1.4) that was not expanded: positions is
+    # None, ``plan`` its rule and this its shard length.
+    rule_shard_len: Optional[int] = None
 
     @property
     def tokens(self):
         return int(self.lengths.sum())
 
     @property
+    def compact(self):
+        """Whether the plan is by rule, its positions not written."""
+        return self.positions is None
+
+    @property
     def rank_tokens(self):
         """Real tokens each member holds."""
+        if self.positions is None:
+            raise FulcrumError("invalid_argument", f"slot {self.slot}'s plan is by rule "
+                               f"({self.plan!r}); expand it (Balancer.expand_slots) first")
         return (self.positions >= 0).sum(axis=1)
 
     def to_json(self, positions=False):
@@ -531,6 +542,9 @@ def check_schedule(schedule, name):
                                    f"{o}, length {n}), which is not in the batch")
             placed.append((d, o, n))
         row = s.tokens
+        if s.compact:
+            _check_plan_by_rule(s, row, budget, bad)
+            continue
         flat = s.positions.reshape(-1)
         if s.positions.shape[0] != g or flat.size < row:
             raise FulcrumError("internal", bad + f"{where}'s plan does not hold its {row} "
@@ -552,3 +566,18 @@ def check_schedule(schedule, name):
         raise FulcrumError("internal", bad + "its pieces do not cover the batch exactly once "
                            "(a document missing, placed twice, or cut elsewhere than at "
                            "multiples of W x T)")
+
+
+def _check_plan_by_rule(s, row, budget, bad):
+    """A compact answer's slot judged without positions: its rule named, its
+    shard holding the row within the budget, its padding the rest."""
+    g, n = s.group.size, s.rule_shard_len
+    where = f"slot {s.slot}"
+    if not s.plan:
+        raise FulcrumError("internal", bad + f"{where}'s plan is by rule but names no rule")
+    if n is None or n * g < row or n > budget:
+        raise FulcrumError("internal", bad + f"{where}'s shard length {n} does not hold its "
+                           f"{row} tokens on {g} ranks within the budget of {budget}")
+    if n * g - row != s.padding:
+        raise FulcrumError("internal", bad + f"{where} says {s.padding} pad positions but "
+                           f"its shape leaves {n * g - row}")

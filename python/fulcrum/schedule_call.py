@@ -3,6 +3,7 @@
 checked as the host checks a schedule."""
 
 import ctypes
+import dataclasses
 import time
 
 import numpy as np
@@ -23,7 +24,7 @@ class Scheduling:
     """Balancer.schedule and the copy of its answer; a part of Balancer."""
 
     def schedule(self, strategy="hybrid", *, world, max_tokens_per_rank, doc_lengths, profile,
-                 mask="causal", block_size=128, cp=0, group_shapes=None):
+                 mask="causal", block_size=128, cp=0, group_shapes=None, compact_rank=None):
         """Places one global batch of documents on ``world`` ranks (the ABI 1.1
         schedule hook; docs/HYBRID.md). ``profile`` is a schedule.CostProfile,
         a dict of its fields, a bundled profile's name (h100_7b, h100_7b_fa3,
@@ -35,7 +36,10 @@ class Scheduling:
         host serves its built-in fixed schedule there, a Python caller
         decides. ``group_shapes`` (a schedule.GroupShapes, ABI 1.2)
         restricts the groups; a plugin older than 1.2 would not see it, so
-        it raises 'unsupported' there."""
+        it raises 'unsupported' there. ``compact_rank`` (ABI 1.4): ask for
+        the compact answer and write the positions of that rank's slots only
+        (expand_slots); the others keep positions None and their rule. A
+        plugin older than 1.4 answers in full, which is returned as it is."""
         world = _c_int(world, "world", _INT32)
         budget = _c_int(max_tokens_per_rank, "max_tokens_per_rank", _INT64)
         block_size = _c_int(block_size, "block_size", _INT64)
@@ -70,9 +74,16 @@ class Scheduling:
                                f"{self.abi_version[0]}.{self.abi_version[1]}) cannot restrict "
                                "group shapes; load a plugin of ABI 1.2 or later")
 
+        if compact_rank is not None:
+            compact_rank = _c_int(compact_rank, "compact_rank", _INT32)
+            if not 0 <= compact_rank < world:
+                raise FulcrumError("invalid_argument", f"compact_rank is {compact_rank}; give a "
+                                   f"rank in [0, {world})")
+
         lent = _Lent()
         request = _schedule_request(lent, strategy, world, budget, docs, mask, cp, block_size,
-                                    profile, group_shapes if shaped else None)
+                                    profile, group_shapes if shaped else None,
+                                    compact_rank is not None)
         (used, reason, slots), elapsed_us = self._call_schedule(request, lent, world, budget,
                                                                 docs, strategy)
         result = schedule_model.Schedule(
@@ -81,13 +92,46 @@ class Scheduling:
         schedule_model.check_schedule(result, self.name)
         if shaped:
             schedule_model.check_group_shapes(result, group_shapes, self.name)
+        if compact_rank is not None:
+            result = self.expand_slots(result, compact_rank, mask=mask, block_size=block_size)
         return result
+
+    def expand_slots(self, schedule, rank=None, *, mask="causal", block_size=128):
+        """``schedule`` with the plans by rule of ``rank``'s slots (every slot:
+        None) written, each the plan this plugin's plan_cp gives for the
+        slot's rule on its row (its pieces as documents; ``mask`` and
+        ``block_size`` those the schedule was asked with), which must hold
+        the shape the answer stated: FulcrumError 'internal' naming the
+        plugin, the slot and its rule otherwise."""
+        slots = []
+        for s in schedule.slots:
+            if s.compact and (rank is None or rank in s.group.tolist()):
+                s = self._expand_slot(schedule, s, mask, block_size)
+            slots.append(s)
+        return dataclasses.replace(schedule, slots=slots)
+
+    def _expand_slot(self, schedule, s, mask, block_size):
+        bad = (f"plugin {self.name!r} scheduler {schedule.used!r}: slot {s.slot} (CP rule "
+               f"{s.plan!r} on {s.group.size} rank{'s' if s.group.size > 1 else ''}) ")
+        try:
+            plan = self.plan_cp(s.plan, cp=int(s.group.size), doc_lengths=s.lengths,
+                                block_size=block_size, mask=mask, fallback=None)
+        except FulcrumError as e:
+            raise FulcrumError("internal", bad + f"cannot be expanded: {e}") from None
+        for what, said, got in (("shard_len", s.rule_shard_len, plan.shard_len),
+                                ("padding", s.padding, plan.padding)):
+            if said != got:
+                raise FulcrumError("internal", bad + f"expanded to a plan with {what} {got}, "
+                                   f"the schedule said {said}")
+        return dataclasses.replace(s, positions=plan.positions.copy(), plan=plan.used,
+                                   rule_shard_len=None)
 
     def _call_schedule(self, request, lent, world, budget, docs, strategy):
         """The schedule hook called under the lock and its answer copied and
         released; ((used, reason, slots), microseconds)."""
         answer = _abi.ScheduleAnswer()
         answer.struct_size = ctypes.sizeof(answer)
+        compact_asked = bool(request.answer_flags & _abi.ANSWER_COMPACT)
         start = time.perf_counter_ns()
         with self._lock:
             instance = self._live_instance()
@@ -96,7 +140,8 @@ class Scheduling:
                 self._check_lent(lent, "scheduler", strategy)
                 if status != _abi.OK:
                     raise self._failure(status, strategy)
-                copied = self._copy_schedule(answer, world, budget, docs, strategy)
+                copied = self._copy_schedule(answer, world, budget, docs, strategy,
+                                             compact_asked)
             finally:
                 # Exactly once for every FULCRUM_OK, however the copy ended.
                 if status == _abi.OK:
@@ -104,7 +149,7 @@ class Scheduling:
         elapsed_us = (time.perf_counter_ns() - start) / 1000.0
         return copied, elapsed_us
 
-    def _copy_schedule(self, answer, world, budget, docs, strategy):
+    def _copy_schedule(self, answer, world, budget, docs, strategy, compact_asked=False):
         """Copies the plugin's flat arrays into per-slot NumPy arrays, checking
         every count before it is used as a length, against what the batch
         allows: no more slots than pieces, no shard longer than the batch
@@ -113,6 +158,14 @@ class Scheduling:
         # A document longer than W x T is cut in pieces of W x T.
         num_pieces = sum(-(-length // (world * budget)) for length in docs.tolist())
         batch_tokens = sum(docs.tolist())
+        flags = answer.answer_flags
+        if flags & ~_abi.ANSWER_COMPACT or (flags and not compact_asked):
+            raise FulcrumError("internal", bad + f"answer_flags {flags} is not an answer this "
+                               "call asked for")
+        compact = bool(flags)
+        if compact and answer.positions:
+            raise FulcrumError("internal", bad + "a compact answer with positions; its plans are "
+                               "by rule and positions must be NULL")
         count = answer.num_slots
         if count < 0 or count > min(_MAX_SLOTS, num_pieces):
             raise FulcrumError("internal", bad + f"num_slots is {count}, outside [0, "
@@ -149,8 +202,12 @@ class Scheduling:
             raise FulcrumError("internal", bad + "a slot's shard length is out of range [0, "
                                f"{batch_tokens + budget}] (the batch plus the budget)")
         position_ends = np.concatenate(([0], np.cumsum(sizes * shard_lens)))
-        positions = copy(answer.positions, int(position_ends[-1]), np.int64, "positions")
+        positions = None if compact else copy(answer.positions, int(position_ends[-1]), np.int64,
+                                              "positions")
         plans = [None] * count
+        if compact and count and not answer.slot_plan_strategies:
+            raise FulcrumError("internal", bad + "a compact answer needs slot_plan_strategies, "
+                               "and it is null")
         if answer.slot_plan_strategies and count:
             raw = (ctypes.c_void_p * count).from_address(_address(answer.slot_plan_strategies))
             plans = [self._answer_text(p, _MAX_NAME_BYTES, bad, f"slot_plan_strategies[{s}]")
@@ -163,19 +220,22 @@ class Scheduling:
                 slot=s, group=ranks[rank_offsets[s]:rank_offsets[s + 1]].copy(),
                 wave=int(waves[s]), docs=piece_docs[p0:p1].copy(),
                 offsets=piece_starts[p0:p1].copy(), lengths=piece_lengths[p0:p1].copy(),
-                positions=positions[position_ends[s]:position_ends[s + 1]].reshape(g, n).copy(),
-                padding=int(padding[s]), plan=plans[s]))
+                positions=None if compact else
+                positions[position_ends[s]:position_ends[s + 1]].reshape(g, n).copy(),
+                padding=int(padding[s]), plan=plans[s], rule_shard_len=n if compact else None))
         used = self._answer_text(answer.strategy_used, _MAX_NAME_BYTES, bad, "strategy_used")
         reason = self._answer_text(answer.fallback_reason, _MAX_TEXT_BYTES, bad, "fallback_reason")
         return used, reason, slots
 
 
-def _schedule_request(lent, strategy, world, budget, docs, mask, cp, block_size, profile, shapes):
+def _schedule_request(lent, strategy, world, budget, docs, mask, cp, block_size, profile, shapes,
+                      compact=False):
     """The fulcrum_schedule_request of a checked call, its arrays and text
     lent through ``lent``; ``shapes`` None when the groups are not
-    restricted."""
+    restricted; ``compact``: the compact answer asked for (ABI 1.4)."""
     request = _abi.ScheduleRequest()
     request.struct_size = ctypes.sizeof(request)
+    request.answer_flags = _abi.ANSWER_COMPACT if compact else 0
     if shapes is not None:
         request.group_sizes = shapes.mask()
         request.group_flags = ((_abi.GROUPS_WORLD if shapes.world else 0)

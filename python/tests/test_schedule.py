@@ -252,7 +252,7 @@ def test_the_v1_1_layout_is_pinned():
     assert _abi.field_end(_abi.ScheduleRequest, "reserved0") == 136
     assert _abi.ScheduleRequest.tile_seconds.offset == 72
     assert _abi.ScheduleRequest.ranks_per_node.offset == 128
-    assert ctypes.sizeof(_abi.ScheduleAnswer) == 120
+    assert _abi.field_end(_abi.ScheduleAnswer, "plugin_data") == 120
     assert _abi.ScheduleAnswer.slot_waves.offset == 56
     assert _abi.ScheduleAnswer.strategy_used.offset == 96
 
@@ -264,9 +264,15 @@ def test_the_v1_2_group_shapes_layout_is_pinned():
 
 
 def test_the_v1_3_exchange_overlap_layout_is_pinned():
-    assert ctypes.sizeof(_abi.ScheduleRequest) == 160
     assert _abi.ScheduleRequest.exchange_overlap.offset == 152
     assert _abi.field_end(_abi.ScheduleRequest, "exchange_overlap") == 160
+
+
+def test_the_v1_4_compact_answer_layout_is_pinned():
+    assert _abi.ScheduleRequest.answer_flags.offset == 160
+    assert ctypes.sizeof(_abi.ScheduleRequest) == 168
+    assert _abi.ScheduleAnswer.answer_flags.offset == 120
+    assert ctypes.sizeof(_abi.ScheduleAnswer) == 128
 
 
 def test_a_v1_0_table_plans_but_has_no_scheduler(plugin_path):
@@ -452,3 +458,41 @@ def test_compatibility_plugins(test_plugins):
         assert newer.abi_version[1] > _abi.ABI_MINOR and newer._table.struct_size > 120
         assert newer.schedule_strategies == []
         assert newer.plan_cp("contiguous", cp=2, tokens=10).tokens == 10
+
+
+# -- the compact answer (ABI 1.4) ------------------------------------------------
+
+def test_each_ranks_compact_expansion_is_the_full_answer(balancer):
+    rng = random.Random(1126)
+    for _ in range(6):
+        world, budget, block, docs, mask = random_batch(rng)
+        for name in balancer.schedule_strategies:
+            args = dict(world=world, max_tokens_per_rank=budget, doc_lengths=docs,
+                        profile=PROFILE, mask=mask, block_size=block)
+            full = balancer.schedule(name, **args)
+            for rank in range(world):
+                mine = balancer.schedule(name, compact_rank=rank, **args)
+                assert len(mine.slots) == len(full.slots)
+                for a, b in zip(mine.slots, full.slots):
+                    assert a.group.tolist() == b.group.tolist() and a.wave == b.wave
+                    assert a.compact == (rank not in a.group.tolist())
+                    if not a.compact:
+                        assert np.array_equal(a.positions, b.positions), (name, rank, a.slot)
+                        assert a.plan == b.plan
+            whole = balancer.expand_slots(balancer.schedule(name, compact_rank=0, **args),
+                                          mask=mask, block_size=block)
+            schedule_model.check_schedule(whole, balancer.name)
+            assert all(np.array_equal(a.positions, b.positions)
+                       for a, b in zip(whole.slots, full.slots))
+
+
+def test_a_compact_slot_has_no_positions_to_count(balancer):
+    schedule = balancer.schedule("hybrid", world=4, max_tokens_per_rank=100,
+                                 doc_lengths=[90, 80, 70, 60, 50], profile=PROFILE,
+                                 compact_rank=3)
+    unexpanded = [s for s in schedule.slots if s.compact]
+    assert unexpanded and all(s.positions is None and s.rule_shard_len for s in unexpanded)
+    refused(lambda: unexpanded[0].rank_tokens, "invalid_argument", "by rule", "expand_slots")
+    refused(lambda: balancer.schedule("fixed", world=4, max_tokens_per_rank=100,
+                                      doc_lengths=[350], profile=PROFILE, compact_rank=4),
+            "invalid_argument", "compact_rank is 4")

@@ -20,6 +20,7 @@
 
 #include "cli_common.h"
 #include "commands.h"
+#include "fulcrum/core/compact_schedule.h"
 #include "fulcrum/core/cost_profile.h"
 #include "fulcrum/core/schedule.h"
 #include "fulcrum/core/workload.h"
@@ -123,22 +124,28 @@ Scheduled schedule_with(LoadBalancer& balancer, const std::string& requested,
   Scheduled out;
   out.requested = requested;
   out.repeats = repeats_for(request);
-  out.time_us = median_time_us(out.repeats, [&](int i) {
-    Result<Schedule> schedule = balancer.schedule(requested, request);
-    if (!schedule) {
-      // The caller's choices (a name, a --cp) that the scheduler cannot
-      // serve are bad input like a malformed batch; so is a plugin that
-      // broke the ABI's contract (the message names it).
-      const StatusCode code = schedule.status().code();
-      if (code == StatusCode::kInvalidArgument || code == StatusCode::kNotFound ||
-          code == StatusCode::kUnsupported || code == StatusCode::kPluginFault) {
-        throw UsageError(schedule.status().message());
-      }
-      throw std::runtime_error("scheduling with " + quote_text(requested) +
-                               " failed: " + schedule.status().message());
+  // The caller's choices (a name, a --cp) that the scheduler cannot serve
+  // are bad input like a malformed batch; so is a plugin that broke the
+  // ABI's contract (the message names it).
+  const auto refuse = [&](const Status& status) {
+    const StatusCode code = status.code();
+    if (code == StatusCode::kInvalidArgument || code == StatusCode::kNotFound ||
+        code == StatusCode::kUnsupported || code == StatusCode::kPluginFault) {
+      throw UsageError(status.message());
     }
+    throw std::runtime_error("scheduling with " + quote_text(requested) +
+                             " failed: " + status.message());
+  };
+  // The compact answer, as a training rank gets it (ABI 1.4); the report
+  // prices every slot, so every slot is then expanded (untimed).
+  ScheduleRequest compact = request;
+  compact.compact = true;
+  out.time_us = median_time_us(out.repeats, [&](int i) {
+    Result<Schedule> schedule = balancer.schedule(requested, compact);
+    if (!schedule) refuse(schedule.status());
     if (i == 0) out.schedule = std::move(schedule).value();
   });
+  if (Status s = expand_slots_of_rank(request, out.schedule, -1, balancer); !s) refuse(s);
   out.cost = evaluate_schedule(request, out.schedule);
   out.lower_bound = step_time_lower_bound(request);
   return out;

@@ -94,7 +94,12 @@ class PluginBalancer final : public LoadBalancer {
   // Copies what the plugin owns into host memory, checking only what the
   // copy itself needs; validate_schedule judges the rest.
   Status copy_schedule(const fulcrum_schedule& answer, const ScheduleRequest& request,
-                       const std::string& strategy, Schedule& schedule) const;
+                       const std::string& strategy, bool compact, Schedule& schedule) const;
+
+  // Whether the plugin's answer is compact (ABI 1.4), refused when the
+  // flags break the contract.
+  Result<bool> answer_is_compact(const fulcrum_schedule& answer, const ScheduleRequest& request,
+                                 const std::string& strategy) const;
 
   // What a copied schedule may hold, from its request: bounds on every read.
   struct ScheduleBounds {
@@ -102,6 +107,7 @@ class PluginBalancer final : public LoadBalancer {
     std::int64_t world;         // ranks in the job
     std::int64_t batch_tokens;  // tokens in the batch
     std::int64_t budget;        // max_tokens_per_rank
+    bool compact;               // plans by rule: no positions to copy
   };
   Status copy_slot(const fulcrum_schedule& answer, std::size_t s, const ScheduleBounds& bounds,
                    const std::string& strategy, const std::string& bad, std::int64_t& position_at,

@@ -41,7 +41,7 @@ Result<Schedule> PluginBalancer::schedule(std::string_view strategy,
 
   LentMemory lent;
   fulcrum_schedule_request c_request{};
-  c_request.struct_size = FULCRUM_SCHEDULE_REQUEST_V1_3_SIZE;
+  c_request.struct_size = FULCRUM_SCHEDULE_REQUEST_V1_4_SIZE;
   c_request.world_size = request.world_size;
   c_request.max_tokens_per_rank = request.max_tokens_per_rank;
   c_request.doc_lengths = lent.lend("doc_lengths", request.doc_lengths);
@@ -70,23 +70,34 @@ Result<Schedule> PluginBalancer::schedule(std::string_view strategy,
                           (shapes.aligned ? FULCRUM_GROUPS_ALIGNED : 0) |
                           (shapes.every_wave ? FULCRUM_GROUPS_EVERY_WAVE : 0);
   c_request.wave_multiple = shapes.wave_multiple;
+  // ABI 1.4: a 1.3 plugin does not see the flag and answers in full, which
+  // the host takes as before.
+  c_request.answer_flags = request.compact ? FULCRUM_ANSWER_COMPACT : 0;
   lent.watch("fulcrum_schedule_request", c_request);
 
   Schedule schedule;
+  bool compact = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     fulcrum_schedule answer{};
-    answer.struct_size = FULCRUM_SCHEDULE_V1_1_SIZE;
+    answer.struct_size = FULCRUM_SCHEDULE_V1_4_SIZE;
     const fulcrum_status status = table_->schedule(instance_.get(), &c_request, &answer);
     std::optional<ScheduleRelease> release;
     if (status == FULCRUM_OK) release.emplace(table_, instance_.get(), &answer);
     if (Status s = check_lent(lent, "scheduler", name); !s) return s;
     if (status != FULCRUM_OK) return plugin_failure(status, name);
-    if (Status s = copy_schedule(answer, request, name, schedule); !s) {
+    Result<bool> by_rule = answer_is_compact(answer, request, name);
+    if (!by_rule) return with_fix(by_rule.status(), "schedulers");
+    compact = *by_rule;
+    if (Status s = copy_schedule(answer, request, name, compact, schedule); !s) {
       return with_fix(s, "schedulers");
     }
   }
-  if (Status s = validate_schedule(request, schedule); !s) {
+  // A compact answer's plans are judged by their shape here, and in full by
+  // the rank that expands them (fulcrum/core/compact_schedule.h).
+  if (Status s = validate_schedule(request, schedule,
+                                   compact ? PlanCheck::kByRule : PlanCheck::kPositions);
+      !s) {
     return with_fix(plugin_fault("plugin '" + name_ + "' scheduler " + quote_text(name) +
                                  " returned an invalid schedule: " + s.message()),
                     "schedulers");
@@ -131,7 +142,8 @@ Result<Schedule> PluginBalancer::host_fixed_schedule(const std::string& requeste
 // so that no array is read past what a valid schedule could hold.
 // validate_schedule judges the rest.
 Status PluginBalancer::copy_schedule(const fulcrum_schedule& answer, const ScheduleRequest& request,
-                                     const std::string& strategy, Schedule& schedule) const {
+                                     const std::string& strategy, bool compact,
+                                     Schedule& schedule) const {
   const std::string bad = "plugin '" + name_ + "' scheduler " + quote_text(strategy) +
                           " returned an invalid schedule: ";
   const auto num_pieces = static_cast<std::int64_t>(schedule_pieces(request).size());
@@ -156,7 +168,13 @@ Status PluginBalancer::copy_schedule(const fulcrum_schedule& answer, const Sched
     return plugin_fault(bad + "its offset arrays do not start at 0");
   }
   schedule.slots.resize(slots);
-  const ScheduleBounds bounds{num_pieces, world, batch_tokens, request.max_tokens_per_rank};
+  if (compact && slots > 0 && answer.slot_plan_strategies == nullptr) {
+    return plugin_fault(bad +
+                        "a compact answer needs slot_plan_strategies, the rule of every "
+                        "slot's plan, and it is null");
+  }
+  const ScheduleBounds bounds{num_pieces, world, batch_tokens, request.max_tokens_per_rank,
+                              compact};
   std::int64_t position_at = 0;
   for (std::size_t s = 0; s < slots; ++s) {
     if (Status st = copy_slot(answer, s, bounds, strategy, bad, position_at, schedule.slots[s]);
@@ -230,16 +248,27 @@ Status PluginBalancer::copy_slot(const fulcrum_schedule& answer, std::size_t s,
   slot.plan.shard_len = shard_len;
   slot.plan.padding = answer.slot_padding[s];
   const std::int64_t entries = shard_len * g;
-  if (entries > 0 && answer.positions == nullptr) {
+  if (bounds.compact) {
+    // By rule: the positions stay unwritten until a member expands them;
+    // the plan's rule is required below.
+  } else if (entries > 0 && answer.positions == nullptr) {
     return plugin_fault(bad + where + "positions is null with shard_len " +
                         std::to_string(shard_len));
   }
-  slot.plan.positions.assign(answer.positions + position_at,
-                             answer.positions + position_at + entries);
-  position_at += entries;
+  if (!bounds.compact) {
+    slot.plan.positions.assign(answer.positions + position_at,
+                               answer.positions + position_at + entries);
+    position_at += entries;
+  }
   const char* plan_strategy =
       answer.slot_plan_strategies != nullptr ? answer.slot_plan_strategies[s] : nullptr;
   slot.plan.strategy_used = strategy;
+  if (bounds.compact && plan_strategy == nullptr) {
+    return plugin_fault(bad + where +
+                        "a compact answer's slot names no CP rule "
+                        "(slot_plan_strategies[" +
+                        std::to_string(s) + "] is null)");
+  }
   if (plan_strategy != nullptr) {
     Result<std::string> used = answer_text(plan_strategy, kMaxNameBytes, bad + where,
                                            "slot_plan_strategies[" + std::to_string(s) + "]");
@@ -247,6 +276,28 @@ Status PluginBalancer::copy_slot(const fulcrum_schedule& answer, std::size_t s,
     slot.plan.strategy_used = std::move(used).value();
   }
   return Status::ok();
+}
+
+// Whether the answer is compact (ABI 1.4): only when the request asked, the
+// flag is one this host knows and positions is NULL as the flag says.
+Result<bool> PluginBalancer::answer_is_compact(const fulcrum_schedule& answer,
+                                               const ScheduleRequest& request,
+                                               const std::string& strategy) const {
+  const std::string bad = "plugin '" + name_ + "' scheduler " + quote_text(strategy) +
+                          " returned an invalid schedule: ";
+  const std::uint32_t flags = answer.answer_flags;
+  if ((flags & ~std::uint32_t{FULCRUM_ANSWER_COMPACT}) != 0 || (flags != 0 && !request.compact)) {
+    return plugin_fault(bad + "answer_flags " + std::to_string(flags) +
+                        (request.compact ? " holds bits this host does not know"
+                                         : " marks a compact answer the host did not ask for"));
+  }
+  const bool compact = flags != 0;
+  if (compact && answer.positions != nullptr) {
+    return plugin_fault(bad +
+                        "a compact answer (FULCRUM_ANSWER_COMPACT) with positions; "
+                        "its plans are by rule and positions must be NULL");
+  }
+  return compact;
 }
 
 }  // namespace fulcrum::host::detail

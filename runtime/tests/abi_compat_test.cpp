@@ -308,6 +308,61 @@ TEST(AbiCompatTest, TodaysSchedulerServesANewerHostAndRefusesShortStructs) {
   EXPECT_HAS(t.last_error(instance), "schedule struct_size 112 is smaller than the v1.1 size 120");
 }
 
+// ABI 1.4's compact answer in both directions. A 1.3 host sends a 160-byte
+// request and a 120-byte answer: whatever lies past them (here the compact
+// flag) is not the plugin's to read or write, so it answers in full. A 1.4
+// host that asks gets positions NULL and the flag set.
+TEST(AbiCompatTest, TodaysSchedulerAnswersA13HostInFullAndA14HostCompactly) {
+  RawPlugin plugin;
+  ASSERT_NE(plugin.table(), nullptr) << dlerror();
+  const fulcrum_plugin_v1& t = *plugin.table();
+  EXPECT_EQ(t.abi_minor, 4);
+  void* instance = plugin.create(nullptr);
+  ASSERT_NE(instance, nullptr);
+  const CostProfile profile = builtin_cost_profile("h100_7b").value();
+  const std::int64_t docs[] = {2500, 1800, 900, 700, 400};
+  fulcrum_schedule_request request{};
+  request.world_size = 4;
+  request.max_tokens_per_rank = 1000;
+  request.doc_lengths = docs;
+  request.num_docs = 5;
+  request.block_size = 64;
+  request.strategy = "hybrid";
+  request.tile_seconds = profile.tile_seconds;
+  request.token_seconds = profile.token_seconds;
+  request.slot_seconds = profile.slot_seconds;
+  request.kv_bytes_per_token = profile.kv_bytes_per_token;
+  request.intra_node_bytes_per_second = profile.intra_node_bytes_per_second;
+  request.inter_node_bytes_per_second = profile.inter_node_bytes_per_second;
+  request.latency_seconds = profile.latency_seconds;
+  request.ranks_per_node = profile.ranks_per_node;
+  request.answer_flags = FULCRUM_ANSWER_COMPACT;  // past a 1.3 host's struct: not sent
+
+  request.struct_size = FULCRUM_SCHEDULE_REQUEST_V1_3_SIZE;
+  fulcrum_schedule old_answer{};
+  old_answer.struct_size = FULCRUM_SCHEDULE_V1_1_SIZE;
+  old_answer.answer_flags = 0x5a5a5a5a;  // past the 1.3 host's struct: poison
+  ASSERT_EQ(t.schedule(instance, &request, &old_answer), FULCRUM_OK) << t.last_error(instance);
+  EXPECT_NE(old_answer.positions, nullptr);
+  EXPECT_EQ(old_answer.answer_flags, 0x5a5a5a5au) << "the plugin wrote past a 1.3 answer";
+  t.release_schedule(instance, &old_answer);
+  EXPECT_EQ(old_answer.answer_flags, 0x5a5a5a5au);
+
+  request.struct_size = FULCRUM_SCHEDULE_REQUEST_V1_4_SIZE;
+  fulcrum_schedule answer{};
+  answer.struct_size = FULCRUM_SCHEDULE_V1_4_SIZE;
+  ASSERT_EQ(t.schedule(instance, &request, &answer), FULCRUM_OK) << t.last_error(instance);
+  EXPECT_EQ(answer.positions, nullptr);
+  EXPECT_EQ(answer.answer_flags, static_cast<std::uint32_t>(FULCRUM_ANSWER_COMPACT));
+  ASSERT_GT(answer.num_slots, 0);
+  ASSERT_NE(answer.slot_plan_strategies, nullptr);
+  for (std::int32_t s = 0; s < answer.num_slots; ++s) {
+    EXPECT_NE(answer.slot_plan_strategies[s], nullptr);
+  }
+  t.release_schedule(instance, &answer);
+  EXPECT_EQ(answer.answer_flags, 0u);
+}
+
 // Shorter than v1.0 is no version at all: refused, with the sizes named.
 TEST(AbiCompatTest, TodaysPluginRefusesStructsShorterThanV10) {
   RawPlugin plugin;

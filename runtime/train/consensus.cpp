@@ -73,6 +73,7 @@ struct ScheduleRecord {
   std::uint64_t schedule = 0;  // slots: ranks, pieces, wave, plan; the scheduler used
   std::int64_t slots = 0;
   std::string scheduler;
+  std::string refused;  // this rank's refusal of the schedule; "" = none
 };
 
 struct VerdictRecord {
@@ -117,6 +118,7 @@ Bytes encode(const ScheduleRecord& r) {
       .u64(r.schedule)
       .i64(r.slots)
       .str(r.scheduler)
+      .str(r.refused)
       .take();
 }
 
@@ -139,6 +141,7 @@ bool decode(const Bytes& bytes, ScheduleRecord& r) {
   r.schedule = in.u64();
   r.slots = in.i64();
   r.scheduler = in.str();
+  r.refused = in.str();
   return in.done();
 }
 
@@ -493,7 +496,13 @@ std::uint64_t schedule_fingerprint(const Schedule& schedule) {
         .add(std::vector<std::int64_t>(slot.ranks.begin(), slot.ranks.end()))
         .add(static_cast<std::int64_t>(slot.pieces.size()));
     for (const DocPiece& p : slot.pieces) f.add(p.doc).add(p.offset).add(p.length);
-    f.add(plan_fingerprint(slot.plan));
+    // The plan as the compact answer states it (its rule and shape), never
+    // its positions: each rank writes only its own slots' (ABI 1.4), and
+    // they are a function of what is fingerprinted here.
+    f.add(std::string_view(slot.plan.strategy_used))
+        .add(static_cast<std::int64_t>(slot.plan.cp_size))
+        .add(slot.plan.shard_len)
+        .add(slot.plan.padding);
   }
   return f.value();
 }
@@ -582,17 +591,21 @@ bool ReliabilityHooks::check_row(const CpWorkload& workload, const ShardPlan& pl
 
 void ReliabilityHooks::begin_slot() { faults_.maybe_fault(step_); }
 
-void ReliabilityHooks::check_schedule(const Schedule& schedule) {
-  if (!enabled() || !world_ || world_->ranks.size() < 2) return;
+std::string ReliabilityHooks::check_schedule(const Schedule& schedule, const std::string& refused) {
+  if (!enabled() || !world_ || world_->ranks.size() < 2) return refused;
   ScheduleRecord mine{step_, schedule_fingerprint(schedule),
-                      static_cast<std::int64_t>(schedule.slots.size()), schedule.strategy_used};
+                      static_cast<std::int64_t>(schedule.slots.size()), schedule.strategy_used,
+                      refused};
   // The test-only `plan` perturbation: this rank's schedule reads differently.
   if (armed(PerturbKind::kCpPlan)) mine.schedule ^= 1;
   const ConsensusGroup& g = *world_;
   const std::vector<ScheduleRecord> all = exchange(g, mine, "schedule check");
   check_in_step(g, all);
+  for (const ScheduleRecord& r : all) {
+    if (!r.refused.empty()) return r.refused;
+  }
   auto classes = classes_of(all, [](const ScheduleRecord& r) { return r.schedule; });
-  if (classes.size() == 1) return;
+  if (classes.size() == 1) return "";
   throw ConsensusError(
       "plan consensus failed at step " + std::to_string(step_) + " on group " + g.name + ": " +
       differs("the schedule", g, all, classes,

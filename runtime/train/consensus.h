@@ -78,7 +78,10 @@ class Fingerprint {
 std::uint64_t workload_fingerprint(const CpWorkload& workload);
 // Strategy used, P, shard length, positions.
 std::uint64_t plan_fingerprint(const ShardPlan& plan);
-// The scheduler used, then every slot: wave, ranks, pieces, plan.
+// The scheduler used, then every slot: wave, ranks, pieces, and its plan's
+// rule and shape (strategy used, P, shard length, padding) without
+// positions: the compact answer (ABI 1.4), the same on every rank whichever
+// slots it has expanded.
 std::uint64_t schedule_fingerprint(const Schedule& schedule);
 
 // One byte vector per member of a group, in group-rank order: what
@@ -158,7 +161,14 @@ class ReliabilityHooks {
   // the schedule's fingerprint compared over WORLD
   // (every rank schedules the global batch itself); a divergence throws
   // ConsensusError naming the ranks. The `plan` perturbation alters it.
-  void check_schedule(const Schedule& schedule);
+  // `refused`: this rank's refusal of the schedule ("" = none), such as a
+  // compact answer's plan that did not expand; it travels with the
+  // fingerprint, and the first rank's refusal is returned on every rank
+  // (then it outranks a divergence), so that every rank stops with the same
+  // line. Without consensus (one rank, or dist.plan_consensus off) it is
+  // this rank's own.
+  [[nodiscard]] std::string check_schedule(const Schedule& schedule,
+                                           const std::string& refused = "");
   // Before the step's gradient all-reduce: the CP verdict over WORLD.
   void end_step();
 

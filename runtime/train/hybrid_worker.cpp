@@ -18,6 +18,7 @@
 
 #include "attention/sharding.h"
 #include "attention/slot_attention.h"
+#include "fulcrum/core/compact_schedule.h"
 #include "fulcrum/core/schedule.h"
 #include "fulcrum/core/text.h"
 #include "fulcrum/core/workload.h"
@@ -98,6 +99,9 @@ class HybridWorker final : public Worker {
   };
   Schedule make_schedule(const std::string& name, const ScheduleRequest& request,
                          std::int64_t step) const;
+  std::string expand_schedule(Schedule& schedule, const ScheduleRequest& request,
+                              std::int64_t step) const;
+  void check_schedule(Schedule& schedule, const ScheduleRequest& request, std::int64_t step);
   // claim_step > 0: free single slots are claimed (free_slots below) under
   // that step's counter; 0: every slot runs on its planned rank.
   Run run_schedule(const Schedule& schedule, const ScheduleRequest& request,
@@ -286,7 +290,12 @@ double HybridWorker::fixed_prediction_ms(const ScheduleRequest& request) const {
 // rank's); a refusal is a bad setting or a failed run (below).
 Schedule HybridWorker::make_schedule(const std::string& name, const ScheduleRequest& request,
                                      std::int64_t step) const {
-  Result<Schedule> schedule = scheduler_->schedule(name, request);
+  // The compact answer (ABI 1.4) where the scheduler gives one: slot plans
+  // by rule, positions written by the ranks that need them
+  // (expand_schedule) before the schedule check compares the answer.
+  ScheduleRequest compact = request;
+  compact.compact = true;
+  Result<Schedule> schedule = scheduler_->schedule(name, compact);
   if (!schedule) {
     const std::string why = "scheduling step " + std::to_string(step) + " with " +
                             quote_text(name) + " failed: " + schedule.status().message();
@@ -306,9 +315,7 @@ Schedule HybridWorker::make_schedule(const std::string& name, const ScheduleRequ
 // Free single slots (docs/HYBRID_RUNTIME.md section 11): the one-rank slots
 // of the waves after the last one holding a multi-rank slot. They move no
 // K/V and no slot of another rank waits for them, so any rank may run them.
-// In claim order: the longest predicted compute first (then slot order), the
-// same on every rank.
-std::vector<std::size_t> free_slots(const Schedule& schedule, const ScheduleCost& cost) {
+std::vector<std::size_t> free_single_slots(const Schedule& schedule) {
   std::int32_t last_multi = -1;
   for (const ScheduleSlot& slot : schedule.slots) {
     if (slot.ranks.size() > 1) last_multi = std::max(last_multi, slot.wave);
@@ -318,6 +325,74 @@ std::vector<std::size_t> free_slots(const Schedule& schedule, const ScheduleCost
     const ScheduleSlot& slot = schedule.slots[i];
     if (slot.ranks.size() == 1 && slot.wave > last_multi) free.push_back(i);
   }
+  return free;
+}
+
+// Writes the positions of a compact answer's plans: this rank's slots
+// first, so that a plan by rule that does not expand to a valid plan of
+// the shape the schedule stated is refused on a rank that would run it,
+// before any of its exchanges, as a plugin fault. Then what the cost model
+// prices here: on rank 0, which reports the predicted step, every slot; on
+// the others, the free
+// single slots when they are claimed (any rank may run one, and every rank
+// orders them by their price). The other slots stay by rule. Returns the
+// refusal ("" = none), which check_schedule shares.
+std::string HybridWorker::expand_schedule(Schedule& schedule, const ScheduleRequest& request,
+                                          std::int64_t step) const {
+  const auto refusal = [&](const Status& s) {
+    return "scheduling step " + std::to_string(step) + " with " +
+           quote_text(schedule.strategy_used) + " failed on rank " + std::to_string(id_.rank) +
+           ": " + s.message();
+  };
+  if (Status s = expand_slots_of_rank(request, schedule, id_.rank, *scheduler_); !s) {
+    return refusal(s);
+  }
+  if (id_.rank == 0) {
+    Status s = expand_slots_of_rank(request, schedule, -1, *scheduler_);
+    return s ? "" : refusal(s);
+  }
+  if (!options_.free_single_slots) return "";
+  const RulePlanFn plan = [this](std::string_view rule, const CpWorkload& w) {
+    return scheduler_->plan_cp(rule, w);
+  };
+  for (const std::size_t i : free_single_slots(schedule)) {
+    if (Status s = expand_slot(request, schedule.slots[i], i, plan); !s) {
+      return refusal({s.code(), "balancer '" + scheduler_->name() + "': " + s.message()});
+    }
+  }
+  return "";
+}
+
+// The step's schedule expanded where this rank needs it, then checked over
+// WORLD: the same schedule on every rank, and no rank refusing it. A
+// refusal (a plugin fault) stops every rank with the refusing rank's line,
+// exit 2, before any slot's exchange.
+void HybridWorker::check_schedule(Schedule& schedule, const ScheduleRequest& request,
+                                  std::int64_t step) {
+  const std::string refused = expand_schedule(schedule, request, step);
+  if (const std::string why = reliability_.check_schedule(schedule, refused); !why.empty()) {
+    throw InputError(why);
+  }
+}
+
+// The cost model over the slots whose plans are written here; another
+// rank's slot still by rule is priced as nothing (its members' figures
+// zero), which only the step and the other ranks' busy times see: rank 0,
+// which reports them, has every slot written.
+ScheduleCost price_expanded(const ScheduleRequest& request, const Schedule& schedule) {
+  return price_timeline(request, schedule, [&](std::size_t i) {
+    const ScheduleSlot& slot = schedule.slots[i];
+    if (!slot.compact()) return evaluate_slot(request, slot);
+    SlotCost none;
+    for (const std::int32_t rank : slot.ranks) none.members.push_back(SlotMemberCost{rank});
+    return none;
+  });
+}
+
+// The free single slots in claim order: the longest predicted compute first
+// (then slot order), the same on every rank.
+std::vector<std::size_t> free_slots(const Schedule& schedule, const ScheduleCost& cost) {
+  std::vector<std::size_t> free = free_single_slots(schedule);
   std::stable_sort(free.begin(), free.end(), [&](std::size_t a, std::size_t b) {
     return cost.slots[a].members[0].compute_seconds > cost.slots[b].members[0].compute_seconds;
   });
@@ -376,8 +451,8 @@ HybridWorker::Run HybridWorker::run_schedule(const Schedule& schedule,
                                              const ScheduleRequest& request,
                                              const std::vector<const data::PackedRow*>& rows,
                                              std::int64_t claim_step) {
-  const ScheduleCost cost = evaluate_schedule(request, schedule);
-  const ScheduleCost bytes = evaluate_schedule(exact_kv_request(request), schedule);
+  const ScheduleCost cost = price_expanded(request, schedule);
+  const ScheduleCost bytes = price_expanded(exact_kv_request(request), schedule);
   const std::vector<std::size_t> free =
       claim_step > 0 ? free_slots(schedule, cost) : std::vector<std::size_t>();
   std::vector<std::size_t> mine;
@@ -424,7 +499,7 @@ std::vector<Schedule> HybridWorker::compare(std::int64_t step, const ScheduleReq
   compared_.clear();
   for (const std::string& name : names) {
     schedules.push_back(make_schedule(name, request, step));
-    reliability_.check_schedule(schedules.back());
+    check_schedule(schedules.back(), request, step);
     if (id_.rank != 0) continue;
     const Schedule& s = schedules.back();
     const ScheduleCost cost = evaluate_schedule(request, s);
@@ -563,12 +638,12 @@ Worker::StepResult HybridWorker::run_step(std::int64_t step, const data::StepBat
   // The configured scheduler's schedule, made once: a compared one is reused.
   const std::vector<std::string>& names = options_.compare_schedulers;
   const auto listed = std::find(names.begin(), names.end(), options_.schedule_strategy);
-  const Schedule schedule = listed != names.end()
-                                ? compared[static_cast<std::size_t>(listed - names.begin())]
-                                : make_schedule(options_.schedule_strategy, request, step);
+  Schedule schedule = listed != names.end()
+                          ? compared[static_cast<std::size_t>(listed - names.begin())]
+                          : make_schedule(options_.schedule_strategy, request, step);
   result.figures.plan_ms = ms_since(plan_start);
-  reliability_.check_schedule(schedule);
-  const ScheduleCost cost = evaluate_schedule(request, schedule);
+  check_schedule(schedule, request, step);
+  const ScheduleCost cost = price_expanded(request, schedule);
   hybrid_report_ = StepReport::Hybrid{
       schedule.strategy_used, schedule.fallback_reason, {}, cost.step_seconds * 1e3};
   if (id_.rank == 0) hybrid_report_->fixed_predicted_ms = fixed_prediction_ms(request);

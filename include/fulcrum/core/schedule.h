@@ -44,7 +44,19 @@ bool group_shape_allowed(const GroupShapes& shapes, std::int32_t world,
 // every_wave, every rank in a slot of every wave up to the last, and the
 // wave count a multiple of wave_multiple). The message names the first
 // violation (slot, rank, wave, value).
-Status validate_schedule(const ScheduleRequest& request, const Schedule& schedule);
+//
+// How slot plans are judged: kPositions, every plan in full; kByRule, a
+// plan without positions (a compact answer's, ScheduleSlot::compact) by its
+// shape alone (cp_size = g, a rule named, g x shard_len covering the row,
+// padding the rest) and any other in full. compact_schedule.h expands the
+// plans by rule and judges them in full then.
+enum class PlanCheck { kPositions, kByRule };
+Status validate_schedule(const ScheduleRequest& request, const Schedule& schedule,
+                         PlanCheck plans = PlanCheck::kPositions);
+
+// A plan by rule's shape for its row (what kByRule checks): one line naming
+// the first field that disagrees.
+Status validate_plan_shape(const CpWorkload& workload, const ShardPlan& plan);
 
 struct SlotMemberCost {
   std::int32_t rank = 0;

@@ -546,5 +546,48 @@ TEST(ReliabilityHooks, CpPerturbationKeepsNAndChangesTheSplit) {
   EXPECT_EQ(packed.doc_lengths, (std::vector<std::int64_t>{6, 4}));
 }
 
+// The schedule fingerprint is over the compact answer (ABI 1.4): a rank's
+// expanded slots do not change it, every compact field does.
+TEST(ScheduleFingerprintTest, CoversTheCompactAnswerNotPositions) {
+  Schedule compact;
+  compact.strategy_used = "hybrid";
+  for (std::int32_t s = 0; s < 3; ++s) {
+    ScheduleSlot slot;
+    slot.ranks = {s, s + 1};
+    slot.pieces = {DocPiece{s, 0, 10 + s}};
+    slot.wave = s;
+    slot.plan.cp_size = 2;
+    slot.plan.shard_len = 6 + s;
+    slot.plan.padding = 2 + s;
+    slot.plan.strategy_used = "balanced";
+    compact.slots.push_back(slot);
+  }
+  const std::uint64_t base = schedule_fingerprint(compact);
+  Schedule expanded = compact;
+  expanded.slots[1].plan.positions.assign(14, 0);
+  std::iota(expanded.slots[1].plan.positions.begin(), expanded.slots[1].plan.positions.begin() + 11,
+            std::int64_t{0});
+  std::fill(expanded.slots[1].plan.positions.begin() + 11, expanded.slots[1].plan.positions.end(),
+            std::int64_t{-1});
+  EXPECT_EQ(schedule_fingerprint(expanded), base);
+  const std::vector<std::function<void(Schedule&)>> changes = {
+      [](Schedule& c) { c.strategy_used = "fixed"; },
+      [](Schedule& c) { c.slots[2].wave = 5; },
+      [](Schedule& c) {
+        c.slots[0].ranks = {1, 0};
+      },
+      [](Schedule& c) { c.slots[0].pieces[0].length = 9; },
+      [](Schedule& c) { c.slots[1].plan.strategy_used = "per_document"; },
+      [](Schedule& c) { c.slots[1].plan.shard_len = 8; },
+      [](Schedule& c) { c.slots[1].plan.padding = 4; },
+      [](Schedule& c) { c.slots.pop_back(); },
+  };
+  for (std::size_t i = 0; i < changes.size(); ++i) {
+    Schedule changed = compact;
+    changes[i](changed);
+    EXPECT_NE(schedule_fingerprint(changed), base) << "change " << i;
+  }
+}
+
 }  // namespace
 }  // namespace fulcrum::train

@@ -1,0 +1,194 @@
+// The compact answer (ABI 1.4) across the plugin boundary: slot plans by
+// rule, each rank expanding only its own slots through the plugin's plan_cp,
+// must give bit for bit the positions of the full answer, for every
+// scheduler (and hybrid under group shapes); and a plugin whose rule does not
+// give the plan its answer stated is refused on the rank that expands it.
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "fulcrum/core/compact_schedule.h"
+#include "fulcrum/core/cost_profile.h"
+#include "fulcrum/core/random.h"
+#include "fulcrum/core/schedule.h"
+#include "fulcrum/host/plugin_loader.h"
+#include "loader_test_support.h"
+
+namespace fulcrum::host {
+namespace {
+
+namespace fs = std::filesystem;
+using test::test_plugin;
+
+LoaderOptions quiet_options() {
+  LoaderOptions o;
+  o.check_permissions = false;
+  o.log = nullptr;
+  return o;
+}
+
+// A random batch: W in [1, 12], T in [64, 2048], documents short and long
+// (some longer than W x T, cut into pieces), every mask kind a schedule
+// takes, B of 16 to 128; every fourth request under Megatron-core's shapes.
+ScheduleRequest random_request(SplitMix64& rng) {
+  ScheduleRequest r;
+  r.world_size = static_cast<std::int32_t>(rng.uniform(1, 12));
+  r.max_tokens_per_rank = rng.uniform(64, 2048);
+  const std::int64_t docs = rng.uniform(1, 24);
+  for (std::int64_t d = 0; d < docs; ++d) {
+    const bool long_doc = rng.uniform(0, 5) == 0;
+    r.doc_lengths.push_back(long_doc ? rng.uniform(1, 3 * r.world_size * r.max_tokens_per_rank)
+                                     : rng.uniform(1, 900));
+  }
+  r.block_size = std::int64_t{16} << rng.uniform(0, 3);
+  switch (rng.uniform(0, 3)) {
+    case 0:
+      r.mask = MaskSpec{MaskKind::kCausal, 0, {}};
+      break;
+    case 1:
+      r.mask = MaskSpec{MaskKind::kFull, 0, {}};
+      break;
+    case 2:
+      r.mask = MaskSpec{MaskKind::kSliding, rng.uniform(1, 300), {}};
+      break;
+    default:
+      r.mask = MaskSpec{MaskKind::kPrefix, rng.uniform(0, 300), {}};
+      break;
+  }
+  r.profile = builtin_cost_profile(rng.uniform(0, 1) == 0 ? "h100_7b" : "cpu_gloo").value();
+  if (rng.uniform(0, 3) == 0) {
+    r.group_shapes.sizes = 0b1111;
+    r.group_shapes.world = true;
+    r.group_shapes.aligned = true;
+  }
+  return r;
+}
+
+TEST(CompactScheduleTest, EveryRanksExpansionIsTheFullAnswerBitForBit) {
+  auto loaded = load_plugin(FULCRUM_PLUGIN_PATH, quiet_options());
+  ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
+  LoadBalancer& plugin = **loaded;
+  SplitMix64 rng(20261126);
+  int compared = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    const ScheduleRequest full_request = random_request(rng);
+    if (!validate_schedule_request(full_request)) continue;
+    ScheduleRequest compact_request = full_request;
+    compact_request.compact = true;
+    for (const std::string& name : plugin.schedule_strategies()) {
+      SCOPED_TRACE("trial " + std::to_string(trial) + ", scheduler " + name);
+      auto full = plugin.schedule(name, full_request);
+      auto compact = plugin.schedule(name, compact_request);
+      ASSERT_EQ(full.is_ok(), compact.is_ok())
+          << (full.is_ok() ? compact.status().message() : full.status().message());
+      if (!full) continue;
+      ASSERT_FALSE(has_compact_slots(*full));
+      // Every plan by rule, judged by its shape without positions.
+      for (const ScheduleSlot& slot : compact->slots) ASSERT_TRUE(slot.compact());
+      EXPECT_TRUE(validate_schedule(full_request, *compact, PlanCheck::kByRule));
+      EXPECT_FALSE(validate_schedule(full_request, *compact));
+      ASSERT_EQ(compact->slots.size(), full->slots.size());
+      EXPECT_EQ(compact->strategy_used, full->strategy_used);
+      for (std::int32_t rank = 0; rank < full_request.world_size; ++rank) {
+        Schedule mine = *compact;
+        const Status expanded = expand_slots_of_rank(full_request, mine, rank, plugin);
+        ASSERT_TRUE(expanded) << expanded.message();
+        for (std::size_t s = 0; s < mine.slots.size(); ++s) {
+          const ScheduleSlot& a = mine.slots[s];
+          const ScheduleSlot& b = full->slots[s];
+          ASSERT_EQ(a.ranks, b.ranks);
+          EXPECT_EQ(a.wave, b.wave);
+          EXPECT_EQ(a.plan.shard_len, b.plan.shard_len);
+          EXPECT_EQ(a.plan.padding, b.plan.padding);
+          const bool member = std::find(a.ranks.begin(), a.ranks.end(), rank) != a.ranks.end();
+          // Only this rank's slots are written, and exactly as in full.
+          EXPECT_EQ(a.compact(), !member) << "slot " << s << ", rank " << rank;
+          if (!member) continue;
+          EXPECT_EQ(a.plan.positions, b.plan.positions) << "slot " << s;
+          EXPECT_EQ(a.plan.strategy_used, b.plan.strategy_used) << "slot " << s;
+        }
+      }
+      Schedule all = *compact;
+      const Status expanded = expand_slots_of_rank(full_request, all, -1, plugin);
+      ASSERT_TRUE(expanded) << expanded.message();
+      EXPECT_TRUE(validate_schedule(full_request, all));
+      ++compared;
+    }
+  }
+  EXPECT_GT(compared, 60);  // most random requests are valid for every scheduler
+}
+
+TEST(CompactScheduleTest, AHostThatDoesNotAskGetsTheFullAnswer) {
+  auto loaded = load_plugin(FULCRUM_PLUGIN_PATH, quiet_options());
+  ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
+  ScheduleRequest request;
+  request.doc_lengths = {2500, 1800, 900, 700, 400};
+  request.world_size = 4;
+  request.max_tokens_per_rank = 1000;
+  request.profile = builtin_cost_profile("h100_7b").value();
+  auto schedule = (*loaded)->schedule("hybrid", request);
+  ASSERT_TRUE(schedule.is_ok()) << schedule.status().message();
+  EXPECT_FALSE(has_compact_slots(*schedule));
+  EXPECT_TRUE(validate_schedule(request, *schedule));
+}
+
+struct FaultCase {
+  const char* kind;
+  const char* says;  // what the refusal must hold
+};
+
+class CompactFaultTest : public ::testing::TestWithParam<FaultCase> {};
+
+// The answer itself is sound (slots, pieces, waves, shapes), so the host
+// takes it; the rank that expands slot 0 refuses its plan, naming the plugin,
+// the slot and its rule; a rank outside slot 0 never expands it.
+TEST_P(CompactFaultTest, IsRefusedByTheRankThatExpandsIt) {
+  const std::string file = std::string("fulcrum_broken_") + GetParam().kind;
+  ASSERT_TRUE(fs::exists(test_plugin(file))) << test_plugin(file) << " is missing: build it";
+  auto loaded = load_plugin(test_plugin(file), quiet_options());
+  ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
+  ScheduleRequest request;
+  request.doc_lengths = {2500, 1800, 900, 700, 400};
+  request.world_size = 8;
+  request.max_tokens_per_rank = 1000;
+  request.profile = builtin_cost_profile("h100_7b").value();
+  request.cp_size = 4;
+  auto full = (*loaded)->schedule("fixed", request);
+  ASSERT_TRUE(full.is_ok()) << full.status().message();
+  EXPECT_TRUE(validate_schedule(request, *full));
+  request.compact = true;
+  auto compact = (*loaded)->schedule("fixed", request);
+  ASSERT_TRUE(compact.is_ok()) << compact.status().message();
+  ASSERT_TRUE(has_compact_slots(*compact));
+  const std::vector<std::int32_t> slot0 = compact->slots[0].ranks;
+  for (std::int32_t rank = 0; rank < request.world_size; ++rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    Schedule mine = *compact;
+    const Status status = expand_slots_of_rank(request, mine, rank, **loaded);
+    if (std::find(slot0.begin(), slot0.end(), rank) == slot0.end()) {
+      EXPECT_TRUE(status) << status.message();
+      continue;
+    }
+    ASSERT_FALSE(status);
+    EXPECT_EQ(status.code(), StatusCode::kPluginFault);
+    EXPECT_HAS(status.message(),
+               "balancer 'broken_compact': schedule slot 0 (CP rule "
+               "'broken_rule' on 4 ranks)");
+    EXPECT_HAS(status.message(), GetParam().says);
+    EXPECT_EQ(status.message().find('\n'), std::string::npos) << status.message();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Rules, CompactFaultTest,
+                         ::testing::Values(FaultCase{"compact_out_of_range", "outside [0, "},
+                                           FaultCase{"compact_repeat", "repeats position 0"},
+                                           FaultCase{"compact_shard_len",
+                                                     "expanded to a plan with shard_len "}),
+                         [](const auto& test) { return std::string(test.param.kind); });
+
+}  // namespace
+}  // namespace fulcrum::host

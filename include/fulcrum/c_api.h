@@ -47,7 +47,7 @@ extern "C" {
 #endif
 
 #define FULCRUM_ABI_MAJOR 1
-#define FULCRUM_ABI_MINOR 3
+#define FULCRUM_ABI_MINOR 4
 
 /* Bytes of `type` up to the end of `field`: a shipped version's size when
  * `field` is that version's last field. A constant expression in C and C++. */
@@ -197,6 +197,10 @@ typedef struct fulcrum_schedule_request {
   /* ABI 1.3: CostProfile::exchange_overlap, in [0, 1]; a 1.2 host does not
    * send it and it reads as 0 (no overlap: the cost model of ABI 1.2). */
   double exchange_overlap;
+  /* ABI 1.4: CostProfile::row_token_seconds, >= 0: seconds per token of a
+   * slot's whole row that every member of the slot pays; a 1.3 host does not
+   * send it and it reads as 0 (no such term: the cost model of ABI 1.3). */
+  double row_token_seconds;
 } fulcrum_schedule_request;
 
 /* ABI 1.2 group_flags bits. */
@@ -294,6 +298,8 @@ typedef const fulcrum_plugin_v1* (*fulcrum_get_plugin_fn)(void);
   FULCRUM_STRUCT_SIZE(fulcrum_schedule_request, wave_multiple)
 #define FULCRUM_SCHEDULE_REQUEST_V1_3_SIZE \
   FULCRUM_STRUCT_SIZE(fulcrum_schedule_request, exchange_overlap)
+#define FULCRUM_SCHEDULE_REQUEST_V1_4_SIZE \
+  FULCRUM_STRUCT_SIZE(fulcrum_schedule_request, row_token_seconds)
 
 /* The layout is defined for LP64 targets; these pin every shipped size and
  * the offsets readers rely on. A failure here is an ABI break. */
@@ -356,6 +362,10 @@ FULCRUM_STATIC_ASSERT(FULCRUM_SCHEDULE_REQUEST_V1_3_SIZE == 160,
                       "fulcrum_schedule_request v1.3 moved");
 FULCRUM_STATIC_ASSERT(offsetof(fulcrum_schedule_request, exchange_overlap) == 152,
                       "fulcrum_schedule_request v1.3 moved");
+FULCRUM_STATIC_ASSERT(FULCRUM_SCHEDULE_REQUEST_V1_4_SIZE == 168,
+                      "fulcrum_schedule_request v1.4 moved");
+FULCRUM_STATIC_ASSERT(offsetof(fulcrum_schedule_request, row_token_seconds) == 160,
+                      "fulcrum_schedule_request v1.4 moved");
 FULCRUM_STATIC_ASSERT(offsetof(fulcrum_schedule, slot_rank_offsets) == 8,
                       "fulcrum_schedule v1.1 moved");
 FULCRUM_STATIC_ASSERT(offsetof(fulcrum_schedule, slot_waves) == 56, "fulcrum_schedule v1.1 moved");

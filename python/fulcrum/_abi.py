@@ -11,7 +11,7 @@ package and a newer plugin's extra functions simply go unused.
 import ctypes
 
 ABI_MAJOR = 1
-ABI_MINOR = 3
+ABI_MINOR = 4
 PLUGIN_ENTRY = "fulcrum_get_plugin"
 
 # fulcrum_status
@@ -118,7 +118,7 @@ class DpResult(ctypes.Structure):
 
 class ScheduleRequest(ctypes.Structure):
     """fulcrum_schedule_request (ABI 1.1; group_* and wave_multiple ABI 1.2;
-    exchange_overlap ABI 1.3)."""
+    exchange_overlap ABI 1.3; row_token_seconds ABI 1.4)."""
 
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
@@ -145,6 +145,7 @@ class ScheduleRequest(ctypes.Structure):
         ("group_flags", ctypes.c_int32),
         ("wave_multiple", ctypes.c_int32),
         ("exchange_overlap", ctypes.c_double),
+        ("row_token_seconds", ctypes.c_double),
     ]
 
 

@@ -205,19 +205,27 @@ Result<SlotFit> fit_slots(const std::vector<SlotSample>& samples, const CostProf
   // The row term is told from tokens only by members of bigger slots (in a
   // slot of one the row is the member's tokens); without them, or with rows
   // from records that lack the row's length, the start's row term is kept
-  // and the rest fitted to what it leaves.
+  // and the rest fitted to what it leaves, unless it leaves some row no
+  // time: then it is dropped (0) and tokens take it.
   const bool row = multi && recorded;
+  const auto row_of = [](const SlotSample& s) {
+    return static_cast<double>(s.row_tokens > 0 ? s.row_tokens : s.tokens);
+  };
+  double kept_row = row ? 0.0 : start.row_token_seconds;
+  for (const SlotSample& s : samples) {
+    if (!(s.seconds - kept_row * row_of(s) > 0)) kept_row = 0.0;
+  }
   std::vector<std::vector<double>> columns(kSlotColumns);
   std::vector<double> y;
   for (const SlotSample& s : samples) {
-    const auto n = static_cast<double>(s.row_tokens > 0 ? s.row_tokens : s.tokens);
+    const double n = row_of(s);
     columns[kTiles].push_back(static_cast<double>(s.tiles));
     columns[kTokens].push_back(static_cast<double>(s.tokens));
     columns[kSlot].push_back(1.0);
     columns[kRow].push_back(n);
     columns[kBytes].push_back(static_cast<double>(s.kv_bytes));
     columns[kPeers].push_back(static_cast<double>(s.peers));
-    y.push_back(s.seconds - (row ? 0.0 : start.row_token_seconds * n));
+    y.push_back(s.seconds - kept_row * n);
   }
   std::vector<std::size_t> kept = {kTiles, kTokens, kSlot};
   if (row) kept.push_back(kRow);
@@ -234,9 +242,10 @@ Result<SlotFit> fit_slots(const std::vector<SlotSample>& samples, const CostProf
   out.exchange_fitted = exchange;
   out.row_fitted = row;
   set_slot_terms(fit->coefficients, exchange, row, kv_bytes_per_token, out.profile);
+  if (!row) out.profile.row_token_seconds = kept_row;
   std::vector<double> magnitudes;
   for (std::size_t s = 0; s < y.size(); ++s) {
-    double predicted = row ? 0.0 : samples[s].seconds - y[s];  // the kept row term
+    double predicted = kept_row * columns[kRow][s];
     for (std::size_t i = 0; i < columns.size(); ++i) {
       predicted += fit->coefficients[i] * columns[i][s];
     }

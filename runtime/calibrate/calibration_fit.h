@@ -82,7 +82,7 @@ struct SlotFit {
   double median_abs_error = 0;
   double max_abs_error = 0;
   bool exchange_fitted = false;  // false: the samples had no exchange, start's terms kept
-  bool row_fitted = false;       // false: no member of a bigger slot, start's row term kept
+  bool row_fitted = false;       // false: no member of a bigger slot, start's row term kept (or 0)
 };
 
 // Fits a member's slot time = a tiles + b tokens + c + r row_tokens +
@@ -94,7 +94,8 @@ struct SlotFit {
 // model's), both bandwidths to 1 / d (the largest a profile allows when d is
 // 0) and latency to e. r is fitted only when some sample is a member of a
 // slot of two or more and every sample has its row's length; otherwise the
-// start's r is kept and the rest fitted to the time it leaves. A term the
+// start's r is kept and the rest fitted to the time it leaves (r = 0 where
+// it would leave a sample none). A term the
 // samples cannot separate from the others (peers, then bytes, the row, then
 // tokens) is held at 0 and the others absorb it. Deterministic: the same
 // samples in the same order give bit-identical profiles on every rank.

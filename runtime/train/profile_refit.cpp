@@ -34,12 +34,15 @@ std::string hex(std::uint64_t value) {
 }  // namespace
 
 SlotCounts sample_slot(const calibrate::SlotSample& s, double kv_bytes_per_token) {
-  const std::int64_t peers = std::max<std::int64_t>(s.peers, 0);
+  // A member without tokens exchanges nothing; no slot has more than 2^20
+  // members.
+  const std::int64_t peers =
+      s.tokens > 0 ? std::clamp<std::int64_t>(s.peers, 0, std::int64_t{1} << 20) : 0;
   SlotCounts counts;
   counts.tokens.push_back(s.tokens);
   counts.tiles.push_back(s.tiles);
-  // Each peer holds at least one token (a member without tokens exchanges
-  // nothing); the rest of the row is shared among them.
+  // Each peer holds at least one token; the rest of the row is shared among
+  // them.
   const std::int64_t rest = std::max(s.row_tokens - s.tokens, peers);
   for (std::int64_t j = 0; j < peers; ++j) {
     counts.tokens.push_back(rest / peers + (j < rest % peers ? 1 : 0));

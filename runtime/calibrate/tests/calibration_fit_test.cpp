@@ -227,6 +227,13 @@ TEST(CalibrationFit, SlotFitKeepsTheStartsRowTermWithoutBiggerSlots) {
   EXPECT_EQ(fit->profile.row_token_seconds, 1e-6);
   EXPECT_NEAR(fit->profile.token_seconds, 2e-6, 1e-12);
   EXPECT_LT(fit->max_abs_error, 1e-8);
+  // A start whose row term alone exceeds a sample's time leaves it nothing
+  // to fit: the term is dropped and tokens take all of it.
+  start.row_token_seconds = 1.0;
+  auto dropped = fit_slots(samples, start, 4096);
+  ASSERT_TRUE(dropped) << dropped.status().message();
+  EXPECT_EQ(dropped->profile.row_token_seconds, 0.0);
+  EXPECT_NEAR(dropped->profile.token_seconds, 3e-6, 1e-12);
 }
 
 TEST(CalibrationFit, ProfileYamlHasExactlyTheCostProfileKeys) {

@@ -55,6 +55,8 @@ import random
 import statistics
 import subprocess
 import sys
+import threading
+import time
 
 MODEL = {"hidden_size": 64, "num_layers": 2, "num_heads": 4, "vocab_size": 256}
 SCHEDULERS = ["fixed", "megatron_dcp", "hybrid"]
@@ -91,6 +93,43 @@ def config_text(args, world, t, lengths_path, steps, profile):
             f"model: {json.dumps(MODEL)}\n"
             f"train: {{steps: {steps}, dtype: float32, threads: 1, lr: 1.0e-3}}\n"
             f"dist: {{timeout_s: 120, op_timeout_s: 600}}\n")
+
+
+class LoadSampler:
+    """The 1-minute load average every 15 s while a W runs (calibration
+    included): the machine is shared, and the figures move with its load."""
+
+    def __init__(self):
+        self.samples = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while True:
+            try:
+                with open("/proc/loadavg") as f:
+                    self.samples.append(float(f.read().split()[0]))
+            except (OSError, ValueError, IndexError):
+                pass
+            if self._stop.wait(15):
+                return
+
+    def __enter__(self):
+        self.started = time.strftime("%H:%M", time.gmtime())
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.ended = time.strftime("%H:%M", time.gmtime())
+
+    def summary(self):
+        if not self.samples:
+            return None
+        return {"min": min(self.samples), "max": max(self.samples),
+                "median": statistics.median(self.samples), "samples": len(self.samples),
+                "utc": [self.started, self.ended]}
 
 
 def train(args, world, lengths_path):
@@ -214,8 +253,10 @@ def main():
           f"runs of each schedule per step, profile {args.profile}")
     results = {"source": source, "profile": args.profile, "worlds": {}}
     for world in [int(w) for w in args.worlds.split(",")]:
-        metrics = train(args, world, lengths_path)
+        with LoadSampler() as load:
+            metrics = train(args, world, lengths_path)
         s = summarise(metrics, args.first_step)
+        s["load_average"] = None if args.reuse else load.summary()
         s["hybrid_over_fixed"] = speedup(s["fixed"], s["hybrid"])
         s["hybrid_over_megatron_dcp"] = speedup(s["megatron_dcp"], s["hybrid"])
         for key in ("hybrid_over_fixed", "hybrid_over_megatron_dcp"):
@@ -225,6 +266,10 @@ def main():
         s["exchange_hidden_share"] = hidden_share(metrics, args.first_step)
         results["worlds"][world] = s
         print(f"\nW = {world}")
+        if s["load_average"]:
+            la = s["load_average"]
+            print(f"  1-minute load average {la['min']:.1f} to {la['max']:.1f} (median "
+                  f"{la['median']:.1f}, {la['samples']} samples, {la['utc'][0]}-{la['utc'][1]} UTC)")
         print(f"  {'scheduler':13} {'critical path s':>15} {'wall s':>8} {'max rank s':>10} "
               f"{'predicted s':>11}  per-rank error (median |e|)  groups")
         for name in SCHEDULERS:

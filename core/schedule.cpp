@@ -452,13 +452,17 @@ SlotCost price_slot_counts(const CostProfile& p, const std::vector<std::int32_t>
   const std::size_t g = counts.tokens.size();
   SlotCost cost;
   cost.members.resize(g);
+  // N: the row's real tokens, every member's share together.
+  std::int64_t row = 0;
+  for (const std::int64_t t : counts.tokens) row += t;
   for (std::size_t m = 0; m < g; ++m) {
     SlotMemberCost& mc = cost.members[m];
     mc.rank = ranks[m];
     mc.tokens = counts.tokens[m];
     mc.tiles = counts.tiles[m];
     mc.compute_seconds = p.tile_seconds * static_cast<double>(mc.tiles) +
-                         p.token_seconds * static_cast<double>(mc.tokens) + p.slot_seconds;
+                         p.token_seconds * static_cast<double>(mc.tokens) + p.slot_seconds +
+                         p.row_token_seconds * static_cast<double>(row);
   }
   const std::int32_t node_size = p.ranks_per_node;
   const std::size_t a = counts.received.empty() ? 0 : counts.active.size();

@@ -165,8 +165,11 @@ BruteScheduleCost brute_schedule_cost(const ScheduleRequest& request, const Sche
       bm.rank = slot.ranks[m];
       bm.tokens = static_cast<std::int64_t>(held[m].size());
       bm.tiles = work[m].tiles;
+      // The row term: every member pays it on the row's length, taken from
+      // the slot's pieces (w), not from the members' shares.
       bm.compute = p.tile_seconds * static_cast<double>(bm.tiles) +
-                   p.token_seconds * static_cast<double>(bm.tokens) + p.slot_seconds;
+                   p.token_seconds * static_cast<double>(bm.tokens) + p.slot_seconds +
+                   p.row_token_seconds * static_cast<double>(w.tokens);
       for (std::size_t j = 0; j < g; ++j) {
         if (j == m || (from[m][j] == 0 && from[j][m] == 0)) continue;
         bm.kv_tokens_in += from[m][j];

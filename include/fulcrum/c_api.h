@@ -201,6 +201,10 @@ typedef struct fulcrum_schedule_request {
    * does not send it and it reads as 0: the full answer. */
   uint32_t answer_flags;
   int32_t reserved_v1_4; /* zero */
+  /* ABI 1.4: CostProfile::row_token_seconds, >= 0: seconds per token of a
+   * slot's whole row that every member of the slot pays; a 1.3 host does not
+   * send it and it reads as 0 (no such term: the cost model of ABI 1.3). */
+  double row_token_seconds;
 } fulcrum_schedule_request;
 
 /* ABI 1.4 answer_flags bits (request and schedule). */
@@ -312,7 +316,7 @@ typedef const fulcrum_plugin_v1* (*fulcrum_get_plugin_fn)(void);
 #define FULCRUM_SCHEDULE_REQUEST_V1_3_SIZE \
   FULCRUM_STRUCT_SIZE(fulcrum_schedule_request, exchange_overlap)
 #define FULCRUM_SCHEDULE_REQUEST_V1_4_SIZE \
-  FULCRUM_STRUCT_SIZE(fulcrum_schedule_request, reserved_v1_4)
+  FULCRUM_STRUCT_SIZE(fulcrum_schedule_request, row_token_seconds)
 #define FULCRUM_SCHEDULE_V1_4_SIZE FULCRUM_STRUCT_SIZE(fulcrum_schedule, reserved_v1_4)
 
 /* The layout is defined for LP64 targets; these pin every shipped size and
@@ -376,13 +380,15 @@ FULCRUM_STATIC_ASSERT(FULCRUM_SCHEDULE_REQUEST_V1_3_SIZE == 160,
                       "fulcrum_schedule_request v1.3 moved");
 FULCRUM_STATIC_ASSERT(offsetof(fulcrum_schedule_request, exchange_overlap) == 152,
                       "fulcrum_schedule_request v1.3 moved");
-FULCRUM_STATIC_ASSERT(FULCRUM_SCHEDULE_REQUEST_V1_4_SIZE == 168,
+FULCRUM_STATIC_ASSERT(FULCRUM_SCHEDULE_REQUEST_V1_4_SIZE == 176,
                       "fulcrum_schedule_request v1.4 moved");
 FULCRUM_STATIC_ASSERT(offsetof(fulcrum_schedule_request, answer_flags) == 160,
                       "fulcrum_schedule_request v1.4 moved");
 FULCRUM_STATIC_ASSERT(FULCRUM_SCHEDULE_V1_4_SIZE == 128, "fulcrum_schedule v1.4 moved");
 FULCRUM_STATIC_ASSERT(offsetof(fulcrum_schedule, answer_flags) == 120,
                       "fulcrum_schedule v1.4 moved");
+FULCRUM_STATIC_ASSERT(offsetof(fulcrum_schedule_request, row_token_seconds) == 168,
+                      "fulcrum_schedule_request v1.4 moved");
 FULCRUM_STATIC_ASSERT(offsetof(fulcrum_schedule, slot_rank_offsets) == 8,
                       "fulcrum_schedule v1.1 moved");
 FULCRUM_STATIC_ASSERT(offsetof(fulcrum_schedule, slot_waves) == 56, "fulcrum_schedule v1.1 moved");

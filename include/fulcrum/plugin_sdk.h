@@ -163,6 +163,10 @@ inline Result<ScheduleRequest> schedule_request_from_c(const fulcrum_schedule_re
   if (FULCRUM_HAS_FIELD(fulcrum_schedule_request, reserved_v1_4, req.struct_size)) {
     r.compact = (req.answer_flags & FULCRUM_ANSWER_COMPACT) != 0;
   }
+  // ABI 1.4: a 1.3 host sends no row-length term; it reads as 0.
+  if (FULCRUM_HAS_FIELD(fulcrum_schedule_request, row_token_seconds, req.struct_size)) {
+    p.row_token_seconds = req.row_token_seconds;
+  }
   return r;
 }
 

@@ -33,6 +33,11 @@ struct CostProfile {
   // In [0, 1]: the share of min(compute, exchange) a member's exchange hides
   // behind its compute (docs/HYBRID.md section 2); 0 = none, the sum.
   double exchange_overlap = 0;
+  // Per token of the slot's whole row, paid by every member: the work each
+  // member does over the row's length N, not its share (the gathered K/V
+  // buffer of N rows, its heads-first copies, the dK/dV accumulator;
+  // docs/HYBRID.md section 2). 0 = none, the model without it.
+  double row_token_seconds = 0;
 };
 
 // Which groups a schedule may use, for hosts whose runtime has only some

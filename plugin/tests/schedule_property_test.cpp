@@ -69,6 +69,8 @@ CostProfile random_profile(Rng& rng) {
   // 0, 1/2 or 1, from the node size rather than a further draw, so every
   // seed still makes the requests it made before the term existed.
   p.exchange_overlap = static_cast<double>(p.ranks_per_node % 3) / 2.0;
+  // The row term on odd node sizes, about a 1/64 tile per token of the row.
+  p.row_token_seconds = p.ranks_per_node % 2 ? p.tile_seconds / 64 : 0.0;
   return p;
 }
 

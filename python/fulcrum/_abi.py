@@ -118,7 +118,7 @@ class DpResult(ctypes.Structure):
 
 class ScheduleRequest(ctypes.Structure):
     """fulcrum_schedule_request (ABI 1.1; group_* and wave_multiple ABI 1.2;
-    exchange_overlap ABI 1.3; answer_flags ABI 1.4)."""
+    exchange_overlap ABI 1.3; answer_flags and row_token_seconds ABI 1.4)."""
 
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
@@ -147,6 +147,7 @@ class ScheduleRequest(ctypes.Structure):
         ("exchange_overlap", ctypes.c_double),
         ("answer_flags", ctypes.c_uint32),
         ("reserved_v1_4", ctypes.c_int32),
+        ("row_token_seconds", ctypes.c_double),
     ]
 
 

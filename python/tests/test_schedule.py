@@ -270,9 +270,15 @@ def test_the_v1_3_exchange_overlap_layout_is_pinned():
 
 def test_the_v1_4_compact_answer_layout_is_pinned():
     assert _abi.ScheduleRequest.answer_flags.offset == 160
-    assert ctypes.sizeof(_abi.ScheduleRequest) == 168
+    assert ctypes.sizeof(_abi.ScheduleRequest) == 176
     assert _abi.ScheduleAnswer.answer_flags.offset == 120
     assert ctypes.sizeof(_abi.ScheduleAnswer) == 128
+
+
+def test_the_v1_4_row_token_seconds_layout_is_pinned():
+    assert ctypes.sizeof(_abi.ScheduleRequest) == 176
+    assert _abi.ScheduleRequest.row_token_seconds.offset == 168
+    assert _abi.field_end(_abi.ScheduleRequest, "row_token_seconds") == 176
 
 
 def test_a_v1_0_table_plans_but_has_no_scheduler(plugin_path):
@@ -360,6 +366,22 @@ def test_exchange_overlap_is_optional_and_read_when_set(balancer, tmp_path):
     assert fulcrum.CostProfile.load(str(path)) == with_overlap
     schedule = balancer.schedule("hybrid", world=2, max_tokens_per_rank=128,
                                  doc_lengths=[100, 20], profile=with_overlap)
+    assert schedule.slots
+
+
+def test_row_token_seconds_is_optional_and_priced_when_set(balancer, tmp_path):
+    # ABI 1.4's term: absent it is 0 and the mapping is the one before it;
+    # set, every member of a slot pays it per token of the whole row.
+    assert fulcrum.CostProfile.from_mapping(PROFILE).row_token_seconds == 0.0
+    with_row = fulcrum.CostProfile.from_mapping(dict(PROFILE, row_token_seconds=1e-3))
+    assert with_row.to_mapping() == dict(PROFILE, row_token_seconds=1e-3)
+    path = tmp_path / "row.yaml"
+    path.write_text("".join(f"{k}: {v}\n" for k, v in PROFILE.items()) + "row_token_seconds: 1e-3\n")
+    assert fulcrum.CostProfile.load(str(path)) == with_row
+    refused(lambda: fulcrum.CostProfile.from_mapping(dict(PROFILE, row_token_seconds=-1.0)),
+            "invalid_argument", "row_token_seconds = -1 must be >= 0")
+    schedule = balancer.schedule("hybrid", world=2, max_tokens_per_rank=128,
+                                 doc_lengths=[200, 20], profile=with_row)
     assert schedule.slots
 
 

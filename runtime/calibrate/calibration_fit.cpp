@@ -148,73 +148,108 @@ Result<TransferFit> fit_transfer(const std::vector<TransferSample>& samples) {
 
 namespace {
 
-// The fitted terms of fit_slots into `p`.
-void set_slot_terms(const std::vector<double>& x, bool exchange, double kv_bytes_per_token,
-                    CostProfile& p) {
-  p.tile_seconds = x[0];
-  p.token_seconds = x[1];
-  p.slot_seconds = x[2];
+// The whole-slot fit's columns, in this order in every fit.
+enum SlotColumn : std::size_t { kTiles, kTokens, kSlot, kRow, kBytes, kPeers, kSlotColumns };
+
+// The fitted terms of fit_slots into `p` (x indexed by SlotColumn).
+void set_slot_terms(const std::vector<double>& x, bool exchange, bool row,
+                    double kv_bytes_per_token, CostProfile& p) {
+  p.tile_seconds = x[kTiles];
+  p.token_seconds = x[kTokens];
+  p.slot_seconds = x[kSlot];
+  if (row) p.row_token_seconds = x[kRow];
   if (!exchange) return;
   constexpr double kFastest = 1e15;  // validate_cost_profile's largest bandwidth
-  const double bandwidth = x[3] > 1.0 / kFastest ? 1.0 / x[3] : kFastest;
+  const double bandwidth = x[kBytes] > 1.0 / kFastest ? 1.0 / x[kBytes] : kFastest;
   p.kv_bytes_per_token = kv_bytes_per_token;
   p.intra_node_bytes_per_second = bandwidth;
   p.inter_node_bytes_per_second = bandwidth;
-  p.latency_seconds = x[4];
+  p.latency_seconds = x[kPeers];
+}
+
+// Non-negative least squares on the columns `kept`; the terms it cannot
+// separate from the others are dropped, held at 0 (the others absorb them),
+// in this order: latency (every slot of two members has one peer, so peers
+// repeats the constant), then the bytes, the row, tokens.
+Result<LinearFit> fit_kept(const std::vector<std::vector<double>>& columns,
+                           std::vector<std::size_t> kept, const std::vector<double>& y) {
+  const auto fit_of = [&] {
+    std::vector<std::vector<double>> chosen;
+    for (std::size_t i : kept) chosen.push_back(columns[i]);
+    return fit_nonnegative(chosen, y, false);
+  };
+  Result<LinearFit> fit = fit_of();
+  for (std::size_t drop : {kPeers, kBytes, kRow, kTokens}) {
+    const auto at = std::find(kept.begin(), kept.end(), drop);
+    if (fit || at == kept.end()) continue;
+    kept.erase(at);
+    fit = fit_of();
+  }
+  if (!fit) return fit;
+  std::vector<double> x(kSlotColumns, 0.0);
+  for (std::size_t i = 0; i < kept.size(); ++i) x[kept[i]] = fit->coefficients[i];
+  fit->coefficients = x;
+  return fit;
 }
 
 }  // namespace
 
 Result<SlotFit> fit_slots(const std::vector<SlotSample>& samples, const CostProfile& start,
                           double kv_bytes_per_token) {
-  bool exchange = false;
-  for (const SlotSample& s : samples) exchange = exchange || s.kv_bytes > 0 || s.peers > 0;
-  std::vector<std::vector<double>> columns(exchange ? 5 : 3);
+  bool exchange = false, multi = false, recorded = true;
+  for (const SlotSample& s : samples) {
+    exchange = exchange || s.kv_bytes > 0 || s.peers > 0;
+    multi = multi || s.group > 1;
+    recorded = recorded && s.row_tokens > 0;
+  }
+  // The row term is told from tokens only by members of bigger slots (in a
+  // slot of one the row is the member's tokens); without them, or with rows
+  // from records that lack the row's length, the start's row term is kept
+  // and the rest fitted to what it leaves, unless it leaves some row no
+  // time: then it is dropped (0) and tokens take it.
+  const bool row = multi && recorded;
+  const auto row_of = [](const SlotSample& s) {
+    return static_cast<double>(s.row_tokens > 0 ? s.row_tokens : s.tokens);
+  };
+  double kept_row = row ? 0.0 : start.row_token_seconds;
+  for (const SlotSample& s : samples) {
+    if (!(s.seconds - kept_row * row_of(s) > 0)) kept_row = 0.0;
+  }
+  std::vector<std::vector<double>> columns(kSlotColumns);
   std::vector<double> y;
   for (const SlotSample& s : samples) {
-    columns[0].push_back(static_cast<double>(s.tiles));
-    columns[1].push_back(static_cast<double>(s.tokens));
-    columns[2].push_back(1.0);
-    if (exchange) {
-      columns[3].push_back(static_cast<double>(s.kv_bytes));
-      columns[4].push_back(static_cast<double>(s.peers));
-    }
-    y.push_back(s.seconds);
+    const double n = row_of(s);
+    columns[kTiles].push_back(static_cast<double>(s.tiles));
+    columns[kTokens].push_back(static_cast<double>(s.tokens));
+    columns[kSlot].push_back(1.0);
+    columns[kRow].push_back(n);
+    columns[kBytes].push_back(static_cast<double>(s.kv_bytes));
+    columns[kPeers].push_back(static_cast<double>(s.peers));
+    y.push_back(s.seconds - kept_row * n);
   }
-  // A term the samples cannot tell from the others (every slot of two
-  // members has one peer, so peers repeats the constant) is dropped, held
-  // at 0 (the others absorb it), and the rest fitted: latency first, then
-  // the bytes, then tokens.
-  if (y.size() < columns.size()) {
+  std::vector<std::size_t> kept = {kTiles, kTokens, kSlot};
+  if (row) kept.push_back(kRow);
+  if (exchange) kept.insert(kept.end(), {kBytes, kPeers});
+  if (y.size() < kept.size()) {
     return invalid_argument("the whole-slot fit has " + std::to_string(y.size()) + " rows for " +
-                            std::to_string(columns.size()) +
+                            std::to_string(kept.size()) +
                             " terms; time more slots (more steps, or a bigger batch)");
   }
-  Result<LinearFit> fit = fit_nonnegative(columns, y, false);
-  std::vector<std::size_t> kept(columns.size());
-  for (std::size_t i = 0; i < kept.size(); ++i) kept[i] = i;
-  for (std::size_t drop : {4, 3, 1}) {
-    if (fit || drop >= columns.size()) continue;
-    kept.erase(std::find(kept.begin(), kept.end(), drop));
-    std::vector<std::vector<double>> fewer;
-    for (std::size_t i : kept) fewer.push_back(columns[i]);
-    fit = fit_nonnegative(fewer, y, false);
-  }
+  Result<LinearFit> fit = fit_kept(columns, kept, y);
   if (!fit) return fit.status();
-  std::vector<double> x(columns.size(), 0.0);
-  for (std::size_t i = 0; i < kept.size(); ++i) x[kept[i]] = fit->coefficients[i];
-  fit->coefficients = x;
   SlotFit out;
   out.profile = start;
   out.exchange_fitted = exchange;
-  set_slot_terms(fit->coefficients, exchange, kv_bytes_per_token, out.profile);
+  out.row_fitted = row;
+  set_slot_terms(fit->coefficients, exchange, row, kv_bytes_per_token, out.profile);
+  if (!row) out.profile.row_token_seconds = kept_row;
   std::vector<double> magnitudes;
   for (std::size_t s = 0; s < y.size(); ++s) {
-    double predicted = 0;
+    double predicted = kept_row * columns[kRow][s];
     for (std::size_t i = 0; i < columns.size(); ++i) {
       predicted += fit->coefficients[i] * columns[i][s];
     }
-    out.errors.push_back((predicted - y[s]) / y[s]);
+    out.errors.push_back((predicted - samples[s].seconds) / samples[s].seconds);
     magnitudes.push_back(std::abs(out.errors.back()));
   }
   std::sort(magnitudes.begin(), magnitudes.end());
@@ -237,6 +272,10 @@ std::string profile_yaml(const CostProfile& p, const std::vector<std::string>& p
       << "inter_node_bytes_per_second: " << number(p.inter_node_bytes_per_second) << "\n"
       << "latency_seconds: " << number(p.latency_seconds) << "\n"
       << "ranks_per_node: " << p.ranks_per_node << "\n";
+  // Optional keys (0 when absent): written only when set, so that a profile
+  // without them reads as it did before they existed.
+  if (p.exchange_overlap != 0) out << "exchange_overlap: " << number(p.exchange_overlap) << "\n";
+  if (p.row_token_seconds != 0) out << "row_token_seconds: " << number(p.row_token_seconds) << "\n";
   return out.str();
 }
 

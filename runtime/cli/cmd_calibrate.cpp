@@ -54,9 +54,10 @@ constexpr const char* kUsage =
     "(default 3; the first is a warm-up) with the schedulers fixed, megatron_dcp and\n"
     "hybrid compared R times each per batch (default 3), and fits every cost-model\n"
     "term to the whole slots' measured times, member by member (per slot member:\n"
-    "a tiles + b tokens + c + K/V bytes / bandwidth + latency x peers), on the job's\n"
-    "model, device and threads. Prints each term and the fit's per-row error and\n"
-    "writes the profile (to --output, else stdout). docs/HYBRID_RUNTIME.md, section 12.\n"
+    "a tiles + b tokens + c + r row tokens + K/V bytes / bandwidth + latency x peers),\n"
+    "on the job's model, device and threads. Prints each term and the fit's per-row\n"
+    "error and writes the profile (to --output, else stdout). docs/HYBRID_RUNTIME.md,\n"
+    "section 12.\n"
     "\n"
     "Without --config: times the runtime's blocked attention per tile and per\n"
     "token (forward and backward, several row shapes) and c10d Gloo\n"
@@ -533,9 +534,13 @@ std::vector<std::string> job_provenance(const CalibrateFlags& f, const train::Tr
           std::to_string(repetitions) +
           " runs; time = " + (job.device == train::Device::kCpu ? "thread CPU" : "wall") +
           " time of the slot's forward and backward of the whole model.",
-      "Fit: a tiles + b tokens + c + K/V bytes / bandwidth + latency x peers per member,",
+      "Fit: a tiles + b tokens + c + r row tokens + K/V bytes / bandwidth + latency x peers per "
+      "member,",
       "  non-negative least squares on plain errors: a = " + sci(p.tile_seconds) + " s/tile, b = " +
           sci(p.token_seconds) + " s/token, c = " + sci(p.slot_seconds) + " s/slot,",
+      "  r = " + sci(p.row_token_seconds) + " s per token of the slot's row" +
+          (fit.row_fitted ? "" : " (no slot of two or more: the job's profile's, not fitted)") +
+          ",",
       "  bandwidth = " + sci(p.intra_node_bytes_per_second) +
           " B/s, latency = " + sci(p.latency_seconds) + " s/peer" +
           (fit.exchange_fitted ? "" : " (no row exchanged: the job's profile's, not fitted)"),

@@ -49,11 +49,17 @@ const Field kDoubleFields[] = {
      "share of min(compute, exchange) a member's exchange hides behind its compute, in [0, 1]; "
      "optional, 0 when absent",
      false},
+    {"row_token_seconds", &CostProfile::row_token_seconds,
+     "seconds per token of a slot's whole row that every member of the slot pays; a number >= 0; "
+     "optional, 0 when absent",
+     false},
 };
 
 // Keys a profile may leave out (default 0): later terms, so that older files
 // keep their meaning.
-bool optional_key(const std::string& key) { return key == "exchange_overlap"; }
+bool optional_key(const std::string& key) {
+  return key == "exchange_overlap" || key == "row_token_seconds";
+}
 
 const ConfigSchema& profile_schema() {
   static const ConfigSchema schema = [] {

@@ -62,6 +62,9 @@ Result<Schedule> PluginBalancer::schedule(std::string_view strategy,
   c_request.latency_seconds = profile.latency_seconds;
   c_request.ranks_per_node = profile.ranks_per_node;
   c_request.exchange_overlap = profile.exchange_overlap;  // ABI 1.3; a 1.2 plugin reads no further
+  // ABI 1.4; a 1.3 plugin reads no further and plans without the row term
+  // (the host still prices and validates what it returns with it).
+  c_request.row_token_seconds = profile.row_token_seconds;
   // ABI 1.2. A 1.1 plugin does not see the shapes; the schedule it returns
   // is validated against them below all the same.
   const GroupShapes& shapes = request.group_shapes;

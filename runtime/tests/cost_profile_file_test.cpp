@@ -74,6 +74,22 @@ TEST(CostProfileFileTest, ExchangeOverlapIsOptionalAndReadWhenSet) {
   EXPECT_EQ(with->tile_seconds, bundled.tile_seconds);
 }
 
+// row_token_seconds came later (ABI 1.4): absent it reads as 0, the model
+// before it; set, it reads exactly, and a profile with it written as a file
+// reads back equal.
+TEST(CostProfileFileTest, RowTokenSecondsIsOptionalAndRoundTrips) {
+  const CostProfile bundled = builtin_cost_profile("cpu_gloo").value();
+  auto without = load_cost_profile_string(yaml_of(bundled), "p.yaml");
+  ASSERT_TRUE(without.is_ok()) << without.status().message();
+  EXPECT_EQ(without->row_token_seconds, 0.0);
+  auto with = load_cost_profile_string(
+      yaml_of(bundled) + "exchange_overlap: 0.25\nrow_token_seconds: 0.375\n", "p.yaml");
+  ASSERT_TRUE(with.is_ok()) << with.status().message();
+  EXPECT_EQ(with->row_token_seconds, 0.375);
+  EXPECT_EQ(with->exchange_overlap, 0.25);
+  EXPECT_EQ(with->tile_seconds, bundled.tile_seconds);
+}
+
 struct Hostile {
   const char* what;
   std::string yaml;
@@ -126,6 +142,11 @@ TEST(CostProfileFileTest, HostileContentIsRefusedInOneLine) {
       {"negative overlap", good + "exchange_overlap: -0.5\n",
        "exchange_overlap must be a number >= 0"},
       {"NaN overlap", good + "exchange_overlap: .nan\n", "exchange_overlap must be"},
+      {"negative row term", good + "row_token_seconds: -1e-6\n",
+       "row_token_seconds must be a number >= 0, got '-1e-6'"},
+      {"row term past an hour", good + "row_token_seconds: 4000\n",
+       "row_token_seconds = 4000 must be <= 3600"},
+      {"NaN row term", good + "row_token_seconds: .nan\n", "row_token_seconds must be"},
   };
   for (const Hostile& c : cases) {
     SCOPED_TRACE(c.what);

@@ -112,6 +112,8 @@ CompareResult one_scheduler(const StepReport::Compared& c, const MeasuredRuns& r
   for (const auto& members : c.slot_ranks) {
     r.groups.push_back(static_cast<std::int32_t>(members.size()));
   }
+  r.slot_ranks = c.slot_ranks;
+  r.waves = c.waves;
   for (std::size_t rank = 0; rank < runs.rank_ms.size(); ++rank) {
     const std::vector<double>& mine = runs.rank_ms[rank];
     const double median = median_of(mine);

@@ -11,7 +11,7 @@
 
 namespace fulcrum::train {
 
-// [[g, tokens, tiles, peers, kv_bytes, seconds], ...]: doubles as JSON
+// [[g, tokens, tiles, peers, kv_bytes, seconds, row_tokens], ...]: doubles as JSON
 // writes them, which read back bit for bit (every rank fits the samples
 // another rank sent).
 nlohmann::ordered_json fit_samples_json(const std::vector<calibrate::SlotSample>& samples);

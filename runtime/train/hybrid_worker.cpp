@@ -264,6 +264,7 @@ calibrate::SlotSample HybridWorker::sample_of(const SlotCost& cost, const SlotCo
   s.peers = cost.members[m].peers;
   s.kv_bytes = bytes.members[m].bytes_sent + bytes.members[m].bytes_received;
   s.seconds = (options_.device == Device::kCpu ? f.cpu_ms : f.busy_ms) / 1e3;
+  for (const SlotMemberCost& mc : cost.members) s.row_tokens += mc.tokens;
   return s;
 }
 

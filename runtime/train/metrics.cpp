@@ -330,6 +330,8 @@ json compare_line(const StepReport& step, const CompareResult& r) {
       {"repetitions", step.repetitions},
       {"clock", step.clock},
       {"groups", r.groups},
+      {"slot_ranks", r.slot_ranks},
+      {"waves", r.waves},
       {"predicted_step_ms", round_ms(r.predicted_ms)},
       {"critical_path_ms", round_ms(r.critical_path_ms)},
       {"critical_path_ms_by_repetition", rounded(r.repetition_critical_path_ms, round_ms)},

@@ -182,6 +182,11 @@ struct CompareResult {
   std::string scheduler;
   std::string used;
   std::vector<std::int32_t> groups;
+  // The schedule's slots (members, wave): with the step's fit_samples (each
+  // rank's members in wave order, schedulers in the list's order) they place
+  // every sample in its slot, so a profile can be re-priced offline.
+  std::vector<std::vector<std::int32_t>> slot_ranks;
+  std::vector<std::int32_t> waves;
   double predicted_ms = 0.0;
   std::vector<double> rank_min_ms, rank_median_ms, rank_predicted_ms;
   std::vector<double> prediction_error;             // per rank: (median - predicted) / predicted

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "fulcrum/core/cost_profile.h"
+#include "fulcrum/core/schedule.h"
 
 namespace fulcrum::train {
 namespace {
@@ -32,15 +33,43 @@ std::string hex(std::uint64_t value) {
 
 }  // namespace
 
+SlotCounts sample_slot(const calibrate::SlotSample& s, double kv_bytes_per_token) {
+  // A member without tokens exchanges nothing; no slot has more than 2^20
+  // members.
+  const std::int64_t peers =
+      s.tokens > 0 ? std::clamp<std::int64_t>(s.peers, 0, std::int64_t{1} << 20) : 0;
+  SlotCounts counts;
+  counts.tokens.push_back(s.tokens);
+  counts.tiles.push_back(s.tiles);
+  // Each peer holds at least one token; the rest of the row is shared among
+  // them.
+  const std::int64_t rest = std::max(s.row_tokens - s.tokens, peers);
+  for (std::int64_t j = 0; j < peers; ++j) {
+    counts.tokens.push_back(rest / peers + (j < rest % peers ? 1 : 0));
+    counts.tiles.push_back(0);
+  }
+  if (peers == 0) return counts;
+  start_exchange(counts);
+  const std::size_t a = counts.active.size();
+  const auto kv = std::max<std::int64_t>(
+      std::llround(static_cast<double>(s.kv_bytes) / kv_bytes_per_token), peers);
+  // The member's K/V tokens (in and out together) from each peer; only
+  // their sum and the peer count price, where every peer shares a node.
+  for (std::size_t y = 1; y < a; ++y) {
+    const auto j = static_cast<std::int64_t>(y - 1);
+    counts.received[y] = kv / peers + (j < kv % peers ? 1 : 0);
+  }
+  return counts;
+}
+
 double predicted_seconds(const CostProfile& p, const calibrate::SlotSample& s,
                          double kv_bytes_per_token) {
-  const double compute = p.tile_seconds * static_cast<double>(s.tiles) +
-                         p.token_seconds * static_cast<double>(s.tokens) + p.slot_seconds;
-  if (s.peers == 0 && s.kv_bytes == 0) return compute;
-  // One host: the intra-node bandwidth (calibrate sets both the same).
-  const double kv_tokens = static_cast<double>(s.kv_bytes) / kv_bytes_per_token;
-  return compute + kv_tokens * p.kv_bytes_per_token / p.intra_node_bytes_per_second +
-         p.latency_seconds * static_cast<double>(s.peers);
+  const SlotCounts counts = sample_slot(s, kv_bytes_per_token);
+  // Every member on one node (rank 0): a sample does not say where its
+  // peers were; fitted profiles set both bandwidths the same.
+  const std::vector<std::int32_t> ranks(counts.tokens.size(), 0);
+  const SlotCost cost = price_slot_counts(p, ranks, counts);
+  return cost.members[0].compute_seconds + cost.members[0].comm_seconds;
 }
 
 ErrorSummary prediction_errors(const CostProfile& profile,
@@ -67,7 +96,7 @@ std::uint64_t profile_fingerprint(const CostProfile& p) {
   f.add(p.name);
   for (double v : {p.tile_seconds, p.token_seconds, p.slot_seconds, p.kv_bytes_per_token,
                    p.intra_node_bytes_per_second, p.inter_node_bytes_per_second, p.latency_seconds,
-                   p.exchange_overlap}) {
+                   p.exchange_overlap, p.row_token_seconds}) {
     f.add(bits(v));
   }
   f.add(static_cast<std::int64_t>(p.ranks_per_node));

@@ -22,15 +22,24 @@
 #include <vector>
 
 #include "calibrate/calibration_fit.h"
+#include "fulcrum/core/schedule.h"
 #include "fulcrum/schedule_types.h"
 #include "train/consensus.h"
 
 namespace fulcrum::train {
 
-// The cost model's time for one sample's member under `profile`
-// (core/schedule.cpp's cost_slot): compute, plus the exchange with the
-// sample's bytes counted in tokens of `kv_bytes_per_token` (the model's)
-// priced at the profile's bytes per token and bandwidth.
+// The slot one sample's member stands for, as price_slot_counts counts it:
+// member 0 is the sample's (its tokens and tiles); each of its peers is one
+// more member holding an equal share of the rest of the row (row_tokens -
+// tokens, at least one token each), and the member's K/V tokens (its bytes
+// over `kv_bytes_per_token`, the model's; in and out together, at least one
+// per peer) come from the peers in equal shares.
+SlotCounts sample_slot(const calibrate::SlotSample& sample, double kv_bytes_per_token);
+
+// The cost model's time for one sample's member under `profile`: its
+// sample_slot priced by core/schedule.cpp's price_slot_counts, the one
+// function that turns counts into seconds for the planners too (every term,
+// the row term and exchange_overlap included), every member on one node.
 double predicted_seconds(const CostProfile& profile, const calibrate::SlotSample& sample,
                          double kv_bytes_per_token);
 

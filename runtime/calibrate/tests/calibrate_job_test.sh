@@ -33,8 +33,11 @@ run "calibrate --config writes a profile fitted to the job" \
   calibrate --config "$job" --output "$profile" --steps 2 --repetitions 1
 [[ $RC -eq 0 ]] || fail "expected exit 0"
 keys=$(grep -v '^#' "$profile" | cut -d: -f1 | tr '\n' ' ')
-[[ $keys == "name tile_seconds token_seconds slot_seconds kv_bytes_per_token intra_node_bytes_per_second inter_node_bytes_per_second latency_seconds ranks_per_node " ]] ||
+# row_token_seconds, optional, is written when the fit gives it a value.
+base_keys="name tile_seconds token_seconds slot_seconds kv_bytes_per_token intra_node_bytes_per_second inter_node_bytes_per_second latency_seconds ranks_per_node "
+[[ $keys == "$base_keys" || $keys == "${base_keys}row_token_seconds " ]] ||
   fail "keys are '$keys'"
+grep -q '^#   r = [0-9.e+-]* s per token of the slot.s row' "$profile" || fail "no row term line"
 grep -q '^name: job_calibrated$' "$profile" || fail "no 'name: job_calibrated'"
 # The model's K and V of one token: 2 x hidden 16 x 1 layer x 4 bytes.
 grep -q '^kv_bytes_per_token: 1.280000e+02$' "$profile" || fail "kv_bytes_per_token is not 128"

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstring>
 #include <random>
 #include <sstream>
@@ -167,6 +168,74 @@ TEST(CalibrationFit, SlotFitFoldsATermItCannotSeparate) {
   EXPECT_LT(fit->max_abs_error, 1e-8);
 }
 
+// A planted row term: every member pays r per token of its slot's whole row.
+// The fit recovers it from members of slots of 1, 2 and 4 (the row is what
+// tells it from the member's own tokens), with every other term.
+TEST(CalibrationFit, SlotFitRecoversAPlantedRowTerm) {
+  constexpr double kKv = 512.0;
+  constexpr double a = 3e-5, b = 1e-6, c = 2e-3, r = 4e-6, latency = 3e-4, bandwidth = 1e9;
+  std::vector<SlotSample> samples;
+  std::mt19937_64 rng(11);
+  for (int i = 0; i < 80; ++i) {
+    SlotSample s;
+    s.group = std::array<std::int32_t, 3>{1, 2, 4}[rng() % 3];
+    s.tokens = 32 + static_cast<std::int64_t>(rng() % 600);
+    s.row_tokens = s.tokens + (s.group - 1) * (16 + static_cast<std::int64_t>(rng() % 600));
+    s.tiles = 1 + static_cast<std::int64_t>(rng() % 300);
+    s.peers = s.group == 1 ? 0 : 1 + static_cast<std::int64_t>(rng() % (s.group - 1));
+    const std::int64_t kv_tokens = s.peers * (1 + static_cast<std::int64_t>(rng() % 400));
+    s.kv_bytes = static_cast<std::int64_t>(kKv) * kv_tokens;
+    s.seconds = a * s.tiles + b * s.tokens + c + r * s.row_tokens + kv_tokens * kKv / bandwidth +
+                latency * s.peers;
+    samples.push_back(s);
+  }
+  auto fit = fit_slots(samples, CostProfile{}, kKv);
+  ASSERT_TRUE(fit) << fit.status().message();
+  EXPECT_TRUE(fit->row_fitted);
+  EXPECT_NEAR(fit->profile.row_token_seconds / r, 1.0, 1e-6);
+  EXPECT_NEAR(fit->profile.token_seconds / b, 1.0, 1e-6);
+  EXPECT_NEAR(fit->profile.tile_seconds / a, 1.0, 1e-6);
+  EXPECT_NEAR(fit->profile.slot_seconds / c, 1.0, 1e-6);
+  EXPECT_NEAR(fit->profile.latency_seconds / latency, 1.0, 1e-6);
+  EXPECT_NEAR(fit->profile.intra_node_bytes_per_second / bandwidth, 1.0, 1e-6);
+  EXPECT_LT(fit->max_abs_error, 1e-8);
+  // Without the row's length (records from before it) the term cannot be
+  // fitted: the start's is kept and the rest fitted to what it leaves.
+  CostProfile start;
+  start.row_token_seconds = r;
+  for (SlotSample& s : samples) s.row_tokens = 0;
+  auto kept = fit_slots(samples, start, kKv);
+  ASSERT_TRUE(kept) << kept.status().message();
+  EXPECT_FALSE(kept->row_fitted);
+  EXPECT_EQ(kept->profile.row_token_seconds, r);
+}
+
+// Members of one-rank slots only: the row is the member's tokens, so the
+// start's row term is kept and token_seconds takes only what it leaves.
+TEST(CalibrationFit, SlotFitKeepsTheStartsRowTermWithoutBiggerSlots) {
+  std::vector<SlotSample> samples;
+  for (int i = 0; i < 10; ++i) {
+    const std::int64_t tokens = 100 * (i + 1);
+    const std::int64_t tiles = (i * i) % 7 + 1;
+    samples.push_back({1, tokens, tiles, 0, 0, 1e-5 * tiles + 3e-6 * tokens + 1e-3, tokens});
+  }
+  CostProfile start;
+  start.row_token_seconds = 1e-6;
+  auto fit = fit_slots(samples, start, 4096);
+  ASSERT_TRUE(fit) << fit.status().message();
+  EXPECT_FALSE(fit->row_fitted);
+  EXPECT_EQ(fit->profile.row_token_seconds, 1e-6);
+  EXPECT_NEAR(fit->profile.token_seconds, 2e-6, 1e-12);
+  EXPECT_LT(fit->max_abs_error, 1e-8);
+  // A start whose row term alone exceeds a sample's time leaves it nothing
+  // to fit: the term is dropped and tokens take all of it.
+  start.row_token_seconds = 1.0;
+  auto dropped = fit_slots(samples, start, 4096);
+  ASSERT_TRUE(dropped) << dropped.status().message();
+  EXPECT_EQ(dropped->profile.row_token_seconds, 0.0);
+  EXPECT_NEAR(dropped->profile.token_seconds, 3e-6, 1e-12);
+}
+
 TEST(CalibrationFit, ProfileYamlHasExactlyTheCostProfileKeys) {
   CostProfile p;
   p.name = "cpu_calibrated";
@@ -191,6 +260,12 @@ TEST(CalibrationFit, ProfileYamlHasExactlyTheCostProfileKeys) {
                                             "ranks_per_node"}));
   EXPECT_NE(text.find("tile_seconds: 1.500000e-04\n"), std::string::npos);
   EXPECT_NE(text.find("ranks_per_node: 2\n"), std::string::npos);
+  // The optional terms appear only when set, after the others.
+  p.row_token_seconds = 2.5e-6;
+  const std::string with_row = profile_yaml(p, {});
+  const std::string last = "row_token_seconds: 2.500000e-06\n";
+  ASSERT_GT(with_row.size(), last.size());
+  EXPECT_EQ(with_row.substr(with_row.size() - last.size()), last);
 }
 
 }  // namespace

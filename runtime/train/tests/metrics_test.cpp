@@ -2,6 +2,8 @@
 // progress line and summary, from hand-made step figures.
 #include "train/metrics.h"
 
+#include "train/fit_records.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -150,6 +152,7 @@ TEST(CompareMetrics, EveryComparedSchedulerHasARecordAndOnlyOthersASpeedup) {
       EXPECT_NE(line.find("\"prediction_error\":[0.3,0.2]"), std::string::npos) << line;
       EXPECT_NE(line.find("\"critical_path_wall_ms\":52.0"), std::string::npos) << line;
       EXPECT_NE(line.find("\"clock\":\"thread CPU\""), std::string::npos) << line;
+      EXPECT_NE(line.find("\"slot_ranks\":[[0,1]],\"waves\":[0]"), std::string::npos) << line;
     }
     if (line.find("\"compare\":\"hybrid\"") != std::string::npos) {
       ++hybrid;
@@ -165,6 +168,7 @@ TEST(CompareMetrics, RunsSurviveTheGatherToRankZero) {
   const TwoSchedulers t = two_schedulers();
   RankStepFigures sent = t.ranks[1];
   sent.compare_ms = 12.5;
+  sent.fit_samples = {{2, 300, 40, 1, 4096, 0.0125, 700}, {1, 90, 3, 0, 0, 1e-3, 90}};
   const Result<RankStepFigures> got = decode_figures(encode_figures(sent));
   ASSERT_TRUE(got) << got.status().message();
   ASSERT_EQ(got->compare.size(), sent.compare.size());
@@ -176,6 +180,22 @@ TEST(CompareMetrics, RunsSurviveTheGatherToRankZero) {
     EXPECT_EQ(got->compare[i].slot_wall_ms, sent.compare[i].slot_wall_ms);
   }
   EXPECT_EQ(got->compare_ms, 12.5);
+  ASSERT_EQ(got->fit_samples.size(), 2u);
+  EXPECT_EQ(got->fit_samples[0].row_tokens, 700);
+  EXPECT_EQ(got->fit_samples[0].seconds, 0.0125);
+  EXPECT_EQ(got->fit_samples[1].row_tokens, 90);
+}
+
+// A sample row of six entries is a record from before row_tokens: read, with
+// the row unknown (0, which the fit does not use); other lengths are refused.
+TEST(CompareMetrics, FitSamplesFromBeforeTheRowReadWithTheRowUnknown) {
+  const auto old = nlohmann::ordered_json::parse("[[2, 300, 40, 1, 4096, 0.0125]]");
+  const std::vector<calibrate::SlotSample> read = fit_samples_from_json(old);
+  ASSERT_EQ(read.size(), 1u);
+  EXPECT_EQ(read[0].tiles, 40);
+  EXPECT_EQ(read[0].row_tokens, 0);
+  EXPECT_THROW(fit_samples_from_json(nlohmann::ordered_json::parse("[[2, 300, 40, 1, 4096]]")),
+               std::runtime_error);
 }
 
 TEST(HybridProgress, LineSaysWhichSchedulerRanItsGroupsAndBothTimes) {

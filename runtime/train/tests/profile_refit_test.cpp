@@ -1,5 +1,8 @@
 #include "train/profile_refit.h"
 
+#include "fulcrum/core/fixed_schedule.h"
+#include "fulcrum/core/schedule.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -72,6 +75,43 @@ TEST(ProfileRefit, PredictionMatchesTheCostModelsFormula) {
   }
 }
 
+// One pricing: a sample made from a real slot's member (as the trainer makes
+// it: its tokens, tiles, peers, K/V bytes in and out, the row's tokens) is
+// predicted at exactly the time evaluate_slot gives that member, with the row
+// term and overlap in play, for every member of slots of 1 to 4 ranks.
+TEST(ProfileRefit, PredictionIsTheCostModelsPriceOfTheSlot) {
+  CostProfile p = truth();
+  p.row_token_seconds = 2e-6;
+  p.exchange_overlap = 0.5;
+  ScheduleRequest request;
+  request.doc_lengths = {700, 300, 90};
+  request.world_size = 4;
+  request.max_tokens_per_rank = 400;
+  request.block_size = 32;
+  request.profile = p;
+  for (std::int32_t g = 1; g <= 4; ++g) {
+    ScheduleSlot slot;
+    for (std::int32_t r = 0; r < g; ++r) slot.ranks.push_back(r);
+    slot.pieces = {{0, 0, 700}};
+    if (g == 1) slot.pieces = {{1, 0, 300}};
+    slot.plan = contiguous_plan(slot_workload(request, slot));
+    const SlotCost cost = evaluate_slot(request, slot);
+    std::int64_t row = 0;
+    for (const SlotMemberCost& m : cost.members) row += m.tokens;
+    for (const SlotMemberCost& m : cost.members) {
+      SlotSample s;
+      s.group = g;
+      s.tokens = m.tokens;
+      s.tiles = m.tiles;
+      s.peers = m.peers;
+      s.kv_bytes = m.bytes_sent + m.bytes_received;  // at the profile's kv_bytes_per_token
+      s.row_tokens = row;
+      EXPECT_NEAR(predicted_seconds(p, s, kKv), m.compute_seconds + m.comm_seconds, 1e-15)
+          << "g " << g << " rank " << m.rank;
+    }
+  }
+}
+
 // Starting from a profile that is off by 3x, the first refit lands on the
 // samples' profile, and only at multiples of `every`.
 TEST(ProfileRefit, RefitsEveryKStepsAndFindsTheSamplesProfile) {
@@ -127,7 +167,7 @@ TEST(ProfileRefit, TooFewSamplesKeepTheProfile) {
 TEST(ProfileRefit, FingerprintSeesEveryField) {
   const CostProfile p = truth();
   const std::uint64_t base = profile_fingerprint(p);
-  for (int field = 0; field < 10; ++field) {
+  for (int field = 0; field < 11; ++field) {
     CostProfile q = p;
     double* d[] = {&q.tile_seconds,
                    &q.token_seconds,
@@ -140,6 +180,7 @@ TEST(ProfileRefit, FingerprintSeesEveryField) {
     if (field == 7) q.ranks_per_node += 1;
     if (field == 8) q.name = "auto2";
     if (field == 9) q.exchange_overlap = 0.5;
+    if (field == 10) q.row_token_seconds = 1e-9;
     EXPECT_NE(profile_fingerprint(q), base) << field;
   }
 }

@@ -1,0 +1,291 @@
+#!/usr/bin/env python3
+"""Which cost term do whole schedules miss? Held-out evidence from the
+trainer's own records (docs/HYBRID_RUNTIME.md section 12).
+
+Reads the metrics of jobs trained with `--compare-schedulers` (for example
+the `wN.jsonl` files that benchmarks/hybrid_train.py leaves in its --out
+folder): every measured step's `fit_samples` (each slot member's counts and
+its median time over the repetitions) and each compared scheduler's
+`slot_ranks` and `waves`, which place every sample in its slot. For each
+candidate model it fits the terms by the same non-negative least squares as
+`fulcrum calibrate` (plain errors, a negative term dropped and the rest
+refitted) on all steps but one, and prices the left-out step with them:
+
+- per slot member: the median |error| and the median signed error by
+  scheduler and by group size g (the residuals);
+- per (step, scheduler, rank): (measured - predicted) / predicted of the
+  rank's summed member times, issue 21's per-rank figure;
+- per scheduler: the schedule's critical path replayed with predicted and
+  with measured member times (slots in wave order, each lasting its slowest
+  member), summed over the held-out steps, and the speedups of hybrid over
+  fixed and over megatron_dcp, measured against predicted.
+
+Models: `base` is the cost model of ABI 1.3 (a tiles + b tokens + c +
+K/V bytes / bandwidth + latency x peers); `row` adds r x N, N the real
+tokens of the member's slot's whole row (ABI 1.4's row_token_seconds);
+`group` adds a per-member constant per member of the slot (g), the candidate
+of a per-slot cost that grows with the group.
+
+    python3 benchmarks/reprice_fit.py build/hbm_w4/w4.jsonl [more.jsonl ...]
+
+The pricing mirrors core/schedule.cpp's price_slot_counts for profiles
+without overlap and with one bandwidth (what the fit makes); it is an
+analysis of records, not a second cost model the planners use.
+"""
+
+import argparse
+import json
+import statistics
+import sys
+
+SCHEDULERS = ["fixed", "megatron_dcp", "hybrid"]
+MODELS = {
+    "base": ["tiles", "tokens", "one", "kv", "peers"],
+    "row": ["tiles", "tokens", "one", "row", "kv", "peers"],
+    "group": ["tiles", "tokens", "one", "g", "kv", "peers"],
+}
+# Dropped in this order when the normal equations are singular (as
+# calibration_fit.cpp's fit_kept does).
+DROP_ORDER = ["peers", "kv", "row", "g", "tokens"]
+
+
+def load(paths, first_step):
+    """Every measured step as {scheduler: {"slots": [(ranks, wave)],
+    "members": [sample dict]}}, keyed by (path, step)."""
+    steps = {}
+    for path in paths:
+        with open(path) as f:
+            records = [json.loads(line) for line in f if line.strip()]
+        samples = {r["step"]: r["fit_samples"] for r in records
+                   if "fit_samples" in r and "compare" not in r}
+        compared = {}
+        for r in records:
+            if "compare" in r and r["step"] >= first_step:
+                if "slot_ranks" not in r:
+                    sys.exit(f"{path}: comparison records without slot_ranks (a build before "
+                             "they were written); rerun the job with this build")
+                compared.setdefault(r["step"], {})[r["compare"]] = r
+        for step, by_name in sorted(compared.items()):
+            steps[(path, step)] = place(by_name, samples[step], path, step)
+    return steps
+
+
+def place(by_name, rows, path, step):
+    """Each sample into its slot: rank by rank, the compared schedulers in
+    the listed order, each rank's slots of one schedule in wave order."""
+    names = [n for n in SCHEDULERS if n in by_name]
+    world = 1 + max(r for n in names for ranks in by_name[n]["slot_ranks"] for r in ranks)
+    out = {n: {"slots": list(zip(by_name[n]["slot_ranks"], by_name[n]["waves"])),
+               "members": []} for n in names}
+    i = 0
+    for rank in range(world):
+        for n in names:
+            slots = out[n]["slots"]
+            mine = sorted((s for s in range(len(slots)) if rank in slots[s][0]),
+                          key=lambda s: slots[s][1])
+            for s in mine:
+                if i >= len(rows):
+                    sys.exit(f"{path} step {step}: fewer fit_samples than slot members")
+                g, tokens, tiles, peers, kv, seconds, row = (rows[i] + [0])[:7]
+                if g != len(slots[s][0]):
+                    sys.exit(f"{path} step {step}: sample {i} has g {g}, its slot {s} has "
+                             f"{len(slots[s][0])} members; the records do not line up")
+                out[n]["members"].append({
+                    "slot": s, "rank": rank, "g": g, "tokens": tokens, "tiles": tiles,
+                    "peers": peers, "kv": kv, "seconds": seconds, "row": row, "one": 1})
+                i += 1
+    if i != len(rows):
+        sys.exit(f"{path} step {step}: {len(rows) - i} fit_samples left over")
+    return out
+
+
+def solve(columns, y):
+    """Normal equations by Gaussian elimination with partial pivoting, as
+    calibration_fit.cpp's solve_least_squares; None when singular."""
+    n = len(columns)
+    m = [[sum(a * b for a, b in zip(columns[i], columns[j])) for j in range(n)]
+         + [sum(a * b for a, b in zip(columns[i], y))] for i in range(n)]
+    for c in range(n):
+        pivot = max(range(c, n), key=lambda r: abs(m[r][c]))
+        if abs(m[pivot][c]) < 1e-300:
+            return None
+        m[c], m[pivot] = m[pivot], m[c]
+        for r in range(n):
+            if r != c:
+                f = m[r][c] / m[c][c]
+                m[r] = [a - f * b for a, b in zip(m[r], m[c])]
+    return [m[i][n] / m[i][i] for i in range(n)]
+
+
+def nnls(columns, y):
+    """calibration_fit.cpp's fit_nonnegative on plain errors: columns scaled
+    to a largest magnitude of 1, least squares, the most negative term
+    dropped until none is."""
+    unit = [max(max(abs(v) for v in col), 1e-300) for col in columns]
+    scaled = [[v / u for v in col] for col, u in zip(columns, unit)]
+    active = list(range(len(columns)))
+    out = [0.0] * len(columns)
+    while active:
+        x = solve([scaled[i] for i in active], y)
+        if x is None:
+            return None
+        if min(x) >= 0:
+            for i, v in zip(active, x):
+                out[i] = v / unit[i]
+            return out
+        del active[x.index(min(x))]
+    return out
+
+
+def fit(members, terms):
+    y = [m["seconds"] for m in members]
+    kept = list(terms)
+    while True:
+        x = nnls([[m[t] for m in members] for t in kept], y)
+        if x is not None:
+            return dict(zip(kept, x))
+        drop = next((d for d in DROP_ORDER if d in kept), None)
+        if drop is None:
+            sys.exit("the fit is singular with every droppable term dropped")
+        kept.remove(drop)
+
+
+def price(member, coef):
+    return sum(c * member[t] for t, c in coef.items())
+
+
+def critical_path(slots, times, stretch=None):
+    """Slots in (wave, index) order, each starting when its members are free
+    and lasting its slowest member (compare_results.cpp's replay); with
+    `stretch`, a slot of g members lasts stretch[g] times that."""
+    free = {}
+    for s in sorted(range(len(slots)), key=lambda s: slots[s][1]):
+        ranks = slots[s][0]
+        start = max((free.get(r, 0.0) for r in ranks), default=0.0)
+        length = max(times.get((s, r), 0.0) for r in ranks)
+        if stretch:
+            length *= stretch.get(len(ranks), 1.0)
+        for r in ranks:
+            free[r] = start + length
+    return max(free.values(), default=0.0)
+
+
+def slot_ratios(steps, coef):
+    """Per g: the slots' measured length (slowest member, measured) over
+    their predicted length (slowest member, predicted), and the members'
+    measured / predicted times: the wait of a slot on its slowest member
+    shows where the first exceeds the second."""
+    slots, members = {}, {}
+    for step in steps:
+        for sched in step.values():
+            by_slot = {}
+            for m in sched["members"]:
+                by_slot.setdefault(m["slot"], []).append(m)
+                members.setdefault(m["g"], []).append(m["seconds"] / price(m, coef))
+            for ms in by_slot.values():
+                ratio = max(m["seconds"] for m in ms) / max(price(m, coef) for m in ms)
+                slots.setdefault(len(ms), []).append(ratio)
+    return slots, members
+
+
+def evaluate(train, test, terms):
+    coef = fit([m for step in train for n in step for m in step[n]["members"]], terms)
+    # The wait on the slowest member, learnt from the training steps: per g
+    # the median of the slots' measured / predicted length.
+    stretch = {g: statistics.median(v) for g, v in slot_ratios(train, coef)[0].items()}
+    slots, members = slot_ratios(test, coef)
+    out = {"coef": coef, "member": [], "by": {}, "rank": {n: [] for n in SCHEDULERS},
+           "critical": {n: [0.0, 0.0, 0.0] for n in SCHEDULERS}, "slots": slots,
+           "members": members}
+    for step in test:
+        for n, sched in step.items():
+            measured, predicted, rank_m, rank_p = {}, {}, {}, {}
+            for m in sched["members"]:
+                p = price(m, coef)
+                e = (m["seconds"] - p) / p
+                out["member"].append(abs(e))
+                out["by"].setdefault((n, m["g"]), []).append(e)
+                measured[(m["slot"], m["rank"])] = m["seconds"]
+                predicted[(m["slot"], m["rank"])] = p
+                rank_m[m["rank"]] = rank_m.get(m["rank"], 0.0) + m["seconds"]
+                rank_p[m["rank"]] = rank_p.get(m["rank"], 0.0) + p
+            out["rank"][n] += [(rank_m[r] - rank_p[r]) / rank_p[r] for r in rank_m]
+            out["critical"][n][0] += critical_path(sched["slots"], measured)
+            out["critical"][n][1] += critical_path(sched["slots"], predicted)
+            out["critical"][n][2] += critical_path(sched["slots"], predicted, stretch)
+    return out
+
+
+def report(name, folds):
+    """Pools the left-out steps of every fold."""
+    member = [e for f in folds for e in f["member"]]
+    rank = {n: [e for f in folds for e in f["rank"][n]] for n in SCHEDULERS}
+    crit = {n: [sum(f["critical"][n][i] for f in folds) for i in (0, 1, 2)] for n in SCHEDULERS}
+    by = {}
+    for f in folds:
+        for key, v in f["by"].items():
+            by.setdefault(key, []).extend(v)
+    print(f"\nmodel {name}: terms per fold "
+          + "; ".join(", ".join(f"{t} {c:.3g}" for t, c in f["coef"].items()) for f in folds))
+    print(f"  held-out slot members: median |e| {100 * statistics.median(member):.1f}%")
+    for n in SCHEDULERS:
+        r = rank[n]
+        print(f"  {n:13} per-rank error median |e| {100 * statistics.median(map(abs, r)):5.1f}% "
+              f"({100 * min(r):+.1f}% to {100 * max(r):+.1f}%), critical path measured "
+              f"{crit[n][0]:.3f} s, predicted {crit[n][1]:.3f} s "
+              f"({100 * (crit[n][0] - crit[n][1]) / crit[n][1]:+.1f}%)")
+    for base in ("fixed", "megatron_dcp"):
+        m = crit[base][0] / crit["hybrid"][0]
+        p = crit[base][1] / crit["hybrid"][1]
+        print(f"  hybrid over {base:13} measured {m:.3f}x, predicted {p:.3f}x "
+              f"({100 * (m - p):+.1f} points)")
+    for base in ("fixed", "megatron_dcp"):
+        m = crit[base][0] / crit["hybrid"][0]
+        p = crit[base][2] / crit["hybrid"][2]
+        print(f"  with the training steps' wait on the slowest member (slots of g stretched by "
+              f"their median measured / predicted length): hybrid over {base} predicted "
+              f"{p:.3f}x ({100 * (m - p):+.1f} points)")
+    cells = [f"{n} g={g}: {100 * statistics.median(v):+.1f}% ({len(v)})"
+             for (n, g), v in sorted(by.items())]
+    print("  signed member residual (measured - predicted) / predicted, median (count): "
+          + "; ".join(cells))
+    slots, members = {}, {}
+    for f in folds:
+        for g, v in f["slots"].items():
+            slots.setdefault(g, []).extend(v)
+        for g, v in f["members"].items():
+            members.setdefault(g, []).extend(v)
+    print("  per g, measured / predicted of the slot (its slowest member) against that of its "
+          "members, medians: " + "; ".join(
+              f"g={g}: slot {statistics.median(slots[g]):.3f}, members "
+              f"{statistics.median(members[g]):.3f}" for g in sorted(slots)))
+    return {"member_median_abs": statistics.median(member),
+            "rank_median_abs": {n: statistics.median(map(abs, rank[n])) for n in SCHEDULERS},
+            "critical": crit}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("metrics", nargs="+")
+    parser.add_argument("--first-step", type=int, default=2)
+    parser.add_argument("--models", default="base,row,group")
+    parser.add_argument("--out", help="write the figures as JSON here")
+    args = parser.parse_args()
+    steps = load(args.metrics, args.first_step)
+    keys = sorted(steps)
+    if len(keys) < 2:
+        sys.exit("need at least two measured steps (one to fit, one to test)")
+    print(f"{len(keys)} measured steps from {len(args.metrics)} file(s); each step left out "
+          "in turn, the terms fitted on the others")
+    results = {}
+    for name in args.models.split(","):
+        folds = [evaluate([steps[k] for k in keys if k != held], [steps[held]], MODELS[name])
+                 for held in keys]
+        results[name] = report(name, folds)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,111 @@
+"""benchmarks/reprice_fit.py on synthetic metrics records: samples placed in
+their slots as the trainer writes them (rank by rank, schedulers in order,
+each rank's members in wave order), a planted row term recovered only by
+the model that has it, and the replay against a longest-path recount."""
+
+import importlib.util
+import json
+import pathlib
+import random
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("reprice_fit",
+                                               ROOT / "benchmarks" / "reprice_fit.py")
+reprice_fit = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(reprice_fit)
+
+TRUTH = {"tiles": 3e-4, "tokens": 1e-5, "one": 2e-3, "row": 6e-6, "kv": 0.0, "peers": 5e-4}
+
+
+def random_schedule(rng, world):
+    """Slots of random groups in waves, every rank in at most one slot per
+    wave, each with random member counts."""
+    slots = []
+    for wave in range(rng.randint(1, 3)):
+        free = list(range(world))
+        rng.shuffle(free)
+        while free:
+            g = rng.randint(1, len(free))
+            ranks, free = sorted(free[:g]), free[g:]
+            if rng.random() < 0.8:
+                slots.append((ranks, wave))
+    rng.shuffle(slots)  # slot order is not wave order
+    members = []
+    for ranks, _ in slots:
+        tokens = [rng.randint(16, 400) for _ in ranks]
+        members.append([{"g": len(ranks), "tokens": t, "tiles": rng.randint(1, 200),
+                         "peers": len(ranks) - 1, "kv": 1024 * rng.randint(0, 300),
+                         "row": sum(tokens)} for t in tokens])
+    return slots, members
+
+
+def seconds(m):
+    return sum(c * (1 if t == "one" else m[t]) for t, c in TRUTH.items())
+
+
+def write_job(path, rng, world, steps):
+    """The metrics lines of `steps` measured steps of a compared job."""
+    lines = []
+    for step in range(2, 2 + steps):
+        schedules = {n: random_schedule(rng, world) for n in reprice_fit.SCHEDULERS}
+        rows = []
+        for rank in range(world):
+            for n in reprice_fit.SCHEDULERS:
+                slots, members = schedules[n]
+                mine = sorted((s for s in range(len(slots)) if rank in slots[s][0]),
+                              key=lambda s: slots[s][1])
+                for s in mine:
+                    m = members[s][slots[s][0].index(rank)]
+                    rows.append([m["g"], m["tokens"], m["tiles"], m["peers"], m["kv"],
+                                 seconds(m), m["row"]])
+        lines.append({"step": step, "scheduler": "hybrid", "fit_samples": rows})
+        for n in reprice_fit.SCHEDULERS:
+            slots, _ = schedules[n]
+            lines.append({"step": step, "compare": n, "slot_ranks": [s[0] for s in slots],
+                          "waves": [s[1] for s in slots]})
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+def test_samples_land_in_their_slots_and_the_row_model_recovers_the_truth(tmp_path):
+    rng = random.Random(4)
+    path = tmp_path / "w4.jsonl"
+    write_job(path, rng, 4, 3)
+    steps = reprice_fit.load([str(path)], 2)
+    assert len(steps) == 3
+    for step in steps.values():
+        for sched in step.values():
+            for m in sched["members"]:
+                # Placed right: its slot holds its rank and its g members.
+                ranks, _ = sched["slots"][m["slot"]]
+                assert m["rank"] in ranks and m["g"] == len(ranks)
+                assert abs(m["seconds"] - seconds(m)) < 1e-12
+    keys = sorted(steps)
+    row = reprice_fit.evaluate([steps[k] for k in keys[1:]], [steps[keys[0]]],
+                               reprice_fit.MODELS["row"])
+    assert max(row["member"]) < 1e-6
+    for name, (measured, predicted, _) in row["critical"].items():
+        assert abs(measured - predicted) < 1e-6 * measured, name
+    base = reprice_fit.evaluate([steps[k] for k in keys[1:]], [steps[keys[0]]],
+                                reprice_fit.MODELS["base"])
+    assert max(base["member"]) > 0.01  # without the row term the truth is out of reach
+
+
+def test_replay_is_the_longest_path():
+    rng = random.Random(5)
+    for _ in range(200):
+        world = rng.randint(1, 5)
+        slots, _ = random_schedule(rng, world)
+        times = {(s, r): rng.uniform(0.1, 2.0) for s, (ranks, _) in enumerate(slots)
+                 for r in ranks}
+        # Recount: a slot ends at its length plus the latest end among the
+        # slots its members ran just before it.
+        order = sorted(range(len(slots)), key=lambda s: slots[s][1])
+        end, last = {}, {}
+        for s in order:
+            ranks = slots[s][0]
+            start = max((end[last[r]] for r in ranks if r in last), default=0.0)
+            end[s] = start + max(times[(s, r)] for r in ranks)
+            for r in ranks:
+                last[r] = s
+        assert abs(reprice_fit.critical_path(slots, times) - max(end.values(), default=0.0)) \
+            < 1e-12

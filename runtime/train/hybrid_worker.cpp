@@ -148,10 +148,10 @@ Status HybridWorker::prepare_mode() {
   }
   for (const std::string& name : options_.compare_schedulers) {
     if (std::find(offered.begin(), offered.end(), name) != offered.end()) continue;
-    return invalid_argument("train.compare_schedulers names " + quote_text(name) +
-                            ", which balancer " + quote_text(balancer_.description) +
-                            " does not offer (it offers: " + join(offered, ", ") +
-                            "); list only those");
+    return invalid_argument(
+        "train.compare_schedulers (" + options_.compare_source + ") names " + quote_text(name) +
+        ", which balancer " + quote_text(balancer_.description) +
+        " does not offer (it offers: " + join(offered, ", ") + "); list only those");
   }
   if (options_.profile_auto) {
     refit_.emplace(options_.profile, options_.refit_every, model_kv_bytes_per_token());

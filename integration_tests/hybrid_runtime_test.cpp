@@ -174,6 +174,27 @@ TEST(Hybrid, ProfileAutoRefitsOnEveryRankAndTrainsAsAFixedProfile) {
   EXPECT_GE(slot_seconds.size(), 2u) << "the refits left the profile as it started";
 }
 
+// parallel.hybrid.free_single_slots claims from one store counter per step;
+// each is deleted once the step's all-reduce is done, so the store's key
+// count stays where it was after the first step, however many steps run.
+TEST(Hybrid, FreeSingleSlotsKeepTheStoreBounded) {
+  TempDir dir;
+  const std::string config = equivalence_config(dir);
+  const Trained run = train_layout(
+      dir, config, 1, 1,
+      {"parallel.mode=hybrid", "parallel.world_size=4", "parallel.max_tokens_per_rank=16",
+       "parallel.hybrid.free_single_slots=true", "train.steps=7"});
+  ASSERT_EQ(run.hybrid.size(), 7u);
+  std::set<std::int64_t> counts;
+  for (const json& line : run.hybrid) {
+    ASSERT_TRUE(line.at("store_keys").is_number_integer()) << line;
+    counts.insert(line.at("store_keys").get<std::int64_t>());
+  }
+  EXPECT_GT(*counts.begin(), 0) << "the store holds at least the rendezvous's keys";
+  EXPECT_EQ(counts.size(), 1u) << "the store's keys grew with the steps: " << *counts.begin()
+                               << " to " << *counts.rbegin();
+}
+
 // --compare-schedulers runs every listed scheduler's schedule of each batch
 // three times, forward and backward from the step's parameters, before the
 // step: the run must train exactly as one without it (the same losses and,

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -33,6 +34,12 @@ namespace {
 // The slot's row: its pieces' columns in order. A piece is a whole loader
 // row (documents longer than data.seq_length were cut there, labels kept)
 // or, should a scheduler cut one, part of it.
+std::string hex_fingerprint(std::uint64_t value) {
+  char text[24];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(value));
+  return text;
+}
+
 data::PackedRow slot_row(const ScheduleSlot& slot,
                          const std::vector<const data::PackedRow*>& rows) {
   data::PackedRow out;
@@ -114,6 +121,8 @@ class HybridWorker final : public Worker {
   double fixed_prediction_ms(const ScheduleRequest& request) const;
   double model_kv_bytes_per_token() const;
   calibrate::SlotSample sample_of(const SlotCost& cost, const SlotCost& bytes,
+  bool claiming() const { return options_.free_single_slots && groups_.shared_add != nullptr; }
+  void release_claims(std::int64_t step);
                                   const SlotFigures& f) const;
   ScheduleRequest exact_kv_request(const ScheduleRequest& request) const;
   void predict(const SlotCost& cost, const SlotCost& bytes, SlotFigures& f) const;
@@ -131,8 +140,9 @@ class HybridWorker final : public Worker {
   // balancer.schedule.profile: auto: the refit, and what the last step's did.
   std::optional<ProfileRefit> refit_;
   std::optional<StepReport::ProfileFit> profile_fit_;
-  ErrorSummary last_fit_;   // the last refit's error on its rows
-  bool warmed_up_ = false;  // this process has run a step: its first one's times are left out
+  ErrorSummary last_fit_;         // the last refit's error on its rows
+  bool warmed_up_ = false;        // this process has run a step: its first one's times are left out
+  std::int64_t store_keys_ = -1;  // rank 0, free single slots: the store's keys after a step
 };
 
 // Hybrid mode: the balancer that schedules (the plugin, else the built-in
@@ -144,6 +154,9 @@ Status HybridWorker::prepare_mode() {
   if (std::find(offered.begin(), offered.end(), options_.schedule_strategy) == offered.end()) {
     return invalid_argument("balancer.schedule.strategy " + quote_text(options_.schedule_strategy) +
                             " is not offered by balancer " + quote_text(balancer_.description) +
+// The store counter that step `step`'s claims of free single slots share.
+std::string claim_key(std::int64_t step) { return "free_slots/step" + std::to_string(step); }
+
                             " (it offers: " + join(offered, ", ") + ")");
   }
   for (const std::string& name : options_.compare_schedulers) {
@@ -349,7 +362,7 @@ void HybridWorker::run_free_slots(const Schedule& schedule, const std::vector<st
                                   const ScheduleRequest& request,
                                   const std::vector<const data::PackedRow*>& rows,
                                   std::int64_t step, Run& run) {
-  const std::string key = "free_slots/step" + std::to_string(step);
+  const std::string key = claim_key(step);
   const auto count = static_cast<std::int64_t>(free.size());
   if (reliability_.late_claims()) wait_for_claims(key, count + groups_.world->size() - 1);
   for (;;) {
@@ -487,7 +500,10 @@ std::vector<Schedule> HybridWorker::compare(std::int64_t step, const ScheduleReq
 
 void HybridWorker::add_to_report(StepReport& report) const {
   report.hybrid = hybrid_report_;
-  if (report.hybrid) report.hybrid->measured_ms = std::max(0.0, report.wall_ms - compare_ms_);
+  if (report.hybrid) {
+    report.hybrid->measured_ms = std::max(0.0, report.wall_ms - compare_ms_);
+    report.hybrid->store_keys = store_keys_;
+  }
   report.compared = compared_;
   report.repetitions = compared_.empty() ? 0 : options_.compare_repetitions;
   report.clock = options_.device == Device::kCpu ? "thread CPU" : "wall";
@@ -506,9 +522,20 @@ void HybridWorker::add_to_report(StepReport& report) const {
   }
 }
 
-// balancer.schedule.profile: auto, on every rank: the step's samples of
-// every rank, in rank order, into the refit; on a refit step the new
-// profile, checked to be the same on every rank, is the next step's.
+// Free single slots: a rank enters the step's gradient all-reduce only
+// after its last claim, so once the all-reduce has returned no rank will
+// touch the step's counter again, and rank 0 deletes it: the store holds
+// one such key at a time, not one per step the job has run.
+void HybridWorker::release_claims(std::int64_t step) {
+  if (!claiming() || id_.rank != 0) return;
+  groups_.shared_delete(claim_key(step));
+  store_keys_ = groups_.store_keys();
+}
+
+// After the step's all-reduce and all-gather, on every rank: the claims'
+// counter released, then with balancer.schedule.profile: auto the step's
+// samples of every rank, in rank order, into the refit; on a refit step the
+// new profile, checked to be the same on every rank, is the next step's.
 void HybridWorker::after_step(std::int64_t step, const std::vector<RankStepFigures>& ranks) {
   if (!refit_) return;
   // The first step this process runs warms its allocator and caches up:
@@ -543,6 +570,7 @@ void HybridWorker::after_step(std::int64_t step, const std::vector<RankStepFigur
 // then runs its own slots in wave order. With train.compare_schedulers the
 // comparison runs come first, from the same parameters.
 Worker::StepResult HybridWorker::run_step(std::int64_t step, const data::StepBatch& batch) {
+  release_claims(step);
   StepResult result;
   result.figures.rank = id_.rank;
   std::vector<const data::PackedRow*> rows;
@@ -575,8 +603,7 @@ Worker::StepResult HybridWorker::run_step(std::int64_t step, const data::StepBat
   for (const ScheduleSlot& slot : schedule.slots) {
     hybrid_report_->groups.push_back(static_cast<std::int32_t>(slot.ranks.size()));
   }
-  const bool claim = options_.free_single_slots && groups_.shared_add != nullptr;
-  Run run = run_schedule(schedule, request, rows, claim ? step : 0);
+  Run run = run_schedule(schedule, request, rows, claiming() ? step : 0);
   if (options_.compare_schedulers.empty()) result.figures.fit_samples = run.samples;
   result.loss_tokens = run.loss_tokens;
   result.figures.slots = std::move(run.slots);
@@ -591,3 +618,4 @@ std::unique_ptr<Worker> make_hybrid_worker(WorkerSetup setup) {
 }
 
 }  // namespace fulcrum::train
+  hybrid_report_->schedule_fingerprint = hex_fingerprint(schedule_fingerprint(schedule));

@@ -23,23 +23,26 @@
 #include "fulcrum/core/text.h"
 #include "fulcrum/core/workload.h"
 #include "fulcrum/host/cost_profile_file.h"
+#include "fulcrum/host/log.h"
 #include "fulcrum/host/plugin_loader.h"
+#include "train/checkpoint_profile.h"
 #include "train/profile_refit.h"
+#include "train/test_faults.h"
 #include "train/worker_base.h"
 #include "train/worker_errors.h"
 
 namespace fulcrum::train {
 namespace {
 
-// The slot's row: its pieces' columns in order. A piece is a whole loader
-// row (documents longer than data.seq_length were cut there, labels kept)
-// or, should a scheduler cut one, part of it.
 std::string hex_fingerprint(std::uint64_t value) {
   char text[24];
   std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(value));
   return text;
 }
 
+// The slot's row: its pieces' columns in order. A piece is a whole loader
+// row (documents longer than data.seq_length were cut there, labels kept)
+// or, should a scheduler cut one, part of it.
 data::PackedRow slot_row(const ScheduleSlot& slot,
                          const std::vector<const data::PackedRow*>& rows) {
   data::PackedRow out;
@@ -93,6 +96,10 @@ class HybridWorker final : public Worker {
   StepResult run_step(std::int64_t step, const data::StepBatch& batch) override;
   void after_step(std::int64_t step, const std::vector<RankStepFigures>& ranks) override;
   void add_to_report(StepReport& report) const override;
+  ModeCheckpoint* mode_checkpoint() override {
+    return refit_checkpoint_ ? &*refit_checkpoint_ : nullptr;
+  }
+  void after_resume(std::int64_t step) override;
 
   // One schedule's slots of this rank, in wave order: the summed loss, its
   // loss tokens and every slot's figures (the gradients accumulate in the
@@ -114,6 +121,8 @@ class HybridWorker final : public Worker {
                       const ScheduleRequest& request,
                       const std::vector<const data::PackedRow*>& rows, std::int64_t step, Run& run);
   void wait_for_claims(const std::string& key, std::int64_t target) const;
+  bool claiming() const { return options_.free_single_slots && groups_.shared_add != nullptr; }
+  void release_claims(std::int64_t step);
   std::vector<Schedule> compare(std::int64_t step, const ScheduleRequest& request,
                                 const std::vector<const data::PackedRow*>& rows,
                                 StepResult& result);
@@ -121,8 +130,6 @@ class HybridWorker final : public Worker {
   double fixed_prediction_ms(const ScheduleRequest& request) const;
   double model_kv_bytes_per_token() const;
   calibrate::SlotSample sample_of(const SlotCost& cost, const SlotCost& bytes,
-  bool claiming() const { return options_.free_single_slots && groups_.shared_add != nullptr; }
-  void release_claims(std::int64_t step);
                                   const SlotFigures& f) const;
   ScheduleRequest exact_kv_request(const ScheduleRequest& request) const;
   void predict(const SlotCost& cost, const SlotCost& bytes, SlotFigures& f) const;
@@ -139,11 +146,16 @@ class HybridWorker final : public Worker {
   double compare_ms_ = 0.0;                     // this step's comparison runs, wall time
   // balancer.schedule.profile: auto: the refit, and what the last step's did.
   std::optional<ProfileRefit> refit_;
+  std::optional<RefitCheckpoint> refit_checkpoint_;  // refit_'s state in checkpoints
+  std::optional<SlotClock> slot_clock_;              // test-only FULCRUM_TEST_SLOT_SECONDS
   std::optional<StepReport::ProfileFit> profile_fit_;
   ErrorSummary last_fit_;         // the last refit's error on its rows
   bool warmed_up_ = false;        // this process has run a step: its first one's times are left out
   std::int64_t store_keys_ = -1;  // rank 0, free single slots: the store's keys after a step
 };
+
+// The store counter that step `step`'s claims of free single slots share.
+std::string claim_key(std::int64_t step) { return "free_slots/step" + std::to_string(step); }
 
 // Hybrid mode: the balancer that schedules (the plugin, else the built-in
 // one, whose fixed schedule the host serves) and that it offers the
@@ -154,9 +166,6 @@ Status HybridWorker::prepare_mode() {
   if (std::find(offered.begin(), offered.end(), options_.schedule_strategy) == offered.end()) {
     return invalid_argument("balancer.schedule.strategy " + quote_text(options_.schedule_strategy) +
                             " is not offered by balancer " + quote_text(balancer_.description) +
-// The store counter that step `step`'s claims of free single slots share.
-std::string claim_key(std::int64_t step) { return "free_slots/step" + std::to_string(step); }
-
                             " (it offers: " + join(offered, ", ") + ")");
   }
   for (const std::string& name : options_.compare_schedulers) {
@@ -168,8 +177,31 @@ std::string claim_key(std::int64_t step) { return "free_slots/step" + std::to_st
   }
   if (options_.profile_auto) {
     refit_.emplace(options_.profile, options_.refit_every, model_kv_bytes_per_token());
+    refit_checkpoint_.emplace(*refit_, model_kv_bytes_per_token(), options_.schedule_profile);
+  }
+  Result<std::optional<SlotClock>> clock = slot_clock_from_environment(process_environment);
+  if (!clock) return clock.status();
+  slot_clock_ = *clock;
+  if (slot_clock_ && id_.rank == 0) {
+    host::log_to_stderr(host::LogLevel::kWarning,
+                        "test-only FULCRUM_TEST_SLOT_SECONDS is set: the profile's fit samples "
+                        "carry made-up times, not measured ones");
   }
   return Status::ok();
+}
+
+// A resumed balancer.schedule.profile: auto job plans with the profile its
+// checkpoint held, checked to be the same on every rank like a refit's. Its
+// first step's samples count: the uninterrupted job's would (its warm-up
+// was the job's first step), and leaving them out would make the next
+// refit, and so the schedules, differ from that job's.
+void HybridWorker::after_resume(std::int64_t step) {
+  if (!refit_) return;
+  if (refit_checkpoint_->restored()) {
+    warmed_up_ = true;
+    options_.profile = refit_->profile();
+  }
+  check_same_profile(row_group(), refit_->profile(), step);
 }
 
 // What a slot's SlotAttention did on this member over every layer.
@@ -273,6 +305,7 @@ calibrate::SlotSample HybridWorker::sample_of(const SlotCost& cost, const SlotCo
   s.peers = cost.members[m].peers;
   s.kv_bytes = bytes.members[m].bytes_sent + bytes.members[m].bytes_received;
   s.seconds = (options_.device == Device::kCpu ? f.cpu_ms : f.busy_ms) / 1e3;
+  if (slot_clock_) s.seconds = slot_clock_->seconds(s.tiles, s.tokens, s.kv_bytes, s.peers);
   return s;
 }
 
@@ -537,6 +570,7 @@ void HybridWorker::release_claims(std::int64_t step) {
 // samples of every rank, in rank order, into the refit; on a refit step the
 // new profile, checked to be the same on every rank, is the next step's.
 void HybridWorker::after_step(std::int64_t step, const std::vector<RankStepFigures>& ranks) {
+  release_claims(step);
   if (!refit_) return;
   // The first step this process runs warms its allocator and caches up:
   // its times are no sample of the job's (fulcrum calibrate leaves it out
@@ -570,7 +604,6 @@ void HybridWorker::after_step(std::int64_t step, const std::vector<RankStepFigur
 // then runs its own slots in wave order. With train.compare_schedulers the
 // comparison runs come first, from the same parameters.
 Worker::StepResult HybridWorker::run_step(std::int64_t step, const data::StepBatch& batch) {
-  release_claims(step);
   StepResult result;
   result.figures.rank = id_.rank;
   std::vector<const data::PackedRow*> rows;
@@ -599,6 +632,7 @@ Worker::StepResult HybridWorker::run_step(std::int64_t step, const data::StepBat
   const ScheduleCost cost = evaluate_schedule(request, schedule);
   hybrid_report_ = StepReport::Hybrid{
       schedule.strategy_used, schedule.fallback_reason, {}, cost.step_seconds * 1e3};
+  hybrid_report_->schedule_fingerprint = hex_fingerprint(schedule_fingerprint(schedule));
   if (id_.rank == 0) hybrid_report_->fixed_predicted_ms = fixed_prediction_ms(request);
   for (const ScheduleSlot& slot : schedule.slots) {
     hybrid_report_->groups.push_back(static_cast<std::int32_t>(slot.ranks.size()));
@@ -618,4 +652,3 @@ std::unique_ptr<Worker> make_hybrid_worker(WorkerSetup setup) {
 }
 
 }  // namespace fulcrum::train
-  hybrid_report_->schedule_fingerprint = hex_fingerprint(schedule_fingerprint(schedule));

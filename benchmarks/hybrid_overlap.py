@@ -1,65 +1,98 @@
 #!/usr/bin/env python3
-"""The K/V exchange hidden by overlap in hybrid mode (docs/HYBRID_RUNTIME.md
-section 10): trains configs/hybrid.yaml for a few steps with
-parallel.hybrid.overlap on and off and prints, per step, the exchanges' own
-time summed over ranks (exchange_ms), what the ranks waited for it
-(exchange_wait_ms), the hidden share (exchange - wait) / exchange, the
-exchange time compute left exposed (comm_ms) and the measured step.
+"""Does overlapping the K/V exchange with compute pay in hybrid mode
+(docs/HYBRID_RUNTIME.md section 10)? Trains configs/hybrid.yaml with
+parallel.hybrid.overlap on and off, alternating, R times each per world size
+(repetition r runs on then off when r is even, off then on when odd, so
+neither side always runs first), from the same seed: the same batches and the
+same schedules (the profile is fixed). Per job it takes the median of the
+measured step times (`measured_step_ms`) after a warm-up step; per world size
+and side it prints the median over the repetitions with the min..max spread,
+the off/on ratio of each adjacent pair with its spread, and the exchange
+time compute hid ((exchange - wait) / exchange, summed over ranks and steps).
 
 Run from the repository root after a release build:
 
-    python3 benchmarks/hybrid_overlap.py                 # W = 4, 3 steps
-    python3 benchmarks/hybrid_overlap.py --world 2 --steps 3
+    python3 benchmarks/hybrid_overlap.py                          # W = 4 and 6, R = 3
+    python3 benchmarks/hybrid_overlap.py --worlds 4 --repetitions 5 --steps 4
+    python3 benchmarks/hybrid_overlap.py --batch 4     # a quarter of the work per step
 """
 
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 
 
-def run(fulcrum, world, steps, overlap, metrics):
+def run(fulcrum, world, steps, batch, overlap, metrics):
     tokens = -(-4096 // world)  # T: a 4096-token document fits the world
     argv = [fulcrum, "train", "--config", "configs/hybrid.yaml",
-            "--set", f"train.steps={steps}", "--set", f"parallel.world_size={world}",
+            "--set", f"train.steps={steps}", "--set", f"data.global_batch_size={batch}", "--set", f"parallel.world_size={world}",
             "--set", f"parallel.max_tokens_per_rank={tokens}", "--set", "train.threads=1",
             "--set", f"parallel.hybrid.overlap={'true' if overlap else 'false'}",
             "--metrics", metrics]
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
-    rows = []
+    steps_ms, exchange, wait, prints = [], 0.0, 0.0, []
     with open(metrics) as f:
         for line in f:
             j = json.loads(line)
             if "scheduler" not in j or "ranks" not in j:
                 continue
-            ranks = j["ranks"]
-            rows.append((j["step"], sum(r["exchange_ms"] for r in ranks),
-                         sum(r["exchange_wait_ms"] for r in ranks),
-                         sum(r["comm_ms"] for r in ranks), j["measured_step_ms"]))
-    return rows
+            prints.append(j.get("schedule_fingerprint"))
+            if j["step"] == 1:
+                continue  # the warm-up: allocator and caches
+            steps_ms.append(j["measured_step_ms"])
+            exchange += sum(r["exchange_ms"] for r in j["ranks"])
+            wait += sum(r["exchange_wait_ms"] for r in j["ranks"])
+    return statistics.median(steps_ms), exchange, wait, prints
+
+
+def spread(values):
+    return f"{statistics.median(values):8.1f} ({min(values):.1f}..{max(values):.1f})"
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--fulcrum", default="build/release/bin/fulcrum")
-    parser.add_argument("--world", type=int, default=4)
-    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--worlds", default="4,6")
+    parser.add_argument("--steps", type=int, default=3, help="per job, the first a warm-up")
+    parser.add_argument("--repetitions", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=16,
+                        help="data.global_batch_size (configs/hybrid.yaml: 16)")
     args = parser.parse_args()
     if not os.path.isfile(args.fulcrum):
         sys.exit(f"hybrid_overlap: {args.fulcrum} does not exist; build first "
                  "(cmake --build --preset release) or pass --fulcrum")
-    print(f"W = {args.world}, configs/hybrid.yaml, {args.steps} steps, train.threads 1")
-    print("overlap  step  exchange_ms  wait_ms  hidden  comm_ms  step_ms")
+    if args.steps < 2 or args.repetitions < 1:
+        sys.exit("hybrid_overlap: --steps must be >= 2 (one warm-up) and --repetitions >= 1")
+    print(f"configs/hybrid.yaml, global batch {args.batch}, "
+          f"{args.steps} steps per job (the first a warm-up), "
+          f"train.threads 1, R = {args.repetitions}; measured_step_ms, median per job")
     with tempfile.TemporaryDirectory() as tmp:
-        for overlap in (True, False):
-            metrics = os.path.join(tmp, f"{overlap}.jsonl")
-            for step, exchange, wait, comm, measured in run(args.fulcrum, args.world,
-                                                              args.steps, overlap, metrics):
-                hidden = f"{(exchange - wait) / exchange:6.1%}" if exchange > 0 else "     -"
-                print(f"{'on' if overlap else 'off':7}  {step:4}  {exchange:11.1f}  {wait:7.1f}"
-                      f"  {hidden}  {comm:7.1f}  {measured:7.1f}")
+        for world in [int(w) for w in args.worlds.split(",")]:
+            step = {True: [], False: []}
+            hidden = {True: [0.0, 0.0], False: [0.0, 0.0]}
+            prints = set()
+            for rep in range(args.repetitions):
+                for overlap in ((True, False) if rep % 2 == 0 else (False, True)):
+                    metrics = os.path.join(tmp, f"w{world}_{rep}_{overlap}.jsonl")
+                    ms, exchange, wait, fp = run(args.fulcrum, world, args.steps, args.batch,
+                                                 overlap, metrics)
+                    step[overlap].append(ms)
+                    hidden[overlap][0] += exchange
+                    hidden[overlap][1] += wait
+                    prints.add(tuple(fp))
+                    print(f"  W = {world} rep {rep} overlap {'on ' if overlap else 'off'}"
+                          f"  step {ms:8.1f} ms", flush=True)
+            ratios = [off / on for on, off in zip(step[True], step[False])]
+            exchange, wait = hidden[True]
+            share = f"{(exchange - wait) / exchange:.1%}" if exchange > 0 else "-"
+            print(f"W = {world}: overlap on {spread(step[True])} ms, off {spread(step[False])} "
+                  f"ms; off / on by pair {statistics.median(ratios):.3f} "
+                  f"({min(ratios):.3f}..{max(ratios):.3f}); hidden with overlap {share}; "
+                  f"{'the same schedules in every job' if len(prints) == 1 else 'SCHEDULES DIFFER'}")
 
 
 if __name__ == "__main__":

@@ -83,7 +83,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
   }
 
-  Result<host::Config> loaded = train::load_job_config_string(yaml, "fuzz.yaml", overrides);
+  Result<host::Config> loaded =
+      train::load_job_config_string(yaml, "fuzz.yaml", host::set_overrides(overrides));
   if (fuzz::verbose()) {
     std::fprintf(stderr, "config: %zu bytes, %zu overrides -> %s\n", yaml.size(), overrides.size(),
                  loaded ? "loaded" : loaded.status().message().c_str());

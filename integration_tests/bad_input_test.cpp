@@ -210,12 +210,13 @@ TEST(BadInput, TrainFlagsAreRefusedBeforeAnyWorkerStarts) {
        train({"--config", config, "--set", "parallel.world_size=4", "--nproc", "4", "--set",
               "parallel.dp_size=4"}),
        {},
-       "fulcrum train: parallel.world_size = 4 (set at --set) disagrees with"},
+       "fulcrum train: parallel.world_size = 4 (from --set parallel.world_size=4) disagrees with"},
       {"hybrid T too small for a piece",
        train({"--config", config, "--set", "parallel.mode=hybrid", "--set",
               "parallel.max_tokens_per_rank=8"}),
        {},
-       "fulcrum train: parallel.max_tokens_per_rank = 8 (set at --set) x 4 ranks holds fewer"},
+       "fulcrum train: parallel.max_tokens_per_rank = 8 (from --set "
+       "parallel.max_tokens_per_rank=8) x 4 ranks holds fewer"},
       {"hybrid over NCCL",
        train({"--config", config, "--set", "parallel.mode=hybrid", "--set", "dist.backend=nccl",
               "--set", "train.device=cuda"}),
@@ -225,7 +226,8 @@ TEST(BadInput, TrainFlagsAreRefusedBeforeAnyWorkerStarts) {
        train({"--config", config, "--set", "parallel.mode=hybrid", "--set",
               "balancer.schedule.profile=" + dir.file("absent_profile.yaml")}),
        {},
-       "fulcrum train: balancer.schedule.profile (set at --set): cost profile file"},
+       "fulcrum train: balancer.schedule.profile (from --set balancer.schedule.profile=" +
+           dir.file("absent_profile.yaml") + "): cost profile file"},
       {"hybrid scheduler unknown",
        train({"--config", config, "--set", "parallel.mode=hybrid", "--set",
               "balancer.schedule.strategy=zigzag"}),
@@ -320,6 +322,69 @@ TEST(BadInput, TrainFlagsAreRefusedBeforeAnyWorkerStarts) {
        train({"--config", config, "--set", "data.num_samples=100000000000"}),
        {},
        "sample index"},
+  };
+  expect_refused(cases, marker);
+  expect_no_orphans(marker);
+}
+
+// Every refusal about a config value names what set it: the file's line,
+// the --set as typed, or the flag (fulcrum train's and fulcrum-worker's
+// --compare-schedulers, --compare-repetitions, --resume), never another.
+TEST(BadInput, ConfigValuesNameTheirSource) {
+  TempDir dir;
+  const std::string hybrid = "parallel: {mode: hybrid, world_size: 2}\n";
+  const std::string in_file =
+      dir.write("compare.yaml", hybrid + "train:\n  compare_schedulers: fixed,fixed\n");
+  const std::string plain = dir.write("hybrid.yaml", hybrid);
+  const std::string one = dir.write("one.yaml", kOneRank);
+  const std::string marker = new_marker();
+  const std::string f = FULCRUM_BIN;
+  const std::string w = FULCRUM_WORKER;
+  const std::string twice = "train.compare_schedulers = fixed,fixed (from ";
+  const std::vector<BadInput> cases = {
+      {"compare list in the file",
+       {f, "train", "--config", in_file},
+       {},
+       twice + in_file + ":3:23) names fixed twice"},
+      {"compare list by --set",
+       {f, "train", "--config", plain, "--set", "train.compare_schedulers=fixed,fixed"},
+       {},
+       twice + "--set train.compare_schedulers=fixed,fixed) names fixed twice"},
+      {"compare list by its flag",
+       {f, "train", "--config", plain, "--compare-schedulers", "fixed,fixed"},
+       {},
+       twice + "--compare-schedulers) names fixed twice"},
+      {"compare flag over the file's list",
+       {f, "train", "--config", in_file, "--compare-schedulers", "hybrid,hybrid"},
+       {},
+       "(from --compare-schedulers) names hybrid twice"},
+      {"compare flag in fixed mode",
+       {f, "train", "--config", one, "--compare-schedulers", "fixed"},
+       {},
+       "train.compare_schedulers = fixed (from --compare-schedulers) needs parallel.mode"},
+      {"repetitions flag not a number",
+       {f, "train", "--config", plain, "--compare-schedulers", "fixed", "--compare-repetitions",
+        "many"},
+       {},
+       "fulcrum train: --compare-repetitions: train.compare_repetitions must be an integer in "
+       "[1, 100], got 'many'; correct the --compare-repetitions value"},
+      {"worker: checkpoint_every by --set",
+       {w, "--config", one, "--set", "train.checkpoint_every=2"},
+       {},
+       "train.checkpoint_every = 2 (from --set train.checkpoint_every=2) needs"},
+      {"worker: compare flag in fixed mode",
+       {w, "--config", one, "--compare-schedulers", "fixed"},
+       {},
+       "train.compare_schedulers = fixed (from --compare-schedulers) needs parallel.mode"},
+      {"worker: repetitions flag not a number",
+       {w, "--config", one, "--compare-repetitions", "many"},
+       {},
+       "--compare-repetitions: train.compare_repetitions must be an integer in [1, 100], got "
+       "'many'; correct the --compare-repetitions value"},
+      {"worker: --resume auto without a directory",
+       {w, "--config", one, "--resume", "auto"},
+       {},
+       "train.resume = auto (from --resume) needs train.checkpoint_dir"},
   };
   expect_refused(cases, marker);
   expect_no_orphans(marker);

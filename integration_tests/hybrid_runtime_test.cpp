@@ -174,6 +174,98 @@ TEST(Hybrid, ProfileAutoRefitsOnEveryRankAndTrainsAsAFixedProfile) {
   EXPECT_GE(slot_seconds.size(), 2u) << "the refits left the profile as it started";
 }
 
+// The schedule fingerprint of every hybrid step line of a metrics file.
+std::map<std::int64_t, std::string> schedules_of(const std::string& metrics) {
+  std::map<std::int64_t, std::string> out;
+  for (const json& line : read_metrics(metrics)) {
+    if (!line.contains("scheduler") || !line.contains("ranks")) continue;
+    out[line.at("step").get<std::int64_t>()] = line.at("schedule_fingerprint").get<std::string>();
+  }
+  return out;
+}
+
+// balancer.schedule.profile: auto keeps its refitted profile and the samples
+// of its window in the checkpoint: a job stopped after step 2 and resumed
+// plans steps 3 and 4 with the profiles the uninterrupted job refitted, so
+// its schedules and its float64 losses and parameters are that job's. The
+// slots' times come from the test-only clock (FULCRUM_TEST_SLOT_SECONDS) so
+// that both runs refit the same profiles; the clock's terms differ from
+// cpu_gloo's enough to move placements, which a run that plans with cpu_gloo
+// throughout shows (else a resume that forgot the profile would pass too).
+TEST(Hybrid, ProfileAutoResumedRunPlansAndTrainsAsTheUninterruptedOne) {
+  TempDir dir;
+  const std::string config = equivalence_config(dir);
+  const std::vector<std::string> clock = {"FULCRUM_TEST_SLOT_SECONDS=2e-3,1e-5,5e-2,1e-6,0"};
+  const std::vector<std::string> base = {"parallel.mode=hybrid", "parallel.world_size=4",
+                                         "parallel.max_tokens_per_rank=16", "train.threads=1",
+                                         "train.steps=4"};
+  const std::vector<std::string> refit = {"balancer.schedule.profile=auto",
+                                          "balancer.schedule.profile_start=cpu_gloo",
+                                          "balancer.schedule.refit_every=1"};
+  const auto train = [&](const std::string& tag, const std::vector<std::string>& more,
+                         const std::vector<std::string>& flags = {}) {
+    std::vector<std::string> sets = base;
+    if (tag != "start") sets.insert(sets.end(), refit.begin(), refit.end());
+    sets.insert(sets.end(), more.begin(), more.end());
+    std::vector<std::string> argv =
+        train_command(config, sets, dir.file(tag + ".jsonl"), dir.file(tag + ".params"));
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    const RunResult r = run(argv, seconds(200), clock);
+    EXPECT_EQ(r.exit_code, 0) << tag << ": " << r;
+    return r;
+  };
+  train("whole", {});
+  train("start", {"balancer.schedule.profile=cpu_gloo"});
+  const std::string ckpt = "train.checkpoint_dir=" + dir.file("ckpt");
+  train("first", {"train.steps=2", "train.checkpoint_every=2", ckpt});
+  const RunResult resumed = train("rest", {ckpt}, {"--resume", "auto"});
+  EXPECT_EQ(resumed.output.find("holds no refitted cost profile"), std::string::npos) << resumed;
+
+  const std::map<std::int64_t, std::string> whole = schedules_of(dir.file("whole.jsonl"));
+  const std::map<std::int64_t, std::string> start = schedules_of(dir.file("start.jsonl"));
+  const std::map<std::int64_t, std::string> rest = schedules_of(dir.file("rest.jsonl"));
+  ASSERT_EQ(whole.size(), 4u);
+  ASSERT_EQ(rest.size(), 2u) << "the resumed run trains steps 3 and 4 only";
+  EXPECT_EQ(schedules_of(dir.file("first.jsonl")).at(2), whole.at(2));
+  bool moved = false;
+  for (std::int64_t step : {3, 4}) {
+    EXPECT_EQ(rest.at(step), whole.at(step)) << "step " << step << " was planned otherwise";
+    moved = moved || start.at(step) != whole.at(step);
+  }
+  EXPECT_TRUE(moved) << "the refitted profiles placed steps 3 and 4 as cpu_gloo does: the test "
+                        "cannot tell a restored profile from a lost one";
+  const std::vector<json> whole_steps = step_records(read_metrics(dir.file("whole.jsonl")));
+  const std::vector<json> rest_steps = step_records(read_metrics(dir.file("rest.jsonl")));
+  ASSERT_EQ(rest_steps.size(), 2u);
+  for (std::size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(rest_steps[i].at("loss").get<double>(), whole_steps[i + 2].at("loss").get<double>())
+        << "step " << i + 3;
+  }
+  EXPECT_TRUE(read_params(dir.file("rest.params")) == read_params(dir.file("whole.params")))
+      << "the resumed run's final parameters are not bitwise the uninterrupted run's";
+}
+
+// parallel.hybrid.free_single_slots claims from one store counter per step;
+// each is deleted once the step's all-reduce is done, so the store's key
+// count stays where it was after the first step, however many steps run.
+TEST(Hybrid, FreeSingleSlotsKeepTheStoreBounded) {
+  TempDir dir;
+  const std::string config = equivalence_config(dir);
+  const Trained run = train_layout(
+      dir, config, 1, 1,
+      {"parallel.mode=hybrid", "parallel.world_size=4", "parallel.max_tokens_per_rank=16",
+       "parallel.hybrid.free_single_slots=true", "train.steps=7"});
+  ASSERT_EQ(run.hybrid.size(), 7u);
+  std::set<std::int64_t> counts;
+  for (const json& line : run.hybrid) {
+    ASSERT_TRUE(line.at("store_keys").is_number_integer()) << line;
+    counts.insert(line.at("store_keys").get<std::int64_t>());
+  }
+  EXPECT_GT(*counts.begin(), 0) << "the store holds at least the rendezvous's keys";
+  EXPECT_EQ(counts.size(), 1u) << "the store's keys grew with the steps: " << *counts.begin()
+                               << " to " << *counts.rbegin();
+}
+
 // --compare-schedulers runs every listed scheduler's schedule of each batch
 // three times, forward and backward from the step's parameters, before the
 // step: the run must train exactly as one without it (the same losses and,

@@ -86,3 +86,55 @@ open(sys.argv[1] + ".idx", "wb").write(idx)
 open(sys.argv[1] + ".bin", "wb").write(b"".join(struct.pack(f"<{len(s)}i", *s) for s in seqs))
 PY
 }
+
+# The sets of a small balancer.schedule.profile: auto job (hybrid, 2 ranks,
+# a refit after every step) that the checkpoint-entry cases train and resume.
+AUTO_SETS="--set parallel.mode=hybrid --set parallel.world_size=2 --set balancer.schedule.profile=auto --set balancer.schedule.refit_every=1"
+
+# auto_checkpoint CONFIG DIR: trains that job for 2 steps, writing
+# DIR/step-00000002.ckpt with its refitted profile.
+auto_checkpoint() {
+  # shellcheck disable=SC2086
+  $F train --config "$1" $AUTO_SETS --set train.steps=2 --set train.checkpoint_every=2 \
+    --set train.checkpoint_dir="$2" >/dev/null 2>&1
+}
+
+# ckpt_entry MODE FILE: rewrites the checkpoint FILE's schedule/profile_refit
+# entry and makes its CRCs right again, so that only the entry's own checks
+# can refuse it. MODE: truncate (its last 5 bytes cut), version (99), foreign
+# (another model's K/V bytes per token), steps (2^62 steps in the window),
+# nan (the last sample's seconds NaN), tail (a byte after its end), drop
+# (no entry: an older checkpoint).
+ckpt_entry() {
+  python3 - "$1" "$2" <<'PY'
+import struct, sys, zlib
+mode, path = sys.argv[1], sys.argv[2]
+data = open(path, "rb").read()
+head, payload = bytearray(data[:56]), data[56:]
+(count,) = struct.unpack_from("<I", payload, 0)
+at, blobs = 4, []
+for _ in range(count):
+    (n,) = struct.unpack_from("<I", payload, at)
+    name = payload[at + 4:at + 4 + n]
+    (m,) = struct.unpack_from("<Q", payload, at + 4 + n)
+    blobs.append([name, bytearray(payload[at + 12 + n:at + 12 + n + m])])
+    at += 12 + n + m
+entry = next(b for b in blobs if b[0] == b"schedule/profile_refit")
+e = entry[1]
+(name_length,) = struct.unpack_from("<Q", e, 20)
+steps_at = 104 + name_length
+if mode == "truncate": entry[1] = e[:-5]
+elif mode == "version": struct.pack_into("<I", e, 0, 99)
+elif mode == "foreign": struct.pack_into("<d", e, 4, 1.0)
+elif mode == "steps": struct.pack_into("<Q", e, steps_at, 1 << 62)
+elif mode == "nan": struct.pack_into("<d", e, len(e) - 16, float("nan"))
+elif mode == "tail": e.append(0)
+elif mode == "drop": blobs.remove(entry)
+else: sys.exit("ckpt_entry: unknown mode " + mode)
+out = struct.pack("<I", len(blobs)) + b"".join(
+    struct.pack("<I", len(n)) + n + struct.pack("<Q", len(d)) + bytes(d) for n, d in blobs)
+struct.pack_into("<QI", head, 40, len(out), zlib.crc32(out))
+struct.pack_into("<I", head, 52, zlib.crc32(bytes(head[:52])))
+open(path, "wb").write(bytes(head) + out)
+PY
+}

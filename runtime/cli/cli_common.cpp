@@ -278,16 +278,13 @@ po::variables_map parse_command_line(const std::vector<std::string>& args,
 }
 
 host::Config load_config_or_throw(const CommonOptions& common) {
-  auto config = train::load_job_config(common.config_path, common.overrides);
+  std::vector<host::Override> overrides = host::set_overrides(common.overrides);
+  overrides.insert(overrides.end(), common.flag_overrides.begin(), common.flag_overrides.end());
+  auto config = train::load_job_config(common.config_path, overrides);
   if (!config) {
     // Config messages name the place, the key and what is allowed; the CLI's
     // convention also ends every error with what to do.
-    std::string message = config.status().message();
-    if (message.find("; ") == std::string::npos) {
-      message += message.rfind("--set", 0) == 0 ? "; correct the --set value"
-                                                : "; correct the config file";
-    }
-    throw UsageError(message);
+    throw UsageError(host::with_config_advice(config.status().message()));
   }
   return std::move(config).value();
 }
@@ -389,7 +386,7 @@ std::int32_t rank_count(const boost::program_options::variables_map& given, cons
   }
   const std::int64_t n = config.get_int(key);
   if (n > kMaxRanks) {
-    throw UsageError(key + " is " + std::to_string(n) + " (" + config.origin(key) +
+    throw UsageError(key + " is " + std::to_string(n) + " (" + config.source(key) +
                      "), more than " + std::to_string(kMaxRanks) + " ranks; give a smaller --" +
                      flag);
   }

@@ -83,6 +83,9 @@ struct CommonOptions {
   std::string config_path;
   std::vector<std::string> overrides;  // --set key=value
   std::string plugin;                  // --plugin, empty = from the config
+  // A command's own flags for keys, applied after every --set and named in
+  // messages by their flag (fulcrum train --resume).
+  std::vector<host::Override> flag_overrides;
 };
 void add_common_options(boost::program_options::options_description& options,
                         CommonOptions& common);

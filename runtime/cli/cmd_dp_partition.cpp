@@ -192,7 +192,7 @@ int dp_main(const std::vector<std::string>& args) {
       const std::string from =
           given.count("strategy")
               ? ""
-              : " (balancer.dp.strategy, " + config.origin("balancer.dp.strategy") + ")";
+              : " (balancer.dp.strategy, " + config.source("balancer.dp.strategy") + ")";
       throw UsageError("unknown DP strategy " + quote_text(strategy) + from + "; balancer '" +
                        loaded.balancer->name() + "' offers " + join(strategies, ", "));
     }

@@ -371,13 +371,13 @@ void check_strategy_names(const PlanFlags& f, const po::variables_map& given,
     const std::string from =
         given.count("strategy")
             ? ""
-            : " (balancer.cp.strategy, " + config.origin("balancer.cp.strategy") + ")";
+            : " (balancer.cp.strategy, " + config.source("balancer.cp.strategy") + ")";
     throw UsageError("unknown CP strategy " + quote_text(strategy) + from + "; balancer '" +
                      loaded.balancer->name() + "' offers " + known);
   }
   if (!contains(strategies, fallback)) {
     throw UsageError("balancer.cp.fallback is '" + one_line(fallback) + "' (" +
-                     config.origin("balancer.cp.fallback") + "), which balancer '" +
+                     config.source("balancer.cp.fallback") + "), which balancer '" +
                      loaded.balancer->name() + "' does not offer; use one of " + known);
   }
 }

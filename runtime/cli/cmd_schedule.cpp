@@ -422,7 +422,7 @@ ScheduleRequest request_from_flags(const ScheduleFlags& f, const po::variables_m
     if (!profile) {
       throw UsageError((flag ? std::string("--profile")
                              : "balancer.schedule.profile (" +
-                                   config.origin("balancer.schedule.profile") + ")") +
+                                   config.source("balancer.schedule.profile") + ")") +
                        ": " + profile.status().message());
     }
     request.profile = std::move(profile).value();
@@ -440,7 +440,7 @@ void check_scheduler_name(const ScheduleFlags& f, const po::variables_map& given
   const std::string from =
       given.count("strategy")
           ? ""
-          : " (balancer.schedule.strategy, " + config.origin("balancer.schedule.strategy") + ")";
+          : " (balancer.schedule.strategy, " + config.source("balancer.schedule.strategy") + ")";
   // A balancer with its own schedulers knows every name it serves; with the
   // host's fixed scheduler standing in, any name is served by fixed and the
   // output says so, as a training job would see it.

@@ -25,6 +25,7 @@
 #include "launch/unique_fd.h"
 #include "train_preflight.h"
 #ifdef FULCRUM_HAVE_TRAINER
+#include "train/job_schema.h"
 #include "train/options.h"
 #endif
 
@@ -58,6 +59,9 @@ struct TrainFlags {
   std::string compare;
   std::string repetitions;
   bool help = false;
+  // --resume, --compare-schedulers, --compare-repetitions as given, in that
+  // order (train::kTrainKeyFlags): they win over the file and every --set.
+  std::vector<host::Override> flag_overrides;
 };
 
 po::options_description train_options(TrainFlags& f) {
@@ -104,7 +108,8 @@ po::options_description train_options(TrainFlags& f) {
     const std::size_t comma = std::min(text.find(',', begin), text.size());
     const std::string name = text.substr(begin, comma - begin);
     if (std::find(offered.begin(), offered.end(), name) == offered.end()) {
-      throw UsageError("train.compare_schedulers = '" + text + "' names '" + name +
+      throw UsageError("train.compare_schedulers = '" + text + "' (" +
+                       config.source("train.compare_schedulers") + ") names '" + name +
                        "', which balancer '" + config.get_string("balancer.plugin") +
                        "' does not offer (it has " + join(offered, ", ") + "); list only those");
     }
@@ -291,6 +296,11 @@ launch::LaunchOptions launch_options(const TrainFlags& f, const host::Config& co
     launch.args.push_back("--set");
     launch.args.push_back(o);
   }
+  // As the flags themselves, so that the workers' messages name them too.
+  for (const host::Override& o : f.flag_overrides) {
+    launch.args.push_back(o.source);
+    launch.args.push_back(o.text.substr(o.text.find('=') + 1));
+  }
   if (!f.metrics.empty()) launch.args.insert(launch.args.end(), {"--metrics", f.metrics});
   if (!f.save_params.empty()) {
     launch.args.insert(launch.args.end(), {"--save-params", f.save_params});
@@ -313,28 +323,28 @@ launch::LaunchOptions launch_options(const TrainFlags& f, const host::Config& co
 #endif
 
 #ifdef FULCRUM_HAVE_TRAINER
-// The job's config with train's own flags applied as --set overrides that
-// win over the file's keys: --resume, --compare-schedulers and
-// --compare-repetitions.
+// The job's config with train's own flags applied as overrides that win
+// over the file's keys and every --set: --resume, --compare-schedulers and
+// --compare-repetitions (train::kTrainKeyFlags), each labelled with its flag.
 host::Config train_config(TrainFlags& f, const po::variables_map& given) {
   CommonOptions common;
   common.config_path = f.config_path;
-  // --resume is a --set that wins over any other train.resume.
-  if (given.count("resume") != 0) f.overrides.push_back("train.resume=" + f.resume);
-  // So are the comparison's flags for their keys.
-  if (given.count("compare-schedulers") != 0) {
-    // Empty is a mistake (an unset shell variable), not "compare nothing".
-    if (f.compare.empty()) {
-      throw UsageError(
-          "--compare-schedulers is empty; list schedulers, e.g. --compare-schedulers "
-          "fixed,megatron_dcp,hybrid, or leave the flag out");
-    }
-    f.overrides.push_back("train.compare_schedulers=" + f.compare);
+  // Empty is a mistake (an unset shell variable), not "compare nothing".
+  if (given.count("compare-schedulers") != 0 && f.compare.empty()) {
+    throw UsageError(
+        "--compare-schedulers is empty; list schedulers, e.g. --compare-schedulers "
+        "fixed,megatron_dcp,hybrid, or leave the flag out");
   }
-  if (given.count("compare-repetitions") != 0) {
-    f.overrides.push_back("train.compare_repetitions=" + f.repetitions);
+  for (const train::KeyFlag& flag : train::kTrainKeyFlags) {
+    const std::string name = std::string(flag.flag).substr(2);
+    if (given.count(name) == 0) continue;
+    const std::string& value = name == "resume"               ? f.resume
+                               : name == "compare-schedulers" ? f.compare
+                                                              : f.repetitions;
+    f.flag_overrides.push_back(train::flag_override(flag, value));
   }
   common.overrides = f.overrides;
+  common.flag_overrides = f.flag_overrides;
   host::Config config = load_config_or_throw(common);
   check_config_not_empty(f.config_path);
   if (given.count("compare-repetitions") != 0 &&

@@ -154,6 +154,15 @@ struct ProcessGroups {
   // add; one process: a counter of its own). Throws CommError when the store
   // fails. Unset for groups built by hand (tests).
   std::function<std::int64_t(const std::string& key, std::int64_t delta)> shared_add;
+  // Removes a counter of shared_add from the store (false: it was not
+  // there), so that a job that makes one per step does not grow the store
+  // without bound. Throws CommError when the store fails. Unset with
+  // shared_add.
+  std::function<bool(const std::string& key)> shared_delete;
+  // How many keys the job's store holds, the rendezvous's and every
+  // group's included (c10d's getNumKeys): a figure that must stay bounded
+  // while the job runs. Throws CommError when the store fails.
+  std::function<std::int64_t()> store_keys;
 };
 
 }  // namespace fulcrum::comm

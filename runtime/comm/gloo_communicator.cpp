@@ -318,6 +318,8 @@ ProcessGroups init_gloo_process_groups(const GlooOptions& o) {
     groups.shared_add = [counts](const std::string& key, std::int64_t delta) {
       return (*counts)[key] += delta;
     };
+    groups.shared_delete = [counts](const std::string& key) { return counts->erase(key) != 0; };
+    groups.store_keys = [counts] { return static_cast<std::int64_t>(counts->size()); };
     return groups;
   }
   std::string rendezvous_dir = o.rendezvous_dir;
@@ -352,12 +354,30 @@ ProcessGroups init_gloo_process_groups(const GlooOptions& o) {
   groups.cp = make_group(layout->cp, setup);
   groups.dp = make_group(layout->dp, setup);
   auto shared = c10::make_intrusive<c10d::PrefixStore>("fulcrum/shared", store);
-  groups.shared_add = [shared, who](const std::string& key, std::int64_t delta) {
+  const auto failed = [who](const std::string& what, const std::exception& e) {
+    return CommError(what + " on the rendezvous store failed on " + who + ": " + first_line(e) +
+                     "; the store or a rank has gone, check the logs");
+  };
+  groups.shared_add = [shared, failed](const std::string& key, std::int64_t delta) {
     try {
       return shared->add(key, delta);
     } catch (const std::exception& e) {
-      throw CommError("shared counter " + key + " on the rendezvous store failed on " + who + ": " +
-                      first_line(e) + "; the store or a rank has gone, check the logs");
+      throw failed("shared counter " + key, e);
+    }
+  };
+  groups.shared_delete = [shared, failed](const std::string& key) {
+    try {
+      return shared->deleteKey(key);
+    } catch (const std::exception& e) {
+      throw failed("deleting shared counter " + key, e);
+    }
+  };
+  // The PrefixStore counts every key of the store beneath it.
+  groups.store_keys = [shared, failed] {
+    try {
+      return shared->getNumKeys();
+    } catch (const std::exception& e) {
+      throw failed("counting the keys", e);
     }
   };
   return groups;

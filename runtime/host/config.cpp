@@ -279,6 +279,7 @@ DocumentCount count_documents(const std::string& yaml) {
 struct Value {
   std::string value;
   std::string origin;
+  std::string file;  // the YAML file that set it, "" for an override
 };
 using Values = std::map<std::string, Value>;
 
@@ -378,7 +379,7 @@ class YamlWalker {
     }
     auto checked = check_value(spec, raw);
     if (!checked) return invalid_argument(where(value, key) + ": " + checked.status().message());
-    out_[spec.key] = Value{std::move(checked).value(), where(value, key)};
+    out_[spec.key] = Value{std::move(checked).value(), where(value, key), name_};
     return Status::ok();
   }
 
@@ -389,30 +390,34 @@ class YamlWalker {
   std::map<std::string, std::string> seen_;  // path -> where it was set
 };
 
-Status apply_override(const std::string& text, const ConfigSchema& schema, Values& out) {
-  constexpr const char* kOrigin = "--set";
+// What set an override, as its errors begin: --set, or the command's flag.
+Status apply_override(const Override& o, const ConfigSchema& schema, Values& out) {
+  const std::string& text = o.text;
+  const std::string origin_label = o.source.empty() ? "--set" : one_line(o.source);
   const auto equals = text.find('=');
   std::string key = equals == std::string::npos ? "" : text.substr(0, equals);
   while (!key.empty() && std::isspace(static_cast<unsigned char>(key.back()))) key.pop_back();
   while (!key.empty() && std::isspace(static_cast<unsigned char>(key.front()))) key.erase(0, 1);
   if (key.empty()) {
-    return invalid_argument(std::string(kOrigin) + ": " + quote_value(text) +
+    return invalid_argument(origin_label + ": " + quote_value(text) +
                             " is not KEY=VALUE; write it like --set parallel.cp_size=4");
   }
   const std::string value = text.substr(equals + 1);
   const KeySpec* spec = schema.find(key);
   if (spec == nullptr) {
     if (is_section(schema, key)) {
-      return invalid_argument(std::string(kOrigin) + ": '" + key +
+      return invalid_argument(origin_label + ": '" + key +
                               "' is a section, not a key; set one of its keys (" +
                               join(children(schema, key), ", ") + "), e.g. --set " + key + "." +
                               children(schema, key).front() + "=...");
     }
-    return unknown_key(kOrigin, key, schema);
+    return unknown_key(origin_label, key, schema);
   }
   auto checked = check_value(*spec, value);
-  if (!checked) return invalid_argument(std::string(kOrigin) + ": " + checked.status().message());
-  out[spec->key] = Value{std::move(checked).value(), kOrigin};
+  if (!checked) return invalid_argument(origin_label + ": " + checked.status().message());
+  const std::string origin =
+      o.source.empty() ? "--set " + one_line(key + "=" + value) : origin_label;
+  out[spec->key] = Value{std::move(checked).value(), origin, ""};
   return Status::ok();
 }
 
@@ -470,6 +475,27 @@ std::string Config::origin(const std::string& key) const {
   return it == values_.end() ? "default" : it->second.origin;
 }
 
+std::string Config::source(const std::string& key) const {
+  return is_set(key) ? "from " + origin(key) : std::string("the default");
+}
+
+std::string Config::origin_file(const std::string& key) const {
+  const auto it = is_set(key) ? values_.find(key) : values_.end();
+  return it == values_.end() ? std::string() : it->second.file;
+}
+
+std::string with_config_advice(std::string message) {
+  if (message.find("; ") != std::string::npos) return message;
+  if (message.rfind("--", 0) == 0) {
+    return message + "; correct the " + message.substr(0, message.find(':')) + " value";
+  }
+  return message + "; correct the config file";
+}
+
+std::vector<Override> set_overrides(const std::vector<std::string>& texts) {
+  return {texts.begin(), texts.end()};
+}
+
 bool Config::is_set(const std::string& key) const {
   if (schema_ == nullptr || schema_->find(key) == nullptr) {
     throw std::logic_error("config: key '" + key + "' is not in the schema");
@@ -478,7 +504,7 @@ bool Config::is_set(const std::string& key) const {
 }
 
 Result<Config> load_config_string(const std::string& yaml, const std::string& name,
-                                  const std::vector<std::string>& overrides,
+                                  const std::vector<Override>& overrides,
                                   const ConfigSchema& schema) {
   const std::string file = name.empty() ? "<config>" : one_line(name);
   Values values;
@@ -514,12 +540,13 @@ Result<Config> load_config_string(const std::string& yaml, const std::string& na
   Config config;
   config.schema_ = &schema;
   for (auto& [key, value] : values) {
-    config.values_[key] = Config::Entry{std::move(value.value), std::move(value.origin)};
+    config.values_[key] =
+        Config::Entry{std::move(value.value), std::move(value.origin), std::move(value.file)};
   }
   return config;
 }
 
-Result<Config> load_config(const std::string& path, const std::vector<std::string>& overrides,
+Result<Config> load_config(const std::string& path, const std::vector<Override>& overrides,
                            const ConfigSchema& schema) {
   if (path.empty()) return load_config_string("", "", overrides, schema);
   // A config is a page of YAML; anything this large is the wrong file.

@@ -25,14 +25,14 @@ testing::AssertionResult Lacks(const std::string& text, const std::string& part)
   return testing::AssertionFailure() << "'" << text << "' contains '" << part << "'";
 }
 
-Config load_ok(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+Config load_ok(const std::string& yaml, const std::vector<host::Override>& overrides = {}) {
   auto config = train::load_job_config_string(yaml, "test.yaml", overrides);
   EXPECT_TRUE(config.is_ok()) << config.status().message();
   if (!config) return Config();
   return std::move(config).value();
 }
 
-std::string load_error(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+std::string load_error(const std::string& yaml, const std::vector<host::Override>& overrides = {}) {
   auto config = train::load_job_config_string(yaml, "test.yaml", overrides);
   EXPECT_FALSE(config.is_ok()) << "expected an error for:\n" << yaml;
   if (config) return "";
@@ -247,7 +247,7 @@ TEST(ConfigTest, OverridesWinOverFileAndDefaults) {
       load_ok("parallel:\n  cp_size: 8\n", {"parallel.cp_size=4", "balancer.cp.strategy=ptrr",
                                             "balancer.dp.equal_count=yes", "data.path="});
   EXPECT_EQ(config.get_int("parallel.cp_size"), 4);
-  EXPECT_EQ(config.origin("parallel.cp_size"), "--set");
+  EXPECT_EQ(config.origin("parallel.cp_size"), "--set parallel.cp_size=4");
   EXPECT_EQ(config.get_string("balancer.cp.strategy"), "ptrr");
   EXPECT_TRUE(config.get_bool("balancer.dp.equal_count"));
   EXPECT_EQ(config.get_string("data.path"), "");
@@ -255,6 +255,32 @@ TEST(ConfigTest, OverridesWinOverFileAndDefaults) {
   // The last of two overrides of one key wins.
   const Config twice = load_ok("", {"parallel.dp_size=2", "parallel.dp_size=3"});
   EXPECT_EQ(twice.get_int("parallel.dp_size"), 3);
+}
+
+// Every value says what set it, in the words a user would look for: the
+// file's line, the --set as typed (key trimmed), or the command's flag.
+TEST(ConfigTest, EveryValueNamesItsSource) {
+  const std::vector<Override> overrides = {
+      " train.steps =5",
+      "data.path=a\nb",
+      {"train.resume=auto", "--resume"},
+      {"train.compare_repetitions=4", "--compare-repetitions"}};
+  const Config config = load_ok("parallel:\n  cp_size: 8\ntrain:\n  steps: 2\n", overrides);
+  EXPECT_EQ(config.source("parallel.cp_size"), "from test.yaml:2:12");
+  EXPECT_EQ(config.origin_file("parallel.cp_size"), "test.yaml");
+  EXPECT_EQ(config.source("train.steps"), "from --set train.steps=5");
+  EXPECT_EQ(config.origin_file("train.steps"), "") << "an override wins over the file's line";
+  EXPECT_EQ(config.source("data.path"), "from --set data.path=a\\nb") << "one line";
+  EXPECT_EQ(config.source("train.resume"), "from --resume");
+  EXPECT_EQ(config.origin("train.compare_repetitions"), "--compare-repetitions");
+  EXPECT_EQ(config.source("data.seq_length"), "the default");
+  EXPECT_EQ(config.origin_file("data.seq_length"), "");
+  // A bad value is blamed on what set it.
+  EXPECT_EQ(load_error("", {{"train.compare_repetitions=many", "--compare-repetitions"}}),
+            "--compare-repetitions: train.compare_repetitions must be an integer in [1, 100], got "
+            "'many'");
+  EXPECT_EQ(load_error("", {"train.compare_repetitions=many"}),
+            "--set: train.compare_repetitions must be an integer in [1, 100], got 'many'");
 }
 
 TEST(ConfigTest, OverridesAreCheckedLikeTheFile) {

@@ -87,6 +87,22 @@ class Checkpoint {
   std::vector<std::pair<std::string, std::string>> blobs_;
 };
 
+// What a training mode keeps between steps besides the replicated model,
+// optimizer, RNG and loader state (hybrid mode's refitted cost profile:
+// checkpoint_profile.h), in entries of the same checkpoint.
+class ModeCheckpoint {
+ public:
+  virtual ~ModeCheckpoint() = default;
+  // Adds the mode's entries to a checkpoint about to be written.
+  virtual void save(Checkpoint& checkpoint) const = 0;
+  // Reads and checks the mode's entries of `checkpoint` (the file `path`)
+  // and holds them for install(); a refusal (one line naming the file)
+  // changes nothing. `rank0`: this rank reports.
+  virtual Status read(const Checkpoint& checkpoint, const std::string& path, bool rank0) = 0;
+  // Puts what read() held in place, once every other entry was accepted.
+  virtual void install() = 0;
+};
+
 // The file's bytes. Fills nothing in `checkpoint`; the payload size and CRC
 // are computed.
 std::string encode_checkpoint(const Checkpoint& checkpoint);

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -23,13 +24,22 @@
 #include "fulcrum/core/text.h"
 #include "fulcrum/core/workload.h"
 #include "fulcrum/host/cost_profile_file.h"
+#include "fulcrum/host/log.h"
 #include "fulcrum/host/plugin_loader.h"
+#include "train/checkpoint_profile.h"
 #include "train/profile_refit.h"
+#include "train/test_faults.h"
 #include "train/worker_base.h"
 #include "train/worker_errors.h"
 
 namespace fulcrum::train {
 namespace {
+
+std::string hex_fingerprint(std::uint64_t value) {
+  char text[24];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(value));
+  return text;
+}
 
 // The slot's row: its pieces' columns in order. A piece is a whole loader
 // row (documents longer than data.seq_length were cut there, labels kept)
@@ -87,6 +97,10 @@ class HybridWorker final : public Worker {
   StepResult run_step(std::int64_t step, const data::StepBatch& batch) override;
   void after_step(std::int64_t step, const std::vector<RankStepFigures>& ranks) override;
   void add_to_report(StepReport& report) const override;
+  ModeCheckpoint* mode_checkpoint() override {
+    return refit_checkpoint_ ? &*refit_checkpoint_ : nullptr;
+  }
+  void after_resume(std::int64_t step) override;
 
   // One schedule's slots of this rank, in wave order: the summed loss, its
   // loss tokens and every slot's figures (the gradients accumulate in the
@@ -111,6 +125,8 @@ class HybridWorker final : public Worker {
                       const ScheduleRequest& request,
                       const std::vector<const data::PackedRow*>& rows, std::int64_t step, Run& run);
   void wait_for_claims(const std::string& key, std::int64_t target) const;
+  bool claiming() const { return options_.free_single_slots && groups_.shared_add != nullptr; }
+  void release_claims(std::int64_t step);
   std::vector<Schedule> compare(std::int64_t step, const ScheduleRequest& request,
                                 const std::vector<const data::PackedRow*>& rows,
                                 StepResult& result);
@@ -134,10 +150,16 @@ class HybridWorker final : public Worker {
   double compare_ms_ = 0.0;                     // this step's comparison runs, wall time
   // balancer.schedule.profile: auto: the refit, and what the last step's did.
   std::optional<ProfileRefit> refit_;
+  std::optional<RefitCheckpoint> refit_checkpoint_;  // refit_'s state in checkpoints
+  std::optional<SlotClock> slot_clock_;              // test-only FULCRUM_TEST_SLOT_SECONDS
   std::optional<StepReport::ProfileFit> profile_fit_;
-  ErrorSummary last_fit_;   // the last refit's error on its rows
-  bool warmed_up_ = false;  // this process has run a step: its first one's times are left out
+  ErrorSummary last_fit_;         // the last refit's error on its rows
+  bool warmed_up_ = false;        // this process has run a step: its first one's times are left out
+  std::int64_t store_keys_ = -1;  // rank 0, free single slots: the store's keys after a step
 };
+
+// The store counter that step `step`'s claims of free single slots share.
+std::string claim_key(std::int64_t step) { return "free_slots/step" + std::to_string(step); }
 
 // Hybrid mode: the balancer that schedules (the plugin, else the built-in
 // one, whose fixed schedule the host serves) and that it offers the
@@ -152,15 +174,38 @@ Status HybridWorker::prepare_mode() {
   }
   for (const std::string& name : options_.compare_schedulers) {
     if (std::find(offered.begin(), offered.end(), name) != offered.end()) continue;
-    return invalid_argument("train.compare_schedulers names " + quote_text(name) +
-                            ", which balancer " + quote_text(balancer_.description) +
-                            " does not offer (it offers: " + join(offered, ", ") +
-                            "); list only those");
+    return invalid_argument(
+        "train.compare_schedulers (" + options_.compare_source + ") names " + quote_text(name) +
+        ", which balancer " + quote_text(balancer_.description) +
+        " does not offer (it offers: " + join(offered, ", ") + "); list only those");
   }
   if (options_.profile_auto) {
     refit_.emplace(options_.profile, options_.refit_every, model_kv_bytes_per_token());
+    refit_checkpoint_.emplace(*refit_, model_kv_bytes_per_token(), options_.schedule_profile);
+  }
+  Result<std::optional<SlotClock>> clock = slot_clock_from_environment(process_environment);
+  if (!clock) return clock.status();
+  slot_clock_ = *clock;
+  if (slot_clock_ && id_.rank == 0) {
+    host::log_to_stderr(host::LogLevel::kWarning,
+                        "test-only FULCRUM_TEST_SLOT_SECONDS is set: the profile's fit samples "
+                        "carry made-up times, not measured ones");
   }
   return Status::ok();
+}
+
+// A resumed balancer.schedule.profile: auto job plans with the profile its
+// checkpoint held, checked to be the same on every rank like a refit's. Its
+// first step's samples count: the uninterrupted job's would (its warm-up
+// was the job's first step), and leaving them out would make the next
+// refit, and so the schedules, differ from that job's.
+void HybridWorker::after_resume(std::int64_t step) {
+  if (!refit_) return;
+  if (refit_checkpoint_->restored()) {
+    warmed_up_ = true;
+    options_.profile = refit_->profile();
+  }
+  check_same_profile(row_group(), refit_->profile(), step);
 }
 
 // What a slot's SlotAttention did on this member over every layer.
@@ -265,6 +310,7 @@ calibrate::SlotSample HybridWorker::sample_of(const SlotCost& cost, const SlotCo
   s.kv_bytes = bytes.members[m].bytes_sent + bytes.members[m].bytes_received;
   s.seconds = (options_.device == Device::kCpu ? f.cpu_ms : f.busy_ms) / 1e3;
   for (const SlotMemberCost& mc : cost.members) s.row_tokens += mc.tokens;
+  if (slot_clock_) s.seconds = slot_clock_->seconds(s.tiles, s.tokens, s.kv_bytes, s.peers);
   return s;
 }
 
@@ -425,7 +471,7 @@ void HybridWorker::run_free_slots(const Schedule& schedule, const std::vector<st
                                   const ScheduleRequest& request,
                                   const std::vector<const data::PackedRow*>& rows,
                                   std::int64_t step, Run& run) {
-  const std::string key = "free_slots/step" + std::to_string(step);
+  const std::string key = claim_key(step);
   const auto count = static_cast<std::int64_t>(free.size());
   if (reliability_.late_claims()) wait_for_claims(key, count + groups_.world->size() - 1);
   for (;;) {
@@ -563,7 +609,10 @@ std::vector<Schedule> HybridWorker::compare(std::int64_t step, const ScheduleReq
 
 void HybridWorker::add_to_report(StepReport& report) const {
   report.hybrid = hybrid_report_;
-  if (report.hybrid) report.hybrid->measured_ms = std::max(0.0, report.wall_ms - compare_ms_);
+  if (report.hybrid) {
+    report.hybrid->measured_ms = std::max(0.0, report.wall_ms - compare_ms_);
+    report.hybrid->store_keys = store_keys_;
+  }
   report.compared = compared_;
   report.repetitions = compared_.empty() ? 0 : options_.compare_repetitions;
   report.clock = options_.device == Device::kCpu ? "thread CPU" : "wall";
@@ -582,10 +631,22 @@ void HybridWorker::add_to_report(StepReport& report) const {
   }
 }
 
-// balancer.schedule.profile: auto, on every rank: the step's samples of
-// every rank, in rank order, into the refit; on a refit step the new
-// profile, checked to be the same on every rank, is the next step's.
+// Free single slots: a rank enters the step's gradient all-reduce only
+// after its last claim, so once the all-reduce has returned no rank will
+// touch the step's counter again, and rank 0 deletes it: the store holds
+// one such key at a time, not one per step the job has run.
+void HybridWorker::release_claims(std::int64_t step) {
+  if (!claiming() || id_.rank != 0) return;
+  groups_.shared_delete(claim_key(step));
+  store_keys_ = groups_.store_keys();
+}
+
+// After the step's all-reduce and all-gather, on every rank: the claims'
+// counter released, then with balancer.schedule.profile: auto the step's
+// samples of every rank, in rank order, into the refit; on a refit step the
+// new profile, checked to be the same on every rank, is the next step's.
 void HybridWorker::after_step(std::int64_t step, const std::vector<RankStepFigures>& ranks) {
+  release_claims(step);
   if (!refit_) return;
   // The first step this process runs warms its allocator and caches up:
   // its times are no sample of the job's (fulcrum calibrate leaves it out
@@ -647,12 +708,12 @@ Worker::StepResult HybridWorker::run_step(std::int64_t step, const data::StepBat
   const ScheduleCost cost = price_expanded(request, schedule);
   hybrid_report_ = StepReport::Hybrid{
       schedule.strategy_used, schedule.fallback_reason, {}, cost.step_seconds * 1e3};
+  hybrid_report_->schedule_fingerprint = hex_fingerprint(schedule_fingerprint(schedule));
   if (id_.rank == 0) hybrid_report_->fixed_predicted_ms = fixed_prediction_ms(request);
   for (const ScheduleSlot& slot : schedule.slots) {
     hybrid_report_->groups.push_back(static_cast<std::int32_t>(slot.ranks.size()));
   }
-  const bool claim = options_.free_single_slots && groups_.shared_add != nullptr;
-  Run run = run_schedule(schedule, request, rows, claim ? step : 0);
+  Run run = run_schedule(schedule, request, rows, claiming() ? step : 0);
   if (options_.compare_schedulers.empty()) result.figures.fit_samples = run.samples;
   result.loss_tokens = run.loss_tokens;
   result.figures.slots = std::move(run.slots);

@@ -108,20 +108,6 @@ host::ConfigSchema build_job_schema() {
   return s;
 }
 
-// The file a value came from, when it came from one: origin() is
-// "FILE:LINE:COL", and FILE may itself hold colons.
-std::optional<fs::path> origin_file(const host::Config& config, const std::string& key) {
-  if (!config.is_set(key)) return std::nullopt;
-  std::string origin = config.origin(key);
-  for (int i = 0; i < 2; ++i) {
-    const auto colon = origin.rfind(':');
-    if (colon == std::string::npos) return std::nullopt;
-    origin.resize(colon);
-  }
-  if (origin.empty()) return std::nullopt;
-  return fs::path(origin);
-}
-
 }  // namespace
 
 std::string config_path(const host::Config& config, const std::string& key) {
@@ -129,8 +115,8 @@ std::string config_path(const host::Config& config, const std::string& key) {
   if (text.empty()) return text;
   fs::path path(text);
   if (path.is_relative()) {
-    if (std::optional<fs::path> file = origin_file(config, key)) {
-      path = fs::absolute(*file).parent_path() / path;
+    if (const std::string file = config.origin_file(key); !file.empty()) {
+      path = fs::absolute(file).parent_path() / path;
     } else {
       path = fs::absolute(path);
     }
@@ -156,12 +142,16 @@ const host::ConfigSchema& job_schema() {
 }
 
 Result<host::Config> load_job_config(const std::string& path,
-                                     const std::vector<std::string>& overrides) {
+                                     const std::vector<host::Override>& overrides) {
   return host::load_config(path, overrides, job_schema());
 }
 
+host::Override flag_override(const KeyFlag& flag, const std::string& value) {
+  return {std::string(flag.key) + "=" + value, flag.flag};
+}
+
 Result<host::Config> load_job_config_string(const std::string& yaml, const std::string& name,
-                                            const std::vector<std::string>& overrides) {
+                                            const std::vector<host::Override>& overrides) {
   return host::load_config_string(yaml, name, overrides, job_schema());
 }
 

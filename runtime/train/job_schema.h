@@ -16,9 +16,25 @@ const host::ConfigSchema& job_schema();
 
 // host::load_config and host::load_config_string with the job's schema.
 Result<host::Config> load_job_config(const std::string& path,
-                                     const std::vector<std::string>& overrides);
+                                     const std::vector<host::Override>& overrides);
 Result<host::Config> load_job_config_string(const std::string& yaml, const std::string& name,
-                                            const std::vector<std::string>& overrides);
+                                            const std::vector<host::Override>& overrides);
+
+// fulcrum train's flags that set a key, winning over the file and every
+// --set: the CLI reads them, hands them to its workers as the same flags,
+// and the workers (fulcrum-worker accepts them too) read them back, so that
+// a message about the key names the flag.
+struct KeyFlag {
+  const char* flag;  // "--compare-schedulers"
+  const char* key;   // "train.compare_schedulers"
+};
+inline constexpr KeyFlag kTrainKeyFlags[] = {
+    {"--resume", "train.resume"},
+    {"--compare-schedulers", "train.compare_schedulers"},
+    {"--compare-repetitions", "train.compare_repetitions"},
+};
+// The flag's override: "KEY=VALUE" that says it came from the flag.
+host::Override flag_override(const KeyFlag& flag, const std::string& value);
 
 // A path-valued key, absolute and normal: a relative path written in a config
 // file means "next to this file", so a config and its data move together; on

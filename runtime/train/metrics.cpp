@@ -309,6 +309,8 @@ json hybrid_line(const StepReport& step, const std::vector<RankStepFigures>& ran
                                           ? json(round_ms(step.hybrid->fixed_predicted_ms))
                                           : json(nullptr)},
           {"measured_step_ms", round_ms(step.hybrid->measured_ms)},
+          {"schedule_fingerprint", step.hybrid->schedule_fingerprint},
+          {"store_keys", step.hybrid->store_keys >= 0 ? json(step.hybrid->store_keys) : json()},
           {"profile", step.profile},
           {"ranks", per_rank},
           {"profile_fit", step.profile_fit ? profile_fit_json(*step.profile_fit) : json(nullptr)},

@@ -142,6 +142,12 @@ struct StepReport {
     // The step's measured time without its comparison runs (rank 0's wall
     // time from the batch to the optimizer step's end).
     double measured_ms = 0.0;
+    // consensus.h's schedule_fingerprint of the step's schedule, 16 hex
+    // digits: two runs placed a step alike when these agree.
+    std::string schedule_fingerprint{};
+    // With free single slots: the keys of the job's store after the step
+    // (-1: not counted), which must not grow with the steps.
+    std::int64_t store_keys = -1;
   };
   std::optional<Hybrid> hybrid;
   // With train.compare_schedulers: each compared scheduler's schedule of the

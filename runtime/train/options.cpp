@@ -17,11 +17,10 @@
 namespace fulcrum::train {
 namespace {
 
-// "<key> = <value> (set at <origin>)": the prefix of every message here, so
-// the user can find the line to change.
+// "<key> = <value> (from <file:line:col | --set key=value | --flag>)": the
+// prefix of every message here, so the user can find what to change.
 std::string where(const host::Config& config, const std::string& key, const std::string& value) {
-  return key + " = " + value + " (" +
-         (config.is_set(key) ? "set at " + config.origin(key) : std::string("the default")) + ")";
+  return key + " = " + value + " (" + config.source(key) + ")";
 }
 
 std::chrono::milliseconds seconds_to_ms(double seconds) {
@@ -37,6 +36,7 @@ Status read_compare(const host::Config& config, TrainOptions& o) {
   o.compare_repetitions = config.get_int("train.compare_repetitions");
   if (text.empty()) return Status::ok();
   const std::string key = "train.compare_schedulers";
+  o.compare_source = config.source(key);
   if (o.mode != ParallelMode::kHybrid) {
     return invalid_argument(where(config, key, text) +
                             " needs parallel.mode: hybrid (fixed mode runs no schedules); set "
@@ -77,7 +77,7 @@ Status read_profile_auto(const host::Config& config, TrainOptions& o) {
   }
   for (const char* other : {"balancer.schedule.profile_start", "balancer.schedule.refit_every"}) {
     if (!o.profile_auto && config.is_set(other)) {
-      return invalid_argument(std::string(other) + " (set at " + config.origin(other) +
+      return invalid_argument(std::string(other) + " (" + config.source(other) +
                               ") is read only with balancer.schedule.profile: auto; set that "
                               "too, or drop " +
                               other);
@@ -116,10 +116,7 @@ Status read_parallel_mode(const host::Config& config, TrainOptions& o) {
       const std::string key = config.get_string("balancer.schedule.profile") == "auto"
                                   ? "balancer.schedule.profile_start"
                                   : "balancer.schedule.profile";
-      return invalid_argument(
-          key + " (" +
-          (config.is_set(key) ? "set at " + config.origin(key) : std::string("the default")) +
-          "): " + profile.status().message());
+      return invalid_argument(key + " (" + config.source(key) + "): " + profile.status().message());
     }
     o.profile = *profile;
   }
@@ -361,9 +358,8 @@ Result<CheckpointOptions> checkpoint_options_from_config(const host::Config& con
     o.resume_path = config_path(config, "train.resume");
   }
   if (o.every > 0 && o.dir.empty()) {
-    return invalid_argument("train.checkpoint_every = " + std::to_string(o.every) + " (set at " +
-                            config.origin("train.checkpoint_every") +
-                            ") needs train.checkpoint_dir, the directory to write them to; "
+    return invalid_argument(where(config, "train.checkpoint_every", std::to_string(o.every)) +
+                            " needs train.checkpoint_dir, the directory to write them to; "
                             "set it, or set train.checkpoint_every: 0");
   }
   if (o.resume == CheckpointOptions::Resume::kAuto && o.dir.empty()) {

@@ -59,6 +59,7 @@ struct TrainOptions {
   // (empty = no comparison), each run compare_repetitions times per batch.
   std::vector<std::string> compare_schedulers;
   std::int64_t compare_repetitions = 3;
+  std::string compare_source;  // what set the list, for messages (host::Config::source)
   // balancer
   std::string plugin = "fulcrum_balancer";
   // balancer.plugin was set (file or --set): an absent plugin is then an

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <utility>
 
 #include "fulcrum/core/cost_profile.h"
@@ -139,6 +140,14 @@ void check_same_profile(const ConsensusGroup& world, const CostProfile& profile,
 
 ProfileRefit::ProfileRefit(CostProfile start, std::int64_t every, double kv_bytes_per_token)
     : profile_(std::move(start)), every_(every), kv_bytes_per_token_(kv_bytes_per_token) {}
+
+void ProfileRefit::restore(State state) {
+  profile_ = std::move(state.profile);
+  refits_ = state.refits;
+  window_.assign(std::make_move_iterator(state.window.begin()),
+                 std::make_move_iterator(state.window.end()));
+  while (static_cast<std::int64_t>(window_.size()) > 2 * every_) window_.pop_front();
+}
 
 RefitOutcome ProfileRefit::add_step(std::int64_t step, std::vector<calibrate::SlotSample> samples) {
   RefitOutcome out;

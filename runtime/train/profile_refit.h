@@ -82,6 +82,19 @@ class ProfileRefit {
   const CostProfile& profile() const { return profile_; }
   std::int64_t refits() const { return refits_; }
 
+  // What a checkpoint keeps so that a resumed job refits as the
+  // uninterrupted one would (checkpoint_profile.h): the profile, the refits
+  // so far and the window's samples, oldest step first.
+  struct State {
+    CostProfile profile;
+    std::int64_t refits = 0;
+    std::vector<std::vector<calibrate::SlotSample>> window;
+  };
+  State state() const { return {profile_, refits_, {window_.begin(), window_.end()}}; }
+  // Puts `state` in place; a window longer than 2 x every keeps its newest
+  // steps.
+  void restore(State state);
+
  private:
   CostProfile profile_;
   std::int64_t every_;

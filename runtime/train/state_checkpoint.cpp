@@ -199,7 +199,11 @@ Result<ResumedAt> apply_checkpoint(const Checkpoint& c, const std::string& path,
   if (rank0) warn_about_layout(c, path, state.layout);
   Result<SavedState> saved = read_saved_state(c, path, *state.model);
   if (!saved) return saved.status();
+  if (state.mode != nullptr) {
+    if (Status s = state.mode->read(c, path, rank0); !s) return s;
+  }
   install(std::move(saved).value(), *state.model, *state.optimizer);
+  if (state.mode != nullptr) state.mode->install();
   if (rank0) {
     host::log_to_stderr(host::LogLevel::kInfo,
                         "resuming from " + path + ": step " + std::to_string(c.header.step) +
@@ -295,6 +299,7 @@ std::string write_training_state(const CheckpointOptions& checkpoints, const Tra
     c.add("optim/m/" + names[i], tensor_to_blob(optimizer.m[i]));
     c.add("optim/v/" + names[i], tensor_to_blob(optimizer.v[i]));
   }
+  if (state.mode != nullptr) state.mode->save(c);
   Result<std::string> path = save_checkpoint(checkpoints.dir, c, checkpoints.keep);
   if (!path) {
     throw CheckpointError("checkpoint of step " + std::to_string(step) + ": " +

@@ -26,8 +26,9 @@ struct TrainingState {
   GptModel* model = nullptr;
   AdamW* optimizer = nullptr;
   data::DataLoader* loader = nullptr;
-  std::string trajectory;  // trajectory_settings(): must match on resume
-  std::string layout;      // layout_settings(): a difference is warned about
+  std::string trajectory;          // trajectory_settings(): must match on resume
+  std::string layout;              // layout_settings(): a difference is warned about
+  ModeCheckpoint* mode = nullptr;  // the mode's own state (checkpoint.h); none when null
 };
 
 // Where training resumes: after `step` (0 = from the start), from a file

@@ -3,8 +3,10 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
@@ -114,6 +116,37 @@ std::optional<std::string> process_environment(std::string_view name) {
   const char* value = std::getenv(std::string(name).c_str());
   if (value == nullptr) return std::nullopt;
   return std::string(value);
+}
+
+double SlotClock::seconds(std::int64_t tiles, std::int64_t tokens, std::int64_t kv_bytes,
+                          std::int64_t peers) const {
+  return tile * static_cast<double>(tiles) + token * static_cast<double>(tokens) + slot +
+         byte * static_cast<double>(kv_bytes) + peer * static_cast<double>(peers);
+}
+
+Result<std::optional<SlotClock>> slot_clock_from_environment(const EnvFn& env) {
+  constexpr const char* kName = "FULCRUM_TEST_SLOT_SECONDS";
+  const std::optional<std::string> text = env(kName);
+  if (!text) return std::optional<SlotClock>();
+  std::vector<double> values;
+  std::size_t begin = 0;
+  while (begin <= text->size()) {
+    const std::size_t comma = std::min(text->find(',', begin), text->size());
+    double v = 0;
+    const char* first = text->data() + begin;
+    const char* last = text->data() + comma;
+    const auto [end, ec] = std::from_chars(first, last, v);
+    if (first == last || ec != std::errc() || end != last || !std::isfinite(v) || v < 0) break;
+    values.push_back(v);
+    begin = comma + 1;
+  }
+  if (values.size() != 5 || begin != text->size() + 1) {
+    return invalid_argument(std::string(kName) + "='" + *text +
+                            "' is not five finite numbers >= 0 separated by commas "
+                            "(seconds per tile, per token, per slot, per K/V byte, per peer); " +
+                            kTestOnly);
+  }
+  return std::optional<SlotClock>(SlotClock{values[0], values[1], values[2], values[3], values[4]});
 }
 
 Result<std::optional<FaultSpec>> fault_from_environment(const EnvFn& env, int world_size) {

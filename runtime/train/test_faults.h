@@ -55,6 +55,18 @@ struct PerturbSpec {
 Result<std::optional<FaultSpec>> fault_from_environment(const EnvFn& env, int world_size);
 Result<std::optional<PerturbSpec>> perturb_from_environment(const EnvFn& env, int world_size);
 
+// FULCRUM_TEST_SLOT_SECONDS=A,B,C,D,E: hybrid mode's fit samples (what
+// balancer.schedule.profile: auto refits from) read A x tiles + B x tokens +
+// C + D x kv_bytes + E x peers seconds instead of the time measured, so that
+// two runs refit the same profiles bit for bit (the resume test compares
+// their schedules). Five finite numbers >= 0; nullopt: unset.
+struct SlotClock {
+  double tile = 0, token = 0, slot = 0, byte = 0, peer = 0;
+  double seconds(std::int64_t tiles, std::int64_t tokens, std::int64_t kv_bytes,
+                 std::int64_t peers) const;
+};
+Result<std::optional<SlotClock>> slot_clock_from_environment(const EnvFn& env);
+
 // The faults and perturbations of one rank. Constructing it with either set
 // warns on rank 0, so that a variable left set by accident is seen.
 class InjectedFaults {

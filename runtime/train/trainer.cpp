@@ -39,7 +39,9 @@ struct JobSettings {
 
 Result<JobSettings> read_settings(const WorkerArgs& args, const launch::WorkerIdentity& id) {
   Result<host::Config> config = load_job_config(args.config_path, args.overrides);
-  if (!config) return config.status();
+  if (!config) {
+    return Status(config.status().code(), host::with_config_advice(config.status().message()));
+  }
   Result<TrainOptions> options = train_options_from_config(*config);
   if (!options) return options.status();
   const int world = options->dp_size * options->cp_size;

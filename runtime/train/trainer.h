@@ -30,12 +30,15 @@
 #include <string>
 #include <vector>
 
+#include "fulcrum/host/config.h"
+
 namespace fulcrum::train {
 
 struct WorkerArgs {
   std::string config_path;
-  std::vector<std::string> overrides;  // "section.key=value"
-  std::string metrics_path;            // rank 0 writes JSON lines; empty = none
+  // "section.key=value", each labelled with what set it (--set, a flag).
+  std::vector<host::Override> overrides;
+  std::string metrics_path;  // rank 0 writes JSON lines; empty = none
   // Rank 0 writes the final parameters here: for every parameter in model
   // order a line "name numel" then, after a blank line, all values as
   // little-endian float64. For comparing runs; empty = none.

@@ -158,9 +158,12 @@ Status Worker::prepare() {
   if (Status s = prepare_mode(); !s) return s;
   build_model();
 
-  state_ = {model_.get(), optimizer_.get(), &*loader_,
+  state_ = {model_.get(),
+            optimizer_.get(),
+            &*loader_,
             trajectory_settings(options_, loader_->num_samples()),
-            layout_settings(options_, balancer_.description)};
+            layout_settings(options_, balancer_.description),
+            mode_checkpoint()};
   Result<ResumedAt> resumed = restore_training_state(checkpoints_, state_, rank0);
   if (!resumed) return resumed.status();
   resumed_ = *resumed;
@@ -284,6 +287,7 @@ void Worker::train() {
   progress_.emplace(Progress::detect(), options_.steps, resumed_.step);
   start_ = Clock::now();
   check_same_checkpoint();
+  if (resumed_.step > 0) after_resume(resumed_.step);
   if (rank0 && resumed_.step >= options_.steps) {
     host::log_to_stderr(host::LogLevel::kInfo,
                         "the checkpoint is at step " + std::to_string(resumed_.step) +

@@ -106,6 +106,10 @@ class Worker {
   virtual void after_step(std::int64_t /*step*/, const std::vector<RankStepFigures>& /*ranks*/) {}
   // What the mode adds to the step's report on rank 0.
   virtual void add_to_report(StepReport& /*report*/) const {}
+  // The mode's own state in checkpoints (checkpoint.h), or null.
+  virtual ModeCheckpoint* mode_checkpoint() { return nullptr; }
+  // Every rank, once connected, when the job resumed after `step` (> 0).
+  virtual void after_resume(std::int64_t /*step*/) {}
   // The step's summed float64 token loss into `result`, checked finite.
   void set_loss(StepResult& result, const at::Tensor& loss, std::int64_t step) const;
 

@@ -4,7 +4,12 @@
 //
 //   fulcrum-worker --config FILE.yaml [--set section.key=value ...]
 //                  [--metrics FILE.jsonl] [--save-params FILE]
-//                  [--resume auto|CHECKPOINT]
+//                  [--resume auto|CHECKPOINT] [--compare-schedulers A,B,...]
+//                  [--compare-repetitions R]
+//
+// The last three are fulcrum train's flags for their keys
+// (train::kTrainKeyFlags): they win over the file and every --set, and a
+// message about their key names the flag.
 #include <csignal>
 #include <cstdio>
 #include <optional>
@@ -14,13 +19,15 @@
 
 #include "launch/preflight.h"
 #include "launch/worker_env.h"
+#include "train/job_schema.h"
 #include "train/trainer.h"
 
 namespace {
 
 constexpr const char* kUsage =
     "usage: fulcrum-worker --config FILE.yaml [--set section.key=value ...] "
-    "[--metrics FILE.jsonl] [--save-params FILE] [--resume auto|CHECKPOINT]\n";
+    "[--metrics FILE.jsonl] [--save-params FILE] [--resume auto|CHECKPOINT] "
+    "[--compare-schedulers A,B,...] [--compare-repetitions R]\n";
 
 int usage_error(const std::string& message) {
   const std::string line = "fulcrum-worker: " + message + "; see fulcrum-worker --help\n";
@@ -36,7 +43,7 @@ int main(int argc, char** argv) {
   // before it can say anything, and so be blamed for its peer's failure.
   std::signal(SIGPIPE, SIG_IGN);
   fulcrum::train::WorkerArgs args;
-  std::optional<std::string> resume;
+  std::vector<fulcrum::host::Override> flagged;  // applied after every --set
   const std::vector<std::string> in(argv + 1, argv + argc);
   for (std::size_t i = 0; i < in.size(); ++i) {
     std::string name = in[i];
@@ -51,8 +58,12 @@ int main(int argc, char** argv) {
       std::fputs(kUsage, stdout);
       return 0;
     }
+    const fulcrum::train::KeyFlag* flag = nullptr;
+    for (const fulcrum::train::KeyFlag& f : fulcrum::train::kTrainKeyFlags) {
+      if (name == f.flag) flag = &f;
+    }
     if (name != "--config" && name != "--set" && name != "--metrics" && name != "--save-params" &&
-        name != "--resume") {
+        flag == nullptr) {
       return usage_error("unknown argument '" + in[i] + "'");
     }
     if (!has_value) {
@@ -63,11 +74,11 @@ int main(int argc, char** argv) {
     if (name == "--set") args.overrides.push_back(value);
     if (name == "--metrics") args.metrics_path = value;
     if (name == "--save-params") args.save_params_path = value;
-    if (name == "--resume") resume = value;
+    if (flag != nullptr) flagged.push_back(fulcrum::train::flag_override(*flag, value));
   }
   if (args.config_path.empty()) return usage_error("--config is required");
-  // Last, so that it wins over any --set train.resume.
-  if (resume) args.overrides.push_back("train.resume=" + *resume);
+  // Last, so that they win over any --set of their keys.
+  args.overrides.insert(args.overrides.end(), flagged.begin(), flagged.end());
   // Rank 0 writes the parameters at the end: refuse a path it cannot write
   // now, not after the run. (An unknown identity is reported by the worker.)
   if (!args.save_params_path.empty()) {

@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "fulcrum/dp_types.h"
@@ -22,6 +23,23 @@
 namespace fulcrum::host {
 
 enum class ValueType { kInt, kDouble, kBool, kString };
+
+// One "section.key=value" override and what set it, which messages name:
+// `--set section.key=value` unless `source` says otherwise (a command's own
+// flag for a key: "--compare-schedulers").
+struct Override {
+  Override(std::string set) : text(std::move(set)) {}  // NOLINT: a --set, implicitly
+  Override(const char* set) : text(set) {}             // NOLINT
+  Override(std::string set, std::string by) : text(std::move(set)), source(std::move(by)) {}
+  std::string text;
+  std::string source;  // "" = --set
+};
+// Every text as a --set.
+std::vector<Override> set_overrides(const std::vector<std::string>& texts);
+// A loader's message that does not yet say what to do, ended with it: an
+// override's ("--set: ...", "--resume: ...") "; correct the --set value",
+// else "; correct the config file". The CLI and the workers say the same.
+std::string with_config_advice(std::string message);
 
 struct KeySpec {
   std::string key;  // dotted path
@@ -69,21 +87,29 @@ class Config {
   double get_double(const std::string& key) const;
   bool get_bool(const std::string& key) const;
   std::string get_string(const std::string& key) const;
-  // Where a key's value came from: "FILE:LINE:COL", "--set", or "default".
+  // Where a key's value came from: "FILE:LINE:COL", "--set section.key=value",
+  // the flag that set it ("--compare-schedulers"), or "default".
   std::string origin(const std::string& key) const;
+  // The same as messages put it after the key and its value: "from
+  // FILE:LINE:COL", "from --set section.key=value", "from --resume", or "the
+  // default".
+  std::string source(const std::string& key) const;
+  // The file that set the key, or "" (an override, or the default).
+  std::string origin_file(const std::string& key) const;
   // True when the file or an override set the key.
   bool is_set(const std::string& key) const;
 
   const ConfigSchema& schema() const { return *schema_; }
 
  private:
-  friend Result<Config> load_config(const std::string&, const std::vector<std::string>&,
+  friend Result<Config> load_config(const std::string&, const std::vector<Override>&,
                                     const ConfigSchema&);
   friend Result<Config> load_config_string(const std::string&, const std::string&,
-                                           const std::vector<std::string>&, const ConfigSchema&);
+                                           const std::vector<Override>&, const ConfigSchema&);
   struct Entry {
     std::string value;
     std::string origin;
+    std::string file;  // the YAML file that set it, "" for an override
   };
   const KeySpec& spec(const std::string& key, ValueType type) const;
   const ConfigSchema* schema_ = nullptr;
@@ -95,12 +121,12 @@ class Config {
 // bad content, kNotFound for a missing file.
 // The schema is the caller's: the trainer's job schema (train/job_schema.h),
 // a cost profile's, a test's.
-Result<Config> load_config(const std::string& path, const std::vector<std::string>& overrides,
+Result<Config> load_config(const std::string& path, const std::vector<Override>& overrides,
                            const ConfigSchema& schema);
 
 // The same, from YAML text; `name` stands for the file in messages.
 Result<Config> load_config_string(const std::string& yaml, const std::string& name,
-                                  const std::vector<std::string>& overrides,
+                                  const std::vector<Override>& overrides,
                                   const ConfigSchema& schema);
 
 // DP cost model as written in balancer.dp.cost and on the command line:

@@ -15,6 +15,8 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 namespace fulcrum::comm {
 namespace {
@@ -163,6 +165,38 @@ TEST(DirectoryStore, OnlyThisUsersPrivateDirectoryIsUsed) {
   EXPECT_NE(opened.status().message().find("is owned by uid 65534, not by this user"),
             std::string::npos)
       << opened.status().message();
+}
+
+// Hybrid mode's free single slots claim from one counter per step and
+// delete it when the step is done (ProcessGroups::shared_delete): both stores
+// a job meets must delete a counter made through the `fulcrum/shared`
+// PrefixStore and count one key fewer. TCPStore is LibTorch 1.13's (workers
+// started by torchrun), served here on a free port of the loopback.
+TEST(SharedCounters, BothStoresDeleteAPrefixedCounterAndCountOneKeyFewer) {
+  PrivateDir dir;
+  std::vector<c10::intrusive_ptr<c10d::Store>> stores;
+  stores.push_back(open_store(dir.path));
+  c10d::TCPStoreOptions options;
+  options.port = 0;
+  options.isServer = true;
+  options.waitWorkers = false;
+  options.timeout = std::chrono::milliseconds(10000);
+  stores.push_back(c10::make_intrusive<c10d::TCPStore>("127.0.0.1", options));
+  for (const auto& store : stores) {
+    ASSERT_TRUE(store);
+    store->set("rendezvous", bytes("kept"));
+    auto shared = c10::make_intrusive<c10d::PrefixStore>("fulcrum/shared", store);
+    const std::int64_t before = shared->getNumKeys();
+    for (int step = 1; step <= 5; ++step) {
+      const std::string key = "free_slots/step" + std::to_string(step);
+      EXPECT_EQ(shared->add(key, 1), 1);
+      EXPECT_EQ(shared->add(key, 1), 2);
+      EXPECT_EQ(shared->getNumKeys(), before + 1) << "step " << step;
+      EXPECT_TRUE(shared->deleteKey(key));
+      EXPECT_EQ(shared->getNumKeys(), before) << "step " << step;
+    }
+    EXPECT_EQ(store->get("rendezvous"), bytes("kept"));
+  }
 }
 
 }  // namespace

@@ -117,7 +117,7 @@ TEST(Fingerprint, WorkloadAndPlanFieldsAllCount) {
 
 // --- options -----------------------------------------------------------------
 
-host::Config defaults(const std::vector<std::string>& overrides = {}) {
+host::Config defaults(const std::vector<host::Override>& overrides = {}) {
   auto config = load_job_config_string("", "test.yaml", overrides);
   EXPECT_TRUE(config.is_ok()) << config.status().message();
   return config.is_ok() ? std::move(config).value() : host::Config();

@@ -15,10 +15,7 @@
 //   free up (R ranks per node), whole nodes first; a slot over fewer nodes
 //   moves more of its K/V over the faster link (docs/HYBRID.md rule 7).
 //   These rank sets have a budget of tries of their own, a quarter of the
-//   other moves';
-// - shift: a piece of the slot that ends last moved into the last slot of
-//   one of the ranks that finish first (where its row has room), or swapped
-//   there for a shorter piece; a quarter of the tries of its own too.
+//   other moves'.
 // A move is kept when it ends the step sooner, or ends it no later and
 // spends fewer rank-seconds; so the step never grows, the rank-seconds
 // strictly fall when the step does not, and the search cannot cycle. It
@@ -61,21 +58,16 @@ class Search {
     // with the slots up to a ceiling, so that large batches stay fast.
     std::int64_t tries =
         std::min<std::int64_t>(64 + 8 * static_cast<std::int64_t>(s_.slots.size()), kMaxTries);
-    // The re-placed slot's rank sets on fewer nodes and the shifts of one
-    // piece have budgets of their own, a quarter as large each, so that
-    // they take no tries from the other moves.
+    // The re-placed slot's rank sets on fewer nodes have a budget of their
+    // own, as large, so that they take no tries from the other moves.
     node_tries_ = tries / 4;
-    shift_tries_ = tries / 4;
     sort_by_wave();
     Timeline now = replay(s_.slots.size());
-    while ((tries > 0 || shift_tries_ > 0) && tokens_left_ > 0 && s_.slots.size() > 1) {
+    while (tries > 0 && tokens_left_ > 0 && s_.slots.size() > 1) {
       bool moved = false;
       if (Status st = try_replace(now, tries, moved); !st) return st;
       if (!moved) {
         if (Status st = try_merge(now, tries, moved); !st) return st;
-      }
-      if (!moved) {
-        if (Status st = try_shift(now, moved); !st) return st;
       }
       if (!moved) break;
     }
@@ -307,89 +299,6 @@ class Search {
     return ranks;
   }
 
-  // One piece of the slot that ends last moved into the last slot of a
-  // rank that finishes early (where its row has room), or swapped there
-  // for a shorter piece: the single-rank rows at the tail of a batch end
-  // within a few ms of one another, and a piece's worth of time moves from
-  // the rank that ends last to one with idle time after its last slot.
-  Status try_shift(Timeline& now, bool& moved) {
-    const std::size_t c = now.last;
-    if (s_.slots[c].pieces.size() < 2) return Status::ok();
-    std::vector<std::size_t> last_of(static_cast<std::size_t>(r_.world_size), s_.slots.size());
-    for (const std::size_t k : order_) {
-      for (const std::int32_t a : s_.slots[k].ranks) last_of[static_cast<std::size_t>(a)] = k;
-    }
-    std::vector<std::int32_t> early(static_cast<std::size_t>(r_.world_size));
-    std::iota(early.begin(), early.end(), 0);
-    std::stable_sort(early.begin(), early.end(),
-                     [&](std::int32_t x, std::int32_t y) { return now.finish[x] < now.finish[y]; });
-    std::vector<std::size_t> hosts;
-    for (std::size_t n = 0; n < early.size() && hosts.size() < kShiftHosts; ++n) {
-      const std::size_t y = last_of[static_cast<std::size_t>(early[n])];
-      if (y == c || y == s_.slots.size()) continue;
-      if (std::find(hosts.begin(), hosts.end(), y) == hosts.end()) hosts.push_back(y);
-    }
-    for (const std::size_t y : hosts) {
-      const std::size_t pieces = s_.slots[c].pieces.size();
-      for (std::size_t i = 0; i < pieces && shift_tries_ > 0; ++i) {
-        // j = kNone: move piece i alone; else swap it for y's piece j.
-        for (std::size_t j = kNone; j == kNone || j < s_.slots[y].pieces.size(); ++j) {
-          if (shift_tries_ <= 0) return Status::ok();
-          if (j != kNone && s_.slots[y].pieces[j].length >= s_.slots[c].pieces[i].length) continue;
-          if (Status st = try_exchange(c, i, y, j, now, moved); !st || moved) return st;
-        }
-      }
-    }
-    return Status::ok();
-  }
-
-  static constexpr std::size_t kNone = static_cast<std::size_t>(-1);
-  static constexpr std::size_t kShiftHosts = 4;
-
-  // try_shift's move: piece i of slot c to slot y, and y's piece j (kNone:
-  // none) to c; both re-planned, kept when the timeline is better.
-  Status try_exchange(std::size_t c, std::size_t i, std::size_t y, std::size_t j, Timeline& now,
-                      bool& moved) {
-    ScheduleSlot from = s_.slots[c];
-    ScheduleSlot to = s_.slots[y];
-    const DocPiece piece = from.pieces[i];
-    from.pieces.erase(from.pieces.begin() + static_cast<std::ptrdiff_t>(i));
-    if (j != kNone) {
-      from.pieces.push_back(to.pieces[j]);
-      to.pieces.erase(to.pieces.begin() + static_cast<std::ptrdiff_t>(j));
-    }
-    to.pieces.push_back(piece);
-    const auto cap = [&](const ScheduleSlot& slot) {
-      return static_cast<std::int64_t>(slot.ranks.size()) * r_.max_tokens_per_rank;
-    };
-    if (tokens_of(from) > cap(from) || tokens_of(to) > cap(to)) return Status::ok();
-    --shift_tries_;
-    if (!charge(from) || !charge(to)) return Status::ok();
-    const Result<double> from_length = plan_(r_, from, above(now.step));
-    if (!from_length) return from_length.status();
-    if (*from_length >= now.step) return Status::ok();
-    const Result<double> to_length = plan_(r_, to, above(now.step));
-    if (!to_length) return to_length.status();
-    if (*to_length >= now.step) return Status::ok();
-    std::swap(s_.slots[c], from);
-    std::swap(s_.slots[y], to);
-    const double kept_c = length_[c];
-    const double kept_y = length_[y];
-    length_[c] = *from_length;
-    length_[y] = *to_length;
-    Timeline t = replay(s_.slots.size());
-    if (better(t, now)) {
-      now = std::move(t);
-      moved = true;
-      return Status::ok();
-    }
-    std::swap(s_.slots[c], from);
-    std::swap(s_.slots[y], to);
-    length_[c] = kept_c;
-    length_[y] = kept_y;
-    return Status::ok();
-  }
-
   // Whether any of `ranks` holds a slot of wave w other than slots x and y:
   // one pass over the slots, their ranks marked in taken_.
   bool wave_taken(const std::vector<std::int32_t>& ranks, std::int32_t w, std::size_t x,
@@ -501,7 +410,6 @@ class Search {
   std::vector<double>& length_;     // per slot, as evaluate_slot prices it
   std::vector<std::size_t> order_;  // sort_by_wave
   std::int64_t tokens_left_;        // rows the tries may still plan, in tokens
-  std::int64_t shift_tries_ = 0;    // try_shift's tries left
   std::int64_t node_tries_ = 0;     // fewer_node_sets' tries left
   std::vector<char> taken_;         // wave_taken's marks, all 0 between calls
 };

@@ -9,7 +9,13 @@
 //   time with it);
 // - re-place: the slot that ends last leaves its ranks and runs after the
 //   g' ranks that finish first without it, for g' of 1 up to a few times
-//   its g (a lone row at the tail spread over idle ranks, or moved to one).
+//   its g (a lone row at the tail spread over idle ranks, or moved to one),
+//   or on g' ranks that span fewer nodes than those: ranks free no later
+//   than the g'-th first (equal free time), or among the next R ranks to
+//   free up (R ranks per node), whole nodes first; a slot over fewer nodes
+//   moves more of its K/V over the faster link (docs/HYBRID.md rule 7).
+//   These rank sets have a budget of tries of their own, a quarter of the
+//   other moves'.
 // A move is kept when it ends the step sooner, or ends it no later and
 // spends fewer rank-seconds; so the step never grows, the rank-seconds
 // strictly fall when the step does not, and the search cannot cycle. It
@@ -52,6 +58,9 @@ class Search {
     // with the slots up to a ceiling, so that large batches stay fast.
     std::int64_t tries =
         std::min<std::int64_t>(64 + 8 * static_cast<std::int64_t>(s_.slots.size()), kMaxTries);
+    // The re-placed slot's rank sets on fewer nodes have a budget of their
+    // own, as large, so that they take no tries from the other moves.
+    node_tries_ = tries / 4;
     sort_by_wave();
     Timeline now = replay(s_.slots.size());
     while (tries > 0 && tokens_left_ > 0 && s_.slots.size() > 1) {
@@ -132,15 +141,16 @@ class Search {
   }
 
   // The slot that ends last, re-placed after the g' ranks that finish
-  // first without it.
+  // first without it, or on ranks a little later to free that span fewer
+  // nodes (fewest_nodes).
   Status try_replace(Timeline& now, std::int64_t& tries, bool& moved) {
     const std::size_t c = now.last;
     const ScheduleSlot& original = s_.slots[c];
-    const Timeline without = replay(c);
+    Replace best{replay(c), now, {}, 0};
     std::vector<std::int32_t> by_finish(static_cast<std::size_t>(r_.world_size));
     std::iota(by_finish.begin(), by_finish.end(), 0);
     std::stable_sort(by_finish.begin(), by_finish.end(), [&](std::int32_t x, std::int32_t y) {
-      return without.finish[x] < without.finish[y];
+      return best.without.finish[x] < best.without.finish[y];
     });
     const std::int64_t tokens = tokens_of(original);
     const auto g0 = static_cast<std::int32_t>(original.ranks.size());
@@ -150,45 +160,143 @@ class Search {
     const auto most = static_cast<std::int32_t>(std::min<std::int64_t>(
         {r_.world_size, 4 * static_cast<std::int64_t>(g0) + 4,
          std::max<std::int64_t>({g0, kNarrow, widest_useful_group(tokens, r_.block_size)})}));
-    ScheduleSlot best_slot;
-    double best_length = 0;
-    Timeline best = now;
     for (std::int32_t g = 1; g <= most && tries > 0; g = g < 8 ? g + 1 : g + g / 4) {
       if (static_cast<std::int64_t>(g) * r_.max_tokens_per_rank < tokens) continue;
-      ScheduleSlot slot;
-      slot.pieces = original.pieces;
-      slot.ranks.assign(by_finish.begin(), by_finish.begin() + g);
-      std::sort(slot.ranks.begin(), slot.ranks.end());
-      if (slot.ranks == original.ranks) continue;
-      for (const std::int32_t a : slot.ranks) slot.wave = std::max(slot.wave, without.next_wave[a]);
-      --tries;
-      if (!charge(slot)) return Status::ok();
-      // A slot longer than the step cannot make a better timeline.
-      const Result<double> length = plan_(r_, slot, above(now.step));
-      if (!length) return length.status();
-      // It runs after its members' other slots (its wave is above theirs),
-      // so the timeline is the one without it plus this slot.
-      Timeline t = without;
-      double start = 0;
-      for (const std::int32_t a : slot.ranks) start = std::max(start, without.finish[a]);
-      t.busy += static_cast<double>(g) * *length;
-      if (start + *length >= t.step) {
-        t.step = start + *length;
-        t.last = c;
-      }
-      if (better(t, best)) {
-        best = t;
-        best_slot = slot;
-        best_length = *length;
+      std::vector<std::int32_t> first(by_finish.begin(), by_finish.begin() + g);
+      std::sort(first.begin(), first.end());
+      bool spent = false;
+      if (Status st = try_ranks(c, first, best, tries, spent); !st || spent) return st;
+      for (std::vector<std::int32_t>& ranks : fewer_node_sets(by_finish, best.without.finish, g)) {
+        if (node_tries_ <= 0) break;
+        if (Status st = try_ranks(c, ranks, best, node_tries_, spent); !st || spent) return st;
       }
     }
-    if (best_slot.ranks.empty()) return Status::ok();
-    s_.slots[c] = std::move(best_slot);
-    length_[c] = best_length;
+    if (best.slot.ranks.empty()) return Status::ok();
+    s_.slots[c] = std::move(best.slot);
+    length_[c] = best.length;
     sort_by_wave();
     now = replay(s_.slots.size());
     moved = true;
     return Status::ok();
+  }
+
+  // try_replace's best candidate so far; `without` is the timeline without
+  // the slot re-placed.
+  struct Replace {
+    Timeline without;
+    Timeline timeline;
+    ScheduleSlot slot;
+    double length = 0;
+  };
+
+  static std::int32_t nodes_of(const std::vector<std::int32_t>& ranks, std::int32_t per_node) {
+    std::int32_t n = 0;
+    for (std::size_t k = 0; k < ranks.size(); ++k) {
+      n += k == 0 || ranks[k] / per_node != ranks[k - 1] / per_node ? 1 : 0;
+    }
+    return n;
+  }
+
+  // Slot c's pieces on `ranks` (sorted), after their other slots: priced
+  // and kept in `best` when its timeline is better. `spent`: the token
+  // budget ran out.
+  Status try_ranks(std::size_t c, const std::vector<std::int32_t>& ranks, Replace& best,
+                   std::int64_t& tries, bool& spent) {
+    if (ranks == s_.slots[c].ranks) return Status::ok();
+    ScheduleSlot slot;
+    slot.pieces = s_.slots[c].pieces;
+    slot.ranks = ranks;
+    for (const std::int32_t a : ranks) slot.wave = std::max(slot.wave, best.without.next_wave[a]);
+    --tries;
+    if (!charge(slot)) {
+      spent = true;
+      return Status::ok();
+    }
+    // A slot longer than the step cannot make a better timeline.
+    const Result<double> length = plan_(r_, slot, above(best.timeline.step));
+    if (!length) return length.status();
+    // It runs after its members' other slots (its wave is above theirs),
+    // so the timeline is the one without it plus this slot.
+    Timeline t = best.without;
+    double start = 0;
+    for (const std::int32_t a : ranks) start = std::max(start, best.without.finish[a]);
+    t.busy += static_cast<double>(ranks.size()) * *length;
+    if (start + *length >= t.step) {
+      t.step = start + *length;
+      t.last = c;
+    }
+    if (better(t, best.timeline)) {
+      best.timeline = std::move(t);
+      best.slot = std::move(slot);
+      best.length = *length;
+    }
+    return Status::ok();
+  }
+
+  // Rank sets of g members on fewer nodes than the g ranks that free up
+  // first: from the ranks free by the g-th one's finish (equal free time),
+  // then from a pool of R more ranks in free-time order (R ranks per
+  // node), whole nodes' pool ranks first (the most first), the
+  // rest from the node that holds them with the fewest to spare, earliest
+  // free first. Each set spans the fewest nodes its pool allows; sets no
+  // narrower than the first g ranks, or repeated, are left out.
+  std::vector<std::vector<std::int32_t>> fewer_node_sets(const std::vector<std::int32_t>& by_finish,
+                                                         const std::vector<double>& finish,
+                                                         std::int32_t g) const {
+    std::vector<std::vector<std::int32_t>> out;
+    const std::int32_t per_node = std::max<std::int32_t>(1, r_.profile.ranks_per_node);
+    const auto world = static_cast<std::int32_t>(by_finish.size());
+    if (g < 2 || per_node < 2 || per_node >= world) return out;
+    std::vector<std::int32_t> first(by_finish.begin(), by_finish.begin() + g);
+    std::sort(first.begin(), first.end());
+    const std::int32_t first_nodes = nodes_of(first, per_node);
+    if (first_nodes <= (g + per_node - 1) / per_node) return out;
+    std::int32_t tied = g;
+    while (tied < world && finish[by_finish[tied]] <= finish[by_finish[g - 1]]) ++tied;
+    for (const std::int32_t m : {tied, tied + per_node}) {
+      std::vector<std::int32_t> ranks = packed_on_nodes(by_finish, std::min(m, world), g, per_node);
+      if (nodes_of(ranks, per_node) >= first_nodes) continue;
+      if (std::find(out.begin(), out.end(), ranks) == out.end()) out.push_back(std::move(ranks));
+    }
+    return out;
+  }
+
+  // g of the first m ranks of by_finish on the fewest nodes (sorted).
+  static std::vector<std::int32_t> packed_on_nodes(const std::vector<std::int32_t>& by_finish,
+                                                   std::int32_t m, std::int32_t g,
+                                                   std::int32_t per_node) {
+    // Per node, its pool ranks in free-time order; nodes by pool count
+    // (most first; ties: the node whose first rank frees up first).
+    std::vector<std::vector<std::int32_t>> node_ranks;
+    std::vector<std::int32_t> slot_of_node;  // node -> index in node_ranks, -1 none
+    for (std::int32_t k = 0; k < m; ++k) {
+      const std::int32_t node = by_finish[k] / per_node;
+      if (static_cast<std::size_t>(node) >= slot_of_node.size()) slot_of_node.resize(node + 1, -1);
+      if (slot_of_node[node] < 0) {
+        slot_of_node[node] = static_cast<std::int32_t>(node_ranks.size());
+        node_ranks.emplace_back();
+      }
+      node_ranks[slot_of_node[node]].push_back(by_finish[k]);
+    }
+    std::stable_sort(node_ranks.begin(), node_ranks.end(),
+                     [](const auto& x, const auto& y) { return x.size() > y.size(); });
+    std::vector<std::int32_t> ranks;
+    std::size_t n = 0;
+    while (static_cast<std::int32_t>(ranks.size()) < g && n < node_ranks.size()) {
+      const auto left = static_cast<std::size_t>(g) - ranks.size();
+      if (node_ranks[n].size() <= left) {
+        ranks.insert(ranks.end(), node_ranks[n].begin(), node_ranks[n].end());
+        ++n;
+        continue;
+      }
+      // Best fit: the last node (fewest ranks) that still holds `left`.
+      std::size_t fit = n;
+      while (fit + 1 < node_ranks.size() && node_ranks[fit + 1].size() >= left) ++fit;
+      ranks.insert(ranks.end(), node_ranks[fit].begin(),
+                   node_ranks[fit].begin() + static_cast<std::ptrdiff_t>(left));
+    }
+    std::sort(ranks.begin(), ranks.end());
+    return ranks;
   }
 
   // Whether any of `ranks` holds a slot of wave w other than slots x and y:
@@ -302,6 +410,7 @@ class Search {
   std::vector<double>& length_;     // per slot, as evaluate_slot prices it
   std::vector<std::size_t> order_;  // sort_by_wave
   std::int64_t tokens_left_;        // rows the tries may still plan, in tokens
+  std::int64_t node_tries_ = 0;     // fewer_node_sets' tries left
   std::vector<char> taken_;         // wave_taken's marks, all 0 between calls
 };
 

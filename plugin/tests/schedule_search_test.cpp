@@ -1,0 +1,122 @@
+// hybrid's search (rule 7, schedule_hybrid_search.cpp): the slot that ends
+// last re-placed on ranks that span fewer nodes. The schedule it returns is
+// checked by validate_schedule and priced again by evaluate_schedule on its
+// expanded plans, apart from the lengths the search kept.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "fulcrum/core/schedule.h"
+#include "strategies/schedule_hybrid_draft.h"
+
+namespace fulcrum {
+namespace {
+
+// 8 ranks, 4 to a node, K/V a thousand times slower between nodes. Wave
+// 0: ranks 1, 2, 3, 6 and 7 run a long row each, ranks 4 and 5 a short
+// one, rank 0 nothing. Wave 1: a 2T-token document on ranks 0 and 4, over
+// both nodes. Ranks 4 and 5 free up together, one node: the document
+// belongs there, and the g ranks that free up first (0 and 4, where it is)
+// never reach it.
+struct Tail {
+  ScheduleRequest request;
+  Schedule schedule;
+  std::vector<double> length;
+};
+
+Tail two_node_tail(std::int32_t ranks_per_node) {
+  Tail t;
+  ScheduleRequest& r = t.request;
+  r.world_size = 8;
+  r.max_tokens_per_rank = 1024;
+  r.block_size = 128;
+  r.mask = MaskSpec::causal();
+  r.profile.name = "test";
+  r.profile.tile_seconds = 1e-4;
+  r.profile.kv_bytes_per_token = 1e6;
+  r.profile.intra_node_bytes_per_second = 1e12;
+  r.profile.inter_node_bytes_per_second = 1e9;
+  r.profile.ranks_per_node = ranks_per_node;
+  r.doc_lengths = {2048};
+  const std::vector<std::pair<std::int32_t, std::int64_t>> rows = {
+      {1, 1024}, {2, 1024}, {3, 1024}, {4, 128}, {5, 128}, {6, 1024}, {7, 1024}};
+  for (const auto& [rank, len] : rows) {
+    ScheduleSlot slot;
+    slot.ranks = {rank};
+    slot.pieces = {{static_cast<std::int64_t>(r.doc_lengths.size()), 0, len}};
+    r.doc_lengths.push_back(len);
+    t.schedule.slots.push_back(slot);
+  }
+  ScheduleSlot tail;
+  tail.ranks = {0, 4};
+  tail.pieces = {{0, 0, 2048}};
+  tail.wave = 1;
+  t.schedule.slots.push_back(tail);
+  for (ScheduleSlot& slot : t.schedule.slots) {
+    const Result<double> len = hybrid::plan_slot_compact(r, slot);
+    EXPECT_TRUE(len.is_ok());
+    t.length.push_back(len.is_ok() ? *len : 0.0);
+  }
+  return t;
+}
+
+std::int32_t nodes_of(const ScheduleSlot& slot, std::int32_t per_node) {
+  std::vector<std::int32_t> nodes;
+  for (const std::int32_t r : slot.ranks) nodes.push_back(r / per_node);
+  std::sort(nodes.begin(), nodes.end());
+  return static_cast<std::int32_t>(std::unique(nodes.begin(), nodes.end()) - nodes.begin());
+}
+
+double searched_step(Tail& t, double& before) {
+  before = hybrid::step_of_lengths(t.request, t.schedule, t.length);
+  const hybrid::SlotPlanner plan = [](const ScheduleRequest& r, ScheduleSlot& slot,
+                                      double ceiling) {
+    return hybrid::plan_slot_compact(r, slot, ceiling);
+  };
+  EXPECT_TRUE(hybrid::improve_on_timeline(t.request, t.schedule, t.length, plan, 1 << 24).is_ok());
+  const double step = hybrid::step_of_lengths(t.request, t.schedule, t.length);
+  Schedule expanded = t.schedule;
+  for (ScheduleSlot& slot : expanded.slots) {
+    EXPECT_TRUE(hybrid::expand_slot_plan(t.request, slot).is_ok());
+  }
+  EXPECT_TRUE(validate_schedule(t.request, expanded).is_ok());
+  EXPECT_NEAR(evaluate_schedule(t.request, expanded).step_seconds, step, 1e-9 * step);
+  return step;
+}
+
+const ScheduleSlot& slot_of_doc0(const Schedule& schedule) {
+  for (const ScheduleSlot& slot : schedule.slots) {
+    for (const DocPiece& p : slot.pieces) {
+      if (p.doc == 0) return slot;
+    }
+  }
+  ADD_FAILURE() << "document 0 is in no slot";
+  return schedule.slots.front();
+}
+
+TEST(HybridSearch, LastSlotMovesOntoRanksOfOneNode) {
+  Tail t = two_node_tail(4);
+  double before = 0;
+  const double step = searched_step(t, before);
+  const ScheduleSlot& slot = slot_of_doc0(t.schedule);
+  EXPECT_EQ(nodes_of(slot, 4), 1);
+  // Ranks 4 and 5 free up together and before every rank but 0: the slot
+  // starts no later there, and its K/V stays inside the node.
+  EXPECT_EQ(slot.ranks, (std::vector<std::int32_t>{4, 5}));
+  EXPECT_LT(step, 0.5 * before);
+}
+
+// On one node no rank set spans fewer nodes: the search's other moves
+// alone, the step no later, the schedule valid and priced as kept.
+TEST(HybridSearch, OneNodeKeepsTheSearchValid) {
+  Tail t = two_node_tail(8);
+  double before = 0;
+  const double step = searched_step(t, before);
+  EXPECT_LE(step, before);
+  EXPECT_EQ(nodes_of(slot_of_doc0(t.schedule), 8), 1);
+}
+
+}  // namespace
+}  // namespace fulcrum

@@ -255,21 +255,16 @@ int quality(const Options& opt, const std::vector<Mix>& mixes) {
   return failures > 0 ? 1 : 0;
 }
 
-// Which baselines hybrid's guard prices: those its bound on their decided
-// slots cannot rule out ("none"; empty when hybrid fails).
-std::string baselines_priced(const ScheduleRequest& request) {
-  const auto scheds = fulcrum::schedule_strategies();
-  fulcrum::Result<Schedule> own = fulcrum::decide_hybrid(request);
-  double step = 0;
-  if (!own || !fulcrum::plan_hybrid_compact(request, *own, step)) return "";
-  std::string planned;
-  for (std::size_t s = 0; s < 2; ++s) {
-    fulcrum::Result<Schedule> other = scheds[s].decide(request);
-    if (other && fulcrum::decided_step_lower_bound(request, *other) * (1 - 1e-9) < step) {
-      planned += (planned.empty() ? "" : ", ") + std::string(scheds[s].name);
-    }
+// What hybrid's guard did with each baseline, as it ran: "bound" (fixed:
+// ruled out before deciding), "decided" (ruled out by its decided slots'
+// bound), "priced" (floored and priced from runs), "planned" (cheaper:
+// planned in full and returned); a baseline that refused is not named.
+std::string guard_steps(const fulcrum::GuardTrace& trace) {
+  std::string out;
+  for (const auto& [name, what] : trace.steps) {
+    out += (out.empty() ? "" : ", ") + name + " " + what;
   }
-  return planned.empty() ? "none" : planned;
+  return out.empty() ? "none" : out;
 }
 
 // hybrid's answer, phase by phase (thread CPU time): deciding, planning its
@@ -283,7 +278,7 @@ int speed(const Options& opt, const std::vector<Mix>& mixes) {
   const auto scheds = fulcrum::schedule_strategies();
   std::printf(
       "| mix | W | T | docs | tokens | hybrid decide ms | hybrid plan ms | guard ms | positions "
-      "ms | whole answer ms | baseline planned by the guard | megatron_dcp decide ms | fixed "
+      "ms | whole answer ms | the guard's baselines | megatron_dcp decide ms | fixed "
       "decide ms |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | "
       "---: | ---: |\n");
   const Mix& mix = mixes.front();
@@ -317,6 +312,7 @@ int speed(const Options& opt, const std::vector<Mix>& mixes) {
         decide[s] = median(times);
       }
       std::vector<double> plans, guards, expands, wholes;
+      fulcrum::GuardTrace trace;
       for (int rep = 0; rep < std::min(reps, 3); ++rep) {
         fulcrum::Result<Schedule> schedule = fulcrum::decide_hybrid(request);
         if (!schedule) return 1;
@@ -324,7 +320,8 @@ int speed(const Options& opt, const std::vector<Mix>& mixes) {
         const double p0 = cpu_seconds();
         if (!fulcrum::plan_hybrid_compact(request, *schedule, step)) return 1;
         const double p1 = cpu_seconds();
-        if (!fulcrum::keep_fastest_of_baselines(request, *schedule, step)) return 1;
+        trace.steps.clear();
+        if (!fulcrum::keep_fastest_of_baselines(request, *schedule, step, &trace)) return 1;
         const double p2 = cpu_seconds();
         if (!fulcrum::expand_hybrid_plans(request, *schedule)) return 1;
         const double p3 = cpu_seconds();
@@ -336,8 +333,7 @@ int speed(const Options& opt, const std::vector<Mix>& mixes) {
         wholes.push_back(cpu_seconds() - w0);
         if (!whole) return 1;
       }
-      const std::string planned = baselines_priced(request);
-      if (planned.empty()) return 1;
+      const std::string planned = guard_steps(trace);
       std::printf(
           "| %s | %lld | %lld | %lld | %lld | %.3f | %.1f | %.1f | %.1f | %.1f | %s | %.3f | %.3f "
           "|\n",

@@ -167,7 +167,8 @@ Status keep_fastest_of_baselines(const ScheduleRequest& request, Schedule& sched
                                    evaluate_schedule(request, schedule).step_seconds);
 }
 
-Status keep_fastest_of_baselines(const ScheduleRequest& request, Schedule& schedule, double own) {
+Status keep_fastest_of_baselines(const ScheduleRequest& request, Schedule& schedule, double own,
+                                 GuardTrace* trace) {
   double best = own;
   Schedule winner;
   std::string winner_name;
@@ -176,6 +177,9 @@ Status keep_fastest_of_baselines(const ScheduleRequest& request, Schedule& sched
     Result<Schedule> (*decide)(const ScheduleRequest&);
     Status (*plan)(const ScheduleRequest&, Schedule&);
   };
+  const auto note = [trace](const char* name, const char* what) {
+    if (trace) trace->steps.emplace_back(name, what);
+  };
   for (const Baseline& baseline :
        {Baseline{"fixed", &decide_fixed, &plan_fixed},
         Baseline{"megatron_dcp", &decide_megatron_dcp, &plan_megatron_dcp}}) {
@@ -183,6 +187,7 @@ Status keep_fastest_of_baselines(const ScheduleRequest& request, Schedule& sched
     // cheaper is not decided at all.
     if (std::string_view(baseline.name) == "fixed" &&
         fixed_step_lower_bound(request) * (1 - 1e-9) >= best) {
+      note(baseline.name, "bound");
       continue;
     }
     // A baseline that refuses the request (megatron_dcp's padding, a set
@@ -191,16 +196,22 @@ Status keep_fastest_of_baselines(const ScheduleRequest& request, Schedule& sched
     if (!other) continue;
     // The bound sums in another order than the exact price: a margin far
     // above rounding keeps "cannot be cheaper" certain.
-    if (decided_step_lower_bound(request, *other) * (1 - 1e-9) >= best) continue;
+    if (decided_step_lower_bound(request, *other) * (1 - 1e-9) >= best) {
+      note(baseline.name, "decided");
+      continue;
+    }
     double step = 0;
     if (!request.group_shapes.restricts()) {
       // Priced from runs first: its positions are written only when it wins.
       const bool fixed_rules = other->strategy_used == "fixed";
       const Result<double> priced = baseline_step(request, *other, fixed_rules, best);
+      note(baseline.name, "priced");
       if (!priced || *priced >= best) continue;
+      if (trace) trace->steps.back().second = "planned";
       if (Status status = baseline.plan(request, *other); !status) continue;
       step = *priced;
     } else {
+      note(baseline.name, "planned");
       if (Status status = baseline.plan(request, *other); !status) continue;
       // Under group_shapes a baseline is a candidate only where it keeps them.
       if (!validate_schedule(request, *other)) continue;

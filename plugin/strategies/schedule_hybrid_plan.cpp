@@ -164,16 +164,16 @@ Result<double> plan_slot_compact(const ScheduleRequest& request, ScheduleSlot& s
     rule = "per_document";
   }
   // +infinity stands for "ends no sooner than the ceiling".
-  double best_end = kNoEnd;
-  if (ceiling == kNoEnd || slot_end_floor_runs(request, slot, chosen) < ceiling) {
-    best_end = evaluate_slot_runs(request, slot, chosen).end_seconds;
-  }
+  // Each plan's floor and price share their counts (slot_end_runs_below).
+  const SlotEnd first = slot_end_runs_below(request, slot, chosen, ceiling);
+  double best_end = first.exact ? first.end : kNoEnd;
   const auto consider = [&](const char* other, const std::optional<RunShardPlan>& runs) {
     if (!runs || runs->shard_len > budget) return;
     // Its compute alone already ends no sooner than the end to beat: the
     // exchange need not be counted (it only adds time).
-    if (slot_end_floor_runs(request, slot, *runs) >= std::min(best_end, ceiling)) return;
-    const double end = evaluate_slot_runs(request, slot, *runs).end_seconds;
+    const SlotEnd priced = slot_end_runs_below(request, slot, *runs, std::min(best_end, ceiling));
+    if (!priced.exact) return;
+    const double end = priced.end;
     if (end < best_end) {
       best_end = end;
       rule = other;

@@ -127,13 +127,26 @@ double fixed_step_lower_bound(const ScheduleRequest& request) {
 
 }  // namespace
 
+double slot_length_lower_bound(const ScheduleRequest& request, const ScheduleSlot& slot) {
+  const CostProfile& p = request.profile;
+  double key_blocks = 0;
+  std::int64_t tokens = 0;
+  for (const DocPiece& piece : slot.pieces) {
+    key_blocks += query_key_blocks(request.mask, piece.length, request.block_size);
+    tokens += piece.length;
+  }
+  const double g = static_cast<double>(slot.ranks.size());
+  return p.slot_seconds + (p.tile_seconds * key_blocks / static_cast<double>(request.block_size) +
+                           p.token_seconds * static_cast<double>(tokens)) /
+                              g;
+}
+
 // No plan of these decided slots ends sooner than this: every slot lasts at
 // least its members' mean compute (the fixed cost, the tokens and the tile
 // count above, shared over g), and the slots run on the same timeline the
 // cost model uses (wave order, a slot starting when its last member is
 // free), which only grows with the slots' lengths.
 double decided_step_lower_bound(const ScheduleRequest& request, const Schedule& schedule) {
-  const CostProfile& p = request.profile;
   std::vector<std::size_t> order(schedule.slots.size());
   std::iota(order.begin(), order.end(), std::size_t{0});
   std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
@@ -143,17 +156,7 @@ double decided_step_lower_bound(const ScheduleRequest& request, const Schedule& 
   double step = 0;
   for (const std::size_t s : order) {
     const ScheduleSlot& slot = schedule.slots[s];
-    double key_blocks = 0;
-    std::int64_t tokens = 0;
-    for (const DocPiece& piece : slot.pieces) {
-      key_blocks += query_key_blocks(request.mask, piece.length, request.block_size);
-      tokens += piece.length;
-    }
-    const double g = static_cast<double>(slot.ranks.size());
-    const double length =
-        p.slot_seconds + (p.tile_seconds * key_blocks / static_cast<double>(request.block_size) +
-                          p.token_seconds * static_cast<double>(tokens)) /
-                             g;
+    const double length = slot_length_lower_bound(request, slot);
     double start = 0;
     for (const std::int32_t a : slot.ranks) start = std::max(start, free_at[a]);
     for (const std::int32_t a : slot.ranks) free_at[a] = start + length;

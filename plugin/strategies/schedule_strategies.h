@@ -74,5 +74,9 @@ Status plan_hybrid_shaped(const ScheduleRequest& request, Schedule& schedule);
 // No plan of a decided schedule (slots without plans) ends sooner than this:
 // the guard plans a baseline only when this is below hybrid's step.
 double decided_step_lower_bound(const ScheduleRequest& request, const Schedule& schedule);
+// Its per-slot part: no plan of `slot` (its pieces over its ranks) lasts
+// less than its members' mean compute, the fixed cost plus the tokens' and
+// the tiles' time shared over them (as sums: compare with a margin).
+double slot_length_lower_bound(const ScheduleRequest& request, const ScheduleSlot& slot);
 
 }  // namespace fulcrum

@@ -269,8 +269,14 @@ class Drafter {
     bool best_fits = best_end <= batch_.mean_load;
     if (g > 1 && g <= node_) {
       const double local_time = est_.slot_time(work, len, g, g);
+      // No run costs less than its slot time (its idle is never negative:
+      // a run's members free up no later than its last), so once a run
+      // that fits costs that, no later one can win (strictly less): the
+      // scan stops, the choice unchanged.
+      const double least = g * local_time;
       // Each node's ranks in the order they free up (by_node_).
       for (const std::vector<std::int32_t>& local : by_node_) {
+        if (best_fits && best_cost <= least) break;
         if (static_cast<std::int32_t>(local.size()) < g) continue;
         for (std::size_t k = 0; k + g <= local.size(); ++k) {
           const auto run = std::span(local).subspan(k, static_cast<std::size_t>(g));

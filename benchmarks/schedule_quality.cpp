@@ -257,21 +257,16 @@ int quality(const Options& opt, const std::vector<Mix>& mixes) {
   return failures > 0 ? 1 : 0;
 }
 
-// Which baselines hybrid's guard prices: those its bound on their decided
-// slots cannot rule out ("none"; empty when hybrid fails).
-std::string baselines_priced(const ScheduleRequest& request) {
-  const auto scheds = fulcrum::schedule_strategies();
-  fulcrum::Result<Schedule> own = fulcrum::decide_hybrid(request);
-  double step = 0;
-  if (!own || !fulcrum::plan_hybrid_compact(request, *own, step)) return "";
-  std::string planned;
-  for (std::size_t s = 0; s < 2; ++s) {
-    fulcrum::Result<Schedule> other = scheds[s].decide(request);
-    if (other && fulcrum::decided_step_lower_bound(request, *other) * (1 - 1e-9) < step) {
-      planned += (planned.empty() ? "" : ", ") + std::string(scheds[s].name);
-    }
+// What hybrid's guard did with each baseline, as it ran: "bound" (fixed:
+// ruled out before deciding), "decided" (ruled out by its decided slots'
+// bound), "priced" (floored and priced from runs), "planned" (cheaper:
+// planned in full and returned); a baseline that refused is not named.
+std::string guard_steps(const fulcrum::GuardTrace& trace) {
+  std::string out;
+  for (const auto& [name, what] : trace.steps) {
+    out += (out.empty() ? "" : ", ") + name + " " + what;
   }
-  return planned.empty() ? "none" : planned;
+  return out.empty() ? "none" : out;
 }
 
 // The compact answer (ABI 1.4), thread CPU time, medians of `reps`: "whole"
@@ -335,7 +330,7 @@ int speed(const Options& opt, const std::vector<Mix>& mixes) {
   const auto scheds = fulcrum::schedule_strategies();
   std::printf(
       "| mix | W | T | docs | tokens | hybrid decide ms | hybrid plan ms | guard ms | positions "
-      "ms | whole answer ms | compact whole ms | expand own ms | baseline planned by the guard | "
+      "ms | whole answer ms | compact whole ms | expand own ms | the guard's baselines | "
       "megatron_dcp decide ms | fixed decide ms |\n| --- | ---: | ---: | ---: | ---: | ---: | "
       "---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |\n");
   const Mix& mix = mixes.front();
@@ -369,6 +364,7 @@ int speed(const Options& opt, const std::vector<Mix>& mixes) {
         decide[s] = median(times);
       }
       std::vector<double> plans, guards, expands, wholes;
+      fulcrum::GuardTrace trace;
       for (int rep = 0; rep < std::min(reps, 3); ++rep) {
         fulcrum::Result<Schedule> schedule = fulcrum::decide_hybrid(request);
         if (!schedule) return 1;
@@ -376,7 +372,8 @@ int speed(const Options& opt, const std::vector<Mix>& mixes) {
         const double p0 = cpu_seconds();
         if (!fulcrum::plan_hybrid_compact(request, *schedule, step)) return 1;
         const double p1 = cpu_seconds();
-        if (!fulcrum::keep_fastest_of_baselines(request, *schedule, step)) return 1;
+        trace.steps.clear();
+        if (!fulcrum::keep_fastest_of_baselines(request, *schedule, step, &trace)) return 1;
         const double p2 = cpu_seconds();
         if (!fulcrum::expand_hybrid_plans(request, *schedule)) return 1;
         const double p3 = cpu_seconds();
@@ -388,8 +385,7 @@ int speed(const Options& opt, const std::vector<Mix>& mixes) {
         wholes.push_back(cpu_seconds() - w0);
         if (!whole) return 1;
       }
-      const std::string planned = baselines_priced(request);
-      if (planned.empty()) return 1;
+      const std::string planned = guard_steps(trace);
       const CompactTimes compact = compact_times(request, std::min(reps, 3));
       if (compact.whole < 0 || compact.own < 0) return 1;
       std::printf(

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -331,35 +332,100 @@ std::vector<RankWork> run_tokens_and_tiles(const CpWorkload& w, const RunShardPl
   return work;
 }
 
-SlotCost evaluate_slot_runs(const ScheduleRequest& request, const ScheduleSlot& slot,
-                            const RunShardPlan& runs) {
-  const CpWorkload w = slot_workload(request, slot);
-  const std::vector<RankWork> work = run_tokens_and_tiles(w, runs);
-  const auto g = static_cast<std::size_t>(runs.ranks);
-  SlotCounts counts = slot_counts_of(work);
+namespace {
+
+// What the floor and the exact price of one run plan share: the members'
+// tokens and tiles, the holders of every key block and the key blocks each
+// member touches, each counted once.
+struct SlotRunsCounts {
+  CpWorkload w;
+  std::vector<RankWork> work;
+  Holders holders;
+  std::vector<std::vector<Interval>> touched;  // per member; empty for g = 1
+};
+
+SlotRunsCounts count_slot_runs(const ScheduleRequest& request, const ScheduleSlot& slot,
+                               const RunShardPlan& runs) {
+  SlotRunsCounts c{slot_workload(request, slot), {}, {}, {}};
+  c.work = run_tokens_and_tiles(c.w, runs);
+  if (runs.ranks > 1) {
+    const RowLayout layout(c.w);
+    c.holders = holders_of_runs(runs, c.w.tokens, c.w.block_size);
+    c.touched.resize(static_cast<std::size_t>(runs.ranks));
+    for (std::int32_t r = 0; r < runs.ranks; ++r) {
+      c.touched[static_cast<std::size_t>(r)] = touched_blocks(c.w, layout, runs, r);
+    }
+  }
+  return c;
+}
+
+SlotCost price_counted(const ScheduleRequest& request, const ScheduleSlot& slot,
+                       const SlotRunsCounts& c) {
+  const std::size_t g = c.work.size();
+  SlotCounts counts = slot_counts_of(c.work);
   if (g > 1) {
-    const RowLayout layout(w);
-    const Holders holders = holders_of_runs(runs, w.tokens, w.block_size);
     // Range sums pay off only where blocks have many holders (a row cut
     // into chunks far shorter than a block, over many members).
     std::unique_ptr<HolderSums> sums;
-    if (holders.entries.size() > 4 * (holders.offset.size() - 1)) {
-      sums = std::make_unique<HolderSums>(holders, g);
+    if (c.holders.entries.size() > 4 * (c.holders.offset.size() - 1)) {
+      sums = std::make_unique<HolderSums>(c.holders, g);
     }
     const std::vector<std::int32_t> index = start_exchange(counts);
     const std::size_t a = counts.active.size();
     for (std::size_t x = 0; x < a; ++x) {
       std::int64_t* from = counts.received.data() + x * a;
-      add_receipts(holders, sums, touched_blocks(w, layout, runs, counts.active[x]), counts.active,
-                   index, from);
+      add_receipts(c.holders, sums, c.touched[static_cast<std::size_t>(counts.active[x])],
+                   counts.active, index, from);
       from[x] = 0;  // its own
     }
   }
   return price_slot_counts(request.profile, slot.ranks, counts);
 }
 
+double floor_counted(const ScheduleRequest& request, const ScheduleSlot& slot,
+                     const SlotRunsCounts& c) {
+  SlotCounts counts;
+  for (const RankWork& rw : c.work) {
+    counts.tokens.push_back(rw.tokens);
+    counts.tiles.push_back(rw.tiles);
+  }
+  const SlotCost compute = price_slot_counts(request.profile, slot.ranks, counts);
+  const CostProfile& p = request.profile;
+  if (c.work.size() <= 1 || p.latency_seconds <= 0) return compute.end_seconds;
+  // Every other member holding tokens of a key block a member touches sends
+  // it some: a peer. So a member has at least (the most holders of one
+  // block it touches) - 1 peers, and pays their latency, of which compute
+  // can hide at most the overlap's share (comm_seconds only grows with it).
+  // A block's holders are its entries (one per member holding it).
+  std::vector<std::int32_t> per_block(c.holders.offset.size() - 1);
+  for (std::size_t k = 0; k < per_block.size(); ++k) {
+    per_block[k] = static_cast<std::int32_t>(c.holders.offset[k + 1] - c.holders.offset[k]);
+  }
+  const SparseMax holders(std::move(per_block));
+  double end = compute.end_seconds;
+  for (std::size_t r = 0; r < c.work.size(); ++r) {
+    std::int32_t most = 0;
+    for (const auto& [lo, hi] : c.touched[r]) most = std::max(most, holders.max(lo, hi));
+    if (most <= 1) continue;
+    const double compute_seconds = compute.members[r].compute_seconds;
+    const double comm = p.latency_seconds * (most - 1);
+    end = std::max(end,
+                   compute_seconds + comm - p.exchange_overlap * std::min(compute_seconds, comm));
+  }
+  return end;
+}
+
+}  // namespace
+
+SlotCost evaluate_slot_runs(const ScheduleRequest& request, const ScheduleSlot& slot,
+                            const RunShardPlan& runs) {
+  return price_counted(request, slot, count_slot_runs(request, slot, runs));
+}
+
 double slot_end_floor_runs(const ScheduleRequest& request, const ScheduleSlot& slot,
                            const RunShardPlan& runs) {
+  // floor_counted's arithmetic without the holders' table: the count of
+  // holders per block is all it needs.
   const CpWorkload w = slot_workload(request, slot);
   const std::vector<RankWork> work = run_tokens_and_tiles(w, runs);
   SlotCounts counts;
@@ -370,10 +436,6 @@ double slot_end_floor_runs(const ScheduleRequest& request, const ScheduleSlot& s
   const SlotCost compute = price_slot_counts(request.profile, slot.ranks, counts);
   const CostProfile& p = request.profile;
   if (runs.ranks <= 1 || p.latency_seconds <= 0) return compute.end_seconds;
-  // Every other member holding tokens of a key block a member touches sends
-  // it some: a peer. So a member has at least (the most holders of one
-  // block it touches) - 1 peers, and pays their latency, of which compute
-  // can hide at most the overlap's share (comm_seconds only grows with it).
   const RowLayout layout(w);
   const SparseMax holders(holders_per_block(runs, w.tokens, w.block_size));
   double end = compute.end_seconds;
@@ -389,6 +451,18 @@ double slot_end_floor_runs(const ScheduleRequest& request, const ScheduleSlot& s
                    compute_seconds + comm - p.exchange_overlap * std::min(compute_seconds, comm));
   }
   return end;
+}
+
+SlotEnd slot_end_runs_below(const ScheduleRequest& request, const ScheduleSlot& slot,
+                            const RunShardPlan& runs, double beat) {
+  const SlotRunsCounts c = count_slot_runs(request, slot, runs);
+  if (beat != std::numeric_limits<double>::infinity()) {
+    const double floor = floor_counted(request, slot, c);
+    if (floor >= beat) return {floor, false, {}};
+  }
+  SlotCost cost = price_counted(request, slot, c);
+  const double end = cost.end_seconds;
+  return {end, true, std::move(cost)};
 }
 
 ScheduleCost evaluate_schedule_runs(const ScheduleRequest& request, const Schedule& schedule,

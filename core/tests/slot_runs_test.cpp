@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -188,6 +189,35 @@ TEST(SlotRuns, PricedFromRunsExactlyAsFromPositions) {
   }
   EXPECT_GT(multi, 2000);  // most slots exchange K/V: the comparison covers communication
   EXPECT_GT(lifted, 1000);
+}
+
+// The shared-count path against the two functions it stands for: the same
+// floor, the same exact end, and the exact end exactly when the floor is
+// below the end to beat, for ends to beat around both.
+TEST(SlotRuns, EndBelowIsTheFloorOrTheExactEnd) {
+  std::mt19937_64 rng(20261127);
+  std::int64_t floored = 0;
+  std::int64_t priced = 0;
+  for (int i = 0; i < 1500; ++i) {
+    const RandomSlot s = random_slot(rng, i % 100 == 99);
+    const double exact = evaluate_slot_runs(s.request, s.slot, s.runs).end_seconds;
+    const double floor = slot_end_floor_runs(s.request, s.slot, s.runs);
+    SCOPED_TRACE("slot " + std::to_string(i) + ", g = " + std::to_string(s.runs.ranks));
+    for (const double beat : {std::numeric_limits<double>::infinity(), exact * 1.5, exact, floor,
+                              floor * 0.5, (floor + exact) / 2, 0.0}) {
+      const SlotEnd got = slot_end_runs_below(s.request, s.slot, s.runs, beat);
+      const bool inf = beat == std::numeric_limits<double>::infinity();
+      EXPECT_EQ(got.exact, inf || floor < beat) << "beat " << beat;
+      EXPECT_EQ(got.end, got.exact ? exact : floor) << "beat " << beat;
+      EXPECT_EQ(got.cost.members.size(), got.exact ? s.slot.ranks.size() : 0u) << "beat " << beat;
+      if (got.exact) EXPECT_EQ(got.cost.end_seconds, exact) << "beat " << beat;
+      floored += got.exact ? 0 : 1;
+      priced += got.exact ? 1 : 0;
+    }
+    if (HasFailure()) return;
+  }
+  EXPECT_GT(floored, 3000);
+  EXPECT_GT(priced, 3000);
 }
 
 TEST(SlotRuns, RunsOfAPlanGiveThePlanBack) {

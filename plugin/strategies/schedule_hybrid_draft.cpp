@@ -269,22 +269,32 @@ class Drafter {
     bool best_fits = best_end <= batch_.mean_load;
     if (g > 1 && g <= node_) {
       const double local_time = est_.slot_time(work, len, g, g);
+      // No run costs less than its slot time (its idle is never negative:
+      // a run's members free up no later than its last), so once a run
+      // that fits costs that, no later one can win (strictly less): the
+      // scan stops, the choice unchanged.
+      const double least = g * local_time;
       // Each node's ranks in the order they free up (by_node_).
       for (const std::vector<std::int32_t>& local : by_node_) {
+        if (best_fits && best_cost <= least) break;
         if (static_cast<std::int32_t>(local.size()) < g) continue;
+        // A later run starts no sooner (local is in free-time order): past
+        // the first run that does not fit, none fits, and none ends
+        // sooner than it, so that one is the node's last candidate.
         for (std::size_t k = 0; k + g <= local.size(); ++k) {
           const auto run = std::span(local).subspan(k, static_cast<std::size_t>(g));
           const double at = free_at_[run.back()];
           const double end_here = at + local_time;
-          const double cost = g * local_time + idle_of(run, at);
           const bool fits = end_here <= batch_.mean_load;
+          const double cost = fits ? g * local_time + idle_of(run, at) : 0.0;
           if (fits ? (!best_fits || cost < best_cost) : (!best_fits && end_here < best_end)) {
             members.assign(run.begin(), run.end());
             best_start = at;
             best_end = end_here;
-            best_cost = cost;
+            best_cost = fits ? cost : g * local_time + idle_of(run, at);
             best_fits = fits;
           }
+          if (!fits) break;
         }
       }
     }

@@ -127,13 +127,26 @@ double fixed_step_lower_bound(const ScheduleRequest& request) {
 
 }  // namespace
 
+double slot_length_lower_bound(const ScheduleRequest& request, const ScheduleSlot& slot) {
+  const CostProfile& p = request.profile;
+  double key_blocks = 0;
+  std::int64_t tokens = 0;
+  for (const DocPiece& piece : slot.pieces) {
+    key_blocks += query_key_blocks(request.mask, piece.length, request.block_size);
+    tokens += piece.length;
+  }
+  const double g = static_cast<double>(slot.ranks.size());
+  return p.slot_seconds + (p.tile_seconds * key_blocks / static_cast<double>(request.block_size) +
+                           p.token_seconds * static_cast<double>(tokens)) /
+                              g;
+}
+
 // No plan of these decided slots ends sooner than this: every slot lasts at
 // least its members' mean compute (the fixed cost, the tokens and the tile
 // count above, shared over g), and the slots run on the same timeline the
 // cost model uses (wave order, a slot starting when its last member is
 // free), which only grows with the slots' lengths.
 double decided_step_lower_bound(const ScheduleRequest& request, const Schedule& schedule) {
-  const CostProfile& p = request.profile;
   std::vector<std::size_t> order(schedule.slots.size());
   std::iota(order.begin(), order.end(), std::size_t{0});
   std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
@@ -143,17 +156,7 @@ double decided_step_lower_bound(const ScheduleRequest& request, const Schedule& 
   double step = 0;
   for (const std::size_t s : order) {
     const ScheduleSlot& slot = schedule.slots[s];
-    double key_blocks = 0;
-    std::int64_t tokens = 0;
-    for (const DocPiece& piece : slot.pieces) {
-      key_blocks += query_key_blocks(request.mask, piece.length, request.block_size);
-      tokens += piece.length;
-    }
-    const double g = static_cast<double>(slot.ranks.size());
-    const double length =
-        p.slot_seconds + (p.tile_seconds * key_blocks / static_cast<double>(request.block_size) +
-                          p.token_seconds * static_cast<double>(tokens)) /
-                             g;
+    const double length = slot_length_lower_bound(request, slot);
     double start = 0;
     for (const std::int32_t a : slot.ranks) start = std::max(start, free_at[a]);
     for (const std::int32_t a : slot.ranks) free_at[a] = start + length;
@@ -167,7 +170,8 @@ Status keep_fastest_of_baselines(const ScheduleRequest& request, Schedule& sched
                                    evaluate_schedule(request, schedule).step_seconds);
 }
 
-Status keep_fastest_of_baselines(const ScheduleRequest& request, Schedule& schedule, double own) {
+Status keep_fastest_of_baselines(const ScheduleRequest& request, Schedule& schedule, double own,
+                                 GuardTrace* trace) {
   double best = own;
   Schedule winner;
   std::string winner_name;
@@ -176,6 +180,9 @@ Status keep_fastest_of_baselines(const ScheduleRequest& request, Schedule& sched
     Result<Schedule> (*decide)(const ScheduleRequest&);
     Status (*plan)(const ScheduleRequest&, Schedule&);
   };
+  const auto note = [trace](const char* name, const char* what) {
+    if (trace) trace->steps.emplace_back(name, what);
+  };
   for (const Baseline& baseline :
        {Baseline{"fixed", &decide_fixed, &plan_fixed},
         Baseline{"megatron_dcp", &decide_megatron_dcp, &plan_megatron_dcp}}) {
@@ -183,6 +190,7 @@ Status keep_fastest_of_baselines(const ScheduleRequest& request, Schedule& sched
     // cheaper is not decided at all.
     if (std::string_view(baseline.name) == "fixed" &&
         fixed_step_lower_bound(request) * (1 - 1e-9) >= best) {
+      note(baseline.name, "bound");
       continue;
     }
     // A baseline that refuses the request (megatron_dcp's padding, a set
@@ -191,16 +199,22 @@ Status keep_fastest_of_baselines(const ScheduleRequest& request, Schedule& sched
     if (!other) continue;
     // The bound sums in another order than the exact price: a margin far
     // above rounding keeps "cannot be cheaper" certain.
-    if (decided_step_lower_bound(request, *other) * (1 - 1e-9) >= best) continue;
+    if (decided_step_lower_bound(request, *other) * (1 - 1e-9) >= best) {
+      note(baseline.name, "decided");
+      continue;
+    }
     double step = 0;
     if (!request.group_shapes.restricts()) {
       // Priced from runs first: its positions are written only when it wins.
       const bool fixed_rules = other->strategy_used == "fixed";
       const Result<double> priced = baseline_step(request, *other, fixed_rules, best);
+      note(baseline.name, "priced");
       if (!priced || *priced >= best) continue;
+      if (trace) trace->steps.back().second = "planned";
       if (Status status = baseline.plan(request, *other); !status) continue;
       step = *priced;
     } else {
+      note(baseline.name, "planned");
       if (Status status = baseline.plan(request, *other); !status) continue;
       // Under group_shapes a baseline is a candidate only where it keeps them.
       if (!validate_schedule(request, *other)) continue;

@@ -205,22 +205,20 @@ Result<double> plan_slot_compact(const ScheduleRequest& request, ScheduleSlot& s
     chosen = per_document_runs(w);
     rule = "per_document";
   }
-  // +infinity stands for "ends no sooner than the ceiling".
-  double best_end = kNoEnd;
+  // Each plan's floor and price share their counts (slot_end_runs_below).
   std::optional<SlotCost> per_document;  // its members' times, once priced in full
-  if (ceiling == kNoEnd || slot_end_floor_runs(request, slot, chosen) < ceiling) {
-    const SlotCost cost = evaluate_slot_runs(request, slot, chosen);
-    best_end = cost.end_seconds;
-    if (std::string_view(rule) == "per_document") per_document = cost;
-  }
+  SlotEnd first = slot_end_runs_below(request, slot, chosen, ceiling);
+  // +infinity stands for "ends no sooner than the ceiling".
+  double best_end = first.exact ? first.end : kNoEnd;
+  if (first.exact && std::string_view(rule) == "per_document") per_document = std::move(first.cost);
   const auto consider = [&](const char* other, const std::optional<RunShardPlan>& runs) {
     if (!runs || runs->shard_len > budget) return;
     // Its compute alone already ends no sooner than the end to beat: the
     // exchange need not be counted (it only adds time).
-    if (slot_end_floor_runs(request, slot, *runs) >= std::min(best_end, ceiling)) return;
-    const SlotCost cost = evaluate_slot_runs(request, slot, *runs);
-    if (std::string_view(other) == "per_document") per_document = cost;
-    const double end = cost.end_seconds;
+    SlotEnd priced = slot_end_runs_below(request, slot, *runs, std::min(best_end, ceiling));
+    if (!priced.exact) return;
+    const double end = priced.end;
+    if (std::string_view(other) == "per_document") per_document = std::move(priced.cost);
     if (end < best_end) {
       best_end = end;
       rule = other;

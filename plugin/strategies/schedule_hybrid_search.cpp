@@ -32,6 +32,7 @@
 
 #include "fulcrum/core/schedule.h"
 #include "strategies/schedule_hybrid_draft.h"
+#include "strategies/schedule_strategies.h"
 
 namespace fulcrum::hybrid {
 namespace {
@@ -212,14 +213,21 @@ class Search {
       spent = true;
       return Status::ok();
     }
+    // It starts when its last member is free; when no plan of it can end
+    // by the best step so far, it cannot make a better timeline and is
+    // not planned (the try and its tokens still count: the search goes
+    // on exactly as if it had been).
+    double start = 0;
+    for (const std::int32_t a : ranks) start = std::max(start, best.without.finish[a]);
+    if (start + slot_length_lower_bound(r_, slot) * (1 - 1e-9) > best.timeline.step) {
+      return Status::ok();
+    }
     // A slot longer than the step cannot make a better timeline.
     const Result<double> length = plan_(r_, slot, above(best.timeline.step));
     if (!length) return length.status();
     // It runs after its members' other slots (its wave is above theirs),
     // so the timeline is the one without it plus this slot.
     Timeline t = best.without;
-    double start = 0;
-    for (const std::int32_t a : ranks) start = std::max(start, best.without.finish[a]);
     t.busy += static_cast<double>(ranks.size()) * *length;
     if (start + *length >= t.step) {
       t.step = start + *length;
@@ -333,22 +341,32 @@ class Search {
       return Status::ok();
     }
     if (!charge(merged)) return Status::ok();
-    const Result<double> planned = plan_(r_, merged, above(now.step));
-    if (!planned) return planned.status();
-    const double merged_length = *planned;
     std::swap(s_.slots[y], merged);
     const double kept_length = length_[y];
-    length_[y] = merged_length;
     const bool rewaved = s_.slots[y].wave != merged.wave;
     if (rewaved) sort_by_wave();  // slot y moved in the wave order
-    const Timeline t = replay(x);
-    if (better(t, now)) {
-      s_.slots.erase(s_.slots.begin() + static_cast<std::ptrdiff_t>(x));
-      length_.erase(length_.begin() + static_cast<std::ptrdiff_t>(x));
-      sort_by_wave();
-      now = replay(s_.slots.size());
-      moved = true;
-      return Status::ok();
+    // The timeline only grows with a slot's length: with the merged slot as
+    // short as any plan of it can be, a step past the current one means no
+    // plan of it helps, and it is not planned (the try still counts).
+    length_[y] = slot_length_lower_bound(r_, s_.slots[y]) * (1 - 1e-9);
+    if (!(replay(x).step > now.step)) {
+      const Result<double> planned = plan_(r_, s_.slots[y], above(now.step));
+      if (!planned) {
+        std::swap(s_.slots[y], merged);
+        length_[y] = kept_length;
+        if (rewaved) sort_by_wave();
+        return planned.status();
+      }
+      length_[y] = *planned;
+      const Timeline t = replay(x);
+      if (better(t, now)) {
+        s_.slots.erase(s_.slots.begin() + static_cast<std::ptrdiff_t>(x));
+        length_.erase(length_.begin() + static_cast<std::ptrdiff_t>(x));
+        sort_by_wave();
+        now = replay(s_.slots.size());
+        moved = true;
+        return Status::ok();
+      }
     }
     std::swap(s_.slots[y], merged);
     length_[y] = kept_length;

@@ -13,6 +13,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "fulcrum/schedule_types.h"
@@ -49,8 +50,16 @@ Status plan_hybrid_slots(const ScheduleRequest& request, Schedule& schedule);
 Status keep_fastest_of_baselines(const ScheduleRequest& request, Schedule& schedule);
 // The same with hybrid's step known (`own_step`, as evaluate_schedule would
 // price `schedule`): the guard then needs no positions of hybrid's slots.
+// `trace`, when given, gets what the guard did with each baseline, in its
+// order (fixed, megatron_dcp): "bound" (ruled out before any decision),
+// "decided" (decided, then ruled out by its decided slots' bound),
+// "priced" (priced from runs, not cheaper), "planned" (priced cheaper and
+// planned in full); a baseline that refuses the request is left out.
+struct GuardTrace {
+  std::vector<std::pair<std::string, std::string>> steps;  // (baseline, what)
+};
 Status keep_fastest_of_baselines(const ScheduleRequest& request, Schedule& schedule,
-                                 double own_step);
+                                 double own_step, GuardTrace* trace = nullptr);
 // hybrid's own slots (plan_hybrid_slots) planned compactly: every slot's
 // plan names its CP rule (strategy_used, fallback_reason), cp_size and
 // shard_len, without positions; `step` gets the schedule's exact step.
@@ -65,5 +74,9 @@ Status plan_hybrid_shaped(const ScheduleRequest& request, Schedule& schedule);
 // No plan of a decided schedule (slots without plans) ends sooner than this:
 // the guard plans a baseline only when this is below hybrid's step.
 double decided_step_lower_bound(const ScheduleRequest& request, const Schedule& schedule);
+// Its per-slot part: no plan of `slot` (its pieces over its ranks) lasts
+// less than its members' mean compute, the fixed cost plus the tokens' and
+// the tiles' time shared over them (as sums: compare with a margin).
+double slot_length_lower_bound(const ScheduleRequest& request, const ScheduleSlot& slot);
 
 }  // namespace fulcrum

@@ -50,8 +50,8 @@ constexpr const char* kUsage =
     "A balancer without a scheduler gets the host's fixed one and the output says\n"
     "so. --compare runs every scheduler on the same batch.\n"
     "Work estimated past 4 s or 1.5 GB is refused before it starts: about 8 x 10^6\n"
-    "tokens, 4096 ranks, documents x max(W, 512) up to 2 x 10^7\n"
-    "(docs/RELIABILITY.md, \"Bounded before it starts\").\n";
+    "tokens, min(W, tokens) up to about 13,000, documents x max(W, 512) up to\n"
+    "2 x 10^7 (docs/RELIABILITY.md, \"Bounded before it starts\").\n";
 
 struct ScheduleFlags {
   std::string world;

@@ -55,17 +55,22 @@ WorkEstimate estimate_plan(const CpWorkload& w, int strategies, int repeats, boo
 WorkEstimate estimate_schedule(const ScheduleRequest& r, int schedulers, int repeats) {
   // Per schedule: 500 ns and 28 bytes a token (the slots' plans; hybrid also
   // prices the baselines' schedules), 4.3 kB a document, 170 ns a document
-  // per rank (at least 512 ranks' worth: placing short pieces), and a
-  // W x W table of 8 bytes whose filling grows as 40 ps x W^3.
+  // per rank (at least 512 ranks' worth: placing short pieces), 1.5 us and
+  // 400 bytes a rank, and the member-pair table of the exchange of the
+  // widest slot priced: a x a entries of 8 bytes (9 with what comes with
+  // them), filled and read at up to 20 ns an entry, where a, the members
+  // holding tokens, is at most min(W, tokens) (megatron_dcp widens a lone
+  // document's group to every rank).
   double tokens = 0.0;
   for (const std::int64_t length : r.doc_lengths) tokens += as_double(length);
   const double d = as_double(static_cast<std::int64_t>(r.doc_lengths.size()));
   const double world = as_double(r.world_size);
+  const double active = std::min(world, tokens);
   const double runs = static_cast<double>(schedulers) * repeats;
   WorkEstimate e;
-  e.seconds = runs * (500e-9 * tokens + 170e-9 * d * std::max(world, 512.0) +
-                      40e-12 * world * world * world);
-  e.bytes = 28.0 * tokens + 4300.0 * d + 8.0 * world * world;
+  e.seconds = runs * (500e-9 * tokens + 170e-9 * d * std::max(world, 512.0) + 1.5e-6 * world +
+                      20e-9 * active * active);
+  e.bytes = 28.0 * tokens + 4300.0 * d + 400.0 * world + 9.0 * active * active;
   e.work = "a batch of " + std::to_string(static_cast<std::int64_t>(tokens)) + " tokens in " +
            plural(static_cast<std::int64_t>(r.doc_lengths.size()), "document", "documents") +
            " on " + plural(r.world_size, "rank", "ranks") +

@@ -601,8 +601,12 @@ expect_usage "plan past 2^18 ranks" "fulcrum plan: " plan --cp 524288 --strategy
   --seq-len 524288
 expect_usage "schedule past 8 x 10^6 tokens" "fulcrum schedule: " schedule --world 64 \
   --max-tokens-per-rank 262144 --lengths 8388608,8388608
-expect_usage "schedule past 4096 ranks" "fulcrum schedule: " schedule --world 8192 \
-  --max-tokens-per-rank 4096 --lengths 100
+expect_usage "schedule with a 2^14 x 2^14 member table" "fulcrum schedule: " schedule \
+  --world 16384 --max-tokens-per-rank 4096 --lengths 16384
+grep -q "on 16384 ranks would take about .* and 2.4 GB" "$ERR" || fail "the table's bytes not counted"
+expect_ok "schedule 8 documents on 8192 ranks" schedule --world 8192 --max-tokens-per-rank 16384 \
+  --lengths 4000,3000,5000,2000,8000,1000,6000,3000
+pass
 python3 -c 'print([1] * 20000)' >"$WORK/many.json"
 expect_usage "dp-partition past 2 x 10^8 samples x ranks" "fulcrum dp-partition: " dp-partition \
   --dp 20000 --strategy auto --lengths-file "$WORK/many.json"

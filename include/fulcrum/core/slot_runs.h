@@ -63,6 +63,19 @@ SlotCost evaluate_slot_runs(const ScheduleRequest& request, const ScheduleSlot& 
 double slot_end_floor_runs(const ScheduleRequest& request, const ScheduleSlot& slot,
                            const RunShardPlan& runs);
 
+// The two above for one plan, each count taken once (the members' tokens
+// and tiles, the key blocks' holders, the blocks each member touches): when
+// slot_end_floor_runs already reaches `beat`, that floor, `exact` false;
+// else evaluate_slot_runs(...).end_seconds, `exact` true, and `cost` that
+// price (empty when not exact). With `beat` +infinity the floor is not
+// computed and the end is always exact.
+struct SlotEnd {
+  double end = 0;
+  bool exact = false;
+  SlotCost cost;
+};
+SlotEnd slot_end_runs_below(const ScheduleRequest& request, const ScheduleSlot& slot,
+                            const RunShardPlan& runs, double beat);
 // evaluate_schedule with slot s priced from runs[s] (its plan not read).
 ScheduleCost evaluate_schedule_runs(const ScheduleRequest& request, const Schedule& schedule,
                                     const std::vector<RunShardPlan>& runs);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "fulcrum/core/schedule.h"
+#include "strategies/cp_strategies.h"
 #include "strategies/schedule_strategies.h"
 
 namespace fulcrum {
@@ -62,8 +63,18 @@ Result<Schedule> run_schedule_strategy(std::string_view name, const ScheduleRequ
   // A compact answer (ABI 1.4): every slot's plan by its rule. Each plan
   // here is what the CP strategy it names plans for the slot's row (the
   // property test expands every scheduler's through plan_cp), so the
-  // positions a planner wrote anyway are dropped, not sent.
-  if (request.compact) {
+  // positions a planner wrote anyway are dropped, not sent. A plan no CP
+  // strategy reproduces from the row alone (hybrid's per_document_weighted,
+  // whose weights come from its members' nodes) makes the answer a full
+  // one: its positions are written and every slot keeps its own.
+  const bool by_rule =
+      std::all_of(schedule->slots.begin(), schedule->slots.end(), [](const ScheduleSlot& slot) {
+        return cp::find_strategy(slot.plan.strategy_used) != nullptr;
+      });
+  if (request.compact && !by_rule) {
+    if (Status status = expand_hybrid_plans(request, *schedule); !status) return status;
+  }
+  if (request.compact && by_rule) {
     for (ScheduleSlot& slot : schedule->slots) {
       slot.plan.positions = {};
       slot.plan.work = {};

@@ -492,12 +492,16 @@ def test_each_ranks_compact_expansion_is_the_full_answer(balancer):
             args = dict(world=world, max_tokens_per_rank=budget, doc_lengths=docs,
                         profile=PROFILE, mask=mask, block_size=block)
             full = balancer.schedule(name, **args)
+            # per_document_weighted's weights come from its members' nodes, not
+            # from the row: no CP strategy reproduces it, so such an answer is
+            # a full one.
+            weighted = any(s.plan == "per_document_weighted" for s in full.slots)
             for rank in range(world):
                 mine = balancer.schedule(name, compact_rank=rank, **args)
                 assert len(mine.slots) == len(full.slots)
                 for a, b in zip(mine.slots, full.slots):
                     assert a.group.tolist() == b.group.tolist() and a.wave == b.wave
-                    assert a.compact == (rank not in a.group.tolist())
+                    assert a.compact == (not weighted and rank not in a.group.tolist())
                     if not a.compact:
                         assert np.array_equal(a.positions, b.positions), (name, rank, a.slot)
                         assert a.plan == b.plan

@@ -26,6 +26,16 @@ tokens of the member's slot's whole row (ABI 1.4's row_token_seconds);
 `group` adds a per-member constant per member of the slot (g), the candidate
 of a per-slot cost that grows with the group.
 
+Every model is also tested with the wait on a slot's slowest member as a
+term of the slot's end (issue 21's candidate `member_jitter` j >= 0): a
+slot lasts max_m p_m + j x X x e(g'), p_m the members' predicted times, X
+their mean (`jitter mean`) or their maximum (`jitter max`), g' the members
+with tokens and e(g) the expected maximum of g independent standard normals
+(E_NORMAL_MAX; e(1) = 0). j is fitted on the training steps' SLOT lengths
+(measured slowest member minus predicted slowest member, plain least
+squares through 0, held at 0 if negative), never on member times, and the
+left-out step's slot lengths and critical paths are priced with it.
+
     python3 benchmarks/reprice_fit.py build/hbm_w4/w4.jsonl [more.jsonl ...]
 
 The pricing mirrors core/schedule.cpp's price_slot_counts for profiles
@@ -47,6 +57,20 @@ MODELS = {
 # Dropped in this order when the normal equations are singular (as
 # calibration_fit.cpp's fit_kept does).
 DROP_ORDER = ["peers", "kv", "row", "g", "tokens"]
+# e(g): the expected maximum of g independent standard normal variables,
+# E[max] = integral of x g phi(x) Phi(x)^(g - 1) dx, by quadrature (step
+# 1e-3 over [-12, 12]); beyond the table, Blom's approximation
+# Phi^-1((g - 0.375) / (g + 0.25)).
+E_NORMAL_MAX = [0.0, 0.0, 0.564190, 0.846284, 1.029375, 1.162964, 1.267206, 1.352178,
+                1.423600, 1.485013, 1.538753, 1.586436, 1.629228, 1.667990, 1.703382,
+                1.735913, 1.765991]
+JITTER_FORMS = ["mean", "max"]
+
+
+def expected_max(g):
+    if g < len(E_NORMAL_MAX):
+        return E_NORMAL_MAX[g]
+    return statistics.NormalDist().inv_cdf((g - 0.375) / (g + 0.25))
 
 
 def load(paths, first_step):
@@ -154,10 +178,11 @@ def price(member, coef):
     return sum(c * member[t] for t, c in coef.items())
 
 
-def critical_path(slots, times, stretch=None):
+def critical_path(slots, times, stretch=None, extra=None):
     """Slots in (wave, index) order, each starting when its members are free
     and lasting its slowest member (compare_results.cpp's replay); with
-    `stretch`, a slot of g members lasts stretch[g] times that."""
+    `stretch`, a slot of g members lasts stretch[g] times that; with
+    `extra`, slot s lasts extra[s] seconds longer."""
     free = {}
     for s in sorted(range(len(slots)), key=lambda s: slots[s][1]):
         ranks = slots[s][0]
@@ -165,6 +190,8 @@ def critical_path(slots, times, stretch=None):
         length = max(times.get((s, r), 0.0) for r in ranks)
         if stretch:
             length *= stretch.get(len(ranks), 1.0)
+        if extra:
+            length += extra.get(s, 0.0)
         for r in ranks:
             free[r] = start + length
     return max(free.values(), default=0.0)
@@ -188,15 +215,45 @@ def slot_ratios(steps, coef):
     return slots, members
 
 
+def slot_members(sched):
+    by_slot = {}
+    for m in sched["members"]:
+        by_slot.setdefault(m["slot"], []).append(m)
+    return by_slot
+
+
+def jitter_wait(ms, coef, form):
+    """The slot's extra length per unit of j: X x e(g')."""
+    p = [price(m, coef) for m in ms]
+    x = statistics.fmean(p) if form == "mean" else max(p)
+    return x * expected_max(sum(1 for m in ms if m["tokens"] > 0))
+
+
+def fit_jitter(steps, coef, form):
+    """j >= 0 by least squares through 0 of (measured - predicted slot
+    length) on X x e(g'), over the slots of the given steps."""
+    num = den = 0.0
+    for step in steps:
+        for sched in step.values():
+            for ms in slot_members(sched).values():
+                x = jitter_wait(ms, coef, form)
+                r = max(m["seconds"] for m in ms) - max(price(m, coef) for m in ms)
+                num += r * x
+                den += x * x
+    return max(0.0, num / den) if den > 0 else 0.0
+
+
 def evaluate(train, test, terms):
     coef = fit([m for step in train for n in step for m in step[n]["members"]], terms)
     # The wait on the slowest member, learnt from the training steps: per g
     # the median of the slots' measured / predicted length.
     stretch = {g: statistics.median(v) for g, v in slot_ratios(train, coef)[0].items()}
+    jitter = {form: fit_jitter(train, coef, form) for form in JITTER_FORMS}
     slots, members = slot_ratios(test, coef)
     out = {"coef": coef, "member": [], "by": {}, "rank": {n: [] for n in SCHEDULERS},
-           "critical": {n: [0.0, 0.0, 0.0] for n in SCHEDULERS}, "slots": slots,
-           "members": members}
+           "critical": {n: [0.0] * (3 + len(JITTER_FORMS)) for n in SCHEDULERS},
+           "slots": slots, "members": members, "jitter": jitter,
+           "slot_error": {f: {} for f in ["none"] + JITTER_FORMS}}
     for step in test:
         for n, sched in step.items():
             measured, predicted, rank_m, rank_p = {}, {}, {}, {}
@@ -213,14 +270,32 @@ def evaluate(train, test, terms):
             out["critical"][n][0] += critical_path(sched["slots"], measured)
             out["critical"][n][1] += critical_path(sched["slots"], predicted)
             out["critical"][n][2] += critical_path(sched["slots"], predicted, stretch)
+            for k, form in enumerate(JITTER_FORMS):
+                extra = {}
+                for s, ms in slot_members(sched).items():
+                    extra[s] = jitter[form] * jitter_wait(ms, coef, form)
+                out["critical"][n][3 + k] += critical_path(sched["slots"], predicted,
+                                                           extra=extra)
+            slot_errors(out["slot_error"], slot_members(sched), coef, jitter)
     return out
+
+
+def slot_errors(into, by_slot, coef, jitter):
+    """Per form and g: (measured - predicted) / predicted slot length."""
+    for ms in by_slot.values():
+        measured = max(m["seconds"] for m in ms)
+        base = max(price(m, coef) for m in ms)
+        for form in ["none"] + JITTER_FORMS:
+            p = base if form == "none" else base + jitter[form] * jitter_wait(ms, coef, form)
+            into[form].setdefault(len(ms), []).append((measured - p) / p)
 
 
 def report(name, folds):
     """Pools the left-out steps of every fold."""
     member = [e for f in folds for e in f["member"]]
     rank = {n: [e for f in folds for e in f["rank"][n]] for n in SCHEDULERS}
-    crit = {n: [sum(f["critical"][n][i] for f in folds) for i in (0, 1, 2)] for n in SCHEDULERS}
+    crit = {n: [sum(f["critical"][n][i] for f in folds) for i in range(3 + len(JITTER_FORMS))]
+            for n in SCHEDULERS}
     by = {}
     for f in folds:
         for key, v in f["by"].items():
@@ -245,6 +320,7 @@ def report(name, folds):
         print(f"  with the training steps' wait on the slowest member (slots of g stretched by "
               f"their median measured / predicted length): hybrid over {base} predicted "
               f"{p:.3f}x ({100 * (m - p):+.1f} points)")
+    jitter = report_jitter(folds, crit)
     cells = [f"{n} g={g}: {100 * statistics.median(v):+.1f}% ({len(v)})"
              for (n, g), v in sorted(by.items())]
     print("  signed member residual (measured - predicted) / predicted, median (count): "
@@ -261,7 +337,38 @@ def report(name, folds):
               f"{statistics.median(members[g]):.3f}" for g in sorted(slots)))
     return {"member_median_abs": statistics.median(member),
             "rank_median_abs": {n: statistics.median(map(abs, rank[n])) for n in SCHEDULERS},
-            "critical": crit}
+            "critical": crit, "jitter": jitter}
+
+
+def report_jitter(folds, crit):
+    """The member_jitter candidate: its fitted j per fold, the held-out
+    slot-length error per g and the held-out speedups, against no term."""
+    out = {}
+    for k, form in enumerate(["none"] + JITTER_FORMS):
+        errors = {}
+        for f in folds:
+            for g, v in f["slot_error"][form].items():
+                errors.setdefault(g, []).extend(v)
+        pooled = [e for v in errors.values() for e in v]
+        column = 1 if form == "none" else 2 + k
+        gains = {}
+        for base in ("fixed", "megatron_dcp"):
+            m = crit[base][0] / crit["hybrid"][0]
+            p = crit[base][column] / crit["hybrid"][column]
+            gains[base] = [m, p]
+        js = [f["jitter"][form] for f in folds] if form != "none" else []
+        print(f"  slot end {'without jitter' if form == 'none' else 'jitter ' + form:14}"
+              + (f" (j per fold {', '.join(f'{j:.3f}' for j in js)})" if js else "")
+              + f": held-out slot length median |e| {100 * statistics.median(map(abs, pooled)):.1f}%"
+              + ", signed median per g " + "; ".join(
+                  f"g={g} {100 * statistics.median(v):+.1f}%" for g, v in sorted(errors.items()))
+              + "; hybrid over fixed predicted " + f"{gains['fixed'][1]:.3f}x "
+              f"({100 * (gains['fixed'][0] - gains['fixed'][1]):+.1f} points), over megatron_dcp "
+              f"{gains['megatron_dcp'][1]:.3f}x "
+              f"({100 * (gains['megatron_dcp'][0] - gains['megatron_dcp'][1]):+.1f})")
+        out[form] = {"j": js, "slot_median_abs": statistics.median(map(abs, pooled)),
+                     "gains": gains}
+    return out
 
 
 def main():

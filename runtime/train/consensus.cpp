@@ -591,11 +591,11 @@ bool ReliabilityHooks::check_row(const CpWorkload& workload, const ShardPlan& pl
 
 void ReliabilityHooks::begin_slot() { faults_.maybe_fault(step_); }
 
-std::string ReliabilityHooks::check_schedule(const Schedule& schedule, const std::string& refused) {
+std::string ReliabilityHooks::check_schedule(const Schedule& schedule, std::uint64_t fingerprint,
+                                             const std::string& refused) {
   if (!enabled() || !world_ || world_->ranks.size() < 2) return refused;
-  ScheduleRecord mine{step_, schedule_fingerprint(schedule),
-                      static_cast<std::int64_t>(schedule.slots.size()), schedule.strategy_used,
-                      refused};
+  ScheduleRecord mine{step_, fingerprint, static_cast<std::int64_t>(schedule.slots.size()),
+                      schedule.strategy_used, refused};
   // The test-only `plan` perturbation: this rank's schedule reads differently.
   if (armed(PerturbKind::kCpPlan)) mine.schedule ^= 1;
   const ConsensusGroup& g = *world_;

@@ -167,7 +167,10 @@ class ReliabilityHooks {
   // (then it outranks a divergence), so that every rank stops with the same
   // line. Without consensus (one rank, or dist.plan_consensus off) it is
   // this rank's own.
-  [[nodiscard]] std::string check_schedule(const Schedule& schedule,
+  // `fingerprint` is schedule_fingerprint of the answer as every rank got
+  // it, taken before any rank expanded its own slots (expanding names a
+  // plan by what its CP planner chose, and each rank expands other slots).
+  [[nodiscard]] std::string check_schedule(const Schedule& schedule, std::uint64_t fingerprint,
                                            const std::string& refused = "");
   // Before the step's gradient all-reduce: the CP verdict over WORLD.
   void end_step();

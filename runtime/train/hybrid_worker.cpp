@@ -115,7 +115,8 @@ class HybridWorker final : public Worker {
                          std::int64_t step) const;
   std::string expand_schedule(Schedule& schedule, const ScheduleRequest& request,
                               std::int64_t step) const;
-  void check_schedule(Schedule& schedule, const ScheduleRequest& request, std::int64_t step);
+  std::uint64_t check_schedule(Schedule& schedule, const ScheduleRequest& request,
+                               std::int64_t step);
   // claim_step > 0: free single slots are claimed (free_slots below) under
   // that step's counter; 0: every slot runs on its planned rank.
   Run run_schedule(const Schedule& schedule, const ScheduleRequest& request,
@@ -414,12 +415,16 @@ std::string HybridWorker::expand_schedule(Schedule& schedule, const ScheduleRequ
 // WORLD: the same schedule on every rank, and no rank refusing it. A
 // refusal (a plugin fault) stops every rank with the refusing rank's line,
 // exit 2, before any slot's exchange.
-void HybridWorker::check_schedule(Schedule& schedule, const ScheduleRequest& request,
-                                  std::int64_t step) {
+std::uint64_t HybridWorker::check_schedule(Schedule& schedule, const ScheduleRequest& request,
+                                           std::int64_t step) {
+  // The answer's fingerprint, before this rank writes its own slots.
+  const std::uint64_t fingerprint = schedule_fingerprint(schedule);
   const std::string refused = expand_schedule(schedule, request, step);
-  if (const std::string why = reliability_.check_schedule(schedule, refused); !why.empty()) {
+  if (const std::string why = reliability_.check_schedule(schedule, fingerprint, refused);
+      !why.empty()) {
     throw InputError(why);
   }
+  return fingerprint;
 }
 
 // The cost model over the slots whose plans are written here; another
@@ -704,11 +709,11 @@ Worker::StepResult HybridWorker::run_step(std::int64_t step, const data::StepBat
                           ? compared[static_cast<std::size_t>(listed - names.begin())]
                           : make_schedule(options_.schedule_strategy, request, step);
   result.figures.plan_ms = ms_since(plan_start);
-  check_schedule(schedule, request, step);
+  const std::uint64_t fingerprint = check_schedule(schedule, request, step);
   const ScheduleCost cost = price_expanded(request, schedule);
   hybrid_report_ = StepReport::Hybrid{
       schedule.strategy_used, schedule.fallback_reason, {}, cost.step_seconds * 1e3};
-  hybrid_report_->schedule_fingerprint = hex_fingerprint(schedule_fingerprint(schedule));
+  hybrid_report_->schedule_fingerprint = hex_fingerprint(fingerprint);
   if (id_.rank == 0) hybrid_report_->fixed_predicted_ms = fixed_prediction_ms(request);
   for (const ScheduleSlot& slot : schedule.slots) {
     hybrid_report_->groups.push_back(static_cast<std::int32_t>(slot.ranks.size()));

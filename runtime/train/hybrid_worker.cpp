@@ -27,6 +27,7 @@
 #include "fulcrum/host/log.h"
 #include "fulcrum/host/plugin_loader.h"
 #include "train/checkpoint_profile.h"
+#include "train/hybrid_slots.h"
 #include "train/profile_refit.h"
 #include "train/test_faults.h"
 #include "train/worker_base.h"
@@ -34,42 +35,6 @@
 
 namespace fulcrum::train {
 namespace {
-
-std::string hex_fingerprint(std::uint64_t value) {
-  char text[24];
-  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(value));
-  return text;
-}
-
-// The slot's row: its pieces' columns in order. A piece is a whole loader
-// row (documents longer than data.seq_length were cut there, labels kept)
-// or, should a scheduler cut one, part of it.
-data::PackedRow slot_row(const ScheduleSlot& slot,
-                         const std::vector<const data::PackedRow*>& rows) {
-  data::PackedRow out;
-  for (const DocPiece& piece : slot.pieces) {
-    const data::PackedRow& row = *rows[static_cast<std::size_t>(piece.doc)];
-    const auto b = static_cast<std::ptrdiff_t>(piece.offset);
-    const auto e = static_cast<std::ptrdiff_t>(piece.offset + piece.length);
-    const auto append = [&](auto& to, const auto& from) {
-      to.insert(to.end(), from.begin() + b, from.begin() + e);
-    };
-    append(out.tokens, row.tokens);
-    append(out.labels, row.labels);
-    append(out.loss_mask, row.loss_mask);
-    append(out.positions, row.positions);
-    append(out.document_ids, row.document_ids);
-    out.doc_lengths.push_back(piece.length);
-    std::int64_t at = 0;  // the row position where range r starts
-    for (const data::TokenRange& r : row.pieces) {
-      const std::int64_t lo = std::max(at, piece.offset);
-      const std::int64_t hi = std::min(at + (r.end - r.begin), piece.offset + piece.length);
-      if (lo < hi) out.pieces.push_back({r.sample, r.begin + (lo - at), r.begin + (hi - at)});
-      at += r.end - r.begin;
-    }
-  }
-  return out;
-}
 
 class HybridWorker final : public Worker {
  public:
@@ -148,7 +113,9 @@ class HybridWorker final : public Worker {
   std::shared_ptr<LoadBalancer> scheduler_;
   std::optional<StepReport::Hybrid> hybrid_report_;
   std::vector<StepReport::Compared> compared_;  // rank 0, with train.compare_schedulers
-  double compare_ms_ = 0.0;                     // this step's comparison runs, wall time
+  // The compared schedules' fingerprints as answered (before expansion).
+  std::vector<std::uint64_t> compared_fingerprints_;
+  double compare_ms_ = 0.0;  // this step's comparison runs, wall time
   // balancer.schedule.profile: auto: the refit, and what the last step's did.
   std::optional<ProfileRefit> refit_;
   std::optional<RefitCheckpoint> refit_checkpoint_;  // refit_'s state in checkpoints
@@ -360,22 +327,6 @@ Schedule HybridWorker::make_schedule(const std::string& name, const ScheduleRequ
   return std::move(schedule).value();
 }
 
-// Free single slots (docs/HYBRID_RUNTIME.md section 11): the one-rank slots
-// of the waves after the last one holding a multi-rank slot. They move no
-// K/V and no slot of another rank waits for them, so any rank may run them.
-std::vector<std::size_t> free_single_slots(const Schedule& schedule) {
-  std::int32_t last_multi = -1;
-  for (const ScheduleSlot& slot : schedule.slots) {
-    if (slot.ranks.size() > 1) last_multi = std::max(last_multi, slot.wave);
-  }
-  std::vector<std::size_t> free;
-  for (std::size_t i = 0; i < schedule.slots.size(); ++i) {
-    const ScheduleSlot& slot = schedule.slots[i];
-    if (slot.ranks.size() == 1 && slot.wave > last_multi) free.push_back(i);
-  }
-  return free;
-}
-
 // Writes the positions of a compact answer's plans: this rank's slots
 // first, so that a plan by rule that does not expand to a valid plan of
 // the shape the schedule stated is refused on a rank that would run it,
@@ -425,30 +376,6 @@ std::uint64_t HybridWorker::check_schedule(Schedule& schedule, const ScheduleReq
     throw InputError(why);
   }
   return fingerprint;
-}
-
-// The cost model over the slots whose plans are written here; another
-// rank's slot still by rule is priced as nothing (its members' figures
-// zero), which only the step and the other ranks' busy times see: rank 0,
-// which reports them, has every slot written.
-ScheduleCost price_expanded(const ScheduleRequest& request, const Schedule& schedule) {
-  return price_timeline(request, schedule, [&](std::size_t i) {
-    const ScheduleSlot& slot = schedule.slots[i];
-    if (!slot.compact()) return evaluate_slot(request, slot);
-    SlotCost none;
-    for (const std::int32_t rank : slot.ranks) none.members.push_back(SlotMemberCost{rank});
-    return none;
-  });
-}
-
-// The free single slots in claim order: the longest predicted compute first
-// (then slot order), the same on every rank.
-std::vector<std::size_t> free_slots(const Schedule& schedule, const ScheduleCost& cost) {
-  std::vector<std::size_t> free = free_single_slots(schedule);
-  std::stable_sort(free.begin(), free.end(), [&](std::size_t a, std::size_t b) {
-    return cost.slots[a].members[0].compute_seconds > cost.slots[b].members[0].compute_seconds;
-  });
-  return free;
 }
 
 // The test-only `late` fault: wait until the counter shows every other rank's
@@ -549,9 +476,10 @@ std::vector<Schedule> HybridWorker::compare(std::int64_t step, const ScheduleReq
   const std::vector<std::string>& names = options_.compare_schedulers;
   std::vector<Schedule> schedules;
   compared_.clear();
+  compared_fingerprints_.clear();
   for (const std::string& name : names) {
     schedules.push_back(make_schedule(name, request, step));
-    check_schedule(schedules.back(), request, step);
+    compared_fingerprints_.push_back(check_schedule(schedules.back(), request, step));
     if (id_.rank != 0) continue;
     const Schedule& s = schedules.back();
     const ScheduleCost cost = evaluate_schedule(request, s);
@@ -702,14 +630,18 @@ Worker::StepResult HybridWorker::run_step(std::int64_t step, const data::StepBat
   std::vector<Schedule> compared;
   if (!options_.compare_schedulers.empty()) compared = compare(step, request, rows, result);
   const auto plan_start = Clock::now();
-  // The configured scheduler's schedule, made once: a compared one is reused.
+  // The configured scheduler's schedule, made once: a compared one is
+  // reused, already checked over WORLD and expanded where this rank needs
+  // it (its fingerprint is the one taken before that expansion).
   const std::vector<std::string>& names = options_.compare_schedulers;
   const auto listed = std::find(names.begin(), names.end(), options_.schedule_strategy);
-  Schedule schedule = listed != names.end()
-                          ? compared[static_cast<std::size_t>(listed - names.begin())]
-                          : make_schedule(options_.schedule_strategy, request, step);
+  const bool reused = listed != names.end();
+  const auto k = static_cast<std::size_t>(listed - names.begin());
+  Schedule schedule =
+      reused ? compared[k] : make_schedule(options_.schedule_strategy, request, step);
   result.figures.plan_ms = ms_since(plan_start);
-  const std::uint64_t fingerprint = check_schedule(schedule, request, step);
+  const std::uint64_t fingerprint =
+      reused ? compared_fingerprints_[k] : check_schedule(schedule, request, step);
   const ScheduleCost cost = price_expanded(request, schedule);
   hybrid_report_ = StepReport::Hybrid{
       schedule.strategy_used, schedule.fallback_reason, {}, cost.step_seconds * 1e3};

@@ -67,23 +67,23 @@ Result<Schedule> run_schedule_strategy(std::string_view name, const ScheduleRequ
   // strategy reproduces from the row alone (hybrid's per_document_weighted,
   // whose weights come from its members' nodes) makes the answer a full
   // one: its positions are written and every slot keeps its own.
+  if (!request.compact) return schedule;
   const bool by_rule =
       std::all_of(schedule->slots.begin(), schedule->slots.end(), [](const ScheduleSlot& slot) {
         return cp::find_strategy(slot.plan.strategy_used) != nullptr;
       });
-  if (request.compact && !by_rule) {
+  if (!by_rule) {
     if (Status status = expand_hybrid_plans(request, *schedule); !status) return status;
+    return schedule;
   }
-  if (request.compact && by_rule) {
-    for (ScheduleSlot& slot : schedule->slots) {
-      slot.plan.positions = {};
-      slot.plan.work = {};
-      // hybrid's compact plans state no padding; every plan's is the
-      // entries its row's tokens leave.
-      std::int64_t row = 0;
-      for (const DocPiece& piece : slot.pieces) row += piece.length;
-      slot.plan.padding = slot.plan.shard_len * slot.plan.cp_size - row;
-    }
+  for (ScheduleSlot& slot : schedule->slots) {
+    slot.plan.positions = {};
+    slot.plan.work = {};
+    // hybrid's compact plans state no padding; every plan's is the
+    // entries its row's tokens leave.
+    std::int64_t row = 0;
+    for (const DocPiece& piece : slot.pieces) row += piece.length;
+    slot.plan.padding = slot.plan.shard_len * slot.plan.cp_size - row;
   }
   return schedule;
 }

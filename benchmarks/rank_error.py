@@ -25,7 +25,9 @@ lengths. For the base candidate it also splits each rank's error by slot
 kind (the group size g of the slot the member ran in) and reports how a
 rank's error goes with the share of its predicted time in each term.
 Where two jobs ran the same batches, the per-rank difference between the
-two runs of the same schedule is the noise floor.
+two runs of the same schedule is the noise floor. It also prints the job's
+own per-rank figure (the median over repetitions of a rank's total) beside
+the same predictions against the sum of the rank's member medians.
 
     python3 benchmarks/rank_error.py build/hbq_w4/w4.jsonl [more.jsonl ...]
 
@@ -34,11 +36,14 @@ least squares on member times); `member_rel` (least squares on relative
 errors, weights 1 / measured); `rank_sum` (least squares on the per-(step,
 scheduler, rank) sums of the terms against the rank's summed time);
 `rank_sum_rel` (the same on relative errors); `g_const` (the row model with
-the constant c replaced by one constant per group size g).
+the constant c replaced by one constant per group size g). The slot-end
+wait's j is fitted on slot lengths (reprice_fit.py's jitter, max form) or,
+with --wait paths, on the training steps' critical paths.
 """
 
 import argparse
 import importlib.util
+import json
 import math
 import os
 import statistics
@@ -166,6 +171,41 @@ def fit_wait(train, coef):
     return max(0.0, num / den) if den > 0 else 0.0
 
 
+def fit_wait_paths(train, coef):
+    """j on the critical paths instead: the j of a grid (0 to 1 by 0.005)
+    whose predicted critical paths best match the measured ones relative to
+    each other (log ratio, each step's mean over the schedulers removed: a
+    step's common speed is not the wait's)."""
+    per_step = []
+    for step in train:
+        rows = []
+        for sched in step.values():
+            measured, predicted, waits = {}, {}, {}
+            for m in sched["members"]:
+                measured[(m["slot"], m["rank"])] = m["seconds"]
+                predicted[(m["slot"], m["rank"])] = price(m, coef)
+            for s, ms in rf.slot_members(sched).items():
+                p = [price(m, coef) for m in ms]
+                waits[s] = max(p) * rf.expected_max(sum(1 for m in ms if m["tokens"] > 0))
+            rows.append((sched["slots"], predicted, waits,
+                         rf.critical_path(sched["slots"], measured)))
+        per_step.append(rows)
+
+    def loss(j):
+        total = 0.0
+        for rows in per_step:
+            logs = [math.log(cm / rf.critical_path(slots, pred, extra={
+                s: j * w for s, w in waits.items()})) for slots, pred, waits, cm in rows]
+            mean = statistics.fmean(logs)
+            total += sum((x - mean) ** 2 for x in logs)
+        return total
+
+    return min((k * 0.005 for k in range(201)), key=loss)
+
+
+WAIT_FITS = {"slots": fit_wait, "paths": fit_wait_paths}
+
+
 def folds(steps, mode):
     """(train keys, test key) pairs: `loo` leaves one step out; `fwdN`
     prices each step of a job by the fit of its previous N steps (all of
@@ -184,14 +224,14 @@ def folds(steps, mode):
     return out
 
 
-def evaluate(steps, name, mode):
+def evaluate(steps, name, mode, wait="slots"):
     res = {"rank": {n: [] for n in SCHEDULERS}, "factored": {n: [] for n in SCHEDULERS},
            "crit": {n: [0.0, 0.0, 0.0] for n in SCHEDULERS}, "j": [], "ranks": [],
            "factors": []}
     for train_keys, test_key in folds(steps, mode):
         train = [steps[k] for k in train_keys]
         coef = fit_candidate(name, train)
-        j = fit_wait(train, coef)
+        j = WAIT_FITS[wait](train, coef)
         res["j"].append(j)
         figs = rank_figures(steps[test_key], coef)
         factor = statistics.median(m / p for rows in figs.values() for _, m, p, _, _ in rows)
@@ -291,11 +331,42 @@ def rank_totals(sched):
     return out
 
 
+def filters(paths, steps):
+    """The job's own per-rank figure (the median over repetitions of a
+    rank's total, against the profile the step planned with) beside the
+    same prediction against the sum of the rank's member medians: two
+    filters of the same noisy runs. The steps the forward folds price: a
+    job's first loaded step planned with the start profile."""
+    job, summed = {n: [] for n in SCHEDULERS}, {n: [] for n in SCHEDULERS}
+    for path in paths:
+        first = min((k[1] for k in steps if k[0] == path), default=None)
+        with open(path) as f:
+            records = [json.loads(line) for line in f if line.strip()]
+        for r in records:
+            key = (path, r.get("step"))
+            if ("compare" not in r or key not in steps or r["step"] == first
+                    or r["compare"] not in steps[key]):
+                continue
+            totals = rank_totals(steps[key][r["compare"]])
+            for rank, predicted in enumerate(r.get("predicted_rank_ms", [])):
+                if predicted > 0 and rank in totals:
+                    job[r["compare"]].append(r["prediction_error"][rank])
+                    summed[r["compare"]].append((1e3 * totals[rank] - predicted) / predicted)
+    if any(job.values()):
+        print("the job's per-rank error (median over repetitions of the rank's total), and the "
+              "same predictions against the sum of the rank's member medians, median |e|: "
+              + "; ".join(f"{n} {100 * median_abs(job[n]):.1f}% and "
+                          f"{100 * median_abs(summed[n]):.1f}%" for n in SCHEDULERS))
+    return job, summed
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("metrics", nargs="+")
     parser.add_argument("--first-step", type=int, default=2)
     parser.add_argument("--candidates", default="member,member_rel,rank_sum,rank_sum_rel,g_const")
+    parser.add_argument("--wait", default="slots", choices=sorted(WAIT_FITS),
+                        help="fit the slot-end wait's j on slot lengths or on critical paths")
     parser.add_argument("--modes", default="loo,fwd2",
                         help="loo, or fwdN: each step by the fit of the job's previous N "
                         "steps (0: all); profile auto fits the last 2 x refit_every")
@@ -303,6 +374,7 @@ def main():
     steps = rf.load(args.metrics, args.first_step)
     with_g_columns(steps.values(), sorted({m["g"] for m in members_of(steps.values())}))
     print(f"{len(steps)} measured steps from {len(args.metrics)} file(s)")
+    filters(args.metrics, steps)
     diffs = noise_floor(steps)
     if diffs:
         print(f"noise floor: the same schedule on the same batches in two jobs, per-rank "
@@ -310,7 +382,7 @@ def main():
               f"({len(diffs)} ranks, max {100 * max(diffs):.1f}%)")
     for mode in args.modes.split(","):
         for name in args.candidates.split(","):
-            res = evaluate(steps, name, mode)
+            res = evaluate(steps, name, mode, args.wait)
             report(name, mode, res)
             if name == "member":
                 split(res)

@@ -110,3 +110,27 @@ def test_noise_floor_against_a_recount(tmp_path):
             recount += [abs(ta[r] - tb[r]) * 2 / (ta[r] + tb[r]) for r in sorted(ta)]
     assert sorted(diffs) == sorted(recount)
     assert len(diffs) > 0 and max(diffs) > 0
+
+
+def test_the_jobs_filter_beside_the_sum_of_member_medians(tmp_path, capsys):
+    path = tmp_path / "w4.jsonl"
+    jobs.write_job(path, random.Random(17), 4, 3)
+    steps = steps_of([path])
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    want = {n: [] for n in rank_error.SCHEDULERS}
+    for line in lines:
+        if "compare" not in line:
+            continue
+        totals = rank_error.rank_totals(steps[(str(path), line["step"])][line["compare"]])
+        predicted = [1e3 * totals.get(r, 0.0) / 1.25 for r in range(4)]
+        line["predicted_rank_ms"] = predicted
+        line["prediction_error"] = [0.01 * r for r in range(4)]
+        if line["step"] > 2:  # the first step planned with the start profile
+            want[line["compare"]] += [(0.01 * r, 0.25) for r in range(4) if predicted[r] > 0]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    job, summed = rank_error.filters([str(path)], steps)
+    for n in rank_error.SCHEDULERS:
+        assert want[n]
+        assert job[n] == [a for a, _ in want[n]]
+        assert all(abs(e - 0.25) < 1e-9 for e in summed[n]) and len(summed[n]) == len(want[n])
+    assert "median |e|" in capsys.readouterr().out

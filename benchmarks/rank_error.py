@@ -370,6 +370,7 @@ def main():
     parser.add_argument("--modes", default="loo,fwd2",
                         help="loo, or fwdN: each step by the fit of the job's previous N "
                         "steps (0: all); profile auto fits the last 2 x refit_every")
+    parser.add_argument("--out", help="write the figures as JSON here")
     args = parser.parse_args()
     steps = rf.load(args.metrics, args.first_step)
     with_g_columns(steps.values(), sorted({m["g"] for m in members_of(steps.values())}))
@@ -380,12 +381,16 @@ def main():
         print(f"noise floor: the same schedule on the same batches in two jobs, per-rank "
               f"|difference| / mean: median {100 * statistics.median(diffs):.1f}% "
               f"({len(diffs)} ranks, max {100 * max(diffs):.1f}%)")
+    results = {}
     for mode in args.modes.split(","):
         for name in args.candidates.split(","):
             res = evaluate(steps, name, mode, args.wait)
-            report(name, mode, res)
+            results[f"{mode} {name}"] = report(name, mode, res)
             if name == "member":
                 split(res)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=1)
 
 
 if __name__ == "__main__":

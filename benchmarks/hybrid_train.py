@@ -202,6 +202,34 @@ def against_better_baseline(s):
     return out
 
 
+def step_factors(metrics, first_step):
+    """Per measured step its common factor (the median over every compared
+    scheduler's ranks of median rank time / predicted) and, per scheduler,
+    the per-rank error with it divided out: the part of the per-rank error
+    a profile fitted before the step could still remove (the rest is the
+    whole step running faster or slower; docs/HYBRID_RUNTIME.md section 12,
+    "What the per-rank error is made of"). None without predictions."""
+    by_step = {}
+    for m in metrics:
+        if "compare" in m and m["step"] >= first_step:
+            for median, predicted in zip(m.get("rank_median_ms", []),
+                                         m.get("predicted_rank_ms", [])):
+                if predicted > 0:
+                    by_step.setdefault(m["step"], []).append((m["compare"], median, predicted))
+    if not by_step:
+        return None
+    factors, errors = {}, {name: [] for name in SCHEDULERS}
+    for step, rows in sorted(by_step.items()):
+        f = statistics.median(median / predicted for _, median, predicted in rows)
+        factors[step] = f
+        for name, median, predicted in rows:
+            if name in errors and f > 0:
+                errors[name].append(median / (f * predicted) - 1)
+    return {"factors": factors,
+            "error_median_abs": {n: statistics.median(abs(e) for e in v) if v else None
+                                 for n, v in errors.items()}}
+
+
 def summarise(metrics, first_step):
     records = [m for m in metrics if "compare" in m and m["step"] >= first_step]
     out = {}
@@ -264,6 +292,7 @@ def main():
             v["within_5_points"] = abs(v["measured"] - v["predicted"]) <= 0.05
         s["against_better_baseline"] = against_better_baseline(s)
         s["exchange_hidden_share"] = hidden_share(metrics, args.first_step)
+        s["step_factors"] = step_factors(metrics, args.first_step)
         results["worlds"][world] = s
         print(f"\nW = {world}")
         if s["load_average"]:
@@ -278,6 +307,13 @@ def main():
                   f"{r['max_rank_ms'] / 1e3:10.3f} {r['predicted_ms'] / 1e3:11.3f}  "
                   f"{100 * r['error_range'][0]:+.1f}% to {100 * r['error_range'][1]:+.1f}% "
                   f"({100 * r['error_median_abs']:.1f}%)  {r['groups']}")
+        f = s["step_factors"]
+        if f:
+            print("  per-rank error with each step's common factor divided out (median |e|): "
+                  + ", ".join(f"{n} {100 * f['error_median_abs'][n]:.1f}%" for n in SCHEDULERS
+                              if f["error_median_abs"][n] is not None)
+                  + "; the factors (median measured / predicted over the step's ranks): "
+                  + ", ".join(f"step {k} {v:.3f}" for k, v in f["factors"].items()))
         for key, label in (("hybrid_over_fixed", "fixed"),
                            ("hybrid_over_megatron_dcp", "megatron_dcp")):
             v = s[key]

@@ -27,7 +27,9 @@ rank's error goes with the share of its predicted time in each term.
 Where two jobs ran the same batches, the per-rank difference between the
 two runs of the same schedule is the noise floor. It also prints the job's
 own per-rank figure (the median over repetitions of a rank's total) beside
-the same predictions against the sum of the rank's member medians.
+the same predictions against the sum of the rank's member medians, and that
+figure forward with the member fit scaled by the one factor between the
+two filters, fitted on the window's steps.
 
     python3 benchmarks/rank_error.py build/hbq_w4/w4.jsonl [more.jsonl ...]
 
@@ -360,6 +362,61 @@ def filters(paths, steps):
     return job, summed
 
 
+def job_medians(paths):
+    """(path, step, scheduler) -> the job's per-rank medians of totals, s."""
+    out = {}
+    for path in paths:
+        with open(path) as f:
+            for line in f:
+                r = json.loads(line) if line.strip() else {}
+                if "compare" in r and "rank_median_ms" in r:
+                    out[(path, r["step"], r["compare"])] = [v / 1e3 for v in r["rank_median_ms"]]
+    return out
+
+
+def filter_scale(paths, steps, window=2):
+    """Forward against the job's own filter: each step by the member fit of
+    the previous `window` steps as it is, and scaled by the median over
+    those steps' ranks of (the job's median of a rank's total) / (its
+    predicted sum): a fit of the one factor between the fit's target (member
+    medians) and the measure (the median of totals). Per scheduler the
+    errors of both, and the scales."""
+    medians = job_medians(paths)
+    plain, scaled = {n: [] for n in SCHEDULERS}, {n: [] for n in SCHEDULERS}
+    scales = []
+    for train_keys, test_key in folds(steps, f"fwd{window}"):
+        coef = fit_candidate("member", [steps[k] for k in train_keys])
+        ratios = [medians[(k[0], k[1], n)][rank] / p
+                  for k in train_keys for n, rows in rank_figures(steps[k], coef).items()
+                  for rank, _, p, _, _ in rows if (k[0], k[1], n) in medians and p > 0]
+        if not ratios:
+            continue
+        scale = statistics.median(ratios)
+        scales.append(scale)
+        for n, rows in rank_figures(steps[test_key], coef).items():
+            key = (test_key[0], test_key[1], n)
+            for rank, _, p, _, _ in rows:
+                if key in medians and p > 0:
+                    plain[n].append((medians[key][rank] - p) / p)
+                    scaled[n].append((medians[key][rank] - scale * p) / (scale * p))
+    return plain, scaled, scales
+
+
+def report_filter_scale(paths, steps):
+    plain, scaled, scales = filter_scale(paths, steps)
+    if not scales:
+        return
+    cells = []
+    for name, v in (("as fitted", plain), ("scaled", scaled)):
+        within = sum(1 for e in v.values() for x in e if abs(x) <= 0.10)
+        total = sum(len(e) for e in v.values())
+        cells.append(f"{name} " + ", ".join(f"{n} {100 * median_abs(v[n]):.1f}%"
+                                            for n in SCHEDULERS) + f" ({within}/{total})")
+    print("against the job's median of totals, forward (fwd2), per-rank median |e|: "
+          + "; ".join(cells) + "; scales (median of totals / predicted sum over the window) "
+          + ", ".join(f"{x:.3f}" for x in scales))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("metrics", nargs="+")
@@ -376,6 +433,7 @@ def main():
     with_g_columns(steps.values(), sorted({m["g"] for m in members_of(steps.values())}))
     print(f"{len(steps)} measured steps from {len(args.metrics)} file(s)")
     filters(args.metrics, steps)
+    report_filter_scale(args.metrics, steps)
     diffs = noise_floor(steps)
     if diffs:
         print(f"noise floor: the same schedule on the same batches in two jobs, per-rank "

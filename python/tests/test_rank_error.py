@@ -134,3 +134,20 @@ def test_the_jobs_filter_beside_the_sum_of_member_medians(tmp_path, capsys):
         assert job[n] == [a for a, _ in want[n]]
         assert all(abs(e - 0.25) < 1e-9 for e in summed[n]) and len(summed[n]) == len(want[n])
     assert "median |e|" in capsys.readouterr().out
+
+
+def test_the_filter_scale_takes_out_a_constant_gap_between_the_filters(tmp_path):
+    path = tmp_path / "w4.jsonl"
+    jobs.write_job(path, random.Random(18), 4, 4)
+    steps = steps_of([path])
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    for line in lines:
+        if "compare" in line:
+            totals = rank_error.rank_totals(steps[(str(path), line["step"])][line["compare"]])
+            line["rank_median_ms"] = [1.07e3 * totals.get(r, 0.0) for r in range(4)]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    plain, scaled, scales = rank_error.filter_scale([str(path)], steps)
+    assert len(scales) == 3 and all(abs(s - 1.07) < 1e-6 for s in scales)
+    for n in rank_error.SCHEDULERS:
+        assert plain[n] and all(abs(e - 0.07) < 1e-6 for e in plain[n])
+        assert all(abs(e) < 1e-6 for e in scaled[n])

@@ -359,6 +359,9 @@ def filters(paths, steps):
               "same predictions against the sum of the rank's member medians, median |e|: "
               + "; ".join(f"{n} {100 * median_abs(job[n]):.1f}% and "
                           f"{100 * median_abs(summed[n]):.1f}%" for n in SCHEDULERS))
+        gap = [(1 + a) / (1 + b) for n in SCHEDULERS for a, b in zip(job[n], summed[n])]
+        print(f"the median of a rank's total over the sum of its member medians: median "
+              f"{statistics.median(gap):.3f} ({min(gap):.3f} to {max(gap):.3f}, {len(gap)} ranks)")
     return job, summed
 
 

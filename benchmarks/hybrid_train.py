@@ -27,6 +27,10 @@ scheduler and W it reports, over the measured steps:
 - the cost model's predicted speedup;
 - the per-rank prediction error (measured - predicted) / predicted of the
   median-filtered per (step, rank) time: its range and its median |error|;
+  and the same with each measured step's common factor divided out (the
+  median measured / predicted over the step's ranks of every scheduler:
+  the whole step running faster or slower than predicted), with the
+  factors;
 - whether the predicted speedup lies within 5 points (0.05x) of the
   measured one;
 - per scheduler, whether it is slower than the better baseline (fixed or

@@ -258,6 +258,53 @@ def summarise(metrics, first_step):
     return out
 
 
+def report_world(world, s):
+    """Prints one W's figures."""
+    print(f"\nW = {world}")
+    if s["load_average"]:
+        la = s["load_average"]
+        print(f"  1-minute load average {la['min']:.1f} to {la['max']:.1f} (median "
+              f"{la['median']:.1f}, {la['samples']} samples, {la['utc'][0]}-{la['utc'][1]} UTC)")
+    print(f"  {'scheduler':13} {'critical path s':>15} {'wall s':>8} {'max rank s':>10} "
+          f"{'predicted s':>11}  per-rank error (median |e|)  groups")
+    for name in SCHEDULERS:
+        r = s[name]
+        print(f"  {name:13} {r['critical_ms'] / 1e3:15.3f} {r['wall_ms'] / 1e3:8.3f} "
+              f"{r['max_rank_ms'] / 1e3:10.3f} {r['predicted_ms'] / 1e3:11.3f}  "
+              f"{100 * r['error_range'][0]:+.1f}% to {100 * r['error_range'][1]:+.1f}% "
+              f"({100 * r['error_median_abs']:.1f}%)  {r['groups']}")
+    f = s["step_factors"]
+    if f:
+        print("  per-rank error with each step's common factor divided out (median |e|): "
+              + ", ".join(f"{n} {100 * f['error_median_abs'][n]:.1f}%" for n in SCHEDULERS
+                          if f["error_median_abs"][n] is not None)
+              + "; the factors (median measured / predicted over the step's ranks): "
+              + ", ".join(f"step {k} {v:.3f}" for k, v in f["factors"].items()))
+    for key, label in (("hybrid_over_fixed", "fixed"),
+                       ("hybrid_over_megatron_dcp", "megatron_dcp")):
+        v = s[key]
+        print(f"  hybrid over {label:13} measured {v['measured']:.3f}x "
+              f"({v['spread'][0]:.3f}..{v['spread'][1]:.3f} by repetition), "
+              f"predicted {v['predicted']:.3f}x, "
+              f"{'within' if v['within_5_points'] else 'not within'} 5 points")
+    b = s["against_better_baseline"]
+    slower = [n for n in SCHEDULERS if b[n]["slower_beyond_spread"]]
+    print(f"  better baseline {b['better_baseline']}; slower than it beyond the spread: "
+          f"{', '.join(slower) if slower else 'none'}")
+    for name in SCHEDULERS:
+        if name != b["better_baseline"]:
+            v = b[name]
+            print(f"    {b['better_baseline']} / {name}: {v['measured']:.3f}x "
+                  f"({v['spread'][0]:.3f}..{v['spread'][1]:.3f} by repetition)")
+    h = s["exchange_hidden_share"]
+    if h is None:
+        print("  exchange hidden by overlap: no exchange_hidden_share figure in the measured steps")
+    else:
+        print(f"  exchange hidden by overlap (exchange_hidden_share, {h['count']} (step, rank)): "
+              f"median {100 * h['median']:.1f}% ({100 * h['range'][0]:.1f}% to "
+              f"{100 * h['range'][1]:.1f}%)")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--fulcrum", default="build/release/bin/fulcrum")
@@ -298,49 +345,7 @@ def main():
         s["exchange_hidden_share"] = hidden_share(metrics, args.first_step)
         s["step_factors"] = step_factors(metrics, args.first_step)
         results["worlds"][world] = s
-        print(f"\nW = {world}")
-        if s["load_average"]:
-            la = s["load_average"]
-            print(f"  1-minute load average {la['min']:.1f} to {la['max']:.1f} (median "
-                  f"{la['median']:.1f}, {la['samples']} samples, {la['utc'][0]}-{la['utc'][1]} UTC)")
-        print(f"  {'scheduler':13} {'critical path s':>15} {'wall s':>8} {'max rank s':>10} "
-              f"{'predicted s':>11}  per-rank error (median |e|)  groups")
-        for name in SCHEDULERS:
-            r = s[name]
-            print(f"  {name:13} {r['critical_ms'] / 1e3:15.3f} {r['wall_ms'] / 1e3:8.3f} "
-                  f"{r['max_rank_ms'] / 1e3:10.3f} {r['predicted_ms'] / 1e3:11.3f}  "
-                  f"{100 * r['error_range'][0]:+.1f}% to {100 * r['error_range'][1]:+.1f}% "
-                  f"({100 * r['error_median_abs']:.1f}%)  {r['groups']}")
-        f = s["step_factors"]
-        if f:
-            print("  per-rank error with each step's common factor divided out (median |e|): "
-                  + ", ".join(f"{n} {100 * f['error_median_abs'][n]:.1f}%" for n in SCHEDULERS
-                              if f["error_median_abs"][n] is not None)
-                  + "; the factors (median measured / predicted over the step's ranks): "
-                  + ", ".join(f"step {k} {v:.3f}" for k, v in f["factors"].items()))
-        for key, label in (("hybrid_over_fixed", "fixed"),
-                           ("hybrid_over_megatron_dcp", "megatron_dcp")):
-            v = s[key]
-            print(f"  hybrid over {label:13} measured {v['measured']:.3f}x "
-                  f"({v['spread'][0]:.3f}..{v['spread'][1]:.3f} by repetition), "
-                  f"predicted {v['predicted']:.3f}x, "
-                  f"{'within' if v['within_5_points'] else 'not within'} 5 points")
-        b = s["against_better_baseline"]
-        slower = [n for n in SCHEDULERS if b[n]["slower_beyond_spread"]]
-        print(f"  better baseline {b['better_baseline']}; slower than it beyond the spread: "
-              f"{', '.join(slower) if slower else 'none'}")
-        for name in SCHEDULERS:
-            if name != b["better_baseline"]:
-                v = b[name]
-                print(f"    {b['better_baseline']} / {name}: {v['measured']:.3f}x "
-                      f"({v['spread'][0]:.3f}..{v['spread'][1]:.3f} by repetition)")
-        h = s["exchange_hidden_share"]
-        if h is None:
-            print("  exchange hidden by overlap: no exchange_hidden_share figure in the measured steps")
-        else:
-            print(f"  exchange hidden by overlap (exchange_hidden_share, {h['count']} (step, rank)): "
-                  f"median {100 * h['median']:.1f}% ({100 * h['range'][0]:.1f}% to "
-                  f"{100 * h['range'][1]:.1f}%)")
+        report_world(world, s)
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
 

@@ -27,6 +27,10 @@ scheduler and W it reports, over the measured steps:
 - the cost model's predicted speedup;
 - the per-rank prediction error (measured - predicted) / predicted of the
   median-filtered per (step, rank) time: its range and its median |error|;
+  and the same with each measured step's common factor divided out (the
+  median measured / predicted over the step's ranks of every scheduler:
+  the whole step running faster or slower than predicted), with the
+  factors;
 - whether the predicted speedup lies within 5 points (0.05x) of the
   measured one;
 - per scheduler, whether it is slower than the better baseline (fixed or
@@ -202,6 +206,34 @@ def against_better_baseline(s):
     return out
 
 
+def step_factors(metrics, first_step):
+    """Per measured step its common factor (the median over every compared
+    scheduler's ranks of median rank time / predicted) and, per scheduler,
+    the per-rank error with it divided out: the part of the per-rank error
+    a profile fitted before the step could still remove (the rest is the
+    whole step running faster or slower; docs/HYBRID_RUNTIME.md section 12,
+    "What the per-rank error is made of"). None without predictions."""
+    by_step = {}
+    for m in metrics:
+        if "compare" in m and m["step"] >= first_step:
+            for median, predicted in zip(m.get("rank_median_ms", []),
+                                         m.get("predicted_rank_ms", [])):
+                if predicted > 0:
+                    by_step.setdefault(m["step"], []).append((m["compare"], median, predicted))
+    if not by_step:
+        return None
+    factors, errors = {}, {name: [] for name in SCHEDULERS}
+    for step, rows in sorted(by_step.items()):
+        f = statistics.median(median / predicted for _, median, predicted in rows)
+        factors[step] = f
+        for name, median, predicted in rows:
+            if name in errors and f > 0:
+                errors[name].append(median / (f * predicted) - 1)
+    return {"factors": factors,
+            "error_median_abs": {n: statistics.median(abs(e) for e in v) if v else None
+                                 for n, v in errors.items()}}
+
+
 def summarise(metrics, first_step):
     records = [m for m in metrics if "compare" in m and m["step"] >= first_step]
     out = {}
@@ -224,6 +256,53 @@ def summarise(metrics, first_step):
             "groups": sorted({g for m in mine for g in m["groups"]}),
         }
     return out
+
+
+def report_world(world, s):
+    """Prints one W's figures."""
+    print(f"\nW = {world}")
+    if s["load_average"]:
+        la = s["load_average"]
+        print(f"  1-minute load average {la['min']:.1f} to {la['max']:.1f} (median "
+              f"{la['median']:.1f}, {la['samples']} samples, {la['utc'][0]}-{la['utc'][1]} UTC)")
+    print(f"  {'scheduler':13} {'critical path s':>15} {'wall s':>8} {'max rank s':>10} "
+          f"{'predicted s':>11}  per-rank error (median |e|)  groups")
+    for name in SCHEDULERS:
+        r = s[name]
+        print(f"  {name:13} {r['critical_ms'] / 1e3:15.3f} {r['wall_ms'] / 1e3:8.3f} "
+              f"{r['max_rank_ms'] / 1e3:10.3f} {r['predicted_ms'] / 1e3:11.3f}  "
+              f"{100 * r['error_range'][0]:+.1f}% to {100 * r['error_range'][1]:+.1f}% "
+              f"({100 * r['error_median_abs']:.1f}%)  {r['groups']}")
+    f = s["step_factors"]
+    if f:
+        print("  per-rank error with each step's common factor divided out (median |e|): "
+              + ", ".join(f"{n} {100 * f['error_median_abs'][n]:.1f}%" for n in SCHEDULERS
+                          if f["error_median_abs"][n] is not None)
+              + "; the factors (median measured / predicted over the step's ranks): "
+              + ", ".join(f"step {k} {v:.3f}" for k, v in f["factors"].items()))
+    for key, label in (("hybrid_over_fixed", "fixed"),
+                       ("hybrid_over_megatron_dcp", "megatron_dcp")):
+        v = s[key]
+        print(f"  hybrid over {label:13} measured {v['measured']:.3f}x "
+              f"({v['spread'][0]:.3f}..{v['spread'][1]:.3f} by repetition), "
+              f"predicted {v['predicted']:.3f}x, "
+              f"{'within' if v['within_5_points'] else 'not within'} 5 points")
+    b = s["against_better_baseline"]
+    slower = [n for n in SCHEDULERS if b[n]["slower_beyond_spread"]]
+    print(f"  better baseline {b['better_baseline']}; slower than it beyond the spread: "
+          f"{', '.join(slower) if slower else 'none'}")
+    for name in SCHEDULERS:
+        if name != b["better_baseline"]:
+            v = b[name]
+            print(f"    {b['better_baseline']} / {name}: {v['measured']:.3f}x "
+                  f"({v['spread'][0]:.3f}..{v['spread'][1]:.3f} by repetition)")
+    h = s["exchange_hidden_share"]
+    if h is None:
+        print("  exchange hidden by overlap: no exchange_hidden_share figure in the measured steps")
+    else:
+        print(f"  exchange hidden by overlap (exchange_hidden_share, {h['count']} (step, rank)): "
+              f"median {100 * h['median']:.1f}% ({100 * h['range'][0]:.1f}% to "
+              f"{100 * h['range'][1]:.1f}%)")
 
 
 def main():
@@ -264,43 +343,9 @@ def main():
             v["within_5_points"] = abs(v["measured"] - v["predicted"]) <= 0.05
         s["against_better_baseline"] = against_better_baseline(s)
         s["exchange_hidden_share"] = hidden_share(metrics, args.first_step)
+        s["step_factors"] = step_factors(metrics, args.first_step)
         results["worlds"][world] = s
-        print(f"\nW = {world}")
-        if s["load_average"]:
-            la = s["load_average"]
-            print(f"  1-minute load average {la['min']:.1f} to {la['max']:.1f} (median "
-                  f"{la['median']:.1f}, {la['samples']} samples, {la['utc'][0]}-{la['utc'][1]} UTC)")
-        print(f"  {'scheduler':13} {'critical path s':>15} {'wall s':>8} {'max rank s':>10} "
-              f"{'predicted s':>11}  per-rank error (median |e|)  groups")
-        for name in SCHEDULERS:
-            r = s[name]
-            print(f"  {name:13} {r['critical_ms'] / 1e3:15.3f} {r['wall_ms'] / 1e3:8.3f} "
-                  f"{r['max_rank_ms'] / 1e3:10.3f} {r['predicted_ms'] / 1e3:11.3f}  "
-                  f"{100 * r['error_range'][0]:+.1f}% to {100 * r['error_range'][1]:+.1f}% "
-                  f"({100 * r['error_median_abs']:.1f}%)  {r['groups']}")
-        for key, label in (("hybrid_over_fixed", "fixed"),
-                           ("hybrid_over_megatron_dcp", "megatron_dcp")):
-            v = s[key]
-            print(f"  hybrid over {label:13} measured {v['measured']:.3f}x "
-                  f"({v['spread'][0]:.3f}..{v['spread'][1]:.3f} by repetition), "
-                  f"predicted {v['predicted']:.3f}x, "
-                  f"{'within' if v['within_5_points'] else 'not within'} 5 points")
-        b = s["against_better_baseline"]
-        slower = [n for n in SCHEDULERS if b[n]["slower_beyond_spread"]]
-        print(f"  better baseline {b['better_baseline']}; slower than it beyond the spread: "
-              f"{', '.join(slower) if slower else 'none'}")
-        for name in SCHEDULERS:
-            if name != b["better_baseline"]:
-                v = b[name]
-                print(f"    {b['better_baseline']} / {name}: {v['measured']:.3f}x "
-                      f"({v['spread'][0]:.3f}..{v['spread'][1]:.3f} by repetition)")
-        h = s["exchange_hidden_share"]
-        if h is None:
-            print("  exchange hidden by overlap: no exchange_hidden_share figure in the measured steps")
-        else:
-            print(f"  exchange hidden by overlap (exchange_hidden_share, {h['count']} (step, rank)): "
-                  f"median {100 * h['median']:.1f}% ({100 * h['range'][0]:.1f}% to "
-                  f"{100 * h['range'][1]:.1f}%)")
+        report_world(world, s)
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
 

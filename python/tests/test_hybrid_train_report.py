@@ -78,3 +78,45 @@ def test_hidden_share_counts_the_trained_steps_from_the_first_measured():
         assert got["count"] == len(want)
         assert got["median"] == statistics.median(want)
         assert got["range"] == [min(want), max(want)]
+
+
+def test_step_factors_against_a_recount():
+    rng = random.Random(8)
+    for _ in range(200):
+        steps, world, first = rng.randint(1, 4), rng.randint(1, 6), rng.randint(1, 3)
+        lines, truth = [], {}
+        for step in range(1, steps + 1):
+            truth[step] = rng.uniform(0.7, 1.4)
+            lines.append({"step": step, "scheduler": "hybrid"})
+            for name in NAMES:
+                predicted = [rng.choice([0.0, rng.uniform(10, 100)]) for _ in range(world)]
+                noise = [rng.uniform(0.8, 1.25) for _ in range(world)]
+                lines.append({"step": step, "compare": name, "predicted_rank_ms": predicted,
+                              "rank_median_ms": [p * truth[step] * e
+                                                 for p, e in zip(predicted, noise)]})
+        got = hybrid_train.step_factors(lines, first)
+        # Recount: per step the median ratio, then each rank over it.
+        want_f, want_e = {}, {n: [] for n in NAMES}
+        for step in range(first, steps + 1):
+            rows = [(m["compare"], med, p) for m in lines
+                    if m.get("compare") and m["step"] == step
+                    for med, p in zip(m["rank_median_ms"], m["predicted_rank_ms"]) if p > 0]
+            if not rows:
+                continue
+            ratios = sorted(med / p for _, med, p in rows)
+            k = len(ratios)
+            want_f[step] = ratios[k // 2] if k % 2 else (ratios[k // 2 - 1] + ratios[k // 2]) / 2
+            for name, med, p in rows:
+                want_e[name].append(abs(med / p / want_f[step] - 1))
+        if not want_f:
+            assert got is None
+            continue
+        assert got["factors"].keys() == want_f.keys()
+        for step, f in want_f.items():
+            assert abs(got["factors"][step] - f) < 1e-12
+            assert 0.8 * truth[step] <= f <= 1.25 * truth[step]
+        for name in NAMES:
+            if want_e[name]:
+                assert abs(got["error_median_abs"][name] - statistics.median(want_e[name])) < 1e-12
+            else:
+                assert got["error_median_abs"][name] is None

@@ -447,14 +447,19 @@ constexpr std::int64_t kDraftTokenBudget = std::int64_t{32} << 20;
 // The rows rule 7's search may re-plan, in tokens, whatever the batch.
 constexpr std::int64_t kSearchTokenBudget = std::int64_t{8} << 20;
 
+namespace {
+
 // The decided draft is the estimate's bet; the other drafts (the other
 // group rules, heavy pieces within T kept on one rank, equal groups) are
 // planned and priced exactly too, within kDraftTokenBudget, and the soonest
 // is kept (ties: the decided one, then the drafts' order). The estimate
 // misjudges small batches most, where this costs least. Then rule 7's
 // search. Every slot stays compact (no positions); `step` gets the exact
-// step of the schedule kept.
-Status plan_hybrid_compact(const ScheduleRequest& request, Schedule& schedule, double& step) {
+// step of the schedule kept. `drawn`: every draft of the batch as
+// hybrid_drafts(request, true) draws them, the decided one first, when the
+// caller drew them already (run_hybrid); nullptr: drawn here when needed.
+Status plan_compact(const ScheduleRequest& request, Schedule& schedule, double& step,
+                    std::vector<Schedule>* drawn) {
   std::vector<double> length;
   SlotMemo memo;
   if (Status status = plan_slots(request, memo, schedule, length); !status) return status;
@@ -464,7 +469,15 @@ Status plan_hybrid_compact(const ScheduleRequest& request, Schedule& schedule, d
   for (const std::int64_t len : request.doc_lengths) tokens += len;
   if (2 * tokens > kDraftTokenBudget) return Status::ok();
   std::int64_t planned = tokens;
-  for (Schedule& other : hybrid_drafts(request, true)) {
+  std::vector<Schedule> own_draw;
+  if (drawn == nullptr) {
+    own_draw = hybrid_drafts(request, true);
+    drawn = &own_draw;
+  }
+  for (std::size_t k = 0; k < drawn->size(); ++k) {
+    // The first is the decided draft (drawn again, or the one drawn once).
+    if (k == 0) continue;
+    Schedule& other = (*drawn)[k];
     const std::int64_t cost = planning_cost(other);
     if (planned + cost > kDraftTokenBudget) continue;
     if (same_slots(other, schedule)) continue;
@@ -503,6 +516,42 @@ Status plan_hybrid_compact(const ScheduleRequest& request, Schedule& schedule, d
   return Status::ok();
 }
 
+// After planning hybrid's own slots (unshaped): the guard, then positions
+// unless the answer is compact.
+Status guard_and_expand(const ScheduleRequest& request, Schedule& schedule, double step) {
+  if (Status status = keep_fastest_of_baselines(request, schedule, step); !status) return status;
+  // A compact answer's plans stay by rule; the host expands its own slots.
+  if (request.compact) return Status::ok();
+  return expand_hybrid_plans(request, schedule);
+}
+
+}  // namespace
+
+Status plan_hybrid_compact(const ScheduleRequest& request, Schedule& schedule, double& step) {
+  return plan_compact(request, schedule, step, nullptr);
+}
+
+Result<Schedule> run_hybrid(const ScheduleRequest& request) {
+  if (request.group_shapes.restricts()) {
+    Result<Schedule> shaped = decide_hybrid_shaped(request);
+    if (!shaped) return shaped;
+    if (Status status = plan_hybrid(request, *shaped); !status) return status;
+    return shaped;
+  }
+  if (Status status = validate_schedule_request(request); !status) return status;
+  // decide_hybrid's draft is the first of every draft (hybrid_drafts puts
+  // the estimate's choice first either way); the others are drawn only
+  // where plan_compact will plan them.
+  std::int64_t tokens = 0;
+  for (const std::int64_t len : request.doc_lengths) tokens += len;
+  std::vector<Schedule> drawn = hybrid_drafts(request, 2 * tokens <= kDraftTokenBudget);
+  Schedule schedule = std::move(drawn.front());
+  double step = 0;
+  if (Status status = plan_compact(request, schedule, step, &drawn); !status) return status;
+  if (Status status = guard_and_expand(request, schedule, step); !status) return status;
+  return schedule;
+}
+
 Status expand_hybrid_plans(const ScheduleRequest& request, Schedule& schedule) {
   for (ScheduleSlot& slot : schedule.slots) {
     if (Status status = hybrid::expand_slot_plan(request, slot); !status) return status;
@@ -518,15 +567,16 @@ Status plan_hybrid_slots(const ScheduleRequest& request, Schedule& schedule) {
 
 Status plan_hybrid(const ScheduleRequest& request, Schedule& schedule) {
   if (request.group_shapes.restricts()) {
-    if (Status status = plan_hybrid_shaped(request, schedule); !status) return status;
-    return keep_fastest_of_baselines(request, schedule);
+    // Shaped plans are priced from positions (evaluate_schedule), so they
+    // are planned in full; a compact answer's are dropped by the registry.
+    ScheduleRequest full = request;
+    full.compact = false;
+    if (Status status = plan_hybrid_shaped(full, schedule); !status) return status;
+    return keep_fastest_of_baselines(full, schedule);
   }
   double step = 0;
   if (Status status = plan_hybrid_compact(request, schedule, step); !status) return status;
-  if (Status status = keep_fastest_of_baselines(request, schedule, step); !status) return status;
-  // A compact answer's plans stay by rule; the host expands its own slots.
-  if (request.compact) return Status::ok();
-  return expand_hybrid_plans(request, schedule);
+  return guard_and_expand(request, schedule, step);
 }
 
 }  // namespace fulcrum

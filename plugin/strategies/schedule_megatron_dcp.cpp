@@ -610,9 +610,12 @@ Result<Schedule> decide_megatron_dcp(const ScheduleRequest& request) {
   }
   if (request.group_shapes.restricts()) {
     // Say here, with Megatron's reason, when fixed's schedule breaks them.
+    // Planned in full: validate_schedule judges positions.
+    ScheduleRequest full = request;
+    full.compact = false;
     Schedule planned = *fixed;
-    if (Status status = plan_fixed(request, planned); !status) return status;
-    if (Status status = validate_schedule(request, planned); !status) {
+    if (Status status = plan_fixed(full, planned); !status) return status;
+    if (Status status = validate_schedule(full, planned); !status) {
       return unsupported(why + "; fixed's schedule cannot serve instead: " + status.message());
     }
   }
@@ -620,8 +623,43 @@ Result<Schedule> decide_megatron_dcp(const ScheduleRequest& request) {
   return fixed;
 }
 
+namespace {
+
+// A compact answer's plans without positions: per_document_padded's shape
+// (a member holds 2 ceil(L / 2c) of each piece of L tokens), contiguous on
+// one rank or where that exceeds T, with plan_megatron_dcp's reason.
+Status plan_megatron_dcp_compact(const ScheduleRequest& request, Schedule& schedule) {
+  const std::int64_t budget = request.max_tokens_per_rank;
+  for (ScheduleSlot& slot : schedule.slots) {
+    const CpWorkload w = slot_workload(request, slot);
+    if (Status status = validate_workload(w); !status) return status;
+    slot.plan = ShardPlan{};
+    slot.plan.cp_size = w.cp_size;
+    slot.plan.strategy_used = "contiguous";
+    slot.plan.shard_len = ceil_div(w.tokens, w.cp_size);
+    if (w.cp_size > 1) {
+      const std::int64_t chunks = 2 * static_cast<std::int64_t>(w.cp_size);
+      std::int64_t shard = 0;
+      for (const std::int64_t length : w.doc_lengths) shard += 2 * ceil_div(length, chunks);
+      if (shard > budget) {
+        slot.plan.fallback_reason =
+            "per_document_padded needs " + str(shard) + " tokens per rank on " + str(w.cp_size) +
+            " of " + str(request.world_size) + " ranks, more than T = " + str(budget);
+      } else {
+        slot.plan.strategy_used = "per_document_padded";
+        slot.plan.shard_len = shard;
+      }
+    }
+    slot.plan.padding = slot.plan.shard_len * w.cp_size - w.tokens;
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
 Status plan_megatron_dcp(const ScheduleRequest& request, Schedule& schedule) {
   if (schedule.strategy_used == "fixed") return plan_fixed(request, schedule);  // fell back
+  if (request.compact) return plan_megatron_dcp_compact(request, schedule);
   const std::int64_t budget = request.max_tokens_per_rank;
   for (ScheduleSlot& slot : schedule.slots) {
     const CpWorkload w = slot_workload(request, slot);

@@ -572,7 +572,7 @@ Status plan_hybrid(const ScheduleRequest& request, Schedule& schedule) {
     ScheduleRequest full = request;
     full.compact = false;
     if (Status status = plan_hybrid_shaped(full, schedule); !status) return status;
-    return keep_fastest_of_baselines(full, schedule);
+    return keep_fastest_of_baselines(request, schedule);
   }
   double step = 0;
   if (Status status = plan_hybrid_compact(request, schedule, step); !status) return status;

@@ -223,6 +223,11 @@ Status keep_fastest_of_baselines(const ScheduleRequest& request, Schedule& sched
       // Under group_shapes a baseline is a candidate only where it keeps them.
       if (!validate_schedule(request, *other)) continue;
       step = evaluate_schedule(request, *other).step_seconds;
+      // A compact answer's winner is planned by rule (fixed's plans then
+      // name `auto`, which the host can expand).
+      if (step < best && request.compact) {
+        if (Status status = baseline.plan(request, *other); !status) continue;
+      }
     }
     if (step < best) {
       best = step;

@@ -187,35 +187,24 @@ Schedule packed_draft(const ScheduleRequest& request, const Estimator& est, cons
                       const std::vector<std::size_t>& by_length, std::int32_t g, double& finish) {
   const std::int64_t capacity = static_cast<std::int64_t>(g) * request.max_tokens_per_rank;
   const std::int32_t groups = request.world_size / g;
-  std::vector<double> load(static_cast<std::size_t>(groups), 0.0);
+  // Groups by load, ties by index, kept as loads change (a scan of every
+  // group per row was O(W) a row).
+  hybrid::LoadOrder load(groups);
   std::vector<std::int32_t> wave(static_cast<std::size_t>(groups), 0);
   Schedule schedule;
   schedule.strategy_used = "hybrid";
-  // Groups by load (ties by index): the m that free up first.
-  const auto earliest = [&](std::int32_t m) {
-    if (m == 1) {
-      const auto least = std::min_element(load.begin(), load.end()) - load.begin();
-      return std::vector<std::int32_t>{static_cast<std::int32_t>(least)};
-    }
-    std::vector<std::int32_t> order(static_cast<std::size_t>(groups));
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(),
-                     [&](std::int32_t x, std::int32_t y) { return load[x] < load[y]; });
-    order.resize(static_cast<std::size_t>(m));
-    std::sort(order.begin(), order.end());
-    return order;
-  };
+  const auto earliest = [&](std::int32_t m) { return load.earliest(m); };
   const auto place = [&](const std::vector<std::int32_t>& chosen, std::vector<DocPiece> pieces,
                          double time) {
     ScheduleSlot slot;
     double start = 0;
     for (const std::int32_t k : chosen) {
-      start = std::max(start, load[k]);
+      start = std::max(start, load.at(k));
       slot.wave = std::max(slot.wave, wave[k]);
       for (std::int32_t a = 0; a < g; ++a) slot.ranks.push_back(k * g + a);
     }
     for (const std::int32_t k : chosen) {
-      load[k] = start + time;
+      load.set(k, start + time);
       wave[k] = slot.wave + 1;
     }
     slot.pieces = std::move(pieces);
@@ -260,7 +249,7 @@ Schedule packed_draft(const ScheduleRequest& request, const Estimator& est, cons
     for (const std::size_t i : rows[k].pieces) pieces.push_back(prep.pieces[i]);
     place(earliest(1), std::move(pieces), time[k]);
   }
-  finish = *std::max_element(load.begin(), load.end());
+  finish = load.latest();
   return schedule;
 }
 
@@ -326,7 +315,10 @@ std::vector<Schedule> hybrid_drafts(const ScheduleRequest& request, bool every) 
     }
     if (!every) break;
   }
-  for (const Draft& d : drafts) out.push_back(to_schedule(d, prep.pieces, request.world_size));
+  // Without `every` only the estimate's choice is used: the others stay drafts.
+  for (std::size_t k = 0; k < (every ? drafts.size() : 1); ++k) {
+    out.push_back(to_schedule(drafts[k], prep.pieces, request.world_size));
+  }
   if (every) {
     // The equal-groups draft of soonest estimated finish right after the
     // estimate's choice, the others after the group rules' drafts.

@@ -21,6 +21,7 @@
 #include "fulcrum/core/schedule.h"
 #include "fulcrum/schedule_types.h"
 #include "strategies/cp_strategies.h"
+#include "strategies/schedule_hybrid_draft.h"
 #include "strategies/schedule_strategies.h"
 
 namespace fulcrum {
@@ -191,6 +192,41 @@ TEST(ScheduleAnswer, BaselinesPlanCompactlyWithoutPositions) {
   // Both departures from the rule's plan are exercised.
   EXPECT_GT(fell_back, 0);
   EXPECT_GT(contiguous, 0);
+}
+
+// hybrid's equal-groups drafts keep their groups ordered by load
+// (hybrid::LoadOrder): against the scan it replaced (the least loaded by
+// min_element, the m least by a stable sort of every group, ties by index)
+// on random loads with many ties, after every change.
+TEST(ScheduleAnswer, LoadOrderIsTheScanOfEveryGroup) {
+  SplitMix64 rng(2513);
+  for (int c = 0; c < 200; ++c) {
+    const auto count = static_cast<std::int32_t>(rng.uniform(1, 300));
+    hybrid::LoadOrder order(count);
+    std::vector<double> load(static_cast<std::size_t>(count), 0.0);
+    for (int step = 0; step < 400; ++step) {
+      const auto m = static_cast<std::int32_t>(rng.uniform(1, std::min<std::int64_t>(count, 9)));
+      std::vector<std::int32_t> scan(static_cast<std::size_t>(count));
+      std::iota(scan.begin(), scan.end(), 0);
+      std::stable_sort(scan.begin(), scan.end(),
+                       [&](std::int32_t x, std::int32_t y) { return load[x] < load[y]; });
+      scan.resize(static_cast<std::size_t>(m));
+      std::sort(scan.begin(), scan.end());
+      ASSERT_EQ(order.earliest(m), scan) << "case " << c << " step " << step;
+      const auto least = std::min_element(load.begin(), load.end()) - load.begin();
+      ASSERT_EQ(order.earliest(1).front(), least) << "case " << c << " step " << step;
+      ASSERT_EQ(order.latest(), *std::max_element(load.begin(), load.end()));
+      // A few distinct values, so that ties are common; the chosen groups
+      // move to one later load, as the drafts move them.
+      const double later = load[static_cast<std::size_t>(scan.back())] +
+                           static_cast<double>(rng.uniform(0, 3)) * 0.25;
+      for (const std::int32_t k : scan) {
+        load[static_cast<std::size_t>(k)] = later;
+        order.set(k, later);
+        ASSERT_EQ(order.at(k), later);
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -308,7 +308,9 @@ std::vector<Schedule> hybrid_drafts(const ScheduleRequest& request, bool every) 
     if (any_long) {
       for (const GroupRule rule :
            {GroupRule::kTimelineMeanLoad, GroupRule::kSoonestEnd, GroupRule::kBalancedEnd}) {
-        Draft other = draft(batch, est, rule);
+        // Only the soonest is used without `every`: a draft that cannot
+        // finish before it is not packed (its makespan then kNoEnd).
+        Draft other = draft(batch, est, rule, every ? hybrid::kNoEnd : drafts[first].makespan);
         if (other.makespan < drafts[first].makespan) std::swap(other, drafts[first]);
         drafts.push_back(std::move(other));
       }

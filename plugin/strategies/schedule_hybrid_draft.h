@@ -168,12 +168,15 @@ struct Batch {
 // trailing rows (rule 4's last step); `load` is per rank and kept current.
 void rebalance(const Batch& batch, std::vector<std::vector<Row>>& rows, std::vector<double>& load);
 
-// One placement of the batch under `rule` (rules 2 to 4), with its
-// estimated finish.
-Draft draft(const Batch& batch, const Estimator& est, GroupRule rule);
-
 // A slot length that stands for "no sooner than the ceiling asked for".
 inline constexpr double kNoEnd = std::numeric_limits<double>::infinity();
+
+// One placement of the batch under `rule` (rules 2 to 4), with its
+// estimated finish. A draft whose groups and waits already bound its
+// finish at or after `beat` is left with its rows unpacked and makespan
+// kNoEnd: it cannot finish before `beat` (for a caller that keeps only
+// the soonest of several drafts).
+Draft draft(const Batch& batch, const Estimator& est, GroupRule rule, double beat = kNoEnd);
 
 // Rule 5 for one slot, without positions (schedule_hybrid_plan.cpp): the
 // slot's plan gets the chosen rule's name (strategy_used, fallback_reason),

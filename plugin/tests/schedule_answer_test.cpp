@@ -229,5 +229,83 @@ TEST(ScheduleAnswer, LoadOrderIsTheScanOfEveryGroup) {
   }
 }
 
+// A draft left unpacked for a `beat` (hybrid::draft's finish bound) is one
+// whose packed makespan is no sooner than it; any other is the draft drawn
+// without a beat, unchanged. Beats around each draft's own makespan, on
+// batches of up to 3,000 pieces over up to 256 ranks.
+TEST(ScheduleAnswer, DraftLeftUnpackedCannotFinishBeforeTheBeat) {
+  SplitMix64 rng(2514);
+  int skipped = 0;
+  int kept = 0;
+  for (int c = 0; c < 60; ++c) {
+    ScheduleRequest r = random_request(rng);
+    r.world_size = static_cast<std::int32_t>(rng.uniform(1, 256));
+    const std::int64_t docs = rng.uniform(1, 3000);
+    r.doc_lengths.clear();
+    for (std::int64_t i = 0; i < docs; ++i) {
+      r.doc_lengths.push_back(rng.uniform(
+          1, rng.uniform(0, 9) == 0 ? 4 * r.max_tokens_per_rank : r.max_tokens_per_rank));
+    }
+    const hybrid::Estimator est(r);
+    const std::vector<DocPiece> pieces = schedule_pieces(r);
+    std::vector<double> work;
+    double total = 0;
+    std::int64_t tokens = 0;
+    for (const DocPiece& piece : pieces) {
+      work.push_back(est.work(piece.length));
+      total += work.back();
+      tokens += piece.length;
+    }
+    std::vector<std::size_t> order(pieces.size());
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t a, std::size_t b) { return work[a] > work[b]; });
+    const double rows =
+        static_cast<double>((tokens + r.max_tokens_per_rank - 1) / r.max_tokens_per_rank);
+    hybrid::Batch batch{r,
+                        pieces,
+                        work,
+                        order,
+                        (total + r.profile.slot_seconds * rows) / r.world_size,
+                        std::vector<char>(pieces.size(), 0)};
+    for (std::size_t i = 0; i < pieces.size(); ++i) {
+      batch.grouped[i] = pieces[i].length > r.max_tokens_per_rank ||
+                         work[i] + r.profile.slot_seconds > batch.mean_load;
+    }
+    for (const hybrid::GroupRule rule :
+         {hybrid::GroupRule::kMeanLoad, hybrid::GroupRule::kTimelineMeanLoad,
+          hybrid::GroupRule::kSoonestEnd, hybrid::GroupRule::kBalancedEnd}) {
+      const hybrid::Draft full = hybrid::draft(batch, est, rule);
+      for (const double f : {0.5, 0.9, 0.99, 1.0, 1.01, 1.5}) {
+        const double beat = f * full.makespan;
+        const hybrid::Draft cut = hybrid::draft(batch, est, rule, beat);
+        const std::string where = describe(r) + " beat " + std::to_string(f);
+        if (cut.makespan == hybrid::kNoEnd) {
+          ++skipped;
+          EXPECT_GE(full.makespan, beat) << where;
+          continue;
+        }
+        ++kept;
+        EXPECT_EQ(cut.makespan, full.makespan) << where;
+        ASSERT_EQ(cut.rows.size(), full.rows.size()) << where;
+        for (std::size_t a = 0; a < full.rows.size(); ++a) {
+          ASSERT_EQ(cut.rows[a].size(), full.rows[a].size()) << where;
+          for (std::size_t k = 0; k < full.rows[a].size(); ++k) {
+            EXPECT_EQ(cut.rows[a][k].pieces, full.rows[a][k].pieces) << where;
+          }
+        }
+        ASSERT_EQ(cut.long_slots.size(), full.long_slots.size()) << where;
+        for (std::size_t k = 0; k < full.long_slots.size(); ++k) {
+          EXPECT_EQ(cut.long_slots[k].ranks, full.long_slots[k].ranks) << where;
+        }
+      }
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+  // Both outcomes occur.
+  EXPECT_GT(skipped, 100);
+  EXPECT_GT(kept, 100);
+}
+
 }  // namespace
 }  // namespace fulcrum

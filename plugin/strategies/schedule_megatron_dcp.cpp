@@ -269,46 +269,25 @@ struct Choice {
   double projected = 0;
 };
 
-// One call of next_hdp_group_packing_aware over `remaining` (longest P
-// first); kUnsupported where Megatron raises. For each piece Megatron
-// tries the sizes in ascending order, in each the open groups of that size
-// in creation order and then a new group, and keeps the first candidate of
-// the least projected maximum workload within the cap. SizeIndex gives each
-// size's first best group directly, and since no candidate projects below
-// today's maximum, the sizes above one that reaches it are not tried.
-Result<MicroBatch> next_micro_batch(const std::vector<std::int64_t>& padded,
-                                    const std::vector<std::size_t>& remaining, std::int32_t world,
-                                    std::int64_t budget, std::int64_t min_cp) {
-  const auto t = static_cast<double>(budget);
+// A micro-batch being formed: its groups, which hold ranks [0, used) in
+// creation order, the most workload of any rank, and each size's index.
+struct Forming {
+  std::int32_t world = 0;
+  std::int64_t budget = 0, min_cp = 1;
+  double t = 0, cap = 0;
+  std::int32_t used = 0;
+  double highest = 0;
   MicroBatch mb;
-  const std::int64_t tall = padded[remaining[0]];
-  const double cap = static_cast<double>(tall) * t * (1.0 + kWorkloadCapDelta);
-  std::int32_t used = 0;  // groups hold ranks [0, used), in creation order
-  double highest = 0;     // max workload over all ranks
-  std::vector<SizeIndex> by_size = size_indexes(world, remaining.size());
+  std::vector<SizeIndex> by_size;
   std::vector<std::size_t> slot_of;  // a group's place in its size's index
 
-  const auto open_group = [&](std::size_t piece, std::int64_t c) {
-    Group g;
-    g.first_rank = used;
-    g.size = static_cast<std::int32_t>(c);
-    g.packed = static_cast<double>(padded[piece]) / static_cast<double>(c);
-    g.workload = workload(padded[piece], c);
-    g.pieces.push_back(piece);
-    used += g.size;
-    highest = std::max(highest, g.workload);
-    SizeIndex& index = by_size[size_index(c)];
-    slot_of.push_back(index.size());
-    index.add(mb.groups.size(), g.packed, g.workload);
-    mb.groups.push_back(std::move(g));
-  };
-  // decide_exactly has refused a batch whose longest piece needs more
-  // than W ranks (Megatron's assertion on the first sample).
-  open_group(remaining[0], gpus_needed(tall, budget, min_cp));
-
-  for (std::size_t k = 1; k < remaining.size(); ++k) {
-    const std::size_t piece = remaining[k];
-    const std::int64_t p = padded[piece];
+  // Megatron's candidate for a piece of padded length p, if any: for each
+  // size from its need, the open groups of that size in creation order and
+  // then a new group; the first of the least projected maximum workload
+  // within the cap. SizeIndex gives each size's first best group directly,
+  // and since no candidate projects below today's maximum, the sizes above
+  // one that reaches it are not tried.
+  std::optional<Choice> candidate(std::int64_t p) const {
     std::optional<Choice> best;
     const auto offer = [&](std::int64_t c, std::size_t group, double projected) {
       if (projected <= cap && (!best || projected < best->projected)) {
@@ -327,26 +306,86 @@ Result<MicroBatch> next_micro_batch(const std::vector<std::int64_t>& padded,
       // The free ranks all have zero workload: the lowest c of them.
       if (world - used >= c) offer(c, mb.groups.size(), std::max(highest, 0.0 + cost));
     }
-    if (!best) {
-      mb.leftovers.push_back(piece);
-      continue;
-    }
-    if (best->group == mb.groups.size()) {
-      open_group(piece, best->size);
-    } else {
-      Group& g = mb.groups[best->group];
-      g.packed += static_cast<double>(p) / static_cast<double>(best->size);
-      g.workload += workload(p, best->size);
-      g.pieces.push_back(piece);
-      highest = std::max(highest, g.workload);
-      by_size[size_index(best->size)].set(slot_of[best->group], g.packed, g.workload);
-    }
+    return best;
   }
 
-  if (Status status = fill_empty_ranks(padded, remaining, world, t, used, mb); !status) {
+  void open_group(std::size_t piece, std::int64_t p, std::int64_t c) {
+    Group g;
+    g.first_rank = used;
+    g.size = static_cast<std::int32_t>(c);
+    g.packed = static_cast<double>(p) / static_cast<double>(c);
+    g.workload = workload(p, c);
+    g.pieces.push_back(piece);
+    used += g.size;
+    highest = std::max(highest, g.workload);
+    SizeIndex& index = by_size[size_index(c)];
+    slot_of.push_back(index.size());
+    index.add(mb.groups.size(), g.packed, g.workload);
+    mb.groups.push_back(std::move(g));
+  }
+
+  void join(std::size_t piece, std::int64_t p, const Choice& choice) {
+    Group& g = mb.groups[choice.group];
+    g.packed += static_cast<double>(p) / static_cast<double>(choice.size);
+    g.workload += workload(p, choice.size);
+    g.pieces.push_back(piece);
+    highest = std::max(highest, g.workload);
+    by_size[size_index(choice.size)].set(slot_of[choice.group], g.packed, g.workload);
+  }
+};
+
+// One call of next_hdp_group_packing_aware over `remaining` (longest P
+// first); kUnsupported where Megatron raises. Each piece joins its
+// candidate (Forming::candidate) or waits for the next micro-batch.
+Result<MicroBatch> next_micro_batch(const std::vector<std::int64_t>& padded,
+                                    const std::vector<std::size_t>& remaining, std::int32_t world,
+                                    std::int64_t budget, std::int64_t min_cp) {
+  Forming f;
+  f.world = world;
+  f.budget = budget;
+  f.min_cp = min_cp;
+  f.t = static_cast<double>(budget);
+  const std::int64_t tall = padded[remaining[0]];
+  f.cap = static_cast<double>(tall) * f.t * (1.0 + kWorkloadCapDelta);
+  f.by_size = size_indexes(world, remaining.size());
+  // decide_exactly has refused a batch whose longest piece needs more
+  // than W ranks (Megatron's assertion on the first sample).
+  f.open_group(remaining[0], tall, gpus_needed(tall, budget, min_cp));
+  // Whether the groups changed since the shortest remaining piece last
+  // found a candidate (it would find one again).
+  bool changed = true;
+  for (std::size_t k = 1; k < remaining.size(); ++k) {
+    const std::size_t piece = remaining[k];
+    const std::int64_t p = padded[piece];
+    const std::optional<Choice> best = f.candidate(p);
+    if (!best) {
+      f.mb.leftovers.push_back(piece);
+      // No later piece is shorter than the last: it tries a subset of the
+      // last's sizes, fits a subset of its groups, and projects no lower
+      // in each (a + x only grows with x). So when the last finds no
+      // candidate either, none does: the rest wait, in order, unsearched.
+      if (changed && k + 1 < remaining.size()) {
+        changed = false;
+        if (!f.candidate(padded[remaining.back()])) {
+          f.mb.leftovers.insert(f.mb.leftovers.end(),
+                                remaining.begin() + static_cast<std::ptrdiff_t>(k + 1),
+                                remaining.end());
+          break;
+        }
+      }
+      continue;
+    }
+    changed = true;
+    if (best->group == f.mb.groups.size()) {
+      f.open_group(piece, p, best->size);
+    } else {
+      f.join(piece, p, *best);
+    }
+  }
+  if (Status status = fill_empty_ranks(padded, remaining, world, f.t, f.used, f.mb); !status) {
     return status;
   }
-  return mb;
+  return std::move(f.mb);
 }
 
 // Megatron's virtual-pipeline alignment (align_sample_id_groups), applied
@@ -621,67 +660,6 @@ Result<Schedule> decide_megatron_dcp(const ScheduleRequest& request) {
   }
   fixed->fallback_reason = why + "; fixed's schedule served instead";
   return fixed;
-}
-
-namespace {
-
-// A compact answer's plans without positions: per_document_padded's shape
-// (a member holds 2 ceil(L / 2c) of each piece of L tokens), contiguous on
-// one rank or where that exceeds T, with plan_megatron_dcp's reason.
-Status plan_megatron_dcp_compact(const ScheduleRequest& request, Schedule& schedule) {
-  const std::int64_t budget = request.max_tokens_per_rank;
-  for (ScheduleSlot& slot : schedule.slots) {
-    const CpWorkload w = slot_workload(request, slot);
-    if (Status status = validate_workload(w); !status) return status;
-    slot.plan = ShardPlan{};
-    slot.plan.cp_size = w.cp_size;
-    slot.plan.strategy_used = "contiguous";
-    slot.plan.shard_len = ceil_div(w.tokens, w.cp_size);
-    if (w.cp_size > 1) {
-      const std::int64_t chunks = 2 * static_cast<std::int64_t>(w.cp_size);
-      std::int64_t shard = 0;
-      for (const std::int64_t length : w.doc_lengths) shard += 2 * ceil_div(length, chunks);
-      if (shard > budget) {
-        slot.plan.fallback_reason =
-            "per_document_padded needs " + str(shard) + " tokens per rank on " + str(w.cp_size) +
-            " of " + str(request.world_size) + " ranks, more than T = " + str(budget);
-      } else {
-        slot.plan.strategy_used = "per_document_padded";
-        slot.plan.shard_len = shard;
-      }
-    }
-    slot.plan.padding = slot.plan.shard_len * w.cp_size - w.tokens;
-  }
-  return Status::ok();
-}
-
-}  // namespace
-
-Status plan_megatron_dcp(const ScheduleRequest& request, Schedule& schedule) {
-  if (schedule.strategy_used == "fixed") return plan_fixed(request, schedule);  // fell back
-  if (request.compact) return plan_megatron_dcp_compact(request, schedule);
-  const std::int64_t budget = request.max_tokens_per_rank;
-  for (ScheduleSlot& slot : schedule.slots) {
-    const CpWorkload w = slot_workload(request, slot);
-    if (w.cp_size == 1) {
-      slot.plan = contiguous_plan(w);
-      continue;
-    }
-    Result<ShardPlan> plan = cp::plan_per_document_padded(w);
-    if (!plan) return plan.status();
-    if (plan->shard_len > budget) {
-      // Only where the group size does not divide W (see the top): Megatron's
-      // sum of P / c fits T, the THD shard padded to 2c does not.
-      const std::string why = "per_document_padded needs " + str(plan->shard_len) +
-                              " tokens per rank on " + str(w.cp_size) + " of " +
-                              str(request.world_size) + " ranks, more than T = " + str(budget);
-      slot.plan = contiguous_plan(w);
-      slot.plan.fallback_reason = why;
-      continue;
-    }
-    slot.plan = std::move(*plan);
-  }
-  return Status::ok();
 }
 
 }  // namespace fulcrum

@@ -21,6 +21,8 @@
 //          (a bundled name or a profile file)  --mixes dist_wlbllm,lognormal
 //          --check (validate every schedule and recount nothing else)
 //          --docs 8,1000,4000 (--speed's batch sizes; default 1000,4000,16000)
+//          --compact (with --speed: only the compact whole answer, 5 runs
+//          each, median and range; for profiling and the plan-time table)
 //          --suite N: N seeded random batches per profile (W 2..1024, primes
 //          included; documents of one block to 1M tokens; every dense mask);
 //          the share where hybrid's own placement, before its never-slower
@@ -65,6 +67,7 @@ struct Options {
   int batches = 5;
   int micro_batches = 4;
   bool speed = false;
+  bool compact_only = false;  // --speed --compact: only the compact whole answer
   bool check = false;
   int suite = 0;
   std::vector<std::int64_t> docs = {1000, 4000, 16000};  // --speed's batch sizes
@@ -319,6 +322,67 @@ CompactTimes compact_times(const ScheduleRequest& full, int reps) {
   return out;
 }
 
+// The batch --speed times at W ranks and `docs` documents (T = 16K,
+// h100_7b, documents drawn from the first mix, seeded by W and docs).
+ScheduleRequest speed_request(const Mix& mix, std::int64_t w, std::int64_t docs,
+                              const CostProfile& profile) {
+  std::mt19937_64 rng(static_cast<std::uint64_t>(w * 7 + docs));
+  ScheduleRequest request;
+  for (std::int64_t i = 0; i < docs; ++i) {
+    request.doc_lengths.push_back(mix.lengths[rng() % mix.lengths.size()]);
+  }
+  request.world_size = static_cast<std::int32_t>(w);
+  request.max_tokens_per_rank = 16384;
+  request.profile = profile;
+  return request;
+}
+
+// "by rule" when a compact request got a compact answer; "full (N
+// per_document_weighted)" when a plan no CP strategy reproduces from its row
+// made it a full one (every position written).
+std::string answer_kind(const Schedule& answer) {
+  std::size_t weighted = 0;
+  bool positions = false;
+  for (const fulcrum::ScheduleSlot& slot : answer.slots) {
+    weighted += slot.plan.strategy_used == "per_document_weighted" ? 1 : 0;
+    positions = positions || !slot.compact();
+  }
+  if (!positions) return "by rule";
+  return "full (" + std::to_string(weighted) + " per_document_weighted)";
+}
+
+// --speed --compact: the compact whole answer alone, 5 runs (thread CPU
+// time), median and range.
+int speed_compact(const Options& opt, const Mix& mix, const CostProfile& profile) {
+  std::printf(
+      "| mix | W | docs | tokens | compact whole ms (median) | least | most | answer |\n"
+      "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n");
+  for (const std::int64_t w : opt.ranks) {
+    for (const std::int64_t docs : opt.docs) {
+      ScheduleRequest request = speed_request(mix, w, docs, profile);
+      request.compact = true;
+      std::int64_t tokens = 0;
+      for (const std::int64_t len : request.doc_lengths) tokens += len;
+      std::vector<double> times;
+      std::string answered;
+      for (int rep = 0; rep < 5; ++rep) {
+        const double t0 = cpu_seconds();
+        const fulcrum::Result<Schedule> answer = fulcrum::run_schedule_strategy("hybrid", request);
+        times.push_back(cpu_seconds() - t0);
+        if (!answer) return 1;
+        answered = answer_kind(*answer);
+      }
+      std::printf("| %s | %lld | %lld | %lld | %.1f | %.1f | %.1f | %s |\n", mix.name.c_str(),
+                  static_cast<long long>(w), static_cast<long long>(docs),
+                  static_cast<long long>(tokens), 1e3 * median(times),
+                  1e3 * *std::min_element(times.begin(), times.end()),
+                  1e3 * *std::max_element(times.begin(), times.end()), answered.c_str());
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
+
 // hybrid's answer, phase by phase (thread CPU time): deciding, planning its
 // own slots compactly (drafts, search: no positions), the guard (deciding
 // both baselines, bounding them, planning and pricing those the bound cannot
@@ -327,6 +391,7 @@ CompactTimes compact_times(const ScheduleRequest& full, int reps) {
 // (3 for the phases; 1 past 50M tokens); the baselines' decisions beside.
 int speed(const Options& opt, const std::vector<Mix>& mixes) {
   const fulcrum::Result<CostProfile> profile = fulcrum::builtin_cost_profile("h100_7b");
+  if (opt.compact_only) return speed_compact(opt, mixes.front(), *profile);
   const auto scheds = fulcrum::schedule_strategies();
   std::printf(
       "| mix | W | T | docs | tokens | hybrid decide ms | hybrid plan ms | guard ms | positions "
@@ -337,16 +402,9 @@ int speed(const Options& opt, const std::vector<Mix>& mixes) {
   for (const std::int64_t w : opt.ranks) {
     for (const std::int64_t docs : opt.docs) {
       const std::int64_t t = 16384;
-      std::mt19937_64 rng(static_cast<std::uint64_t>(w * 7 + docs));
-      ScheduleRequest request;
+      const ScheduleRequest request = speed_request(mix, w, docs, *profile);
       std::int64_t tokens = 0;
-      for (std::int64_t i = 0; i < docs; ++i) {
-        request.doc_lengths.push_back(mix.lengths[rng() % mix.lengths.size()]);
-        tokens += request.doc_lengths.back();
-      }
-      request.world_size = static_cast<std::int32_t>(w);
-      request.max_tokens_per_rank = t;
-      request.profile = *profile;
+      for (const std::int64_t len : request.doc_lengths) tokens += len;
       const int reps = tokens < 50'000'000 ? 5 : 1;
       double decide[3] = {0, 0, 0};
       for (std::size_t s = 0; s < 3; ++s) {
@@ -530,6 +588,8 @@ int main(int argc, char** argv) {
     const bool has_value = i + 1 < argc;
     if (arg == "--speed") {
       opt.speed = true;
+    } else if (arg == "--compact") {
+      opt.compact_only = true;
     } else if (arg == "--suite" && has_value) {
       opt.suite = std::atoi(argv[++i]);
       if (opt.suite < 1) {

@@ -187,35 +187,24 @@ Schedule packed_draft(const ScheduleRequest& request, const Estimator& est, cons
                       const std::vector<std::size_t>& by_length, std::int32_t g, double& finish) {
   const std::int64_t capacity = static_cast<std::int64_t>(g) * request.max_tokens_per_rank;
   const std::int32_t groups = request.world_size / g;
-  std::vector<double> load(static_cast<std::size_t>(groups), 0.0);
+  // Groups by load, ties by index, kept as loads change (a scan of every
+  // group per row was O(W) a row).
+  hybrid::LoadOrder load(groups);
   std::vector<std::int32_t> wave(static_cast<std::size_t>(groups), 0);
   Schedule schedule;
   schedule.strategy_used = "hybrid";
-  // Groups by load (ties by index): the m that free up first.
-  const auto earliest = [&](std::int32_t m) {
-    if (m == 1) {
-      const auto least = std::min_element(load.begin(), load.end()) - load.begin();
-      return std::vector<std::int32_t>{static_cast<std::int32_t>(least)};
-    }
-    std::vector<std::int32_t> order(static_cast<std::size_t>(groups));
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(),
-                     [&](std::int32_t x, std::int32_t y) { return load[x] < load[y]; });
-    order.resize(static_cast<std::size_t>(m));
-    std::sort(order.begin(), order.end());
-    return order;
-  };
+  const auto earliest = [&](std::int32_t m) { return load.earliest(m); };
   const auto place = [&](const std::vector<std::int32_t>& chosen, std::vector<DocPiece> pieces,
                          double time) {
     ScheduleSlot slot;
     double start = 0;
     for (const std::int32_t k : chosen) {
-      start = std::max(start, load[k]);
+      start = std::max(start, load.at(k));
       slot.wave = std::max(slot.wave, wave[k]);
       for (std::int32_t a = 0; a < g; ++a) slot.ranks.push_back(k * g + a);
     }
     for (const std::int32_t k : chosen) {
-      load[k] = start + time;
+      load.set(k, start + time);
       wave[k] = slot.wave + 1;
     }
     slot.pieces = std::move(pieces);
@@ -260,7 +249,7 @@ Schedule packed_draft(const ScheduleRequest& request, const Estimator& est, cons
     for (const std::size_t i : rows[k].pieces) pieces.push_back(prep.pieces[i]);
     place(earliest(1), std::move(pieces), time[k]);
   }
-  finish = *std::max_element(load.begin(), load.end());
+  finish = load.latest();
   return schedule;
 }
 
@@ -319,14 +308,19 @@ std::vector<Schedule> hybrid_drafts(const ScheduleRequest& request, bool every) 
     if (any_long) {
       for (const GroupRule rule :
            {GroupRule::kTimelineMeanLoad, GroupRule::kSoonestEnd, GroupRule::kBalancedEnd}) {
-        Draft other = draft(batch, est, rule);
+        // Only the soonest is used without `every`: a draft that cannot
+        // finish before it is not packed (its makespan then kNoEnd).
+        Draft other = draft(batch, est, rule, every ? hybrid::kNoEnd : drafts[first].makespan);
         if (other.makespan < drafts[first].makespan) std::swap(other, drafts[first]);
         drafts.push_back(std::move(other));
       }
     }
     if (!every) break;
   }
-  for (const Draft& d : drafts) out.push_back(to_schedule(d, prep.pieces, request.world_size));
+  // Without `every` only the estimate's choice is used: the others stay drafts.
+  for (std::size_t k = 0; k < (every ? drafts.size() : 1); ++k) {
+    out.push_back(to_schedule(drafts[k], prep.pieces, request.world_size));
+  }
   if (every) {
     // The equal-groups draft of soonest estimated finish right after the
     // estimate's choice, the others after the group rules' drafts.
@@ -447,14 +441,19 @@ constexpr std::int64_t kDraftTokenBudget = std::int64_t{32} << 20;
 // The rows rule 7's search may re-plan, in tokens, whatever the batch.
 constexpr std::int64_t kSearchTokenBudget = std::int64_t{8} << 20;
 
+namespace {
+
 // The decided draft is the estimate's bet; the other drafts (the other
 // group rules, heavy pieces within T kept on one rank, equal groups) are
 // planned and priced exactly too, within kDraftTokenBudget, and the soonest
 // is kept (ties: the decided one, then the drafts' order). The estimate
 // misjudges small batches most, where this costs least. Then rule 7's
 // search. Every slot stays compact (no positions); `step` gets the exact
-// step of the schedule kept.
-Status plan_hybrid_compact(const ScheduleRequest& request, Schedule& schedule, double& step) {
+// step of the schedule kept. `drawn`: every draft of the batch as
+// hybrid_drafts(request, true) draws them, the decided one first, when the
+// caller drew them already (run_hybrid); nullptr: drawn here when needed.
+Status plan_compact(const ScheduleRequest& request, Schedule& schedule, double& step,
+                    std::vector<Schedule>* drawn) {
   std::vector<double> length;
   SlotMemo memo;
   if (Status status = plan_slots(request, memo, schedule, length); !status) return status;
@@ -464,7 +463,15 @@ Status plan_hybrid_compact(const ScheduleRequest& request, Schedule& schedule, d
   for (const std::int64_t len : request.doc_lengths) tokens += len;
   if (2 * tokens > kDraftTokenBudget) return Status::ok();
   std::int64_t planned = tokens;
-  for (Schedule& other : hybrid_drafts(request, true)) {
+  std::vector<Schedule> own_draw;
+  if (drawn == nullptr) {
+    own_draw = hybrid_drafts(request, true);
+    drawn = &own_draw;
+  }
+  for (std::size_t k = 0; k < drawn->size(); ++k) {
+    // The first is the decided draft (drawn again, or the one drawn once).
+    if (k == 0) continue;
+    Schedule& other = (*drawn)[k];
     const std::int64_t cost = planning_cost(other);
     if (planned + cost > kDraftTokenBudget) continue;
     if (same_slots(other, schedule)) continue;
@@ -503,6 +510,42 @@ Status plan_hybrid_compact(const ScheduleRequest& request, Schedule& schedule, d
   return Status::ok();
 }
 
+// After planning hybrid's own slots (unshaped): the guard, then positions
+// unless the answer is compact.
+Status guard_and_expand(const ScheduleRequest& request, Schedule& schedule, double step) {
+  if (Status status = keep_fastest_of_baselines(request, schedule, step); !status) return status;
+  // A compact answer's plans stay by rule; the host expands its own slots.
+  if (request.compact) return Status::ok();
+  return expand_hybrid_plans(request, schedule);
+}
+
+}  // namespace
+
+Status plan_hybrid_compact(const ScheduleRequest& request, Schedule& schedule, double& step) {
+  return plan_compact(request, schedule, step, nullptr);
+}
+
+Result<Schedule> run_hybrid(const ScheduleRequest& request) {
+  if (request.group_shapes.restricts()) {
+    Result<Schedule> shaped = decide_hybrid_shaped(request);
+    if (!shaped) return shaped;
+    if (Status status = plan_hybrid(request, *shaped); !status) return status;
+    return shaped;
+  }
+  if (Status status = validate_schedule_request(request); !status) return status;
+  // decide_hybrid's draft is the first of every draft (hybrid_drafts puts
+  // the estimate's choice first either way); the others are drawn only
+  // where plan_compact will plan them.
+  std::int64_t tokens = 0;
+  for (const std::int64_t len : request.doc_lengths) tokens += len;
+  std::vector<Schedule> drawn = hybrid_drafts(request, 2 * tokens <= kDraftTokenBudget);
+  Schedule schedule = std::move(drawn.front());
+  double step = 0;
+  if (Status status = plan_compact(request, schedule, step, &drawn); !status) return status;
+  if (Status status = guard_and_expand(request, schedule, step); !status) return status;
+  return schedule;
+}
+
 Status expand_hybrid_plans(const ScheduleRequest& request, Schedule& schedule) {
   for (ScheduleSlot& slot : schedule.slots) {
     if (Status status = hybrid::expand_slot_plan(request, slot); !status) return status;
@@ -518,15 +561,16 @@ Status plan_hybrid_slots(const ScheduleRequest& request, Schedule& schedule) {
 
 Status plan_hybrid(const ScheduleRequest& request, Schedule& schedule) {
   if (request.group_shapes.restricts()) {
-    if (Status status = plan_hybrid_shaped(request, schedule); !status) return status;
+    // Shaped plans are priced from positions (evaluate_schedule), so they
+    // are planned in full; a compact answer's are dropped by the registry.
+    ScheduleRequest full = request;
+    full.compact = false;
+    if (Status status = plan_hybrid_shaped(full, schedule); !status) return status;
     return keep_fastest_of_baselines(request, schedule);
   }
   double step = 0;
   if (Status status = plan_hybrid_compact(request, schedule, step); !status) return status;
-  if (Status status = keep_fastest_of_baselines(request, schedule, step); !status) return status;
-  // A compact answer's plans stay by rule; the host expands its own slots.
-  if (request.compact) return Status::ok();
-  return expand_hybrid_plans(request, schedule);
+  return guard_and_expand(request, schedule, step);
 }
 
 }  // namespace fulcrum

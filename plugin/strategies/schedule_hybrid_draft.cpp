@@ -173,11 +173,15 @@ class Drafter {
     }
   }
 
-  Draft run() {
+  Draft run(double beat) {
     for (const std::size_t i : batch_.order) {
       if (batch_.grouped[i]) place_group(i, group_size(i));
     }
     fill_gaps();
+    if (finish_lower_bound() * (1 - 1e-9) >= beat) {
+      d_.makespan = kNoEnd;  // rows not packed: it cannot finish before `beat`
+      return std::move(d_);
+    }
     pack_rows();
     return std::move(d_);
   }
@@ -379,6 +383,29 @@ class Drafter {
     }
   }
 
+  // No packing of the rows left ends before this (pack_rows' makespan, the
+  // most loaded rank's load, rebalanced): every rank's load starts at its
+  // free time and only rows are added to it, and the loads sum to the free
+  // times, the rows' pieces' work and a fixed cost per row, with at least a
+  // row per T of the rows' tokens. (Moves and swaps keep that sum; their
+  // rounding is what the caller's margin is for.)
+  double finish_lower_bound() const {
+    double latest = 0;
+    double total = 0;
+    for (const double t : free_at_) {
+      latest = std::max(latest, t);
+      total += t;
+    }
+    std::int64_t tokens = 0;
+    for (const std::size_t i : batch_.order) {
+      if (batch_.grouped[i] || in_gap_[i]) continue;
+      total += batch_.work[i];
+      tokens += batch_.pieces[i].length;
+    }
+    total += prof_.slot_seconds * static_cast<double>(ceil_div(tokens, budget_));
+    return std::max(latest, total / world_);
+  }
+
   // Rule 4, the rest: LPT onto the least loaded rank, best fit into its
   // rows of T tokens, then rebalance.
   void pack_rows() {
@@ -434,8 +461,8 @@ class Drafter {
 
 }  // namespace
 
-Draft draft(const Batch& batch, const Estimator& est, GroupRule rule) {
-  return Drafter(batch, est, rule).run();
+Draft draft(const Batch& batch, const Estimator& est, GroupRule rule, double beat) {
+  return Drafter(batch, est, rule).run(beat);
 }
 
 }  // namespace fulcrum::hybrid

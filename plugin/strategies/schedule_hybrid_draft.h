@@ -3,12 +3,16 @@
 // when). Shared by the files that draft, choose and plan a placement.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <optional>
+#include <set>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "fulcrum/core/slot_runs.h"
@@ -33,6 +37,37 @@ std::int64_t tiles_alone(const MaskSpec& mask, std::int64_t len, std::int64_t b)
 inline std::int64_t widest_useful_group(std::int64_t tokens, std::int64_t block) {
   return std::max<std::int64_t>(1, (tokens + block - 1) / block);
 }
+
+// Loads of `count` groups (each 0 at first), ordered by load then index,
+// kept as loads change: the m groups that free up first in O(m log count),
+// where a scan of every group was O(count).
+class LoadOrder {
+ public:
+  explicit LoadOrder(std::int32_t count) : load_(static_cast<std::size_t>(count), 0.0) {
+    for (std::int32_t k = 0; k < count; ++k) order_.emplace(0.0, k);
+  }
+  double at(std::int32_t k) const { return load_[static_cast<std::size_t>(k)]; }
+  void set(std::int32_t k, double load) {
+    order_.erase({load_[static_cast<std::size_t>(k)], k});
+    load_[static_cast<std::size_t>(k)] = load;
+    order_.emplace(load, k);
+  }
+  // The m least loaded (ties: the lower index), in index order; m <= count.
+  std::vector<std::int32_t> earliest(std::int32_t m) const {
+    std::vector<std::int32_t> chosen;
+    chosen.reserve(static_cast<std::size_t>(m));
+    for (auto it = order_.begin(); static_cast<std::int32_t>(chosen.size()) < m; ++it) {
+      chosen.push_back(it->second);
+    }
+    std::sort(chosen.begin(), chosen.end());
+    return chosen;
+  }
+  double latest() const { return order_.empty() ? 0.0 : std::prev(order_.end())->first; }
+
+ private:
+  std::vector<double> load_;
+  std::set<std::pair<double, std::int32_t>> order_;
+};
 
 class Estimator {
  public:
@@ -133,12 +168,15 @@ struct Batch {
 // trailing rows (rule 4's last step); `load` is per rank and kept current.
 void rebalance(const Batch& batch, std::vector<std::vector<Row>>& rows, std::vector<double>& load);
 
-// One placement of the batch under `rule` (rules 2 to 4), with its
-// estimated finish.
-Draft draft(const Batch& batch, const Estimator& est, GroupRule rule);
-
 // A slot length that stands for "no sooner than the ceiling asked for".
 inline constexpr double kNoEnd = std::numeric_limits<double>::infinity();
+
+// One placement of the batch under `rule` (rules 2 to 4), with its
+// estimated finish. A draft whose groups and waits already bound its
+// finish at or after `beat` is left with its rows unpacked and makespan
+// kNoEnd: it cannot finish before `beat` (for a caller that keeps only
+// the soonest of several drafts).
+Draft draft(const Batch& batch, const Estimator& est, GroupRule rule, double beat = kNoEnd);
 
 // Rule 5 for one slot, without positions (schedule_hybrid_plan.cpp): the
 // slot's plan gets the chosen rule's name (strategy_used, fallback_reason),

@@ -215,10 +215,19 @@ Status keep_fastest_of_baselines(const ScheduleRequest& request, Schedule& sched
       step = *priced;
     } else {
       note(baseline.name, "planned");
-      if (Status status = baseline.plan(request, *other); !status) continue;
+      // Priced from positions here, so planned in full even for a compact
+      // answer (whose positions the registry then drops).
+      ScheduleRequest full = request;
+      full.compact = false;
+      if (Status status = baseline.plan(full, *other); !status) continue;
       // Under group_shapes a baseline is a candidate only where it keeps them.
       if (!validate_schedule(request, *other)) continue;
       step = evaluate_schedule(request, *other).step_seconds;
+      // A compact answer's winner is planned by rule (fixed's plans then
+      // name `auto`, which the host can expand).
+      if (step < best && request.compact) {
+        if (Status status = baseline.plan(request, *other); !status) continue;
+      }
     }
     if (step < best) {
       best = step;

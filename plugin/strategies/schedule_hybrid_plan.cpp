@@ -161,10 +161,11 @@ std::optional<RunShardPlan> rule_runs(const ScheduleRequest& request, const Sche
 // Rows up to this many tokens also try head_tail and per_document_padded.
 constexpr std::int64_t kManyPlannersTokens = std::int64_t{1} << 18;
 
-void record(ScheduleSlot& slot, const char* rule, const RunShardPlan& runs, std::string reason) {
+void record(ScheduleSlot& slot, const char* rule, std::int32_t ranks, std::int64_t shard_len,
+            std::string reason) {
   slot.plan = ShardPlan{};
-  slot.plan.cp_size = runs.ranks;
-  slot.plan.shard_len = runs.shard_len;
+  slot.plan.cp_size = ranks;
+  slot.plan.shard_len = shard_len;
   slot.plan.strategy_used = rule;
   slot.plan.fallback_reason = std::move(reason);
 }
@@ -190,7 +191,7 @@ Result<double> plan_slot_compact(const ScheduleRequest& request, ScheduleSlot& s
   const CpWorkload w = slot_workload(request, slot);
   if (w.cp_size == 1) {
     const RunShardPlan runs = cp::detail::contiguous_runs(w.tokens, 1);
-    record(slot, "contiguous", runs, "");
+    record(slot, "contiguous", runs.ranks, runs.shard_len, "");
     const double end = evaluate_slot_runs(request, slot, runs).end_seconds;
     return end < ceiling ? end : kNoEnd;
   }
@@ -205,6 +206,10 @@ Result<double> plan_slot_compact(const ScheduleRequest& request, ScheduleSlot& s
     chosen = per_document_runs(w);
     rule = "per_document";
   }
+  // The chosen plan's shape, kept as it is chosen (re-running the rule
+  // only to record it planned the chosen plan twice).
+  std::int32_t chosen_ranks = chosen.ranks;
+  std::int64_t chosen_shard = chosen.shard_len;
   // Each plan's floor and price share their counts (slot_end_runs_below).
   std::optional<SlotCost> per_document;  // its members' times, once priced in full
   SlotEnd first = slot_end_runs_below(request, slot, chosen, ceiling);
@@ -223,6 +228,8 @@ Result<double> plan_slot_compact(const ScheduleRequest& request, ScheduleSlot& s
       best_end = end;
       rule = other;
       reason.clear();
+      chosen_ranks = runs->ranks;
+      chosen_shard = runs->shard_len;
     }
   };
   // The same plan again cannot end strictly sooner.
@@ -235,8 +242,7 @@ Result<double> plan_slot_compact(const ScheduleRequest& request, ScheduleSlot& s
     consider("per_document_weighted", weighted_runs(request, slot, w, &*per_document, best_end));
   }
   consider("contiguous", cp::detail::contiguous_runs(w.tokens, w.cp_size));
-  const std::optional<RunShardPlan> runs = rule_runs(request, slot, rule, w);
-  record(slot, rule, *runs, reason);
+  record(slot, rule, chosen_ranks, chosen_shard, reason);
   return best_end < ceiling ? best_end : kNoEnd;
 }
 

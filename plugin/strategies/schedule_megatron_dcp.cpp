@@ -269,46 +269,25 @@ struct Choice {
   double projected = 0;
 };
 
-// One call of next_hdp_group_packing_aware over `remaining` (longest P
-// first); kUnsupported where Megatron raises. For each piece Megatron
-// tries the sizes in ascending order, in each the open groups of that size
-// in creation order and then a new group, and keeps the first candidate of
-// the least projected maximum workload within the cap. SizeIndex gives each
-// size's first best group directly, and since no candidate projects below
-// today's maximum, the sizes above one that reaches it are not tried.
-Result<MicroBatch> next_micro_batch(const std::vector<std::int64_t>& padded,
-                                    const std::vector<std::size_t>& remaining, std::int32_t world,
-                                    std::int64_t budget, std::int64_t min_cp) {
-  const auto t = static_cast<double>(budget);
+// A micro-batch being formed: its groups, which hold ranks [0, used) in
+// creation order, the most workload of any rank, and each size's index.
+struct Forming {
+  std::int32_t world = 0;
+  std::int64_t budget = 0, min_cp = 1;
+  double t = 0, cap = 0;
+  std::int32_t used = 0;
+  double highest = 0;
   MicroBatch mb;
-  const std::int64_t tall = padded[remaining[0]];
-  const double cap = static_cast<double>(tall) * t * (1.0 + kWorkloadCapDelta);
-  std::int32_t used = 0;  // groups hold ranks [0, used), in creation order
-  double highest = 0;     // max workload over all ranks
-  std::vector<SizeIndex> by_size = size_indexes(world, remaining.size());
+  std::vector<SizeIndex> by_size;
   std::vector<std::size_t> slot_of;  // a group's place in its size's index
 
-  const auto open_group = [&](std::size_t piece, std::int64_t c) {
-    Group g;
-    g.first_rank = used;
-    g.size = static_cast<std::int32_t>(c);
-    g.packed = static_cast<double>(padded[piece]) / static_cast<double>(c);
-    g.workload = workload(padded[piece], c);
-    g.pieces.push_back(piece);
-    used += g.size;
-    highest = std::max(highest, g.workload);
-    SizeIndex& index = by_size[size_index(c)];
-    slot_of.push_back(index.size());
-    index.add(mb.groups.size(), g.packed, g.workload);
-    mb.groups.push_back(std::move(g));
-  };
-  // decide_exactly has refused a batch whose longest piece needs more
-  // than W ranks (Megatron's assertion on the first sample).
-  open_group(remaining[0], gpus_needed(tall, budget, min_cp));
-
-  for (std::size_t k = 1; k < remaining.size(); ++k) {
-    const std::size_t piece = remaining[k];
-    const std::int64_t p = padded[piece];
+  // Megatron's candidate for a piece of padded length p, if any: for each
+  // size from its need, the open groups of that size in creation order and
+  // then a new group; the first of the least projected maximum workload
+  // within the cap. SizeIndex gives each size's first best group directly,
+  // and since no candidate projects below today's maximum, the sizes above
+  // one that reaches it are not tried.
+  std::optional<Choice> candidate(std::int64_t p) const {
     std::optional<Choice> best;
     const auto offer = [&](std::int64_t c, std::size_t group, double projected) {
       if (projected <= cap && (!best || projected < best->projected)) {
@@ -327,26 +306,86 @@ Result<MicroBatch> next_micro_batch(const std::vector<std::int64_t>& padded,
       // The free ranks all have zero workload: the lowest c of them.
       if (world - used >= c) offer(c, mb.groups.size(), std::max(highest, 0.0 + cost));
     }
-    if (!best) {
-      mb.leftovers.push_back(piece);
-      continue;
-    }
-    if (best->group == mb.groups.size()) {
-      open_group(piece, best->size);
-    } else {
-      Group& g = mb.groups[best->group];
-      g.packed += static_cast<double>(p) / static_cast<double>(best->size);
-      g.workload += workload(p, best->size);
-      g.pieces.push_back(piece);
-      highest = std::max(highest, g.workload);
-      by_size[size_index(best->size)].set(slot_of[best->group], g.packed, g.workload);
-    }
+    return best;
   }
 
-  if (Status status = fill_empty_ranks(padded, remaining, world, t, used, mb); !status) {
+  void open_group(std::size_t piece, std::int64_t p, std::int64_t c) {
+    Group g;
+    g.first_rank = used;
+    g.size = static_cast<std::int32_t>(c);
+    g.packed = static_cast<double>(p) / static_cast<double>(c);
+    g.workload = workload(p, c);
+    g.pieces.push_back(piece);
+    used += g.size;
+    highest = std::max(highest, g.workload);
+    SizeIndex& index = by_size[size_index(c)];
+    slot_of.push_back(index.size());
+    index.add(mb.groups.size(), g.packed, g.workload);
+    mb.groups.push_back(std::move(g));
+  }
+
+  void join(std::size_t piece, std::int64_t p, const Choice& choice) {
+    Group& g = mb.groups[choice.group];
+    g.packed += static_cast<double>(p) / static_cast<double>(choice.size);
+    g.workload += workload(p, choice.size);
+    g.pieces.push_back(piece);
+    highest = std::max(highest, g.workload);
+    by_size[size_index(choice.size)].set(slot_of[choice.group], g.packed, g.workload);
+  }
+};
+
+// One call of next_hdp_group_packing_aware over `remaining` (longest P
+// first); kUnsupported where Megatron raises. Each piece joins its
+// candidate (Forming::candidate) or waits for the next micro-batch.
+Result<MicroBatch> next_micro_batch(const std::vector<std::int64_t>& padded,
+                                    const std::vector<std::size_t>& remaining, std::int32_t world,
+                                    std::int64_t budget, std::int64_t min_cp) {
+  Forming f;
+  f.world = world;
+  f.budget = budget;
+  f.min_cp = min_cp;
+  f.t = static_cast<double>(budget);
+  const std::int64_t tall = padded[remaining[0]];
+  f.cap = static_cast<double>(tall) * f.t * (1.0 + kWorkloadCapDelta);
+  f.by_size = size_indexes(world, remaining.size());
+  // decide_exactly has refused a batch whose longest piece needs more
+  // than W ranks (Megatron's assertion on the first sample).
+  f.open_group(remaining[0], tall, gpus_needed(tall, budget, min_cp));
+  // Whether the groups changed since the shortest remaining piece last
+  // found a candidate (it would find one again).
+  bool changed = true;
+  for (std::size_t k = 1; k < remaining.size(); ++k) {
+    const std::size_t piece = remaining[k];
+    const std::int64_t p = padded[piece];
+    const std::optional<Choice> best = f.candidate(p);
+    if (!best) {
+      f.mb.leftovers.push_back(piece);
+      // No later piece is shorter than the last: it tries a subset of the
+      // last's sizes, fits a subset of its groups, and projects no lower
+      // in each (a + x only grows with x). So when the last finds no
+      // candidate either, none does: the rest wait, in order, unsearched.
+      if (changed && k + 1 < remaining.size()) {
+        changed = false;
+        if (!f.candidate(padded[remaining.back()])) {
+          f.mb.leftovers.insert(f.mb.leftovers.end(),
+                                remaining.begin() + static_cast<std::ptrdiff_t>(k + 1),
+                                remaining.end());
+          break;
+        }
+      }
+      continue;
+    }
+    changed = true;
+    if (best->group == f.mb.groups.size()) {
+      f.open_group(piece, p, best->size);
+    } else {
+      f.join(piece, p, *best);
+    }
+  }
+  if (Status status = fill_empty_ranks(padded, remaining, world, f.t, f.used, f.mb); !status) {
     return status;
   }
-  return mb;
+  return std::move(f.mb);
 }
 
 // Megatron's virtual-pipeline alignment (align_sample_id_groups), applied
@@ -610,40 +649,17 @@ Result<Schedule> decide_megatron_dcp(const ScheduleRequest& request) {
   }
   if (request.group_shapes.restricts()) {
     // Say here, with Megatron's reason, when fixed's schedule breaks them.
+    // Planned in full: validate_schedule judges positions.
+    ScheduleRequest full = request;
+    full.compact = false;
     Schedule planned = *fixed;
-    if (Status status = plan_fixed(request, planned); !status) return status;
-    if (Status status = validate_schedule(request, planned); !status) {
+    if (Status status = plan_fixed(full, planned); !status) return status;
+    if (Status status = validate_schedule(full, planned); !status) {
       return unsupported(why + "; fixed's schedule cannot serve instead: " + status.message());
     }
   }
   fixed->fallback_reason = why + "; fixed's schedule served instead";
   return fixed;
-}
-
-Status plan_megatron_dcp(const ScheduleRequest& request, Schedule& schedule) {
-  if (schedule.strategy_used == "fixed") return plan_fixed(request, schedule);  // fell back
-  const std::int64_t budget = request.max_tokens_per_rank;
-  for (ScheduleSlot& slot : schedule.slots) {
-    const CpWorkload w = slot_workload(request, slot);
-    if (w.cp_size == 1) {
-      slot.plan = contiguous_plan(w);
-      continue;
-    }
-    Result<ShardPlan> plan = cp::plan_per_document_padded(w);
-    if (!plan) return plan.status();
-    if (plan->shard_len > budget) {
-      // Only where the group size does not divide W (see the top): Megatron's
-      // sum of P / c fits T, the THD shard padded to 2c does not.
-      const std::string why = "per_document_padded needs " + str(plan->shard_len) +
-                              " tokens per rank on " + str(w.cp_size) + " of " +
-                              str(request.world_size) + " ranks, more than T = " + str(budget);
-      slot.plan = contiguous_plan(w);
-      slot.plan.fallback_reason = why;
-      continue;
-    }
-    slot.plan = std::move(*plan);
-  }
-  return Status::ok();
 }
 
 }  // namespace fulcrum

@@ -25,7 +25,8 @@ constexpr std::array<ScheduleStrategyInfo, 3> kSchedulers = {{
      "padded to 2 x cp"},
     {"hybrid", &decide_hybrid, &plan_hybrid,
      "fulcrum: any group size, short documents on one rank, groups placed and filled by the "
-     "step-time cost model, balanced CP inside each group"},
+     "step-time cost model, balanced CP inside each group",
+     &run_hybrid},
 }};
 
 }  // namespace
@@ -49,13 +50,18 @@ Result<Schedule> run_schedule_strategy(std::string_view name, const ScheduleRequ
     }
     return not_found("scheduler " + quote_text(name) + " is unknown; use one of " + known);
   }
-  Result<Schedule> schedule = it->decide(request);
+  Result<Schedule> schedule = it->run != nullptr ? it->run(request) : it->decide(request);
   if (!schedule) return schedule;
-  if (Status status = it->plan(request, *schedule); !status) return status;
+  if (it->run == nullptr) {
+    if (Status status = it->plan(request, *schedule); !status) return status;
+  }
   // A scheduler that does not shape its groups answers a shaped request
   // only where its schedule happens to keep the shapes.
   if (request.group_shapes.restricts()) {
-    if (Status status = validate_schedule(request, *schedule); !status) {
+    // fixed's and megatron_dcp's compact plans have no positions: judged by
+    // their shape (any plan with positions in full).
+    const PlanCheck check = request.compact ? PlanCheck::kByRule : PlanCheck::kPositions;
+    if (Status status = validate_schedule(request, *schedule, check); !status) {
       return unsupported(std::string(it->name) +
                          " cannot keep the request's group_shapes: " + status.message());
     }

@@ -26,6 +26,10 @@ struct ScheduleStrategyInfo {
   Result<Schedule> (*decide)(const ScheduleRequest&);  // slots without plans
   Status (*plan)(const ScheduleRequest&, Schedule&);   // fills every slot's plan
   std::string_view summary;
+  // Both phases in one call where the scheduler shares work between them
+  // (hybrid: the drafts deciding draws are the ones planning tries);
+  // nullptr: decide, then plan.
+  Result<Schedule> (*run)(const ScheduleRequest&) = nullptr;
 };
 
 // In the order tables print them: anchors first, fulcrum's own last.
@@ -46,6 +50,10 @@ Result<Schedule> decide_hybrid(const ScheduleRequest& request);
 // strictly lower (fallback_reason then names it and both step times;
 // strategy_used stays "hybrid"). Apart so that the benchmark times them apart.
 Status plan_hybrid(const ScheduleRequest& request, Schedule& schedule);
+// decide_hybrid then plan_hybrid, the same schedule, with every draft drawn
+// once (planning tries the drafts deciding drew, instead of drawing them
+// again).
+Result<Schedule> run_hybrid(const ScheduleRequest& request);
 Status plan_hybrid_slots(const ScheduleRequest& request, Schedule& schedule);
 Status keep_fastest_of_baselines(const ScheduleRequest& request, Schedule& schedule);
 // The same with hybrid's step known (`own_step`, as evaluate_schedule would

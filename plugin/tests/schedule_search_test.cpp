@@ -118,5 +118,52 @@ TEST(HybridSearch, OneNodeKeepsTheSearchValid) {
   EXPECT_EQ(nodes_of(slot_of_doc0(t.schedule), 8), 1);
 }
 
+// Rule 10's tail moves (schedule_hybrid_refine.cpp). Two ranks: rank 0 runs
+// two full rows of four 256-token pieces, rank 1 one row of two. Moving
+// whole rows ends at six pieces' time at best (a row of four joins rank 1);
+// moving pieces evens the ranks at five pieces each, the least any split of
+// ten equal pieces over two ranks allows. K/V is so slow that no slot over
+// both ranks can help. The schedule stays valid and priced as kept.
+TEST(HybridSearch, TailPiecesMoveToTheRankThatEndsFirst) {
+  Tail t;
+  ScheduleRequest& r = t.request;
+  r.world_size = 2;
+  r.max_tokens_per_rank = 1024;
+  r.block_size = 128;
+  r.mask = MaskSpec::causal();
+  r.profile.name = "test";
+  r.profile.tile_seconds = 1e-4;
+  r.profile.kv_bytes_per_token = 1e6;
+  r.profile.intra_node_bytes_per_second = 1e6;
+  r.profile.inter_node_bytes_per_second = 1e6;
+  r.profile.ranks_per_node = 2;
+  const std::vector<std::pair<std::int32_t, int>> rows = {{0, 4}, {0, 4}, {1, 2}};
+  std::vector<std::int32_t> wave(2, 0);
+  for (const auto& [rank, pieces] : rows) {
+    ScheduleSlot slot;
+    slot.ranks = {rank};
+    slot.wave = wave[static_cast<std::size_t>(rank)]++;
+    for (int k = 0; k < pieces; ++k) {
+      slot.pieces.push_back({static_cast<std::int64_t>(r.doc_lengths.size()), 0, 256});
+      r.doc_lengths.push_back(256);
+    }
+    t.schedule.slots.push_back(slot);
+  }
+  for (ScheduleSlot& slot : t.schedule.slots) {
+    const Result<double> len = hybrid::plan_slot_compact(r, slot);
+    ASSERT_TRUE(len.is_ok());
+    t.length.push_back(*len);
+  }
+  ScheduleSlot one;
+  one.ranks = {0};
+  one.pieces = {{0, 0, 256}};
+  const Result<double> piece = hybrid::plan_slot_compact(r, one);
+  ASSERT_TRUE(piece.is_ok());
+  double before = 0;
+  const double step = searched_step(t, before);
+  EXPECT_NEAR(before, 8 * *piece, 1e-12);
+  EXPECT_NEAR(step, 5 * *piece, 1e-12);
+}
+
 }  // namespace
 }  // namespace fulcrum

@@ -38,10 +38,12 @@ namespace {
 
 struct Line {
   double step = 0;
-  double busy = 0;                      // rank-seconds: sum of g x length
-  std::vector<double> finish;           // per rank
-  std::vector<std::int32_t> next_wave;  // per rank: after its last slot
-  std::int64_t replays_left = 0;        // the tail moves' budget (even_the_tail)
+  double busy = 0;                       // rank-seconds: sum of g x length
+  std::vector<double> finish;            // per rank
+  std::vector<std::int32_t> next_wave;   // per rank: after its last slot
+  std::vector<std::int32_t> last_multi;  // per rank: the wave of its last multi-rank slot, or -1
+  std::int64_t replays_left = 0;         // the tail moves' budgets (even_the_tail): replays
+  std::int64_t local_left = 0;           // and moves priced on two ranks alone
 };
 
 Line replay(const ScheduleRequest& r, const Schedule& s, const std::vector<double>& length) {
@@ -60,6 +62,7 @@ Line replay(const ScheduleRequest& r, const Schedule& s, const std::vector<doubl
   const auto world = static_cast<std::size_t>(r.world_size);
   t.finish.assign(world, 0.0);
   t.next_wave.assign(world, 0);
+  t.last_multi.assign(world, -1);
   for (const std::size_t k : order) {
     const ScheduleSlot& slot = s.slots[k];
     double start = 0;
@@ -68,6 +71,7 @@ Line replay(const ScheduleRequest& r, const Schedule& s, const std::vector<doubl
     for (const std::int32_t a : slot.ranks) {
       t.finish[a] = end;
       t.next_wave[a] = std::max(t.next_wave[a], slot.wave + 1);
+      if (slot.ranks.size() > 1) t.last_multi[a] = std::max(t.last_multi[a], slot.wave);
     }
     t.busy += static_cast<double>(slot.ranks.size()) * length[k];
     t.step = std::max(t.step, end);
@@ -86,6 +90,45 @@ std::int64_t tokens_of(const ScheduleSlot& slot) {
   return n;
 }
 
+// The timeline after a move that changes rank a's one-rank slot of wave
+// wave_a by da seconds and rank b's of wave wave_b (its last, or a new
+// one) by db. Where no multi-rank slot follows either on its rank, only
+// their finishes move (a one-rank slot starts when its rank is free, so
+// the slots after it shift with it): O(W). Else the timeline is replayed.
+// Each kind spends its own budget; `spent` when that ran out.
+Line after_move(const ScheduleRequest& r, const Schedule& s, const std::vector<double>& length,
+                Line& now, std::int32_t a, std::int32_t wave_a, double da, std::int32_t b,
+                std::int32_t wave_b, double db, bool& spent) {
+  Line t;
+  if (now.last_multi[a] < wave_a && now.last_multi[b] < wave_b) {
+    spent = now.local_left-- <= 0;
+    if (spent) return t;
+    t = now;
+    t.finish[a] += da;
+    t.finish[b] += db;
+    t.next_wave[b] = std::max(t.next_wave[b], wave_b + 1);
+    t.busy += da + db;
+    t.step = *std::max_element(t.finish.begin(), t.finish.end());
+    return t;
+  }
+  spent = now.replays_left-- <= 0;
+  if (spent) return t;
+  t = replay(r, s, length);
+  t.replays_left = now.replays_left;
+  t.local_left = now.local_left;
+  return t;
+}
+
+// Whether a move leaves the finishes falling from the top: the step no
+// later, rank `last` sooner, and rank `first` before rank last had ended.
+bool falls(const Line& t, const Line& now, std::int32_t first, std::int32_t last) {
+  const double eps = 1e-12 * std::max(1.0, now.step);
+  return t.step <= now.step && t.finish[last] < now.finish[last] - eps &&
+         t.finish[first] < now.finish[last] - eps;
+}
+
+constexpr std::int32_t kWidestNarrowed = 64;
+
 // The widest slot spanning two or more nodes whose least filled node holds
 // fewer members than a node has ranks; its index, and the ranks left when
 // that node's members (ties: the later node) are dropped. None: size().
@@ -99,7 +142,12 @@ std::size_t narrowing(const ScheduleRequest& r, const Schedule& s,
       widest = k;
     }
   }
-  if (widest == s.slots.size() || per_node < 2) return s.slots.size();
+  // A slot of more than kWidestNarrowed members is left as it is: pricing
+  // it costs g^2 member pairs, and its row gives each member little.
+  if (widest == s.slots.size() || per_node < 2 ||
+      s.slots[widest].ranks.size() > static_cast<std::size_t>(kWidestNarrowed)) {
+    return s.slots.size();
+  }
   const ScheduleSlot& slot = s.slots[widest];
   std::vector<std::int32_t> nodes;
   for (const std::int32_t a : slot.ranks) nodes.push_back(a / per_node);
@@ -135,6 +183,8 @@ std::size_t narrowing(const ScheduleRequest& r, const Schedule& s,
 // rank-seconds).
 constexpr std::int64_t kTailReplays = 128;
 constexpr std::int64_t kNarrowedTailReplays = 512;
+// Moves priced on two ranks alone (after_move), per replay allowed.
+constexpr std::int64_t kLocalPerReplay = 8;
 
 // One-rank rows moved, one at a time, from the rank that ends last to the
 // rank that ends first (after that rank's slots), the longest that ends
@@ -144,6 +194,7 @@ void move_rows(const ScheduleRequest& r, Schedule& s, const std::vector<double>&
                std::int64_t replays) {
   Line now = replay(r, s, length);
   now.replays_left = replays;
+  now.local_left = kLocalPerReplay * replays;
   const std::size_t most = 4 * s.slots.size() + 16;
   for (std::size_t step = 0; step < most; ++step) {
     const auto last = static_cast<std::int32_t>(
@@ -161,15 +212,18 @@ void move_rows(const ScheduleRequest& r, Schedule& s, const std::vector<double>&
       if (now.finish[first] + length[k] >= now.step) continue;
       const std::pair<std::vector<std::int32_t>, std::int32_t> kept{s.slots[k].ranks,
                                                                     s.slots[k].wave};
+      const std::int32_t wave = s.slots[k].wave;
       s.slots[k].ranks = {first};
       s.slots[k].wave = now.next_wave[first];
-      if (now.replays_left-- <= 0) return;
-      Line t = replay(r, s, length);
-      t.replays_left = now.replays_left;
-      // The step no later, the rank that ended last now sooner, and the
-      // row's new rank before that: the finishes fall from the top.
-      if (t.step <= now.step && t.finish[last] < now.finish[last] &&
-          t.finish[first] < now.finish[last]) {
+      bool spent = false;
+      Line t = after_move(r, s, length, now, last, wave, -length[k], first, s.slots[k].wave,
+                          length[k], spent);
+      if (spent) {
+        s.slots[k].ranks = kept.first;
+        s.slots[k].wave = kept.second;
+        return;
+      }
+      if (falls(t, now, first, last)) {
         now = std::move(t);
         moved = true;
         break;
@@ -227,12 +281,12 @@ Status try_piece(const ScheduleRequest& r, Schedule& s, std::vector<double>& len
     s.slots.push_back(std::move(to));
     length.push_back(*to_length);
   }
-  --now.replays_left;
-  Line t = replay(r, s, length);
-  t.replays_left = now.replays_left;
-  if (t.step <= now.step && t.finish[last] < now.finish[last] &&
-      t.finish[first] < now.finish[last]) {
-    now = std::move(t);
+  bool spent = false;
+  const Line t =
+      after_move(r, s, length, now, last, kept_from.wave, *from_length - kept_from_length, first,
+                 s.slots[at].wave, *to_length - kept_to_length, spent);
+  if (!spent && falls(t, now, first, last)) {
+    now = t;
     moved = true;
     return Status::ok();
   }
@@ -274,12 +328,11 @@ Status try_swap(const ScheduleRequest& r, Schedule& s, std::vector<double>& leng
   }
   length[k] = *at_k;
   length[m] = *at_m;
-  --now.replays_left;
-  Line t = replay(r, s, length);
-  t.replays_left = now.replays_left;
-  if (t.step <= now.step && t.finish[last] < now.finish[last] &&
-      t.finish[first] < now.finish[last]) {
-    now = std::move(t);
+  bool spent = false;
+  const Line t = after_move(r, s, length, now, last, s.slots[k].wave, *at_k - kept_k, first,
+                            s.slots[m].wave, *at_m - kept_m, spent);
+  if (!spent && falls(t, now, first, last)) {
+    now = t;
     moved = true;
     return Status::ok();
   }
@@ -289,12 +342,11 @@ Status try_swap(const ScheduleRequest& r, Schedule& s, std::vector<double>& leng
   return Status::ok();
 }
 
-// A piece of a one-rank row of the rank that ends last moved to the rank
-// that ends first: into its last slot when that is a one-rank row with
-// room, else as a row of its own after its slots; the longest piece that
-// makes the finishes fall from the top (as move_rows) first. Both rows are
-// planned again (one member: no exchange), their tokens charged.
-// One move of move_pieces toward rank `first`.
+// One move of move_pieces toward rank `first`: a piece of a one-rank row
+// of rank `last` into rank first's last slot when that is a one-rank row
+// with room, else as a row of its own after its slots; else a piece swapped
+// for a shorter one of rank first's rows. Both rows are planned again (one
+// member: no exchange), their tokens charged.
 Status piece_to(const ScheduleRequest& r, Schedule& s, std::vector<double>& length,
                 const SlotPlanner& plan, std::int64_t& budget, Line& now, std::int32_t first,
                 std::int32_t last, bool& moved) {
@@ -306,21 +358,28 @@ Status piece_to(const ScheduleRequest& r, Schedule& s, std::vector<double>& leng
     if (into == s.slots.size() || slot.wave > s.slots[into].wave) into = k;
   }
   if (into < s.slots.size() && s.slots[into].ranks.size() != 1) into = s.slots.size();
-  for (std::size_t k = 0; k < s.slots.size() && !moved && now.replays_left > 0; ++k) {
+  for (std::size_t k = 0;
+       k < s.slots.size() && !moved && (now.replays_left > 0 || now.local_left > 0); ++k) {
     const ScheduleSlot& from = s.slots[k];
     if (from.ranks.size() != 1 || from.ranks[0] != last || from.pieces.size() < 2) continue;
-    for (std::size_t j = 0; j < from.pieces.size() && !moved && now.replays_left > 0; ++j) {
+    for (std::size_t j = 0;
+         j < from.pieces.size() && !moved && (now.replays_left > 0 || now.local_left > 0); ++j) {
       Status st = try_piece(r, s, length, plan, budget, now, k, j, into, first, last, moved);
       if (!st) return st;
     }
   }
   // Else a piece swapped for a shorter one of the first rank's rows.
-  for (std::size_t k = 0; k < s.slots.size() && !moved && now.replays_left > 0; ++k) {
+  for (std::size_t k = 0;
+       k < s.slots.size() && !moved && (now.replays_left > 0 || now.local_left > 0); ++k) {
     if (s.slots[k].ranks.size() != 1 || s.slots[k].ranks[0] != last) continue;
-    for (std::size_t m = 0; m < s.slots.size() && !moved && now.replays_left > 0; ++m) {
+    for (std::size_t m = 0;
+         m < s.slots.size() && !moved && (now.replays_left > 0 || now.local_left > 0); ++m) {
       if (s.slots[m].ranks.size() != 1 || s.slots[m].ranks[0] != first) continue;
-      for (std::size_t j = 0; j < s.slots[k].pieces.size() && !moved && now.replays_left > 0; ++j) {
-        for (std::size_t i = 0; i < s.slots[m].pieces.size() && !moved && now.replays_left > 0;
+      for (std::size_t j = 0;
+           j < s.slots[k].pieces.size() && !moved && (now.replays_left > 0 || now.local_left > 0);
+           ++j) {
+        for (std::size_t i = 0;
+             i < s.slots[m].pieces.size() && !moved && (now.replays_left > 0 || now.local_left > 0);
              ++i) {
           Status st = try_swap(r, s, length, plan, budget, now, k, j, m, i, first, last, moved);
           if (!st) return st;
@@ -340,6 +399,7 @@ Status move_pieces(const ScheduleRequest& r, Schedule& s, std::vector<double>& l
                    const SlotPlanner& plan, std::int64_t& budget, std::int64_t replays) {
   Line now = replay(r, s, length);
   now.replays_left = replays;
+  now.local_left = kLocalPerReplay * replays;
   const std::size_t most = 2 * s.slots.size() + 16;
   std::vector<std::int32_t> by_finish(now.finish.size());
   for (std::size_t round = 0; round < most; ++round) {
@@ -353,7 +413,7 @@ Status move_pieces(const ScheduleRequest& r, Schedule& s, std::vector<double>& l
                                (now.finish[x] == now.finish[y] && x < y);
                       });
     bool moved = false;
-    for (std::size_t d = 0; d < n && !moved && now.replays_left > 0; ++d) {
+    for (std::size_t d = 0; d < n && !moved && (now.replays_left > 0 || now.local_left > 0); ++d) {
       if (by_finish[d] == last) continue;
       Status st = piece_to(r, s, length, plan, budget, now, by_finish[d], last, moved);
       if (!st) return st;

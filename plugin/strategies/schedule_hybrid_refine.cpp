@@ -333,10 +333,20 @@ Status try_swap(const ScheduleRequest& r, Schedule& s, std::vector<double>& leng
   std::swap(p, q);
   const double kept_k = length[k];
   const double kept_m = length[m];
+  // Planning records the rule in each slot's plan: undone with the pieces.
+  ShardPlan plan_k = s.slots[k].plan;
+  ShardPlan plan_m = s.slots[m].plan;
+  const auto undo = [&] {
+    std::swap(s.slots[k].pieces[j], s.slots[m].pieces[i]);
+    s.slots[k].plan = std::move(plan_k);
+    s.slots[m].plan = std::move(plan_m);
+    length[k] = kept_k;
+    length[m] = kept_m;
+  };
   const Result<double> at_k = plan(r, s.slots[k], kNoEnd);
   const Result<double> at_m = at_k ? plan(r, s.slots[m], kNoEnd) : at_k;
   if (!at_m) {
-    std::swap(s.slots[k].pieces[j], s.slots[m].pieces[i]);
+    undo();
     return at_m.status();
   }
   length[k] = *at_k;
@@ -349,9 +359,7 @@ Status try_swap(const ScheduleRequest& r, Schedule& s, std::vector<double>& leng
     moved = true;
     return Status::ok();
   }
-  std::swap(s.slots[k].pieces[j], s.slots[m].pieces[i]);
-  length[k] = kept_k;
-  length[m] = kept_m;
+  undo();
   return Status::ok();
 }
 
@@ -359,41 +367,33 @@ Status try_swap(const ScheduleRequest& r, Schedule& s, std::vector<double>& leng
 // of rank `last` into rank first's last slot when that is a one-rank row
 // with room, else as a row of its own after its slots; else a piece swapped
 // for a shorter one of rank first's rows. Both rows are planned again (one
-// member: no exchange), their tokens charged.
+// member: no exchange), their tokens charged. `on_first` and `on_last`:
+// the slots each rank runs.
 Status piece_to(const ScheduleRequest& r, Schedule& s, std::vector<double>& length,
                 const SlotPlanner& plan, std::int64_t& budget, Line& now, std::int32_t first,
-                std::int32_t last, bool& moved) {
+                std::int32_t last, const std::vector<std::size_t>& on_first,
+                const std::vector<std::size_t>& on_last, bool& moved) {
+  const auto left = [&] { return !moved && (now.replays_left > 0 || now.local_left > 0); };
   // The slot the first rank runs last, and whether a piece may join it.
   std::size_t into = s.slots.size();
-  for (std::size_t k = 0; k < s.slots.size(); ++k) {
-    const ScheduleSlot& slot = s.slots[k];
-    if (std::find(slot.ranks.begin(), slot.ranks.end(), first) == slot.ranks.end()) continue;
-    if (into == s.slots.size() || slot.wave > s.slots[into].wave) into = k;
+  for (const std::size_t k : on_first) {
+    if (into == s.slots.size() || s.slots[k].wave > s.slots[into].wave) into = k;
   }
   if (into < s.slots.size() && s.slots[into].ranks.size() != 1) into = s.slots.size();
-  for (std::size_t k = 0;
-       k < s.slots.size() && !moved && (now.replays_left > 0 || now.local_left > 0); ++k) {
-    const ScheduleSlot& from = s.slots[k];
-    if (from.ranks.size() != 1 || from.ranks[0] != last || from.pieces.size() < 2) continue;
-    for (std::size_t j = 0;
-         j < from.pieces.size() && !moved && (now.replays_left > 0 || now.local_left > 0); ++j) {
+  for (const std::size_t k : on_last) {
+    if (s.slots[k].ranks.size() != 1 || s.slots[k].pieces.size() < 2) continue;
+    for (std::size_t j = 0; j < s.slots[k].pieces.size() && left(); ++j) {
       Status st = try_piece(r, s, length, plan, budget, now, k, j, into, first, last, moved);
       if (!st) return st;
     }
   }
   // Else a piece swapped for a shorter one of the first rank's rows.
-  for (std::size_t k = 0;
-       k < s.slots.size() && !moved && (now.replays_left > 0 || now.local_left > 0); ++k) {
-    if (s.slots[k].ranks.size() != 1 || s.slots[k].ranks[0] != last) continue;
-    for (std::size_t m = 0;
-         m < s.slots.size() && !moved && (now.replays_left > 0 || now.local_left > 0); ++m) {
-      if (s.slots[m].ranks.size() != 1 || s.slots[m].ranks[0] != first) continue;
-      for (std::size_t j = 0;
-           j < s.slots[k].pieces.size() && !moved && (now.replays_left > 0 || now.local_left > 0);
-           ++j) {
-        for (std::size_t i = 0;
-             i < s.slots[m].pieces.size() && !moved && (now.replays_left > 0 || now.local_left > 0);
-             ++i) {
+  for (const std::size_t k : on_last) {
+    if (s.slots[k].ranks.size() != 1) continue;
+    for (const std::size_t m : on_first) {
+      if (s.slots[m].ranks.size() != 1) continue;
+      for (std::size_t j = 0; j < s.slots[k].pieces.size() && left(); ++j) {
+        for (std::size_t i = 0; i < s.slots[m].pieces.size() && left(); ++i) {
           Status st = try_swap(r, s, length, plan, budget, now, k, j, m, i, first, last, moved);
           if (!st) return st;
         }
@@ -408,6 +408,22 @@ Status piece_to(const ScheduleRequest& r, Schedule& s, std::vector<double>& leng
 // first (the earliest first), while the finishes fall from the top.
 constexpr std::size_t kDestinations = 8;
 
+// The slots each of `ranks` runs (one pass over the slots).
+std::vector<std::vector<std::size_t>> slots_on(const Schedule& s,
+                                               const std::vector<std::int32_t>& ranks,
+                                               std::vector<std::int32_t>& index) {
+  std::vector<std::vector<std::size_t>> on(ranks.size());
+  for (std::size_t x = 0; x < ranks.size(); ++x) index[static_cast<std::size_t>(ranks[x])] = x;
+  for (std::size_t k = 0; k < s.slots.size(); ++k) {
+    for (const std::int32_t a : s.slots[k].ranks) {
+      const std::int32_t x = index[static_cast<std::size_t>(a)];
+      if (x >= 0) on[static_cast<std::size_t>(x)].push_back(k);
+    }
+  }
+  for (const std::int32_t a : ranks) index[static_cast<std::size_t>(a)] = -1;
+  return on;
+}
+
 Status move_pieces(const ScheduleRequest& r, Schedule& s, std::vector<double>& length,
                    const SlotPlanner& plan, std::int64_t& budget, std::int64_t replays) {
   Line now = replay(r, s, length);
@@ -415,6 +431,7 @@ Status move_pieces(const ScheduleRequest& r, Schedule& s, std::vector<double>& l
   now.local_left = kLocalPerReplay * replays;
   const std::size_t most = 2 * s.slots.size() + 16;
   std::vector<std::int32_t> by_finish(now.finish.size());
+  std::vector<std::int32_t> index(now.finish.size(), -1);
   for (std::size_t round = 0; round < most; ++round) {
     const auto last = static_cast<std::int32_t>(
         std::max_element(now.finish.begin(), now.finish.end()) - now.finish.begin());
@@ -425,10 +442,16 @@ Status move_pieces(const ScheduleRequest& r, Schedule& s, std::vector<double>& l
                         return now.finish[x] < now.finish[y] ||
                                (now.finish[x] == now.finish[y] && x < y);
                       });
+    std::vector<std::int32_t> ranks(by_finish.begin(),
+                                    by_finish.begin() + static_cast<std::ptrdiff_t>(n));
+    ranks.erase(std::remove(ranks.begin(), ranks.end(), last), ranks.end());
+    ranks.push_back(last);
+    const std::vector<std::vector<std::size_t>> on = slots_on(s, ranks, index);
     bool moved = false;
-    for (std::size_t d = 0; d < n && !moved && (now.replays_left > 0 || now.local_left > 0); ++d) {
-      if (by_finish[d] == last) continue;
-      Status st = piece_to(r, s, length, plan, budget, now, by_finish[d], last, moved);
+    for (std::size_t d = 0;
+         d + 1 < ranks.size() && !moved && (now.replays_left > 0 || now.local_left > 0); ++d) {
+      Status st =
+          piece_to(r, s, length, plan, budget, now, ranks[d], last, on[d], on.back(), moved);
       if (!st) return st;
     }
     if (!moved) return Status::ok();

@@ -77,6 +77,16 @@ double searched_step(Tail& t, double& before) {
   };
   EXPECT_TRUE(hybrid::improve_on_timeline(t.request, t.schedule, t.length, plan, 1 << 24).is_ok());
   const double step = hybrid::step_of_lengths(t.request, t.schedule, t.length);
+  // Each compact slot's record is its own rule's, as planning it afresh
+  // gives (a move undone must undo the record with the pieces).
+  for (const ScheduleSlot& slot : t.schedule.slots) {
+    ScheduleSlot again = slot;
+    again.plan = {};
+    EXPECT_TRUE(hybrid::plan_slot_compact(t.request, again).is_ok());
+    EXPECT_EQ(again.plan.strategy_used, slot.plan.strategy_used);
+    EXPECT_EQ(again.plan.shard_len, slot.plan.shard_len);
+    EXPECT_EQ(again.plan.cp_size, slot.plan.cp_size);
+  }
   Schedule expanded = t.schedule;
   for (ScheduleSlot& slot : expanded.slots) {
     EXPECT_TRUE(hybrid::expand_slot_plan(t.request, slot).is_ok());

@@ -10,6 +10,7 @@
 
 #include "fulcrum/core/schedule.h"
 #include "strategies/schedule_hybrid_draft.h"
+#include "strategies/schedule_strategies.h"
 
 namespace fulcrum {
 namespace {
@@ -175,5 +176,39 @@ TEST(HybridSearch, TailPiecesMoveToTheRankThatEndsFirst) {
   EXPECT_NEAR(step, 5 * *piece, 1e-12);
 }
 
+// Found by `fulcrum schedule`: on this request rule 10 tries a piece swap
+// and undoes it, and the rows' plan records must be undone with their
+// pieces, or the answer carries a row's shard_len that cannot hold another
+// row. The schedule hybrid returns is valid as returned, and planning it
+// again from its records gives the same steps.
+TEST(HybridSearch, UndoneSwapsLeaveValidRecords) {
+  ScheduleRequest r;
+  r.world_size = 2;
+  r.max_tokens_per_rank = 128;
+  r.doc_lengths = {100, 20};
+  r.profile.name = "test_profile";
+  r.profile.tile_seconds = 2.0e-4;
+  r.profile.token_seconds = 1.0e-7;
+  r.profile.slot_seconds = 6.6e-3;
+  r.profile.kv_bytes_per_token = 512;
+  r.profile.intra_node_bytes_per_second = 3.3e9;
+  r.profile.inter_node_bytes_per_second = 1.0e9;
+  r.profile.latency_seconds = 9.0e-4;
+  r.profile.ranks_per_node = 4;
+  for (const bool compact : {false, true}) {
+    r.compact = compact;
+    const Result<Schedule> s = run_schedule_strategy("hybrid", r);
+    ASSERT_TRUE(s.is_ok()) << s.status().message();
+    if (!compact) {
+      const Status valid = validate_schedule(r, *s);
+      EXPECT_TRUE(valid.is_ok()) << valid.message();
+    }
+    for (const ScheduleSlot& slot : s->slots) {
+      std::int64_t tokens = 0;
+      for (const DocPiece& p : slot.pieces) tokens += p.length;
+      EXPECT_GE(slot.plan.shard_len * slot.plan.cp_size, tokens) << "compact " << compact;
+    }
+  }
+}
 }  // namespace
 }  // namespace fulcrum

@@ -196,15 +196,18 @@ void move_rows(const ScheduleRequest& r, Schedule& s, const std::vector<double>&
   now.replays_left = replays;
   now.local_left = kLocalPerReplay * replays;
   const std::size_t most = 4 * s.slots.size() + 16;
+  // Each rank's one-rank rows in slot order, kept as rows move.
+  std::vector<std::vector<std::size_t>> rows_of(now.finish.size());
+  for (std::size_t k = 0; k < s.slots.size(); ++k) {
+    if (s.slots[k].ranks.size() == 1)
+      rows_of[static_cast<std::size_t>(s.slots[k].ranks[0])].push_back(k);
+  }
   for (std::size_t step = 0; step < most; ++step) {
     const auto last = static_cast<std::int32_t>(
         std::max_element(now.finish.begin(), now.finish.end()) - now.finish.begin());
     const auto first = static_cast<std::int32_t>(
         std::min_element(now.finish.begin(), now.finish.end()) - now.finish.begin());
-    std::vector<std::size_t> rows;
-    for (std::size_t k = 0; k < s.slots.size(); ++k) {
-      if (s.slots[k].ranks.size() == 1 && s.slots[k].ranks[0] == last) rows.push_back(k);
-    }
+    std::vector<std::size_t> rows = rows_of[static_cast<std::size_t>(last)];
     std::stable_sort(rows.begin(), rows.end(),
                      [&](std::size_t x, std::size_t y) { return length[x] > length[y]; });
     bool moved = false;
@@ -226,6 +229,10 @@ void move_rows(const ScheduleRequest& r, Schedule& s, const std::vector<double>&
       if (falls(t, now, first, last)) {
         now = std::move(t);
         moved = true;
+        std::vector<std::size_t>& from = rows_of[static_cast<std::size_t>(last)];
+        from.erase(std::find(from.begin(), from.end(), k));
+        std::vector<std::size_t>& to = rows_of[static_cast<std::size_t>(first)];
+        to.insert(std::upper_bound(to.begin(), to.end(), k), k);
         break;
       }
       s.slots[k].ranks = kept.first;
@@ -408,22 +415,6 @@ Status piece_to(const ScheduleRequest& r, Schedule& s, std::vector<double>& leng
 // first (the earliest first), while the finishes fall from the top.
 constexpr std::size_t kDestinations = 8;
 
-// The slots each of `ranks` runs (one pass over the slots).
-std::vector<std::vector<std::size_t>> slots_on(const Schedule& s,
-                                               const std::vector<std::int32_t>& ranks,
-                                               std::vector<std::int32_t>& index) {
-  std::vector<std::vector<std::size_t>> on(ranks.size());
-  for (std::size_t x = 0; x < ranks.size(); ++x) index[static_cast<std::size_t>(ranks[x])] = x;
-  for (std::size_t k = 0; k < s.slots.size(); ++k) {
-    for (const std::int32_t a : s.slots[k].ranks) {
-      const std::int32_t x = index[static_cast<std::size_t>(a)];
-      if (x >= 0) on[static_cast<std::size_t>(x)].push_back(k);
-    }
-  }
-  for (const std::int32_t a : ranks) index[static_cast<std::size_t>(a)] = -1;
-  return on;
-}
-
 Status move_pieces(const ScheduleRequest& r, Schedule& s, std::vector<double>& length,
                    const SlotPlanner& plan, std::int64_t& budget, std::int64_t replays) {
   Line now = replay(r, s, length);
@@ -431,7 +422,11 @@ Status move_pieces(const ScheduleRequest& r, Schedule& s, std::vector<double>& l
   now.local_left = kLocalPerReplay * replays;
   const std::size_t most = 2 * s.slots.size() + 16;
   std::vector<std::int32_t> by_finish(now.finish.size());
-  std::vector<std::int32_t> index(now.finish.size(), -1);
+  // Each rank's slots in slot order, kept as pieces move.
+  std::vector<std::vector<std::size_t>> on(now.finish.size());
+  for (std::size_t k = 0; k < s.slots.size(); ++k) {
+    for (const std::int32_t a : s.slots[k].ranks) on[static_cast<std::size_t>(a)].push_back(k);
+  }
   for (std::size_t round = 0; round < most; ++round) {
     const auto last = static_cast<std::int32_t>(
         std::max_element(now.finish.begin(), now.finish.end()) - now.finish.begin());
@@ -442,17 +437,17 @@ Status move_pieces(const ScheduleRequest& r, Schedule& s, std::vector<double>& l
                         return now.finish[x] < now.finish[y] ||
                                (now.finish[x] == now.finish[y] && x < y);
                       });
-    std::vector<std::int32_t> ranks(by_finish.begin(),
-                                    by_finish.begin() + static_cast<std::ptrdiff_t>(n));
-    ranks.erase(std::remove(ranks.begin(), ranks.end(), last), ranks.end());
-    ranks.push_back(last);
-    const std::vector<std::vector<std::size_t>> on = slots_on(s, ranks, index);
     bool moved = false;
-    for (std::size_t d = 0;
-         d + 1 < ranks.size() && !moved && (now.replays_left > 0 || now.local_left > 0); ++d) {
+    for (std::size_t d = 0; d < n && !moved && (now.replays_left > 0 || now.local_left > 0); ++d) {
+      const std::int32_t first = by_finish[d];
+      if (first == last) continue;
+      const std::size_t slots = s.slots.size();
       Status st =
-          piece_to(r, s, length, plan, budget, now, ranks[d], last, on[d], on.back(), moved);
+          piece_to(r, s, length, plan, budget, now, first, last,
+                   on[static_cast<std::size_t>(first)], on[static_cast<std::size_t>(last)], moved);
       if (!st) return st;
+      // A piece moved as a row of its own: the first rank runs one more slot.
+      if (s.slots.size() > slots) on[static_cast<std::size_t>(first)].push_back(slots);
     }
     if (!moved) return Status::ok();
   }

@@ -21,6 +21,10 @@
 //          nodes in every order of the nodes (the least end), slot end in ms
 //          --redeal: hybrid's multi-rank slots kept, its one-rank rows dealt
 //          again longest first to the rank free soonest; the step in ms
+//          --timeline: after each batch, the ranks' finish times (least,
+//          10th, 50th and 90th percentile, most) and every member of the
+//          widest slot (tokens, tiles, K/V bytes in and out, peers, compute
+//          and communication in ms)
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -57,6 +61,7 @@ struct Options {
   int micro_batches = 4;
   bool slots = false;
   bool redeal = false;
+  bool timeline = false;
 };
 
 std::vector<std::string> split(const char* text) {
@@ -114,6 +119,8 @@ bool parse(int argc, char** argv, Options& opt) {
       opt.slots = true;
     } else if (std::strcmp(argv[i], "--redeal") == 0) {
       opt.redeal = true;
+    } else if (std::strcmp(argv[i], "--timeline") == 0) {
+      opt.timeline = true;
     } else {
       std::fprintf(stderr,
                    "fulcrum_bench_bound_gap: unknown or incomplete option '%s'; see the options "
@@ -217,6 +224,34 @@ void print_slots(const ScheduleRequest& r, const Schedule& s, const ScheduleCost
               fulcrum::evaluate_schedule(r, moved).step_seconds * 1e3);
 }
 
+// Per-rank finish times (quantiles) and the members of the widest slot:
+// where the step's ranks wait, and what the widest slot's members spend.
+void print_timeline(const ScheduleRequest& r, const Schedule& s, const ScheduleCost& cost) {
+  std::vector<double> free_at(static_cast<std::size_t>(r.world_size), 0.0);
+  std::size_t widest = 0;
+  for (std::size_t i = 0; i < s.slots.size(); ++i) {
+    for (const std::int32_t a : s.slots[i].ranks)
+      free_at[a] = std::max(free_at[a], cost.slots[i].end_seconds);
+    if (s.slots[i].ranks.size() > s.slots[widest].ranks.size()) widest = i;
+  }
+  std::vector<double> sorted = free_at;
+  std::sort(sorted.begin(), sorted.end());
+  std::printf("    finish ms: min %.1f p10 %.1f p50 %.1f p90 %.1f max %.1f\n", sorted.front() * 1e3,
+              sorted[sorted.size() / 10] * 1e3, sorted[sorted.size() / 2] * 1e3,
+              sorted[sorted.size() * 9 / 10] * 1e3, sorted.back() * 1e3);
+  const fulcrum::SlotCost& sc = cost.slots[widest];
+  std::printf("    widest slot %zu (%s): start %.1f end %.1f\n", widest,
+              s.slots[widest].plan.strategy_used.c_str(), sc.start_seconds * 1e3,
+              sc.end_seconds * 1e3);
+  for (const fulcrum::SlotMemberCost& m : sc.members) {
+    std::printf(
+        "      rank %d tokens %lld tiles %lld in %lld out %lld peers %d compute %.1f comm %.1f\n",
+        m.rank, static_cast<long long>(m.tokens), static_cast<long long>(m.tiles),
+        static_cast<long long>(m.bytes_received), static_cast<long long>(m.bytes_sent), m.peers,
+        m.compute_seconds * 1e3, m.comm_seconds * 1e3);
+  }
+}
+
 // Hybrid's multi-rank slots as they are (same ranks, plans and wave order),
 // then its one-rank rows dealt again longest first, each to the rank free
 // soonest, in a wave after that rank's others. Valid by construction.
@@ -280,7 +315,7 @@ void one_batch(const Options& opt, const std::string& mix, const ScheduleRequest
   const Split sp = split_of(r, hybrid, cost);
   const double ms = 1e3 / static_cast<double>(r.world_size);
   std::printf(
-      "| %s | %s | %d | %lld | %d | %lld | %.1f | %.1f | %.1f%% | %.3f | %.3f | %.1f / %.1f | "
+      "| %s | %s | %d | %lld | %d | %lld | %.1f | %.1f | %.1f%% | %.4f | %.3f | %.1f / %.1f | "
       "%.1f / %.1f | %.1f / %.1f | %.1f / %.1f | %.1f | %.1f | %.1f | %zu | %.2f |\n",
       mix.c_str(), r.profile.name.c_str(), r.world_size,
       static_cast<long long>(r.max_tokens_per_rank), b,
@@ -290,6 +325,7 @@ void one_batch(const Options& opt, const std::string& mix, const ScheduleRequest
       sp.latency * ms, bt.latency * ms, sp.idle_inside * ms, sp.idle_after * ms,
       (bt.bound - std::max(bt.average, bt.per_piece)) * 1e3, r.doc_lengths.size(), bound_ms);
   if (opt.slots) print_slots(r, hybrid, cost);
+  if (opt.timeline) print_timeline(r, hybrid, cost);
   if (opt.redeal) {
     const Schedule again = redealt(r, hybrid);
     const fulcrum::Status valid = fulcrum::validate_schedule(r, again);

@@ -32,6 +32,7 @@
 
 #include "fulcrum/core/schedule.h"
 #include "strategies/schedule_hybrid_draft.h"
+#include "strategies/schedule_hybrid_refine.h"
 #include "strategies/schedule_strategies.h"
 
 namespace fulcrum::hybrid {
@@ -74,6 +75,8 @@ class Search {
     }
     return Status::ok();
   }
+
+  std::int64_t tokens_left() const { return tokens_left_; }
 
  private:
   static std::int64_t tokens_of(const ScheduleSlot& slot) {
@@ -437,7 +440,15 @@ class Search {
 Status improve_on_timeline(const ScheduleRequest& request, Schedule& schedule,
                            std::vector<double>& length, const SlotPlanner& plan,
                            std::int64_t token_budget) {
-  return Search(request, schedule, length, plan, token_budget).run();
+  // Rule 7's moves, on the schedule as planned and on it with its widest
+  // slot narrowed (schedule_hybrid_refine.cpp), within one token budget.
+  const TimelineSearch search = [&](Schedule& s, std::vector<double>& l, std::int64_t& budget) {
+    Search moves(request, s, l, plan, budget);
+    const Status st = moves.run();
+    budget = moves.tokens_left();
+    return st;
+  };
+  return search_with_narrowed_slot(request, schedule, length, plan, token_budget, search);
 }
 
 }  // namespace fulcrum::hybrid

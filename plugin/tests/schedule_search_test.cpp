@@ -10,6 +10,7 @@
 
 #include "fulcrum/core/schedule.h"
 #include "strategies/schedule_hybrid_draft.h"
+#include "strategies/schedule_strategies.h"
 
 namespace fulcrum {
 namespace {
@@ -77,6 +78,16 @@ double searched_step(Tail& t, double& before) {
   };
   EXPECT_TRUE(hybrid::improve_on_timeline(t.request, t.schedule, t.length, plan, 1 << 24).is_ok());
   const double step = hybrid::step_of_lengths(t.request, t.schedule, t.length);
+  // Each compact slot's record is its own rule's, as planning it afresh
+  // gives (a move undone must undo the record with the pieces).
+  for (const ScheduleSlot& slot : t.schedule.slots) {
+    ScheduleSlot again = slot;
+    again.plan = {};
+    EXPECT_TRUE(hybrid::plan_slot_compact(t.request, again).is_ok());
+    EXPECT_EQ(again.plan.strategy_used, slot.plan.strategy_used);
+    EXPECT_EQ(again.plan.shard_len, slot.plan.shard_len);
+    EXPECT_EQ(again.plan.cp_size, slot.plan.cp_size);
+  }
   Schedule expanded = t.schedule;
   for (ScheduleSlot& slot : expanded.slots) {
     EXPECT_TRUE(hybrid::expand_slot_plan(t.request, slot).is_ok());
@@ -118,5 +129,86 @@ TEST(HybridSearch, OneNodeKeepsTheSearchValid) {
   EXPECT_EQ(nodes_of(slot_of_doc0(t.schedule), 8), 1);
 }
 
+// Rule 10's tail moves (schedule_hybrid_refine.cpp). Two ranks: rank 0 runs
+// two full rows of four 256-token pieces, rank 1 one row of two. Moving
+// whole rows ends at six pieces' time at best (a row of four joins rank 1);
+// moving pieces evens the ranks at five pieces each, the least any split of
+// ten equal pieces over two ranks allows. K/V is so slow that no slot over
+// both ranks can help. The schedule stays valid and priced as kept.
+TEST(HybridSearch, TailPiecesMoveToTheRankThatEndsFirst) {
+  Tail t;
+  ScheduleRequest& r = t.request;
+  r.world_size = 2;
+  r.max_tokens_per_rank = 1024;
+  r.block_size = 128;
+  r.mask = MaskSpec::causal();
+  r.profile.name = "test";
+  r.profile.tile_seconds = 1e-4;
+  r.profile.kv_bytes_per_token = 1e6;
+  r.profile.intra_node_bytes_per_second = 1e6;
+  r.profile.inter_node_bytes_per_second = 1e6;
+  r.profile.ranks_per_node = 2;
+  const std::vector<std::pair<std::int32_t, int>> rows = {{0, 4}, {0, 4}, {1, 2}};
+  std::vector<std::int32_t> wave(2, 0);
+  for (const auto& [rank, pieces] : rows) {
+    ScheduleSlot slot;
+    slot.ranks = {rank};
+    slot.wave = wave[static_cast<std::size_t>(rank)]++;
+    for (int k = 0; k < pieces; ++k) {
+      slot.pieces.push_back({static_cast<std::int64_t>(r.doc_lengths.size()), 0, 256});
+      r.doc_lengths.push_back(256);
+    }
+    t.schedule.slots.push_back(slot);
+  }
+  for (ScheduleSlot& slot : t.schedule.slots) {
+    const Result<double> len = hybrid::plan_slot_compact(r, slot);
+    ASSERT_TRUE(len.is_ok());
+    t.length.push_back(*len);
+  }
+  ScheduleSlot one;
+  one.ranks = {0};
+  one.pieces = {{0, 0, 256}};
+  const Result<double> piece = hybrid::plan_slot_compact(r, one);
+  ASSERT_TRUE(piece.is_ok());
+  double before = 0;
+  const double step = searched_step(t, before);
+  EXPECT_NEAR(before, 8 * *piece, 1e-12);
+  EXPECT_NEAR(step, 5 * *piece, 1e-12);
+}
+
+// Found by `fulcrum schedule`: on this request rule 10 tries a piece swap
+// and undoes it, and the rows' plan records must be undone with their
+// pieces, or the answer carries a row's shard_len that cannot hold another
+// row. The schedule hybrid returns is valid as returned, and planning it
+// again from its records gives the same steps.
+TEST(HybridSearch, UndoneSwapsLeaveValidRecords) {
+  ScheduleRequest r;
+  r.world_size = 2;
+  r.max_tokens_per_rank = 128;
+  r.doc_lengths = {100, 20};
+  r.profile.name = "test_profile";
+  r.profile.tile_seconds = 2.0e-4;
+  r.profile.token_seconds = 1.0e-7;
+  r.profile.slot_seconds = 6.6e-3;
+  r.profile.kv_bytes_per_token = 512;
+  r.profile.intra_node_bytes_per_second = 3.3e9;
+  r.profile.inter_node_bytes_per_second = 1.0e9;
+  r.profile.latency_seconds = 9.0e-4;
+  r.profile.ranks_per_node = 4;
+  for (const bool compact : {false, true}) {
+    r.compact = compact;
+    const Result<Schedule> s = run_schedule_strategy("hybrid", r);
+    ASSERT_TRUE(s.is_ok()) << s.status().message();
+    if (!compact) {
+      const Status valid = validate_schedule(r, *s);
+      EXPECT_TRUE(valid.is_ok()) << valid.message();
+    }
+    for (const ScheduleSlot& slot : s->slots) {
+      std::int64_t tokens = 0;
+      for (const DocPiece& p : slot.pieces) tokens += p.length;
+      EXPECT_GE(slot.plan.shard_len * slot.plan.cp_size, tokens) << "compact " << compact;
+    }
+  }
+}
 }  // namespace
 }  // namespace fulcrum

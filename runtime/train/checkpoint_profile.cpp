@@ -63,7 +63,7 @@ Status read_profile(ByteReader& in, CostProfile& p) {
   return Status::ok();
 }
 
-Status read_sample(ByteReader& in, calibrate::SlotSample& s) {
+Status read_sample(ByteReader& in, calibrate::SlotSample& s, std::int32_t world_size) {
   in.get(s.group);
   in.get(s.tokens);
   in.get(s.tiles);
@@ -79,6 +79,12 @@ Status read_sample(ByteReader& in, calibrate::SlotSample& s) {
         ", tiles " + std::to_string(s.tiles) + ", peers " + std::to_string(s.peers) +
         ", kv_bytes " + std::to_string(s.kv_bytes) + ", row tokens " +
         std::to_string(s.row_tokens) + " (a group >= 1 and counts >= 0 expected)");
+  }
+  if (s.group > world_size || s.peers >= s.group) {
+    return invalid_argument("a sample has group " + std::to_string(s.group) + " and peers " +
+                            std::to_string(s.peers) + " (a group of at most the job's " +
+                            std::to_string(world_size) +
+                            " ranks and fewer peers than its group expected)");
   }
   if (!std::isfinite(s.seconds) || s.seconds < 0) {
     return invalid_argument("a sample's time is " + number(s.seconds) +
@@ -118,7 +124,8 @@ std::string encode_refit_state(const ProfileRefit::State& state, double kv_bytes
   return out.take();
 }
 
-Result<ProfileRefit::State> decode_refit_state(std::string_view bytes, double kv_bytes_per_token) {
+Result<ProfileRefit::State> decode_refit_state(std::string_view bytes, double kv_bytes_per_token,
+                                               std::int32_t world_size) {
   ByteReader in(bytes);
   std::uint32_t version = 0;
   double kv = 0;
@@ -148,7 +155,7 @@ Result<ProfileRefit::State> decode_refit_state(std::string_view bytes, double kv
     if (!samples) return samples.status();
     std::vector<calibrate::SlotSample>& step = state.window.emplace_back();
     for (std::uint64_t j = 0; j < *samples; ++j) {
-      if (Status s = read_sample(in, step.emplace_back()); !s) return s;
+      if (Status s = read_sample(in, step.emplace_back(), world_size); !s) return s;
     }
   }
   if (!in.done()) {
@@ -157,8 +164,12 @@ Result<ProfileRefit::State> decode_refit_state(std::string_view bytes, double kv
   return state;
 }
 
-RefitCheckpoint::RefitCheckpoint(ProfileRefit& refit, double kv_bytes_per_token, std::string start)
-    : refit_(refit), kv_bytes_per_token_(kv_bytes_per_token), start_(std::move(start)) {}
+RefitCheckpoint::RefitCheckpoint(ProfileRefit& refit, double kv_bytes_per_token, std::string start,
+                                 std::int32_t world_size)
+    : refit_(refit),
+      kv_bytes_per_token_(kv_bytes_per_token),
+      start_(std::move(start)),
+      world_size_(world_size) {}
 
 void RefitCheckpoint::save(Checkpoint& checkpoint) const {
   checkpoint.add(kProfileRefitEntry, encode_refit_state(refit_.state(), kv_bytes_per_token_));
@@ -178,7 +189,7 @@ Status RefitCheckpoint::read(const Checkpoint& checkpoint, const std::string& pa
     }
     return Status::ok();
   }
-  Result<ProfileRefit::State> state = decode_refit_state(*bytes, kv_bytes_per_token_);
+  Result<ProfileRefit::State> state = decode_refit_state(*bytes, kv_bytes_per_token_, world_size_);
   if (!state) {
     return invalid_argument("checkpoint " + path + " entry '" + kProfileRefitEntry +
                             "' is not a refitted profile of this job: " + state.status().message() +

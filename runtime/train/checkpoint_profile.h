@@ -14,13 +14,13 @@
 //        the samples' bytes are counted in them
 //   i64  refits so far
 //   u64  name length, then the name's bytes (at most 255, no control byte)
-//   f64  x 8: tile_seconds, token_seconds, slot_seconds, kv_bytes_per_token,
+//   f64  x 9: tile_seconds, token_seconds, slot_seconds, kv_bytes_per_token,
 //        intra_node_bytes_per_second, inter_node_bytes_per_second,
-//        latency_seconds, exchange_overlap
+//        latency_seconds, exchange_overlap, row_token_seconds
 //   i32  ranks_per_node
 //   u64  steps in the window, oldest first; per step a u64 sample count,
 //        then per sample: i32 group, i64 tokens, i64 tiles, i64 peers,
-//        i64 kv_bytes, f64 seconds
+//        i64 kv_bytes, f64 seconds, i64 row tokens
 //
 // The entry must end where its last sample ends. A checkpoint written
 // without it (by an older fulcrum, or by a job with a fixed profile) resumes
@@ -44,16 +44,21 @@ std::string encode_refit_state(const ProfileRefit::State& state, double kv_bytes
 
 // The entry's bytes, checked: the version, the model's K/V bytes per token
 // (`kv_bytes_per_token`: an entry for another model is foreign), a valid
-// profile, samples with counts >= 0, g >= 1 and finite seconds >= 0,
-// nothing after the end. The error says what is wrong, without the file.
-Result<ProfileRefit::State> decode_refit_state(std::string_view bytes, double kv_bytes_per_token);
+// profile, samples with counts >= 0, g in [1, world_size], peers < g (a
+// sample is priced as a g-member slot: an a x a exchange table) and finite
+// seconds >= 0, nothing after the end. The error says what is wrong,
+// without the file.
+Result<ProfileRefit::State> decode_refit_state(std::string_view bytes, double kv_bytes_per_token,
+                                               std::int32_t world_size);
 
 // The refit of a job with balancer.schedule.profile: auto, saved in and
 // restored from its checkpoints.
 class RefitCheckpoint final : public ModeCheckpoint {
  public:
-  // `refit` outlives this object; `start` names profile_start in messages.
-  RefitCheckpoint(ProfileRefit& refit, double kv_bytes_per_token, std::string start);
+  // `refit` outlives this object; `start` names profile_start in messages;
+  // `world_size` bounds the samples' groups.
+  RefitCheckpoint(ProfileRefit& refit, double kv_bytes_per_token, std::string start,
+                  std::int32_t world_size);
 
   void save(Checkpoint& checkpoint) const override;
   Status read(const Checkpoint& checkpoint, const std::string& path, bool rank0) override;
@@ -67,6 +72,7 @@ class RefitCheckpoint final : public ModeCheckpoint {
   ProfileRefit& refit_;
   double kv_bytes_per_token_;
   std::string start_;
+  std::int32_t world_size_;
   std::optional<ProfileRefit::State> pending_;
   bool restored_ = false;
 };

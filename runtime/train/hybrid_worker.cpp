@@ -149,7 +149,8 @@ Status HybridWorker::prepare_mode() {
   }
   if (options_.profile_auto) {
     refit_.emplace(options_.profile, options_.refit_every, model_kv_bytes_per_token());
-    refit_checkpoint_.emplace(*refit_, model_kv_bytes_per_token(), options_.schedule_profile);
+    refit_checkpoint_.emplace(*refit_, model_kv_bytes_per_token(), options_.schedule_profile,
+                              options_.dp_size);
   }
   Result<std::optional<SlotClock>> clock = slot_clock_from_environment(process_environment);
   if (!clock) return clock.status();

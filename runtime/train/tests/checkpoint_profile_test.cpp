@@ -19,6 +19,7 @@ namespace fulcrum::train {
 namespace {
 
 constexpr double kKvBytes = 2.0 * 32 * 2 * 8;  // hidden 32, 2 layers, float64
+constexpr std::int32_t kWorld = 8;
 
 CostProfile start_profile() {
   CostProfile p;
@@ -55,8 +56,9 @@ ProfileRefit::State random_state(std::mt19937_64& rng) {
     std::vector<calibrate::SlotSample>& step = state.window.emplace_back();
     const std::size_t n = rng() % 8;
     for (std::size_t j = 0; j < n; ++j) {
-      step.push_back({static_cast<std::int32_t>(1 + rng() % 8), count(rng), count(rng),
-                      static_cast<std::int64_t>(rng() % 8), count(rng), unit(rng), count(rng)});
+      const auto group = static_cast<std::int32_t>(1 + rng() % kWorld);
+      step.push_back({group, count(rng), count(rng), static_cast<std::int64_t>(rng() % group),
+                      count(rng), unit(rng), count(rng)});
     }
   }
   return state;
@@ -96,7 +98,7 @@ TEST(CheckpointProfile, EveryStateComesBackBitForBit) {
   for (int trial = 0; trial < 200; ++trial) {
     const ProfileRefit::State state = random_state(rng);
     Result<ProfileRefit::State> back =
-        decode_refit_state(encode_refit_state(state, kKvBytes), kKvBytes);
+        decode_refit_state(encode_refit_state(state, kKvBytes), kKvBytes, kWorld);
     ASSERT_TRUE(back.is_ok()) << back.status().message();
     expect_same_state(state, *back);
   }
@@ -109,10 +111,10 @@ TEST(CheckpointProfile, EveryTruncationAndAnyTailIsRefused) {
   for (int trial = 0; trial < 20; ++trial) {
     const std::string bytes = encode_refit_state(random_state(rng), kKvBytes);
     for (std::size_t n = 0; n < bytes.size(); ++n) {
-      EXPECT_FALSE(decode_refit_state(bytes.substr(0, n), kKvBytes).is_ok())
+      EXPECT_FALSE(decode_refit_state(bytes.substr(0, n), kKvBytes, kWorld).is_ok())
           << n << " of " << bytes.size() << " bytes";
     }
-    EXPECT_FALSE(decode_refit_state(bytes + std::string(1, '\0'), kKvBytes).is_ok());
+    EXPECT_FALSE(decode_refit_state(bytes + std::string(1, '\0'), kKvBytes, kWorld).is_ok());
   }
 }
 
@@ -141,7 +143,7 @@ TEST(CheckpointProfile, DamagedOrForeignEntriesAreRefusedSayingWhy) {
   state.refits = 3;
   state.window = {{{2, 100, 40, 1, 4096, 0.25}}};
   const std::string good = encode_refit_state(state, kKvBytes);
-  ASSERT_TRUE(decode_refit_state(good, kKvBytes).is_ok());
+  ASSERT_TRUE(decode_refit_state(good, kKvBytes, kWorld).is_ok());
   const Layout at = layout_of(state);
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const std::size_t kv_at = 4;
@@ -176,7 +178,7 @@ TEST(CheckpointProfile, DamagedOrForeignEntriesAreRefusedSayingWhy) {
       {"infinite seconds", with(good, at.seconds, HUGE_VAL), kKvBytes, "inf"},
   };
   for (const auto& c : cases) {
-    Result<ProfileRefit::State> r = decode_refit_state(c.bytes, c.kv_bytes);
+    Result<ProfileRefit::State> r = decode_refit_state(c.bytes, c.kv_bytes, kWorld);
     ASSERT_FALSE(r.is_ok()) << c.name;
     EXPECT_NE(r.status().message().find(c.says), std::string::npos)
         << c.name << ": " << r.status().message();
@@ -192,12 +194,12 @@ TEST(CheckpointProfile, TheModeSavesRestoresAndRefusesWithoutChangingTheRefit) {
   fitted.window = {{{1, 10, 4, 0, 0, 0.5}}, {{2, 20, 8, 1, 640, 0.75}}};
   refit.restore(fitted);
   Checkpoint saved;
-  RefitCheckpoint(refit, kKvBytes, "cpu_gloo").save(saved);
+  RefitCheckpoint(refit, kKvBytes, "cpu_gloo", kWorld).save(saved);
   ASSERT_NE(saved.find(kProfileRefitEntry), nullptr);
 
   // Into a fresh job: restored, the same state.
   ProfileRefit fresh(start_profile(), 1, kKvBytes);
-  RefitCheckpoint mode(fresh, kKvBytes, "cpu_gloo");
+  RefitCheckpoint mode(fresh, kKvBytes, "cpu_gloo", kWorld);
   ASSERT_TRUE(mode.read(saved, "ck/step-00000002.ckpt", false).is_ok());
   EXPECT_FALSE(mode.restored()) << "nothing is in place before install";
   EXPECT_EQ(fresh.refits(), 0);
@@ -207,7 +209,7 @@ TEST(CheckpointProfile, TheModeSavesRestoresAndRefusesWithoutChangingTheRefit) {
 
   // A checkpoint without the entry: the start profile stays.
   ProfileRefit older(start_profile(), 1, kKvBytes);
-  RefitCheckpoint none(older, kKvBytes, "cpu_gloo");
+  RefitCheckpoint none(older, kKvBytes, "cpu_gloo", kWorld);
   ASSERT_TRUE(none.read(Checkpoint(), "old.ckpt", false).is_ok());
   none.install();
   EXPECT_FALSE(none.restored());
@@ -217,7 +219,7 @@ TEST(CheckpointProfile, TheModeSavesRestoresAndRefusesWithoutChangingTheRefit) {
   Checkpoint bad;
   bad.add(kProfileRefitEntry, saved.find(kProfileRefitEntry)->substr(0, 30));
   ProfileRefit kept(start_profile(), 1, kKvBytes);
-  RefitCheckpoint refused(kept, kKvBytes, "cpu_gloo");
+  RefitCheckpoint refused(kept, kKvBytes, "cpu_gloo", kWorld);
   const Status s = refused.read(bad, "ck/step-00000002.ckpt", false);
   ASSERT_FALSE(s.is_ok());
   EXPECT_NE(s.message().find("checkpoint ck/step-00000002.ckpt entry 'schedule/profile_refit'"),

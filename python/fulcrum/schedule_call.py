@@ -127,7 +127,8 @@ class Scheduling:
             plan = self.plan_cp(s.plan, cp=int(s.group.size), doc_lengths=s.lengths,
                                 block_size=block_size, mask=mask, fallback=None)
         except FulcrumError as e:
-            raise FulcrumError("internal", bad + f"cannot be expanded: {e}") from None
+            raise FulcrumError("internal", bad + f"cannot be expanded: {e}; fix the plugin: a plan "
+                               "by rule must name a CP strategy that plans the slot's row") from None
         for what, said, got in (("shard_len", s.rule_shard_len, plan.shard_len),
                                 ("padding", s.padding, plan.padding)):
             if said != got:

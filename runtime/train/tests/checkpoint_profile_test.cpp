@@ -167,8 +167,9 @@ TEST(CheckpointProfile, DamagedOrForeignEntriesAreRefusedSayingWhy) {
        "more than its"},
       {"group 0", with<std::int32_t>(good, group_at, 0), kKvBytes, "group 0"},
       {"negative tokens", with<std::int64_t>(good, group_at + 4, -5), kKvBytes, "tokens -5"},
-      // A member exchanges with at most its slot's other members; priced,
-      // 2^20 peers would be a 2^40-entry exchange table.
+      // A member exchanges with at most its slot's other members; the
+      // refit would fit 2^20 peers into the profile (and priced as a slot
+      // they would be a 2^40-entry exchange table).
       {"peers past the group", with<std::int64_t>(good, group_at + 20, 1 << 20), kKvBytes,
        "peers 1048576"},
       {"a group past the job's world", with<std::int32_t>(good, group_at, 1 << 20), kKvBytes,

@@ -11,6 +11,7 @@
 
 #include "fulcrum/core/bytes.h"
 #include "fulcrum/core/cost_profile.h"
+#include "fulcrum/core/workload.h"
 #include "fulcrum/host/log.h"
 
 namespace fulcrum::train {
@@ -63,7 +64,7 @@ Status read_profile(ByteReader& in, CostProfile& p) {
   return Status::ok();
 }
 
-Status read_sample(ByteReader& in, calibrate::SlotSample& s, std::int32_t world_size) {
+Status read_sample(ByteReader& in, calibrate::SlotSample& s) {
   in.get(s.group);
   in.get(s.tokens);
   in.get(s.tiles);
@@ -80,11 +81,11 @@ Status read_sample(ByteReader& in, calibrate::SlotSample& s, std::int32_t world_
         ", kv_bytes " + std::to_string(s.kv_bytes) + ", row tokens " +
         std::to_string(s.row_tokens) + " (a group >= 1 and counts >= 0 expected)");
   }
-  if (s.group > world_size || s.peers >= s.group) {
+  // A member exchanges with its slot's other members at most.
+  if (s.group > kMaxGroupSize || s.peers >= s.group) {
     return invalid_argument("a sample has group " + std::to_string(s.group) + " and peers " +
-                            std::to_string(s.peers) + " (a group of at most the job's " +
-                            std::to_string(world_size) +
-                            " ranks and fewer peers than its group expected)");
+                            std::to_string(s.peers) + " (a group of at most 2^20 ranks and " +
+                            "fewer peers than its group expected)");
   }
   if (!std::isfinite(s.seconds) || s.seconds < 0) {
     return invalid_argument("a sample's time is " + number(s.seconds) +
@@ -124,8 +125,7 @@ std::string encode_refit_state(const ProfileRefit::State& state, double kv_bytes
   return out.take();
 }
 
-Result<ProfileRefit::State> decode_refit_state(std::string_view bytes, double kv_bytes_per_token,
-                                               std::int32_t world_size) {
+Result<ProfileRefit::State> decode_refit_state(std::string_view bytes, double kv_bytes_per_token) {
   ByteReader in(bytes);
   std::uint32_t version = 0;
   double kv = 0;
@@ -155,7 +155,7 @@ Result<ProfileRefit::State> decode_refit_state(std::string_view bytes, double kv
     if (!samples) return samples.status();
     std::vector<calibrate::SlotSample>& step = state.window.emplace_back();
     for (std::uint64_t j = 0; j < *samples; ++j) {
-      if (Status s = read_sample(in, step.emplace_back(), world_size); !s) return s;
+      if (Status s = read_sample(in, step.emplace_back()); !s) return s;
     }
   }
   if (!in.done()) {
@@ -164,12 +164,8 @@ Result<ProfileRefit::State> decode_refit_state(std::string_view bytes, double kv
   return state;
 }
 
-RefitCheckpoint::RefitCheckpoint(ProfileRefit& refit, double kv_bytes_per_token, std::string start,
-                                 std::int32_t world_size)
-    : refit_(refit),
-      kv_bytes_per_token_(kv_bytes_per_token),
-      start_(std::move(start)),
-      world_size_(world_size) {}
+RefitCheckpoint::RefitCheckpoint(ProfileRefit& refit, double kv_bytes_per_token, std::string start)
+    : refit_(refit), kv_bytes_per_token_(kv_bytes_per_token), start_(std::move(start)) {}
 
 void RefitCheckpoint::save(Checkpoint& checkpoint) const {
   checkpoint.add(kProfileRefitEntry, encode_refit_state(refit_.state(), kv_bytes_per_token_));
@@ -189,7 +185,7 @@ Status RefitCheckpoint::read(const Checkpoint& checkpoint, const std::string& pa
     }
     return Status::ok();
   }
-  Result<ProfileRefit::State> state = decode_refit_state(*bytes, kv_bytes_per_token_, world_size_);
+  Result<ProfileRefit::State> state = decode_refit_state(*bytes, kv_bytes_per_token_);
   if (!state) {
     return invalid_argument("checkpoint " + path + " entry '" + kProfileRefitEntry +
                             "' is not a refitted profile of this job: " + state.status().message() +

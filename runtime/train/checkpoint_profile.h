@@ -44,21 +44,18 @@ std::string encode_refit_state(const ProfileRefit::State& state, double kv_bytes
 
 // The entry's bytes, checked: the version, the model's K/V bytes per token
 // (`kv_bytes_per_token`: an entry for another model is foreign), a valid
-// profile, samples with counts >= 0, g in [1, world_size], peers < g (a
-// sample is priced as a g-member slot: an a x a exchange table) and finite
-// seconds >= 0, nothing after the end. The error says what is wrong,
-// without the file.
-Result<ProfileRefit::State> decode_refit_state(std::string_view bytes, double kv_bytes_per_token,
-                                               std::int32_t world_size);
+// profile, samples with counts >= 0, g in [1, 2^20] (the most ranks a
+// schedule places; not this job's world: a job may resume on another
+// layout), fewer peers than g and finite seconds >= 0, nothing after the
+// end. The error says what is wrong, without the file.
+Result<ProfileRefit::State> decode_refit_state(std::string_view bytes, double kv_bytes_per_token);
 
 // The refit of a job with balancer.schedule.profile: auto, saved in and
 // restored from its checkpoints.
 class RefitCheckpoint final : public ModeCheckpoint {
  public:
-  // `refit` outlives this object; `start` names profile_start in messages;
-  // `world_size` bounds the samples' groups.
-  RefitCheckpoint(ProfileRefit& refit, double kv_bytes_per_token, std::string start,
-                  std::int32_t world_size);
+  // `refit` outlives this object; `start` names profile_start in messages.
+  RefitCheckpoint(ProfileRefit& refit, double kv_bytes_per_token, std::string start);
 
   void save(Checkpoint& checkpoint) const override;
   Status read(const Checkpoint& checkpoint, const std::string& path, bool rank0) override;
@@ -72,7 +69,6 @@ class RefitCheckpoint final : public ModeCheckpoint {
   ProfileRefit& refit_;
   double kv_bytes_per_token_;
   std::string start_;
-  std::int32_t world_size_;
   std::optional<ProfileRefit::State> pending_;
   bool restored_ = false;
 };

@@ -149,8 +149,7 @@ Status HybridWorker::prepare_mode() {
   }
   if (options_.profile_auto) {
     refit_.emplace(options_.profile, options_.refit_every, model_kv_bytes_per_token());
-    refit_checkpoint_.emplace(*refit_, model_kv_bytes_per_token(), options_.schedule_profile,
-                              options_.dp_size);
+    refit_checkpoint_.emplace(*refit_, model_kv_bytes_per_token(), options_.schedule_profile);
   }
   Result<std::optional<SlotClock>> clock = slot_clock_from_environment(process_environment);
   if (!clock) return clock.status();

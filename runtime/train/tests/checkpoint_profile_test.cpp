@@ -19,7 +19,7 @@ namespace fulcrum::train {
 namespace {
 
 constexpr double kKvBytes = 2.0 * 32 * 2 * 8;  // hidden 32, 2 layers, float64
-constexpr std::int32_t kWorld = 8;
+constexpr std::int32_t kGroups = 8;            // random states' largest group
 
 CostProfile start_profile() {
   CostProfile p;
@@ -56,7 +56,7 @@ ProfileRefit::State random_state(std::mt19937_64& rng) {
     std::vector<calibrate::SlotSample>& step = state.window.emplace_back();
     const std::size_t n = rng() % 8;
     for (std::size_t j = 0; j < n; ++j) {
-      const auto group = static_cast<std::int32_t>(1 + rng() % kWorld);
+      const auto group = static_cast<std::int32_t>(1 + rng() % kGroups);
       step.push_back({group, count(rng), count(rng), static_cast<std::int64_t>(rng() % group),
                       count(rng), unit(rng), count(rng)});
     }
@@ -98,7 +98,7 @@ TEST(CheckpointProfile, EveryStateComesBackBitForBit) {
   for (int trial = 0; trial < 200; ++trial) {
     const ProfileRefit::State state = random_state(rng);
     Result<ProfileRefit::State> back =
-        decode_refit_state(encode_refit_state(state, kKvBytes), kKvBytes, kWorld);
+        decode_refit_state(encode_refit_state(state, kKvBytes), kKvBytes);
     ASSERT_TRUE(back.is_ok()) << back.status().message();
     expect_same_state(state, *back);
   }
@@ -111,10 +111,10 @@ TEST(CheckpointProfile, EveryTruncationAndAnyTailIsRefused) {
   for (int trial = 0; trial < 20; ++trial) {
     const std::string bytes = encode_refit_state(random_state(rng), kKvBytes);
     for (std::size_t n = 0; n < bytes.size(); ++n) {
-      EXPECT_FALSE(decode_refit_state(bytes.substr(0, n), kKvBytes, kWorld).is_ok())
+      EXPECT_FALSE(decode_refit_state(bytes.substr(0, n), kKvBytes).is_ok())
           << n << " of " << bytes.size() << " bytes";
     }
-    EXPECT_FALSE(decode_refit_state(bytes + std::string(1, '\0'), kKvBytes, kWorld).is_ok());
+    EXPECT_FALSE(decode_refit_state(bytes + std::string(1, '\0'), kKvBytes).is_ok());
   }
 }
 
@@ -143,7 +143,7 @@ TEST(CheckpointProfile, DamagedOrForeignEntriesAreRefusedSayingWhy) {
   state.refits = 3;
   state.window = {{{2, 100, 40, 1, 4096, 0.25}}};
   const std::string good = encode_refit_state(state, kKvBytes);
-  ASSERT_TRUE(decode_refit_state(good, kKvBytes, kWorld).is_ok());
+  ASSERT_TRUE(decode_refit_state(good, kKvBytes).is_ok());
   const Layout at = layout_of(state);
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const std::size_t kv_at = 4;
@@ -172,14 +172,14 @@ TEST(CheckpointProfile, DamagedOrForeignEntriesAreRefusedSayingWhy) {
       // they would be a 2^40-entry exchange table).
       {"peers past the group", with<std::int64_t>(good, group_at + 20, 1 << 20), kKvBytes,
        "peers 1048576"},
-      {"a group past the job's world", with<std::int32_t>(good, group_at, 1 << 20), kKvBytes,
-       "group 1048576"},
+      {"a group past the 2^20 ranks a schedule places",
+       with<std::int32_t>(good, group_at, (1 << 20) + 1), kKvBytes, "group 1048577"},
       {"NaN seconds", with(good, at.seconds, nan), kKvBytes, "nan"},
       {"negative seconds", with(good, at.seconds, -1.0), kKvBytes, "-1"},
       {"infinite seconds", with(good, at.seconds, HUGE_VAL), kKvBytes, "inf"},
   };
   for (const auto& c : cases) {
-    Result<ProfileRefit::State> r = decode_refit_state(c.bytes, c.kv_bytes, kWorld);
+    Result<ProfileRefit::State> r = decode_refit_state(c.bytes, c.kv_bytes);
     ASSERT_FALSE(r.is_ok()) << c.name;
     EXPECT_NE(r.status().message().find(c.says), std::string::npos)
         << c.name << ": " << r.status().message();
@@ -195,12 +195,12 @@ TEST(CheckpointProfile, TheModeSavesRestoresAndRefusesWithoutChangingTheRefit) {
   fitted.window = {{{1, 10, 4, 0, 0, 0.5}}, {{2, 20, 8, 1, 640, 0.75}}};
   refit.restore(fitted);
   Checkpoint saved;
-  RefitCheckpoint(refit, kKvBytes, "cpu_gloo", kWorld).save(saved);
+  RefitCheckpoint(refit, kKvBytes, "cpu_gloo").save(saved);
   ASSERT_NE(saved.find(kProfileRefitEntry), nullptr);
 
   // Into a fresh job: restored, the same state.
   ProfileRefit fresh(start_profile(), 1, kKvBytes);
-  RefitCheckpoint mode(fresh, kKvBytes, "cpu_gloo", kWorld);
+  RefitCheckpoint mode(fresh, kKvBytes, "cpu_gloo");
   ASSERT_TRUE(mode.read(saved, "ck/step-00000002.ckpt", false).is_ok());
   EXPECT_FALSE(mode.restored()) << "nothing is in place before install";
   EXPECT_EQ(fresh.refits(), 0);
@@ -210,7 +210,7 @@ TEST(CheckpointProfile, TheModeSavesRestoresAndRefusesWithoutChangingTheRefit) {
 
   // A checkpoint without the entry: the start profile stays.
   ProfileRefit older(start_profile(), 1, kKvBytes);
-  RefitCheckpoint none(older, kKvBytes, "cpu_gloo", kWorld);
+  RefitCheckpoint none(older, kKvBytes, "cpu_gloo");
   ASSERT_TRUE(none.read(Checkpoint(), "old.ckpt", false).is_ok());
   none.install();
   EXPECT_FALSE(none.restored());
@@ -220,7 +220,7 @@ TEST(CheckpointProfile, TheModeSavesRestoresAndRefusesWithoutChangingTheRefit) {
   Checkpoint bad;
   bad.add(kProfileRefitEntry, saved.find(kProfileRefitEntry)->substr(0, 30));
   ProfileRefit kept(start_profile(), 1, kKvBytes);
-  RefitCheckpoint refused(kept, kKvBytes, "cpu_gloo", kWorld);
+  RefitCheckpoint refused(kept, kKvBytes, "cpu_gloo");
   const Status s = refused.read(bad, "ck/step-00000002.ckpt", false);
   ASSERT_FALSE(s.is_ok());
   EXPECT_NE(s.message().find("checkpoint ck/step-00000002.ckpt entry 'schedule/profile_refit'"),

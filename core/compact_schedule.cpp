@@ -19,7 +19,9 @@ Status expand_slot(const ScheduleRequest& request, ScheduleSlot& slot, std::size
   const CpWorkload w = slot_workload(request, slot);
   Result<ShardPlan> expanded = plan(slot.plan.strategy_used, w);
   if (!expanded) {
-    return plugin_fault(where + " cannot be expanded: " + expanded.status().message());
+    return plugin_fault(where + " cannot be expanded: " + expanded.status().message() +
+                        "; fix the plugin: a plan by rule must name a CP strategy that plans the "
+                        "slot's row");
   }
   const ShardPlan& got = *expanded;
   const auto differs = [&](const char* field, const std::string& said, const std::string& gave) {

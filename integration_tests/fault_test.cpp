@@ -330,6 +330,28 @@ TEST(HybridFault, CompactAnswerWithABadRuleEndsTheJobNamingTheSlot) {
   expect_no_orphans(job.marker);
 }
 
+// A plugin whose rules plan a slot's row one way on even ranks and another
+// on odd ones (both valid, of the stated shape): the members of a CP slot
+// would attend with different plans, silently. The schedule check compares
+// the plans each member expanded, and every rank stops naming the slot,
+// exit 2, before any exchange.
+TEST(HybridFault, CompactRuleExpandedDifferentlyByTheSlotsMembersEndsTheJob) {
+  FaultJob job;
+  std::vector<std::string> sets = kHybrid;
+  for (const char* set :
+       {"balancer.plugin=" FULCRUM_BROKEN_RANK_PLAN_PLUGIN, "balancer.schedule.strategy=fixed",
+        "balancer.cp.strategy=contiguous", "balancer.dp.strategy=round_robin"}) {
+    sets.push_back(set);
+  }
+  const ChildResult r = job.train({}, sets);
+  EXPECT_FALSE(r.timed_out) << r;
+  EXPECT_EQ(r.exit_code, 2) << r;
+  EXPECT_TRUE(contains(r.err, "(CP rule 'broken_rule' on ")) << r;
+  EXPECT_TRUE(contains(r.err, " ranks) expanded to plan 0x")) << r;
+  EXPECT_TRUE(contains(r.err, "a plan by rule must be the same on every rank")) << r;
+  expect_no_orphans(job.marker);
+}
+
 // Not a fault but the one input only the workers check: the Gloo interface.
 // Every rank refuses it before the rendezvous, with exit status 2.
 // --- plan consensus -----------------------------------------------------------

@@ -104,7 +104,8 @@ auto_checkpoint() {
 # can refuse it. MODE: truncate (its last 5 bytes cut), version (99), foreign
 # (another model's K/V bytes per token), steps (2^62 steps in the window),
 # nan (the last sample's seconds NaN), tail (a byte after its end), drop
-# (no entry: an older checkpoint).
+# (no entry: an older checkpoint), peers (the last sample's peers 2^20),
+# group (the last sample's group 2^20 + 1, past what a schedule places).
 ckpt_entry() {
   python3 - "$1" "$2" <<'PY'
 import struct, sys, zlib
@@ -128,6 +129,8 @@ elif mode == "version": struct.pack_into("<I", e, 0, 99)
 elif mode == "foreign": struct.pack_into("<d", e, 4, 1.0)
 elif mode == "steps": struct.pack_into("<Q", e, steps_at, 1 << 62)
 elif mode == "nan": struct.pack_into("<d", e, len(e) - 16, float("nan"))
+elif mode == "peers": struct.pack_into("<q", e, len(e) - 32, 1 << 20)
+elif mode == "group": struct.pack_into("<i", e, len(e) - 52, (1 << 20) + 1)
 elif mode == "tail": e.append(0)
 elif mode == "drop": blobs.remove(entry)
 else: sys.exit("ckpt_entry: unknown mode " + mode)

@@ -399,17 +399,28 @@ class Schedule:
     doc_lengths: np.ndarray
     slots: List[ScheduleSlot]
     plan_time_us: float
+    # What the request asked with, which a plan by rule is expanded with
+    # (Balancer.expand_slots); None where the schedule did not come from
+    # Balancer.schedule.
+    mask: Optional[object] = None
+    block_size: Optional[int] = None
 
     @property
     def num_waves(self):
         return 1 + max((s.wave for s in self.slots), default=-1)
 
-    def rank_slots(self, rank):
-        """The slots rank ``rank`` runs, in the order it runs them (by wave)."""
+    def check_rank(self, rank):
+        """``rank`` as an int, FulcrumError 'invalid_argument' unless it is an
+        integer (not a bool) in [0, world)."""
         if isinstance(rank, (bool, np.bool_)) or not isinstance(rank, (int, np.integer)) \
                 or not 0 <= rank < self.world:
             raise FulcrumError("invalid_argument", f"rank is {shown(rank, 60)}; give a rank in "
                                f"[0, {self.world})")
+        return int(rank)
+
+    def rank_slots(self, rank):
+        """The slots rank ``rank`` runs, in the order it runs them (by wave)."""
+        rank = self.check_rank(rank)
         return sorted((s for s in self.slots if rank in s.group), key=lambda s: s.wave)
 
     def to_json(self, positions=False):

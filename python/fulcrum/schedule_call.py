@@ -88,7 +88,8 @@ class Scheduling:
                                                                 docs, strategy)
         result = schedule_model.Schedule(
             requested=strategy, used=used or strategy, fallback_reason=reason, world=world,
-            max_tokens_per_rank=budget, doc_lengths=docs, slots=slots, plan_time_us=elapsed_us)
+            max_tokens_per_rank=budget, doc_lengths=docs, slots=slots, plan_time_us=elapsed_us,
+            mask=mask, block_size=block_size)
         schedule_model.check_schedule(result, self.name)
         if shaped:
             schedule_model.check_group_shapes(result, group_shapes, self.name)
@@ -96,13 +97,22 @@ class Scheduling:
             result = self.expand_slots(result, compact_rank, mask=mask, block_size=block_size)
         return result
 
-    def expand_slots(self, schedule, rank=None, *, mask="causal", block_size=128):
+    def expand_slots(self, schedule, rank=None, *, mask=None, block_size=None):
         """``schedule`` with the plans by rule of ``rank``'s slots (every slot:
         None) written, each the plan this plugin's plan_cp gives for the
         slot's rule on its row (its pieces as documents; ``mask`` and
-        ``block_size`` those the schedule was asked with), which must hold
-        the shape the answer stated: FulcrumError 'internal' naming the
-        plugin, the slot and its rule otherwise."""
+        ``block_size`` those the schedule was asked with, which it records:
+        None takes them, another value is refused, as a rule plans another
+        row under another mask; a schedule that records none takes causal and
+        128 by default), which must hold the shape the answer stated:
+        FulcrumError 'internal' naming the plugin, the slot and its rule
+        otherwise."""
+        if not isinstance(schedule, schedule_model.Schedule):
+            raise FulcrumError("invalid_argument", "schedule must be a fulcrum.schedule.Schedule "
+                               f"(as Balancer.schedule returns), not {type(schedule).__name__}")
+        if rank is not None:
+            rank = schedule.check_rank(rank)
+        mask, block_size = _expansion_settings(schedule, mask, block_size)
         slots = []
         for s in schedule.slots:
             if s.compact and (rank is None or rank in s.group.tolist()):
@@ -117,7 +127,8 @@ class Scheduling:
             plan = self.plan_cp(s.plan, cp=int(s.group.size), doc_lengths=s.lengths,
                                 block_size=block_size, mask=mask, fallback=None)
         except FulcrumError as e:
-            raise FulcrumError("internal", bad + f"cannot be expanded: {e}") from None
+            raise FulcrumError("internal", bad + f"cannot be expanded: {e}; fix the plugin: a plan "
+                               "by rule must name a CP strategy that plans the slot's row") from None
         for what, said, got in (("shard_len", s.rule_shard_len, plan.shard_len),
                                 ("padding", s.padding, plan.padding)):
             if said != got:
@@ -226,6 +237,25 @@ class Scheduling:
         used = self._answer_text(answer.strategy_used, _MAX_NAME_BYTES, bad, "strategy_used")
         reason = self._answer_text(answer.fallback_reason, _MAX_TEXT_BYTES, bad, "fallback_reason")
         return used, reason, slots
+
+
+def _expansion_settings(schedule, mask, block_size):
+    """The mask and block size a schedule's rules are expanded with: those it
+    was asked with where it records them (a different one given is refused),
+    else those given, else causal and 128."""
+    asked = ((schedule.mask, mask, "mask", "causal", work_model.Mask.parse),
+             (schedule.block_size, block_size, "block_size", 128,
+              lambda v: _c_int(v, "block_size", _INT64)))
+    out = []
+    for recorded, given, what, default, parse in asked:
+        value = parse(given) if given is not None else None
+        if recorded is not None and value is not None and value != recorded:
+            raise FulcrumError("invalid_argument", f"{what} is {given!r} but the schedule was "
+                               f"asked with {recorded!r}; leave {what} out to expand its rules "
+                               "as they were answered")
+        out.append(recorded if recorded is not None else
+                   value if value is not None else parse(default))
+    return tuple(out)
 
 
 def _schedule_request(lent, strategy, world, budget, docs, mask, cp, block_size, profile, shapes,

@@ -205,3 +205,43 @@ def test_a_link_in_a_directory_of_another_user_is_refused(owned_copy):
     os.chown(other, NOBODY, -1)
     refused(lambda: fulcrum.load(str(link)), "permission", f"{other} is owned by uid {NOBODY}")
     os.chown(other, 0, -1)
+
+
+# -- compact answers (ABI 1.4), adversarial --------------------------------------
+
+COMPACT_ARGS = dict(world=8, max_tokens_per_rank=1000, doc_lengths=[2500, 1800, 900, 700, 400],
+                    profile="h100_7b", cp=4)
+
+
+@pytest.mark.parametrize("kind, compact_rank, says", [
+    ("compact_unasked", None, "answer_flags 1 is not an answer this call asked for"),
+    ("compact_unknown_bit", None, "answer_flags 4 is not an answer this call asked for"),
+    ("compact_unknown_bit", 0, "answer_flags 5 is not an answer this call asked for"),
+    ("compact_with_positions", 0, "a compact answer with positions"),
+    ("compact_null_rule", 0, "slot 0's plan is by rule but names no rule"),
+    ("compact_unknown_rule", 0, "slot 0 (CP rule 'no_such_rule' on 4 ranks) cannot be expanded"),
+])
+def test_a_compact_answer_the_host_must_not_take_is_refused(test_plugins, kind, compact_rank,
+                                                            says):
+    with fulcrum.load(broken(test_plugins, kind), check_permissions=False) as b:
+        text = refused(lambda: b.schedule("fixed", **COMPACT_ARGS, compact_rank=compact_rank),
+                       "internal", "plugin 'broken_compact' scheduler 'fixed'", says)
+        assert printable(text)
+
+
+def test_expand_slots_refuses_a_rank_outside_the_world_and_what_is_not_a_schedule(test_plugins):
+    with fulcrum.load(broken(test_plugins, "compact_unknown_rule"),
+                      check_permissions=False) as b:
+        # Rank 7 is outside slot 0, whose rule cannot be expanded.
+        schedule = b.schedule("fixed", **COMPACT_ARGS, compact_rank=7)
+        assert schedule.slots[0].compact
+        for rank in (-1, 8, 99, True, 1.0, "0"):
+            refused(lambda: b.expand_slots(schedule, rank), "invalid_argument", "rank is ",
+                    "give a rank in [0, 8)")
+        refused(lambda: b.expand_slots("a schedule", 0), "invalid_argument",
+                "fulcrum.schedule.Schedule")
+        # Expanded with another mask or block size than the schedule was asked
+        # with, a rule would plan another row: refused, not planned.
+        for kwargs, says in (({"mask": "full"}, "mask"), ({"block_size": 64}, "block_size")):
+            refused(lambda: b.expand_slots(schedule, 7, **kwargs), "invalid_argument", says,
+                    "the schedule was asked with")

@@ -210,5 +210,72 @@ INSTANTIATE_TEST_SUITE_P(Rules, CompactFaultTest,
                                                      "expanded to a plan with shard_len "}),
                          [](const auto& test) { return std::string(test.param.kind); });
 
+// Answers the host refuses as they cross the boundary, before any slot is
+// expanded: a flag it did not ask for or does not know, positions beside
+// the flag, a slot without a rule.
+struct AnswerCase {
+  const char* kind;
+  bool compact;      // the request asks for the compact answer
+  const char* says;  // what the refusal must hold
+};
+
+class CompactAnswerTest : public ::testing::TestWithParam<AnswerCase> {};
+
+TEST_P(CompactAnswerTest, IsRefusedAsAPluginFault) {
+  const std::string file = std::string("fulcrum_broken_") + GetParam().kind;
+  ASSERT_TRUE(fs::exists(test_plugin(file))) << test_plugin(file) << " is missing: build it";
+  auto loaded = load_plugin(test_plugin(file), quiet_options());
+  ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
+  ScheduleRequest request;
+  request.doc_lengths = {2500, 1800, 900, 700, 400};
+  request.world_size = 8;
+  request.max_tokens_per_rank = 1000;
+  request.profile = builtin_cost_profile("h100_7b").value();
+  request.cp_size = 4;
+  request.compact = GetParam().compact;
+  auto answer = (*loaded)->schedule("fixed", request);
+  ASSERT_FALSE(answer.is_ok());
+  EXPECT_EQ(answer.status().code(), StatusCode::kPluginFault);
+  EXPECT_HAS(answer.status().message(),
+             "plugin 'broken_compact' scheduler 'fixed' returned an invalid schedule: ");
+  EXPECT_HAS(answer.status().message(), GetParam().says);
+  EXPECT_EQ(answer.status().message().find('\n'), std::string::npos);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Answers, CompactAnswerTest,
+    ::testing::Values(
+        AnswerCase{"compact_unasked", false, "marks a compact answer the host did not ask for"},
+        AnswerCase{"compact_unknown_bit", true, "answer_flags 5 holds bits this host does not"},
+        AnswerCase{"compact_with_positions", true,
+                   "a compact answer (FULCRUM_ANSWER_COMPACT) with"},
+        AnswerCase{"compact_null_rule", true, "slot_plan_strategies[0] is null"}),
+    [](const auto& test) { return std::string(test.param.kind); });
+
+// A rule naming a CP strategy the plugin does not have: the host takes the
+// answer (its shape is sound) and the rank that expands the slot refuses it.
+TEST(CompactScheduleTest, ARuleThePluginCannotPlanIsRefusedOnExpansion) {
+  const std::string file = "fulcrum_broken_compact_unknown_rule";
+  ASSERT_TRUE(fs::exists(test_plugin(file))) << test_plugin(file) << " is missing: build it";
+  auto loaded = load_plugin(test_plugin(file), quiet_options());
+  ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
+  ScheduleRequest request;
+  request.doc_lengths = {2500, 1800, 900, 700, 400};
+  request.world_size = 8;
+  request.max_tokens_per_rank = 1000;
+  request.profile = builtin_cost_profile("h100_7b").value();
+  request.cp_size = 4;
+  request.compact = true;
+  auto answer = (*loaded)->schedule("fixed", request);
+  ASSERT_TRUE(answer.is_ok()) << answer.status().message();
+  Schedule all = *answer;
+  const Status status = expand_slots_of_rank(request, all, -1, **loaded);
+  ASSERT_FALSE(status);
+  EXPECT_EQ(status.code(), StatusCode::kPluginFault);
+  EXPECT_HAS(status.message(),
+             "balancer 'broken_compact': schedule slot 0 (CP rule 'no_such_rule' on 4 ranks) "
+             "cannot be expanded: ");
+}
+
 }  // namespace
 }  // namespace fulcrum::host

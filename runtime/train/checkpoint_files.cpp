@@ -154,7 +154,15 @@ Status write_file_atomically(const std::string& path, std::string_view bytes) {
     }
   } cleanup{temp};
 
-  Fd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  // Whatever holds the temporary name (a crashed writer's file, or a link
+  // another user who can write here planted to have this job overwrite the
+  // file it names) is removed, never opened; a new file is created in its
+  // place, and if something took the name again meanwhile, the open fails.
+  if (::unlink(temp.c_str()) != 0 && errno != ENOENT) {
+    return invalid_argument("cannot remove " + temp + ", left in the way: " + errno_text() +
+                            "; remove it, or check that train.checkpoint_dir is writable");
+  }
+  Fd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
   if (!fd.valid()) {
     return invalid_argument("cannot create " + temp + ": " + errno_text() +
                             "; check that train.checkpoint_dir is writable");

@@ -11,6 +11,7 @@
 
 #include "fulcrum/core/bytes.h"
 #include "fulcrum/core/cost_profile.h"
+#include "fulcrum/core/workload.h"
 #include "fulcrum/host/log.h"
 
 namespace fulcrum::train {
@@ -79,6 +80,12 @@ Status read_sample(ByteReader& in, calibrate::SlotSample& s) {
         ", tiles " + std::to_string(s.tiles) + ", peers " + std::to_string(s.peers) +
         ", kv_bytes " + std::to_string(s.kv_bytes) + ", row tokens " +
         std::to_string(s.row_tokens) + " (a group >= 1 and counts >= 0 expected)");
+  }
+  // A member exchanges with its slot's other members at most.
+  if (s.group > kMaxGroupSize || s.peers >= s.group) {
+    return invalid_argument("a sample has group " + std::to_string(s.group) + " and peers " +
+                            std::to_string(s.peers) + " (a group of at most 2^20 ranks and " +
+                            "fewer peers than its group expected)");
   }
   if (!std::isfinite(s.seconds) || s.seconds < 0) {
     return invalid_argument("a sample's time is " + number(s.seconds) +

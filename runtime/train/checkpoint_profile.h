@@ -14,13 +14,13 @@
 //        the samples' bytes are counted in them
 //   i64  refits so far
 //   u64  name length, then the name's bytes (at most 255, no control byte)
-//   f64  x 8: tile_seconds, token_seconds, slot_seconds, kv_bytes_per_token,
+//   f64  x 9: tile_seconds, token_seconds, slot_seconds, kv_bytes_per_token,
 //        intra_node_bytes_per_second, inter_node_bytes_per_second,
-//        latency_seconds, exchange_overlap
+//        latency_seconds, exchange_overlap, row_token_seconds
 //   i32  ranks_per_node
 //   u64  steps in the window, oldest first; per step a u64 sample count,
 //        then per sample: i32 group, i64 tokens, i64 tiles, i64 peers,
-//        i64 kv_bytes, f64 seconds
+//        i64 kv_bytes, f64 seconds, i64 row tokens
 //
 // The entry must end where its last sample ends. A checkpoint written
 // without it (by an older fulcrum, or by a job with a fixed profile) resumes
@@ -44,8 +44,10 @@ std::string encode_refit_state(const ProfileRefit::State& state, double kv_bytes
 
 // The entry's bytes, checked: the version, the model's K/V bytes per token
 // (`kv_bytes_per_token`: an entry for another model is foreign), a valid
-// profile, samples with counts >= 0, g >= 1 and finite seconds >= 0,
-// nothing after the end. The error says what is wrong, without the file.
+// profile, samples with counts >= 0, g in [1, 2^20] (the most ranks a
+// schedule places; not this job's world: a job may resume on another
+// layout), fewer peers than g and finite seconds >= 0, nothing after the
+// end. The error says what is wrong, without the file.
 Result<ProfileRefit::State> decode_refit_state(std::string_view bytes, double kv_bytes_per_token);
 
 // The refit of a job with balancer.schedule.profile: auto, saved in and

@@ -74,6 +74,9 @@ struct ScheduleRecord {
   std::int64_t slots = 0;
   std::string scheduler;
   std::string refused;  // this rank's refusal of the schedule; "" = none
+  // Per slot this rank runs with peers and holds positions for: the slot's
+  // index, then plan_fingerprint of its plan (the bits as i64).
+  std::vector<std::int64_t> member_plans;
 };
 
 struct VerdictRecord {
@@ -119,6 +122,7 @@ Bytes encode(const ScheduleRecord& r) {
       .i64(r.slots)
       .str(r.scheduler)
       .str(r.refused)
+      .list(r.member_plans)
       .take();
 }
 
@@ -142,7 +146,8 @@ bool decode(const Bytes& bytes, ScheduleRecord& r) {
   r.slots = in.i64();
   r.scheduler = in.str();
   r.refused = in.str();
-  return in.done();
+  r.member_plans = in.list();
+  return in.done() && r.member_plans.size() % 2 == 0;
 }
 
 bool decode(const Bytes& bytes, StepRecord& r) {
@@ -531,6 +536,61 @@ Result<ReliabilityOptions> reliability_options(const host::Config& config, int w
   return o;
 }
 
+// --- expanded slot plans --------------------------------------------------------
+//
+// Positions are not in the schedule's fingerprint: each member writes its
+// slots' with the plugin's plan_cp (or its own scheduler call), and a plugin
+// that plans a row differently per process would have one slot's members
+// exchange the wrong tokens, silently. So the members of a slot compare.
+
+namespace {
+
+std::vector<std::int64_t> member_plans(const Schedule& schedule, int rank) {
+  std::vector<std::int64_t> out;
+  for (std::size_t s = 0; s < schedule.slots.size(); ++s) {
+    const ScheduleSlot& slot = schedule.slots[s];
+    if (slot.ranks.size() < 2 || slot.compact() ||
+        std::find(slot.ranks.begin(), slot.ranks.end(), rank) == slot.ranks.end()) {
+      continue;
+    }
+    out.push_back(static_cast<std::int64_t>(s));
+    out.push_back(static_cast<std::int64_t>(plan_fingerprint(slot.plan)));
+  }
+  return out;
+}
+
+// "" when every slot's members hold one plan, else the line that stops the
+// job (a plugin fault: the plugin planned one slot two ways).
+std::string member_plan_failure(const Schedule& schedule, const ConsensusGroup& g,
+                                const std::vector<ScheduleRecord>& all) {
+  // slot -> (first member's rank, its fingerprint)
+  std::map<std::int64_t, std::pair<int, std::int64_t>> first;
+  for (std::size_t m = 0; m < all.size(); ++m) {
+    const std::vector<std::int64_t>& plans = all[m].member_plans;
+    for (std::size_t i = 0; i + 1 < plans.size(); i += 2) {
+      const auto [at, fresh] = first.try_emplace(plans[i], g.ranks[m], plans[i + 1]);
+      if (fresh || at->second.second == plans[i + 1]) continue;
+      const auto s = static_cast<std::size_t>(plans[i]);
+      const std::string rule =
+          s < schedule.slots.size() ? schedule.slots[s].plan.strategy_used : std::string("?");
+      const std::size_t members = s < schedule.slots.size() ? schedule.slots[s].ranks.size() : 0;
+      return "scheduling step " + std::to_string(all[m].step) + " with " +
+             quote_text(all[m].scheduler) + " failed: schedule slot " + std::to_string(s) +
+             " (CP rule " + quote_text(rule) + " on " + std::to_string(members) +
+             " ranks) expanded to plan " + hex(static_cast<std::uint64_t>(at->second.second)) +
+             " on rank " + std::to_string(at->second.first) + " and plan " +
+             hex(static_cast<std::uint64_t>(plans[i + 1])) + " on rank " +
+             std::to_string(g.ranks[m]) +
+             "; a plan by rule must be the same on every rank (the plugin's CP planner is not "
+             "deterministic): fix the plugin so that its CP strategy plans a row alike in "
+             "every process";
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
 // --- hooks ------------------------------------------------------------------
 
 ReliabilityHooks::ReliabilityHooks(ReliabilityOptions options, int rank)
@@ -594,8 +654,12 @@ void ReliabilityHooks::begin_slot() { faults_.maybe_fault(step_); }
 std::string ReliabilityHooks::check_schedule(const Schedule& schedule, std::uint64_t fingerprint,
                                              const std::string& refused) {
   if (!enabled() || !world_ || world_->ranks.size() < 2) return refused;
-  ScheduleRecord mine{step_, fingerprint, static_cast<std::int64_t>(schedule.slots.size()),
-                      schedule.strategy_used, refused};
+  ScheduleRecord mine{step_,
+                      fingerprint,
+                      static_cast<std::int64_t>(schedule.slots.size()),
+                      schedule.strategy_used,
+                      refused,
+                      member_plans(schedule, rank_)};
   // The test-only `plan` perturbation: this rank's schedule reads differently.
   if (armed(PerturbKind::kCpPlan)) mine.schedule ^= 1;
   const ConsensusGroup& g = *world_;
@@ -605,7 +669,7 @@ std::string ReliabilityHooks::check_schedule(const Schedule& schedule, std::uint
     if (!r.refused.empty()) return r.refused;
   }
   auto classes = classes_of(all, [](const ScheduleRecord& r) { return r.schedule; });
-  if (classes.size() == 1) return "";
+  if (classes.size() == 1) return member_plan_failure(schedule, g, all);
   throw ConsensusError(
       "plan consensus failed at step " + std::to_string(step_) + " on group " + g.name + ": " +
       differs("the schedule", g, all, classes,

@@ -170,6 +170,10 @@ class ReliabilityHooks {
   // `fingerprint` is schedule_fingerprint of the answer as every rank got
   // it, taken before any rank expanded its own slots (expanding names a
   // plan by what its CP planner chose, and each rank expands other slots).
+  // Then the plan of every slot of two or more ranks that this rank runs
+  // and holds positions for, compared among the slot's members: a slot
+  // planned differently by its members is returned as a refusal naming the
+  // slot, its rule and two ranks' plans (the plugin's fault, exit 2).
   [[nodiscard]] std::string check_schedule(const Schedule& schedule, std::uint64_t fingerprint,
                                            const std::string& refused = "");
   // Before the step's gradient all-reduce: the CP verdict over WORLD.

@@ -5,10 +5,26 @@
 //   compact_repeat        slot 0's rule plans one position twice
 //   compact_shard_len     slot 0's rule plans one more pad per member than
 //                         the schedule stated (a valid plan of another shape)
+//   compact_rank_plan     slot rules plan a valid plan of the stated shape,
+//                         but another one on a rank whose RANK is odd (each
+//                         member's shard in reverse order): the members of
+//                         a slot expand it differently
+//   compact_unknown_rule  slot 0's rule names a CP strategy the plugin does
+//                         not have
+// and answers the host must refuse before any slot is expanded (the SDK's
+// table with its schedule hook wrapped, as a plugin written without the
+// SDK could answer):
+//   compact_unasked       a full request answered compactly (flag set,
+//                         positions NULL)
+//   compact_unknown_bit   answer_flags holds a bit no ABI defines
+//   compact_with_positions a compact answer with a positions array
+//   compact_null_rule     a compact answer whose slot 0 names no rule
 // Asked for the full answer, it gives a valid fixed schedule (contiguous
 // plans, round-robin groups), as a 1.3 host would see it.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -33,6 +49,9 @@ class BrokenCompactBalancer final : public fulcrum::LoadBalancer {
 
   fulcrum::Result<fulcrum::ShardPlan> plan_cp(std::string_view strategy,
                                               const fulcrum::CpWorkload& workload) override {
+    if (strategy != "contiguous" && strategy != kBrokenRule) {
+      return fulcrum::unsupported("no CP strategy '" + std::string(strategy) + "'");
+    }
     fulcrum::ShardPlan plan = fulcrum::contiguous_plan(workload);
     if (strategy != kBrokenRule) return plan;
     plan.strategy_used = std::string(kBrokenRule);
@@ -41,6 +60,14 @@ class BrokenCompactBalancer final : public fulcrum::LoadBalancer {
     plan.positions[0] = workload.tokens;
 #elif defined(FULCRUM_BROKEN_compact_repeat)
     if (workload.tokens > 1) plan.positions[1] = plan.positions[0];
+#elif defined(FULCRUM_BROKEN_compact_rank_plan)
+    const char* rank = std::getenv("RANK");
+    if (rank != nullptr && std::atoi(rank) % 2 == 1) {
+      for (std::int32_t r = 0; r < plan.cp_size; ++r) {
+        const auto begin = plan.positions.begin() + r * plan.shard_len;
+        std::reverse(begin, begin + plan.shard_len);
+      }
+    }
 #else
     // Each member's shard one pad longer: valid, but not the stated shape.
     std::vector<std::int64_t> longer;
@@ -78,11 +105,66 @@ class BrokenCompactBalancer final : public fulcrum::LoadBalancer {
       slot.plan.positions.clear();
       slot.plan.work.clear();
     }
+#if defined(FULCRUM_BROKEN_compact_unknown_rule)
+    s.slots[0].plan.strategy_used = "no_such_rule";
+#else
     s.slots[0].plan.strategy_used = std::string(kBrokenRule);
+#endif
     return s;
   }
 };
 
+#if defined(FULCRUM_BROKEN_compact_unasked) || defined(FULCRUM_BROKEN_compact_unknown_bit) || \
+    defined(FULCRUM_BROKEN_compact_with_positions) || defined(FULCRUM_BROKEN_compact_null_rule)
+#define FULCRUM_BROKEN_FLAGS 1
+
+using ScheduleHook = fulcrum_status (*)(void*, const fulcrum_schedule_request*, fulcrum_schedule*);
+
+// The SDK's hook; tampered_schedule damages what it answers.
+ScheduleHook sdk_schedule = nullptr;
+const std::int64_t kStrayPositions[4] = {0, 1, 2, 3};
+
+fulcrum_status tampered_schedule(void* instance, const fulcrum_schedule_request* request,
+                                 fulcrum_schedule* out) {
+  const fulcrum_status status = sdk_schedule(instance, request, out);
+  if (status != FULCRUM_OK ||
+      !FULCRUM_HAS_FIELD(fulcrum_schedule, reserved_v1_4, out->struct_size)) {
+    return status;
+  }
+  const bool asked =
+      FULCRUM_HAS_FIELD(fulcrum_schedule_request, reserved_v1_4, request->struct_size) &&
+      (request->answer_flags & FULCRUM_ANSWER_COMPACT) != 0;
+#if defined(FULCRUM_BROKEN_compact_unasked)
+  if (!asked) {
+    out->answer_flags = FULCRUM_ANSWER_COMPACT;
+    out->positions = nullptr;
+  }
+#elif defined(FULCRUM_BROKEN_compact_unknown_bit)
+  out->answer_flags |= 0x4u;
+#elif defined(FULCRUM_BROKEN_compact_with_positions)
+  if (asked) out->positions = kStrayPositions;
+#else
+  if (asked && out->num_slots > 0) {
+    // The SDK's own array of names (the answer's buffers are the plugin's).
+    const_cast<const char**>(out->slot_plan_strategies)[0] = nullptr;
+  }
+#endif
+  return FULCRUM_OK;
+}
+#endif
+
 }  // namespace
 
+#if defined(FULCRUM_BROKEN_FLAGS)
+extern "C" FULCRUM_PLUGIN_API const fulcrum_plugin_v1* fulcrum_get_plugin(void) {
+  static const fulcrum_plugin_v1 table = [] {
+    fulcrum_plugin_v1 t = *::fulcrum::sdk::PluginAdapter<BrokenCompactBalancer>::table();
+    sdk_schedule = t.schedule;
+    t.schedule = &tampered_schedule;
+    return t;
+  }();
+  return &table;
+}
+#else
 FULCRUM_EXPORT_PLUGIN(BrokenCompactBalancer)
+#endif

@@ -19,6 +19,7 @@ namespace fulcrum::train {
 namespace {
 
 constexpr double kKvBytes = 2.0 * 32 * 2 * 8;  // hidden 32, 2 layers, float64
+constexpr std::int32_t kGroups = 8;            // random states' largest group
 
 CostProfile start_profile() {
   CostProfile p;
@@ -55,8 +56,9 @@ ProfileRefit::State random_state(std::mt19937_64& rng) {
     std::vector<calibrate::SlotSample>& step = state.window.emplace_back();
     const std::size_t n = rng() % 8;
     for (std::size_t j = 0; j < n; ++j) {
-      step.push_back({static_cast<std::int32_t>(1 + rng() % 8), count(rng), count(rng),
-                      static_cast<std::int64_t>(rng() % 8), count(rng), unit(rng), count(rng)});
+      const auto group = static_cast<std::int32_t>(1 + rng() % kGroups);
+      step.push_back({group, count(rng), count(rng), static_cast<std::int64_t>(rng() % group),
+                      count(rng), unit(rng), count(rng)});
     }
   }
   return state;
@@ -165,6 +167,13 @@ TEST(CheckpointProfile, DamagedOrForeignEntriesAreRefusedSayingWhy) {
        "more than its"},
       {"group 0", with<std::int32_t>(good, group_at, 0), kKvBytes, "group 0"},
       {"negative tokens", with<std::int64_t>(good, group_at + 4, -5), kKvBytes, "tokens -5"},
+      // A member exchanges with at most its slot's other members; the
+      // refit would fit 2^20 peers into the profile (and priced as a slot
+      // they would be a 2^40-entry exchange table).
+      {"peers past the group", with<std::int64_t>(good, group_at + 20, 1 << 20), kKvBytes,
+       "peers 1048576"},
+      {"a group past the 2^20 ranks a schedule places",
+       with<std::int32_t>(good, group_at, (1 << 20) + 1), kKvBytes, "group 1048577"},
       {"NaN seconds", with(good, at.seconds, nan), kKvBytes, "nan"},
       {"negative seconds", with(good, at.seconds, -1.0), kKvBytes, "-1"},
       {"infinite seconds", with(good, at.seconds, HUGE_VAL), kKvBytes, "inf"},

@@ -307,6 +307,19 @@ TEST(CheckpointFiles, AtomicWriteFailsCleanly) {
   EXPECT_EQ(files, 1u) << "a temporary file stayed behind";
 }
 
+// Another user who can write in the checkpoint directory plants a symbolic
+// link where the temporary file goes: the write must not follow it into the
+// file it names (which the running user may own), only replace it.
+TEST(CheckpointFiles, AtomicWriteDoesNotFollowALinkPlantedAtItsTemporaryName) {
+  test::TempDir dir("fulcrum_ckpt");
+  write_all(dir.at("victim"), "the user's own file");
+  fs::create_symlink(dir.at("victim"), dir.at(".x.ckpt.tmp"));
+  ASSERT_TRUE(write_file_atomically(dir.at("x.ckpt"), "checkpoint bytes"));
+  EXPECT_EQ(read_all(dir.at("victim")), "the user's own file");
+  EXPECT_EQ(read_all(dir.at("x.ckpt")), "checkpoint bytes");
+  EXPECT_FALSE(fs::is_symlink(dir.at("x.ckpt")));
+}
+
 TEST(CheckpointFiles, PrepareDirCreatesOrRefuses) {
   test::TempDir dir("fulcrum_ckpt");
   EXPECT_TRUE(prepare_checkpoint_dir(dir.at("a/b")));

@@ -213,22 +213,6 @@ std::vector<Interval> touched_blocks(const CpWorkload& w, const RowLayout& layou
   return merged(std::move(spans));
 }
 
-// How many members hold real tokens of each key block.
-std::vector<std::int32_t> holders_per_block(const RunShardPlan& plan, std::int64_t tokens,
-                                            std::int64_t block) {
-  const auto blocks = static_cast<std::size_t>(ceil_div(tokens, block));
-  std::vector<std::int32_t> count(blocks, 0);
-  std::vector<std::int32_t> last(blocks, -1);  // members come in ascending order
-  for_each_block_overlap(plan, block, [&](std::int64_t k, std::int32_t m, std::int64_t) {
-    const auto b = static_cast<std::size_t>(k);
-    if (last[b] != m) {
-      last[b] = m;
-      ++count[b];
-    }
-  });
-  return count;
-}
-
 // The largest of values[lo..hi] in O(1) after O(n log n).
 class SparseMax {
  public:
@@ -382,7 +366,93 @@ SlotCost price_counted(const ScheduleRequest& request, const ScheduleSlot& slot,
   return price_slot_counts(request.profile, slot.ranks, counts);
 }
 
-double floor_counted(const ScheduleRequest& request, const ScheduleSlot& slot,
+// Each member's exchange, totalled without the member-by-member table, split
+// by link: the K/V tokens it receives from members on its own node and from
+// the others (the real tokens of the key blocks it touches, less its own
+// there), those it sends to each (its tokens of each block times the other
+// members touching that block), and at least how many peers it has (the
+// other members touching one block it holds). The totals equal the table's
+// sums; the peers are at most the table's.
+struct ExchangeTotals {
+  std::vector<std::int64_t> near;  // per member: tokens in + out, same node
+  std::vector<std::int64_t> far;   // per member: tokens in + out, other nodes
+  std::vector<std::int32_t> peers;
+};
+
+ExchangeTotals exchange_totals(const SlotRunsCounts& c, const std::vector<std::int32_t>& node) {
+  const std::size_t g = c.work.size();
+  const std::size_t blocks = c.holders.offset.size() - 1;
+  const std::size_t nodes =
+      static_cast<std::size_t>(*std::max_element(node.begin(), node.end())) + 1;
+  // Per node and block (row n x (blocks + 1)): the running sum of the real
+  // tokens its members hold, and how many of its members' touched
+  // intervals cover the block (a difference array, then summed).
+  std::vector<std::int64_t> sum(nodes * (blocks + 1), 0);
+  std::vector<std::int32_t> touchers(nodes * (blocks + 1), 0);
+  const auto at = [blocks](std::size_t n, std::size_t k) { return n * (blocks + 1) + k; };
+  for (std::size_t k = 0; k < blocks; ++k) {
+    for (std::int64_t i = c.holders.offset[k]; i < c.holders.offset[k + 1]; ++i) {
+      const auto& [j, n] = c.holders.entries[static_cast<std::size_t>(i)];
+      sum[at(static_cast<std::size_t>(node[static_cast<std::size_t>(j)]), k + 1)] += n;
+    }
+  }
+  ExchangeTotals t{std::vector<std::int64_t>(g, 0), std::vector<std::int64_t>(g, 0),
+                   std::vector<std::int32_t>(g, 0)};
+  for (std::size_t n = 0; n < nodes; ++n) {
+    for (std::size_t k = 0; k < blocks; ++k) sum[at(n, k + 1)] += sum[at(n, k)];
+  }
+  for (std::size_t r = 0; r < g; ++r) {
+    const auto own = static_cast<std::size_t>(node[r]);
+    for (const auto& [lo, hi] : c.touched[r]) {
+      const auto l = static_cast<std::size_t>(lo);
+      const auto h = static_cast<std::size_t>(hi) + 1;
+      ++touchers[at(own, l)];
+      --touchers[at(own, h)];
+      for (std::size_t n = 0; n < nodes; ++n) {
+        (n == own ? t.near : t.far)[r] += sum[at(n, h)] - sum[at(n, l)];
+      }
+    }
+  }
+  for (std::size_t n = 0; n < nodes; ++n) {
+    for (std::size_t k = 1; k <= blocks; ++k) touchers[at(n, k)] += touchers[at(n, k - 1)];
+  }
+  // Blocks ascend, so each member's place in its touched intervals only
+  // moves forward.
+  std::vector<std::size_t> place(g, 0);
+  for (std::size_t k = 0; k < blocks; ++k) {
+    std::int32_t all = 0;
+    for (std::size_t n = 0; n < nodes; ++n) all += touchers[at(n, k)];
+    for (std::int64_t i = c.holders.offset[k]; i < c.holders.offset[k + 1]; ++i) {
+      const auto& [j, n] = c.holders.entries[static_cast<std::size_t>(i)];
+      const auto m = static_cast<std::size_t>(j);
+      const std::vector<Interval>& mine = c.touched[m];
+      while (place[m] < mine.size() && mine[place[m]].second < static_cast<std::int64_t>(k)) {
+        ++place[m];
+      }
+      const bool touches =
+          place[m] < mine.size() && mine[place[m]].first <= static_cast<std::int64_t>(k);
+      const std::int32_t self = touches ? 1 : 0;
+      const std::int32_t near = touchers[at(static_cast<std::size_t>(node[m]), k)] - self;
+      t.near[m] += n * near;
+      t.far[m] += n * (all - self - near);
+      t.peers[m] = std::max(t.peers[m], all - self);
+      if (touches) t.near[m] -= n;  // its own tokens are not received
+    }
+  }
+  return t;
+}
+
+// Two floors on the exact end: `peers`, each member's compute plus the
+// latency of the peers it has at least (the other holders of the most-held
+// key block it touches), less what the overlap can hide; and `exchange`,
+// that member's compute plus its exchange totals (exchange_totals) priced as
+// if every byte crossed the faster link, with the peers it has at least.
+struct Floors {
+  double peers = 0;
+  double exchange = 0;
+};
+
+Floors floor_counted(const ScheduleRequest& request, const ScheduleSlot& slot,
                      const SlotRunsCounts& c) {
   SlotCounts counts;
   for (const RankWork& rw : c.work) {
@@ -391,28 +461,50 @@ double floor_counted(const ScheduleRequest& request, const ScheduleSlot& slot,
   }
   const SlotCost compute = price_slot_counts(request.profile, slot.ranks, counts);
   const CostProfile& p = request.profile;
-  if (c.work.size() <= 1 || p.latency_seconds <= 0) return compute.end_seconds;
+  Floors f{compute.end_seconds, compute.end_seconds};
+  if (c.work.size() <= 1) return f;
   // Every other member holding tokens of a key block a member touches sends
-  // it some: a peer. So a member has at least (the most holders of one
-  // block it touches) - 1 peers, and pays their latency, of which compute
-  // can hide at most the overlap's share (comm_seconds only grows with it).
-  // A block's holders are its entries (one per member holding it).
+  // it some: a peer. A block's holders are its entries (one per member).
   std::vector<std::int32_t> per_block(c.holders.offset.size() - 1);
   for (std::size_t k = 0; k < per_block.size(); ++k) {
     per_block[k] = static_cast<std::int32_t>(c.holders.offset[k + 1] - c.holders.offset[k]);
   }
   const SparseMax holders(std::move(per_block));
-  double end = compute.end_seconds;
+  // Members' nodes, numbered from 0 in order of first appearance.
+  std::vector<std::int32_t> node(c.work.size());
+  {
+    std::vector<std::int32_t> seen;
+    const std::int32_t per_node = std::max(1, p.ranks_per_node);
+    for (std::size_t r = 0; r < node.size(); ++r) {
+      const std::int32_t n = slot.ranks[r] / per_node;
+      const auto it = std::find(seen.begin(), seen.end(), n);
+      node[r] = static_cast<std::int32_t>(it - seen.begin());
+      if (it == seen.end()) seen.push_back(n);
+    }
+  }
+  const ExchangeTotals t = exchange_totals(c, node);
+  // Each link's bytes priced at once, a hair under so that one product per
+  // link cannot round above the table's sum of one product per peer.
+  const double near_token = p.kv_bytes_per_token / p.intra_node_bytes_per_second * (1 - 1e-9);
+  const double far_token = p.kv_bytes_per_token / p.inter_node_bytes_per_second * (1 - 1e-9);
   for (std::size_t r = 0; r < c.work.size(); ++r) {
+    if (c.work[r].tokens == 0) continue;  // holds nothing: exchanges nothing
     std::int32_t most = 0;
     for (const auto& [lo, hi] : c.touched[r]) most = std::max(most, holders.max(lo, hi));
-    if (most <= 1) continue;
     const double compute_seconds = compute.members[r].compute_seconds;
-    const double comm = p.latency_seconds * (most - 1);
-    end = std::max(end,
-                   compute_seconds + comm - p.exchange_overlap * std::min(compute_seconds, comm));
+    if (most > 1 && p.latency_seconds > 0) {
+      const double comm = p.latency_seconds * (most - 1);
+      f.peers = std::max(
+          f.peers, compute_seconds + comm - p.exchange_overlap * std::min(compute_seconds, comm));
+    }
+    double comm = static_cast<double>(t.near[r]) * near_token +
+                  static_cast<double>(t.far[r]) * far_token +
+                  p.latency_seconds * std::max(most - 1, t.peers[r]);
+    comm -= p.exchange_overlap * std::min(compute_seconds, comm);
+    f.exchange = std::max(f.exchange, (compute_seconds + comm) * (1 - 1e-12));
   }
-  return end;
+  f.exchange = std::max(f.exchange, f.peers);
+  return f;
 }
 
 }  // namespace
@@ -424,41 +516,16 @@ SlotCost evaluate_slot_runs(const ScheduleRequest& request, const ScheduleSlot& 
 
 double slot_end_floor_runs(const ScheduleRequest& request, const ScheduleSlot& slot,
                            const RunShardPlan& runs) {
-  // floor_counted's arithmetic without the holders' table: the count of
-  // holders per block is all it needs.
-  const CpWorkload w = slot_workload(request, slot);
-  const std::vector<RankWork> work = run_tokens_and_tiles(w, runs);
-  SlotCounts counts;
-  for (const RankWork& rw : work) {
-    counts.tokens.push_back(rw.tokens);
-    counts.tiles.push_back(rw.tiles);
-  }
-  const SlotCost compute = price_slot_counts(request.profile, slot.ranks, counts);
-  const CostProfile& p = request.profile;
-  if (runs.ranks <= 1 || p.latency_seconds <= 0) return compute.end_seconds;
-  const RowLayout layout(w);
-  const SparseMax holders(holders_per_block(runs, w.tokens, w.block_size));
-  double end = compute.end_seconds;
-  for (std::int32_t r = 0; r < runs.ranks; ++r) {
-    std::int32_t most = 0;
-    for (const auto& [lo, hi] : touched_blocks(w, layout, runs, r)) {
-      most = std::max(most, holders.max(lo, hi));
-    }
-    if (most <= 1) continue;
-    const double compute_seconds = compute.members[static_cast<std::size_t>(r)].compute_seconds;
-    const double comm = p.latency_seconds * (most - 1);
-    end = std::max(end,
-                   compute_seconds + comm - p.exchange_overlap * std::min(compute_seconds, comm));
-  }
-  return end;
+  return floor_counted(request, slot, count_slot_runs(request, slot, runs)).exchange;
 }
 
 SlotEnd slot_end_runs_below(const ScheduleRequest& request, const ScheduleSlot& slot,
-                            const RunShardPlan& runs, double beat) {
+                            const RunShardPlan& runs, double beat, bool exchange_floor) {
   const SlotRunsCounts c = count_slot_runs(request, slot, runs);
   if (beat != std::numeric_limits<double>::infinity()) {
-    const double floor = floor_counted(request, slot, c);
-    if (floor >= beat) return {floor, false, {}};
+    const Floors f = floor_counted(request, slot, c);
+    const double floor = exchange_floor ? f.exchange : f.peers;
+    if (floor >= beat) return {floor, false, {}, f.peers};
   }
   SlotCost cost = price_counted(request, slot, c);
   const double end = cost.end_seconds;

@@ -145,9 +145,11 @@ inline constexpr double kNoEnd = std::numeric_limits<double>::infinity();
 // cp_size and shard_len, no positions; returns the slot's exact length
 // (evaluate_slot's end_seconds for the expanded plan) when it is below
 // `ceiling`, else kNoEnd (the plan recorded is then not rule 5's choice,
-// and the caller drops the slot's schedule).
+// and the caller drops the slot's schedule). `none_below`, when given, is
+// set when the answer is kNoEnd for every lower ceiling too (a caller may
+// then answer those without planning).
 Result<double> plan_slot_compact(const ScheduleRequest& request, ScheduleSlot& slot,
-                                 double ceiling = kNoEnd);
+                                 double ceiling = kNoEnd, bool* none_below = nullptr);
 
 // The runs of the plan rule `rule` (balanced, per_document,
 // per_document_padded, head_tail, contiguous) for a slot's row; nullopt for

@@ -26,13 +26,38 @@
 #include "fulcrum/core/workload.h"
 
 namespace fulcrum {
-namespace {
+namespace detail {
 
 using Interval = std::pair<std::int64_t, std::int64_t>;
 
-// Sorted, merged (touching intervals joined) copy of `spans`.
-std::vector<Interval> merged(std::vector<Interval> spans) {
-  std::sort(spans.begin(), spans.end());
+// Who holds the real tokens of every key block: block k's holders are
+// entries [offset[k], offset[k + 1]) of (member, tokens), members ascending.
+struct Holders {
+  std::vector<std::int64_t> offset;
+  std::vector<std::pair<std::int32_t, std::int64_t>> entries;
+};
+
+// What the floor and the exact price of one run plan share: the members'
+// tokens and tiles, the holders of every key block and the key blocks each
+// member touches, each counted once.
+struct SlotRunsCounts {
+  CpWorkload w;
+  std::vector<RankWork> work;
+  Holders holders;
+  std::vector<std::vector<Interval>> touched;  // per member; empty for g = 1
+};
+
+}  // namespace detail
+
+namespace {
+
+using detail::Holders;
+using detail::Interval;
+using detail::SlotRunsCounts;
+
+// The sorted, merged (touching intervals joined) `spans` (sorted in place).
+std::vector<Interval> merged(std::vector<Interval>& spans) {
+  if (!std::is_sorted(spans.begin(), spans.end())) std::sort(spans.begin(), spans.end());
   std::vector<Interval> out;
   for (const auto& [lo, hi] : spans) {
     if (!out.empty() && lo <= out.back().second + 1) {
@@ -91,13 +116,6 @@ void walk_member(const RowLayout& layout, std::int64_t block, const RunShardPlan
     }
   }
 }
-
-// Who holds the real tokens of every key block: block k's holders are
-// entries [offset[k], offset[k + 1]) of (member, tokens), members ascending.
-struct Holders {
-  std::vector<std::int64_t> offset;
-  std::vector<std::pair<std::int32_t, std::int64_t>> entries;
-};
 
 template <typename Visit>
 void for_each_block_overlap(const RunShardPlan& plan, std::int64_t block, Visit&& visit) {
@@ -197,20 +215,6 @@ void add_receipts(const Holders& holders, const std::unique_ptr<HolderSums>& sum
       from[index[static_cast<std::size_t>(j)]] += count;
     }
   }
-}
-
-// The merged key-block intervals member r's queries touch.
-std::vector<Interval> touched_blocks(const CpWorkload& w, const RowLayout& layout,
-                                     const RunShardPlan& plan, std::int32_t r) {
-  std::vector<Interval> spans;
-  walk_member(layout, w.block_size, plan, r,
-              [&](std::int64_t a, std::int64_t b, std::int64_t doc, std::int64_t) {
-                const std::int64_t db = layout.doc_begin(doc);
-                const std::int64_t de = layout.doc_end(doc);
-                spans.emplace_back(key_range(w.mask, db, de, a).lo / w.block_size,
-                                   key_range(w.mask, db, de, b - 1).hi / w.block_size);
-              });
-  return merged(std::move(spans));
 }
 
 // The largest of values[lo..hi] in O(1) after O(n log n).
@@ -318,28 +322,45 @@ std::vector<RankWork> run_tokens_and_tiles(const CpWorkload& w, const RunShardPl
 
 namespace {
 
-// What the floor and the exact price of one run plan share: the members'
-// tokens and tiles, the holders of every key block and the key blocks each
-// member touches, each counted once.
-struct SlotRunsCounts {
-  CpWorkload w;
-  std::vector<RankWork> work;
-  Holders holders;
-  std::vector<std::vector<Interval>> touched;  // per member; empty for g = 1
-};
-
+// One walk per member gives its tokens, its tiles (per local block, the
+// union of the key blocks its queries there touch: run_tokens_and_tiles)
+// and the key blocks it touches in all (the union over its blocks).
 SlotRunsCounts count_slot_runs(const ScheduleRequest& request, const ScheduleSlot& slot,
                                const RunShardPlan& runs) {
   SlotRunsCounts c{slot_workload(request, slot), {}, {}, {}};
-  c.work = run_tokens_and_tiles(c.w, runs);
-  if (runs.ranks > 1) {
-    const RowLayout layout(c.w);
-    c.holders = holders_of_runs(runs, c.w.tokens, c.w.block_size);
-    c.touched.resize(static_cast<std::size_t>(runs.ranks));
-    for (std::int32_t r = 0; r < runs.ranks; ++r) {
-      c.touched[static_cast<std::size_t>(r)] = touched_blocks(c.w, layout, runs, r);
+  const CpWorkload& w = c.w;
+  const RowLayout layout(w);
+  const bool exchange = runs.ranks > 1;
+  c.work.resize(static_cast<std::size_t>(runs.ranks));
+  if (exchange) c.touched.resize(static_cast<std::size_t>(runs.ranks));
+  std::vector<Interval> spans;  // the current local block's
+  std::vector<Interval> all;    // the member's
+  for (std::int32_t r = 0; r < runs.ranks; ++r) {
+    RankWork& rw = c.work[static_cast<std::size_t>(r)];
+    std::int64_t current = -1;  // the local block `spans` belongs to
+    walk_member(layout, w.block_size, runs, r,
+                [&](std::int64_t a, std::int64_t b, std::int64_t doc, std::int64_t local_block) {
+                  if (local_block != current) {
+                    rw.tiles += union_size(spans);
+                    spans.clear();
+                    current = local_block;
+                  }
+                  const std::int64_t db = layout.doc_begin(doc);
+                  const std::int64_t de = layout.doc_end(doc);
+                  const Interval keys{key_range(w.mask, db, de, a).lo / w.block_size,
+                                      key_range(w.mask, db, de, b - 1).hi / w.block_size};
+                  spans.push_back(keys);
+                  if (exchange) all.push_back(keys);
+                  rw.tokens += b - a;
+                });
+    rw.tiles += union_size(spans);
+    spans.clear();
+    if (exchange) {
+      c.touched[static_cast<std::size_t>(r)] = merged(all);
+      all.clear();
     }
   }
+  if (exchange) c.holders = holders_of_runs(runs, w.tokens, w.block_size);
   return c;
 }
 
@@ -519,9 +540,15 @@ double slot_end_floor_runs(const ScheduleRequest& request, const ScheduleSlot& s
   return floor_counted(request, slot, count_slot_runs(request, slot, runs)).exchange;
 }
 
-SlotEnd slot_end_runs_below(const ScheduleRequest& request, const ScheduleSlot& slot,
-                            const RunShardPlan& runs, double beat, bool exchange_floor) {
-  const SlotRunsCounts c = count_slot_runs(request, slot, runs);
+CountedRuns count_runs(const ScheduleRequest& request, const ScheduleSlot& slot,
+                       RunShardPlan runs) {
+  auto counts = std::make_shared<const SlotRunsCounts>(count_slot_runs(request, slot, runs));
+  return {std::move(runs), std::move(counts)};
+}
+
+SlotEnd slot_end_counted_below(const ScheduleRequest& request, const ScheduleSlot& slot,
+                               const CountedRuns& counted, double beat, bool exchange_floor) {
+  const SlotRunsCounts& c = *counted.counts;
   if (beat != std::numeric_limits<double>::infinity()) {
     const Floors f = floor_counted(request, slot, c);
     const double floor = exchange_floor ? f.exchange : f.peers;
@@ -530,6 +557,13 @@ SlotEnd slot_end_runs_below(const ScheduleRequest& request, const ScheduleSlot& 
   SlotCost cost = price_counted(request, slot, c);
   const double end = cost.end_seconds;
   return {end, true, std::move(cost)};
+}
+
+SlotEnd slot_end_runs_below(const ScheduleRequest& request, const ScheduleSlot& slot,
+                            const RunShardPlan& runs, double beat, bool exchange_floor) {
+  const CountedRuns counted{
+      {}, std::make_shared<const SlotRunsCounts>(count_slot_runs(request, slot, runs))};
+  return slot_end_counted_below(request, slot, counted, beat, exchange_floor);
 }
 
 ScheduleCost evaluate_schedule_runs(const ScheduleRequest& request, const Schedule& schedule,

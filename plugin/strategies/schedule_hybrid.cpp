@@ -372,7 +372,8 @@ class SlotMemo {
     const auto none = none_below_.find(key);
     if (none != none_below_.end() && ceiling <= none->second) return hybrid::kNoEnd;
     bool none_below = false;
-    const Result<double> planned = hybrid::plan_slot_compact(request, slot, ceiling, &none_below);
+    const Result<double> planned =
+        hybrid::plan_slot_compact(request, slot, ceiling, &none_below, &rows_);
     if (planned && *planned < ceiling) {
       kept_.emplace(std::move(key), Kept{*planned, slot.plan});
     } else if (planned && none_below) {
@@ -390,6 +391,7 @@ class SlotMemo {
   std::map<std::vector<std::int64_t>, Kept> kept_;
   // Key -> the highest ceiling no plan of the slot ends before.
   std::map<std::vector<std::int64_t>, double> none_below_;
+  hybrid::RowPlans rows_;  // rule 5's candidate plans of each row, counted
 };
 
 // Every slot planned compactly (rule 5, schedule_hybrid_plan.cpp): `length`

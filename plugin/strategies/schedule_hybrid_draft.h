@@ -3,10 +3,12 @@
 // when). Shared by the files that draft, choose and plan a placement.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <map>
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -140,6 +142,26 @@ Draft draft(const Batch& batch, const Estimator& est, GroupRule rule);
 // A slot length that stands for "no sooner than the ceiling asked for".
 inline constexpr double kNoEnd = std::numeric_limits<double>::infinity();
 
+// The candidate plans of rule 5 for the rows planned in one answer, each
+// built and counted once (count_runs): a row's plans and their counts
+// depend on its pieces' lengths in order and its size only, and the
+// search tries one row over many rank sets. plan_slot_compact keeps rows
+// of more than 2^18 tokens in a table of its own call only (few are
+// planned twice, and their counts are large).
+class RowPlans {
+ public:
+  // The counted plan of `rule` (balanced, per_document, head_tail,
+  // per_document_padded, contiguous) for the slot's row; nullptr where the
+  // rule cannot shard it. Valid while this lives.
+  const CountedRuns* plan(std::string_view rule, const ScheduleRequest& request,
+                          const ScheduleSlot& slot, const CpWorkload& w);
+
+ private:
+  static constexpr std::size_t kRules = 5;
+  using Row = std::array<std::optional<std::optional<CountedRuns>>, kRules>;
+  std::map<std::vector<std::int64_t>, Row> rows_;  // key: size, then lengths
+};
+
 // Rule 5 for one slot, without positions (schedule_hybrid_plan.cpp): the
 // slot's plan gets the chosen rule's name (strategy_used, fallback_reason),
 // cp_size and shard_len, no positions; returns the slot's exact length
@@ -148,8 +170,10 @@ inline constexpr double kNoEnd = std::numeric_limits<double>::infinity();
 // and the caller drops the slot's schedule). `none_below`, when given, is
 // set when the answer is kNoEnd for every lower ceiling too (a caller may
 // then answer those without planning).
+// `rows`, when given, supplies the candidate plans (else they are built).
 Result<double> plan_slot_compact(const ScheduleRequest& request, ScheduleSlot& slot,
-                                 double ceiling = kNoEnd, bool* none_below = nullptr);
+                                 double ceiling = kNoEnd, bool* none_below = nullptr,
+                                 RowPlans* rows = nullptr);
 
 // The runs of the plan rule `rule` (balanced, per_document,
 // per_document_padded, head_tail, contiguous) for a slot's row; nullopt for

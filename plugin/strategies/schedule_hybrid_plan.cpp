@@ -174,24 +174,46 @@ std::optional<RunShardPlan> rule_runs(const ScheduleRequest& request, const Sche
   return slot_rule_runs(rule, w);
 }
 
-// Rows up to this many tokens also try head_tail and per_document_padded.
+// Rows up to this many tokens also try head_tail and per_document_padded,
+// and their plans are kept for the answer (RowPlans).
 constexpr std::int64_t kManyPlannersTokens = std::int64_t{1} << 18;
 
-void record(ScheduleSlot& slot, const char* rule, const RunShardPlan& runs, std::string reason) {
+void record(ScheduleSlot& slot, const char* rule, std::int32_t cp_size, std::int64_t shard_len,
+            std::string reason) {
   slot.plan = ShardPlan{};
-  slot.plan.cp_size = runs.ranks;
-  slot.plan.shard_len = runs.shard_len;
+  slot.plan.cp_size = cp_size;
+  slot.plan.shard_len = shard_len;
   slot.plan.strategy_used = rule;
   slot.plan.fallback_reason = std::move(reason);
 }
 
+constexpr const char* kRowRules[] = {"balanced", "per_document", "head_tail", "per_document_padded",
+                                     "contiguous"};
+
 }  // namespace
+
+const CountedRuns* RowPlans::plan(std::string_view rule, const ScheduleRequest& request,
+                                  const ScheduleSlot& slot, const CpWorkload& w) {
+  std::size_t r = 0;
+  while (r < kRules && rule != kRowRules[r]) ++r;
+  std::vector<std::int64_t> key;
+  key.reserve(slot.pieces.size() + 1);
+  key.push_back(w.cp_size);
+  for (const DocPiece& piece : slot.pieces) key.push_back(piece.length);
+  std::optional<std::optional<CountedRuns>>& kept = rows_[std::move(key)][r];
+  if (!kept) {
+    std::optional<RunShardPlan> runs = slot_rule_runs(rule, w);
+    kept.emplace();
+    if (runs) *kept = count_runs(request, slot, std::move(*runs));
+  }
+  return *kept ? &**kept : nullptr;
+}
 
 namespace {
 
 // Rule 5's choice among a slot's plans, one plan at a time in rule order:
-// each plan's floor and price share their counts (slot_end_runs_below), and
-// a plan whose floor reaches the end to beat is not priced in full.
+// each plan's floor and price share their counts (slot_end_counted_below),
+// and a plan whose floor reaches the end to beat is not priced in full.
 //
 // Which plans are priced in full decides whether per_document_weighted is
 // tried (only after per_document was, and only while the best end so far
@@ -212,22 +234,22 @@ class RuleChoice {
         weighs_(weighs_members(request, slot, w)) {}
 
   // The first plan: its end sets the end to beat even when the ceiling caps it.
-  void first(const char* rule, const RunShardPlan& runs, std::string reason) {
-    rule_ = rule;
+  void first(const char* rule, const CountedRuns& plan, std::string reason) {
+    choose(rule, plan);
     reason_ = std::move(reason);
-    const SlotEnd e = price(rule, runs, ceiling_);
+    const SlotEnd e = price(rule, plan, ceiling_);
     best_end_ = e.exact ? e.end : kNoEnd;
   }
 
-  void consider(const char* other, const std::optional<RunShardPlan>& runs) {
-    if (!runs || runs->shard_len > request_.max_tokens_per_rank) return;
+  void consider(const char* other, const CountedRuns* plan) {
+    if (!plan || plan->runs.shard_len > request_.max_tokens_per_rank) return;
     // Its compute alone already ends no sooner than the end to beat: the
     // exchange need not be counted (it only adds time).
-    const SlotEnd e = price(other, *runs, std::min(best_end_, ceiling_));
+    const SlotEnd e = price(other, *plan, std::min(best_end_, ceiling_));
     if (!e.exact) return;
     if (e.end < best_end_) {
       best_end_ = e.end;
-      rule_ = other;
+      choose(other, *plan);
       reason_.clear();
     }
   }
@@ -236,8 +258,12 @@ class RuleChoice {
   void consider_weighted() {
     if (!per_document_) return;
     const double beat = weighting_beat();
+    aside_open_ = false;  // no later plan can change whether weighting is tried
     declined_ = weighs_ && !weighting_may_pay(*per_document_, beat);
-    consider("per_document_weighted", weighted_runs(request_, slot_, w_, &*per_document_, beat));
+    std::optional<RunShardPlan> runs = weighted_runs(request_, slot_, w_, &*per_document_, beat);
+    if (!runs) return;
+    const CountedRuns plan = count_runs(request_, slot_, std::move(*runs));
+    consider("per_document_weighted", &plan);
   }
 
   // Whether a lower ceiling could give a length where this one gave none:
@@ -245,20 +271,30 @@ class RuleChoice {
   // that a lower ceiling may leave higher.
   bool declined_weighting() const { return declined_; }
 
+  // The choice on the slot's plan: rule, size, shard length, reason.
+  void record_on(ScheduleSlot& slot) {
+    record(slot, rule_, w_.cp_size, shard_len_, std::move(reason_));
+  }
   const char* rule() const { return rule_; }
-  std::string& reason() { return reason_; }
   double best_end() const { return best_end_; }
 
  private:
   struct Aside {
-    const char* rule;
+    const CountedRuns* plan;
     double floor;
   };
 
-  SlotEnd price(const char* rule, const RunShardPlan& runs, double beat) {
+  void choose(const char* rule, const CountedRuns& plan) {
+    rule_ = rule;
+    shard_len_ = plan.runs.shard_len;
+  }
+
+  SlotEnd price(const char* rule, const CountedRuns& plan, double beat) {
     const bool per_document = std::string_view(rule) == "per_document";
-    SlotEnd e = slot_end_runs_below(request_, slot_, runs, beat, !(weighs_ && per_document));
-    if (!e.exact && weighs_ && e.peers_floor < beat) aside_.push_back({rule, e.end});
+    SlotEnd e = slot_end_counted_below(request_, slot_, plan, beat, !(weighs_ && per_document));
+    if (!e.exact && weighs_ && aside_open_ && e.peers_floor < beat) {
+      aside_.push_back({&plan, e.end});
+    }
     if (e.exact && per_document) per_document_ = e.cost;
     return e;
   }
@@ -273,8 +309,7 @@ class RuleChoice {
           weighting_may_pay(*per_document_, beat)) {
         continue;
       }
-      const std::optional<RunShardPlan> runs = slot_rule_runs(a.rule, w_);
-      beat = std::min(beat, evaluate_slot_runs(request_, slot_, *runs).end_seconds);
+      beat = std::min(beat, slot_end_counted_below(request_, slot_, *a.plan, kNoEnd).end);
     }
     return beat;
   }
@@ -285,10 +320,12 @@ class RuleChoice {
   const double ceiling_;
   const bool weighs_;
   const char* rule_ = "balanced";
+  std::int64_t shard_len_ = 0;
   std::string reason_;
   double best_end_ = kNoEnd;              // +infinity: "ends no sooner than the ceiling"
   std::optional<SlotCost> per_document_;  // its members' times, once priced in full
   std::vector<Aside> aside_;
+  bool aside_open_ = true;
   bool declined_ = false;
 };
 
@@ -308,42 +345,41 @@ class RuleChoice {
 // priced in full (which the ceiling may skip) and its members' mean time
 // ends 0.5% before the end to beat.
 Result<double> plan_slot_compact(const ScheduleRequest& request, ScheduleSlot& slot, double ceiling,
-                                 bool* none_below) {
+                                 bool* none_below, RowPlans* rows) {
   if (none_below) *none_below = false;
   const std::int64_t budget = request.max_tokens_per_rank;
   const CpWorkload w = slot_workload(request, slot);
   if (w.cp_size == 1) {
     const RunShardPlan runs = cp::detail::contiguous_runs(w.tokens, 1);
-    record(slot, "contiguous", runs, "");
+    record(slot, "contiguous", 1, runs.shard_len, "");
     const double end = evaluate_slot_runs(request, slot, runs).end_seconds;
     if (none_below) *none_below = !(end < ceiling);
     return end < ceiling ? end : kNoEnd;
   }
   if (Status status = validate_workload(w); !status) return status;
+  RowPlans own;
+  RowPlans& plans = rows && w.tokens <= kManyPlannersTokens ? *rows : own;
   RuleChoice choice(request, slot, w, ceiling);
-  {
-    RunShardPlan chosen = cp::detail::balance_row(w, RowLayout(w)).runs;
-    if (chosen.shard_len <= budget) {
-      choice.first("balanced", chosen, "");
-    } else {
-      // per_document holds at most ceil(N / g) <= T tokens per member.
-      choice.first("per_document", per_document_runs(w),
-                   "balanced needs " + std::to_string(chosen.shard_len) +
-                       " tokens per rank, more than T = " + std::to_string(budget));
-    }
+  const CountedRuns* balanced = plans.plan("balanced", request, slot, w);
+  if (balanced->runs.shard_len <= budget) {
+    choice.first("balanced", *balanced, "");
+  } else {
+    // per_document holds at most ceil(N / g) <= T tokens per member.
+    choice.first("per_document", *plans.plan("per_document", request, slot, w),
+                 "balanced needs " + std::to_string(balanced->runs.shard_len) +
+                     " tokens per rank, more than T = " + std::to_string(budget));
   }
   // The same plan again cannot end strictly sooner.
   if (std::string_view(choice.rule()) != "per_document") {
-    choice.consider("per_document", per_document_runs(w));
+    choice.consider("per_document", plans.plan("per_document", request, slot, w));
   }
   if (w.tokens <= kManyPlannersTokens) {
-    choice.consider("head_tail", slot_rule_runs("head_tail", w));
-    choice.consider("per_document_padded", per_document_padded_runs(w));
+    choice.consider("head_tail", plans.plan("head_tail", request, slot, w));
+    choice.consider("per_document_padded", plans.plan("per_document_padded", request, slot, w));
   }
   choice.consider_weighted();
-  choice.consider("contiguous", cp::detail::contiguous_runs(w.tokens, w.cp_size));
-  const std::optional<RunShardPlan> runs = rule_runs(request, slot, choice.rule(), w);
-  record(slot, choice.rule(), *runs, std::move(choice.reason()));
+  choice.consider("contiguous", plans.plan("contiguous", request, slot, w));
+  choice.record_on(slot);
   if (choice.best_end() < ceiling) return choice.best_end();
   // Every plan but a declined weighting ends at or past the ceiling, so a
   // lower ceiling gives none either.

@@ -37,10 +37,11 @@ struct Case {
 // Slots over 2 to 48 members on nodes of 2 to 8 ranks (most span several
 // nodes, where weighting applies), a few rows of documents, every dense
 // mask, both bundled profiles with random link speeds and overlap.
-Case random_case(SplitMix64& rng) {
+// `size`: the slot's members (0: random).
+Case random_case(SplitMix64& rng, std::int32_t size = 0) {
   Case c;
   ScheduleRequest& r = c.request;
-  const auto g = static_cast<std::int32_t>(rng.uniform(2, 48));
+  const auto g = size > 0 ? size : static_cast<std::int32_t>(rng.uniform(2, 48));
   r.world_size = g + static_cast<std::int32_t>(rng.uniform(0, 16));
   r.block_size = rng.uniform(0, 2) == 0 ? 128 : rng.uniform(8, 256);
   r.profile = *builtin_cost_profile(rng.uniform(0, 1) == 0 ? "h100_7b" : "cpu_gloo");
@@ -176,6 +177,52 @@ TEST(HybridSlotCeiling, TheExchangeFloorChangesNoChoiceAndNoneBelowHolds) {
   EXPECT_GT(capped, 500);      // ceilings at or below the length: none below them
   EXPECT_GT(none_below, 500);  // and most of those are certain for lower ceilings
   EXPECT_GT(weighted, 5);      // weighting chosen on some slots
+}
+
+// One answer's table of counted plans (RowPlans) shared by every try of a
+// row: the row over other rank sets (other nodes), under other ceilings,
+// interleaved with other rows, gives what planning it afresh gives, bit for
+// bit (length, rule, size, shard length, reason, none_below).
+TEST(HybridSlotCeiling, RowPlansSharedAcrossTriesGiveTheFreshAnswer) {
+  SplitMix64 rng(20261127);
+  hybrid::RowPlans rows;
+  std::vector<Case> cases;
+  // Rows of three sizes, so that rows of one size interleave.
+  for (int i = 0; i < 12; ++i) cases.push_back(random_case(rng, 4 + 8 * (i % 3)));
+  int shared = 0;
+  for (int i = 0; i < 600; ++i) {
+    Case c = cases[static_cast<std::size_t>(rng.uniform(0, 11))];
+    // Another rank set of the same size, on other nodes.
+    std::vector<std::int32_t> ranks(static_cast<std::size_t>(c.request.world_size));
+    for (std::size_t k = 0; k < ranks.size(); ++k) ranks[k] = static_cast<std::int32_t>(k);
+    for (std::size_t k = ranks.size(); k > 1; --k) {
+      std::swap(ranks[k - 1], ranks[static_cast<std::size_t>(rng.uniform(0, k - 1))]);
+    }
+    std::copy(ranks.begin(), ranks.begin() + static_cast<std::ptrdiff_t>(c.slot.ranks.size()),
+              c.slot.ranks.begin());
+    std::sort(c.slot.ranks.begin(), c.slot.ranks.end());
+    ScheduleSlot fresh = c.slot;
+    bool fresh_none = false;
+    const Result<double> want = hybrid::plan_slot_compact(c.request, fresh, kInf, &fresh_none);
+    ASSERT_TRUE(want.is_ok());
+    const double ceiling = rng.uniform(0, 2) == 0 ? kInf : *want * (0.9 + 0.05 * rng.uniform(0, 4));
+    fresh = c.slot;
+    const Result<double> capped = hybrid::plan_slot_compact(c.request, fresh, ceiling, &fresh_none);
+    ScheduleSlot slot = c.slot;
+    bool none = false;
+    const Result<double> got = hybrid::plan_slot_compact(c.request, slot, ceiling, &none, &rows);
+    SCOPED_TRACE("try " + std::to_string(i));
+    ASSERT_TRUE(capped.is_ok() && got.is_ok());
+    EXPECT_EQ(*got, *capped);
+    EXPECT_EQ(none, fresh_none);
+    EXPECT_EQ(slot.plan.strategy_used, fresh.plan.strategy_used);
+    EXPECT_EQ(slot.plan.cp_size, fresh.plan.cp_size);
+    EXPECT_EQ(slot.plan.shard_len, fresh.plan.shard_len);
+    EXPECT_EQ(slot.plan.fallback_reason, fresh.plan.fallback_reason);
+    shared += i >= 12 ? 1 : 0;
+    if (HasFailure()) return;
+  }
+  EXPECT_GT(shared, 500);
 }
 
 }  // namespace

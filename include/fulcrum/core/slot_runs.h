@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "fulcrum/core/schedule.h"
@@ -85,6 +86,26 @@ struct SlotEnd {
 };
 SlotEnd slot_end_runs_below(const ScheduleRequest& request, const ScheduleSlot& slot,
                             const RunShardPlan& runs, double beat, bool exchange_floor = true);
+namespace detail {
+struct SlotRunsCounts;
+}
+
+// A run plan with what pricing it counts (the members' tokens and tiles,
+// the key blocks' holders, the blocks each member touches). These depend on
+// the slot's row (its pieces' lengths in order), its size and the request's
+// mask and block, not on which ranks run it: a planner that prices one row
+// over several rank sets counts each of its plans once.
+struct CountedRuns {
+  RunShardPlan runs;
+  std::shared_ptr<const detail::SlotRunsCounts> counts;
+};
+CountedRuns count_runs(const ScheduleRequest& request, const ScheduleSlot& slot, RunShardPlan runs);
+
+// slot_end_runs_below of a counted plan, on any slot of the same row and
+// size as the one it was counted for.
+SlotEnd slot_end_counted_below(const ScheduleRequest& request, const ScheduleSlot& slot,
+                               const CountedRuns& counted, double beat, bool exchange_floor = true);
+
 // evaluate_schedule with slot s priced from runs[s] (its plan not read).
 ScheduleCost evaluate_schedule_runs(const ScheduleRequest& request, const Schedule& schedule,
                                     const std::vector<RunShardPlan>& runs);

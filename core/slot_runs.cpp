@@ -71,7 +71,9 @@ std::vector<Interval> merged(std::vector<Interval>& spans) {
 
 // Key blocks of the union of `spans` (inclusive intervals, any order).
 std::int64_t union_size(std::vector<Interval>& spans) {
-  if (spans.size() > 1) std::sort(spans.begin(), spans.end());
+  if (spans.size() > 1 && !std::is_sorted(spans.begin(), spans.end())) {
+    std::sort(spans.begin(), spans.end());
+  }
   std::int64_t covered = -1;
   std::int64_t count = 0;
   for (const auto& [lo, hi] : spans) {
@@ -405,44 +407,51 @@ ExchangeTotals exchange_totals(const SlotRunsCounts& c, const std::vector<std::i
   const std::size_t blocks = c.holders.offset.size() - 1;
   const std::size_t nodes =
       static_cast<std::size_t>(*std::max_element(node.begin(), node.end())) + 1;
-  // Per node and block (row n x (blocks + 1)): the running sum of the real
-  // tokens its members hold, and how many of its members' touched
-  // intervals cover the block (a difference array, then summed).
-  std::vector<std::int64_t> sum(nodes * (blocks + 1), 0);
-  std::vector<std::int32_t> touchers(nodes * (blocks + 1), 0);
-  const auto at = [blocks](std::size_t n, std::size_t k) { return n * (blocks + 1) + k; };
+  // Per block, in all and per node (row n x (blocks + 1)): the running sum
+  // of the real tokens held, and how many members' touched intervals cover
+  // the block (difference arrays, then summed).
+  const std::size_t row = blocks + 1;
+  std::vector<std::int64_t> sum(row, 0);
+  std::vector<std::int64_t> node_sum(nodes * row, 0);
+  std::vector<std::int32_t> touchers(row, 0);
+  std::vector<std::int32_t> node_touchers(nodes * row, 0);
   for (std::size_t k = 0; k < blocks; ++k) {
     for (std::int64_t i = c.holders.offset[k]; i < c.holders.offset[k + 1]; ++i) {
       const auto& [j, n] = c.holders.entries[static_cast<std::size_t>(i)];
-      sum[at(static_cast<std::size_t>(node[static_cast<std::size_t>(j)]), k + 1)] += n;
+      sum[k + 1] += n;
+      node_sum[static_cast<std::size_t>(node[static_cast<std::size_t>(j)]) * row + k + 1] += n;
     }
   }
   ExchangeTotals t{std::vector<std::int64_t>(g, 0), std::vector<std::int64_t>(g, 0),
                    std::vector<std::int32_t>(g, 0)};
+  for (std::size_t k = 1; k < row; ++k) sum[k] += sum[k - 1];
   for (std::size_t n = 0; n < nodes; ++n) {
-    for (std::size_t k = 0; k < blocks; ++k) sum[at(n, k + 1)] += sum[at(n, k)];
+    std::int64_t* const mine = node_sum.data() + n * row;
+    for (std::size_t k = 1; k < row; ++k) mine[k] += mine[k - 1];
   }
   for (std::size_t r = 0; r < g; ++r) {
-    const auto own = static_cast<std::size_t>(node[r]);
+    const std::size_t own = static_cast<std::size_t>(node[r]) * row;
     for (const auto& [lo, hi] : c.touched[r]) {
       const auto l = static_cast<std::size_t>(lo);
       const auto h = static_cast<std::size_t>(hi) + 1;
-      ++touchers[at(own, l)];
-      --touchers[at(own, h)];
-      for (std::size_t n = 0; n < nodes; ++n) {
-        (n == own ? t.near : t.far)[r] += sum[at(n, h)] - sum[at(n, l)];
-      }
+      ++touchers[l];
+      --touchers[h];
+      ++node_touchers[own + l];
+      --node_touchers[own + h];
+      const std::int64_t near = node_sum[own + h] - node_sum[own + l];
+      t.near[r] += near;
+      t.far[r] += sum[h] - sum[l] - near;
     }
   }
+  for (std::size_t k = 1; k < row; ++k) touchers[k] += touchers[k - 1];
   for (std::size_t n = 0; n < nodes; ++n) {
-    for (std::size_t k = 1; k <= blocks; ++k) touchers[at(n, k)] += touchers[at(n, k - 1)];
+    std::int32_t* const mine = node_touchers.data() + n * row;
+    for (std::size_t k = 1; k < row; ++k) mine[k] += mine[k - 1];
   }
   // Blocks ascend, so each member's place in its touched intervals only
   // moves forward.
   std::vector<std::size_t> place(g, 0);
   for (std::size_t k = 0; k < blocks; ++k) {
-    std::int32_t all = 0;
-    for (std::size_t n = 0; n < nodes; ++n) all += touchers[at(n, k)];
     for (std::int64_t i = c.holders.offset[k]; i < c.holders.offset[k + 1]; ++i) {
       const auto& [j, n] = c.holders.entries[static_cast<std::size_t>(i)];
       const auto m = static_cast<std::size_t>(j);
@@ -453,10 +462,10 @@ ExchangeTotals exchange_totals(const SlotRunsCounts& c, const std::vector<std::i
       const bool touches =
           place[m] < mine.size() && mine[place[m]].first <= static_cast<std::int64_t>(k);
       const std::int32_t self = touches ? 1 : 0;
-      const std::int32_t near = touchers[at(static_cast<std::size_t>(node[m]), k)] - self;
+      const std::int32_t near = node_touchers[static_cast<std::size_t>(node[m]) * row + k] - self;
       t.near[m] += n * near;
-      t.far[m] += n * (all - self - near);
-      t.peers[m] = std::max(t.peers[m], all - self);
+      t.far[m] += n * (touchers[k] - self - near);
+      t.peers[m] = std::max(t.peers[m], touchers[k] - self);
       if (touches) t.near[m] -= n;  // its own tokens are not received
     }
   }

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -44,7 +45,14 @@ struct SlotRunsCounts {
   CpWorkload w;
   std::vector<RankWork> work;
   Holders holders;
-  std::vector<std::vector<Interval>> touched;  // per member; empty for g = 1
+  // Member r's merged touched intervals are touched[touched_at[r] ..
+  // touched_at[r + 1]); both empty for g = 1.
+  std::vector<Interval> touched;
+  std::vector<std::size_t> touched_at;
+
+  std::span<const Interval> touched_by(std::size_t r) const {
+    return {touched.data() + touched_at[r], touched_at[r + 1] - touched_at[r]};
+  }
 };
 
 }  // namespace detail
@@ -55,18 +63,18 @@ using detail::Holders;
 using detail::Interval;
 using detail::SlotRunsCounts;
 
-// The sorted, merged (touching intervals joined) `spans` (sorted in place).
-std::vector<Interval> merged(std::vector<Interval>& spans) {
+// Appends to `out` the sorted, merged (touching intervals joined) `spans`
+// (sorted in place).
+void merge_into(std::vector<Interval>& spans, std::vector<Interval>& out) {
   if (!std::is_sorted(spans.begin(), spans.end())) std::sort(spans.begin(), spans.end());
-  std::vector<Interval> out;
+  const std::size_t first = out.size();
   for (const auto& [lo, hi] : spans) {
-    if (!out.empty() && lo <= out.back().second + 1) {
+    if (out.size() > first && lo <= out.back().second + 1) {
       out.back().second = std::max(out.back().second, hi);
     } else {
       out.emplace_back(lo, hi);
     }
   }
-  return out;
 }
 
 // Key blocks of the union of `spans` (inclusive intervals, any order).
@@ -198,7 +206,7 @@ struct HolderSums {
 // receiver's own): entry by entry, or per holder by range sums when that is
 // fewer steps. Both are exact sums.
 void add_receipts(const Holders& holders, const std::unique_ptr<HolderSums>& sums,
-                  const std::vector<Interval>& touched, const std::vector<std::int32_t>& active,
+                  std::span<const Interval> touched, const std::vector<std::int32_t>& active,
                   const std::vector<std::int32_t>& index, std::int64_t* from) {
   std::int64_t entries = 0;
   for (const auto& [lo, hi] : touched) entries += holders.offset[hi + 1] - holders.offset[lo];
@@ -329,12 +337,12 @@ namespace {
 // and the key blocks it touches in all (the union over its blocks).
 SlotRunsCounts count_slot_runs(const ScheduleRequest& request, const ScheduleSlot& slot,
                                const RunShardPlan& runs) {
-  SlotRunsCounts c{slot_workload(request, slot), {}, {}, {}};
+  SlotRunsCounts c{slot_workload(request, slot), {}, {}, {}, {}};
   const CpWorkload& w = c.w;
   const RowLayout layout(w);
   const bool exchange = runs.ranks > 1;
   c.work.resize(static_cast<std::size_t>(runs.ranks));
-  if (exchange) c.touched.resize(static_cast<std::size_t>(runs.ranks));
+  if (exchange) c.touched_at.push_back(0);
   std::vector<Interval> spans;  // the current local block's
   std::vector<Interval> all;    // the member's
   for (std::int32_t r = 0; r < runs.ranks; ++r) {
@@ -358,7 +366,8 @@ SlotRunsCounts count_slot_runs(const ScheduleRequest& request, const ScheduleSlo
     rw.tiles += union_size(spans);
     spans.clear();
     if (exchange) {
-      c.touched[static_cast<std::size_t>(r)] = merged(all);
+      merge_into(all, c.touched);
+      c.touched_at.push_back(c.touched.size());
       all.clear();
     }
   }
@@ -381,7 +390,7 @@ SlotCost price_counted(const ScheduleRequest& request, const ScheduleSlot& slot,
     const std::size_t a = counts.active.size();
     for (std::size_t x = 0; x < a; ++x) {
       std::int64_t* from = counts.received.data() + x * a;
-      add_receipts(c.holders, sums, c.touched[static_cast<std::size_t>(counts.active[x])],
+      add_receipts(c.holders, sums, c.touched_by(static_cast<std::size_t>(counts.active[x])),
                    counts.active, index, from);
       from[x] = 0;  // its own
     }
@@ -431,7 +440,7 @@ ExchangeTotals exchange_totals(const SlotRunsCounts& c, const std::vector<std::i
   }
   for (std::size_t r = 0; r < g; ++r) {
     const std::size_t own = static_cast<std::size_t>(node[r]) * row;
-    for (const auto& [lo, hi] : c.touched[r]) {
+    for (const auto& [lo, hi] : c.touched_by(r)) {
       const auto l = static_cast<std::size_t>(lo);
       const auto h = static_cast<std::size_t>(hi) + 1;
       ++touchers[l];
@@ -455,7 +464,7 @@ ExchangeTotals exchange_totals(const SlotRunsCounts& c, const std::vector<std::i
     for (std::int64_t i = c.holders.offset[k]; i < c.holders.offset[k + 1]; ++i) {
       const auto& [j, n] = c.holders.entries[static_cast<std::size_t>(i)];
       const auto m = static_cast<std::size_t>(j);
-      const std::vector<Interval>& mine = c.touched[m];
+      const std::span<const Interval> mine = c.touched_by(m);
       while (place[m] < mine.size() && mine[place[m]].second < static_cast<std::int64_t>(k)) {
         ++place[m];
       }
@@ -520,7 +529,7 @@ Floors floor_counted(const ScheduleRequest& request, const ScheduleSlot& slot,
   for (std::size_t r = 0; r < c.work.size(); ++r) {
     if (c.work[r].tokens == 0) continue;  // holds nothing: exchanges nothing
     std::int32_t most = 0;
-    for (const auto& [lo, hi] : c.touched[r]) most = std::max(most, holders.max(lo, hi));
+    for (const auto& [lo, hi] : c.touched_by(r)) most = std::max(most, holders.max(lo, hi));
     const double compute_seconds = compute.members[r].compute_seconds;
     if (most > 1 && p.latency_seconds > 0) {
       const double comm = p.latency_seconds * (most - 1);

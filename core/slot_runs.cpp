@@ -492,7 +492,7 @@ struct Floors {
 };
 
 Floors floor_counted(const ScheduleRequest& request, const ScheduleSlot& slot,
-                     const SlotRunsCounts& c) {
+                     const SlotRunsCounts& c, bool with_exchange) {
   SlotCounts counts;
   for (const RankWork& rw : c.work) {
     counts.tokens.push_back(rw.tokens);
@@ -501,7 +501,7 @@ Floors floor_counted(const ScheduleRequest& request, const ScheduleSlot& slot,
   const SlotCost compute = price_slot_counts(request.profile, slot.ranks, counts);
   const CostProfile& p = request.profile;
   Floors f{compute.end_seconds, compute.end_seconds};
-  if (c.work.size() <= 1) return f;
+  if (c.work.size() <= 1 || (!with_exchange && !(p.latency_seconds > 0))) return f;
   // Every other member holding tokens of a key block a member touches sends
   // it some: a peer. A block's holders are its entries (one per member).
   std::vector<std::int32_t> per_block(c.holders.offset.size() - 1);
@@ -510,7 +510,7 @@ Floors floor_counted(const ScheduleRequest& request, const ScheduleSlot& slot,
   }
   const SparseMax holders(std::move(per_block));
   // Members' nodes, numbered from 0 in order of first appearance.
-  std::vector<std::int32_t> node(c.work.size());
+  std::vector<std::int32_t> node(with_exchange ? c.work.size() : 0);
   {
     std::vector<std::int32_t> seen;
     const std::int32_t per_node = std::max(1, p.ranks_per_node);
@@ -521,7 +521,7 @@ Floors floor_counted(const ScheduleRequest& request, const ScheduleSlot& slot,
       if (it == seen.end()) seen.push_back(n);
     }
   }
-  const ExchangeTotals t = exchange_totals(c, node);
+  const ExchangeTotals t = with_exchange ? exchange_totals(c, node) : ExchangeTotals{};
   // Each link's bytes priced at once, a hair under so that one product per
   // link cannot round above the table's sum of one product per peer.
   const double near_token = p.kv_bytes_per_token / p.intra_node_bytes_per_second * (1 - 1e-9);
@@ -536,6 +536,7 @@ Floors floor_counted(const ScheduleRequest& request, const ScheduleSlot& slot,
       f.peers = std::max(
           f.peers, compute_seconds + comm - p.exchange_overlap * std::min(compute_seconds, comm));
     }
+    if (!with_exchange) continue;
     double comm = static_cast<double>(t.near[r]) * near_token +
                   static_cast<double>(t.far[r]) * far_token +
                   p.latency_seconds * std::max(most - 1, t.peers[r]);
@@ -554,8 +555,10 @@ SlotCost evaluate_slot_runs(const ScheduleRequest& request, const ScheduleSlot& 
 }
 
 double slot_end_floor_runs(const ScheduleRequest& request, const ScheduleSlot& slot,
-                           const RunShardPlan& runs) {
-  return floor_counted(request, slot, count_slot_runs(request, slot, runs)).exchange;
+                           const RunShardPlan& runs, bool exchange_floor) {
+  const Floors f =
+      floor_counted(request, slot, count_slot_runs(request, slot, runs), exchange_floor);
+  return exchange_floor ? f.exchange : f.peers;
 }
 
 CountedRuns count_runs(const ScheduleRequest& request, const ScheduleSlot& slot,
@@ -568,7 +571,7 @@ SlotEnd slot_end_counted_below(const ScheduleRequest& request, const ScheduleSlo
                                const CountedRuns& counted, double beat, bool exchange_floor) {
   const SlotRunsCounts& c = *counted.counts;
   if (beat != std::numeric_limits<double>::infinity()) {
-    const Floors f = floor_counted(request, slot, c);
+    const Floors f = floor_counted(request, slot, c, exchange_floor);
     const double floor = exchange_floor ? f.exchange : f.peers;
     if (floor >= beat) return {floor, false, {}, f.peers};
   }

@@ -152,7 +152,8 @@ class RowPlans {
  public:
   // The counted plan of `rule` (balanced, per_document, head_tail,
   // per_document_padded, contiguous) for the slot's row; nullptr where the
-  // rule cannot shard it. Valid while this lives.
+  // rule cannot shard it; without counts where it holds more than T per
+  // member (never priced). Valid while this lives.
   const CountedRuns* plan(std::string_view rule, const ScheduleRequest& request,
                           const ScheduleSlot& slot, const CpWorkload& w);
 

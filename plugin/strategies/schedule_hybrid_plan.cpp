@@ -204,7 +204,12 @@ const CountedRuns* RowPlans::plan(std::string_view rule, const ScheduleRequest& 
   if (!kept) {
     std::optional<RunShardPlan> runs = slot_rule_runs(rule, w);
     kept.emplace();
-    if (runs) *kept = count_runs(request, slot, std::move(*runs));
+    // A plan over T per member is never priced: its runs only.
+    if (runs && runs->shard_len > request.max_tokens_per_rank) {
+      *kept = CountedRuns{std::move(*runs), nullptr};
+    } else if (runs) {
+      *kept = count_runs(request, slot, std::move(*runs));
+    }
   }
   return *kept ? &**kept : nullptr;
 }
@@ -231,7 +236,8 @@ class RuleChoice {
         slot_(slot),
         w_(w),
         ceiling_(ceiling),
-        weighs_(weighs_members(request, slot, w)) {}
+        weighs_(weighs_members(request, slot, w)),
+        exchange_floor_(w.tokens <= kManyPlannersTokens) {}
 
   // The first plan: its end sets the end to beat even when the ceiling caps it.
   void first(const char* rule, const CountedRuns& plan, std::string reason) {
@@ -291,7 +297,9 @@ class RuleChoice {
 
   SlotEnd price(const char* rule, const CountedRuns& plan, double beat) {
     const bool per_document = std::string_view(rule) == "per_document";
-    SlotEnd e = slot_end_counted_below(request_, slot_, plan, beat, !(weighs_ && per_document));
+    const bool exchange = exchange_floor_ && !(weighs_ && per_document);
+    SlotEnd e = plan.counts ? slot_end_counted_below(request_, slot_, plan, beat, exchange)
+                            : slot_end_runs_below(request_, slot_, plan.runs, beat, exchange);
     if (!e.exact && weighs_ && aside_open_ && e.peers_floor < beat) {
       aside_.push_back({&plan, e.end});
     }
@@ -319,6 +327,9 @@ class RuleChoice {
   const CpWorkload& w_;
   const double ceiling_;
   const bool weighs_;
+  // The exchange floor costs O(blocks x nodes) a plan: on longer rows it
+  // rules out too few plans to pay.
+  const bool exchange_floor_;
   const char* rule_ = "balanced";
   std::int64_t shard_len_ = 0;
   std::string reason_;

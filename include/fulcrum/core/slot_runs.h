@@ -64,9 +64,11 @@ SlotCost evaluate_slot_runs(const ScheduleRequest& request, const ScheduleSlot& 
 // most-held key block it touches, or the other members touching one block
 // it holds), less what the overlap can hide. A
 // planner comparing plans skips counting the exchange member by member for
-// a plan whose floor already reaches the best end.
+// a plan whose floor already reaches the best end. `exchange_floor` false:
+// without the exchange totals (compute and peers' latency alone; it costs
+// O(blocks x nodes) more, worth it where it rules plans out).
 double slot_end_floor_runs(const ScheduleRequest& request, const ScheduleSlot& slot,
-                           const RunShardPlan& runs);
+                           const RunShardPlan& runs, bool exchange_floor = true);
 
 // The two above for one plan, each count taken once (the members' tokens
 // and tiles, the key blocks' holders, the blocks each member touches): when

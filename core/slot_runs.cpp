@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -26,27 +27,61 @@
 #include "fulcrum/core/workload.h"
 
 namespace fulcrum {
-namespace {
+namespace detail {
 
 using Interval = std::pair<std::int64_t, std::int64_t>;
 
-// Sorted, merged (touching intervals joined) copy of `spans`.
-std::vector<Interval> merged(std::vector<Interval> spans) {
-  std::sort(spans.begin(), spans.end());
-  std::vector<Interval> out;
+// Who holds the real tokens of every key block: block k's holders are
+// entries [offset[k], offset[k + 1]) of (member, tokens), members ascending.
+struct Holders {
+  std::vector<std::int64_t> offset;
+  std::vector<std::pair<std::int32_t, std::int64_t>> entries;
+};
+
+// What the floor and the exact price of one run plan share: the members'
+// tokens and tiles, the holders of every key block and the key blocks each
+// member touches, each counted once.
+struct SlotRunsCounts {
+  CpWorkload w;
+  std::vector<RankWork> work;
+  Holders holders;
+  // Member r's merged touched intervals are touched[touched_at[r] ..
+  // touched_at[r + 1]); both empty for g = 1.
+  std::vector<Interval> touched;
+  std::vector<std::size_t> touched_at;
+
+  std::span<const Interval> touched_by(std::size_t r) const {
+    return {touched.data() + touched_at[r], touched_at[r + 1] - touched_at[r]};
+  }
+};
+
+}  // namespace detail
+
+namespace {
+
+using detail::Holders;
+using detail::Interval;
+using detail::SlotRunsCounts;
+
+// Appends to `out` the sorted, merged (touching intervals joined) `spans`
+// (sorted in place).
+void merge_into(std::vector<Interval>& spans, std::vector<Interval>& out) {
+  if (!std::is_sorted(spans.begin(), spans.end())) std::sort(spans.begin(), spans.end());
+  const std::size_t first = out.size();
   for (const auto& [lo, hi] : spans) {
-    if (!out.empty() && lo <= out.back().second + 1) {
+    if (out.size() > first && lo <= out.back().second + 1) {
       out.back().second = std::max(out.back().second, hi);
     } else {
       out.emplace_back(lo, hi);
     }
   }
-  return out;
 }
 
 // Key blocks of the union of `spans` (inclusive intervals, any order).
 std::int64_t union_size(std::vector<Interval>& spans) {
-  if (spans.size() > 1) std::sort(spans.begin(), spans.end());
+  if (spans.size() > 1 && !std::is_sorted(spans.begin(), spans.end())) {
+    std::sort(spans.begin(), spans.end());
+  }
   std::int64_t covered = -1;
   std::int64_t count = 0;
   for (const auto& [lo, hi] : spans) {
@@ -91,13 +126,6 @@ void walk_member(const RowLayout& layout, std::int64_t block, const RunShardPlan
     }
   }
 }
-
-// Who holds the real tokens of every key block: block k's holders are
-// entries [offset[k], offset[k + 1]) of (member, tokens), members ascending.
-struct Holders {
-  std::vector<std::int64_t> offset;
-  std::vector<std::pair<std::int32_t, std::int64_t>> entries;
-};
 
 template <typename Visit>
 void for_each_block_overlap(const RunShardPlan& plan, std::int64_t block, Visit&& visit) {
@@ -178,7 +206,7 @@ struct HolderSums {
 // receiver's own): entry by entry, or per holder by range sums when that is
 // fewer steps. Both are exact sums.
 void add_receipts(const Holders& holders, const std::unique_ptr<HolderSums>& sums,
-                  const std::vector<Interval>& touched, const std::vector<std::int32_t>& active,
+                  std::span<const Interval> touched, const std::vector<std::int32_t>& active,
                   const std::vector<std::int32_t>& index, std::int64_t* from) {
   std::int64_t entries = 0;
   for (const auto& [lo, hi] : touched) entries += holders.offset[hi + 1] - holders.offset[lo];
@@ -197,36 +225,6 @@ void add_receipts(const Holders& holders, const std::unique_ptr<HolderSums>& sum
       from[index[static_cast<std::size_t>(j)]] += count;
     }
   }
-}
-
-// The merged key-block intervals member r's queries touch.
-std::vector<Interval> touched_blocks(const CpWorkload& w, const RowLayout& layout,
-                                     const RunShardPlan& plan, std::int32_t r) {
-  std::vector<Interval> spans;
-  walk_member(layout, w.block_size, plan, r,
-              [&](std::int64_t a, std::int64_t b, std::int64_t doc, std::int64_t) {
-                const std::int64_t db = layout.doc_begin(doc);
-                const std::int64_t de = layout.doc_end(doc);
-                spans.emplace_back(key_range(w.mask, db, de, a).lo / w.block_size,
-                                   key_range(w.mask, db, de, b - 1).hi / w.block_size);
-              });
-  return merged(std::move(spans));
-}
-
-// How many members hold real tokens of each key block.
-std::vector<std::int32_t> holders_per_block(const RunShardPlan& plan, std::int64_t tokens,
-                                            std::int64_t block) {
-  const auto blocks = static_cast<std::size_t>(ceil_div(tokens, block));
-  std::vector<std::int32_t> count(blocks, 0);
-  std::vector<std::int32_t> last(blocks, -1);  // members come in ascending order
-  for_each_block_overlap(plan, block, [&](std::int64_t k, std::int32_t m, std::int64_t) {
-    const auto b = static_cast<std::size_t>(k);
-    if (last[b] != m) {
-      last[b] = m;
-      ++count[b];
-    }
-  });
-  return count;
 }
 
 // The largest of values[lo..hi] in O(1) after O(n log n).
@@ -334,28 +332,46 @@ std::vector<RankWork> run_tokens_and_tiles(const CpWorkload& w, const RunShardPl
 
 namespace {
 
-// What the floor and the exact price of one run plan share: the members'
-// tokens and tiles, the holders of every key block and the key blocks each
-// member touches, each counted once.
-struct SlotRunsCounts {
-  CpWorkload w;
-  std::vector<RankWork> work;
-  Holders holders;
-  std::vector<std::vector<Interval>> touched;  // per member; empty for g = 1
-};
-
+// One walk per member gives its tokens, its tiles (per local block, the
+// union of the key blocks its queries there touch: run_tokens_and_tiles)
+// and the key blocks it touches in all (the union over its blocks).
 SlotRunsCounts count_slot_runs(const ScheduleRequest& request, const ScheduleSlot& slot,
                                const RunShardPlan& runs) {
-  SlotRunsCounts c{slot_workload(request, slot), {}, {}, {}};
-  c.work = run_tokens_and_tiles(c.w, runs);
-  if (runs.ranks > 1) {
-    const RowLayout layout(c.w);
-    c.holders = holders_of_runs(runs, c.w.tokens, c.w.block_size);
-    c.touched.resize(static_cast<std::size_t>(runs.ranks));
-    for (std::int32_t r = 0; r < runs.ranks; ++r) {
-      c.touched[static_cast<std::size_t>(r)] = touched_blocks(c.w, layout, runs, r);
+  SlotRunsCounts c{slot_workload(request, slot), {}, {}, {}, {}};
+  const CpWorkload& w = c.w;
+  const RowLayout layout(w);
+  const bool exchange = runs.ranks > 1;
+  c.work.resize(static_cast<std::size_t>(runs.ranks));
+  if (exchange) c.touched_at.push_back(0);
+  std::vector<Interval> spans;  // the current local block's
+  std::vector<Interval> all;    // the member's
+  for (std::int32_t r = 0; r < runs.ranks; ++r) {
+    RankWork& rw = c.work[static_cast<std::size_t>(r)];
+    std::int64_t current = -1;  // the local block `spans` belongs to
+    walk_member(layout, w.block_size, runs, r,
+                [&](std::int64_t a, std::int64_t b, std::int64_t doc, std::int64_t local_block) {
+                  if (local_block != current) {
+                    rw.tiles += union_size(spans);
+                    spans.clear();
+                    current = local_block;
+                  }
+                  const std::int64_t db = layout.doc_begin(doc);
+                  const std::int64_t de = layout.doc_end(doc);
+                  const Interval keys{key_range(w.mask, db, de, a).lo / w.block_size,
+                                      key_range(w.mask, db, de, b - 1).hi / w.block_size};
+                  spans.push_back(keys);
+                  if (exchange) all.push_back(keys);
+                  rw.tokens += b - a;
+                });
+    rw.tiles += union_size(spans);
+    spans.clear();
+    if (exchange) {
+      merge_into(all, c.touched);
+      c.touched_at.push_back(c.touched.size());
+      all.clear();
     }
   }
+  if (exchange) c.holders = holders_of_runs(runs, w.tokens, w.block_size);
   return c;
 }
 
@@ -374,7 +390,7 @@ SlotCost price_counted(const ScheduleRequest& request, const ScheduleSlot& slot,
     const std::size_t a = counts.active.size();
     for (std::size_t x = 0; x < a; ++x) {
       std::int64_t* from = counts.received.data() + x * a;
-      add_receipts(c.holders, sums, c.touched[static_cast<std::size_t>(counts.active[x])],
+      add_receipts(c.holders, sums, c.touched_by(static_cast<std::size_t>(counts.active[x])),
                    counts.active, index, from);
       from[x] = 0;  // its own
     }
@@ -382,8 +398,101 @@ SlotCost price_counted(const ScheduleRequest& request, const ScheduleSlot& slot,
   return price_slot_counts(request.profile, slot.ranks, counts);
 }
 
-double floor_counted(const ScheduleRequest& request, const ScheduleSlot& slot,
-                     const SlotRunsCounts& c) {
+// Each member's exchange, totalled without the member-by-member table, split
+// by link: the K/V tokens it receives from members on its own node and from
+// the others (the real tokens of the key blocks it touches, less its own
+// there), those it sends to each (its tokens of each block times the other
+// members touching that block), and at least how many peers it has (the
+// other members touching one block it holds). The totals equal the table's
+// sums; the peers are at most the table's.
+struct ExchangeTotals {
+  std::vector<std::int64_t> near;  // per member: tokens in + out, same node
+  std::vector<std::int64_t> far;   // per member: tokens in + out, other nodes
+  std::vector<std::int32_t> peers;
+};
+
+ExchangeTotals exchange_totals(const SlotRunsCounts& c, const std::vector<std::int32_t>& node) {
+  const std::size_t g = c.work.size();
+  const std::size_t blocks = c.holders.offset.size() - 1;
+  const std::size_t nodes =
+      static_cast<std::size_t>(*std::max_element(node.begin(), node.end())) + 1;
+  // Per block, in all and per node (row n x (blocks + 1)): the running sum
+  // of the real tokens held, and how many members' touched intervals cover
+  // the block (difference arrays, then summed).
+  const std::size_t row = blocks + 1;
+  std::vector<std::int64_t> sum(row, 0);
+  std::vector<std::int64_t> node_sum(nodes * row, 0);
+  std::vector<std::int32_t> touchers(row, 0);
+  std::vector<std::int32_t> node_touchers(nodes * row, 0);
+  for (std::size_t k = 0; k < blocks; ++k) {
+    for (std::int64_t i = c.holders.offset[k]; i < c.holders.offset[k + 1]; ++i) {
+      const auto& [j, n] = c.holders.entries[static_cast<std::size_t>(i)];
+      sum[k + 1] += n;
+      node_sum[static_cast<std::size_t>(node[static_cast<std::size_t>(j)]) * row + k + 1] += n;
+    }
+  }
+  ExchangeTotals t{std::vector<std::int64_t>(g, 0), std::vector<std::int64_t>(g, 0),
+                   std::vector<std::int32_t>(g, 0)};
+  for (std::size_t k = 1; k < row; ++k) sum[k] += sum[k - 1];
+  for (std::size_t n = 0; n < nodes; ++n) {
+    std::int64_t* const mine = node_sum.data() + n * row;
+    for (std::size_t k = 1; k < row; ++k) mine[k] += mine[k - 1];
+  }
+  for (std::size_t r = 0; r < g; ++r) {
+    const std::size_t own = static_cast<std::size_t>(node[r]) * row;
+    for (const auto& [lo, hi] : c.touched_by(r)) {
+      const auto l = static_cast<std::size_t>(lo);
+      const auto h = static_cast<std::size_t>(hi) + 1;
+      ++touchers[l];
+      --touchers[h];
+      ++node_touchers[own + l];
+      --node_touchers[own + h];
+      const std::int64_t near = node_sum[own + h] - node_sum[own + l];
+      t.near[r] += near;
+      t.far[r] += sum[h] - sum[l] - near;
+    }
+  }
+  for (std::size_t k = 1; k < row; ++k) touchers[k] += touchers[k - 1];
+  for (std::size_t n = 0; n < nodes; ++n) {
+    std::int32_t* const mine = node_touchers.data() + n * row;
+    for (std::size_t k = 1; k < row; ++k) mine[k] += mine[k - 1];
+  }
+  // Blocks ascend, so each member's place in its touched intervals only
+  // moves forward.
+  std::vector<std::size_t> place(g, 0);
+  for (std::size_t k = 0; k < blocks; ++k) {
+    for (std::int64_t i = c.holders.offset[k]; i < c.holders.offset[k + 1]; ++i) {
+      const auto& [j, n] = c.holders.entries[static_cast<std::size_t>(i)];
+      const auto m = static_cast<std::size_t>(j);
+      const std::span<const Interval> mine = c.touched_by(m);
+      while (place[m] < mine.size() && mine[place[m]].second < static_cast<std::int64_t>(k)) {
+        ++place[m];
+      }
+      const bool touches =
+          place[m] < mine.size() && mine[place[m]].first <= static_cast<std::int64_t>(k);
+      const std::int32_t self = touches ? 1 : 0;
+      const std::int32_t near = node_touchers[static_cast<std::size_t>(node[m]) * row + k] - self;
+      t.near[m] += n * near;
+      t.far[m] += n * (touchers[k] - self - near);
+      t.peers[m] = std::max(t.peers[m], touchers[k] - self);
+      if (touches) t.near[m] -= n;  // its own tokens are not received
+    }
+  }
+  return t;
+}
+
+// Two floors on the exact end: `peers`, each member's compute plus the
+// latency of the peers it has at least (the other holders of the most-held
+// key block it touches), less what the overlap can hide; and `exchange`,
+// that member's compute plus its exchange totals (exchange_totals) priced as
+// if every byte crossed the faster link, with the peers it has at least.
+struct Floors {
+  double peers = 0;
+  double exchange = 0;
+};
+
+Floors floor_counted(const ScheduleRequest& request, const ScheduleSlot& slot,
+                     const SlotRunsCounts& c, bool with_exchange) {
   SlotCounts counts;
   for (const RankWork& rw : c.work) {
     counts.tokens.push_back(rw.tokens);
@@ -391,28 +500,51 @@ double floor_counted(const ScheduleRequest& request, const ScheduleSlot& slot,
   }
   const SlotCost compute = price_slot_counts(request.profile, slot.ranks, counts);
   const CostProfile& p = request.profile;
-  if (c.work.size() <= 1 || p.latency_seconds <= 0) return compute.end_seconds;
+  Floors f{compute.end_seconds, compute.end_seconds};
+  if (c.work.size() <= 1 || (!with_exchange && !(p.latency_seconds > 0))) return f;
   // Every other member holding tokens of a key block a member touches sends
-  // it some: a peer. So a member has at least (the most holders of one
-  // block it touches) - 1 peers, and pays their latency, of which compute
-  // can hide at most the overlap's share (comm_seconds only grows with it).
-  // A block's holders are its entries (one per member holding it).
+  // it some: a peer. A block's holders are its entries (one per member).
   std::vector<std::int32_t> per_block(c.holders.offset.size() - 1);
   for (std::size_t k = 0; k < per_block.size(); ++k) {
     per_block[k] = static_cast<std::int32_t>(c.holders.offset[k + 1] - c.holders.offset[k]);
   }
   const SparseMax holders(std::move(per_block));
-  double end = compute.end_seconds;
-  for (std::size_t r = 0; r < c.work.size(); ++r) {
-    std::int32_t most = 0;
-    for (const auto& [lo, hi] : c.touched[r]) most = std::max(most, holders.max(lo, hi));
-    if (most <= 1) continue;
-    const double compute_seconds = compute.members[r].compute_seconds;
-    const double comm = p.latency_seconds * (most - 1);
-    end = std::max(end,
-                   compute_seconds + comm - p.exchange_overlap * std::min(compute_seconds, comm));
+  // Members' nodes, numbered from 0 in order of first appearance.
+  std::vector<std::int32_t> node(with_exchange ? c.work.size() : 0);
+  {
+    std::vector<std::int32_t> seen;
+    const std::int32_t per_node = std::max(1, p.ranks_per_node);
+    for (std::size_t r = 0; r < node.size(); ++r) {
+      const std::int32_t n = slot.ranks[r] / per_node;
+      const auto it = std::find(seen.begin(), seen.end(), n);
+      node[r] = static_cast<std::int32_t>(it - seen.begin());
+      if (it == seen.end()) seen.push_back(n);
+    }
   }
-  return end;
+  const ExchangeTotals t = with_exchange ? exchange_totals(c, node) : ExchangeTotals{};
+  // Each link's bytes priced at once, a hair under so that one product per
+  // link cannot round above the table's sum of one product per peer.
+  const double near_token = p.kv_bytes_per_token / p.intra_node_bytes_per_second * (1 - 1e-9);
+  const double far_token = p.kv_bytes_per_token / p.inter_node_bytes_per_second * (1 - 1e-9);
+  for (std::size_t r = 0; r < c.work.size(); ++r) {
+    if (c.work[r].tokens == 0) continue;  // holds nothing: exchanges nothing
+    std::int32_t most = 0;
+    for (const auto& [lo, hi] : c.touched_by(r)) most = std::max(most, holders.max(lo, hi));
+    const double compute_seconds = compute.members[r].compute_seconds;
+    if (most > 1 && p.latency_seconds > 0) {
+      const double comm = p.latency_seconds * (most - 1);
+      f.peers = std::max(
+          f.peers, compute_seconds + comm - p.exchange_overlap * std::min(compute_seconds, comm));
+    }
+    if (!with_exchange) continue;
+    double comm = static_cast<double>(t.near[r]) * near_token +
+                  static_cast<double>(t.far[r]) * far_token +
+                  p.latency_seconds * std::max(most - 1, t.peers[r]);
+    comm -= p.exchange_overlap * std::min(compute_seconds, comm);
+    f.exchange = std::max(f.exchange, (compute_seconds + comm) * (1 - 1e-12));
+  }
+  f.exchange = std::max(f.exchange, f.peers);
+  return f;
 }
 
 }  // namespace
@@ -423,46 +555,36 @@ SlotCost evaluate_slot_runs(const ScheduleRequest& request, const ScheduleSlot& 
 }
 
 double slot_end_floor_runs(const ScheduleRequest& request, const ScheduleSlot& slot,
-                           const RunShardPlan& runs) {
-  // floor_counted's arithmetic without the holders' table: the count of
-  // holders per block is all it needs.
-  const CpWorkload w = slot_workload(request, slot);
-  const std::vector<RankWork> work = run_tokens_and_tiles(w, runs);
-  SlotCounts counts;
-  for (const RankWork& rw : work) {
-    counts.tokens.push_back(rw.tokens);
-    counts.tiles.push_back(rw.tiles);
-  }
-  const SlotCost compute = price_slot_counts(request.profile, slot.ranks, counts);
-  const CostProfile& p = request.profile;
-  if (runs.ranks <= 1 || p.latency_seconds <= 0) return compute.end_seconds;
-  const RowLayout layout(w);
-  const SparseMax holders(holders_per_block(runs, w.tokens, w.block_size));
-  double end = compute.end_seconds;
-  for (std::int32_t r = 0; r < runs.ranks; ++r) {
-    std::int32_t most = 0;
-    for (const auto& [lo, hi] : touched_blocks(w, layout, runs, r)) {
-      most = std::max(most, holders.max(lo, hi));
-    }
-    if (most <= 1) continue;
-    const double compute_seconds = compute.members[static_cast<std::size_t>(r)].compute_seconds;
-    const double comm = p.latency_seconds * (most - 1);
-    end = std::max(end,
-                   compute_seconds + comm - p.exchange_overlap * std::min(compute_seconds, comm));
-  }
-  return end;
+                           const RunShardPlan& runs, bool exchange_floor) {
+  const Floors f =
+      floor_counted(request, slot, count_slot_runs(request, slot, runs), exchange_floor);
+  return exchange_floor ? f.exchange : f.peers;
 }
 
-SlotEnd slot_end_runs_below(const ScheduleRequest& request, const ScheduleSlot& slot,
-                            const RunShardPlan& runs, double beat) {
-  const SlotRunsCounts c = count_slot_runs(request, slot, runs);
+CountedRuns count_runs(const ScheduleRequest& request, const ScheduleSlot& slot,
+                       RunShardPlan runs) {
+  auto counts = std::make_shared<const SlotRunsCounts>(count_slot_runs(request, slot, runs));
+  return {std::move(runs), std::move(counts)};
+}
+
+SlotEnd slot_end_counted_below(const ScheduleRequest& request, const ScheduleSlot& slot,
+                               const CountedRuns& counted, double beat, bool exchange_floor) {
+  const SlotRunsCounts& c = *counted.counts;
   if (beat != std::numeric_limits<double>::infinity()) {
-    const double floor = floor_counted(request, slot, c);
-    if (floor >= beat) return {floor, false, {}};
+    const Floors f = floor_counted(request, slot, c, exchange_floor);
+    const double floor = exchange_floor ? f.exchange : f.peers;
+    if (floor >= beat) return {floor, false, {}, f.peers};
   }
   SlotCost cost = price_counted(request, slot, c);
   const double end = cost.end_seconds;
   return {end, true, std::move(cost)};
+}
+
+SlotEnd slot_end_runs_below(const ScheduleRequest& request, const ScheduleSlot& slot,
+                            const RunShardPlan& runs, double beat, bool exchange_floor) {
+  const CountedRuns counted{
+      {}, std::make_shared<const SlotRunsCounts>(count_slot_runs(request, slot, runs))};
+  return slot_end_counted_below(request, slot, counted, beat, exchange_floor);
 }
 
 ScheduleCost evaluate_schedule_runs(const ScheduleRequest& request, const Schedule& schedule,

@@ -340,7 +340,10 @@ std::vector<Schedule> hybrid_drafts(const ScheduleRequest& request, bool every) 
 // (the bandwidth of each pair; nothing else of the ranks is priced), so
 // that is the key. Only exact lengths are kept (a plan capped by a ceiling
 // is not rule 5's choice); one kept answers any later ceiling as
-// plan_slot_compact would: the length when below it, else kNoEnd.
+// plan_slot_compact would: the length when below it, else kNoEnd. A slot
+// that ended no sooner than a ceiling for certain (plan_slot_compact's
+// none_below) answers kNoEnd to any ceiling up to that one, as planning it
+// again would.
 class SlotMemo {
  public:
   Result<double> plan(const ScheduleRequest& request, ScheduleSlot& slot, double ceiling) {
@@ -360,8 +363,17 @@ class SlotMemo {
       slot.plan = it->second.record;
       return it->second.length < ceiling ? it->second.length : hybrid::kNoEnd;
     }
-    const Result<double> planned = hybrid::plan_slot_compact(request, slot, ceiling);
-    if (planned && *planned < ceiling) kept_.emplace(std::move(key), Kept{*planned, slot.plan});
+    const auto none = none_below_.find(key);
+    if (none != none_below_.end() && ceiling <= none->second) return hybrid::kNoEnd;
+    bool none_below = false;
+    const Result<double> planned =
+        hybrid::plan_slot_compact(request, slot, ceiling, &none_below, &rows_);
+    if (planned && *planned < ceiling) {
+      kept_.emplace(std::move(key), Kept{*planned, slot.plan});
+    } else if (planned && none_below) {
+      double& highest = none_below_[std::move(key)];
+      highest = std::max(highest, ceiling);
+    }
     return planned;
   }
 
@@ -371,6 +383,9 @@ class SlotMemo {
     ShardPlan record;  // the rule's name, cp_size and shard_len; no positions
   };
   std::map<std::vector<std::int64_t>, Kept> kept_;
+  // Key -> the highest ceiling no plan of the slot ends before.
+  std::map<std::vector<std::int64_t>, double> none_below_;
+  hybrid::RowPlans rows_;  // rule 5's candidate plans of each row, counted
 };
 
 // Every slot planned compactly (rule 5, schedule_hybrid_plan.cpp): `length`

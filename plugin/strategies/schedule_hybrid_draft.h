@@ -4,11 +4,13 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <iterator>
 #include <limits>
+#include <map>
 #include <optional>
 #include <set>
 #include <string_view>
@@ -178,14 +180,39 @@ inline constexpr double kNoEnd = std::numeric_limits<double>::infinity();
 // the soonest of several drafts).
 Draft draft(const Batch& batch, const Estimator& est, GroupRule rule, double beat = kNoEnd);
 
+// The candidate plans of rule 5 for the rows planned in one answer, each
+// built and counted once (count_runs): a row's plans and their counts
+// depend on its pieces' lengths in order and its size only, and the
+// search tries one row over many rank sets. plan_slot_compact keeps rows
+// of more than 2^18 tokens in a table of its own call only (few are
+// planned twice, and their counts are large).
+class RowPlans {
+ public:
+  // The counted plan of `rule` (balanced, per_document, head_tail,
+  // per_document_padded, contiguous) for the slot's row; nullptr where the
+  // rule cannot shard it; without counts where it holds more than T per
+  // member (never priced). Valid while this lives.
+  const CountedRuns* plan(std::string_view rule, const ScheduleRequest& request,
+                          const ScheduleSlot& slot, const CpWorkload& w);
+
+ private:
+  static constexpr std::size_t kRules = 5;
+  using Row = std::array<std::optional<std::optional<CountedRuns>>, kRules>;
+  std::map<std::vector<std::int64_t>, Row> rows_;  // key: size, then lengths
+};
+
 // Rule 5 for one slot, without positions (schedule_hybrid_plan.cpp): the
 // slot's plan gets the chosen rule's name (strategy_used, fallback_reason),
 // cp_size and shard_len, no positions; returns the slot's exact length
 // (evaluate_slot's end_seconds for the expanded plan) when it is below
 // `ceiling`, else kNoEnd (the plan recorded is then not rule 5's choice,
-// and the caller drops the slot's schedule).
+// and the caller drops the slot's schedule). `none_below`, when given, is
+// set when the answer is kNoEnd for every lower ceiling too (a caller may
+// then answer those without planning).
+// `rows`, when given, supplies the candidate plans (else they are built).
 Result<double> plan_slot_compact(const ScheduleRequest& request, ScheduleSlot& slot,
-                                 double ceiling = kNoEnd);
+                                 double ceiling = kNoEnd, bool* none_below = nullptr,
+                                 RowPlans* rows = nullptr);
 
 // The runs of the plan rule `rule` (balanced, per_document,
 // per_document_padded, head_tail, contiguous) for a slot's row; nullopt for

@@ -59,16 +59,23 @@ double query_key_blocks(const MaskSpec& mask, std::int64_t len, std::int64_t b) 
 // where the padded plan needs more than T). Equal to evaluate_schedule of
 // the planned schedule (the property test compares the guard's answer with
 // both baselines planned and priced in full).
-// When the slots' floors (slot_end_floor_runs: compute and the latency of
-// the peers each member has at least) already reach `beat`, the step is
-// not priced in full and +infinity stands for "no sooner than beat".
+// Each slot's plan is counted once (count_runs) and priced from its counts
+// in up to three steps, each only where the one before leaves the step
+// below `beat`: the floors of compute and peers' latency; on slots of rows
+// up to 2^18 tokens, the floors with their exchange totals (which rule out
+// small batches' wide groups, and cost more than they save on longer
+// rows); the exact price. When floors reach `beat`, +infinity stands for
+// "no sooner than beat".
+constexpr std::int64_t kExchangeFloorTokens = std::int64_t{1} << 18;
+
 Result<double> baseline_step(const ScheduleRequest& request, const Schedule& schedule,
                              bool fixed_rules, double beat) {
   const std::int64_t budget = request.max_tokens_per_rank;
-  std::vector<RunShardPlan> plans;
+  std::vector<CountedRuns> plans;
   std::vector<double> length;
   plans.reserve(schedule.slots.size());
   length.reserve(schedule.slots.size());
+  bool any_short = false;
   for (const ScheduleSlot& slot : schedule.slots) {
     const CpWorkload w = slot_workload(request, slot);
     RunShardPlan runs;
@@ -82,14 +89,24 @@ Result<double> baseline_step(const ScheduleRequest& request, const Schedule& sch
     if (runs.rank_offset.empty() || runs.shard_len > budget) {
       runs = cp::detail::contiguous_runs(w.tokens, w.cp_size);
     }
-    length.push_back(slot_end_floor_runs(request, slot, runs));
-    plans.push_back(std::move(runs));
+    any_short = any_short || w.tokens <= kExchangeFloorTokens;
+    plans.push_back(count_runs(request, slot, std::move(runs)));
+    length.push_back(slot_end_counted_below(request, slot, plans.back(), 0.0, false).end);
   }
-  if (hybrid::step_of_lengths(request, schedule, length) >= beat) {
-    return std::numeric_limits<double>::infinity();
+  const auto reaches = [&] { return hybrid::step_of_lengths(request, schedule, length) >= beat; };
+  if (reaches()) return std::numeric_limits<double>::infinity();
+  if (any_short) {
+    for (std::size_t s = 0; s < plans.size(); ++s) {
+      const ScheduleSlot& slot = schedule.slots[s];
+      if (slot_workload(request, slot).tokens > kExchangeFloorTokens) continue;
+      length[s] = slot_end_counted_below(request, slot, plans[s], 0.0).end;
+    }
+    if (reaches()) return std::numeric_limits<double>::infinity();
   }
   for (std::size_t s = 0; s < plans.size(); ++s) {
-    length[s] = evaluate_slot_runs(request, schedule.slots[s], plans[s]).end_seconds;
+    length[s] = slot_end_counted_below(request, schedule.slots[s], plans[s],
+                                       std::numeric_limits<double>::infinity())
+                    .end;
   }
   return hybrid::step_of_lengths(request, schedule, length);
 }

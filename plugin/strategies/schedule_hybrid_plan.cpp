@@ -122,6 +122,29 @@ std::optional<RunShardPlan> slot_rule_runs(std::string_view rule, const CpWorklo
 
 namespace {
 
+// Whether per_document_weighted can apply to the slot: it spans two or more
+// nodes (on one, per_document's exchange is even) and has members to weigh.
+bool weighs_members(const ScheduleRequest& request, const ScheduleSlot& slot, const CpWorkload& w) {
+  const std::int32_t node = std::max(1, request.profile.ranks_per_node);
+  const bool one_node = std::all_of(slot.ranks.begin(), slot.ranks.end(), [&](std::int32_t a) {
+    return a / node == slot.ranks.front() / node;
+  });
+  return !one_node && w.cp_size >= 2;
+}
+
+// Whether per_document_weighted is worth pricing against `beat`, from
+// per_document's members' times: their mean is positive and finite, and
+// even members ending at it would end 0.5% before `beat`. Monotone in beat:
+// true from some beat up.
+bool weighting_may_pay(const SlotCost& per_document, double beat) {
+  double total = 0;
+  for (const SlotMemberCost& m : per_document.members) total += m.compute_seconds + m.comm_seconds;
+  const double mean = total / static_cast<double>(per_document.members.size());
+  if (!(mean > 0) || !std::isfinite(mean)) return false;
+  const double start = per_document.start_seconds;
+  return !(beat < kNoEnd && start + mean >= beat - 0.005 * (beat - start));
+}
+
 // per_document_weighted's plan of a slot over two or more nodes: member r's
 // weight is D - comm_r under per_document's plan (`priced`, or priced here;
 // D the mean of compute + comm over members, the weight at least D / 2), so
@@ -131,19 +154,12 @@ namespace {
 std::optional<RunShardPlan> weighted_runs(const ScheduleRequest& request, const ScheduleSlot& slot,
                                           const CpWorkload& w, const SlotCost* priced = nullptr,
                                           double beat = kNoEnd) {
-  const std::int32_t node = std::max(1, request.profile.ranks_per_node);
-  const bool one_node = std::all_of(slot.ranks.begin(), slot.ranks.end(), [&](std::int32_t a) {
-    return a / node == slot.ranks.front() / node;
-  });
-  if (one_node || w.cp_size < 2) return std::nullopt;
+  if (!weighs_members(request, slot, w)) return std::nullopt;
   const SlotCost cost = priced ? *priced : evaluate_slot_runs(request, slot, per_document_runs(w));
+  if (!weighting_may_pay(cost, beat)) return std::nullopt;
   double total = 0;
   for (const SlotMemberCost& m : cost.members) total += m.compute_seconds + m.comm_seconds;
   const double mean = total / static_cast<double>(cost.members.size());
-  if (!(mean > 0) || !std::isfinite(mean)) return std::nullopt;
-  if (beat < kNoEnd && cost.start_seconds + mean >= beat - 0.005 * (beat - cost.start_seconds)) {
-    return std::nullopt;
-  }
   std::vector<double> weight;
   for (const SlotMemberCost& m : cost.members) {
     weight.push_back(std::max(mean / 2, mean - m.comm_seconds));
@@ -158,17 +174,171 @@ std::optional<RunShardPlan> rule_runs(const ScheduleRequest& request, const Sche
   return slot_rule_runs(rule, w);
 }
 
-// Rows up to this many tokens also try head_tail and per_document_padded.
+// Rows up to this many tokens also try head_tail and per_document_padded,
+// and their plans are kept for the answer (RowPlans).
 constexpr std::int64_t kManyPlannersTokens = std::int64_t{1} << 18;
 
-void record(ScheduleSlot& slot, const char* rule, std::int32_t ranks, std::int64_t shard_len,
+void record(ScheduleSlot& slot, const char* rule, std::int32_t cp_size, std::int64_t shard_len,
             std::string reason) {
   slot.plan = ShardPlan{};
-  slot.plan.cp_size = ranks;
+  slot.plan.cp_size = cp_size;
   slot.plan.shard_len = shard_len;
   slot.plan.strategy_used = rule;
   slot.plan.fallback_reason = std::move(reason);
 }
+
+constexpr const char* kRowRules[] = {"balanced", "per_document", "head_tail", "per_document_padded",
+                                     "contiguous"};
+
+}  // namespace
+
+const CountedRuns* RowPlans::plan(std::string_view rule, const ScheduleRequest& request,
+                                  const ScheduleSlot& slot, const CpWorkload& w) {
+  std::size_t r = 0;
+  while (r < kRules && rule != kRowRules[r]) ++r;
+  std::vector<std::int64_t> key;
+  key.reserve(slot.pieces.size() + 1);
+  key.push_back(w.cp_size);
+  for (const DocPiece& piece : slot.pieces) key.push_back(piece.length);
+  std::optional<std::optional<CountedRuns>>& kept = rows_[std::move(key)][r];
+  if (!kept) {
+    std::optional<RunShardPlan> runs = slot_rule_runs(rule, w);
+    kept.emplace();
+    // A plan over T per member is never priced: its runs only.
+    if (runs && runs->shard_len > request.max_tokens_per_rank) {
+      *kept = CountedRuns{std::move(*runs), nullptr};
+    } else if (runs) {
+      *kept = count_runs(request, slot, std::move(*runs));
+    }
+  }
+  return *kept ? &**kept : nullptr;
+}
+
+namespace {
+
+// Rule 5's choice among a slot's plans, one plan at a time in rule order:
+// each plan's floor and price share their counts (slot_end_counted_below),
+// and a plan whose floor reaches the end to beat is not priced in full.
+//
+// Which plans are priced in full decides whether per_document_weighted is
+// tried (only after per_document was, and only while the best end so far
+// leaves it room: weighting_may_pay), so the floor that skips a plan must
+// not change that. On a slot it can apply to, per_document is floored by
+// compute and peers' latency alone, as before the exchange floor; another
+// plan that the exchange floor skips where that weaker floor would not have
+// is kept aside with its floor, and priced in full only when its exact end
+// could change weighting_may_pay's answer (docs/HYBRID.md rule 5).
+class RuleChoice {
+ public:
+  RuleChoice(const ScheduleRequest& request, const ScheduleSlot& slot, const CpWorkload& w,
+             double ceiling)
+      : request_(request),
+        slot_(slot),
+        w_(w),
+        ceiling_(ceiling),
+        weighs_(weighs_members(request, slot, w)),
+        exchange_floor_(w.tokens <= kManyPlannersTokens) {}
+
+  // The first plan: its end sets the end to beat even when the ceiling caps it.
+  void first(const char* rule, const CountedRuns& plan, std::string reason) {
+    choose(rule, plan);
+    reason_ = std::move(reason);
+    const SlotEnd e = price(rule, plan, ceiling_);
+    best_end_ = e.exact ? e.end : kNoEnd;
+  }
+
+  void consider(const char* other, const CountedRuns* plan) {
+    if (!plan || plan->runs.shard_len > request_.max_tokens_per_rank) return;
+    // Its compute alone already ends no sooner than the end to beat: the
+    // exchange need not be counted (it only adds time).
+    const SlotEnd e = price(other, *plan, std::min(best_end_, ceiling_));
+    if (!e.exact) return;
+    if (e.end < best_end_) {
+      best_end_ = e.end;
+      choose(other, *plan);
+      reason_.clear();
+    }
+  }
+
+  // per_document_weighted, where per_document was priced in full.
+  void consider_weighted() {
+    if (!per_document_) return;
+    const double beat = weighting_beat();
+    aside_open_ = false;  // no later plan can change whether weighting is tried
+    declined_ = weighs_ && !weighting_may_pay(*per_document_, beat);
+    std::optional<RunShardPlan> runs = weighted_runs(request_, slot_, w_, &*per_document_, beat);
+    if (!runs) return;
+    const CountedRuns plan = count_runs(request_, slot_, std::move(*runs));
+    consider("per_document_weighted", &plan);
+  }
+
+  // Whether a lower ceiling could give a length where this one gave none:
+  // only by weighting, declined here for want of room below a best end
+  // that a lower ceiling may leave higher.
+  bool declined_weighting() const { return declined_; }
+
+  // The choice on the slot's plan: rule, size, shard length, reason.
+  void record_on(ScheduleSlot& slot) {
+    record(slot, rule_, w_.cp_size, shard_len_, std::move(reason_));
+  }
+  const char* rule() const { return rule_; }
+  double best_end() const { return best_end_; }
+
+ private:
+  struct Aside {
+    const CountedRuns* plan;
+    double floor;
+  };
+
+  void choose(const char* rule, const CountedRuns& plan) {
+    rule_ = rule;
+    shard_len_ = plan.runs.shard_len;
+  }
+
+  SlotEnd price(const char* rule, const CountedRuns& plan, double beat) {
+    const bool per_document = std::string_view(rule) == "per_document";
+    const bool exchange = exchange_floor_ && !(weighs_ && per_document);
+    SlotEnd e = plan.counts ? slot_end_counted_below(request_, slot_, plan, beat, exchange)
+                            : slot_end_runs_below(request_, slot_, plan.runs, beat, exchange);
+    if (!e.exact && weighs_ && aside_open_ && e.peers_floor < beat) {
+      aside_.push_back({&plan, e.end});
+    }
+    if (e.exact && per_document) per_document_ = e.cost;
+    return e;
+  }
+
+  // The best end the weaker floor alone would have left when weighting is
+  // tried: the plans kept aside each end at or past their floor, so only
+  // one whose floor leaves weighting_may_pay's answer open is priced.
+  double weighting_beat() {
+    double beat = best_end_;
+    for (const Aside& a : aside_) {
+      if (weighting_may_pay(*per_document_, std::min(beat, a.floor)) ==
+          weighting_may_pay(*per_document_, beat)) {
+        continue;
+      }
+      beat = std::min(beat, slot_end_counted_below(request_, slot_, *a.plan, kNoEnd).end);
+    }
+    return beat;
+  }
+
+  const ScheduleRequest& request_;
+  const ScheduleSlot& slot_;
+  const CpWorkload& w_;
+  const double ceiling_;
+  const bool weighs_;
+  // The exchange floor costs O(blocks x nodes) a plan: on longer rows it
+  // rules out too few plans to pay.
+  const bool exchange_floor_;
+  const char* rule_ = "balanced";
+  std::int64_t shard_len_ = 0;
+  std::string reason_;
+  double best_end_ = kNoEnd;              // +infinity: "ends no sooner than the ceiling"
+  std::optional<SlotCost> per_document_;  // its members' times, once priced in full
+  std::vector<Aside> aside_;
+  bool aside_open_ = true;
+  bool declined_ = false;
+};
 
 }  // namespace
 
@@ -177,73 +347,55 @@ void record(ScheduleSlot& slot, const char* rule, std::int32_t ranks, std::int64
 // on slots over several nodes, per_document weighted by each member's
 // exchange) that holds at most T per member the cost model says ends the
 // slot soonest (ties: the earlier; contiguous last, it moves least). A
-// plan whose floor (its
-// compute, no exchange) reaches the end to beat is not priced in full: it
-// cannot end strictly sooner. The end to beat is also capped by `ceiling`:
-// a slot that cannot end before it gets +infinity (its caller's schedule
-// cannot win), and below it the choice is exactly the uncapped one, but
-// for per_document_weighted: it is tried only where per_document's plan
-// was priced in full (which the ceiling may skip) and its members' mean
-// time ends 0.5% before the end to beat.
-Result<double> plan_slot_compact(const ScheduleRequest& request, ScheduleSlot& slot,
-                                 double ceiling) {
+// plan whose floor (its compute and what it must exchange at least)
+// reaches the end to beat is not priced in full: it cannot end strictly
+// sooner. The end to beat is also capped by `ceiling`: a slot that cannot
+// end before it gets +infinity (its caller's schedule cannot win), and
+// below it the choice is exactly the uncapped one, but for
+// per_document_weighted: it is tried only where per_document's plan was
+// priced in full (which the ceiling may skip) and its members' mean time
+// ends 0.5% before the end to beat.
+Result<double> plan_slot_compact(const ScheduleRequest& request, ScheduleSlot& slot, double ceiling,
+                                 bool* none_below, RowPlans* rows) {
+  if (none_below) *none_below = false;
   const std::int64_t budget = request.max_tokens_per_rank;
   const CpWorkload w = slot_workload(request, slot);
   if (w.cp_size == 1) {
     const RunShardPlan runs = cp::detail::contiguous_runs(w.tokens, 1);
-    record(slot, "contiguous", runs.ranks, runs.shard_len, "");
+    record(slot, "contiguous", 1, runs.shard_len, "");
     const double end = evaluate_slot_runs(request, slot, runs).end_seconds;
+    if (none_below) *none_below = !(end < ceiling);
     return end < ceiling ? end : kNoEnd;
   }
   if (Status status = validate_workload(w); !status) return status;
-  RunShardPlan chosen = cp::detail::balance_row(w, RowLayout(w)).runs;
-  const char* rule = "balanced";
-  std::string reason;
-  if (chosen.shard_len > budget) {
+  RowPlans own;
+  RowPlans& plans = rows && w.tokens <= kManyPlannersTokens ? *rows : own;
+  RuleChoice choice(request, slot, w, ceiling);
+  const CountedRuns* balanced = plans.plan("balanced", request, slot, w);
+  if (balanced->runs.shard_len <= budget) {
+    choice.first("balanced", *balanced, "");
+  } else {
     // per_document holds at most ceil(N / g) <= T tokens per member.
-    reason = "balanced needs " + std::to_string(chosen.shard_len) +
-             " tokens per rank, more than T = " + std::to_string(budget);
-    chosen = per_document_runs(w);
-    rule = "per_document";
+    choice.first("per_document", *plans.plan("per_document", request, slot, w),
+                 "balanced needs " + std::to_string(balanced->runs.shard_len) +
+                     " tokens per rank, more than T = " + std::to_string(budget));
   }
-  // The chosen plan's shape, kept as it is chosen (re-running the rule
-  // only to record it planned the chosen plan twice).
-  std::int32_t chosen_ranks = chosen.ranks;
-  std::int64_t chosen_shard = chosen.shard_len;
-  // Each plan's floor and price share their counts (slot_end_runs_below).
-  std::optional<SlotCost> per_document;  // its members' times, once priced in full
-  SlotEnd first = slot_end_runs_below(request, slot, chosen, ceiling);
-  // +infinity stands for "ends no sooner than the ceiling".
-  double best_end = first.exact ? first.end : kNoEnd;
-  if (first.exact && std::string_view(rule) == "per_document") per_document = std::move(first.cost);
-  const auto consider = [&](const char* other, const std::optional<RunShardPlan>& runs) {
-    if (!runs || runs->shard_len > budget) return;
-    // Its compute alone already ends no sooner than the end to beat: the
-    // exchange need not be counted (it only adds time).
-    SlotEnd priced = slot_end_runs_below(request, slot, *runs, std::min(best_end, ceiling));
-    if (!priced.exact) return;
-    const double end = priced.end;
-    if (std::string_view(other) == "per_document") per_document = std::move(priced.cost);
-    if (end < best_end) {
-      best_end = end;
-      rule = other;
-      reason.clear();
-      chosen_ranks = runs->ranks;
-      chosen_shard = runs->shard_len;
-    }
-  };
   // The same plan again cannot end strictly sooner.
-  if (std::string_view(rule) != "per_document") consider("per_document", per_document_runs(w));
+  if (std::string_view(choice.rule()) != "per_document") {
+    choice.consider("per_document", plans.plan("per_document", request, slot, w));
+  }
   if (w.tokens <= kManyPlannersTokens) {
-    consider("head_tail", slot_rule_runs("head_tail", w));
-    consider("per_document_padded", per_document_padded_runs(w));
+    choice.consider("head_tail", plans.plan("head_tail", request, slot, w));
+    choice.consider("per_document_padded", plans.plan("per_document_padded", request, slot, w));
   }
-  if (per_document) {
-    consider("per_document_weighted", weighted_runs(request, slot, w, &*per_document, best_end));
-  }
-  consider("contiguous", cp::detail::contiguous_runs(w.tokens, w.cp_size));
-  record(slot, rule, chosen_ranks, chosen_shard, reason);
-  return best_end < ceiling ? best_end : kNoEnd;
+  choice.consider_weighted();
+  choice.consider("contiguous", plans.plan("contiguous", request, slot, w));
+  choice.record_on(slot);
+  if (choice.best_end() < ceiling) return choice.best_end();
+  // Every plan but a declined weighting ends at or past the ceiling, so a
+  // lower ceiling gives none either.
+  if (none_below) *none_below = !choice.declined_weighting();
+  return kNoEnd;
 }
 
 Status expand_slot_plan(const ScheduleRequest& request, ScheduleSlot& slot) {

@@ -276,35 +276,45 @@ class Search {
   static std::vector<std::int32_t> packed_on_nodes(const std::vector<std::int32_t>& by_finish,
                                                    std::int32_t m, std::int32_t g,
                                                    std::int32_t per_node) {
-    // Per node, its pool ranks in free-time order; nodes by pool count
-    // (most first; ties: the node whose first rank frees up first).
-    std::vector<std::vector<std::int32_t>> node_ranks;
-    std::vector<std::int32_t> slot_of_node;  // node -> index in node_ranks, -1 none
+    // Per node, its pool ranks (counted; their free-time order is
+    // by_finish's); nodes by pool count (most first; ties: the node whose
+    // first rank frees up first). Counts and node indices only: no list
+    // of ranks per node, so a pool of most of a large world stays cheap.
+    std::vector<std::int32_t> count;  // node -> pool ranks on it
+    std::vector<std::int32_t> nodes;  // in order of first appearance
     for (std::int32_t k = 0; k < m; ++k) {
-      const std::int32_t node = by_finish[k] / per_node;
-      if (static_cast<std::size_t>(node) >= slot_of_node.size()) slot_of_node.resize(node + 1, -1);
-      if (slot_of_node[node] < 0) {
-        slot_of_node[node] = static_cast<std::int32_t>(node_ranks.size());
-        node_ranks.emplace_back();
-      }
-      node_ranks[slot_of_node[node]].push_back(by_finish[k]);
+      const auto node = static_cast<std::size_t>(by_finish[k] / per_node);
+      if (node >= count.size()) count.resize(node + 1, 0);
+      if (count[node]++ == 0) nodes.push_back(static_cast<std::int32_t>(node));
     }
-    std::stable_sort(node_ranks.begin(), node_ranks.end(),
-                     [](const auto& x, const auto& y) { return x.size() > y.size(); });
-    std::vector<std::int32_t> ranks;
+    std::stable_sort(nodes.begin(), nodes.end(),
+                     [&](std::int32_t x, std::int32_t y) { return count[x] > count[y]; });
+    // Whole nodes while they fit; then best fit: the last node (fewest
+    // ranks) that still holds the rest, its first ranks to free up.
+    std::vector<std::int32_t> take(count.size(), 0);  // node -> ranks taken
+    std::int32_t taken = 0;
     std::size_t n = 0;
-    while (static_cast<std::int32_t>(ranks.size()) < g && n < node_ranks.size()) {
-      const auto left = static_cast<std::size_t>(g) - ranks.size();
-      if (node_ranks[n].size() <= left) {
-        ranks.insert(ranks.end(), node_ranks[n].begin(), node_ranks[n].end());
+    while (taken < g && n < nodes.size()) {
+      const std::int32_t left = g - taken;
+      if (count[nodes[n]] <= left) {
+        take[nodes[n]] = count[nodes[n]];
+        taken += count[nodes[n]];
         ++n;
         continue;
       }
-      // Best fit: the last node (fewest ranks) that still holds `left`.
       std::size_t fit = n;
-      while (fit + 1 < node_ranks.size() && node_ranks[fit + 1].size() >= left) ++fit;
-      ranks.insert(ranks.end(), node_ranks[fit].begin(),
-                   node_ranks[fit].begin() + static_cast<std::ptrdiff_t>(left));
+      while (fit + 1 < nodes.size() && count[nodes[fit + 1]] >= left) ++fit;
+      take[nodes[fit]] = left;
+      taken += left;
+    }
+    std::vector<std::int32_t> ranks;
+    ranks.reserve(static_cast<std::size_t>(g));
+    for (std::int32_t k = 0; k < m; ++k) {
+      std::int32_t& want = take[static_cast<std::size_t>(by_finish[k] / per_node)];
+      if (want > 0) {
+        ranks.push_back(by_finish[k]);
+        --want;
+      }
     }
     std::sort(ranks.begin(), ranks.end());
     return ranks;

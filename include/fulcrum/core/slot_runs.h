@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "fulcrum/core/schedule.h"
@@ -55,27 +56,58 @@ SlotCost evaluate_slot_runs(const ScheduleRequest& request, const ScheduleSlot& 
                             const RunShardPlan& runs);
 
 // A floor on evaluate_slot_runs(...).end_seconds in O(runs + blocks log
-// blocks), without the member-by-member table of the exchange: the slot
-// priced with its tokens and tiles, each member adding the latency of the
-// peers it has at least (the other holders of the most-held key block it
-// touches), less what the overlap can hide. A planner comparing plans skips
-// counting the exchange of a plan whose floor already reaches the best end.
+// blocks + holders), without the member-by-member table of the exchange:
+// the slot priced with its tokens and tiles, each member adding its
+// exchange from its totals per link (the K/V it receives from and sends to
+// members on its node, and to the others: the same sums as the table's) and
+// the latency of the peers it has at least (the other holders of the
+// most-held key block it touches, or the other members touching one block
+// it holds), less what the overlap can hide. A
+// planner comparing plans skips counting the exchange member by member for
+// a plan whose floor already reaches the best end. `exchange_floor` false:
+// without the exchange totals (compute and peers' latency alone; it costs
+// O(blocks x nodes) more, worth it where it rules plans out).
 double slot_end_floor_runs(const ScheduleRequest& request, const ScheduleSlot& slot,
-                           const RunShardPlan& runs);
+                           const RunShardPlan& runs, bool exchange_floor = true);
 
 // The two above for one plan, each count taken once (the members' tokens
 // and tiles, the key blocks' holders, the blocks each member touches): when
 // slot_end_floor_runs already reaches `beat`, that floor, `exact` false;
 // else evaluate_slot_runs(...).end_seconds, `exact` true, and `cost` that
 // price (empty when not exact). With `beat` +infinity the floor is not
-// computed and the end is always exact.
+// computed and the end is always exact. `exchange_floor` false: the floor
+// is the weaker one of compute and peers' latency alone, without the bytes
+// (a caller whose later choices depend on which plans were priced in full
+// keeps them as they were). When not exact, `peers_floor` is that weaker
+// floor either way.
 struct SlotEnd {
   double end = 0;
   bool exact = false;
   SlotCost cost;
+  double peers_floor = 0;
 };
 SlotEnd slot_end_runs_below(const ScheduleRequest& request, const ScheduleSlot& slot,
-                            const RunShardPlan& runs, double beat);
+                            const RunShardPlan& runs, double beat, bool exchange_floor = true);
+namespace detail {
+struct SlotRunsCounts;
+}
+
+// A run plan with what pricing it counts (the members' tokens and tiles,
+// the key blocks' holders, the blocks each member touches). These depend on
+// the slot's row (its pieces' lengths in order), its size and the request's
+// mask and block, not on which ranks run it: a planner that prices one row
+// over several rank sets counts each of its plans once.
+struct CountedRuns {
+  RunShardPlan runs;
+  std::shared_ptr<const detail::SlotRunsCounts> counts;
+};
+CountedRuns count_runs(const ScheduleRequest& request, const ScheduleSlot& slot, RunShardPlan runs);
+
+// slot_end_runs_below of a counted plan, on any slot of the same row and
+// size as the one it was counted for.
+SlotEnd slot_end_counted_below(const ScheduleRequest& request, const ScheduleSlot& slot,
+                               const CountedRuns& counted, double beat, bool exchange_floor = true);
+
 // evaluate_schedule with slot s priced from runs[s] (its plan not read).
 ScheduleCost evaluate_schedule_runs(const ScheduleRequest& request, const Schedule& schedule,
                                     const std::vector<RunShardPlan>& runs);

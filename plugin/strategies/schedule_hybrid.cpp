@@ -358,17 +358,21 @@ class SlotMemo {
     const auto it = kept_.find(key);
     if (it != kept_.end()) {
       slot.plan = it->second.record;
+      slot.member_weights = it->second.weights;
       return it->second.length < ceiling ? it->second.length : hybrid::kNoEnd;
     }
     const Result<double> planned = hybrid::plan_slot_compact(request, slot, ceiling);
-    if (planned && *planned < ceiling) kept_.emplace(std::move(key), Kept{*planned, slot.plan});
+    if (planned && *planned < ceiling) {
+      kept_.emplace(std::move(key), Kept{*planned, slot.plan, slot.member_weights});
+    }
     return planned;
   }
 
  private:
   struct Kept {
     double length = 0;
-    ShardPlan record;  // the rule's name, cp_size and shard_len; no positions
+    ShardPlan record;             // the rule's name, cp_size and shard_len; no positions
+    std::vector<double> weights;  // its member weights, where its rule takes them
   };
   std::map<std::vector<std::int64_t>, Kept> kept_;
 };

@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "fulcrum/core/schedule.h"
@@ -130,7 +131,8 @@ namespace {
 // ending at D would not end 0.5% before `beat` (not worth pricing).
 std::optional<RunShardPlan> weighted_runs(const ScheduleRequest& request, const ScheduleSlot& slot,
                                           const CpWorkload& w, const SlotCost* priced = nullptr,
-                                          double beat = kNoEnd) {
+                                          double beat = kNoEnd,
+                                          std::vector<double>* weights = nullptr) {
   const std::int32_t node = std::max(1, request.profile.ranks_per_node);
   const bool one_node = std::all_of(slot.ranks.begin(), slot.ranks.end(), [&](std::int32_t a) {
     return a / node == slot.ranks.front() / node;
@@ -148,13 +150,19 @@ std::optional<RunShardPlan> weighted_runs(const ScheduleRequest& request, const 
   for (const SlotMemberCost& m : cost.members) {
     weight.push_back(std::max(mean / 2, mean - m.comm_seconds));
   }
-  return cp::detail::per_document_weighted_runs(w, weight);
+  RunShardPlan runs = cp::detail::per_document_weighted_runs(w, weight);
+  if (weights != nullptr) *weights = std::move(weight);
+  return runs;
 }
 
 // The runs of a recorded rule on this slot.
 std::optional<RunShardPlan> rule_runs(const ScheduleRequest& request, const ScheduleSlot& slot,
                                       std::string_view rule, const CpWorkload& w) {
-  if (rule == "per_document_weighted") return weighted_runs(request, slot, w);
+  if (rule == "per_document_weighted") {
+    // The weights the slot states (ABI 1.5) are the ones plan_cp plans with.
+    if (w.member_weights.empty()) return weighted_runs(request, slot, w);
+    return cp::detail::per_document_weighted_runs(w, w.member_weights);
+  }
   return slot_rule_runs(rule, w);
 }
 
@@ -164,6 +172,7 @@ constexpr std::int64_t kManyPlannersTokens = std::int64_t{1} << 18;
 void record(ScheduleSlot& slot, const char* rule, std::int32_t ranks, std::int64_t shard_len,
             std::string reason) {
   slot.plan = ShardPlan{};
+  slot.member_weights.clear();
   slot.plan.cp_size = ranks;
   slot.plan.shard_len = shard_len;
   slot.plan.strategy_used = rule;
@@ -188,6 +197,7 @@ void record(ScheduleSlot& slot, const char* rule, std::int32_t ranks, std::int64
 Result<double> plan_slot_compact(const ScheduleRequest& request, ScheduleSlot& slot,
                                  double ceiling) {
   const std::int64_t budget = request.max_tokens_per_rank;
+  slot.member_weights.clear();  // a plan chosen before, on these or other ranks
   const CpWorkload w = slot_workload(request, slot);
   if (w.cp_size == 1) {
     const RunShardPlan runs = cp::detail::contiguous_runs(w.tokens, 1);
@@ -238,11 +248,14 @@ Result<double> plan_slot_compact(const ScheduleRequest& request, ScheduleSlot& s
     consider("head_tail", slot_rule_runs("head_tail", w));
     consider("per_document_padded", per_document_padded_runs(w));
   }
+  std::vector<double> weights;  // per_document_weighted's, kept with its plan
   if (per_document) {
-    consider("per_document_weighted", weighted_runs(request, slot, w, &*per_document, best_end));
+    consider("per_document_weighted",
+             weighted_runs(request, slot, w, &*per_document, best_end, &weights));
   }
   consider("contiguous", cp::detail::contiguous_runs(w.tokens, w.cp_size));
   record(slot, rule, chosen_ranks, chosen_shard, reason);
+  if (std::string_view(rule) == "per_document_weighted") slot.member_weights = std::move(weights);
   return best_end < ceiling ? best_end : kNoEnd;
 }
 

@@ -5,10 +5,15 @@
 //   compact_repeat        slot 0's rule plans one position twice
 //   compact_shard_len     slot 0's rule plans one more pad per member than
 //                         the schedule stated (a valid plan of another shape)
+//   compact_weights_<w>   slot 0 states member weights (ABI 1.5) the host
+//                         must refuse when it copies the answer: nan, inf,
+//                         negative, zero_sum (all 0), count (one more than
+//                         its members)
 // Asked for the full answer, it gives a valid fixed schedule (contiguous
 // plans, round-robin groups), as a 1.3 host would see it.
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -79,6 +84,24 @@ class BrokenCompactBalancer final : public fulcrum::LoadBalancer {
       slot.plan.work.clear();
     }
     s.slots[0].plan.strategy_used = std::string(kBrokenRule);
+#if defined(FULCRUM_BROKEN_compact_weights_nan) || defined(FULCRUM_BROKEN_compact_weights_inf) || \
+    defined(FULCRUM_BROKEN_compact_weights_negative) ||                                           \
+    defined(FULCRUM_BROKEN_compact_weights_zero_sum) ||                                           \
+    defined(FULCRUM_BROKEN_compact_weights_count)
+    std::vector<double>& weights = s.slots[0].member_weights;
+    weights.assign(s.slots[0].ranks.size(), 1.0);
+#if defined(FULCRUM_BROKEN_compact_weights_nan)
+    weights[0] = std::numeric_limits<double>::quiet_NaN();
+#elif defined(FULCRUM_BROKEN_compact_weights_inf)
+    weights[0] = std::numeric_limits<double>::infinity();
+#elif defined(FULCRUM_BROKEN_compact_weights_negative)
+    weights[0] = -1.0;
+#elif defined(FULCRUM_BROKEN_compact_weights_zero_sum)
+    weights.assign(weights.size(), 0.0);
+#else
+    weights.push_back(1.0);
+#endif
+#endif
     return s;
   }
 };

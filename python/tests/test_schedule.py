@@ -567,3 +567,19 @@ def test_a_compact_slot_has_no_positions_to_count(balancer):
     refused(lambda: balancer.schedule("fixed", world=4, max_tokens_per_rank=100,
                                       doc_lengths=[350], profile=PROFILE, compact_rank=4),
             "invalid_argument", "compact_rank is 4")
+
+
+@pytest.mark.parametrize("kind, says", [
+    ("nan", "member weight 0 is nan"), ("inf", "member weight 0 is inf"),
+    ("negative", "member weight 0 is -1.0"), ("zero_sum", "sum to 0.0"),
+    ("count", "give 5 member weights for 4 members")])
+def test_member_weights_no_plan_takes_are_refused(test_plugins, kind, says):
+    """A compact answer's slot weights (ABI 1.5) are checked when the answer
+    is copied: the plugin named, one line, before any slot is expanded."""
+    path = test_plugins / f"libfulcrum_broken_compact_weights_{kind}.so"
+    with fulcrum.load(str(path), check_permissions=False) as broken:
+        args = dict(world=8, max_tokens_per_rank=1000, doc_lengths=[2500, 1800, 900, 700, 400],
+                    profile="h100_7b", cp=4)
+        assert broken.schedule("fixed", **args).slots  # the full answer carries none
+        refused(lambda: broken.schedule("fixed", compact_rank=0, **args), "internal",
+                "plugin 'broken_compact'", "slot 0: ", says)

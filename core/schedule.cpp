@@ -275,6 +275,7 @@ CpWorkload slot_workload(const ScheduleRequest& request, const ScheduleSlot& slo
   w.mask = request.mask;
   w.block_size = request.block_size;
   w.cp_size = static_cast<std::int32_t>(slot.ranks.size());
+  w.member_weights = slot.member_weights;
   return w;
 }
 

@@ -2,12 +2,21 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
+#include <cstdio>
 #include <limits>
 
 namespace fulcrum {
 namespace {
 
 std::string str(std::int64_t v) { return std::to_string(v); }
+
+// A double as text, nan and inf included.
+std::string real_text(double x) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.17g", x);
+  return text;
+}
 
 Result<std::int64_t> parse_int(std::string_view text, std::string_view what) {
   std::int64_t value = 0;
@@ -109,6 +118,7 @@ Status validate_workload(const CpWorkload& w) {
                               str(w.tokens) + " tokens; they must be equal");
     }
   }
+  if (Status status = validate_member_weights(w.member_weights, w.cp_size); !status) return status;
   switch (w.mask.kind) {
     case MaskKind::kCausal:
     case MaskKind::kFull:
@@ -130,6 +140,29 @@ Status validate_workload(const CpWorkload& w) {
   }
   return invalid_argument("mask kind " + str(static_cast<std::int64_t>(w.mask.kind)) +
                           " is unknown; use causal, full, sliding:W, prefix:L or block-sparse");
+}
+
+Status validate_member_weights(const std::vector<double>& weights, std::int64_t members) {
+  if (weights.empty()) return Status::ok();
+  if (static_cast<std::int64_t>(weights.size()) != members) {
+    return invalid_argument("member_weights has " + str(static_cast<std::int64_t>(weights.size())) +
+                            " entries for " + str(members) +
+                            " members; give one weight per member, or none");
+  }
+  double sum = 0;
+  for (std::size_t r = 0; r < weights.size(); ++r) {
+    const double x = weights[r];
+    if (!std::isfinite(x) || x < 0) {
+      return invalid_argument("member weight " + str(static_cast<std::int64_t>(r)) + " is " +
+                              real_text(x) + "; each weight must be finite and >= 0");
+    }
+    sum += x;
+  }
+  if (!(sum > 0) || !std::isfinite(sum)) {
+    return invalid_argument("member weights sum to " + real_text(sum) +
+                            "; their sum must be finite and > 0");
+  }
+  return Status::ok();
 }
 
 Result<MaskSpec> parse_mask(std::string_view text) {

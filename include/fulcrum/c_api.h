@@ -47,7 +47,7 @@ extern "C" {
 #endif
 
 #define FULCRUM_ABI_MAJOR 1
-#define FULCRUM_ABI_MINOR 4
+#define FULCRUM_ABI_MINOR 5
 
 /* Bytes of `type` up to the end of `field`: a shipped version's size when
  * `field` is that version's last field. A constant expression in C and C++. */
@@ -122,6 +122,12 @@ typedef struct fulcrum_cp_request {
   const int64_t* sparse_offsets;   /* ceil(N/B) + 1 entries, only for BLOCK_SPARSE */
   const int64_t* sparse_kv_blocks; /* sparse_offsets[ceil(N/B)] entries */
   const char* strategy;            /* requested strategy name */
+  /* ABI 1.5: cp_size weights, one per plan rank, for a strategy that takes
+   * them (per_document_weighted: member r's share of every document), or
+   * NULL: none. Each finite and >= 0, their sum > 0. A 1.4 host does not
+   * send it and it reads as NULL; a strategy that takes no weights refuses
+   * a request that carries them. */
+  const double* member_weights;
 } fulcrum_cp_request;
 
 /* A plan written by the plugin. The host zero-initialises it and sets
@@ -255,6 +261,15 @@ typedef struct fulcrum_schedule {
    * 0 (what a 1.3 plugin leaves): the full answer above. */
   uint32_t answer_flags;
   int32_t reserved_v1_4; /* zero */
+  /* ABI 1.5, written only when struct_size covers them: the member weights
+   * of slots whose rule takes them (per_document_weighted), for the host to
+   * pass on as the cp request's member_weights when it expands the slot.
+   * Slot s's are slot_weights[slot_weight_offsets[s] ..
+   * slot_weight_offsets[s+1]): none (an empty range) or g_s of them. Both
+   * NULL: no slot has weights. A 1.4 host's answer cannot hold them, and a
+   * slot whose rule takes weights then comes back in full (positions). */
+  const int64_t* slot_weight_offsets; /* S + 1 entries, from 0, non-decreasing, or NULL */
+  const double* slot_weights;         /* slot_weight_offsets[S] entries, or NULL */
 } fulcrum_schedule;
 
 /* The function table. Static storage in the plugin: valid until dlclose. */
@@ -318,6 +333,8 @@ typedef const fulcrum_plugin_v1* (*fulcrum_get_plugin_fn)(void);
 #define FULCRUM_SCHEDULE_REQUEST_V1_4_SIZE \
   FULCRUM_STRUCT_SIZE(fulcrum_schedule_request, row_token_seconds)
 #define FULCRUM_SCHEDULE_V1_4_SIZE FULCRUM_STRUCT_SIZE(fulcrum_schedule, reserved_v1_4)
+#define FULCRUM_CP_REQUEST_V1_5_SIZE FULCRUM_STRUCT_SIZE(fulcrum_cp_request, member_weights)
+#define FULCRUM_SCHEDULE_V1_5_SIZE FULCRUM_STRUCT_SIZE(fulcrum_schedule, slot_weights)
 
 /* The layout is defined for LP64 targets; these pin every shipped size and
  * the offsets readers rely on. A failure here is an ABI break. */
@@ -394,6 +411,14 @@ FULCRUM_STATIC_ASSERT(offsetof(fulcrum_schedule, slot_rank_offsets) == 8,
 FULCRUM_STATIC_ASSERT(offsetof(fulcrum_schedule, slot_waves) == 56, "fulcrum_schedule v1.1 moved");
 FULCRUM_STATIC_ASSERT(offsetof(fulcrum_schedule, strategy_used) == 96,
                       "fulcrum_schedule v1.1 moved");
+FULCRUM_STATIC_ASSERT(FULCRUM_CP_REQUEST_V1_5_SIZE == 88, "fulcrum_cp_request v1.5 moved");
+FULCRUM_STATIC_ASSERT(offsetof(fulcrum_cp_request, member_weights) == 80,
+                      "fulcrum_cp_request v1.5 moved");
+FULCRUM_STATIC_ASSERT(FULCRUM_SCHEDULE_V1_5_SIZE == 144, "fulcrum_schedule v1.5 moved");
+FULCRUM_STATIC_ASSERT(offsetof(fulcrum_schedule, slot_weight_offsets) == 128,
+                      "fulcrum_schedule v1.5 moved");
+FULCRUM_STATIC_ASSERT(offsetof(fulcrum_schedule, slot_weights) == 136,
+                      "fulcrum_schedule v1.5 moved");
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -50,6 +50,10 @@ struct CpWorkload {
   MaskSpec mask;                          // applied within each document
   std::int64_t block_size = kDefaultBlockSize;  // B, the kernel tile edge
   std::int32_t cp_size = 1;                     // P
+  // For a strategy that takes them (per_document_weighted, ABI 1.5): one
+  // weight per plan rank, each finite and >= 0, their sum > 0. Empty: none;
+  // a strategy that takes no weights refuses a workload that has them.
+  std::vector<double> member_weights{};
 };
 
 // Work of one rank under the two work models of docs/WORK_MODELS.md.

@@ -67,6 +67,15 @@ inline Result<CpWorkload> workload_from_c(const fulcrum_cp_request& req) {
                             " but doc_lengths is null");
   }
   w.doc_lengths.assign(req.doc_lengths, req.doc_lengths + req.num_docs);
+  // ABI 1.5: a 1.4 host sends no weights; they read as none.
+  if (FULCRUM_HAS_FIELD(fulcrum_cp_request, member_weights, req.struct_size) &&
+      req.member_weights != nullptr) {
+    if (req.cp_size < 1) {
+      return invalid_argument("cp request has member_weights but cp_size " +
+                              std::to_string(req.cp_size) + "; cp_size must be at least 1");
+    }
+    w.member_weights.assign(req.member_weights, req.member_weights + req.cp_size);
+  }
   w.mask.kind = static_cast<MaskKind>(req.mask_kind);
   w.mask.param = req.mask_param;
   if (w.mask.kind == MaskKind::kBlockSparse) {
@@ -214,6 +223,8 @@ class PluginAdapter {
     std::vector<std::int64_t> shard_lens, padding, positions;
     std::vector<std::string> plan_strategies;
     std::vector<const char*> plan_strategies_c;
+    std::vector<std::int64_t> weight_offsets{0};  // ABI 1.5
+    std::vector<double> weights;
     std::string strategy_used;
     std::string fallback_reason;
   };
@@ -358,6 +369,27 @@ class PluginAdapter {
     });
   }
 
+  // The slots as flat arrays (rule 6), their names moved out.
+  static void fill_buffers(std::vector<ScheduleSlot>& slots, ScheduleBuffers& b) {
+    for (ScheduleSlot& slot : slots) {
+      b.ranks.insert(b.ranks.end(), slot.ranks.begin(), slot.ranks.end());
+      b.rank_offsets.push_back(static_cast<std::int64_t>(b.ranks.size()));
+      for (const DocPiece& piece : slot.pieces) {
+        b.piece_docs.push_back(piece.doc);
+        b.piece_starts.push_back(piece.offset);
+        b.piece_lengths.push_back(piece.length);
+      }
+      b.piece_offsets.push_back(static_cast<std::int64_t>(b.piece_docs.size()));
+      b.waves.push_back(slot.wave);
+      b.shard_lens.push_back(slot.plan.shard_len);
+      b.padding.push_back(slot.plan.padding);
+      b.positions.insert(b.positions.end(), slot.plan.positions.begin(), slot.plan.positions.end());
+      b.plan_strategies.push_back(std::move(slot.plan.strategy_used));
+      b.weights.insert(b.weights.end(), slot.member_weights.begin(), slot.member_weights.end());
+      b.weight_offsets.push_back(static_cast<std::int64_t>(b.weights.size()));
+    }
+  }
+
   static fulcrum_status schedule(void* instance, const fulcrum_schedule_request* req,
                                  fulcrum_schedule* out) noexcept {
     auto* inst = static_cast<Instance*>(instance);
@@ -379,6 +411,9 @@ class PluginAdapter {
       // that says so.
       request->compact =
           request->compact && FULCRUM_HAS_FIELD(fulcrum_schedule, reserved_v1_4, out->struct_size);
+      // Slots' member weights only where the host's struct holds them (ABI 1.5).
+      const bool weights_fit = FULCRUM_HAS_FIELD(fulcrum_schedule, slot_weights, out->struct_size);
+      request->compact_weights = weights_fit;
       auto result = inst->balancer->schedule(req->strategy, *request);
       if (!result) return fail(inst, result.status());
       std::size_t by_rule = 0;
@@ -393,22 +428,7 @@ class PluginAdapter {
       }
       auto buffers = std::make_unique<ScheduleBuffers>();
       ScheduleBuffers& b = *buffers;
-      for (ScheduleSlot& slot : result->slots) {
-        b.ranks.insert(b.ranks.end(), slot.ranks.begin(), slot.ranks.end());
-        b.rank_offsets.push_back(static_cast<std::int64_t>(b.ranks.size()));
-        for (const DocPiece& piece : slot.pieces) {
-          b.piece_docs.push_back(piece.doc);
-          b.piece_starts.push_back(piece.offset);
-          b.piece_lengths.push_back(piece.length);
-        }
-        b.piece_offsets.push_back(static_cast<std::int64_t>(b.piece_docs.size()));
-        b.waves.push_back(slot.wave);
-        b.shard_lens.push_back(slot.plan.shard_len);
-        b.padding.push_back(slot.plan.padding);
-        b.positions.insert(b.positions.end(), slot.plan.positions.begin(),
-                           slot.plan.positions.end());
-        b.plan_strategies.push_back(std::move(slot.plan.strategy_used));
-      }
+      fill_buffers(result->slots, b);
       // Pointers into plan_strategies only once it stops growing.
       for (const std::string& name : b.plan_strategies) b.plan_strategies_c.push_back(name.c_str());
       b.strategy_used = std::move(result->strategy_used);
@@ -429,6 +449,12 @@ class PluginAdapter {
       out->fallback_reason = b.fallback_reason.empty() ? nullptr : b.fallback_reason.c_str();
       if (FULCRUM_HAS_FIELD(fulcrum_schedule, reserved_v1_4, out->struct_size)) {
         out->answer_flags = compact ? FULCRUM_ANSWER_COMPACT : 0;
+      }
+      if (weights_fit) {
+        // Weights only with plans by rule: positions need none.
+        const bool weighted = compact && !b.weights.empty();
+        out->slot_weight_offsets = weighted ? b.weight_offsets.data() : nullptr;
+        out->slot_weights = weighted ? b.weights.data() : nullptr;
       }
       out->plugin_data = buffers.release();
       return FULCRUM_OK;
@@ -456,6 +482,10 @@ class PluginAdapter {
     out->fallback_reason = nullptr;
     out->plugin_data = nullptr;
     if (FULCRUM_HAS_FIELD(fulcrum_schedule, reserved_v1_4, out->struct_size)) out->answer_flags = 0;
+    if (FULCRUM_HAS_FIELD(fulcrum_schedule, slot_weights, out->struct_size)) {
+      out->slot_weight_offsets = nullptr;
+      out->slot_weights = nullptr;
+    }
   }
 
   static const char* last_error(void* instance) noexcept {

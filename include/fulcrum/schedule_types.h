@@ -71,6 +71,11 @@ struct ScheduleRequest {
   // set, and the positions are exactly what the CP strategy strategy_used
   // plans for slot_workload(request, slot). A scheduler may ignore it.
   bool compact = false;
+  // ABI 1.5: the caller of a compact answer also takes slots' member
+  // weights (ScheduleSlot::member_weights). false (a 1.4 host): a slot
+  // whose rule takes weights is answered with its positions, and then so
+  // is every slot.
+  bool compact_weights = true;
 };
 
 // A run of one document placed in a slot: tokens [offset, offset + length) of
@@ -87,6 +92,9 @@ struct ScheduleSlot {
   std::vector<DocPiece> pieces;     // packed in this order into the slot's row
   std::int32_t wave = 0;
   ShardPlan plan;  // over the row of the pieces' lengths, cp_size == g
+  // The weights plan.strategy_used takes (per_document_weighted), one per
+  // member, or empty: its rule takes none. slot_workload passes them on.
+  std::vector<double> member_weights{};
   // A plan by rule (ScheduleRequest::compact): its positions not written.
   bool compact() const { return plan.positions.empty(); }
 };

@@ -9,11 +9,13 @@
 #include <string_view>
 #include <vector>
 
+#include "fulcrum/core/slot_runs.h"
 #include "fulcrum/core/text.h"
 #include "fulcrum/core/work_model.h"
 #include "fulcrum/core/workload.h"
 #include "fulcrum/cp_types.h"
 #include "fulcrum/status.h"
+#include "strategies/cp_balanced_detail.h"
 #include "strategies/cp_strategies.h"
 
 namespace fulcrum::cp {
@@ -41,6 +43,15 @@ constexpr std::array<StrategyInfo, 8> kStrategies = {{
     {"auto", &plan_auto, "fulcrum: picks the best applicable strategy for each workload"},
 }};
 
+// Rules a schedule names for its slots and plan_cp answers by name, not
+// offered for a row on its own (not in tables, --compare, the plugin's
+// strategy list): their inputs come from the schedule.
+constexpr std::array<StrategyInfo, 1> kRules = {{
+    {"per_document_weighted", &plan_per_document_weighted,
+     "hybrid's rule for a slot over several nodes: per_document with each member's share of every "
+     "document set by member_weights"},
+}};
+
 std::string known_names() {
   std::vector<std::string> names;
   for (const StrategyInfo& info : kStrategies) names.emplace_back(info.name);
@@ -52,10 +63,14 @@ std::string known_names() {
 std::span<const StrategyInfo> strategies() { return kStrategies; }
 
 const StrategyInfo* find_strategy(std::string_view name) {
-  const auto it = std::find_if(kStrategies.begin(), kStrategies.end(),
-                               [name](const StrategyInfo& info) { return info.name == name; });
-  return it == kStrategies.end() ? nullptr : &*it;
+  const auto named = [name](const StrategyInfo& info) { return info.name == name; };
+  const auto it = std::find_if(kStrategies.begin(), kStrategies.end(), named);
+  if (it != kStrategies.end()) return &*it;
+  const auto rule = std::find_if(kRules.begin(), kRules.end(), named);
+  return rule == kRules.end() ? nullptr : &*rule;
 }
+
+bool takes_member_weights(std::string_view name) { return name == "per_document_weighted"; }
 
 std::optional<std::string> inapplicable_reason(std::string_view name, const CpWorkload& workload) {
   // A malformed workload is the planner's to report (kInvalidArgument); the
@@ -89,7 +104,27 @@ Result<ShardPlan> plan(std::string_view name, const CpWorkload& workload) {
   if (info == nullptr) {
     return not_found("unknown CP strategy " + quote_text(name) + "; use one of: " + known_names());
   }
+  if (!workload.member_weights.empty() && !takes_member_weights(name)) {
+    return invalid_argument("CP strategy " + quote_text(name) + " takes no member_weights, and " +
+                            std::to_string(workload.member_weights.size()) +
+                            " were given; send none (only per_document_weighted takes them)");
+  }
   return info->plan(workload);
+}
+
+Result<ShardPlan> plan_per_document_weighted(const CpWorkload& workload) {
+  if (Status status = validate_workload(workload); !status) return status;
+  if (workload.member_weights.empty()) {
+    return invalid_argument(
+        "per_document_weighted needs member_weights, one per member (cp_size " +
+        std::to_string(workload.cp_size) +
+        "); it is a schedule's rule for a slot, planned with the weights the schedule states");
+  }
+  ShardPlan plan =
+      materialize_runs(detail::per_document_weighted_runs(workload, workload.member_weights));
+  plan.strategy_used = "per_document_weighted";
+  finish_plan(workload, plan);
+  return plan;
 }
 
 void finish_plan(const CpWorkload& workload, ShardPlan& plan) {

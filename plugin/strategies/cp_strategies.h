@@ -24,7 +24,12 @@ struct StrategyInfo {
 
 // In the order tables and --compare print them.
 std::span<const StrategyInfo> strategies();
+// One of strategies(), or a rule a schedule names for a slot (planned by
+// name, not listed: per_document_weighted, whose weights come from the
+// schedule; docs/HYBRID.md "compact answer"); nullptr for an unknown name.
 const StrategyInfo* find_strategy(std::string_view name);
+// Whether `name` takes CpWorkload::member_weights (any other refuses them).
+bool takes_member_weights(std::string_view name);
 
 // Why `name` cannot serve this (valid) workload, or nullopt when it can.
 // head_tail: N % 2P == 0; ptrr: N % (P*B) == 0 and not block-sparse with
@@ -42,6 +47,9 @@ Result<ShardPlan> plan_per_document_padded(const CpWorkload& workload);  // Mega
 Result<ShardPlan> plan_ptrr(const CpWorkload& workload);
 Result<ShardPlan> plan_balanced(const CpWorkload& workload);
 Result<ShardPlan> plan_auto(const CpWorkload& workload);
+// per_document with member r's share of each document's head and tail in
+// proportion to member_weights[r] (which it needs: refused without them).
+Result<ShardPlan> plan_per_document_weighted(const CpWorkload& workload);
 
 // Fills plan.work and plan.padding from the work model; used by every planner.
 void finish_plan(const CpWorkload& workload, ShardPlan& plan);

@@ -361,6 +361,7 @@ class SlotMemo {
     const auto it = kept_.find(key);
     if (it != kept_.end()) {
       slot.plan = it->second.record;
+      slot.member_weights = it->second.weights;
       return it->second.length < ceiling ? it->second.length : hybrid::kNoEnd;
     }
     const auto none = none_below_.find(key);
@@ -369,7 +370,7 @@ class SlotMemo {
     const Result<double> planned =
         hybrid::plan_slot_compact(request, slot, ceiling, &none_below, &rows_);
     if (planned && *planned < ceiling) {
-      kept_.emplace(std::move(key), Kept{*planned, slot.plan});
+      kept_.emplace(std::move(key), Kept{*planned, slot.plan, slot.member_weights});
     } else if (planned && none_below) {
       double& highest = none_below_[std::move(key)];
       highest = std::max(highest, ceiling);
@@ -380,7 +381,8 @@ class SlotMemo {
  private:
   struct Kept {
     double length = 0;
-    ShardPlan record;  // the rule's name, cp_size and shard_len; no positions
+    ShardPlan record;             // the rule's name, cp_size and shard_len; no positions
+    std::vector<double> weights;  // its member weights, where its rule takes them
   };
   std::map<std::vector<std::int64_t>, Kept> kept_;
   // Key -> the highest ceiling no plan of the slot ends before.

@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "fulcrum/core/schedule.h"
@@ -153,7 +154,8 @@ bool weighting_may_pay(const SlotCost& per_document, double beat) {
 // ending at D would not end 0.5% before `beat` (not worth pricing).
 std::optional<RunShardPlan> weighted_runs(const ScheduleRequest& request, const ScheduleSlot& slot,
                                           const CpWorkload& w, const SlotCost* priced = nullptr,
-                                          double beat = kNoEnd) {
+                                          double beat = kNoEnd,
+                                          std::vector<double>* weights = nullptr) {
   if (!weighs_members(request, slot, w)) return std::nullopt;
   const SlotCost cost = priced ? *priced : evaluate_slot_runs(request, slot, per_document_runs(w));
   if (!weighting_may_pay(cost, beat)) return std::nullopt;
@@ -164,13 +166,19 @@ std::optional<RunShardPlan> weighted_runs(const ScheduleRequest& request, const 
   for (const SlotMemberCost& m : cost.members) {
     weight.push_back(std::max(mean / 2, mean - m.comm_seconds));
   }
-  return cp::detail::per_document_weighted_runs(w, weight);
+  RunShardPlan runs = cp::detail::per_document_weighted_runs(w, weight);
+  if (weights != nullptr) *weights = std::move(weight);
+  return runs;
 }
 
 // The runs of a recorded rule on this slot.
 std::optional<RunShardPlan> rule_runs(const ScheduleRequest& request, const ScheduleSlot& slot,
                                       std::string_view rule, const CpWorkload& w) {
-  if (rule == "per_document_weighted") return weighted_runs(request, slot, w);
+  if (rule == "per_document_weighted") {
+    // The weights the slot states (ABI 1.5) are the ones plan_cp plans with.
+    if (w.member_weights.empty()) return weighted_runs(request, slot, w);
+    return cp::detail::per_document_weighted_runs(w, w.member_weights);
+  }
   return slot_rule_runs(rule, w);
 }
 
@@ -181,6 +189,7 @@ constexpr std::int64_t kManyPlannersTokens = std::int64_t{1} << 18;
 void record(ScheduleSlot& slot, const char* rule, std::int32_t cp_size, std::int64_t shard_len,
             std::string reason) {
   slot.plan = ShardPlan{};
+  slot.member_weights.clear();
   slot.plan.cp_size = cp_size;
   slot.plan.shard_len = shard_len;
   slot.plan.strategy_used = rule;
@@ -266,10 +275,14 @@ class RuleChoice {
     const double beat = weighting_beat();
     aside_open_ = false;  // no later plan can change whether weighting is tried
     declined_ = weighs_ && !weighting_may_pay(*per_document_, beat);
-    std::optional<RunShardPlan> runs = weighted_runs(request_, slot_, w_, &*per_document_, beat);
+    std::vector<double> weights;
+    std::optional<RunShardPlan> runs =
+        weighted_runs(request_, slot_, w_, &*per_document_, beat, &weights);
     if (!runs) return;
     const CountedRuns plan = count_runs(request_, slot_, std::move(*runs));
     consider("per_document_weighted", &plan);
+    // The weights the plan was made with travel with it (ABI 1.5).
+    if (rule_ == std::string_view("per_document_weighted")) weights_ = std::move(weights);
   }
 
   // Whether a lower ceiling could give a length where this one gave none:
@@ -280,6 +293,8 @@ class RuleChoice {
   // The choice on the slot's plan: rule, size, shard length, reason.
   void record_on(ScheduleSlot& slot) {
     record(slot, rule_, w_.cp_size, shard_len_, std::move(reason_));
+    if (rule_ == std::string_view("per_document_weighted"))
+      slot.member_weights = std::move(weights_);
   }
   const char* rule() const { return rule_; }
   double best_end() const { return best_end_; }
@@ -338,6 +353,7 @@ class RuleChoice {
   std::vector<Aside> aside_;
   bool aside_open_ = true;
   bool declined_ = false;
+  std::vector<double> weights_;  // per_document_weighted's, when it is chosen
 };
 
 }  // namespace
@@ -359,6 +375,7 @@ Result<double> plan_slot_compact(const ScheduleRequest& request, ScheduleSlot& s
                                  bool* none_below, RowPlans* rows) {
   if (none_below) *none_below = false;
   const std::int64_t budget = request.max_tokens_per_rank;
+  slot.member_weights.clear();  // a plan chosen before, on these or other ranks
   const CpWorkload w = slot_workload(request, slot);
   if (w.cp_size == 1) {
     const RunShardPlan runs = cp::detail::contiguous_runs(w.tokens, 1);

@@ -341,12 +341,17 @@ Status try_swap(const ScheduleRequest& r, Schedule& s, std::vector<double>& leng
   const double kept_k = length[k];
   const double kept_m = length[m];
   // Planning records the rule in each slot's plan: undone with the pieces.
+  // per_document_weighted's member weights (ABI 1.5) are part of the record.
   ShardPlan plan_k = s.slots[k].plan;
   ShardPlan plan_m = s.slots[m].plan;
+  std::vector<double> weights_k = s.slots[k].member_weights;
+  std::vector<double> weights_m = s.slots[m].member_weights;
   const auto undo = [&] {
     std::swap(s.slots[k].pieces[j], s.slots[m].pieces[i]);
     s.slots[k].plan = std::move(plan_k);
     s.slots[m].plan = std::move(plan_m);
+    s.slots[k].member_weights = std::move(weights_k);
+    s.slots[m].member_weights = std::move(weights_m);
     length[k] = kept_k;
     length[m] = kept_m;
   };

@@ -67,16 +67,18 @@ Result<Schedule> run_schedule_strategy(std::string_view name, const ScheduleRequ
     }
   }
   // A compact answer (ABI 1.4): every slot's plan by its rule. Each plan
-  // here is what the CP strategy it names plans for the slot's row (the
-  // property test expands every scheduler's through plan_cp), so the
-  // positions a planner wrote anyway are dropped, not sent. A plan no CP
-  // strategy reproduces from the row alone (hybrid's per_document_weighted,
-  // whose weights come from its members' nodes) makes the answer a full
-  // one: its positions are written and every slot keeps its own.
+  // here is what the CP strategy it names plans for the slot's row and the
+  // member weights the slot states (the property test expands every
+  // scheduler's through plan_cp), so the positions a planner wrote anyway
+  // are dropped, not sent. Weights travel in the answer from ABI 1.5 on: a
+  // caller that cannot take them (a 1.4 host) gets a schedule with weighted
+  // slots (hybrid's per_document_weighted) in full, every slot with its
+  // positions, as does a plan whose rule no CP strategy knows.
   if (!request.compact) return schedule;
-  const bool by_rule =
-      std::all_of(schedule->slots.begin(), schedule->slots.end(), [](const ScheduleSlot& slot) {
-        return cp::find_strategy(slot.plan.strategy_used) != nullptr;
+  const bool by_rule = std::all_of(
+      schedule->slots.begin(), schedule->slots.end(), [&request](const ScheduleSlot& slot) {
+        return cp::find_strategy(slot.plan.strategy_used) != nullptr &&
+               (slot.member_weights.empty() || request.compact_weights);
       });
   if (!by_rule) {
     if (Status status = expand_hybrid_plans(request, *schedule); !status) return status;

@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <set>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "brute_force.h"
@@ -309,6 +312,54 @@ TEST(CpKnownTest, WorkMatchesBruteForceOnTheKnownPlans) {
       EXPECT_EQ(plan->work[r].tokens, want[r].tokens) << info.name << " rank " << r;
     }
   }
+}
+
+// per_document_weighted (ABI 1.5): a rule found by name but not listed,
+// planned from the row and member_weights: member r holds the r-th share
+// of each document's head and the r-th from the end of its tail, sized by
+// the cumulative weights (floor at each boundary); refused without weights,
+// with weights no plan can take, and any other strategy refuses weights.
+TEST(CpRegistryTest, PerDocumentWeightedPlansFromTheMemberWeights) {
+  for (const StrategyInfo& info : strategies()) EXPECT_NE(info.name, "per_document_weighted");
+  ASSERT_NE(find_strategy("per_document_weighted"), nullptr);
+  CpWorkload w = packed_row({10, 7}, 2);
+  w.member_weights = {3.0, 1.0};
+  const Result<ShardPlan> got = plan("per_document_weighted", w);
+  ASSERT_TRUE(got) << got.status().message();
+  // Document 0: head [0, 5) cut at floor(5 x 3/4) = 3, tail [5, 10) cut at
+  // 10 - 3 = 7; document 1 (at 10): head [10, 13) at 10 + 2, tail [13, 17)
+  // at 17 - 3. Member 0: 0..2, 7..9, 10..11, 14..16; member 1 the rest.
+  const Positions member0 = {0, 1, 2, 7, 8, 9, 10, 11, 14, 15, 16};
+  const Positions member1 = {3, 4, 5, 6, 12, 13};
+  ASSERT_EQ(got->shard_len, 11);
+  EXPECT_EQ(Positions(got->rank_begin(0), got->rank_end(0)), member0);
+  Positions second(got->rank_begin(1), got->rank_end(1));
+  EXPECT_EQ(Positions(second.begin(), second.begin() + 6), member1);
+  EXPECT_EQ(got->padding, 5);
+  EXPECT_EQ(got->strategy_used, "per_document_weighted");
+
+  const auto refused = [](const CpWorkload& x, std::string_view name, const std::string& says) {
+    const Result<ShardPlan> r = plan(name, x);
+    ASSERT_FALSE(r) << name;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().message();
+    EXPECT_NE(r.status().message().find(says), std::string::npos) << r.status().message();
+    EXPECT_EQ(r.status().message().find('\n'), std::string::npos);
+  };
+  CpWorkload none = w;
+  none.member_weights.clear();
+  refused(none, "per_document_weighted", "needs member_weights");
+  for (const auto& [weights, says] : std::vector<std::pair<std::vector<double>, std::string>>{
+           {{1.0, std::numeric_limits<double>::quiet_NaN()}, "member weight 1 is nan"},
+           {{std::numeric_limits<double>::infinity(), 1.0}, "member weight 0 is inf"},
+           {{1.0, -0.5}, "member weight 1 is -0.5"},
+           {{0.0, 0.0}, "sum to 0"},
+           {{1.0, 1.0, 1.0}, "3 entries for 2 members"},
+           {{1e308, 1e308}, "sum to inf"}}) {
+    CpWorkload bad = w;
+    bad.member_weights = weights;
+    refused(bad, "per_document_weighted", says);
+  }
+  for (const StrategyInfo& info : strategies()) refused(w, info.name, "takes no member_weights");
 }
 
 }  // namespace

@@ -194,6 +194,52 @@ TEST(ScheduleAnswer, BaselinesPlanCompactlyWithoutPositions) {
   EXPECT_GT(contiguous, 0);
 }
 
+// per_document_weighted's slots (ABI 1.5) keep the weights their members'
+// nodes give: the full answer's positions are what rule 5 wrote before the
+// weights were kept (expand_slot_plan pricing per_document again on the
+// slot's ranks, from no weights) and what the CP rule plans from the row
+// and the kept weights; the compact answer keeps the slot by rule with the
+// same weights.
+TEST(ScheduleAnswer, WeightedSlotsKeepTheWeightsTheirNodesGive) {
+  SplitMix64 rng(2515);
+  int weighted = 0;
+  for (int c = 0; c < 300; ++c) {
+    ScheduleRequest r = random_request(rng);
+    const std::string where = describe(r);
+    Result<Schedule> full = run_schedule_strategy("hybrid", r);
+    ASSERT_TRUE(full) << where;
+    r.compact = true;
+    Result<Schedule> compact = run_schedule_strategy("hybrid", r);
+    r.compact = false;
+    ASSERT_TRUE(compact) << where;
+    ASSERT_EQ(compact->slots.size(), full->slots.size()) << where;
+    for (std::size_t s = 0; s < full->slots.size(); ++s) {
+      const ScheduleSlot& slot = full->slots[s];
+      const std::string at = where + " slot " + std::to_string(s);
+      EXPECT_EQ(compact->slots[s].member_weights, slot.member_weights) << at;
+      if (slot.plan.strategy_used != "per_document_weighted") {
+        EXPECT_TRUE(slot.member_weights.empty()) << at;
+        continue;
+      }
+      ++weighted;
+      EXPECT_TRUE(compact->slots[s].compact()) << at;
+      ASSERT_EQ(slot.member_weights.size(), slot.ranks.size()) << at;
+      ScheduleSlot before = slot;
+      before.plan.positions.clear();
+      before.member_weights.clear();
+      ASSERT_TRUE(hybrid::expand_slot_plan(r, before)) << at;
+      EXPECT_EQ(before.plan.positions, slot.plan.positions) << at;
+      const Result<ShardPlan> rule = cp::plan("per_document_weighted", slot_workload(r, slot));
+      ASSERT_TRUE(rule) << at << ": " << rule.status().message();
+      EXPECT_EQ(rule->positions, slot.plan.positions) << at;
+      EXPECT_EQ(rule->shard_len, compact->slots[s].plan.shard_len) << at;
+      EXPECT_EQ(rule->padding, compact->slots[s].plan.padding) << at;
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+  EXPECT_GT(weighted, 10);
+}
+
 // hybrid's equal-groups drafts keep their groups ordered by load
 // (hybrid::LoadOrder): against the scan it replaced (the least loaded by
 // min_element, the m least by a stable sort of every group, ties by index)

@@ -1,4 +1,4 @@
-"""ctypes mirror of include/fulcrum/c_api.h (ABI 1.4).
+"""ctypes mirror of include/fulcrum/c_api.h (ABI 1.5).
 
 Only the layout lives here; ownership rules are the header's and are applied
 in balancer.py. The function table is read in two steps: its header
@@ -11,7 +11,7 @@ package and a newer plugin's extra functions simply go unused.
 import ctypes
 
 ABI_MAJOR = 1
-ABI_MINOR = 4
+ABI_MINOR = 5
 PLUGIN_ENTRY = "fulcrum_get_plugin"
 
 # fulcrum_status
@@ -47,6 +47,7 @@ LOG_WARNING = 2
 LOG_ERROR = 3
 
 c_int64_p = ctypes.POINTER(ctypes.c_int64)
+c_double_p = ctypes.POINTER(ctypes.c_double)
 
 # The message as an address, not c_char_p: ctypes would read it to its NUL
 # with no bound; the package reads at most its bound (balancer.py).
@@ -75,6 +76,8 @@ class CpRequest(ctypes.Structure):
         ("sparse_offsets", c_int64_p),
         ("sparse_kv_blocks", c_int64_p),
         ("strategy", ctypes.c_char_p),
+        # ABI 1.5: cp_size weights for a strategy that takes them, or NULL.
+        ("member_weights", c_double_p),
     ]
 
 
@@ -165,8 +168,8 @@ c_int32_p = ctypes.POINTER(ctypes.c_int32)
 
 
 class ScheduleAnswer(ctypes.Structure):
-    """fulcrum_schedule (ABI 1.1; answer_flags ABI 1.4): flat arrays owned by
-    the plugin until release_schedule."""
+    """fulcrum_schedule (ABI 1.1; answer_flags ABI 1.4; the slots' member
+    weights ABI 1.5): flat arrays owned by the plugin until release_schedule."""
 
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
@@ -187,6 +190,8 @@ class ScheduleAnswer(ctypes.Structure):
         ("plugin_data", ctypes.c_void_p),
         ("answer_flags", ctypes.c_uint32),
         ("reserved_v1_4", ctypes.c_int32),
+        ("slot_weight_offsets", c_int64_p),
+        ("slot_weights", c_double_p),
     ]
 
 

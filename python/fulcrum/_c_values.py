@@ -86,6 +86,7 @@ class _Lent:
     def __init__(self):
         self._arrays = []
         self._texts = []
+        self._reals = []
         self._structs = {}
 
     def watch(self, field, struct):
@@ -100,6 +101,12 @@ class _Lent:
         copy = np.array(values, dtype=np.int64, copy=True)
         self._arrays.append((field, values, copy))
         return copy.ctypes.data_as(_abi.c_int64_p)
+
+    def reals(self, field, values):
+        """A float64 copy of ``values`` for the plugin, compared bit for bit."""
+        copy = np.array(values, dtype=np.float64, copy=True)
+        self._reals.append((field, np.array(values, dtype=np.float64, copy=True), copy))
+        return copy.ctypes.data_as(_abi.c_double_p)
 
     def text(self, field, value):
         data = value.encode("utf-8")
@@ -117,6 +124,10 @@ class _Lent:
             if differ.size:
                 i = int(differ[0])
                 return f"{field}[{i}] ({int(original[i])} lent, {int(copy[i])} after the call)"
+        for field, original, copy in self._reals:
+            differ = np.flatnonzero(copy.view(np.int64) != original.view(np.int64))
+            if differ.size:
+                return f"{field}[{int(differ[0])}]"
         for field, original, buffer in self._texts:
             if buffer.raw != original:
                 return f"the string {field}"
@@ -151,6 +162,30 @@ def _c_text(value, name):
         raise FulcrumError("invalid_argument", f"{name} {_input_file.shown(value, 60)} is not a "
                            "name: give non-empty UTF-8 text without NUL bytes, at most 4096 bytes")
     return value
+
+
+def _member_weights(values, members):
+    """Member weights (ABI 1.5) as a float64 array: one per member, each
+    finite and >= 0, their sum finite and > 0; None stays None."""
+    if values is None:
+        return None
+    try:
+        array = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError) as error:
+        raise FulcrumError("invalid_argument", f"member_weights is not a list of numbers: "
+                           f"{type(error).__name__}: {error}") from None
+    if array.ndim != 1 or array.size != members:
+        raise FulcrumError("invalid_argument", f"member_weights has shape {array.shape} for "
+                           f"{members} members; give one weight per member, or none")
+    bad = np.flatnonzero(~np.isfinite(array) | (array < 0))
+    if bad.size:
+        raise FulcrumError("invalid_argument", f"member weight {int(bad[0])} is "
+                           f"{float(array[bad[0]])!r}; each weight must be finite and >= 0")
+    total = float(array.sum())
+    if not (np.isfinite(total) and total > 0):
+        raise FulcrumError("invalid_argument", f"member weights sum to {total!r}; their sum "
+                           "must be finite and > 0")
+    return np.ascontiguousarray(array)
 
 
 def _int64_array(values, name):

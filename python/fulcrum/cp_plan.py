@@ -12,7 +12,7 @@ import numpy as np
 from . import _abi
 from . import work as work_model
 from ._c_values import _INT32, _INT64, _MASK_KINDS, _MAX_NAME_BYTES, _MAX_TEXT_BYTES, _Lent
-from ._c_values import _c_int, _c_text, _int64_array
+from ._c_values import _c_int, _c_text, _int64_array, _member_weights
 from .errors import FulcrumError
 
 _CHUNK = 8192  # entries per temporary in _runs: 64 KiB of int64
@@ -111,14 +111,16 @@ class CpPlanning:
     """Balancer.plan_cp and its steps; a part of Balancer."""
 
     def plan_cp(self, strategy="auto", *, cp, tokens=None, doc_lengths=None, block_size=128,
-                mask="causal", fallback="contiguous"):
+                mask="causal", fallback="contiguous", member_weights=None):
         """Shards one row over ``cp`` ranks.
 
         Give ``tokens`` (one document), ``doc_lengths`` (packed documents), or
         both. When the strategy cannot serve the row (FULCRUM_UNSUPPORTED) the
         ``fallback`` strategy serves it and ``fallback_reason`` says why; with
         ``fallback=None`` that raises instead. Any other failure raises
-        FulcrumError with the plugin's message."""
+        FulcrumError with the plugin's message. ``member_weights`` (ABI 1.5):
+        ``cp`` weights for a strategy that takes them (a schedule's
+        per_document_weighted slot), each finite and >= 0."""
         cp = _c_int(cp, "cp", _INT32)
         block_size = _c_int(block_size, "block_size", _INT64)
         mask = work_model.Mask.parse(mask)
@@ -134,6 +136,7 @@ class CpPlanning:
             raise FulcrumError("invalid_argument",
                                "no row given; give tokens=N, doc_lengths=[...] or both")
         tokens = _c_int(tokens, "tokens", _INT64)
+        weights = _member_weights(member_weights, cp)
         _c_text(strategy, "strategy")
         if fallback is not None:
             _c_text(fallback, "fallback")
@@ -149,6 +152,8 @@ class CpPlanning:
             request.num_docs = docs.size
         request.mask_kind = _MASK_KINDS[mask.kind]
         request.mask_param = _c_int(mask.param, "mask parameter", _INT64)
+        if weights is not None:
+            request.member_weights = lent.reals("member_weights", weights)
 
         start = time.perf_counter_ns()
         with self._lock:

@@ -354,6 +354,9 @@ class ScheduleSlot:
     # A compact answer's slot (ABI 1.4) that was not expanded: positions is
     # None, ``plan`` its rule and this its shard length.
     rule_shard_len: Optional[int] = None
+    # ABI 1.5: the weights the slot's rule takes (per_document_weighted),
+    # one per member, or None; expand_slots passes them to plan_cp.
+    member_weights: Optional[np.ndarray] = None
 
     @property
     def tokens(self):

@@ -12,7 +12,7 @@ from . import _abi
 from . import schedule as schedule_model
 from . import work as work_model
 from ._c_values import _INT32, _INT64, _MASK_KINDS, _MAX_NAME_BYTES, _MAX_TEXT_BYTES, _Lent
-from ._c_values import _address, _c_int, _c_text, _int64_array
+from ._c_values import _address, _c_int, _c_text, _int64_array, _member_weights
 from .errors import FulcrumError
 
 # Counts past these in a schedule answer mean a corrupt answer, not a big batch.
@@ -125,7 +125,8 @@ class Scheduling:
                f"{s.plan!r} on {s.group.size} rank{'s' if s.group.size > 1 else ''}) ")
         try:
             plan = self.plan_cp(s.plan, cp=int(s.group.size), doc_lengths=s.lengths,
-                                block_size=block_size, mask=mask, fallback=None)
+                                block_size=block_size, mask=mask, fallback=None,
+                                member_weights=s.member_weights)
         except FulcrumError as e:
             raise FulcrumError("internal", bad + f"cannot be expanded: {e}; fix the plugin: a plan "
                                "by rule must name a CP strategy that plans the slot's row") from None
@@ -223,6 +224,7 @@ class Scheduling:
             raw = (ctypes.c_void_p * count).from_address(_address(answer.slot_plan_strategies))
             plans = [self._answer_text(p, _MAX_NAME_BYTES, bad, f"slot_plan_strategies[{s}]")
                      for s, p in enumerate(raw)]
+        weights = _weights_of_slots(answer, compact, sizes, copy, bad)
         slots = []
         for s in range(count):
             g, n = int(sizes[s]), int(shard_lens[s])
@@ -233,7 +235,8 @@ class Scheduling:
                 offsets=piece_starts[p0:p1].copy(), lengths=piece_lengths[p0:p1].copy(),
                 positions=None if compact else
                 positions[position_ends[s]:position_ends[s + 1]].reshape(g, n).copy(),
-                padding=int(padding[s]), plan=plans[s], rule_shard_len=n if compact else None))
+                padding=int(padding[s]), plan=plans[s], rule_shard_len=n if compact else None,
+                member_weights=weights[s]))
         used = self._answer_text(answer.strategy_used, _MAX_NAME_BYTES, bad, "strategy_used")
         reason = self._answer_text(answer.fallback_reason, _MAX_TEXT_BYTES, bad, "fallback_reason")
         return used, reason, slots
@@ -256,6 +259,39 @@ def _expansion_settings(schedule, mask, block_size):
         out.append(recorded if recorded is not None else
                    value if value is not None else parse(default))
     return tuple(out)
+
+
+def _weights_of_slots(answer, compact, sizes, copy, bad):
+    """Each slot's member weights (ABI 1.5) from the answer, or None per slot:
+    only with a compact answer, none or one per member, each finite and >= 0
+    and summing above 0; FulcrumError 'internal' naming the slot otherwise."""
+    count = sizes.size
+    if not answer.slot_weight_offsets and not answer.slot_weights:
+        return [None] * count
+    if not answer.slot_weight_offsets or not answer.slot_weights:
+        raise FulcrumError("internal", bad + "slot_weight_offsets and slot_weights must be both "
+                           "NULL or both set")
+    if not compact:
+        raise FulcrumError("internal", bad + "a full answer with member weights; weights come "
+                           "only with plans by rule")
+    offsets = copy(answer.slot_weight_offsets, count + 1, np.int64, "slot_weight_offsets")
+    counts = np.diff(offsets)
+    if offsets[0] != 0 or ((counts != 0) & (counts != sizes)).any():
+        s = int(np.flatnonzero((counts != 0) & (counts != sizes))[0]) if offsets[0] == 0 else 0
+        raise FulcrumError("internal", bad + f"slot {s}: slot_weight_offsets give "
+                           f"{int(counts[s])} member weights for {int(sizes[s])} members; give "
+                           "none or one per member")
+    values = copy(answer.slot_weights, int(offsets[-1]), np.float64, "slot_weights")
+    out = []
+    for s in range(count):
+        if counts[s] == 0:
+            out.append(None)
+            continue
+        try:
+            out.append(_member_weights(values[offsets[s]:offsets[s + 1]], int(sizes[s])))
+        except FulcrumError as error:
+            raise FulcrumError("internal", bad + f"slot {s}: {error.message}") from None
+    return out
 
 
 def _schedule_request(lent, strategy, world, budget, docs, mask, cp, block_size, profile, shapes,

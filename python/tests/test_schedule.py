@@ -272,7 +272,15 @@ def test_the_v1_4_compact_answer_layout_is_pinned():
     assert _abi.ScheduleRequest.answer_flags.offset == 160
     assert ctypes.sizeof(_abi.ScheduleRequest) == 176
     assert _abi.ScheduleAnswer.answer_flags.offset == 120
-    assert ctypes.sizeof(_abi.ScheduleAnswer) == 128
+    assert _abi.field_end(_abi.ScheduleAnswer, "reserved_v1_4") == 128
+
+
+def test_the_v1_5_member_weights_layout_is_pinned():
+    assert _abi.CpRequest.member_weights.offset == 80
+    assert ctypes.sizeof(_abi.CpRequest) == 88
+    assert _abi.ScheduleAnswer.slot_weight_offsets.offset == 128
+    assert _abi.ScheduleAnswer.slot_weights.offset == 136
+    assert ctypes.sizeof(_abi.ScheduleAnswer) == 144
 
 
 def test_the_v1_4_row_token_seconds_layout_is_pinned():
@@ -486,22 +494,24 @@ def test_compatibility_plugins(test_plugins):
 
 def test_each_ranks_compact_expansion_is_the_full_answer(balancer):
     rng = random.Random(1126)
+    weighted_slots = 0
     for _ in range(6):
         world, budget, block, docs, mask = random_batch(rng)
         for name in balancer.schedule_strategies:
             args = dict(world=world, max_tokens_per_rank=budget, doc_lengths=docs,
                         profile=PROFILE, mask=mask, block_size=block)
             full = balancer.schedule(name, **args)
-            # per_document_weighted's weights come from its members' nodes, not
-            # from the row: no CP strategy reproduces it, so such an answer is
-            # a full one.
-            weighted = any(s.plan == "per_document_weighted" for s in full.slots)
             for rank in range(world):
                 mine = balancer.schedule(name, compact_rank=rank, **args)
                 assert len(mine.slots) == len(full.slots)
                 for a, b in zip(mine.slots, full.slots):
                     assert a.group.tolist() == b.group.tolist() and a.wave == b.wave
-                    assert a.compact == (not weighted and rank not in a.group.tolist())
+                    assert a.compact == (rank not in a.group.tolist())
+                    # per_document_weighted's slots come by rule with their
+                    # member weights (ABI 1.5); no other slot has weights.
+                    weighted = b.plan == "per_document_weighted"
+                    assert (a.member_weights is not None) == weighted
+                    weighted_slots += weighted
                     if not a.compact:
                         assert np.array_equal(a.positions, b.positions), (name, rank, a.slot)
                         assert a.plan == b.plan
@@ -510,6 +520,41 @@ def test_each_ranks_compact_expansion_is_the_full_answer(balancer):
             schedule_model.check_schedule(whole, balancer.name)
             assert all(np.array_equal(a.positions, b.positions)
                        for a, b in zip(whole.slots, full.slots))
+
+
+
+def test_weighted_slots_expand_by_rule(balancer):
+    """Batches over several nodes, where hybrid chooses per_document_weighted
+    for some slots: each expands through plan_cp with its weights to the
+    full answer's positions, and plan_cp refuses weights no plan can take."""
+    found = 0
+    # 12,000 and 9,000 tokens over 14 and 10 ranks of 8-rank nodes: hybrid
+    # plans those slots by per_document_weighted.
+    for docs in ([12000, 900, 700, 400], [9000, 5000, 900]):
+        args = dict(world=16, max_tokens_per_rank=1000, doc_lengths=docs, profile="h100_7b")
+        full = balancer.schedule("hybrid", **args)
+        whole = balancer.expand_slots(balancer.schedule("hybrid", compact_rank=0, **args))
+        for a, b in zip(whole.slots, full.slots):
+            assert np.array_equal(a.positions, b.positions)
+            if b.plan == "per_document_weighted":
+                found += 1
+                assert a.member_weights is not None and a.member_weights.size == a.group.size
+    assert found > 0
+    for weights, says in (([1.0, float("nan")], "member weight 1 is nan"),
+                          ([1.0, -1.0], "member weight 1 is -1.0"),
+                          ([0.0, 0.0], "sum to 0.0"), ([1.0], "for 2 members")):
+        refused(lambda: balancer.plan_cp("per_document_weighted", cp=2, tokens=10,
+                                         member_weights=weights), "invalid_argument", says)
+    refused(lambda: balancer.plan_cp("per_document_weighted", cp=2, tokens=10, fallback=None),
+            "invalid_argument", "needs member_weights")
+    refused(lambda: balancer.plan_cp("contiguous", cp=2, tokens=10, member_weights=[1, 1]),
+            "invalid_argument", "takes no member_weights")
+    plan = balancer.plan_cp("per_document_weighted", cp=2, doc_lengths=[6, 4],
+                            member_weights=[1.0, 1.0])
+    # Each half's first cut at floor(half / 2): member 0 holds 1 + 1 of the
+    # first document and 1 + 1 of the second, member 1 the other 6.
+    assert plan.used == "per_document_weighted" and plan.padding == 2
+    assert plan.rank_tokens.tolist() == [4, 6]
 
 
 def test_a_compact_slot_has_no_positions_to_count(balancer):
@@ -522,3 +567,19 @@ def test_a_compact_slot_has_no_positions_to_count(balancer):
     refused(lambda: balancer.schedule("fixed", world=4, max_tokens_per_rank=100,
                                       doc_lengths=[350], profile=PROFILE, compact_rank=4),
             "invalid_argument", "compact_rank is 4")
+
+
+@pytest.mark.parametrize("kind, says", [
+    ("nan", "member weight 0 is nan"), ("inf", "member weight 0 is inf"),
+    ("negative", "member weight 0 is -1.0"), ("zero_sum", "sum to 0.0"),
+    ("count", "give 5 member weights for 4 members")])
+def test_member_weights_no_plan_takes_are_refused(test_plugins, kind, says):
+    """A compact answer's slot weights (ABI 1.5) are checked when the answer
+    is copied: the plugin named, one line, before any slot is expanded."""
+    path = test_plugins / f"libfulcrum_broken_compact_weights_{kind}.so"
+    with fulcrum.load(str(path), check_permissions=False) as broken:
+        args = dict(world=8, max_tokens_per_rank=1000, doc_lengths=[2500, 1800, 900, 700, 400],
+                    profile="h100_7b", cp=4)
+        assert broken.schedule("fixed", **args).slots  # the full answer carries none
+        refused(lambda: broken.schedule("fixed", compact_rank=0, **args), "internal",
+                "plugin 'broken_compact'", "slot 0: ", says)

@@ -23,6 +23,10 @@ class LentMemory {
     Array& lent = arrays_.emplace_back(Array{field, &host, host});
     return lent.copy.empty() ? nullptr : lent.copy.data();
   }
+  const double* lend(const char* field, const std::vector<double>& host) {
+    Reals& lent = reals_.emplace_back(Reals{field, &host, host});
+    return lent.copy.empty() ? nullptr : lent.copy.data();
+  }
   const char* lend(const char* field, const std::string& host) {
     return texts_.emplace_back(Text{field, &host, host}).copy.c_str();
   }
@@ -50,6 +54,14 @@ class LentMemory {
                " lent, " + std::to_string(*lent) + " after the call)";
       }
     }
+    for (const Reals& a : reals_) {
+      // Bit for bit: a weight is no NaN here (the workload was validated).
+      for (std::size_t i = 0; i < a.copy.size(); ++i) {
+        if (std::memcmp(&a.copy[i], &(*a.host)[i], sizeof(double)) != 0) {
+          return std::string(a.field) + "[" + std::to_string(i) + "]";
+        }
+      }
+    }
     for (const Text& t : texts_) {
       // The terminating NUL too: a plugin that overwrote it changed the text.
       if (std::memcmp(t.copy.c_str(), t.host->c_str(), t.host->size() + 1) != 0) {
@@ -65,6 +77,11 @@ class LentMemory {
     const std::vector<std::int64_t>* host;
     std::vector<std::int64_t> copy;
   };
+  struct Reals {
+    const char* field;
+    const std::vector<double>* host;
+    std::vector<double> copy;
+  };
   struct Text {
     const char* field;
     const std::string* host;
@@ -77,6 +94,7 @@ class LentMemory {
   };
   // Deques: what was lent keeps its address while more is lent.
   std::deque<Array> arrays_;
+  std::deque<Reals> reals_;
   std::deque<Text> texts_;
   std::vector<Bytes> structs_;
 };

@@ -96,6 +96,11 @@ class PluginBalancer final : public LoadBalancer {
   Status copy_schedule(const fulcrum_schedule& answer, const ScheduleRequest& request,
                        const std::string& strategy, bool compact, Schedule& schedule) const;
 
+  // The slots' member weights (ABI 1.5) into schedule's slots, their
+  // offsets held to the slots' sizes and each slot's weights validated.
+  Status copy_weights(const fulcrum_schedule& answer, bool compact, const std::string& bad,
+                      Schedule& schedule) const;
+
   // Whether the plugin's answer is compact (ABI 1.4), refused when the
   // flags break the contract.
   Result<bool> answer_is_compact(const fulcrum_schedule& answer, const ScheduleRequest& request,

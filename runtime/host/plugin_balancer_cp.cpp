@@ -44,7 +44,10 @@ Result<ShardPlan> PluginBalancer::plan_cp(std::string_view strategy, const CpWor
 
   LentMemory lent;
   fulcrum_cp_request request{};
-  request.struct_size = FULCRUM_CP_REQUEST_V1_0_SIZE;
+  // ABI 1.5: a 1.4 plugin reads no further than v1.0's fields; it lists no
+  // strategy that takes weights, so none is sent to it but by a caller's
+  // mistake, which it answers as the row without them.
+  request.struct_size = FULCRUM_CP_REQUEST_V1_5_SIZE;
   request.cp_size = workload.cp_size;
   request.tokens = workload.tokens;
   request.block_size = workload.block_size;
@@ -58,6 +61,7 @@ Result<ShardPlan> PluginBalancer::plan_cp(std::string_view strategy, const CpWor
     request.sparse_kv_blocks = lent.lend("sparse_kv_blocks", sparse.kv_blocks);
   }
   request.strategy = lent.lend("strategy", name);
+  request.member_weights = lent.lend("member_weights", workload.member_weights);
   lent.watch("fulcrum_cp_request", request);
 
   ShardPlan plan;

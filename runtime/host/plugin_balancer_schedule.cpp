@@ -9,6 +9,7 @@
 #include "builtin_schedule.h"
 #include "fulcrum/core/schedule.h"
 #include "fulcrum/core/text.h"
+#include "fulcrum/core/workload.h"
 #include "plugin_balancer.h"
 
 namespace fulcrum::host::detail {
@@ -83,7 +84,7 @@ Result<Schedule> PluginBalancer::schedule(std::string_view strategy,
   {
     std::lock_guard<std::mutex> lock(mutex_);
     fulcrum_schedule answer{};
-    answer.struct_size = FULCRUM_SCHEDULE_V1_4_SIZE;
+    answer.struct_size = FULCRUM_SCHEDULE_V1_5_SIZE;
     const fulcrum_status status = table_->schedule(instance_.get(), &c_request, &answer);
     std::optional<ScheduleRelease> release;
     if (status == FULCRUM_OK) release.emplace(table_, instance_.get(), &answer);
@@ -185,6 +186,7 @@ Status PluginBalancer::copy_schedule(const fulcrum_schedule& answer, const Sched
       return st;
     }
   }
+  if (Status st = copy_weights(answer, compact, bad, schedule); !st) return st;
   schedule.strategy_used = strategy;
   if (answer.strategy_used != nullptr) {
     Result<std::string> used =
@@ -277,6 +279,48 @@ Status PluginBalancer::copy_slot(const fulcrum_schedule& answer, std::size_t s,
                                            "slot_plan_strategies[" + std::to_string(s) + "]");
     if (!used) return used.status();
     slot.plan.strategy_used = std::move(used).value();
+  }
+  return Status::ok();
+}
+
+// A 1.4 plugin leaves both arrays NULL (zeroed by the host): no weights.
+Status PluginBalancer::copy_weights(const fulcrum_schedule& answer, bool compact,
+                                    const std::string& bad, Schedule& schedule) const {
+  if (answer.slot_weight_offsets == nullptr && answer.slot_weights == nullptr) {
+    return Status::ok();
+  }
+  if (answer.slot_weight_offsets == nullptr || answer.slot_weights == nullptr) {
+    return plugin_fault(bad +
+                        "slot_weight_offsets and slot_weights must be both NULL or both "
+                        "set, and " +
+                        (answer.slot_weights == nullptr ? "slot_weights" : "slot_weight_offsets") +
+                        " is NULL");
+  }
+  if (!compact) {
+    return plugin_fault(bad +
+                        "a full answer (positions written) with member weights; weights come "
+                        "only with plans by rule (FULCRUM_ANSWER_COMPACT)");
+  }
+  const std::int64_t* offsets = answer.slot_weight_offsets;
+  if (offsets[0] != 0) {
+    return plugin_fault(bad + "slot_weight_offsets[0] is " + std::to_string(offsets[0]) +
+                        ", not 0");
+  }
+  for (std::size_t s = 0; s < schedule.slots.size(); ++s) {
+    ScheduleSlot& slot = schedule.slots[s];
+    const std::int64_t count = offsets[s + 1] - offsets[s];
+    const auto g = static_cast<std::int64_t>(slot.ranks.size());
+    if (offsets[s + 1] < offsets[s] || (count != 0 && count != g)) {
+      return plugin_fault(bad + "slot " + std::to_string(s) + ": slot_weight_offsets [" +
+                          std::to_string(offsets[s]) + ", " + std::to_string(offsets[s + 1]) +
+                          ") give " + std::to_string(count) + " member weights for " +
+                          std::to_string(g) + " members; give none or one per member");
+    }
+    slot.member_weights.assign(answer.slot_weights + offsets[s],
+                               answer.slot_weights + offsets[s + 1]);
+    if (Status st = validate_member_weights(slot.member_weights, g); !st) {
+      return plugin_fault(bad + "slot " + std::to_string(s) + ": " + st.message());
+    }
   }
   return Status::ok();
 }

@@ -85,7 +85,7 @@ TEST(AbiCompatTest, NewerMinorPluginLoadsAndIsServedTodaysRequests) {
   // The plugin saw this host's requests as the shorter ones they are and did
   // not read the fields it knows past them.
   EXPECT_TRUE(captured.saw("cp request struct_size " +
-                           std::to_string(FULCRUM_CP_REQUEST_V1_0_SIZE) + ": next_field absent"));
+                           std::to_string(FULCRUM_CP_REQUEST_V1_5_SIZE) + ": next_field absent"));
   EXPECT_TRUE(captured.saw("dp request struct_size " +
                            std::to_string(FULCRUM_DP_REQUEST_V1_0_SIZE) + ": next_field absent"));
   // Its table is longer than 1.1's but leaves the schedule hook unset: the
@@ -316,7 +316,7 @@ TEST(AbiCompatTest, TodaysSchedulerAnswersA13HostInFullAndA14HostCompactly) {
   RawPlugin plugin;
   ASSERT_NE(plugin.table(), nullptr) << dlerror();
   const fulcrum_plugin_v1& t = *plugin.table();
-  EXPECT_EQ(t.abi_minor, 4);
+  EXPECT_EQ(t.abi_minor, 5);
   void* instance = plugin.create(nullptr);
   ASSERT_NE(instance, nullptr);
   const CostProfile profile = builtin_cost_profile("h100_7b").value();
@@ -361,6 +361,115 @@ TEST(AbiCompatTest, TodaysSchedulerAnswersA13HostInFullAndA14HostCompactly) {
   }
   t.release_schedule(instance, &answer);
   EXPECT_EQ(answer.answer_flags, 0u);
+}
+
+// A hybrid request as a 1.4 (or 1.5: the request did not grow) host sends
+// it, compact asked, over `docs`.
+fulcrum_schedule_request hybrid_request(const CostProfile& profile,
+                                        const std::vector<std::int64_t>& docs, std::int32_t world,
+                                        std::int64_t budget) {
+  fulcrum_schedule_request request{};
+  request.struct_size = FULCRUM_SCHEDULE_REQUEST_V1_4_SIZE;
+  request.world_size = world;
+  request.max_tokens_per_rank = budget;
+  request.doc_lengths = docs.data();
+  request.num_docs = static_cast<std::int64_t>(docs.size());
+  request.block_size = 128;
+  request.strategy = "hybrid";
+  request.tile_seconds = profile.tile_seconds;
+  request.token_seconds = profile.token_seconds;
+  request.slot_seconds = profile.slot_seconds;
+  request.kv_bytes_per_token = profile.kv_bytes_per_token;
+  request.intra_node_bytes_per_second = profile.intra_node_bytes_per_second;
+  request.inter_node_bytes_per_second = profile.inter_node_bytes_per_second;
+  request.latency_seconds = profile.latency_seconds;
+  request.ranks_per_node = profile.ranks_per_node;
+  request.row_token_seconds = profile.row_token_seconds;
+  request.answer_flags = FULCRUM_ANSWER_COMPACT;
+  return request;
+}
+
+// Each weighted slot of a 1.5 compact answer: its weights (one per member;
+// none on other slots) plan, through a 1.5 cp request, the shape the answer
+// states; a 1.4 cp request, whose struct ends before member_weights, has
+// none and is refused. Returns how many slots had weights.
+int expect_weighted_slots_plan_as_stated(const fulcrum_plugin_v1& t, void* instance,
+                                         const fulcrum_schedule& answer, std::int64_t block) {
+  int weighted = 0;
+  for (std::int32_t s = 0; s < answer.num_slots; ++s) {
+    const std::int64_t count = answer.slot_weight_offsets[s + 1] - answer.slot_weight_offsets[s];
+    const std::int64_t g = answer.slot_rank_offsets[s + 1] - answer.slot_rank_offsets[s];
+    const bool rule = std::string(answer.slot_plan_strategies[s]) == "per_document_weighted";
+    EXPECT_EQ(count, rule ? g : 0) << "slot " << s;
+    if (!rule || count != g) continue;
+    ++weighted;
+    std::vector<std::int64_t> lengths(answer.piece_lengths + answer.slot_piece_offsets[s],
+                                      answer.piece_lengths + answer.slot_piece_offsets[s + 1]);
+    fulcrum_cp_request cp{};
+    cp.struct_size = FULCRUM_CP_REQUEST_V1_5_SIZE;
+    cp.cp_size = static_cast<std::int32_t>(g);
+    for (const std::int64_t length : lengths) cp.tokens += length;
+    cp.block_size = block;
+    cp.doc_lengths = lengths.data();
+    cp.num_docs = static_cast<std::int64_t>(lengths.size());
+    cp.strategy = "per_document_weighted";
+    cp.member_weights = answer.slot_weights + answer.slot_weight_offsets[s];
+    fulcrum_cp_plan plan{};
+    plan.struct_size = FULCRUM_CP_PLAN_V1_0_SIZE;
+    EXPECT_EQ(t.plan_cp(instance, &cp, &plan), FULCRUM_OK) << t.last_error(instance);
+    EXPECT_EQ(plan.shard_len, answer.slot_shard_lens[s]);
+    EXPECT_EQ(plan.padding, answer.slot_padding[s]);
+    t.release_plan(instance, &plan);
+    cp.struct_size = FULCRUM_CP_REQUEST_V1_0_SIZE;  // a 1.4 host: no weights
+    EXPECT_EQ(t.plan_cp(instance, &cp, &plan), FULCRUM_INVALID_ARGUMENT);
+    EXPECT_HAS(t.last_error(instance), "per_document_weighted needs member_weights");
+  }
+  return weighted;
+}
+
+// ABI 1.5's member weights in both directions, on a batch where hybrid
+// plans a slot over two nodes (12,000 tokens on 14 ranks) by
+// per_document_weighted. A 1.4 host's answer (128 bytes) cannot carry the
+// weights: the plugin answers in full and leaves the bytes past it alone.
+// A 1.5 host gets the compact answer with the slot's weights.
+TEST(AbiCompatTest, TodaysSchedulerAnswersA14HostInFullAndA15HostWithWeights) {
+  RawPlugin plugin;
+  ASSERT_NE(plugin.table(), nullptr) << dlerror();
+  const fulcrum_plugin_v1& t = *plugin.table();
+  void* instance = plugin.create(nullptr);
+  ASSERT_NE(instance, nullptr);
+  const std::vector<std::int64_t> docs = {12000, 900, 700, 400};
+  const fulcrum_schedule_request request =
+      hybrid_request(builtin_cost_profile("h100_7b").value(), docs, 16, 1000);
+
+  fulcrum_schedule old_answer{};
+  old_answer.struct_size = FULCRUM_SCHEDULE_V1_4_SIZE;
+  const auto* poison = reinterpret_cast<const std::int64_t*>(kPoison);
+  old_answer.slot_weight_offsets = poison;  // past the 1.4 host's struct
+  ASSERT_EQ(t.schedule(instance, &request, &old_answer), FULCRUM_OK) << t.last_error(instance);
+  EXPECT_NE(old_answer.positions, nullptr);
+  EXPECT_EQ(old_answer.answer_flags, 0u);
+  EXPECT_EQ(old_answer.slot_weight_offsets, poison) << "the plugin wrote past a 1.4 answer";
+  bool weighted_in_full = false;
+  for (std::int32_t s = 0; s < old_answer.num_slots; ++s) {
+    weighted_in_full = weighted_in_full ||
+                       std::string(old_answer.slot_plan_strategies[s]) == "per_document_weighted";
+  }
+  EXPECT_TRUE(weighted_in_full) << "the batch no longer has a weighted slot: choose another";
+  t.release_schedule(instance, &old_answer);
+  EXPECT_EQ(old_answer.slot_weight_offsets, poison);
+
+  fulcrum_schedule answer{};
+  answer.struct_size = FULCRUM_SCHEDULE_V1_5_SIZE;
+  ASSERT_EQ(t.schedule(instance, &request, &answer), FULCRUM_OK) << t.last_error(instance);
+  EXPECT_EQ(answer.positions, nullptr);
+  EXPECT_EQ(answer.answer_flags, static_cast<std::uint32_t>(FULCRUM_ANSWER_COMPACT));
+  ASSERT_NE(answer.slot_weight_offsets, nullptr);
+  ASSERT_NE(answer.slot_weights, nullptr);
+  EXPECT_GT(expect_weighted_slots_plan_as_stated(t, instance, answer, request.block_size), 0);
+  t.release_schedule(instance, &answer);
+  EXPECT_EQ(answer.slot_weight_offsets, nullptr);
+  EXPECT_EQ(answer.slot_weights, nullptr);
 }
 
 // Shorter than v1.0 is no version at all: refused, with the sizes named.

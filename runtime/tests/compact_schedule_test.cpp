@@ -1,12 +1,15 @@
 // The compact answer (ABI 1.4) across the plugin boundary: slot plans by
 // rule, each rank expanding only its own slots through the plugin's plan_cp,
 // must give bit for bit the positions of the full answer, for every
-// scheduler (and hybrid under group shapes); and a plugin whose rule does not
-// give the plan its answer stated is refused on the rank that expands it.
+// scheduler (and hybrid under group shapes), weighted slots (ABI 1.5)
+// included; a plugin whose rule does not give the plan its answer stated is
+// refused on the rank that expands it, and member weights no plan can take
+// are refused when the answer is copied.
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -74,7 +77,7 @@ TEST(CompactScheduleTest, EveryRanksExpansionIsTheFullAnswerBitForBit) {
   LoadBalancer& plugin = **loaded;
   SplitMix64 rng(20261126);
   int compared = 0;
-  int full_answers = 0;
+  int weighted_slots = 0;
   for (int trial = 0; trial < 40; ++trial) {
     const ScheduleRequest full_request = random_request(rng);
     if (!validate_schedule_request(full_request)) continue;
@@ -88,23 +91,14 @@ TEST(CompactScheduleTest, EveryRanksExpansionIsTheFullAnswerBitForBit) {
           << (full.is_ok() ? compact.status().message() : full.status().message());
       if (!full) continue;
       ASSERT_FALSE(has_compact_slots(*full));
-      // A plan no CP strategy of the plugin reproduces from its row
-      // (per_document_weighted's weights come from its members' nodes)
-      // makes the answer a full one, equal to the full answer; nothing else.
-      const bool weighted =
-          std::any_of(full->slots.begin(), full->slots.end(), [](const ScheduleSlot& slot) {
-            return slot.plan.strategy_used == "per_document_weighted";
-          });
-      ASSERT_EQ(has_compact_slots(*compact), !weighted);
-      if (weighted) {
-        ASSERT_EQ(compact->slots.size(), full->slots.size());
-        for (std::size_t s = 0; s < full->slots.size(); ++s) {
-          EXPECT_EQ(compact->slots[s].plan.positions, full->slots[s].plan.positions);
-          EXPECT_EQ(compact->slots[s].plan.strategy_used, full->slots[s].plan.strategy_used);
-        }
-        EXPECT_TRUE(validate_schedule(full_request, *compact));
-        ++full_answers;
-        continue;
+      // per_document_weighted's slots (multi-node slots of hybrid) come by
+      // rule too (ABI 1.5), their member weights stated; nothing else has
+      // weights.
+      for (std::size_t s = 0; s < compact->slots.size(); ++s) {
+        const ScheduleSlot& slot = compact->slots[s];
+        const bool weighted = slot.plan.strategy_used == "per_document_weighted";
+        EXPECT_EQ(slot.member_weights.size(), weighted ? slot.ranks.size() : 0) << "slot " << s;
+        weighted_slots += weighted ? 1 : 0;
       }
       // Every plan by rule, judged by its shape without positions.
       for (const ScheduleSlot& slot : compact->slots) ASSERT_TRUE(slot.compact());
@@ -138,8 +132,8 @@ TEST(CompactScheduleTest, EveryRanksExpansionIsTheFullAnswerBitForBit) {
       ++compared;
     }
   }
-  EXPECT_GT(compared, 60);     // most random requests are valid for every scheduler
-  EXPECT_GT(full_answers, 0);  // per_document_weighted's slots happen here too
+  EXPECT_GT(compared, 60);       // most random requests are valid for every scheduler
+  EXPECT_GT(weighted_slots, 0);  // per_document_weighted's slots happen here too
 }
 
 TEST(CompactScheduleTest, AHostThatDoesNotAskGetsTheFullAnswer) {
@@ -209,6 +203,102 @@ INSTANTIATE_TEST_SUITE_P(Rules, CompactFaultTest,
                                            FaultCase{"compact_shard_len",
                                                      "expanded to a plan with shard_len "}),
                          [](const auto& test) { return std::string(test.param.kind); });
+
+class WeightFaultTest : public ::testing::TestWithParam<FaultCase> {};
+
+// Member weights (ABI 1.5) no plan can take are the plugin's fault, refused
+// in one line when the host copies the answer, before any rank expands it.
+TEST_P(WeightFaultTest, IsRefusedWhenTheAnswerIsCopied) {
+  const std::string file = std::string("fulcrum_broken_") + GetParam().kind;
+  ASSERT_TRUE(fs::exists(test_plugin(file))) << test_plugin(file) << " is missing: build it";
+  auto loaded = load_plugin(test_plugin(file), quiet_options());
+  ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
+  ScheduleRequest request;
+  request.doc_lengths = {2500, 1800, 900, 700, 400};
+  request.world_size = 8;
+  request.max_tokens_per_rank = 1000;
+  request.profile = builtin_cost_profile("h100_7b").value();
+  request.cp_size = 4;
+  EXPECT_TRUE((*loaded)->schedule("fixed", request).is_ok());  // the full answer has none
+  request.compact = true;
+  auto compact = (*loaded)->schedule("fixed", request);
+  ASSERT_FALSE(compact.is_ok());
+  EXPECT_EQ(compact.status().code(), StatusCode::kPluginFault);
+  EXPECT_HAS(compact.status().message(), "scheduler 'fixed' returned an invalid schedule: slot 0");
+  EXPECT_HAS(compact.status().message(), GetParam().says);
+  EXPECT_EQ(compact.status().message().find('\n'), std::string::npos);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Weights, WeightFaultTest,
+    ::testing::Values(FaultCase{"compact_weights_nan", "member weight 0 is nan"},
+                      FaultCase{"compact_weights_inf", "member weight 0 is inf"},
+                      FaultCase{"compact_weights_negative", "member weight 0 is -1"},
+                      FaultCase{"compact_weights_zero_sum", "member weights sum to 0"},
+                      FaultCase{"compact_weights_count", "give 5 member weights for 4 members"}),
+    [](const auto& test) { return std::string(test.param.kind); });
+
+// A compact hybrid answer of the plugin with a per_document_weighted slot,
+// from the property test's random batches.
+bool weighted_answer(LoadBalancer& plugin, ScheduleRequest& request, Schedule& schedule) {
+  SplitMix64 rng(20261126);
+  for (int trial = 0; trial < 200; ++trial) {
+    request = random_request(rng);
+    if (!validate_schedule_request(request)) continue;
+    request.compact = true;
+    auto answer = plugin.schedule("hybrid", request);
+    if (!answer) continue;
+    for (const ScheduleSlot& slot : answer->slots) {
+      if (!slot.member_weights.empty()) {
+        schedule = std::move(answer).value();
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+// A slot's weights reach its rule and nothing else: weights stated for a
+// rule that takes none, or a weighted slot whose stated shape is not its
+// expansion's, are refused by the rank that expands it.
+TEST(CompactScheduleTest, WeightsOnlyWhereTheirRuleTakesThemAndAsStated) {
+  auto loaded = load_plugin(FULCRUM_PLUGIN_PATH, quiet_options());
+  ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
+  ScheduleRequest request;
+  Schedule answer;
+  ASSERT_TRUE(weighted_answer(**loaded, request, answer));
+  std::size_t weighted = 0;
+  while (answer.slots[weighted].member_weights.empty()) ++weighted;
+  const ScheduleSlot& slot = answer.slots[weighted];
+  const std::string rule = "schedule slot " + std::to_string(weighted) +
+                           " (CP rule 'per_document_weighted' on " +
+                           std::to_string(slot.ranks.size()) + " ranks)";
+  // As stated, it expands (the property test compares its positions).
+  Schedule as_stated = answer;
+  ASSERT_TRUE(expand_slots_of_rank(request, as_stated, -1, **loaded));
+
+  Schedule longer = answer;
+  longer.slots[weighted].plan.shard_len += 1;
+  longer.slots[weighted].plan.padding += static_cast<std::int64_t>(slot.ranks.size());
+  Status status = expand_slots_of_rank(request, longer, slot.ranks.front(), **loaded);
+  ASSERT_FALSE(status);
+  EXPECT_EQ(status.code(), StatusCode::kPluginFault);
+  EXPECT_HAS(status.message(), rule + " expanded to a plan with shard_len ");
+
+  Schedule unweighted = answer;
+  unweighted.slots[weighted].plan.strategy_used = "per_document";
+  status = expand_slots_of_rank(request, unweighted, slot.ranks.front(), **loaded);
+  ASSERT_FALSE(status);
+  EXPECT_EQ(status.code(), StatusCode::kPluginFault);
+  EXPECT_HAS(status.message(), "CP strategy 'per_document' takes no member_weights");
+  EXPECT_EQ(status.message().find('\n'), std::string::npos);
+
+  Schedule none = answer;
+  none.slots[weighted].member_weights.clear();
+  status = expand_slots_of_rank(request, none, slot.ranks.front(), **loaded);
+  ASSERT_FALSE(status);
+  EXPECT_HAS(status.message(), "per_document_weighted needs member_weights");
+}
 
 // Answers the host refuses as they cross the boundary, before any slot is
 // expanded: a flag it did not ask for or does not know, positions beside

@@ -1,6 +1,7 @@
 #include "train/consensus.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstdio>
 #include <map>
 #include <numeric>
@@ -508,6 +509,12 @@ std::uint64_t schedule_fingerprint(const Schedule& schedule) {
         .add(static_cast<std::int64_t>(slot.plan.cp_size))
         .add(slot.plan.shard_len)
         .add(slot.plan.padding);
+    // Its member weights (ABI 1.5), bit for bit, where its rule takes them.
+    if (!slot.member_weights.empty()) {
+      std::vector<std::int64_t> bits;
+      for (const double w : slot.member_weights) bits.push_back(std::bit_cast<std::int64_t>(w));
+      f.add(bits);
+    }
   }
   return f.value();
 }

@@ -30,6 +30,10 @@ inline constexpr std::int64_t kMaxGroupSize = std::int64_t{1} << 20;  // P; DP n
 // and what to do.
 Status validate_workload(const CpWorkload& workload);
 
+// A CpWorkload's member_weights (ABI 1.5): none, or one per member, each
+// finite and >= 0, summing to a finite value > 0.
+Status validate_member_weights(const std::vector<double>& weights, std::int64_t members);
+
 // "causal", "full", "sliding:W" (W >= 1) or "prefix:L" (L >= 0).
 Result<MaskSpec> parse_mask(std::string_view text);
 std::string mask_to_string(const MaskSpec& mask);

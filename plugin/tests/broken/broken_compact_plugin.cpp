@@ -11,6 +11,10 @@
 //                         a slot expand it differently
 //   compact_unknown_rule  slot 0's rule names a CP strategy the plugin does
 //                         not have
+//   compact_weights_<w>   slot 0 states member weights (ABI 1.5) the host
+//                         must refuse when it copies the answer: nan, inf,
+//                         negative, zero_sum (all 0), count (one more than
+//                         its members)
 // and answers the host must refuse before any slot is expanded (the SDK's
 // table with its schedule hook wrapped, as a plugin written without the
 // SDK could answer):
@@ -25,6 +29,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -109,6 +114,24 @@ class BrokenCompactBalancer final : public fulcrum::LoadBalancer {
     s.slots[0].plan.strategy_used = "no_such_rule";
 #else
     s.slots[0].plan.strategy_used = std::string(kBrokenRule);
+#if defined(FULCRUM_BROKEN_compact_weights_nan) || defined(FULCRUM_BROKEN_compact_weights_inf) || \
+    defined(FULCRUM_BROKEN_compact_weights_negative) ||                                           \
+    defined(FULCRUM_BROKEN_compact_weights_zero_sum) ||                                           \
+    defined(FULCRUM_BROKEN_compact_weights_count)
+    std::vector<double>& weights = s.slots[0].member_weights;
+    weights.assign(s.slots[0].ranks.size(), 1.0);
+#if defined(FULCRUM_BROKEN_compact_weights_nan)
+    weights[0] = std::numeric_limits<double>::quiet_NaN();
+#elif defined(FULCRUM_BROKEN_compact_weights_inf)
+    weights[0] = std::numeric_limits<double>::infinity();
+#elif defined(FULCRUM_BROKEN_compact_weights_negative)
+    weights[0] = -1.0;
+#elif defined(FULCRUM_BROKEN_compact_weights_zero_sum)
+    weights.assign(weights.size(), 0.0);
+#else
+    weights.push_back(1.0);
+#endif
+#endif
 #endif
     return s;
   }

@@ -581,6 +581,9 @@ TEST(ScheduleFingerprintTest, CoversTheCompactAnswerNotPositions) {
       [](Schedule& c) { c.slots[1].plan.shard_len = 8; },
       [](Schedule& c) { c.slots[1].plan.padding = 4; },
       [](Schedule& c) { c.slots.pop_back(); },
+      [](Schedule& c) {
+        c.slots[1].member_weights = {1.0, 2.0};
+      },
   };
   for (std::size_t i = 0; i < changes.size(); ++i) {
     Schedule changed = compact;

@@ -142,6 +142,9 @@ void check_resume(const host::Config& config) {
   const std::string fix = "give a checkpoint file written by fulcrum train, or train.resume: auto";
   Result<host::InputFile> opened = host::open_input_file(resume, {"checkpoint " + resume, fix});
   if (!opened) throw UsageError(opened.status().message());
+  if (Status s = train::check_checkpoint_owner(opened.value().fd(), resume); !s) {
+    throw UsageError(s.message());
+  }
   char magic[sizeof train::kCheckpointMagic - 1] = {};
   const ssize_t got = ::pread(opened.value().fd(), magic, sizeof magic, 0);
   if (got != static_cast<ssize_t>(sizeof magic) ||
@@ -157,12 +160,10 @@ int lock_checkpoint_dir(const host::Config& config) {
   // Set, the directory may be written (periodically, or once when the run
   // is interrupted by SIGINT/SIGTERM) or read (train.resume: auto).
   if (dir.empty()) return -1;
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec || !fs::is_directory(dir, ec)) {
-    throw UsageError("train.checkpoint_dir " + dir + " cannot be used as a directory" +
-                     (ec ? " (" + ec.message() + ")" : std::string()) +
-                     "; choose a directory this user can create and write");
+  // Made as the workers make it (no directory wider than 0755) and refused
+  // here, once, where any user may write it.
+  if (Status status = train::prepare_checkpoint_dir(dir); !status) {
+    throw UsageError(status.message());
   }
   // The directory itself is locked: no file is left in it, and the lock goes
   // with the descriptor however the run ends.

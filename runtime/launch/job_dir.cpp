@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "host/input_file.h"
+#include "host/trusted_directory.h"
 
 namespace fulcrum::launch {
 namespace {
@@ -22,25 +23,6 @@ constexpr std::size_t kMaxStallReportBytes = 1 << 20;
 
 }  // namespace
 
-std::string untrusted_directory(const std::filesystem::path& dir) {
-  std::filesystem::path p = dir;
-  for (;;) {
-    struct stat st {};
-    if (::stat(p.c_str(), &st) != 0) {
-      return p.string() + " cannot be examined (" + std::strerror(errno) + ")";
-    }
-    if (st.st_uid != 0 && st.st_uid != ::geteuid()) {
-      return p.string() + " is owned by uid " + std::to_string(st.st_uid) +
-             ", neither root nor this user";
-    }
-    if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0) {
-      return p.string() + " is writable by group or others without the sticky bit";
-    }
-    if (p == p.root_path() || !p.has_parent_path() || p.parent_path() == p) return "";
-    p = p.parent_path();
-  }
-}
-
 JobDir::JobDir() {
   std::error_code ec;
   std::filesystem::path parent = std::filesystem::temp_directory_path(ec);
@@ -49,7 +31,7 @@ JobDir::JobDir() {
   // not be able to point the job elsewhere later.
   std::filesystem::path real = std::filesystem::canonical(parent, ec);
   if (!ec) {
-    if (std::string why = untrusted_directory(real); !why.empty()) {
+    if (std::string why = host::untrusted_directory(real); !why.empty()) {
       error_ = "the job's private directory would be made in " + parent.string() + ", but " + why +
                ": that user could replace it and make the ranks write where they "
                "choose; set TMPDIR to a directory only you or root can change (like /tmp)";

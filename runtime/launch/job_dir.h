@@ -13,12 +13,6 @@
 
 namespace fulcrum::launch {
 
-// Why `dir` (links resolved) could be changed by someone other than root and
-// this user, or "" when it cannot: it and every directory above it must be
-// owned by root or this user and not writable by group or others, unless
-// sticky like /tmp (whose other users cannot move entries they do not own).
-std::string untrusted_directory(const std::filesystem::path& dir);
-
 // The job's private directory (mkdtemp: mode 0700, this user's), removed with
 // everything in it when the launch ends. The workers meet in its rendezvous/
 // (a DirectoryStore, so nothing listens on the network), a worker whose

@@ -160,10 +160,15 @@ Status write_file_atomically(const std::string& path, std::string_view bytes);
 Result<std::string> save_checkpoint(const std::string& dir, const Checkpoint& checkpoint,
                                     std::int64_t keep);
 
-// Creates `dir` when missing and checks that it is a writable directory, so
-// that a bad train.checkpoint_dir fails before training rather than at the
-// first checkpoint.
+// Creates `dir` when missing (no directory it makes wider than 0755) and
+// checks that it is a writable directory that not every user may write
+// (unless sticky), so that a bad train.checkpoint_dir fails before training
+// rather than at the first checkpoint.
 Status prepare_checkpoint_dir(const std::string& dir);
+
+// Refuses the open checkpoint `fd` at `path` when neither root nor this user
+// owns it: another user's file in the directory may have been planted.
+Status check_checkpoint_owner(int fd, const std::string& path);
 
 struct ResumePoint {
   std::string path;

@@ -14,6 +14,7 @@
 #include <system_error>
 
 #include "host/input_file.h"
+#include "host/trusted_directory.h"
 #include "train/checkpoint.h"
 
 namespace fulcrum::train {
@@ -104,12 +105,23 @@ Result<std::vector<CheckpointFile>> list_checkpoints(const std::string& dir) {
   return files;
 }
 
+// Every checkpoint a job resumes from is one this user (or root) wrote.
+Status check_checkpoint_owner(int fd, const std::string& path) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || host::trusted_owner(st.st_uid)) return Status::ok();
+  return invalid_argument("checkpoint " + path + " is owned by uid " + std::to_string(st.st_uid) +
+                          ", neither root nor this user (uid " + std::to_string(::geteuid()) +
+                          "), who may have planted it; resume from a checkpoint you wrote, or "
+                          "copy this one yourself once you trust it");
+}
+
 Result<Checkpoint> read_checkpoint(const std::string& path) {
   Result<host::InputFile> opened = host::open_input_file(
       path, {"checkpoint " + path,
              "give a checkpoint file written by fulcrum train, or train.resume: auto"});
   if (!opened) return opened.status();
   Fd fd(std::move(opened).value().release());
+  if (Status s = check_checkpoint_owner(fd.get(), path); !s) return s;
   // The magic first: a large file of something else (a sparse file of
   // zeros named like a checkpoint) is refused without reading it all.
   char magic[sizeof kCheckpointMagic - 1] = {};
@@ -185,10 +197,27 @@ Status write_file_atomically(const std::string& path, std::string_view bytes) {
   return Status::ok();
 }
 
+namespace {
+
+// Makes every missing directory of `dir` with mode 0755 (less what the
+// umask removes), so that none it makes is writable by group or others.
+void make_directories(const fs::path& dir, std::error_code& ec) {
+  fs::path made;
+  for (const fs::path& part : dir) {
+    made /= part;
+    if (::mkdir(made.c_str(), 0755) != 0 && errno != EEXIST) {
+      ec = std::error_code(errno, std::generic_category());
+      return;
+    }
+  }
+}
+
+}  // namespace
+
 Result<std::string> save_checkpoint(const std::string& dir, const Checkpoint& checkpoint,
                                     std::int64_t keep) {
   std::error_code ec;
-  fs::create_directories(dir, ec);
+  make_directories(dir, ec);
   if (ec) {
     return invalid_argument("cannot create checkpoint directory " + dir + ": " + ec.message() +
                             "; check train.checkpoint_dir");
@@ -223,7 +252,7 @@ Result<std::string> save_checkpoint(const std::string& dir, const Checkpoint& ch
 
 Status prepare_checkpoint_dir(const std::string& dir) {
   std::error_code ec;
-  fs::create_directories(dir, ec);
+  make_directories(dir, ec);
   if (ec || !fs::is_directory(dir, ec)) {
     return invalid_argument("cannot create checkpoint directory " + dir + ": " +
                             (ec ? ec.message() : std::string("a file of that name exists")) +
@@ -232,6 +261,18 @@ Status prepare_checkpoint_dir(const std::string& dir) {
   if (::access(dir.c_str(), W_OK | X_OK) != 0) {
     return invalid_argument("checkpoint directory " + dir + " is not writable: " + errno_text() +
                             "; fix its permissions or train.checkpoint_dir");
+  }
+  // Any user could delete or replace checkpoints in a directory all may
+  // write, unless it is sticky like /tmp. (A group's shared directory is
+  // allowed: the checkpoints it holds are resumed from only when this user
+  // wrote them, read_checkpoint.)
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) == 0 && (st.st_mode & S_IWOTH) != 0 && (st.st_mode & S_ISVTX) == 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return invalid_argument("train.checkpoint_dir " + dir + " has mode " + mode +
+                            ": any user could delete or replace its checkpoints; run `chmod o-w " +
+                            dir + "` (or +t), or choose a directory only you can write");
   }
   return Status::ok();
 }

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -375,6 +376,60 @@ TEST(CheckpointFiles, ARenamedCheckpointIsRefused) {
   Result<Checkpoint> missing = read_checkpoint(dir.at("nope.ckpt"));
   ASSERT_FALSE(missing);
   EXPECT_NE(missing.status().message().find("nope.ckpt"), std::string::npos);
+}
+
+// A directory any user may write (without the sticky bit) lets them delete
+// or replace the job's checkpoints: refused before the job writes there.
+TEST(CheckpointFiles, ADirectoryAnyUserMayWriteIsRefused) {
+  test::TempDir dir("fulcrum_ckpt");
+  const std::string open_dir = dir.at("open");
+  ASSERT_TRUE(prepare_checkpoint_dir(open_dir));
+  ASSERT_EQ(::chmod(open_dir.c_str(), 0777), 0);
+  const Status s = prepare_checkpoint_dir(open_dir);
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.message().find("train.checkpoint_dir " + open_dir + " has mode 0777"),
+            std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("chmod o-w " + open_dir), std::string::npos) << s.message();
+  EXPECT_EQ(s.message().find('\n'), std::string::npos);
+  ASSERT_EQ(::chmod(open_dir.c_str(), 01777), 0);  // sticky, like /tmp: others cannot move ours
+  EXPECT_TRUE(prepare_checkpoint_dir(open_dir));
+  ASSERT_EQ(::chmod(open_dir.c_str(), 0775), 0);  // a group's shared directory
+  EXPECT_TRUE(prepare_checkpoint_dir(open_dir));
+  // A directory it makes is never wider than 0755, whatever the umask.
+  const mode_t umask_before = ::umask(0);
+  const Status made = prepare_checkpoint_dir(dir.at("new/deeper"));
+  ::umask(umask_before);
+  ASSERT_TRUE(made) << made.message();
+  struct stat st {};
+  ASSERT_EQ(::stat(dir.at("new/deeper").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0755u);
+  ASSERT_EQ(::stat(dir.at("new").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0755u);
+}
+
+// A checkpoint another user owns could have been planted (a group's or a
+// sticky directory lets them add files): never resumed from.
+TEST(CheckpointFiles, ACheckpointAnotherUserOwnsIsNotResumedFrom) {
+  if (::geteuid() != 0) GTEST_SKIP() << "giving a file to another user needs root";
+  test::TempDir dir("fulcrum_ckpt");
+  const std::string d = dir.at();
+  ASSERT_TRUE(save_checkpoint(d, sample(2), 3));
+  ASSERT_TRUE(save_checkpoint(d, sample(4), 3));
+  const std::string four = d + "/step-00000004.ckpt";
+  ASSERT_EQ(::chown(four.c_str(), 65534, 65534), 0);
+  Result<Checkpoint> planted = read_checkpoint(four);
+  ASSERT_FALSE(planted);
+  EXPECT_NE(planted.status().message().find("checkpoint " + four + " is owned by uid 65534"),
+            std::string::npos)
+      << planted.status().message();
+  EXPECT_EQ(planted.status().message().find('\n'), std::string::npos);
+  Result<std::optional<ResumePoint>> point = latest_good_checkpoint(d);
+  ASSERT_TRUE(point) << point.status().message();
+  ASSERT_TRUE(point->has_value());
+  EXPECT_EQ((*point)->checkpoint.header.step, 2);
+  ASSERT_EQ((*point)->refused.size(), 1u);
+  EXPECT_NE((*point)->refused[0].find("owned by uid 65534"), std::string::npos);
 }
 
 TEST(CheckpointSettings, DifferencesAreNamed) {

@@ -116,7 +116,7 @@ std::int64_t batch_tokens(const ScheduleRequest& request) {
 }
 
 int repeats_for(const ScheduleRequest& request) {
-  return repeat_count(batch_tokens(request), estimate_schedule(request, 1, 1).seconds);
+  return repeat_count(batch_tokens(request), estimate_schedule(request, 1, 1, false).seconds);
 }
 
 Scheduled schedule_with(LoadBalancer& balancer, const std::string& requested,
@@ -499,8 +499,10 @@ int schedule_main(const std::vector<std::string>& args) {
 
   refuse_beyond_bounds(
       "schedule",
-      estimate_schedule(request, f.compare ? static_cast<int>(schedulers.size()) : 1,
-                        repeats_for(request)),
+      estimate_schedule(
+          request, f.compare ? static_cast<int>(schedulers.size()) : 1, repeats_for(request),
+          f.compare ? std::find(schedulers.begin(), schedulers.end(), "hybrid") != schedulers.end()
+                    : strategy == "hybrid"),
       std::string("schedule fewer tokens, documents or ranks at once") +
           (f.compare ? ", or one --strategy instead of --compare" : ""));
 

@@ -1,6 +1,7 @@
 #include "work_bounds.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "cli_common.h"
@@ -52,7 +53,7 @@ WorkEstimate estimate_plan(const CpWorkload& w, int strategies, int repeats, boo
   return e;
 }
 
-WorkEstimate estimate_schedule(const ScheduleRequest& r, int schedulers, int repeats) {
+WorkEstimate estimate_schedule(const ScheduleRequest& r, int schedulers, int repeats, bool hybrid) {
   // Per schedule: 500 ns and 28 bytes a token (the slots' plans; hybrid also
   // prices the baselines' schedules), 4.3 kB a document, 170 ns a document
   // per rank (at least 512 ranks' worth: placing short pieces), 1.5 us and
@@ -60,16 +61,28 @@ WorkEstimate estimate_schedule(const ScheduleRequest& r, int schedulers, int rep
   // widest slot priced: a x a entries of 8 bytes (9 with what comes with
   // them), filled and read at up to 20 ns an entry, where a, the members
   // holding tokens, is at most min(W, tokens) (megatron_dcp widens a lone
-  // document's group to every rank).
+  // document's group to every rank). hybrid prices the table of a slot
+  // that must be wide about three times more (60 ns an entry): its width,
+  // `forced`, the members the longest document needs at T tokens each (a
+  // token each on 8192 ranks measured 5.3 s of CPU time, where 20 ns an
+  // entry said 1.3 s); slots it chooses to widen stay within their row's
+  // key blocks (rule 9), priced as above.
   double tokens = 0.0;
-  for (const std::int64_t length : r.doc_lengths) tokens += as_double(length);
+  double longest = 0.0;
+  for (const std::int64_t length : r.doc_lengths) {
+    tokens += as_double(length);
+    longest = std::max(longest, as_double(length));
+  }
   const double d = as_double(static_cast<std::int64_t>(r.doc_lengths.size()));
   const double world = as_double(r.world_size);
   const double active = std::min(world, tokens);
   const double runs = static_cast<double>(schedulers) * repeats;
   WorkEstimate e;
+  const double budget = as_double(std::max<std::int64_t>(r.max_tokens_per_rank, 1));
+  const double forced = hybrid ? std::min(world, std::ceil(longest / budget)) : 0.0;
   e.seconds = runs * (500e-9 * tokens + 170e-9 * d * std::max(world, 512.0) + 1.5e-6 * world +
-                      20e-9 * active * active);
+                      20e-9 * active * active) +
+              repeats * 60e-9 * forced * forced;
   e.bytes = 28.0 * tokens + 4300.0 * d + 400.0 * world + 9.0 * active * active;
   e.work = "a batch of " + std::to_string(static_cast<std::int64_t>(tokens)) + " tokens in " +
            plural(static_cast<std::int64_t>(r.doc_lengths.size()), "document", "documents") +

@@ -36,8 +36,10 @@ struct WorkEstimate {
 // `positions_json` when every position is written as JSON.
 WorkEstimate estimate_plan(const CpWorkload& w, int strategies, int repeats, bool positions_json);
 
-// fulcrum schedule: `schedulers` schedules of `r`, each made `repeats` times.
-WorkEstimate estimate_schedule(const ScheduleRequest& r, int schedulers, int repeats);
+// fulcrum schedule: `schedulers` schedules of `r`, each made `repeats` times,
+// `hybrid` when hybrid is one of them (it prices a forced-wide slot's
+// member-pair table about four times: drafts, search, refinement, guard).
+WorkEstimate estimate_schedule(const ScheduleRequest& r, int schedulers, int repeats, bool hybrid);
 
 // fulcrum dp-partition with `strategy` (its cost depends on which).
 WorkEstimate estimate_dp_partition(const DpRequest& r, std::string_view strategy);

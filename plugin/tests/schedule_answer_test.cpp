@@ -20,6 +20,7 @@
 #include "fulcrum/core/random.h"
 #include "fulcrum/core/schedule.h"
 #include "fulcrum/schedule_types.h"
+#include "schedule_random_mask.h"
 #include "strategies/cp_strategies.h"
 #include "strategies/schedule_hybrid_draft.h"
 #include "strategies/schedule_strategies.h"
@@ -33,20 +34,7 @@ ScheduleRequest random_request(SplitMix64& rng) {
   r.world_size = worlds[rng.next() % worlds.size()];
   r.block_size = rng.uniform(0, 1) == 0 ? 16 : 64;
   r.max_tokens_per_rank = r.block_size * rng.uniform(1, 16);
-  switch (rng.uniform(0, 3)) {
-    case 0:
-      r.mask = MaskSpec::causal();
-      break;
-    case 1:
-      r.mask = MaskSpec::full();
-      break;
-    case 2:
-      r.mask = MaskSpec::sliding(rng.uniform(1, 4 * r.block_size));
-      break;
-    default:
-      r.mask = MaskSpec::prefix(rng.uniform(0, 4 * r.block_size));
-      break;
-  }
+  r.mask = schedule_tests::random_dense_mask(rng, r.block_size);
   r.profile = *builtin_cost_profile(rng.uniform(0, 1) == 0 ? "h100_7b" : "cpu_gloo");
   r.profile.ranks_per_node = static_cast<std::int32_t>(rng.uniform(1, 8));
   r.profile.inter_node_bytes_per_second =

@@ -18,6 +18,7 @@
 #include "fulcrum/core/schedule.h"
 #include "fulcrum/core/slot_runs.h"
 #include "fulcrum/core/work_model.h"
+#include "schedule_random_mask.h"
 #include "strategies/cp_balanced_detail.h"
 #include "strategies/cp_strategies.h"
 #include "strategies/schedule_hybrid_draft.h"
@@ -50,20 +51,7 @@ Case random_case(SplitMix64& rng) {
     c.slot.pieces.push_back({d, 0, len});
     n += len;
   }
-  switch (rng.uniform(0, 3)) {
-    case 0:
-      r.mask = MaskSpec::causal();
-      break;
-    case 1:
-      r.mask = MaskSpec::full();
-      break;
-    case 2:
-      r.mask = MaskSpec::sliding(rng.uniform(1, 4 * r.block_size));
-      break;
-    default:
-      r.mask = MaskSpec::prefix(rng.uniform(0, 4 * r.block_size));
-      break;
-  }
+  r.mask = schedule_tests::random_dense_mask(rng, r.block_size);
   const std::int64_t least = (n + g - 1) / g;
   r.max_tokens_per_rank = rng.uniform(0, 1) == 0 ? least + rng.uniform(0, 64) : n;
   for (std::int32_t k = 0; k < g; ++k) c.slot.ranks.push_back((k * 5) % r.world_size);

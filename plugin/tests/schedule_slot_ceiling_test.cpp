@@ -21,6 +21,7 @@
 #include "fulcrum/core/random.h"
 #include "fulcrum/core/schedule.h"
 #include "fulcrum/core/slot_runs.h"
+#include "schedule_random_mask.h"
 #include "strategies/cp_balanced_detail.h"
 #include "strategies/schedule_hybrid_draft.h"
 
@@ -56,20 +57,7 @@ Case random_case(SplitMix64& rng, std::int32_t size = 0) {
     c.slot.pieces.push_back({d, 0, len});
     n += len;
   }
-  switch (rng.uniform(0, 3)) {
-    case 0:
-      r.mask = MaskSpec::causal();
-      break;
-    case 1:
-      r.mask = MaskSpec::full();
-      break;
-    case 2:
-      r.mask = MaskSpec::sliding(rng.uniform(1, 4 * r.block_size));
-      break;
-    default:
-      r.mask = MaskSpec::prefix(rng.uniform(0, 4 * r.block_size));
-      break;
-  }
+  r.mask = schedule_tests::random_dense_mask(rng, r.block_size);
   r.max_tokens_per_rank = rng.uniform(0, 1) == 0 ? (n + g - 1) / g + rng.uniform(0, 64) : n;
   // Members scattered over the world (random ranks, ascending).
   std::vector<std::int32_t> ranks(static_cast<std::size_t>(r.world_size));

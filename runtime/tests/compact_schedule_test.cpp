@@ -71,6 +71,18 @@ ScheduleRequest random_request(SplitMix64& rng) {
   return r;
 }
 
+// Five documents on 8 ranks, at most 1000 tokens a rank, fixed's CP groups
+// of 4, priced with h100_7b: the request the broken plugins are asked.
+ScheduleRequest five_documents() {
+  ScheduleRequest request;
+  request.doc_lengths = {2500, 1800, 900, 700, 400};
+  request.world_size = 8;
+  request.max_tokens_per_rank = 1000;
+  request.profile = builtin_cost_profile("h100_7b").value();
+  request.cp_size = 4;
+  return request;
+}
+
 TEST(CompactScheduleTest, EveryRanksExpansionIsTheFullAnswerBitForBit) {
   auto loaded = load_plugin(FULCRUM_PLUGIN_PATH, quiet_options());
   ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
@@ -165,12 +177,7 @@ TEST_P(CompactFaultTest, IsRefusedByTheRankThatExpandsIt) {
   ASSERT_TRUE(fs::exists(test_plugin(file))) << test_plugin(file) << " is missing: build it";
   auto loaded = load_plugin(test_plugin(file), quiet_options());
   ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
-  ScheduleRequest request;
-  request.doc_lengths = {2500, 1800, 900, 700, 400};
-  request.world_size = 8;
-  request.max_tokens_per_rank = 1000;
-  request.profile = builtin_cost_profile("h100_7b").value();
-  request.cp_size = 4;
+  ScheduleRequest request = five_documents();
   auto full = (*loaded)->schedule("fixed", request);
   ASSERT_TRUE(full.is_ok()) << full.status().message();
   EXPECT_TRUE(validate_schedule(request, *full));
@@ -213,12 +220,7 @@ TEST_P(WeightFaultTest, IsRefusedWhenTheAnswerIsCopied) {
   ASSERT_TRUE(fs::exists(test_plugin(file))) << test_plugin(file) << " is missing: build it";
   auto loaded = load_plugin(test_plugin(file), quiet_options());
   ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
-  ScheduleRequest request;
-  request.doc_lengths = {2500, 1800, 900, 700, 400};
-  request.world_size = 8;
-  request.max_tokens_per_rank = 1000;
-  request.profile = builtin_cost_profile("h100_7b").value();
-  request.cp_size = 4;
+  ScheduleRequest request = five_documents();
   EXPECT_TRUE((*loaded)->schedule("fixed", request).is_ok());  // the full answer has none
   request.compact = true;
   auto compact = (*loaded)->schedule("fixed", request);
@@ -316,12 +318,7 @@ TEST_P(CompactAnswerTest, IsRefusedAsAPluginFault) {
   ASSERT_TRUE(fs::exists(test_plugin(file))) << test_plugin(file) << " is missing: build it";
   auto loaded = load_plugin(test_plugin(file), quiet_options());
   ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
-  ScheduleRequest request;
-  request.doc_lengths = {2500, 1800, 900, 700, 400};
-  request.world_size = 8;
-  request.max_tokens_per_rank = 1000;
-  request.profile = builtin_cost_profile("h100_7b").value();
-  request.cp_size = 4;
+  ScheduleRequest request = five_documents();
   request.compact = GetParam().compact;
   auto answer = (*loaded)->schedule("fixed", request);
   ASSERT_FALSE(answer.is_ok());
@@ -349,12 +346,7 @@ TEST(CompactScheduleTest, ARuleThePluginCannotPlanIsRefusedOnExpansion) {
   ASSERT_TRUE(fs::exists(test_plugin(file))) << test_plugin(file) << " is missing: build it";
   auto loaded = load_plugin(test_plugin(file), quiet_options());
   ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
-  ScheduleRequest request;
-  request.doc_lengths = {2500, 1800, 900, 700, 400};
-  request.world_size = 8;
-  request.max_tokens_per_rank = 1000;
-  request.profile = builtin_cost_profile("h100_7b").value();
-  request.cp_size = 4;
+  ScheduleRequest request = five_documents();
   request.compact = true;
   auto answer = (*loaded)->schedule("fixed", request);
   ASSERT_TRUE(answer.is_ok()) << answer.status().message();

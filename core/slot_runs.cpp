@@ -304,37 +304,50 @@ RunShardPlan runs_of_plan(const ShardPlan& plan) {
   return runs;
 }
 
+namespace {
+
+// Member r's tokens and tiles (per local block, the union of the key blocks
+// its queries there touch), and, with `all`, every key-block interval its
+// queries touch (unmerged). `spans` is scratch.
+void count_member(const CpWorkload& w, const RowLayout& layout, const RunShardPlan& runs,
+                  std::int32_t r, RankWork& rw, std::vector<Interval>& spans,
+                  std::vector<Interval>* all) {
+  std::int64_t current = -1;  // the local block `spans` belongs to
+  walk_member(layout, w.block_size, runs, r,
+              [&](std::int64_t a, std::int64_t b, std::int64_t doc, std::int64_t local_block) {
+                if (local_block != current) {
+                  rw.tiles += union_size(spans);
+                  spans.clear();
+                  current = local_block;
+                }
+                const std::int64_t db = layout.doc_begin(doc);
+                const std::int64_t de = layout.doc_end(doc);
+                const Interval keys{key_range(w.mask, db, de, a).lo / w.block_size,
+                                    key_range(w.mask, db, de, b - 1).hi / w.block_size};
+                spans.push_back(keys);
+                if (all) all->push_back(keys);
+                rw.tokens += b - a;
+              });
+  rw.tiles += union_size(spans);
+  spans.clear();
+}
+
+}  // namespace
+
 std::vector<RankWork> run_tokens_and_tiles(const CpWorkload& w, const RunShardPlan& runs) {
   const RowLayout layout(w);
   std::vector<RankWork> work(static_cast<std::size_t>(runs.ranks));
   std::vector<Interval> spans;
   for (std::int32_t r = 0; r < runs.ranks; ++r) {
-    RankWork& rw = work[static_cast<std::size_t>(r)];
-    std::int64_t current = -1;  // the local block `spans` belongs to
-    walk_member(layout, w.block_size, runs, r,
-                [&](std::int64_t a, std::int64_t b, std::int64_t doc, std::int64_t local_block) {
-                  if (local_block != current) {
-                    rw.tiles += union_size(spans);
-                    spans.clear();
-                    current = local_block;
-                  }
-                  const std::int64_t db = layout.doc_begin(doc);
-                  const std::int64_t de = layout.doc_end(doc);
-                  spans.emplace_back(key_range(w.mask, db, de, a).lo / w.block_size,
-                                     key_range(w.mask, db, de, b - 1).hi / w.block_size);
-                  rw.tokens += b - a;
-                });
-    rw.tiles += union_size(spans);
-    spans.clear();
+    count_member(w, layout, runs, r, work[static_cast<std::size_t>(r)], spans, nullptr);
   }
   return work;
 }
 
 namespace {
 
-// One walk per member gives its tokens, its tiles (per local block, the
-// union of the key blocks its queries there touch: run_tokens_and_tiles)
-// and the key blocks it touches in all (the union over its blocks).
+// One walk per member gives its tokens, its tiles (count_member) and the
+// key blocks it touches in all (the union over its blocks).
 SlotRunsCounts count_slot_runs(const ScheduleRequest& request, const ScheduleSlot& slot,
                                const RunShardPlan& runs) {
   SlotRunsCounts c{slot_workload(request, slot), {}, {}, {}, {}};
@@ -346,25 +359,8 @@ SlotRunsCounts count_slot_runs(const ScheduleRequest& request, const ScheduleSlo
   std::vector<Interval> spans;  // the current local block's
   std::vector<Interval> all;    // the member's
   for (std::int32_t r = 0; r < runs.ranks; ++r) {
-    RankWork& rw = c.work[static_cast<std::size_t>(r)];
-    std::int64_t current = -1;  // the local block `spans` belongs to
-    walk_member(layout, w.block_size, runs, r,
-                [&](std::int64_t a, std::int64_t b, std::int64_t doc, std::int64_t local_block) {
-                  if (local_block != current) {
-                    rw.tiles += union_size(spans);
-                    spans.clear();
-                    current = local_block;
-                  }
-                  const std::int64_t db = layout.doc_begin(doc);
-                  const std::int64_t de = layout.doc_end(doc);
-                  const Interval keys{key_range(w.mask, db, de, a).lo / w.block_size,
-                                      key_range(w.mask, db, de, b - 1).hi / w.block_size};
-                  spans.push_back(keys);
-                  if (exchange) all.push_back(keys);
-                  rw.tokens += b - a;
-                });
-    rw.tiles += union_size(spans);
-    spans.clear();
+    count_member(w, layout, runs, r, c.work[static_cast<std::size_t>(r)], spans,
+                 exchange ? &all : nullptr);
     if (exchange) {
       merge_into(all, c.touched);
       c.touched_at.push_back(c.touched.size());

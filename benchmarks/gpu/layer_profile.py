@@ -69,6 +69,9 @@ def run(args, torch):
     for name in names:
         jobs += [attention(name, n, n, True) for n in causal]
         jobs += [attention(name, q, k, False) for q, k in unmasked]
+    if not args.quick:
+        jobs += [lambda d=d: layer.time_packed(torch, timer, shape, 32768, d, dtype)
+                 for d in (256, 512, 1024, 2048, 4096, 8192, 32768)]
     records, start, skipped = [], time.monotonic(), 0
     for job in jobs:
         if time.monotonic() - start > args.budget_s:
@@ -94,6 +97,11 @@ def markdown(summary, header):
                          f"{fit['const_ms']:.3f} | {fit['points']} | {fit['largest_error']:.1%} | "
                          + (f"tile_seconds {entry['tile_seconds']:.3e}, rho {entry['rho']:.3e}, "
                             f"{entry['tflops']:.0f} TFLOP/s |" if kind == "causal" else "|"))
+    if summary["packed"]:
+        lines += ["", "Packed 32K rows of equal documents (varlen), time over the flash causal "
+                  "slope x tiles:", ""]
+        lines += [f"- documents of {p['doc']}: {p['ms']:.2f} ms, {p['over_tile_model']:.2f}x"
+                  for p in summary["packed"]]
     lines += ["", "Bundled, for comparison (HYBRID.md section 3):", ""]
     for name, fig in layer.ASSUMED.items():
         rho = fig["tile_seconds"] / (layer.SHAPE_7B["block"] * fig["token_seconds"])

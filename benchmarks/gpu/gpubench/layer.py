@@ -157,6 +157,46 @@ def time_attention(torch, timer, shape, backend_name, backend, queries, keys, ca
     return record
 
 
+def time_packed(torch, timer, shape, row_tokens, doc_tokens, dtype):
+    """One packed row of equal causal documents through PyTorch's varlen
+    kernel (flash), forward + backward: how a row of short documents costs
+    against its tiles. K/V heads are repeated to the query heads where the
+    kernel does not take them grouped."""
+    from .kernels import varlen_entry
+    if doc_tokens < 1 or row_tokens % doc_tokens:
+        raise ValueError(f"a packed row of {row_tokens} tokens does not hold documents of "
+                         f"{doc_tokens}; give a divisor")
+    record = {"part": "packed", "backend": "varlen", "row": row_tokens, "doc": doc_tokens,
+              "docs": row_tokens // doc_tokens,
+              "tiles": (row_tokens // doc_tokens) * causal_tiles(doc_tokens, shape["block"])}
+    call = varlen_entry()
+    if call is None:
+        record["error"] = "this torch has no torch.nn.attention.varlen"
+        return record
+    dev = timer.device
+    g = torch.Generator(device=dev).manual_seed(row_tokens + doc_tokens)
+    make = lambda heads: torch.randn(  # noqa: E731
+        row_tokens, heads, shape["head_dim"], device=dev, dtype=dtype, generator=g
+    ).requires_grad_()
+    q, k, v = make(shape["heads"]), make(shape["kv_heads"]), make(shape["kv_heads"])
+    cu = torch.arange(0, row_tokens + 1, doc_tokens, device=dev, dtype=torch.int32)
+    groups = shape["heads"] // shape["kv_heads"]
+
+    def run(repeat):
+        kk = k.repeat_interleave(groups, 1) if repeat else k
+        vv = v.repeat_interleave(groups, 1) if repeat else v
+        return call(q, kk, vv, cu, cu, doc_tokens, doc_tokens)
+    for repeat in (False, True):
+        try:
+            record["fwd_ms"], record["bwd_ms"] = timer.time(lambda: run(repeat), (q, k, v))
+            record["kv_repeated"] = repeat
+            record.pop("error", None)
+            break
+        except RuntimeError as error:
+            record["error"] = str(error).splitlines()[0][:200]
+    return record
+
+
 def time_linear(torch, timer, shape, tokens, dtype):
     """The layer's token-linear work on `tokens` tokens, forward + backward:
     RMS norm, Q/K/V in, output out, residual, RMS norm, gated MLP up and
@@ -221,4 +261,9 @@ def summarise(records, shape):
         slope = entry["causal"]["slope_ms"]
         entry["tflops"] = flops / (slope * 1e-3) / 1e12 if slope > 0 else math.nan
         out["attention"][name] = entry
+    packed = [r for r in ok if r["part"] == "packed"]
+    slope = out["attention"].get("flash", {}).get("causal", {}).get("slope_ms", math.nan)
+    out["packed"] = [{"doc": r["doc"], "docs": r["docs"], "ms": r["fwd_ms"] + r["bwd_ms"],
+                      "over_tile_model": (r["fwd_ms"] + r["bwd_ms"]) / (slope * r["tiles"])}
+                     for r in packed]
     return out

@@ -103,3 +103,16 @@ def test_the_measured_profiles_load_and_keep_h100_7bs_other_fields(cli, kernel):
     import layer_profile  # the entry script's h100_7b figures
     assert rest == {k: float(v) for k, v in layer_profile.H100_7B_REST.items()}
     assert float(fields["tile_seconds"]) != layer.ASSUMED["h100_7b"]["tile_seconds"]
+
+
+def test_a_packed_row_counts_the_tiles_of_its_documents():
+    shape = dict(layer.SHAPE_7B, block=64)
+    timer = layer.Timer(torch, "cpu", 1, 0)
+    record = layer.time_packed(torch, timer, shape, 960, 192, torch.float32)
+    docs = 5
+    assert record["docs"] == docs
+    assert record["tiles"] == docs * sum(1 for qb in range(3) for kb in range(3) if kb <= qb)
+    if "error" in record:  # a torch without the varlen kernel says so
+        assert "fwd_ms" not in record
+    with pytest.raises(ValueError, match="divisor"):
+        layer.time_packed(torch, timer, shape, 1000, 192, torch.float32)

@@ -53,6 +53,14 @@ def series(quick, block):
     return causal, unmasked, linear
 
 
+SHORT = (128, 256, 512, 1024)  # rows below the fits' range: their floor, apart
+
+
+def short(job):
+    """The job's record marked as a short row: left out of the fits."""
+    return lambda: dict(job(), short=True)
+
+
 def run(args, torch):
     device = "cpu" if args.quick else "cuda"
     shape = dict(QUICK_SHAPE if args.quick else layer.SHAPE_7B)
@@ -72,6 +80,10 @@ def run(args, torch):
     if not args.quick:
         jobs += [lambda d=d: layer.time_packed(torch, timer, shape, 32768, d, dtype)
                  for d in (256, 512, 1024, 2048, 4096, 8192, 32768)]
+        jobs += [short(lambda t=t: layer.time_linear(torch, timer, shape, t, dtype))
+                 for t in SHORT]
+        jobs += [short(attention(name, n, n, True)) for name in names if name != "efficient"
+                 for n in SHORT]
     records, start, skipped = [], time.monotonic(), 0
     for job in jobs:
         if time.monotonic() - start > args.budget_s:
@@ -102,6 +114,10 @@ def markdown(summary, header):
                   "slope x tiles:", ""]
         lines += [f"- documents of {p['doc']}: {p['ms']:.2f} ms, {p['over_tile_model']:.2f}x"
                   for p in summary["packed"]]
+    if summary["short"]:
+        lines += ["", "Short rows, per layer, against the fitted slope alone:", ""]
+        lines += [f"- {e['kind']}, {e['tokens']} tokens: {e['ms']:.3f} ms, "
+                  f"{e['beyond_slope_ms']:.3f} ms beyond slope x size" for e in summary["short"]]
     lines += ["", "Bundled, for comparison (HYBRID.md section 3):", ""]
     for name, fig in layer.ASSUMED.items():
         rho = fig["tile_seconds"] / (layer.SHAPE_7B["block"] * fig["token_seconds"])

@@ -241,7 +241,7 @@ def fit_line(xs, records):
 def summarise(records, shape):
     """Fits per attention backend (causal and unmasked) and for the linear
     part; the profile figures x layers; rho per backend."""
-    ok = [r for r in records if "error" not in r]
+    ok = [r for r in records if "error" not in r and not r.get("short")]
     linear = [r for r in ok if r["part"] == "linear"]
     lin = fit_line([r["tokens"] for r in linear], linear)
     token_seconds = lin["slope_ms"] * 1e-3 * shape["layers"]
@@ -266,4 +266,20 @@ def summarise(records, shape):
     out["packed"] = [{"doc": r["doc"], "docs": r["docs"], "ms": r["fwd_ms"] + r["bwd_ms"],
                       "over_tile_model": (r["fwd_ms"] + r["bwd_ms"]) / (slope * r["tiles"])}
                      for r in packed]
+    out["short"] = [short_entry(r, out) for r in records if r.get("short") and "error" not in r]
     return out
+
+
+def short_entry(record, fits):
+    """A short row against the fitted slope alone: what a layer spends on it
+    beyond slope x tiles (or tokens), in ms."""
+    ms = record["fwd_ms"] + record["bwd_ms"]
+    if record["part"] == "linear":
+        size, slope = record["tokens"], fits["linear"]["slope_ms"]
+    else:
+        size = record["tiles"]
+        slope = fits["attention"].get(record["backend"], {}).get("causal", {}).get("slope_ms",
+                                                                                  math.nan)
+    name = "linear" if record["part"] == "linear" else record["backend"]
+    return {"kind": name, "tokens": record.get("tokens", record.get("queries")), "ms": ms,
+            "beyond_slope_ms": ms - slope * size}

@@ -116,3 +116,18 @@ def test_a_packed_row_counts_the_tiles_of_its_documents():
         assert "fwd_ms" not in record
     with pytest.raises(ValueError, match="divisor"):
         layer.time_packed(torch, timer, shape, 1000, 192, torch.float32)
+
+
+def test_short_rows_stay_out_of_the_fits_and_are_priced_against_the_slope():
+    shape = dict(layer.SHAPE_7B, layers=5, block=64)
+    records = records_from(2e-3, 5e-4, 0.25, shape)
+    records.append({"part": "linear", "tokens": 10, "fwd_ms": 1.0, "bwd_ms": 2.0, "short": True})
+    records.append({"part": "attention", "backend": "flash", "causal": True, "queries": 64,
+                    "keys": 64, "tiles": 1, "fwd_ms": 0.5, "bwd_ms": 0.5, "short": True})
+    summary = layer.summarise(records, shape)
+    assert summary["linear"]["slope_ms"] == pytest.approx(5e-4, rel=1e-9)
+    assert summary["attention"]["flash"]["causal"]["points"] == 4
+    short = {e["kind"]: e for e in summary["short"]}
+    assert short["linear"]["beyond_slope_ms"] == pytest.approx(3.0 - 10 * 5e-4)
+    assert short["flash"]["beyond_slope_ms"] == pytest.approx(1.0 - 2e-3)
+    assert short["flash"]["tokens"] == 64

@@ -392,7 +392,7 @@ def member_gap(steps, coef=None):
 
 
 def member_zero_factor(train, coef):
-    """delta >= -1 by least squares through 0 of (measured - predicted) on the
+    """delta by least squares through 0 of (measured - predicted) on the
     predicted time of member 0 of per-document plans."""
     num = den = 0.0
     for m in re_.members_of(train):
@@ -403,20 +403,51 @@ def member_zero_factor(train, coef):
     return num / den if den else 0.0
 
 
-def candidate(steps, mode, terms, member_zero):
-    """Held-out per-rank errors and summed critical paths of one fit."""
+def wait_kind(ms, by_plan):
+    """The slot's class for the slot-end wait: one class, or per-document
+    head-tail plans apart from the others."""
+    if not by_plan:
+        return "all"
+    return "per-document" if len(ms) > 1 and ms[0]["plan"].startswith("per_document") else "other"
+
+
+def wait_unit(ms, price):
+    """The slot's extra length per unit of j: its slowest predicted member
+    times e(g'), g' its members with tokens (rank_error.py's max form)."""
+    return max(price(m) for m in ms) * rf.expected_max(sum(1 for m in ms if m["tokens"] > 0))
+
+
+def fit_waits(train, price, by_plan):
+    """j >= 0 per class by least squares through 0 on the training steps'
+    slot lengths (measured slowest member - predicted slowest member)."""
+    num, den = {}, {}
+    for step in train:
+        for sched in step.values():
+            for ms in rf.slot_members(sched).values():
+                k, x = wait_kind(ms, by_plan), wait_unit(ms, price)
+                r = max(m["seconds"] for m in ms) - max(price(m) for m in ms)
+                num[k] = num.get(k, 0.0) + r * x
+                den[k] = den.get(k, 0.0) + x * x
+    return {k: max(0.0, num[k] / den[k]) if den[k] else 0.0 for k in num}
+
+
+def candidate(steps, mode, terms, member_zero, wait=None):
+    """Held-out per-rank errors and summed critical paths of one fit; `wait`
+    None, "one" (one j) or "plan" (j per wait_kind)."""
     rank = {n: [] for n in SCHEDULERS}
     crit = {n: [0.0, 0.0] for n in SCHEDULERS}
-    deltas = []
+    fitted = []
     for train_keys, test_key in re_.folds(steps, mode):
         train = [steps[k] for k in train_keys]
         coef = re_.fit_weighted(re_.members_of(train), terms, False)
         delta = member_zero_factor(train, coef) if member_zero else 0.0
-        deltas.append(delta)
 
         def price(m):
             return re_.price(m, coef) * (1 + delta * m["head_tail_first"])
 
+        j = fit_waits(train, price, wait == "plan") if wait else {}
+        fitted.append(f"{delta:+.3f}" if member_zero else
+                      ", ".join(f"{k} {v:.2f}" for k, v in sorted(j.items())))
         for n, sched in steps[test_key].items():
             measured, predicted, rm, rp = {}, {}, {}, {}
             for m in sched["members"]:
@@ -424,17 +455,20 @@ def candidate(steps, mode, terms, member_zero):
                 predicted[(m["slot"], m["rank"])] = price(m)
                 rm[m["rank"]] = rm.get(m["rank"], 0.0) + m["seconds"]
                 rp[m["rank"]] = rp.get(m["rank"], 0.0) + price(m)
+            extra = {s: j.get(wait_kind(ms, wait == "plan"), 0.0) * wait_unit(ms, price)
+                     for s, ms in rf.slot_members(sched).items()}
             rank[n] += [(rm[r] - rp[r]) / rp[r] for r in rm]
             crit[n][0] += rf.critical_path(sched["slots"], measured)
-            crit[n][1] += rf.critical_path(sched["slots"], predicted)
+            crit[n][1] += rf.critical_path(sched["slots"], predicted, extra=extra)
     return {"rank": {n: re_.median_abs(v) for n, v in rank.items()}, "critical": crit,
-            "deltas": deltas}
+            "fitted": fitted}
 
 
-CANDIDATES = {"today (row model)": (ROW, False),
-              "received and sent apart": (SPLIT_EXCHANGE, False),
-              "today + member-0 factor": (ROW, True),
-              "received and sent apart + member-0 factor": (SPLIT_EXCHANGE, True)}
+CANDIDATES = {"today (row model)": (ROW, False, None),
+              "received and sent apart": (SPLIT_EXCHANGE, False, None),
+              "today + member-0 factor": (ROW, True, None),
+              "today + slot-end wait, one j": (ROW, False, "one"),
+              "today + slot-end wait, j per plan kind": (ROW, False, "plan")}
 
 
 def gains(crit):
@@ -462,14 +496,14 @@ def report(name, steps, modes):
             cells = [f"{value} {n} {100 * statistics.fmean(v):+.1f}% ({len(v)})"
                      for (f, value, n), v in sorted(table.items()) if f == feature]
             print(f"  {mode} mean log(measured / predicted) by {feature}: " + "; ".join(cells))
-        for label, (terms, zero) in CANDIDATES.items():
-            res = candidate(steps, mode, terms, zero)
+        for label, (terms, zero, wait) in CANDIDATES.items():
+            res = candidate(steps, mode, terms, zero, wait)
             g = "; ".join(f"over {b} {m:.3f}x vs {p:.3f}x ({100 * (m - p):+.1f})"
                           for b, m, p in gains(res["critical"]))
             print(f"  {mode} {label}: per-rank median |e| "
                   + ", ".join(f"{n} {100 * v:.1f}%" for n, v in res["rank"].items())
-                  + f"; {g}" + (f"; member-0 factor {', '.join(f'{d:+.3f}' for d in res['deltas'])}"
-                                if zero else ""))
+                  + f"; {g}" + (f"; fitted per fold: {'; '.join(res['fitted'])}"
+                                if zero or wait else ""))
     gaps = member_gap(steps)
     print("  member 0 over member 1 of two-member slots (mean log residual, slots, member 0 "
           "slower in): " + "; ".join(f"step {k[1]} {n} {100 * a:+.1f}% ({c}, {p})"

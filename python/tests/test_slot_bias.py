@@ -163,3 +163,15 @@ def test_received_and_sent_apart_recover_a_receive_only_cost(tmp_path):
     assert max(today["rank"].values()) > 1e-3
     for base, measured, predicted in slot_bias.gains(apart["critical"]):
         assert abs(measured - predicted) < 1e-6, base
+
+
+def test_one_slot_end_wait_is_rank_errors(tmp_path):
+    steps = synthetic_steps(tmp_path, 24, count=4)
+    noise = random.Random(25)
+    for m in slot_bias.re_.members_of(steps.values()):
+        m["seconds"] *= noise.uniform(0.8, 1.5)
+    train = [steps[k] for k in sorted(steps)[:3]]
+    coef = slot_bias.re_.fit_weighted(slot_bias.re_.members_of(train), slot_bias.ROW, False)
+    mine = slot_bias.fit_waits(train, lambda m: slot_bias.re_.price(m, coef), False)
+    assert mine["all"] > 0
+    assert abs(mine["all"] - slot_bias.re_.fit_wait(train, coef)) < 1e-12

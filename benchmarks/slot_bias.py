@@ -446,8 +446,10 @@ def candidate(steps, mode, terms, member_zero, wait=None):
             return re_.price(m, coef) * (1 + delta * m["head_tail_first"])
 
         j = fit_waits(train, price, wait == "plan") if wait else {}
-        fitted.append(f"{delta:+.3f}" if member_zero else
-                      ", ".join(f"{k} {v:.2f}" for k, v in sorted(j.items())))
+        fitted.append(f"member-0 factor {delta:+.3f}" if member_zero else
+                      ", ".join(f"j {k} {v:.2f}" for k, v in sorted(j.items())) if wait else
+                      ", ".join(f"{t} {coef.get(t, 0.0):.2e} s/token" for t in ("received", "sent")
+                                if t in terms))
         for n, sched in steps[test_key].items():
             measured, predicted, rm, rp = {}, {}, {}, {}
             for m in sched["members"]:
@@ -503,7 +505,7 @@ def report(name, steps, modes):
             print(f"  {mode} {label}: per-rank median |e| "
                   + ", ".join(f"{n} {100 * v:.1f}%" for n, v in res["rank"].items())
                   + f"; {g}" + (f"; fitted per fold: {'; '.join(res['fitted'])}"
-                                if zero or wait else ""))
+                                if any(res["fitted"]) else ""))
     gaps = member_gap(steps)
     print("  member 0 over member 1 of two-member slots (mean log residual, slots, member 0 "
           "slower in): " + "; ".join(f"step {k[1]} {n} {100 * a:+.1f}% ({c}, {p})"

@@ -1,0 +1,177 @@
+"""benchmarks/slot_bias.py: the loader's draw mirrored bit for bit (the
+standard's mt19937_64 value, and a job trained here rebuilt member for
+member), a job whose batches are not the rebuilt ones refused, and the
+analysis on synthetic records (test_reprice_fit.py's generator): exact
+without noise, a planted member-0 penalty measured exactly, and a planted
+receive-only exchange cost recovered only by the fit that prices received
+and sent K/V apart."""
+
+import importlib.util
+import json
+import math
+import pathlib
+import random
+import subprocess
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _load(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+slot_bias = _load("slot_bias", ROOT / "benchmarks" / "slot_bias.py")
+jobs = _load("reprice_fit_jobs", pathlib.Path(__file__).with_name("test_reprice_fit.py"))
+
+
+def test_mt19937_64_gives_the_standards_ten_thousandth_value():
+    # [rand.predef]: the 10000th invocation of a default-constructed
+    # std::mt19937_64 (seed 5489) produces 9981545732273789042.
+    rng = slot_bias.Mt19937_64(5489)
+    for _ in range(9999):
+        rng()
+    assert rng() == 9981545732273789042
+
+
+def test_every_sample_is_served_once_an_epoch_cut_at_seq_length():
+    rng = random.Random(3)
+    lengths = [rng.choice([0, rng.randint(1, 900)]) for _ in range(97)]
+    batch, seq = 8, 256
+    real = [n for n in lengths if n > 0]
+    steps = -(-len(real) // batch)
+    docs = slot_bias.step_documents(lengths, seq, 7, batch, steps)
+    pieces = [d for step in docs for d in step]
+    assert all(1 <= d <= seq for d in pieces)
+    assert sum(pieces) == sum(real)
+    # Each sample is its full pieces then one remainder: a recount of the
+    # pieces a sample of n tokens becomes.
+    want = sorted(p for n in real for p in [seq] * (n // seq) + ([n % seq] if n % seq else []))
+    assert sorted(pieces) == want
+    assert docs != slot_bias.step_documents(lengths, seq, 8, batch, steps)
+
+
+def tiny_job(folder, cli, seed=3):
+    """A W = 2 hybrid job with the three schedulers compared, as
+    hybrid_train.py writes its folder (wN.yaml, lengths.json, wN.jsonl)."""
+    rng = random.Random(5)
+    (folder / "lengths.json").write_text(json.dumps([rng.randint(5, 300) for _ in range(60)]))
+    start = ROOT / "configs" / "profiles" / "cpu_calibrated.yaml"
+    (folder / "w2.yaml").write_text(
+        "parallel: {mode: hybrid, world_size: 2, max_tokens_per_rank: 128}\n"
+        "balancer:\n"
+        f"  schedule: {{strategy: hybrid, profile: auto, profile_start: {start}, refit_every: 1}}\n"
+        "  cp: {strategy: auto, block_size: 16, mask: causal}\n"
+        f"data: {{source: synthetic, path: {folder / 'lengths.json'}, seq_length: 256,\n"
+        f"       packing: true, global_batch_size: 8, micro_batch_size: 1, seed: {seed}}}\n"
+        'model: {"hidden_size": 16, "num_layers": 1, "num_heads": 2, "vocab_size": 64}\n'
+        "train: {steps: 3, dtype: float32, threads: 1, lr: 1.0e-3}\n"
+        "dist: {timeout_s: 60, op_timeout_s: 120}\n")
+    run = subprocess.run([str(cli), "train", "--config", str(folder / "w2.yaml"), "--metrics",
+                          str(folder / "w2.jsonl"), "--compare-schedulers",
+                          "fixed,megatron_dcp,hybrid", "--compare-repetitions", "1"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, cli_path):
+    folder = tmp_path_factory.mktemp("w2")
+    tiny_job(folder, cli_path)
+    return folder
+
+
+def test_a_trained_job_is_rebuilt_member_for_member(trained, cli_path):
+    steps = slot_bias.attach(str(trained), str(cli_path), 2)
+    assert len(steps) == 2
+    kv = 2 * 16 * 1 * 4  # K and V, hidden 16, one layer, float32
+    members = slot_bias.re_.members_of(steps.values())
+    assert len(members) > 20
+    plans = set()
+    for m in members:
+        # attach stops on any mismatch; what it adds is consistent.
+        assert abs(m["received"] + m["sent"] - m["kv"] / kv) < 1e-6
+        assert m["padding"] >= 0 and m["docs"] >= 1 and 0 <= m["member"] < m["g"]
+        plans.add(m["plan"])
+    assert "per_document_padded" in plans  # megatron_dcp's slots
+
+
+def test_a_job_of_other_batches_is_refused(trained, cli_path, tmp_path):
+    for name in ("w2.jsonl", "lengths.json"):
+        (tmp_path / name).write_text((trained / name).read_text())
+    text = (trained / "w2.yaml").read_text().replace("seed: 3", "seed: 4")
+    (tmp_path / "w2.yaml").write_text(text.replace(str(trained), str(tmp_path)))
+    with pytest.raises(SystemExit) as stop:
+        slot_bias.attach(str(tmp_path), str(cli_path), 2)
+    assert "rebuilt" in str(stop.value) or "slot_ranks" in str(stop.value)
+
+
+def synthetic_steps(tmp_path, seed, world=4, count=4, penalty=1.0, receive_cost=0.0):
+    """test_reprice_fit's job with each member described: its index, member 0
+    of every two-member slot flagged as a per-document head-tail holder, its
+    K/V tokens split at random into received and sent; member 0's time times
+    `penalty`, and `receive_cost` seconds per received token added."""
+    path = tmp_path / f"w{world}.jsonl"
+    jobs.write_job(path, random.Random(seed), world, count)
+    steps = slot_bias.rf.load([str(path)], 2)
+    rng = random.Random(seed + 1)
+    for step in steps.values():
+        for sched in step.values():
+            for s, ms in slot_bias.rf.slot_members(sched).items():
+                ranks = sched["slots"][s][0]
+                for m in ms:
+                    m["member"] = ranks.index(m["rank"])
+                    m["head_tail_first"] = float(len(ms) == 2 and m["member"] == 0)
+                    share = rng.random() if len(ms) > 1 else 0.0
+                    m["received"] = share * m["kv"] / 1024
+                    m["sent"] = (1 - share) * m["kv"] / 1024 if len(ms) > 1 else 0.0
+                    m["padding"], m["docs"], m["plan"] = 0, 1, "balanced"
+                    if m["head_tail_first"]:
+                        m["seconds"] *= penalty
+                    m["seconds"] += receive_cost * m["received"]
+    return steps
+
+
+def test_without_noise_every_layer_and_split_is_exact(tmp_path):
+    steps = synthetic_steps(tmp_path, 21)
+    for ratios in slot_bias.layers(steps, "loo").values():
+        for v in ratios.values():
+            assert abs(v - 1) < 1e-6
+    for measured, predicted, _ in slot_bias.slot_spread(steps, "fwd1").values():
+        assert abs(measured - predicted) < 1e-6
+    table = slot_bias.splits(steps, "loo")
+    assert table and all(abs(e) < 1e-6 for v in table.values() for e in v)
+
+
+def test_the_member_zero_gap_against_the_truth(tmp_path):
+    steps = synthetic_steps(tmp_path, 22, penalty=1.2)
+    gaps = slot_bias.member_gap(steps, coef=jobs.TRUTH)
+    assert gaps
+    for mean, count, slower in gaps.values():
+        assert abs(mean - math.log(1.2)) < 1e-9 and slower == count
+
+
+def test_received_and_sent_apart_recover_a_receive_only_cost(tmp_path):
+    steps = synthetic_steps(tmp_path, 23, count=5, receive_cost=4e-5)
+    apart = slot_bias.candidate(steps, "loo", slot_bias.SPLIT_EXCHANGE, False)
+    today = slot_bias.candidate(steps, "loo", slot_bias.ROW, False)
+    assert max(apart["rank"].values()) < 1e-6
+    assert max(today["rank"].values()) > 1e-3
+    for base, measured, predicted in slot_bias.gains(apart["critical"]):
+        assert abs(measured - predicted) < 1e-6, base
+
+
+def test_one_slot_end_wait_is_rank_errors(tmp_path):
+    steps = synthetic_steps(tmp_path, 24, count=4)
+    noise = random.Random(25)
+    for m in slot_bias.re_.members_of(steps.values()):
+        m["seconds"] *= noise.uniform(0.8, 1.5)
+    train = [steps[k] for k in sorted(steps)[:3]]
+    coef = slot_bias.re_.fit_weighted(slot_bias.re_.members_of(train), slot_bias.ROW, False)
+    mine = slot_bias.fit_waits(train, lambda m: slot_bias.re_.price(m, coef), False)
+    assert mine["all"] > 0
+    assert abs(mine["all"] - slot_bias.re_.fit_wait(train, coef)) < 1e-12

@@ -11,6 +11,7 @@
 // re-runs the named rule, which is deterministic).
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -32,14 +33,39 @@ namespace {
 using cp::detail::Run;
 using cp::detail::RunPlan;
 
-// Each member's runs, in member order, into the plan's flat list.
-void append_members(const std::vector<std::vector<Run>>& member, RunPlan& plan) {
-  plan.rank_offset.push_back(0);
-  for (const auto& runs : member) {
-    plan.runs.insert(plan.runs.end(), runs.begin(), runs.end());
-    plan.rank_offset.push_back(static_cast<std::int64_t>(plan.runs.size()));
+// Each member's runs, at most `per` of them, kept in one array of that
+// stride (one allocation, where a list per member was one per member), then
+// copied into the plan's flat list in member order.
+class MemberRuns {
+ public:
+  MemberRuns(std::int32_t members, std::size_t per)
+      : per_(per),
+        count_(static_cast<std::size_t>(members), 0),
+        runs_(static_cast<std::size_t>(members) * per) {}
+
+  void add(std::int32_t r, Run run) {
+    const auto m = static_cast<std::size_t>(r);
+    runs_[m * per_ + count_[m]++] = run;
   }
-}
+
+  void into(RunPlan& plan) const {
+    std::size_t total = 0;
+    for (const std::size_t n : count_) total += n;
+    plan.runs.reserve(total);
+    plan.rank_offset.reserve(count_.size() + 1);
+    plan.rank_offset.push_back(0);
+    for (std::size_t m = 0; m < count_.size(); ++m) {
+      const auto first = runs_.begin() + static_cast<std::ptrdiff_t>(m * per_);
+      plan.runs.insert(plan.runs.end(), first, first + static_cast<std::ptrdiff_t>(count_[m]));
+      plan.rank_offset.push_back(static_cast<std::int64_t>(plan.runs.size()));
+    }
+  }
+
+ private:
+  std::size_t per_;
+  std::vector<std::size_t> count_;
+  std::vector<Run> runs_;
+};
 
 // per_document's plan (cp_per_document.cpp) as runs: document by document,
 // member r takes chunks r and 2P - 1 - r, the extra tokens dealt round-robin
@@ -50,7 +76,8 @@ RunPlan per_document_runs(const CpWorkload& w) {
   RunPlan plan;
   plan.ranks = p;
   plan.shard_len = ceil_div(w.tokens, p);
-  std::vector<std::vector<Run>> member(static_cast<std::size_t>(p));
+  // Two chunks of each document per member.
+  MemberRuns member(p, 2 * w.doc_lengths.size());
   std::vector<std::int64_t> size(static_cast<std::size_t>(chunks));
   std::vector<std::int64_t> start(static_cast<std::size_t>(chunks));
   std::int64_t rotation = 0;
@@ -72,12 +99,12 @@ RunPlan per_document_runs(const CpWorkload& w) {
     for (std::int32_t r = 0; r < p; ++r) {
       for (const std::int64_t c : {static_cast<std::int64_t>(r), chunks - 1 - r}) {
         const auto k = static_cast<std::size_t>(c);
-        if (size[k] > 0) member[static_cast<std::size_t>(r)].push_back({start[k], size[k]});
+        if (size[k] > 0) member.add(r, {start[k], size[k]});
       }
     }
     doc_start += length;
   }
-  append_members(member, plan);
+  member.into(plan);
   return plan;
 }
 
@@ -90,21 +117,21 @@ RunPlan per_document_padded_runs(const CpWorkload& w) {
   RunPlan plan;
   plan.ranks = p;
   for (const std::int64_t length : w.doc_lengths) plan.shard_len += 2 * ceil_div(length, chunks);
-  std::vector<std::vector<Run>> member(static_cast<std::size_t>(p));
+  // Two chunks of each document per member, each real tokens and padding.
+  MemberRuns member(p, 4 * w.doc_lengths.size());
   std::int64_t doc_start = 0;
   for (const std::int64_t length : w.doc_lengths) {
     const std::int64_t chunk = ceil_div(length, chunks);
     for (std::int32_t r = 0; r < p; ++r) {
-      auto& runs = member[static_cast<std::size_t>(r)];
       for (const std::int64_t c : {static_cast<std::int64_t>(r), chunks - 1 - r}) {
         const std::int64_t real = std::clamp<std::int64_t>(length - c * chunk, 0, chunk);
-        if (real > 0) runs.push_back({doc_start + c * chunk, real});
-        if (chunk > real) runs.push_back({kPadPosition, chunk - real});
+        if (real > 0) member.add(r, {doc_start + c * chunk, real});
+        if (chunk > real) member.add(r, {kPadPosition, chunk - real});
       }
     }
     doc_start += length;
   }
-  append_members(member, plan);
+  member.into(plan);
   return plan;
 }
 

@@ -23,6 +23,7 @@
 // count, at most 512, or when the rows it has re-planned reach a token
 // budget (no clock). Deterministic: candidates in index order, ties kept.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -140,9 +141,29 @@ class Search {
     return std::nextafter(step, std::numeric_limits<double>::infinity());
   }
 
-  static bool better(const Timeline& a, const Timeline& b) {
+  static bool better(double step, double busy, const Timeline& b) {
     const double eps = 1e-12 * std::max(1.0, b.step);
-    return a.step < b.step - eps || (a.step <= b.step && a.busy < b.busy - eps);
+    return step < b.step - eps || (step <= b.step && busy < b.busy - eps);
+  }
+  static bool better(const Timeline& a, const Timeline& b) { return better(a.step, a.busy, b); }
+
+  // The least length at which `improves` is false, where it is false from
+  // some length up (improves(+infinity) must be false): positive doubles'
+  // bit patterns grow with them, so bisect those.
+  template <typename Improves>
+  static double least_not_improving(const Improves& improves) {
+    std::uint64_t lo = 0;  // 0.0
+    std::uint64_t hi = std::bit_cast<std::uint64_t>(kNoEnd);
+    if (!improves(0.0)) return 0.0;
+    while (hi - lo > 1) {
+      const std::uint64_t mid = lo + (hi - lo) / 2;
+      if (improves(std::bit_cast<double>(mid))) {
+        lo = mid;
+      } else {
+        hi = mid;
+      }
+    }
+    return std::bit_cast<double>(hi);
   }
 
   // The slot that ends last, re-placed after the g' ranks that finish
@@ -226,21 +247,29 @@ class Search {
     // on exactly as if it had been).
     double start = 0;
     for (const std::int32_t a : ranks) start = std::max(start, best.without.finish[a]);
-    if (start + slot_length_lower_bound(r_, slot) * (1 - 1e-9) > best.timeline.step) {
-      return Status::ok();
-    }
-    // A slot longer than the step cannot make a better timeline.
-    const Result<double> length = plan_(r_, slot, above(best.timeline.step));
-    if (!length) return length.status();
     // It runs after its members' other slots (its wave is above theirs),
-    // so the timeline is the one without it plus this slot.
-    Timeline t = best.without;
-    t.busy += static_cast<double>(ranks.size()) * *length;
-    if (start + *length >= t.step) {
-      t.step = start + *length;
-      t.last = c;
-    }
-    if (better(t, best.timeline)) {
+    // so the timeline is the one without it plus this slot: its step and
+    // rank-seconds grow with the slot's length, and whether they are
+    // better than the best so far holds below some length and not from it
+    // up. Not planned when no plan of it is better (its members' mean
+    // compute is not); else planned under that length (a plan that long or
+    // longer is not better either), without copying the timeline.
+    const auto g = static_cast<double>(ranks.size());
+    const auto improves = [&](double length) {
+      const double end = start + length;
+      const double step = end >= best.without.step ? end : best.without.step;
+      return better(step, best.without.busy + g * length, best.timeline);
+    };
+    if (!improves(slot_length_lower_bound(r_, slot) * (1 - 1e-9))) return Status::ok();
+    const Result<double> length = plan_(r_, slot, least_not_improving(improves));
+    if (!length) return length.status();
+    if (improves(*length)) {
+      Timeline t = best.without;
+      t.busy += g * *length;
+      if (start + *length >= t.step) {
+        t.step = start + *length;
+        t.last = c;
+      }
       best.timeline = std::move(t);
       best.slot = std::move(slot);
       best.length = *length;
@@ -322,9 +351,23 @@ class Search {
     // The timeline only grows with a slot's length: with the merged slot as
     // short as any plan of it can be, a step past the current one means no
     // plan of it helps, and it is not planned (the try still counts).
-    length_[y] = slot_length_lower_bound(r_, s_.slots[y]) * (1 - 1e-9);
-    if (!(replay(x).step > now.step)) {
-      const Result<double> planned = plan_(r_, s_.slots[y], above(now.step));
+    const double least = slot_length_lower_bound(r_, s_.slots[y]) * (1 - 1e-9);
+    length_[y] = least;
+    if (better(replay(x), now)) {
+      // Planned under the step, and under the length at which the pair's
+      // rank-seconds reach theirs before the move (slot x's and slot y's),
+      // where the timeline with the merged slot that long is not better:
+      // it is not at any longer length either (its step and rank-seconds
+      // only grow), and that is checked by a replay, not assumed.
+      double ceiling = above(now.step);
+      const double pair = static_cast<double>(s_.slots[x].ranks.size()) * length_[x] +
+                          static_cast<double>(merged.ranks.size()) * kept_length;
+      const double even = pair / static_cast<double>(s_.slots[y].ranks.size()) * (1 + 1e-9);
+      if (even > least && even < ceiling) {
+        length_[y] = even;
+        if (!better(replay(x), now)) ceiling = even;
+      }
+      const Result<double> planned = plan_(r_, s_.slots[y], ceiling);
       if (!planned) {
         std::swap(s_.slots[y], merged);
         length_[y] = kept_length;

@@ -135,6 +135,34 @@ class Search {
     return t;
   }
 
+  // The step and rank-seconds of replay(skip), without its per-rank
+  // tables: the ranks' free times in a table kept for the search, of which
+  // only the slots' ranks are written and cleared again, so a replay costs
+  // the slots' members, not W.
+  struct Ends {
+    double step = 0;
+    double busy = 0;
+  };
+  Ends replay_ends(std::size_t skip) {
+    free_at_.resize(static_cast<std::size_t>(r_.world_size), 0.0);
+    Ends e;
+    for (const std::size_t k : order_) {
+      if (k == skip) continue;
+      const ScheduleSlot& slot = s_.slots[k];
+      double start = 0;
+      for (const std::int32_t a : slot.ranks) start = std::max(start, free_at_[a]);
+      const double end = start + length_[k];
+      for (const std::int32_t a : slot.ranks) free_at_[a] = end;
+      e.busy += static_cast<double>(slot.ranks.size()) * length_[k];
+      e.step = std::max(e.step, end);
+    }
+    for (const std::size_t k : order_) {
+      for (const std::int32_t a : s_.slots[k].ranks) free_at_[a] = 0.0;
+    }
+    return e;
+  }
+  bool better(const Ends& a, const Timeline& b) const { return better(a.step, a.busy, b); }
+
   // The least length above `step`: a slot that long or longer ends the
   // timeline later than `step`.
   static double above(double step) {
@@ -353,7 +381,7 @@ class Search {
     // plan of it helps, and it is not planned (the try still counts).
     const double least = slot_length_lower_bound(r_, s_.slots[y]) * (1 - 1e-9);
     length_[y] = least;
-    if (better(replay(x), now)) {
+    if (better(replay_ends(x), now)) {
       // Planned under the step, and under the length at which the pair's
       // rank-seconds reach theirs before the move (slot x's and slot y's),
       // where the timeline with the merged slot that long is not better:
@@ -365,7 +393,7 @@ class Search {
       const double even = pair / static_cast<double>(s_.slots[y].ranks.size()) * (1 + 1e-9);
       if (even > least && even < ceiling) {
         length_[y] = even;
-        if (!better(replay(x), now)) ceiling = even;
+        if (!better(replay_ends(x), now)) ceiling = even;
       }
       const Result<double> planned = plan_(r_, s_.slots[y], ceiling);
       if (!planned) {
@@ -375,8 +403,7 @@ class Search {
         return planned.status();
       }
       length_[y] = *planned;
-      const Timeline t = replay(x);
-      if (better(t, now)) {
+      if (better(replay_ends(x), now)) {
         s_.slots.erase(s_.slots.begin() + static_cast<std::ptrdiff_t>(x));
         length_.erase(length_.begin() + static_cast<std::ptrdiff_t>(x));
         sort_by_wave();
@@ -447,6 +474,7 @@ class Search {
   std::int64_t tokens_left_;        // rows the tries may still plan, in tokens
   std::int64_t node_tries_ = 0;     // fewer_node_sets' tries left
   std::vector<char> taken_;         // wave_taken's marks, all 0 between calls
+  std::vector<double> free_at_;     // replay_ends' free times, all 0 between calls
 };
 
 }  // namespace

@@ -33,38 +33,30 @@ namespace {
 using cp::detail::Run;
 using cp::detail::RunPlan;
 
-// Each member's runs, at most `per` of them, kept in one array of that
-// stride (one allocation, where a list per member was one per member), then
-// copied into the plan's flat list in member order.
+// Each member's runs, gathered in one list as they come (document by
+// document) with their member, then put in member order by one counting
+// pass (stable: each member's in the order they came) into the plan's flat
+// list; two allocations where a list per member was one per member, and no
+// more entries than runs.
 class MemberRuns {
  public:
-  MemberRuns(std::int32_t members, std::size_t per)
-      : per_(per),
-        count_(static_cast<std::size_t>(members), 0),
-        runs_(static_cast<std::size_t>(members) * per) {}
+  explicit MemberRuns(std::int32_t members) : count_(static_cast<std::size_t>(members) + 1, 0) {}
 
   void add(std::int32_t r, Run run) {
-    const auto m = static_cast<std::size_t>(r);
-    runs_[m * per_ + count_[m]++] = run;
+    runs_.emplace_back(r, run);
+    ++count_[static_cast<std::size_t>(r) + 1];
   }
 
-  void into(RunPlan& plan) const {
-    std::size_t total = 0;
-    for (const std::size_t n : count_) total += n;
-    plan.runs.reserve(total);
-    plan.rank_offset.reserve(count_.size() + 1);
-    plan.rank_offset.push_back(0);
-    for (std::size_t m = 0; m < count_.size(); ++m) {
-      const auto first = runs_.begin() + static_cast<std::ptrdiff_t>(m * per_);
-      plan.runs.insert(plan.runs.end(), first, first + static_cast<std::ptrdiff_t>(count_[m]));
-      plan.rank_offset.push_back(static_cast<std::int64_t>(plan.runs.size()));
-    }
+  void into(RunPlan& plan) {
+    for (std::size_t m = 1; m < count_.size(); ++m) count_[m] += count_[m - 1];
+    plan.rank_offset.assign(count_.begin(), count_.end());
+    plan.runs.resize(runs_.size());
+    for (const auto& [r, run] : runs_) plan.runs[count_[static_cast<std::size_t>(r)]++] = run;
   }
 
  private:
-  std::size_t per_;
-  std::vector<std::size_t> count_;
-  std::vector<Run> runs_;
+  std::vector<std::int64_t> count_;  // then each member's next place
+  std::vector<std::pair<std::int32_t, Run>> runs_;
 };
 
 // per_document's plan (cp_per_document.cpp) as runs: document by document,
@@ -76,8 +68,7 @@ RunPlan per_document_runs(const CpWorkload& w) {
   RunPlan plan;
   plan.ranks = p;
   plan.shard_len = ceil_div(w.tokens, p);
-  // Two chunks of each document per member.
-  MemberRuns member(p, 2 * w.doc_lengths.size());
+  MemberRuns member(p);
   std::vector<std::int64_t> size(static_cast<std::size_t>(chunks));
   std::vector<std::int64_t> start(static_cast<std::size_t>(chunks));
   std::int64_t rotation = 0;
@@ -117,8 +108,7 @@ RunPlan per_document_padded_runs(const CpWorkload& w) {
   RunPlan plan;
   plan.ranks = p;
   for (const std::int64_t length : w.doc_lengths) plan.shard_len += 2 * ceil_div(length, chunks);
-  // Two chunks of each document per member, each real tokens and padding.
-  MemberRuns member(p, 4 * w.doc_lengths.size());
+  MemberRuns member(p);
   std::int64_t doc_start = 0;
   for (const std::int64_t length : w.doc_lengths) {
     const std::int64_t chunk = ceil_div(length, chunks);

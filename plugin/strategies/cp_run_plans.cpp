@@ -58,32 +58,33 @@ RunPlan per_document_weighted_runs(const CpWorkload& workload, const std::vector
     const double share = cumulative[k] / cumulative[size];
     return std::min(n, static_cast<std::int64_t>(std::floor(static_cast<double>(n) * share)));
   };
-  std::vector<std::vector<Run>> member(size);
-  std::int64_t doc_start = 0;
   const std::vector<std::int64_t> whole = {workload.tokens};  // no lengths: one document
-  for (const std::int64_t length : workload.doc_lengths.empty() ? whole : workload.doc_lengths) {
-    const std::int64_t head = length / 2;
-    const std::int64_t tail = length - head;
-    for (std::size_t r = 0; r < size; ++r) {
+  const std::vector<std::int64_t>& docs =
+      workload.doc_lengths.empty() ? whole : workload.doc_lengths;
+  // Member by member, each document's two chunks in row order, straight into
+  // the flat list (no list per member).
+  RunPlan plan;
+  plan.ranks = g;
+  plan.rank_offset.reserve(size + 1);
+  plan.rank_offset.push_back(0);
+  for (std::size_t r = 0; r < size; ++r) {
+    std::int64_t held = 0;
+    std::int64_t doc_start = 0;
+    for (const std::int64_t length : docs) {
       // Member r: the r-th chunk of the head [0, head) and the r-th from
       // the end of the tail [head, length), mirrored.
+      const std::int64_t head = length / 2;
+      const std::int64_t tail = length - head;
       const std::int64_t h0 = boundary(head, r);
       const std::int64_t h1 = boundary(head, r + 1);
       const std::int64_t t0 = length - boundary(tail, r + 1);
       const std::int64_t t1 = length - boundary(tail, r);
-      if (h1 > h0) member[r].push_back(Run{doc_start + h0, h1 - h0});
-      if (t1 > t0) member[r].push_back(Run{doc_start + t0, t1 - t0});
+      if (h1 > h0) plan.runs.push_back(Run{doc_start + h0, h1 - h0});
+      if (t1 > t0) plan.runs.push_back(Run{doc_start + t0, t1 - t0});
+      held += std::max<std::int64_t>(0, h1 - h0) + std::max<std::int64_t>(0, t1 - t0);
+      doc_start += length;
     }
-    doc_start += length;
-  }
-  RunPlan plan;
-  plan.ranks = g;
-  plan.rank_offset.push_back(0);
-  for (const std::vector<Run>& runs : member) {
-    std::int64_t held = 0;
-    for (const Run& run : runs) held += run.length;
     plan.shard_len = std::max(plan.shard_len, held);
-    plan.runs.insert(plan.runs.end(), runs.begin(), runs.end());
     plan.rank_offset.push_back(static_cast<std::int64_t>(plan.runs.size()));
   }
   return plan;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <numeric>
@@ -182,19 +183,25 @@ class UnitRefiner {
       // rank heavy only in the other model is the one that can take this
       // model's work and give back that model's.
       const std::vector<double>& binding = lp_[heavy] >= lt_[heavy] ? lp_ : lt_;
-      std::iota(light.begin(), light.end(), 0);
-      std::sort(light.begin(), light.end(), [&binding](std::int32_t x, std::int32_t y) {
-        return binding[x] < binding[y] || (binding[x] == binding[y] && x < y);
-      });
       // A step must lower the larger of the two ranks' loads strictly; the
       // relative margin keeps rounding noise from cycling.
       const double must_beat = top * (1.0 - 1e-12);
       // Past the eight lightest a swap rarely exists, and a round that finds
       // none ends the refinement: the cap bounds that last round's cost.
+      // Only the kPartners lightest besides the heavy rank are tried, so
+      // only that many and one are put in order (the order is total: ties
+      // by index), not every rank.
       constexpr int kPartners = 8;
+      std::iota(light.begin(), light.end(), 0);
+      const auto ordered = light.begin() + std::min<std::ptrdiff_t>(kPartners + 1, ranks_);
+      std::partial_sort(light.begin(), ordered, light.end(),
+                        [&binding](std::int32_t x, std::int32_t y) {
+                          return binding[x] < binding[y] || (binding[x] == binding[y] && x < y);
+                        });
       int tried = 0;
       bool moved = false;
-      for (const std::int32_t l : light) {
+      for (auto it = light.begin(); it != ordered; ++it) {
+        const std::int32_t l = *it;
         if (l == heavy) continue;
         if (++tried > kPartners) break;
         if (try_swap(heavy, l, must_beat)) {

@@ -163,13 +163,12 @@ class Drafter {
         budget_(batch.request.max_tokens_per_rank),
         node_(batch.request.profile.ranks_per_node),
         free_at_(static_cast<std::size_t>(world_), 0.0),
-        by_free_(static_cast<std::size_t>(world_)) {
+        by_free_(static_cast<std::size_t>(world_)),
+        by_node_(static_cast<std::size_t>(world_)) {
     std::iota(by_free_.begin(), by_free_.end(), 0);
+    std::iota(by_node_.begin(), by_node_.end(), 0);
     for (std::int32_t first = 0; first < world_; first += node_) {
-      by_node_.emplace_back();
-      for (std::int32_t a = first; a < std::min(world_, first + node_); ++a) {
-        by_node_.back().push_back(a);
-      }
+      node_held_.push_back(std::min(world_, first + node_) - first);
     }
   }
 
@@ -279,7 +278,8 @@ class Drafter {
       // scan stops, the choice unchanged.
       const double least = g * local_time;
       // Each node's ranks in the order they free up (by_node_).
-      for (const std::vector<std::int32_t>& local : by_node_) {
+      for (std::size_t n = 0; n < node_held_.size(); ++n) {
+        const std::span<const std::int32_t> local = node_ranks(n);
         if (best_fits && best_cost <= least) break;
         if (static_cast<std::int32_t>(local.size()) < g) continue;
         // A later run starts no sooner (local is in free-time order): past
@@ -347,12 +347,19 @@ class Drafter {
       std::swap(by_free_, merged_);
     }
     for (const std::int32_t a : members) {
-      std::vector<std::int32_t>& local = by_node_[static_cast<std::size_t>(a / node_)];
-      local.erase(std::find(local.begin(), local.end(), a));
+      const auto n = static_cast<std::size_t>(a / node_);
+      const std::span<std::int32_t> local = node_ranks(n);
+      const auto at = std::find(local.begin(), local.end(), a);
+      std::copy(at + 1, local.end(), at);
+      --node_held_[n];
     }
     for (const std::int32_t a : members) {
-      std::vector<std::int32_t>& local = by_node_[static_cast<std::size_t>(a / node_)];
-      local.insert(std::lower_bound(local.begin(), local.end(), a, cmp), a);
+      const auto n = static_cast<std::size_t>(a / node_);
+      const std::span<std::int32_t> local = node_ranks(n);
+      const auto at = std::lower_bound(local.begin(), local.end(), a, cmp);
+      std::copy_backward(at, local.end(), local.end() + 1);
+      *at = a;
+      ++node_held_[n];
     }
     d_.long_slots.push_back({std::move(members), i, start});
   }
@@ -411,8 +418,12 @@ class Drafter {
   void pack_rows() {
     d_.rows.assign(static_cast<std::size_t>(world_), {});
     using Load = std::pair<double, std::int32_t>;
-    std::priority_queue<Load, std::vector<Load>, std::greater<>> lightest;
-    for (std::int32_t a = 0; a < world_; ++a) lightest.emplace(free_at_[a], a);
+    // Built in one pass (the order it pops is the same: no two entries tie).
+    std::vector<Load> ranks;
+    ranks.reserve(static_cast<std::size_t>(world_));
+    for (std::int32_t a = 0; a < world_; ++a) ranks.emplace_back(free_at_[a], a);
+    std::priority_queue<Load, std::vector<Load>, std::greater<>> lightest(std::greater<>(),
+                                                                          std::move(ranks));
     for (const std::size_t i : batch_.order) {
       const std::int64_t len = batch_.pieces[i].length;
       if (batch_.grouped[i] || in_gap_[i]) continue;
@@ -452,7 +463,14 @@ class Drafter {
   std::vector<double> free_at_;
   // Ranks by the time they are free (ties by index).
   std::vector<std::int32_t> by_free_;
-  std::vector<std::vector<std::int32_t>> by_node_;  // per node, its ranks as by_free_ orders them
+  // Per node, its ranks as by_free_ orders them: node n's are the first
+  // node_held_[n] entries from n x node_ (all of them but inside commit).
+  std::vector<std::int32_t> by_node_;
+  std::vector<std::int32_t> node_held_;
+  std::span<std::int32_t> node_ranks(std::size_t n) {
+    return {by_node_.data() + n * static_cast<std::size_t>(node_),
+            static_cast<std::size_t>(node_held_[n])};
+  }
   static constexpr std::size_t kInsertOneByOne = 16;
   std::vector<std::int32_t> merged_;  // commit's scratch
   std::vector<char> in_gap_;

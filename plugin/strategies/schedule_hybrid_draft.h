@@ -42,32 +42,52 @@ inline std::int64_t widest_useful_group(std::int64_t tokens, std::int64_t block)
 
 // Loads of `count` groups (each 0 at first), ordered by load then index,
 // kept as loads change: the m groups that free up first in O(m log count),
-// where a scan of every group was O(count).
+// where a scan of every group was O(count). Only groups whose load was set
+// are in the ordered set; the others (load 0, in index order) are read off
+// in place, so a world of idle groups costs no node per group.
 class LoadOrder {
  public:
-  explicit LoadOrder(std::int32_t count) : load_(static_cast<std::size_t>(count), 0.0) {
-    for (std::int32_t k = 0; k < count; ++k) order_.emplace(0.0, k);
-  }
+  explicit LoadOrder(std::int32_t count)
+      : load_(static_cast<std::size_t>(count), 0.0), moved_(static_cast<std::size_t>(count), 0) {}
   double at(std::int32_t k) const { return load_[static_cast<std::size_t>(k)]; }
   void set(std::int32_t k, double load) {
-    order_.erase({load_[static_cast<std::size_t>(k)], k});
-    load_[static_cast<std::size_t>(k)] = load;
+    const auto i = static_cast<std::size_t>(k);
+    if (moved_[i] != 0) {
+      order_.erase({load_[i], k});
+    } else {
+      moved_[i] = 1;
+      while (fresh_ < load_.size() && moved_[fresh_] != 0) ++fresh_;
+    }
+    load_[i] = load;
     order_.emplace(load, k);
   }
   // The m least loaded (ties: the lower index), in index order; m <= count.
   std::vector<std::int32_t> earliest(std::int32_t m) const {
     std::vector<std::int32_t> chosen;
     chosen.reserve(static_cast<std::size_t>(m));
-    for (auto it = order_.begin(); static_cast<std::int32_t>(chosen.size()) < m; ++it) {
-      chosen.push_back(it->second);
+    auto it = order_.begin();
+    std::size_t idle = fresh_;  // the next group never set, from fresh_ up
+    while (static_cast<std::int32_t>(chosen.size()) < m) {
+      while (idle < load_.size() && moved_[idle] != 0) ++idle;
+      const bool from_idle =
+          idle < load_.size() &&
+          (it == order_.end() || std::pair<double, std::int32_t>(0.0, idle) < *it);
+      chosen.push_back(from_idle ? static_cast<std::int32_t>(idle++) : (it++)->second);
     }
     std::sort(chosen.begin(), chosen.end());
     return chosen;
   }
-  double latest() const { return order_.empty() ? 0.0 : std::prev(order_.end())->first; }
+  double latest() const {
+    const bool idle = order_.size() < load_.size();
+    if (order_.empty()) return 0.0;
+    const double most = std::prev(order_.end())->first;
+    return idle ? std::max(0.0, most) : most;
+  }
 
  private:
   std::vector<double> load_;
+  std::vector<char> moved_;  // whether the group's load was ever set
+  std::size_t fresh_ = 0;    // no group below it is unset
   std::set<std::pair<double, std::int32_t>> order_;
 };
 

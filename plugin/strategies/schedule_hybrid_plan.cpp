@@ -11,6 +11,7 @@
 // re-runs the named rule, which is deterministic).
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -32,14 +33,31 @@ namespace {
 using cp::detail::Run;
 using cp::detail::RunPlan;
 
-// Each member's runs, in member order, into the plan's flat list.
-void append_members(const std::vector<std::vector<Run>>& member, RunPlan& plan) {
-  plan.rank_offset.push_back(0);
-  for (const auto& runs : member) {
-    plan.runs.insert(plan.runs.end(), runs.begin(), runs.end());
-    plan.rank_offset.push_back(static_cast<std::int64_t>(plan.runs.size()));
+// Each member's runs, gathered in one list as they come (document by
+// document) with their member, then put in member order by one counting
+// pass (stable: each member's in the order they came) into the plan's flat
+// list; two allocations where a list per member was one per member, and no
+// more entries than runs.
+class MemberRuns {
+ public:
+  explicit MemberRuns(std::int32_t members) : count_(static_cast<std::size_t>(members) + 1, 0) {}
+
+  void add(std::int32_t r, Run run) {
+    runs_.emplace_back(r, run);
+    ++count_[static_cast<std::size_t>(r) + 1];
   }
-}
+
+  void into(RunPlan& plan) {
+    for (std::size_t m = 1; m < count_.size(); ++m) count_[m] += count_[m - 1];
+    plan.rank_offset.assign(count_.begin(), count_.end());
+    plan.runs.resize(runs_.size());
+    for (const auto& [r, run] : runs_) plan.runs[count_[static_cast<std::size_t>(r)]++] = run;
+  }
+
+ private:
+  std::vector<std::int64_t> count_;  // then each member's next place
+  std::vector<std::pair<std::int32_t, Run>> runs_;
+};
 
 // per_document's plan (cp_per_document.cpp) as runs: document by document,
 // member r takes chunks r and 2P - 1 - r, the extra tokens dealt round-robin
@@ -50,7 +68,7 @@ RunPlan per_document_runs(const CpWorkload& w) {
   RunPlan plan;
   plan.ranks = p;
   plan.shard_len = ceil_div(w.tokens, p);
-  std::vector<std::vector<Run>> member(static_cast<std::size_t>(p));
+  MemberRuns member(p);
   std::vector<std::int64_t> size(static_cast<std::size_t>(chunks));
   std::vector<std::int64_t> start(static_cast<std::size_t>(chunks));
   std::int64_t rotation = 0;
@@ -72,12 +90,12 @@ RunPlan per_document_runs(const CpWorkload& w) {
     for (std::int32_t r = 0; r < p; ++r) {
       for (const std::int64_t c : {static_cast<std::int64_t>(r), chunks - 1 - r}) {
         const auto k = static_cast<std::size_t>(c);
-        if (size[k] > 0) member[static_cast<std::size_t>(r)].push_back({start[k], size[k]});
+        if (size[k] > 0) member.add(r, {start[k], size[k]});
       }
     }
     doc_start += length;
   }
-  append_members(member, plan);
+  member.into(plan);
   return plan;
 }
 
@@ -90,21 +108,20 @@ RunPlan per_document_padded_runs(const CpWorkload& w) {
   RunPlan plan;
   plan.ranks = p;
   for (const std::int64_t length : w.doc_lengths) plan.shard_len += 2 * ceil_div(length, chunks);
-  std::vector<std::vector<Run>> member(static_cast<std::size_t>(p));
+  MemberRuns member(p);
   std::int64_t doc_start = 0;
   for (const std::int64_t length : w.doc_lengths) {
     const std::int64_t chunk = ceil_div(length, chunks);
     for (std::int32_t r = 0; r < p; ++r) {
-      auto& runs = member[static_cast<std::size_t>(r)];
       for (const std::int64_t c : {static_cast<std::int64_t>(r), chunks - 1 - r}) {
         const std::int64_t real = std::clamp<std::int64_t>(length - c * chunk, 0, chunk);
-        if (real > 0) runs.push_back({doc_start + c * chunk, real});
-        if (chunk > real) runs.push_back({kPadPosition, chunk - real});
+        if (real > 0) member.add(r, {doc_start + c * chunk, real});
+        if (chunk > real) member.add(r, {kPadPosition, chunk - real});
       }
     }
     doc_start += length;
   }
-  append_members(member, plan);
+  member.into(plan);
   return plan;
 }
 

@@ -23,6 +23,7 @@
 // count, at most 512, or when the rows it has re-planned reach a token
 // budget (no clock). Deterministic: candidates in index order, ties kept.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -32,6 +33,7 @@
 
 #include "fulcrum/core/schedule.h"
 #include "strategies/schedule_hybrid_draft.h"
+#include "strategies/schedule_hybrid_nodes.h"
 #include "strategies/schedule_hybrid_refine.h"
 #include "strategies/schedule_strategies.h"
 
@@ -133,15 +135,63 @@ class Search {
     return t;
   }
 
+  // The step and rank-seconds of replay(skip), without its per-rank
+  // tables: the ranks' free times in a table kept for the search, of which
+  // only the slots' ranks are written and cleared again, so a replay costs
+  // the slots' members, not W.
+  struct Ends {
+    double step = 0;
+    double busy = 0;
+  };
+  Ends replay_ends(std::size_t skip) {
+    free_at_.resize(static_cast<std::size_t>(r_.world_size), 0.0);
+    Ends e;
+    for (const std::size_t k : order_) {
+      if (k == skip) continue;
+      const ScheduleSlot& slot = s_.slots[k];
+      double start = 0;
+      for (const std::int32_t a : slot.ranks) start = std::max(start, free_at_[a]);
+      const double end = start + length_[k];
+      for (const std::int32_t a : slot.ranks) free_at_[a] = end;
+      e.busy += static_cast<double>(slot.ranks.size()) * length_[k];
+      e.step = std::max(e.step, end);
+    }
+    for (const std::size_t k : order_) {
+      for (const std::int32_t a : s_.slots[k].ranks) free_at_[a] = 0.0;
+    }
+    return e;
+  }
+  bool better(const Ends& a, const Timeline& b) const { return better(a.step, a.busy, b); }
+
   // The least length above `step`: a slot that long or longer ends the
   // timeline later than `step`.
   static double above(double step) {
     return std::nextafter(step, std::numeric_limits<double>::infinity());
   }
 
-  static bool better(const Timeline& a, const Timeline& b) {
+  static bool better(double step, double busy, const Timeline& b) {
     const double eps = 1e-12 * std::max(1.0, b.step);
-    return a.step < b.step - eps || (a.step <= b.step && a.busy < b.busy - eps);
+    return step < b.step - eps || (step <= b.step && busy < b.busy - eps);
+  }
+  static bool better(const Timeline& a, const Timeline& b) { return better(a.step, a.busy, b); }
+
+  // The least length at which `improves` is false, where it is false from
+  // some length up (improves(+infinity) must be false): positive doubles'
+  // bit patterns grow with them, so bisect those.
+  template <typename Improves>
+  static double least_not_improving(const Improves& improves) {
+    std::uint64_t lo = 0;  // 0.0
+    std::uint64_t hi = std::bit_cast<std::uint64_t>(kNoEnd);
+    if (!improves(0.0)) return 0.0;
+    while (hi - lo > 1) {
+      const std::uint64_t mid = lo + (hi - lo) / 2;
+      if (improves(std::bit_cast<double>(mid))) {
+        lo = mid;
+      } else {
+        hi = mid;
+      }
+    }
+    return std::bit_cast<double>(hi);
   }
 
   // The slot that ends last, re-placed after the g' ranks that finish
@@ -156,6 +206,8 @@ class Search {
     std::stable_sort(by_finish.begin(), by_finish.end(), [&](std::int32_t x, std::int32_t y) {
       return best.without.finish[x] < best.without.finish[y];
     });
+    // The pools of ranks on few nodes, counted once for every g below.
+    NodePool pool(by_finish, r_.world_size, std::max<std::int32_t>(1, r_.profile.ranks_per_node));
     const std::int64_t tokens = tokens_of(original);
     const auto g0 = static_cast<std::int32_t>(original.ranks.size());
     // No wider than the row has key blocks (widest_useful_group), but a
@@ -170,7 +222,8 @@ class Search {
       std::sort(first.begin(), first.end());
       bool spent = false;
       if (Status st = try_ranks(c, first, best, tries, spent); !st || spent) return st;
-      for (std::vector<std::int32_t>& ranks : fewer_node_sets(by_finish, best.without.finish, g)) {
+      for (std::vector<std::int32_t>& ranks :
+           fewer_node_sets(by_finish, best.without.finish, g, pool)) {
         if (node_tries_ <= 0) break;
         if (Status st = try_ranks(c, ranks, best, node_tries_, spent); !st || spent) return st;
       }
@@ -222,21 +275,29 @@ class Search {
     // on exactly as if it had been).
     double start = 0;
     for (const std::int32_t a : ranks) start = std::max(start, best.without.finish[a]);
-    if (start + slot_length_lower_bound(r_, slot) * (1 - 1e-9) > best.timeline.step) {
-      return Status::ok();
-    }
-    // A slot longer than the step cannot make a better timeline.
-    const Result<double> length = plan_(r_, slot, above(best.timeline.step));
-    if (!length) return length.status();
     // It runs after its members' other slots (its wave is above theirs),
-    // so the timeline is the one without it plus this slot.
-    Timeline t = best.without;
-    t.busy += static_cast<double>(ranks.size()) * *length;
-    if (start + *length >= t.step) {
-      t.step = start + *length;
-      t.last = c;
-    }
-    if (better(t, best.timeline)) {
+    // so the timeline is the one without it plus this slot: its step and
+    // rank-seconds grow with the slot's length, and whether they are
+    // better than the best so far holds below some length and not from it
+    // up. Not planned when no plan of it is better (its members' mean
+    // compute is not); else planned under that length (a plan that long or
+    // longer is not better either), without copying the timeline.
+    const auto g = static_cast<double>(ranks.size());
+    const auto improves = [&](double length) {
+      const double end = start + length;
+      const double step = end >= best.without.step ? end : best.without.step;
+      return better(step, best.without.busy + g * length, best.timeline);
+    };
+    if (!improves(slot_length_lower_bound(r_, slot) * (1 - 1e-9))) return Status::ok();
+    const Result<double> length = plan_(r_, slot, least_not_improving(improves));
+    if (!length) return length.status();
+    if (improves(*length)) {
+      Timeline t = best.without;
+      t.busy += g * *length;
+      if (start + *length >= t.step) {
+        t.step = start + *length;
+        t.last = c;
+      }
       best.timeline = std::move(t);
       best.slot = std::move(slot);
       best.length = *length;
@@ -253,7 +314,7 @@ class Search {
   // narrower than the first g ranks, or repeated, are left out.
   std::vector<std::vector<std::int32_t>> fewer_node_sets(const std::vector<std::int32_t>& by_finish,
                                                          const std::vector<double>& finish,
-                                                         std::int32_t g) const {
+                                                         std::int32_t g, NodePool& pool) const {
     std::vector<std::vector<std::int32_t>> out;
     const std::int32_t per_node = std::max<std::int32_t>(1, r_.profile.ranks_per_node);
     const auto world = static_cast<std::int32_t>(by_finish.size());
@@ -262,62 +323,19 @@ class Search {
     std::sort(first.begin(), first.end());
     const std::int32_t first_nodes = nodes_of(first, per_node);
     if (first_nodes <= (g + per_node - 1) / per_node) return out;
-    std::int32_t tied = g;
-    while (tied < world && finish[by_finish[tied]] <= finish[by_finish[g - 1]]) ++tied;
+    // The ranks free no later than the g-th: by_finish is in free-time
+    // order, so they end where the later ones begin.
+    const double gth = finish[by_finish[g - 1]];
+    const auto tied = static_cast<std::int32_t>(
+        std::upper_bound(by_finish.begin() + g, by_finish.end(), gth,
+                         [&](double t, std::int32_t a) { return t < finish[a]; }) -
+        by_finish.begin());
     for (const std::int32_t m : {tied, tied + per_node}) {
-      std::vector<std::int32_t> ranks = packed_on_nodes(by_finish, std::min(m, world), g, per_node);
+      std::vector<std::int32_t> ranks = pool.packed(std::min(m, world), g);
       if (nodes_of(ranks, per_node) >= first_nodes) continue;
       if (std::find(out.begin(), out.end(), ranks) == out.end()) out.push_back(std::move(ranks));
     }
     return out;
-  }
-
-  // g of the first m ranks of by_finish on the fewest nodes (sorted).
-  static std::vector<std::int32_t> packed_on_nodes(const std::vector<std::int32_t>& by_finish,
-                                                   std::int32_t m, std::int32_t g,
-                                                   std::int32_t per_node) {
-    // Per node, its pool ranks (counted; their free-time order is
-    // by_finish's); nodes by pool count (most first; ties: the node whose
-    // first rank frees up first). Counts and node indices only: no list
-    // of ranks per node, so a pool of most of a large world stays cheap.
-    std::vector<std::int32_t> count;  // node -> pool ranks on it
-    std::vector<std::int32_t> nodes;  // in order of first appearance
-    for (std::int32_t k = 0; k < m; ++k) {
-      const auto node = static_cast<std::size_t>(by_finish[k] / per_node);
-      if (node >= count.size()) count.resize(node + 1, 0);
-      if (count[node]++ == 0) nodes.push_back(static_cast<std::int32_t>(node));
-    }
-    std::stable_sort(nodes.begin(), nodes.end(),
-                     [&](std::int32_t x, std::int32_t y) { return count[x] > count[y]; });
-    // Whole nodes while they fit; then best fit: the last node (fewest
-    // ranks) that still holds the rest, its first ranks to free up.
-    std::vector<std::int32_t> take(count.size(), 0);  // node -> ranks taken
-    std::int32_t taken = 0;
-    std::size_t n = 0;
-    while (taken < g && n < nodes.size()) {
-      const std::int32_t left = g - taken;
-      if (count[nodes[n]] <= left) {
-        take[nodes[n]] = count[nodes[n]];
-        taken += count[nodes[n]];
-        ++n;
-        continue;
-      }
-      std::size_t fit = n;
-      while (fit + 1 < nodes.size() && count[nodes[fit + 1]] >= left) ++fit;
-      take[nodes[fit]] = left;
-      taken += left;
-    }
-    std::vector<std::int32_t> ranks;
-    ranks.reserve(static_cast<std::size_t>(g));
-    for (std::int32_t k = 0; k < m; ++k) {
-      std::int32_t& want = take[static_cast<std::size_t>(by_finish[k] / per_node)];
-      if (want > 0) {
-        ranks.push_back(by_finish[k]);
-        --want;
-      }
-    }
-    std::sort(ranks.begin(), ranks.end());
-    return ranks;
   }
 
   // Whether any of `ranks` holds a slot of wave w other than slots x and y:
@@ -361,9 +379,23 @@ class Search {
     // The timeline only grows with a slot's length: with the merged slot as
     // short as any plan of it can be, a step past the current one means no
     // plan of it helps, and it is not planned (the try still counts).
-    length_[y] = slot_length_lower_bound(r_, s_.slots[y]) * (1 - 1e-9);
-    if (!(replay(x).step > now.step)) {
-      const Result<double> planned = plan_(r_, s_.slots[y], above(now.step));
+    const double least = slot_length_lower_bound(r_, s_.slots[y]) * (1 - 1e-9);
+    length_[y] = least;
+    if (better(replay_ends(x), now)) {
+      // Planned under the step, and under the length at which the pair's
+      // rank-seconds reach theirs before the move (slot x's and slot y's),
+      // where the timeline with the merged slot that long is not better:
+      // it is not at any longer length either (its step and rank-seconds
+      // only grow), and that is checked by a replay, not assumed.
+      double ceiling = above(now.step);
+      const double pair = static_cast<double>(s_.slots[x].ranks.size()) * length_[x] +
+                          static_cast<double>(merged.ranks.size()) * kept_length;
+      const double even = pair / static_cast<double>(s_.slots[y].ranks.size()) * (1 + 1e-9);
+      if (even > least && even < ceiling) {
+        length_[y] = even;
+        if (!better(replay_ends(x), now)) ceiling = even;
+      }
+      const Result<double> planned = plan_(r_, s_.slots[y], ceiling);
       if (!planned) {
         std::swap(s_.slots[y], merged);
         length_[y] = kept_length;
@@ -371,8 +403,7 @@ class Search {
         return planned.status();
       }
       length_[y] = *planned;
-      const Timeline t = replay(x);
-      if (better(t, now)) {
+      if (better(replay_ends(x), now)) {
         s_.slots.erase(s_.slots.begin() + static_cast<std::ptrdiff_t>(x));
         length_.erase(length_.begin() + static_cast<std::ptrdiff_t>(x));
         sort_by_wave();
@@ -443,6 +474,7 @@ class Search {
   std::int64_t tokens_left_;        // rows the tries may still plan, in tokens
   std::int64_t node_tries_ = 0;     // fewer_node_sets' tries left
   std::vector<char> taken_;         // wave_taken's marks, all 0 between calls
+  std::vector<double> free_at_;     // replay_ends' free times, all 0 between calls
 };
 
 }  // namespace
@@ -459,6 +491,77 @@ Status improve_on_timeline(const ScheduleRequest& request, Schedule& schedule,
     return st;
   };
   return search_with_narrowed_slot(request, schedule, length, plan, token_budget, search);
+}
+
+NodePool::NodePool(const std::vector<std::int32_t>& order, std::int32_t world,
+                   std::int32_t per_node)
+    : order_(order),
+      per_node_(per_node),
+      nodes_(static_cast<std::size_t>((world + per_node - 1) / per_node)),
+      want_(nodes_, 0) {}
+
+const NodePool::Counted& NodePool::counted(std::int32_t m) {
+  for (const Counted& c : kept_) {
+    if (c.m == m) return c;
+  }
+  Counted c;
+  c.m = m;
+  c.count.assign(nodes_, 0);
+  std::vector<std::int32_t> seen;  // in order of first appearance
+  for (std::int32_t k = 0; k < m; ++k) {
+    const auto node = static_cast<std::size_t>(order_[k] / per_node_);
+    if (c.count[node]++ == 0) seen.push_back(static_cast<std::int32_t>(node));
+  }
+  // Counts run from 1 to per_node: one counting pass puts the nodes in
+  // order (most first, ties in order of appearance), no comparison sort.
+  std::vector<std::int32_t> start(static_cast<std::size_t>(per_node_) + 1, 0);
+  for (const std::int32_t n : seen) ++start[static_cast<std::size_t>(per_node_ - c.count[n]) + 1];
+  for (std::size_t k = 1; k < start.size(); ++k) start[k] += start[k - 1];
+  c.nodes.resize(seen.size());
+  for (const std::int32_t n : seen) {
+    c.nodes[static_cast<std::size_t>(start[static_cast<std::size_t>(per_node_ - c.count[n])]++)] =
+        n;
+  }
+  // The search asks for one or two pools per order; a few are kept.
+  if (kept_.size() >= 4) kept_.clear();
+  kept_.push_back(std::move(c));
+  return kept_.back();
+}
+
+std::vector<std::int32_t> NodePool::packed(std::int32_t m, std::int32_t g) {
+  const Counted& c = counted(m);
+  // Whole nodes while they fit; then best fit: the last node (fewest ranks)
+  // that still holds the rest (the counts fall along c.nodes: bisection).
+  std::int32_t taken = 0;
+  std::size_t n = 0;
+  while (taken < g && n < c.nodes.size()) {
+    const std::int32_t left = g - taken;
+    const std::int32_t node = c.nodes[n];
+    if (c.count[node] <= left) {
+      want_[static_cast<std::size_t>(node)] = c.count[node];
+      taken += c.count[node];
+      ++n;
+      continue;
+    }
+    const auto holds =
+        std::partition_point(c.nodes.begin() + static_cast<std::ptrdiff_t>(n), c.nodes.end(),
+                             [&](std::int32_t x) { return c.count[x] >= left; });
+    want_[static_cast<std::size_t>(*(holds - 1))] = left;
+    taken += left;
+  }
+  // Each node's ranks in the order's order; every want is spent (the pool
+  // holds them), so want_ is all 0 again after.
+  std::vector<std::int32_t> ranks;
+  ranks.reserve(static_cast<std::size_t>(taken));
+  for (std::int32_t k = 0; k < m && static_cast<std::int32_t>(ranks.size()) < taken; ++k) {
+    std::int32_t& want = want_[static_cast<std::size_t>(order_[k] / per_node_)];
+    if (want > 0) {
+      ranks.push_back(order_[k]);
+      --want;
+    }
+  }
+  std::sort(ranks.begin(), ranks.end());
+  return ranks;
 }
 
 }  // namespace fulcrum::hybrid

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
-#include <memory>
 #include <numeric>
 #include <queue>
 #include <utility>
@@ -32,12 +31,19 @@ DpPartition finished(const DpRequest& request, const char* name,
 // as far as possible. Subsets keep their samples in singly linked lists in a
 // shared pool so that a merge never copies samples.
 //
-// Partials live in one flat array of k-subset slots, and a merge writes its
-// result over one of its inputs. A slot stores only its non-empty subsets,
-// heaviest first; the rest are empty (cost 0). Early on most partials hold
-// few samples, and merging two whose non-empty subsets fit in k together
-// just interleaves two sorted lists, so the free variant (n one-sample
-// partials) costs far less than its O(n k log k) bound.
+// A partial stores only its non-empty subsets (the rest are empty, cost 0),
+// and a merge writes its result over one of its inputs and frees the other,
+// so the partials together never hold more subsets than there are samples (a
+// flat array of k per partial was n k subsets: 1 GB at k = 1,024 and 64,000
+// samples). Early on most partials hold few samples, and merging two whose
+// non-empty subsets fit in k together just interleaves two sorted lists.
+// Later most merges of the free variant (n one-sample partials) add one
+// sample to the lightest subset of a full partial, one after another, as LPT
+// would: such a partial is kept as a heap with its lightest subset on top
+// (O(log k) a sample instead of moving the subset to its place, about k/2
+// subsets at k = 1,024) and sorted again only for a merge that needs its
+// order, or at the end. Every order is the same total order, so the result
+// is the one a full sort after every merge gives.
 
 struct Subset {
   double sum;
@@ -46,18 +52,26 @@ struct Subset {
 };
 
 // Heaviest first; heads are unique among non-empty subsets, which makes the
-// order total and the result the same with every sort implementation.
-bool heavier(const Subset& x, const Subset& y) {
-  return x.sum != y.sum ? x.sum > y.sum : x.head < y.head;
-}
+// order total and the result the same with every sort implementation, with
+// sorting part of a partial and merging it with the rest, and with a heap
+// (whose top, by this order, is the lightest subset).
+struct Heavier {
+  bool operator()(const Subset& x, const Subset& y) const {
+    return x.sum != y.sum ? x.sum > y.sum : x.head < y.head;
+  }
+};
+
+struct Partial {
+  std::vector<Subset> subsets;  // heaviest first; a heap (lightest on top) when `heap`
+  bool heap = false;
+  double heaviest = 0.0;  // the largest sum, kept while `heap`
+};
 
 class DifferencingSolver {
  public:
   DifferencingSolver(std::size_t num_ranks, std::size_t num_partials, std::size_t num_samples)
-      : k_(num_ranks),
-        subsets_(std::make_unique_for_overwrite<Subset[]>(num_partials * num_ranks)),
-        size_(num_partials, 0),
-        scratch_(num_ranks) {
+      : k_(num_ranks), partials_(num_partials), scratch_(num_ranks) {
+    added_.reserve(num_partials);
     item_.reserve(num_samples);
     next_.reserve(num_samples);
   }
@@ -66,32 +80,37 @@ class DifferencingSolver {
   // members come heaviest first, dummies last.
   void add_partial(const std::vector<std::int64_t>& members, const std::vector<double>& costs) {
     const std::size_t slot = num_slots_++;
-    Subset* partial = slot_begin(slot);
-    std::size_t size = 0;
+    std::vector<Subset>& partial = partials_[slot].subsets;
     for (std::int64_t member : members) {
       if (member < 0) continue;
       const auto node = static_cast<std::int32_t>(next_.size());
       item_.push_back(member);
       next_.push_back(-1);
-      partial[size++] = {costs[static_cast<std::size_t>(member)], node, node};
+      partial.push_back({costs[static_cast<std::size_t>(member)], node, node});
     }
-    size_[slot] = size;
-    push(slot);
+    added_.push_back({spread(slot), serial_++, slot});
   }
 
   detail::Assignment solve() {
-    while (heap_.size() > 1) {
+    // The partials as added wait in a queue, largest spread first; merged
+    // ones go to the heap. Each pop takes the larger of the two fronts, so
+    // the order is the one a single heap of every partial gives, and the
+    // heap holds only the merged partials still open (the free variant's n
+    // one-sample partials arrive in order, heaviest first).
+    std::sort(added_.begin(), added_.end(),
+              [](const HeapEntry& x, const HeapEntry& y) { return SmallerSpread{}(y, x); });
+    while (added_.size() - next_added_ + heap_.size() > 1) {
       const std::size_t a = pop();
       const std::size_t b = pop();
       merge(a, b);
       push(a);
     }
     detail::Assignment ranks(k_);
-    if (heap_.empty()) return ranks;
-    const std::size_t last = pop();
-    const Subset* subsets = slot_begin(last);
-    for (std::size_t j = 0; j < size_[last]; ++j) {
-      for (std::int32_t node = subsets[j].head; node >= 0;
+    if (added_.size() - next_added_ + heap_.size() == 0) return ranks;
+    Partial& last = partials_[pop()];
+    sorted(last);
+    for (std::size_t j = 0; j < last.subsets.size(); ++j) {
+      for (std::int32_t node = last.subsets[j].head; node >= 0;
            node = next_[static_cast<std::size_t>(node)]) {
         ranks[j].push_back(item_[static_cast<std::size_t>(node)]);
       }
@@ -112,33 +131,88 @@ class DifferencingSolver {
     }
   };
 
-  Subset* slot_begin(std::size_t slot) { return subsets_.get() + slot * k_; }
-
   // a's j-th heaviest subset takes b's j-th lightest (an empty one when b
-  // has fewer than k non-empty subsets); the result replaces a.
+  // has fewer than k non-empty subsets); the result replaces a, and b's
+  // storage is freed.
   void merge(std::size_t a, std::size_t b) {
-    Subset* into = slot_begin(a);
-    const Subset* from = slot_begin(b);
-    const std::size_t p = size_[a];
-    const std::size_t q = size_[b];
+    Partial& mine = partials_[a];
+    Partial theirs = std::move(partials_[b]);
+    partials_[b] = {};
+    const std::size_t p = mine.subsets.size();
+    const std::size_t q = theirs.subsets.size();
     if (p + q <= k_) {
-      // No subset of a meets a non-empty subset of b.
-      std::merge(into, into + p, from, from + q, scratch_.begin(), heavier);
-      std::copy(scratch_.begin(), scratch_.begin() + static_cast<std::ptrdiff_t>(p + q), into);
-      size_[a] = p + q;
+      // No subset of a meets a non-empty subset of b (neither is full, so
+      // neither is a heap).
+      std::merge(mine.subsets.begin(), mine.subsets.end(), theirs.subsets.begin(),
+                 theirs.subsets.end(), scratch_.begin(), Heavier{});
+      mine.subsets.assign(scratch_.begin(), scratch_.begin() + static_cast<std::ptrdiff_t>(p + q));
       return;
     }
-    // Every position j now holds at least one non-empty subset.
-    for (std::size_t j = 0; j < k_; ++j) {
+    // One sample's subset meets the lightest of a full partial: a's when b
+    // has one subset (a's then goes first in the list), b's when a has one
+    // (b's subsets become a's).
+    if (q == 1 || p == 1) {
+      const Subset one = q == 1 ? theirs.subsets[0] : mine.subsets[0];
+      if (q != 1) mine = std::move(theirs);
+      add_to_lightest(mine, one, q == 1);
+      return;
+    }
+    sorted(mine);
+    sorted(theirs);
+    merge_full(mine.subsets, theirs.subsets);
+  }
+
+  // Both sorted, p + q > k. Every position j then holds at least one
+  // non-empty subset. Only the last k - kept positions change (a's subsets
+  // there meet one of b's, or are empty); the first `kept` stay as they
+  // were. So the changed ones are sorted alone and merged with them: O(k +
+  // q log q) instead of a sort of all k.
+  void merge_full(std::vector<Subset>& mine, const std::vector<Subset>& theirs) {
+    const std::size_t p = mine.size();
+    const std::size_t q = theirs.size();
+    mine.resize(k_);
+    Subset* into = mine.data();
+    const std::size_t kept = std::min(p, k_ - q);
+    for (std::size_t j = kept; j < k_; ++j) {
       const std::size_t partner = k_ - 1 - j;  // b's subset for position j
-      if (j >= p) {
-        into[j] = from[partner];
-      } else if (partner < q) {
-        into[j] = concat(into[j], from[partner]);
+      into[j] = j >= p ? theirs[partner] : concat(into[j], theirs[partner]);
+    }
+    std::sort(into + kept, into + k_, Heavier{});
+    // Merged from the back, so a subset heavier than every changed one is
+    // never moved.
+    std::copy(into + kept, into + k_, scratch_.begin());
+    std::size_t i = kept;       // kept entries left to place: into[0, i)
+    std::size_t j = k_ - kept;  // changed entries left to place: scratch_[0, j)
+    std::size_t out = k_;
+    while (j > 0) {
+      if (i > 0 && Heavier{}(scratch_[j - 1], into[i - 1])) {
+        into[--out] = into[--i];
+      } else {
+        into[--out] = scratch_[--j];
       }
     }
-    std::sort(into, into + k_, heavier);
-    size_[a] = k_;
+  }
+
+  // The full partial's lightest subset and `one` become one subset, the
+  // partial's first when `lightest_first`.
+  void add_to_lightest(Partial& full, const Subset& one, bool lightest_first) {
+    std::vector<Subset>& subsets = full.subsets;
+    if (!full.heap) {
+      full.heaviest = subsets[0].sum;
+      std::make_heap(subsets.begin(), subsets.end(), Heavier{});
+      full.heap = true;
+    }
+    std::pop_heap(subsets.begin(), subsets.end(), Heavier{});
+    Subset& joined = subsets.back();
+    joined = lightest_first ? concat(joined, one) : concat(one, joined);
+    full.heaviest = std::max(full.heaviest, joined.sum);
+    std::push_heap(subsets.begin(), subsets.end(), Heavier{});
+  }
+
+  static void sorted(Partial& partial) {
+    if (!partial.heap) return;
+    std::sort_heap(partial.subsets.begin(), partial.subsets.end(), Heavier{});
+    partial.heap = false;
   }
 
   Subset concat(const Subset& x, const Subset& y) {
@@ -146,26 +220,34 @@ class DifferencingSolver {
     return {x.sum + y.sum, x.head, y.tail};
   }
 
-  void push(std::size_t slot) {
-    const Subset* partial = slot_begin(slot);
-    const std::size_t size = size_[slot];
-    const double lightest = size < k_ ? 0.0 : partial[k_ - 1].sum;
-    heap_.push({size == 0 ? 0.0 : partial[0].sum - lightest, serial_++, slot});
+  double spread(std::size_t slot) const {
+    const Partial& partial = partials_[slot];
+    const std::size_t size = partial.subsets.size();
+    if (partial.heap) return partial.heaviest - partial.subsets[0].sum;
+    if (size == 0) return 0.0;
+    return partial.subsets[0].sum - (size < k_ ? 0.0 : partial.subsets[k_ - 1].sum);
   }
 
+  void push(std::size_t slot) { heap_.push({spread(slot), serial_++, slot}); }
+
   std::size_t pop() {
+    if (next_added_ < added_.size() &&
+        (heap_.empty() || SmallerSpread{}(heap_.top(), added_[next_added_]))) {
+      return added_[next_added_++].slot;
+    }
     const std::size_t slot = heap_.top().slot;
     heap_.pop();
     return slot;
   }
 
   std::size_t k_;
-  std::unique_ptr<Subset[]> subsets_;  // slot s: [s*k, s*k + size_[s]) non-empty, heaviest first
-  std::vector<std::size_t> size_;      // non-empty subsets per slot
+  std::vector<Partial> partials_;
   std::size_t num_slots_ = 0;
   std::vector<Subset> scratch_;
   std::vector<std::int64_t> item_;  // node -> sample index
   std::vector<std::int32_t> next_;  // node -> next node of its subset, -1 at the end
+  std::vector<HeapEntry> added_;    // the partials as added, then sorted by solve()
+  std::size_t next_added_ = 0;      // added_[next_added_, end) not yet merged
   std::priority_queue<HeapEntry, std::vector<HeapEntry>, SmallerSpread> heap_;
   std::uint64_t serial_ = 0;
 };
@@ -236,12 +318,12 @@ Assignment assign_lpt(const CostOrder& order, std::size_t num_ranks, bool equal_
 Assignment assign_karmarkar_karp(const CostOrder& order, std::size_t num_ranks, bool equal_count) {
   const std::size_t n = order.descending.size();
   const std::size_t k = num_ranks;
-  std::vector<std::int64_t> members(k, -1);
   if (equal_count) {
     // Consecutive groups of k (the last padded with dummies) put one sample in
     // each subset; merges keep "one sample per group per subset", so subset
     // sizes differ by at most the one dummy.
     DifferencingSolver solver(k, (n + k - 1) / k, n);
+    std::vector<std::int64_t> members(k, -1);
     for (std::size_t start = 0; start < n; start += k) {
       for (std::size_t j = 0; j < k; ++j) {
         members[j] = start + j < n ? order.descending[start + j] : -1;
@@ -251,9 +333,10 @@ Assignment assign_karmarkar_karp(const CostOrder& order, std::size_t num_ranks, 
     return solver.solve();
   }
   DifferencingSolver solver(k, n, n);
+  std::vector<std::int64_t> single(1);  // one sample; the other k - 1 subsets empty
   for (std::int64_t index : order.descending) {
-    members[0] = index;
-    solver.add_partial(members, order.cost);
+    single[0] = index;
+    solver.add_partial(single, order.cost);
   }
   return solver.solve();
 }

@@ -97,8 +97,12 @@ class DifferencingSolver {
     // the order is the one a single heap of every partial gives, and the
     // heap holds only the merged partials still open (the free variant's n
     // one-sample partials arrive in order, heaviest first).
-    std::sort(added_.begin(), added_.end(),
-              [](const HeapEntry& x, const HeapEntry& y) { return SmallerSpread{}(y, x); });
+    const auto larger = [](const HeapEntry& x, const HeapEntry& y) {
+      return SmallerSpread{}(y, x);
+    };
+    if (!std::is_sorted(added_.begin(), added_.end(), larger)) {
+      std::sort(added_.begin(), added_.end(), larger);
+    }
     while (added_.size() - next_added_ + heap_.size() > 1) {
       const std::size_t a = pop();
       const std::size_t b = pop();
@@ -143,9 +147,8 @@ class DifferencingSolver {
     if (p + q <= k_) {
       // No subset of a meets a non-empty subset of b (neither is full, so
       // neither is a heap).
-      std::merge(mine.subsets.begin(), mine.subsets.end(), theirs.subsets.begin(),
-                 theirs.subsets.end(), scratch_.begin(), Heavier{});
-      mine.subsets.assign(scratch_.begin(), scratch_.begin() + static_cast<std::ptrdiff_t>(p + q));
+      mine.subsets.resize(p + q);
+      merge_back(mine.subsets.data(), p, theirs.subsets.data(), q);
       return;
     }
     // One sample's subset meets the lightest of a full partial: a's when b
@@ -178,17 +181,20 @@ class DifferencingSolver {
       into[j] = j >= p ? theirs[partner] : concat(into[j], theirs[partner]);
     }
     std::sort(into + kept, into + k_, Heavier{});
-    // Merged from the back, so a subset heavier than every changed one is
-    // never moved.
     std::copy(into + kept, into + k_, scratch_.begin());
-    std::size_t i = kept;       // kept entries left to place: into[0, i)
-    std::size_t j = k_ - kept;  // changed entries left to place: scratch_[0, j)
-    std::size_t out = k_;
-    while (j > 0) {
-      if (i > 0 && Heavier{}(scratch_[j - 1], into[i - 1])) {
-        into[--out] = into[--i];
+    merge_back(into, kept, scratch_.data(), k_ - kept);
+  }
+
+  // Merges sorted `more` (m subsets) into sorted into[0, p), whose storage
+  // holds p + m, from the back: a subset of `into` heavier than all of
+  // `more` is never moved.
+  static void merge_back(Subset* into, std::size_t p, const Subset* more, std::size_t m) {
+    std::size_t out = p + m;
+    while (m > 0) {
+      if (p > 0 && Heavier{}(more[m - 1], into[p - 1])) {
+        into[--out] = into[--p];
       } else {
-        into[--out] = scratch_[--j];
+        into[--out] = more[--m];
       }
     }
   }

@@ -2,6 +2,8 @@
 // and Karmarkar-Karp (largest differencing), the last in both its free and its
 // equal-count form.
 #include <algorithm>
+#include <bit>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <numeric>
@@ -262,20 +264,62 @@ class DifferencingSolver {
 
 namespace detail {
 
+namespace {
+
+// Largest cost first, ties by index: an ascending sort of unique (negated
+// cost, index) pairs, whatever the sort implementation.
+std::vector<std::int64_t> descending_by_sort(const std::vector<double>& cost) {
+  std::vector<std::pair<double, std::int64_t>> keyed(cost.size());
+  for (std::size_t i = 0; i < cost.size(); ++i) {
+    keyed[i] = {-cost[i], static_cast<std::int64_t>(i)};
+  }
+  std::sort(keyed.begin(), keyed.end());
+  std::vector<std::int64_t> order(cost.size());
+  for (std::size_t i = 0; i < cost.size(); ++i) order[i] = keyed[i].second;
+  return order;
+}
+
+// From this many samples on, the radix sort below is the cheaper.
+constexpr std::size_t kRadixSamples = 256;
+
+// The same order for positive, finite costs, whose bit patterns order as
+// the costs do: a stable radix sort of the inverted patterns, a byte at a
+// time from the lowest, starting from index order (so equal costs stay in
+// index order), skipping the bytes every cost shares. Eight passes of n at
+// most, against n log n comparisons of pairs.
+std::vector<std::int64_t> descending_by_radix(const std::vector<double>& cost) {
+  const std::size_t n = cost.size();
+  std::vector<std::uint64_t> key(n);
+  for (std::size_t i = 0; i < n; ++i) key[i] = ~std::bit_cast<std::uint64_t>(cost[i]);
+  std::vector<std::int64_t> order(n);
+  std::iota(order.begin(), order.end(), std::int64_t{0});
+  std::vector<std::int64_t> next(n);
+  for (int shift = 0; shift < 64; shift += 8) {
+    std::size_t count[257] = {};
+    for (const std::uint64_t k : key) ++count[((k >> shift) & 0xFF) + 1];
+    if (count[((key[0] >> shift) & 0xFF) + 1] == n) continue;  // one byte for all
+    for (std::size_t b = 1; b <= 256; ++b) count[b] += count[b - 1];
+    for (const std::int64_t i : order) {
+      next[count[(key[static_cast<std::size_t>(i)] >> shift) & 0xFF]++] = i;
+    }
+    std::swap(order, next);
+  }
+  return order;
+}
+
+}  // namespace
+
 CostOrder order_by_cost(const DpRequest& request) {
   const std::size_t n = request.lengths.size();
   CostOrder order;
   order.cost.resize(n);
-  std::vector<std::pair<double, std::int64_t>> keyed(n);
+  bool positive = true;
   for (std::size_t i = 0; i < n; ++i) {
     order.cost[i] = request.cost(request.lengths[i]);
-    // Negated cost: an ascending sort of unique (key, index) pairs gives
-    // largest cost first, ties by index, whatever the sort implementation.
-    keyed[i] = {-order.cost[i], static_cast<std::int64_t>(i)};
+    positive = positive && order.cost[i] > 0 && std::isfinite(order.cost[i]);
   }
-  std::sort(keyed.begin(), keyed.end());
-  order.descending.resize(n);
-  for (std::size_t i = 0; i < n; ++i) order.descending[i] = keyed[i].second;
+  order.descending = positive && n >= kRadixSamples ? descending_by_radix(order.cost)
+                                                    : descending_by_sort(order.cost);
   return order;
 }
 

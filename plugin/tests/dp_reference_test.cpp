@@ -251,6 +251,25 @@ TEST(DpReference, KarmarkarKarpGivesThePreviousPartitionAtScale) {
   }
 }
 
+// order_by_cost's contract, recounted: largest cost first, ties by index
+// (its radix sort from 256 samples on, the pairs' sort below).
+TEST(DpReference, OrderByCostIsLargestFirstTiesByIndex) {
+  std::mt19937_64 rng(2519);
+  for (int c = 0; c < 300; ++c) {
+    const std::size_t n = 1 + rng() % (c % 2 == 0 ? 300 : 20000);
+    const DpRequest request = random_request(rng, n, 1);
+    const detail::CostOrder order = detail::order_by_cost(request);
+    std::vector<std::int64_t> want(n);
+    for (std::size_t i = 0; i < n; ++i) want[i] = static_cast<std::int64_t>(i);
+    std::sort(want.begin(), want.end(), [&](std::int64_t x, std::int64_t y) {
+      const double cx = order.cost[static_cast<std::size_t>(x)];
+      const double cy = order.cost[static_cast<std::size_t>(y)];
+      return cx != cy ? cx > cy : x < y;
+    });
+    ASSERT_EQ(order.descending, want) << describe(request, c);
+  }
+}
+
 TEST(DpReference, AutoGivesTheSamePartitionWithAndWithoutTheSettledCut) {
   std::mt19937_64 rng(2504);
   int fired = 0;

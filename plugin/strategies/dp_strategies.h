@@ -65,6 +65,12 @@ Assignment assign_karmarkar_karp(const CostOrder& order, std::size_t num_ranks, 
 // lower_bound() of a request given its order.
 double lower_bound(const CostOrder& order, std::size_t num_ranks, bool equal_count);
 
+// partition_auto with its settled cut on or off (the tests compare the two):
+// the descent stops once no trade it may make can lower any pair of ranks;
+// `stopped`, when given, says whether the cut fired.
+Result<DpPartition> partition_auto_search(const DpRequest& request, bool stop_when_settled,
+                                          bool* stopped);
+
 }  // namespace detail
 
 }  // namespace fulcrum::dp

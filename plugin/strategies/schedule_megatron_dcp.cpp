@@ -122,6 +122,8 @@ class SizeIndex {
   }
   std::size_t size() const { return groups_.size(); }
   std::size_t group(std::size_t slot) const { return groups_[slot]; }
+  // The least workload of any group of this size (kNone: none).
+  double least_workload() const { return work_[1]; }
 
   void add(std::size_t group, double packed, double workload) {
     groups_.push_back(group);
@@ -299,7 +301,12 @@ struct Forming {
       const double cost = workload(p, c);
       const double share = static_cast<double>(p) / static_cast<double>(c);
       const SizeIndex& index = by_size[size_index(c)];
-      if (const std::optional<std::size_t> slot = index.choice(share, t, cost, highest)) {
+      // No group of this size projects below max(highest, least + cost), so
+      // when that is no lower than the best so far, none of them can win.
+      const bool may_win =
+          !best || std::max(highest, index.least_workload() + cost) < best->projected;
+      if (const std::optional<std::size_t> slot =
+              may_win ? index.choice(share, t, cost, highest) : std::nullopt) {
         const std::size_t gi = index.group(*slot);
         offer(c, gi, std::max(highest, mb.groups[gi].workload + cost));
       }

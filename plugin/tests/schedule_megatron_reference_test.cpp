@@ -255,12 +255,43 @@ GroupShapes least_size(std::int32_t world, std::int64_t min_cp) {
   return shapes;
 }
 
+// Holds megatron_dcp to the scan on one batch, group for group; the scan's
+// micro-batches, or 0 where Megatron fails.
+std::int32_t expect_the_scan(const ScheduleRequest& r, std::int64_t min_cp, int n) {
+  const std::optional<Schedule> want = reference_schedule(r, min_cp);
+  const Result<Schedule> got = decide_megatron_dcp(r);
+  if (!want) {
+    // Megatron fails: megatron_dcp falls back to fixed, or refuses where
+    // fixed's schedule breaks the shapes too.
+    if (got) {
+      EXPECT_EQ(got->strategy_used, "fixed") << "batch " << n;
+    }
+    return 0;
+  }
+  EXPECT_TRUE(got) << "batch " << n << ": " << got.status().message();
+  if (!got) return 0;
+  EXPECT_EQ(got->strategy_used, "megatron_dcp") << "batch " << n << ": " << got->fallback_reason;
+  EXPECT_EQ(got->slots.size(), want->slots.size()) << "batch " << n;
+  for (std::size_t s = 0; s < std::min(want->slots.size(), got->slots.size()); ++s) {
+    const ScheduleSlot& a = got->slots[s];
+    const ScheduleSlot& b = want->slots[s];
+    EXPECT_EQ(a.wave, b.wave) << "batch " << n << " slot " << s;
+    EXPECT_EQ(a.ranks, b.ranks) << "batch " << n << " slot " << s;
+    EXPECT_EQ(a.pieces.size(), b.pieces.size()) << "batch " << n << " slot " << s;
+    for (std::size_t k = 0; k < std::min(a.pieces.size(), b.pieces.size()); ++k) {
+      EXPECT_EQ(a.pieces[k].doc, b.pieces[k].doc) << "batch " << n << " slot " << s;
+      EXPECT_EQ(a.pieces[k].offset, b.pieces[k].offset) << "batch " << n << " slot " << s;
+    }
+  }
+  return want->slots.back().wave + 1;
+}
+
 TEST(MegatronDcpReference, IndexedDecisionIsTheScanGroupForGroup) {
   SplitMix64 rng(20261126);
   int compared = 0;
   int failed = 0;
   int multi_wave = 0;
-  for (int n = 0; n < 4000; ++n) {
+  for (int n = 0; n < 4000 && !HasFailure(); ++n) {
     ScheduleRequest r = tied_request(rng);
     std::int64_t min_cp = 1;
     if (rng.uniform(0, 3) == 0) {
@@ -268,39 +299,40 @@ TEST(MegatronDcpReference, IndexedDecisionIsTheScanGroupForGroup) {
       if (min_cp > r.world_size) min_cp = 1;
       if (min_cp > 1) r.group_shapes = least_size(r.world_size, min_cp);
     }
-    const std::optional<Schedule> want = reference_schedule(r, min_cp);
-    const Result<Schedule> got = decide_megatron_dcp(r);
-    if (!want) {
-      // Megatron fails: megatron_dcp falls back to fixed, or refuses where
-      // fixed's schedule breaks the shapes too.
-      ++failed;
-      if (got) {
-        EXPECT_EQ(got->strategy_used, "fixed") << "batch " << n;
-      }
-      continue;
-    }
-    ASSERT_TRUE(got) << "batch " << n << ": " << got.status().message();
-    ASSERT_EQ(got->strategy_used, "megatron_dcp") << "batch " << n << ": " << got->fallback_reason;
-    ASSERT_EQ(got->slots.size(), want->slots.size()) << "batch " << n;
-    for (std::size_t s = 0; s < want->slots.size(); ++s) {
-      const ScheduleSlot& a = got->slots[s];
-      const ScheduleSlot& b = want->slots[s];
-      ASSERT_EQ(a.wave, b.wave) << "batch " << n << " slot " << s;
-      ASSERT_EQ(a.ranks, b.ranks) << "batch " << n << " slot " << s;
-      ASSERT_EQ(a.pieces.size(), b.pieces.size()) << "batch " << n << " slot " << s;
-      for (std::size_t k = 0; k < a.pieces.size(); ++k) {
-        EXPECT_EQ(a.pieces[k].doc, b.pieces[k].doc) << "batch " << n << " slot " << s;
-        EXPECT_EQ(a.pieces[k].offset, b.pieces[k].offset) << "batch " << n << " slot " << s;
-      }
-    }
-    ++compared;
-    if (want->slots.back().wave > 0) ++multi_wave;
+    const std::int32_t waves = expect_the_scan(r, min_cp, n);
+    failed += waves == 0 ? 1 : 0;
+    compared += waves > 0 ? 1 : 0;
+    multi_wave += waves > 1 ? 1 : 0;
   }
   // The batches reach every path: Megatron's schedules over several
   // micro-batches, and its failures.
   EXPECT_GT(compared, 3000);
   EXPECT_GT(multi_wave, 500);
   EXPECT_GT(failed, 10);
+}
+
+// Batches of many distinct lengths, tens of documents per rank: once every
+// rank holds a group, a piece that no group of its own size takes within
+// the highest workload tries larger sizes, where a group whose least
+// workload cannot beat the best so far is not searched (Forming::candidate).
+TEST(MegatronDcpReference, LargerSizesAreTriedAsTheScanTriesThem) {
+  SplitMix64 rng(2517);
+  static constexpr std::int32_t kWorlds[] = {2, 4, 6, 8, 16, 32, 64};
+  for (int n = 0; n < 600 && !HasFailure(); ++n) {
+    ScheduleRequest r;
+    r.world_size = kWorlds[rng.uniform(0, std::size(kWorlds) - 1)];
+    r.max_tokens_per_rank = 2 * r.world_size * rng.uniform(4, 64);
+    r.block_size = 16;
+    r.profile = *builtin_cost_profile("h100_7b");
+    const std::int64_t docs = rng.uniform(1, 40 * r.world_size);
+    const std::int64_t longest = r.max_tokens_per_rank * rng.uniform(1, r.world_size);
+    for (std::int64_t i = 0; i < docs; ++i) {
+      // Mostly short, a few long: log-uniform-ish by a random shift.
+      const std::int64_t cap = std::max<std::int64_t>(1, longest >> rng.uniform(0, 8));
+      r.doc_lengths.push_back(rng.uniform(1, cap));
+    }
+    expect_the_scan(r, 1, n);
+  }
 }
 
 }  // namespace

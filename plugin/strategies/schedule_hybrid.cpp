@@ -111,12 +111,17 @@ class SlotMemo {
     std::vector<std::int64_t> key;
     key.reserve(slot.ranks.size() + slot.pieces.size() + 1);
     key.push_back(static_cast<std::int64_t>(slot.ranks.size()));
-    // Each member's node, numbered by first appearance.
-    const std::int32_t node = request.profile.ranks_per_node;
-    std::unordered_map<std::int32_t, std::int64_t> first;  // node -> first member on it
-    for (std::size_t m = 0; m < slot.ranks.size(); ++m) {
-      key.push_back(
-          first.emplace(slot.ranks[m] / node, static_cast<std::int64_t>(m)).first->second);
+    // Each member's node, numbered by first appearance (a one-rank row,
+    // most slots, needs no table).
+    if (slot.ranks.size() == 1) {
+      key.push_back(0);
+    } else {
+      const std::int32_t node = request.profile.ranks_per_node;
+      std::unordered_map<std::int32_t, std::int64_t> first;  // node -> first member on it
+      for (std::size_t m = 0; m < slot.ranks.size(); ++m) {
+        key.push_back(
+            first.emplace(slot.ranks[m] / node, static_cast<std::int64_t>(m)).first->second);
+      }
     }
     for (const DocPiece& piece : slot.pieces) key.push_back(piece.length);
     const auto it = kept_.find(key);
@@ -164,6 +169,84 @@ Status plan_slots(const ScheduleRequest& request, SlotMemo& memo, Schedule& sche
     if (*planned >= ceiling) return Status::ok();
     length.push_back(*planned);
   }
+  return Status::ok();
+}
+
+// The wave order of a schedule's slots (by wave, then index): the
+// timeline's order, in which each slot starts when its last member is free.
+std::vector<std::size_t> wave_order(const Schedule& schedule) {
+  std::vector<std::size_t> order(schedule.slots.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
+    return schedule.slots[x].wave < schedule.slots[y].wave;
+  });
+  return order;
+}
+
+// The step of slots of these lengths on the timeline (`start`, when not
+// null, gets each slot's start).
+double replay_lengths(const ScheduleRequest& request, const Schedule& schedule,
+                      const std::vector<std::size_t>& order, const std::vector<double>& length,
+                      std::vector<double>* start) {
+  std::vector<double> free_at(static_cast<std::size_t>(request.world_size), 0.0);
+  double step = 0;
+  for (const std::size_t k : order) {
+    double begin = 0;
+    for (const std::int32_t a : schedule.slots[k].ranks) begin = std::max(begin, free_at[a]);
+    for (const std::int32_t a : schedule.slots[k].ranks) free_at[a] = begin + length[k];
+    if (start != nullptr) (*start)[k] = begin;
+    step = std::max(step, begin + length[k]);
+  }
+  return step;
+}
+
+// Another draft's slots planned under `ceiling` (the best step so far):
+// `length` gets each slot's exact length, and `complete` whether every slot
+// was planned. A slot lasts at least slot_length_lower_bound and the
+// timeline only grows with the slots' lengths, so the step is at least the
+// timeline of the lengths planned so far and the bounds of the others; once
+// that reaches the ceiling the draft cannot beat it and the rest is not
+// planned. The multi-rank slots go first (their bound leaves out their
+// exchange, so they are the likeliest to reach the ceiling: often one long
+// group planned last in slot order), each kind by its bound's end on that
+// timeline, latest first. Which drafts
+// are kept is as when every slot is planned in order (only a draft whose
+// step reaches the ceiling stops early); the memo makes the order free.
+Status plan_slots_below(const ScheduleRequest& request, SlotMemo& memo, Schedule& schedule,
+                        std::vector<double>& length, double ceiling, bool& complete) {
+  complete = false;
+  const std::size_t n = schedule.slots.size();
+  const std::vector<std::size_t> timeline = wave_order(schedule);
+  std::vector<double> bound(n);
+  for (std::size_t k = 0; k < n; ++k)
+    bound[k] = slot_length_lower_bound(request, schedule.slots[k]);
+  std::vector<double> start(n, 0.0);
+  replay_lengths(request, schedule, timeline, bound, &start);
+  std::vector<std::size_t> order(n);
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
+    const bool wide_x = schedule.slots[x].ranks.size() > 1;
+    const bool wide_y = schedule.slots[y].ranks.size() > 1;
+    if (wide_x != wide_y) return wide_x;
+    return start[x] + bound[x] > start[y] + bound[y];
+  });
+  // The sums' rounding: the same margin as the drafts' bound.
+  const auto reaches = [&](double step) { return step * (1 - 1e-9) >= ceiling; };
+  length = bound;
+  for (const std::size_t k : order) {
+    ScheduleSlot& slot = schedule.slots[k];
+    const Result<double> planned = memo.plan(request, slot, ceiling);
+    if (!planned) return planned.status();
+    if (*planned >= ceiling) return Status::ok();
+    length[k] = *planned;
+    if (reaches(start[k] + *planned)) return Status::ok();
+    // A multi-rank slot costs far more to plan than the timeline to replay.
+    if (slot.ranks.size() > 1 &&
+        reaches(replay_lengths(request, schedule, timeline, length, nullptr))) {
+      return Status::ok();
+    }
+  }
+  complete = true;
   return Status::ok();
 }
 
@@ -243,10 +326,13 @@ Status plan_compact(const ScheduleRequest& request, Schedule& schedule, double& 
     if (same_slots(other, schedule)) continue;
     if (decided_step_lower_bound(request, other) * (1 - 1e-9) >= best) continue;
     std::vector<double> other_length;
-    if (Status status = plan_slots(request, memo, other, other_length, best); !status)
+    bool complete = false;
+    if (Status status = plan_slots_below(request, memo, other, other_length, best, complete);
+        !status) {
       return status;
+    }
     planned += cost;
-    if (other_length.size() < other.slots.size()) continue;  // a slot alone reaches `best`
+    if (!complete) continue;  // a slot alone reaches `best`
     const double other_step = hybrid::step_of_lengths(request, other, other_length);
     if (other_step < best) {
       best = other_step;

@@ -2,7 +2,8 @@
 // them (issue 25 item 4), each held to a full recount on seeded random
 // input: rule 10's ranks by finish (FinishOrder) against a scan of every
 // rank; the drafts made only when planning asks (DraftSet) against their
-// slots' costs counted here.
+// slots' costs counted here; and the bound that stops planning a draft
+// early (slot_length_lower_bound) against every slot's exact length.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -141,6 +142,30 @@ TEST(HybridDraw, EveryDraftCostsWhatItsSlotsCostAndCoversTheBatch) {
     }
   }
   EXPECT_GT(drafts, 400);
+}
+
+// The cut in planning another draft (schedule_hybrid.cpp,
+// plan_slots_below) stops once the timeline of exact lengths and lower
+// bounds reaches the best step: exact only where no slot ends before its
+// bound.
+TEST(HybridDraw, NoSlotEndsBeforeItsLowerBound) {
+  SplitMix64 rng(3303);
+  int slots = 0;
+  for (int c = 0; c < 120; ++c) {
+    const ScheduleRequest r = random_request(rng);
+    hybrid::DraftSet every(r, true);
+    for (std::size_t k = 0; k < every.size(); ++k) {
+      Schedule s = every.at(k);
+      for (ScheduleSlot& slot : s.slots) {
+        const Result<double> length = hybrid::plan_slot_compact(r, slot);
+        ASSERT_TRUE(length.is_ok()) << length.status().message();
+        EXPECT_LE(slot_length_lower_bound(r, slot) * (1 - 1e-9), *length)
+            << "case " << c << " draft " << k;
+        ++slots;
+      }
+    }
+  }
+  EXPECT_GT(slots, 1000);
 }
 
 }  // namespace

@@ -75,6 +75,8 @@ class LoadOrder {
       i = least;
     }
   }
+  // The least loaded (ties: the lower index): earliest(1)'s one group.
+  std::int32_t least() const { return heap_.front(); }
   // The m least loaded (ties: the lower index), in index order; m <= count.
   std::vector<std::int32_t> earliest(std::int32_t m) const {
     std::vector<std::int32_t> chosen;

@@ -9,7 +9,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <memory_resource>
 #include <numeric>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -115,9 +117,9 @@ double DraftSet::packed(std::int32_t g, Schedule* out, std::int64_t& cost, bool&
   std::vector<std::int32_t> wave(static_cast<std::size_t>(groups), 0);
   cost = 0;
   fits = true;
-  // `pieces` of row k, or the long piece i when k is none.
-  const auto place = [&](const std::vector<std::int32_t>& chosen, const Row* row, std::size_t i,
-                         double time) {
+  // The pieces of row `row`, or the long piece i when `row` is null.
+  const auto place = [&](std::span<const std::int32_t> chosen, const std::vector<std::size_t>* row,
+                         std::size_t i, double time) {
     double start = 0;
     for (const std::int32_t k : chosen) start = std::max(start, load.at(k));
     if (out != nullptr) {
@@ -129,15 +131,21 @@ double DraftSet::packed(std::int32_t g, Schedule* out, std::int64_t& cost, bool&
       if (row == nullptr) {
         slot.pieces.push_back(prep_.pieces[i]);
       } else {
-        for (const std::size_t j : row->pieces) slot.pieces.push_back(prep_.pieces[j]);
+        for (const std::size_t j : *row) slot.pieces.push_back(prep_.pieces[j]);
       }
       for (const std::int32_t k : chosen) wave[k] = slot.wave + 1;
       out->slots.push_back(std::move(slot));
     }
     for (const std::int32_t k : chosen) load.set(k, start + time);
   };
-  std::vector<Row> rows;
-  std::multimap<std::int64_t, std::size_t> by_room;  // room -> row
+  // The rows: room left, work (summed as pieces join, in their order), and
+  // their pieces only where the schedule is made. Best fit by room (ties:
+  // the row that took that room first), its nodes from a pool freed at once.
+  std::vector<std::int64_t> room;
+  std::vector<double> row_work;
+  std::vector<std::vector<std::size_t>> row_pieces;
+  std::pmr::monotonic_buffer_resource pool;
+  std::pmr::multimap<std::int64_t, std::size_t> by_room(&pool);  // room -> row
   for (const std::size_t i : prep_.by_length) {
     const std::int64_t len = prep_.pieces[i].length;
     if (len > capacity) {
@@ -153,29 +161,34 @@ double DraftSet::packed(std::int32_t g, Schedule* out, std::int64_t& cost, bool&
       continue;
     }
     auto it = by_room.lower_bound(len);
-    std::size_t k = rows.size();
+    std::size_t k = room.size();
     if (it == by_room.end()) {
-      rows.push_back({capacity, {}});
+      room.push_back(capacity);
+      row_work.push_back(0.0);
+      if (out != nullptr) row_pieces.emplace_back();
     } else {
       k = it->second;
       by_room.erase(it);
     }
-    rows[k].room -= len;
-    rows[k].pieces.push_back(i);
-    by_room.emplace(rows[k].room, k);
+    room[k] -= len;
+    row_work[k] += prep_.work[i];
+    if (out != nullptr) row_pieces[k].push_back(i);
+    by_room.emplace(room[k], k);
   }
-  std::vector<double> time(rows.size());
-  for (std::size_t k = 0; k < rows.size(); ++k) {
-    double work = 0;
-    for (const std::size_t i : rows[k].pieces) work += prep_.work[i];
-    time[k] = work / g + request.profile.slot_seconds;
-    cost += slot_planning_cost(capacity - rows[k].room, static_cast<std::size_t>(g));
+  std::vector<double> time(room.size());
+  for (std::size_t k = 0; k < room.size(); ++k) {
+    time[k] = row_work[k] / g + request.profile.slot_seconds;
+    cost += slot_planning_cost(capacity - room[k], static_cast<std::size_t>(g));
   }
-  std::vector<std::size_t> order(rows.size());
+  std::vector<std::size_t> order(room.size());
   std::iota(order.begin(), order.end(), std::size_t{0});
   std::stable_sort(order.begin(), order.end(),
                    [&](std::size_t a, std::size_t b) { return time[a] > time[b]; });
-  for (const std::size_t k : order) place(load.earliest(1), &rows[k], 0, time[k]);
+  for (const std::size_t k : order) {
+    const std::int32_t least = load.least();
+    place(std::span<const std::int32_t>(&least, 1), out != nullptr ? &row_pieces[k] : nullptr, 0,
+          time[k]);
+  }
   return load.latest();
 }
 

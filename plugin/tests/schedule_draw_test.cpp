@@ -76,6 +76,24 @@ TEST(HybridDraw, FinishOrderIsAFullRecount) {
   }
 }
 
+// Rule 8's rows go to the least loaded group (LoadOrder::least): the
+// first of a scan by load, ties by index, after random changes with ties.
+TEST(HybridDraw, LeastLoadedGroupIsTheScan) {
+  SplitMix64 rng(3304);
+  for (int c = 0; c < 200; ++c) {
+    const auto count = static_cast<std::int32_t>(rng.uniform(1, 200));
+    hybrid::LoadOrder order(count);
+    std::vector<double> load(static_cast<std::size_t>(count), 0.0);
+    for (int step = 0; step < 300; ++step) {
+      const auto least = std::min_element(load.begin(), load.end()) - load.begin();
+      ASSERT_EQ(order.least(), least) << "case " << c << " step " << step;
+      const auto k = static_cast<std::int32_t>(rng.uniform(0, count - 1));
+      load[static_cast<std::size_t>(k)] = random_finish(rng);
+      order.set(k, load[static_cast<std::size_t>(k)]);
+    }
+  }
+}
+
 ScheduleRequest random_request(SplitMix64& rng) {
   ScheduleRequest r;
   const std::vector<std::int32_t> worlds = {1, 2, 3, 5, 8, 12, 16, 31, 64, 128};

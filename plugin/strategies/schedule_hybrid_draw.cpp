@@ -99,6 +99,36 @@ std::int64_t planning_cost(const Schedule& schedule) {
   return cost;
 }
 
+// Rule 8's rows of `capacity` tokens: the pieces that fit one, best fit
+// by room (ties: the row that took that room first), longest first. A
+// row's work is summed as its pieces join, in their order; its pieces are
+// kept only `with_pieces` (where the schedule is made). The map's nodes
+// come from a pool freed at once.
+DraftSet::Rows DraftSet::best_fit(std::int64_t capacity, bool with_pieces) const {
+  Rows rows;
+  std::pmr::monotonic_buffer_resource pool;
+  std::pmr::multimap<std::int64_t, std::size_t> by_room(&pool);  // room -> row
+  for (const std::size_t i : prep_.by_length) {
+    const std::int64_t len = prep_.pieces[i].length;
+    if (len > capacity) continue;  // a group's piece
+    auto it = by_room.lower_bound(len);
+    std::size_t k = rows.room.size();
+    if (it == by_room.end()) {
+      rows.room.push_back(capacity);
+      rows.work.push_back(0.0);
+      if (with_pieces) rows.pieces.emplace_back();
+    } else {
+      k = it->second;
+      by_room.erase(it);
+    }
+    rows.room[k] -= len;
+    rows.work[k] += prep_.work[i];
+    if (with_pieces) rows.pieces[k].push_back(i);
+    by_room.emplace(rows.room[k], k);
+  }
+  return rows;
+}
+
 // Equal groups (rule 8): the world as floor(W / g) groups of g consecutive
 // ranks. A piece longer than g x T runs over the m groups it needs that
 // free up first (longest first); the other pieces are best fit, longest
@@ -138,43 +168,23 @@ double DraftSet::packed(std::int32_t g, Schedule* out, std::int64_t& cost, bool&
     }
     for (const std::int32_t k : chosen) load.set(k, start + time);
   };
-  // The rows: room left, work (summed as pieces join, in their order), and
-  // their pieces only where the schedule is made. Best fit by room (ties:
-  // the row that took that room first), its nodes from a pool freed at once.
-  std::vector<std::int64_t> room;
-  std::vector<double> row_work;
-  std::vector<std::vector<std::size_t>> row_pieces;
-  std::pmr::monotonic_buffer_resource pool;
-  std::pmr::multimap<std::int64_t, std::size_t> by_room(&pool);  // room -> row
   for (const std::size_t i : prep_.by_length) {
     const std::int64_t len = prep_.pieces[i].length;
-    if (len > capacity) {
-      const auto m = static_cast<std::int32_t>(ceil_div(len, capacity));
-      if (m > groups) {
-        fits = false;
-        return 0;
-      }
-      const std::int32_t n = m * g;
-      cost += slot_planning_cost(len, static_cast<std::size_t>(n));
-      place(load.earliest(m), nullptr, i,
-            est_.slot_time(prep_.work[i], len, n, std::min(n, request.profile.ranks_per_node)));
-      continue;
+    if (len <= capacity) continue;  // a row's piece (best_fit)
+    const auto m = static_cast<std::int32_t>(ceil_div(len, capacity));
+    if (m > groups) {
+      fits = false;
+      return 0;
     }
-    auto it = by_room.lower_bound(len);
-    std::size_t k = room.size();
-    if (it == by_room.end()) {
-      room.push_back(capacity);
-      row_work.push_back(0.0);
-      if (out != nullptr) row_pieces.emplace_back();
-    } else {
-      k = it->second;
-      by_room.erase(it);
-    }
-    room[k] -= len;
-    row_work[k] += prep_.work[i];
-    if (out != nullptr) row_pieces[k].push_back(i);
-    by_room.emplace(room[k], k);
+    const std::int32_t n = m * g;
+    cost += slot_planning_cost(len, static_cast<std::size_t>(n));
+    place(load.earliest(m), nullptr, i,
+          est_.slot_time(prep_.work[i], len, n, std::min(n, request.profile.ranks_per_node)));
   }
+  const Rows rows = best_fit(capacity, out != nullptr);
+  const std::vector<std::int64_t>& room = rows.room;
+  const std::vector<double>& row_work = rows.work;
+  const std::vector<std::vector<std::size_t>>& row_pieces = rows.pieces;
   std::vector<double> time(room.size());
   for (std::size_t k = 0; k < room.size(); ++k) {
     time[k] = row_work[k] / g + request.profile.slot_seconds;

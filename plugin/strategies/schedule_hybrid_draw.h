@@ -57,6 +57,12 @@ class DraftSet {
     std::vector<std::size_t> by_length;  // by length, longest first
     double mean_load = 0;
   };
+  struct Rows {
+    std::vector<std::int64_t> room;
+    std::vector<double> work;
+    std::vector<std::vector<std::size_t>> pieces;  // where asked for
+  };
+  Rows best_fit(std::int64_t capacity, bool with_pieces) const;
   double packed(std::int32_t g, Schedule* out, std::int64_t& cost, bool& fits) const;
   void add_packed();
 

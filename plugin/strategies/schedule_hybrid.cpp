@@ -72,6 +72,7 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <queue>
 #include <sstream>
 #include <string>
@@ -85,253 +86,13 @@
 #include "fulcrum/core/workload.h"
 #include "strategies/cp_strategies.h"
 #include "strategies/schedule_hybrid_draft.h"
+#include "strategies/schedule_hybrid_draw.h"
 #include "strategies/schedule_strategies.h"
 
 namespace fulcrum {
 namespace {
 
-using hybrid::Batch;
-using hybrid::Draft;
-using hybrid::Estimator;
-using hybrid::GroupRule;
-using hybrid::Row;
-
-// The batch's pieces, their estimated work and mean load; `group_heavy`:
-// also place as groups the pieces within T whose work alone exceeds the
-// mean load (rule 1's exception).
-struct Prepared {
-  std::vector<DocPiece> pieces;
-  std::vector<double> work;
-  std::vector<std::size_t> order;  // by work, largest first
-  double mean_load = 0;
-};
-
-Prepared prepare(const ScheduleRequest& request, const Estimator& est) {
-  Prepared prep;
-  prep.pieces = schedule_pieces(request);
-  prep.work.resize(prep.pieces.size());
-  double total = 0;
-  std::int64_t tokens = 0;
-  for (std::size_t i = 0; i < prep.pieces.size(); ++i) {
-    prep.work[i] = est.work(prep.pieces[i].length);
-    total += prep.work[i];
-    tokens += prep.pieces[i].length;
-  }
-  prep.order.resize(prep.pieces.size());
-  std::iota(prep.order.begin(), prep.order.end(), std::size_t{0});
-  std::stable_sort(prep.order.begin(), prep.order.end(),
-                   [&](std::size_t a, std::size_t b) { return prep.work[a] > prep.work[b]; });
-  prep.mean_load =
-      (total + request.profile.slot_seconds *
-                   static_cast<double>(ceil_div(tokens, request.max_tokens_per_rank))) /
-      request.world_size;
-  return prep;
-}
-
-// Waves: every slot after its members' earlier slots, in the estimated
-// time order (groups and the rows in their waits by start, then each
-// rank's trailing rows), so that each rank's wave order is its time order.
-Schedule to_schedule(const Draft& best, const std::vector<DocPiece>& pieces, std::int32_t world) {
-  Schedule schedule;
-  schedule.strategy_used = "hybrid";
-  struct Timed {
-    double start;
-    std::size_t index;
-    bool group;
-  };
-  std::vector<Timed> timed;
-  for (std::size_t k = 0; k < best.long_slots.size(); ++k) {
-    timed.push_back({best.long_slots[k].start, k, true});
-  }
-  for (std::size_t k = 0; k < best.gaps.size(); ++k) {
-    if (!best.gaps[k].pieces.empty()) timed.push_back({best.gaps[k].begin, k, false});
-  }
-  std::stable_sort(timed.begin(), timed.end(),
-                   [](const Timed& x, const Timed& y) { return x.start < y.start; });
-  std::vector<std::int32_t> next_wave(static_cast<std::size_t>(world), 0);
-  const auto add = [&](ScheduleSlot slot) {
-    for (const std::int32_t a : slot.ranks) slot.wave = std::max(slot.wave, next_wave[a]);
-    for (const std::int32_t a : slot.ranks) next_wave[a] = slot.wave + 1;
-    schedule.slots.push_back(std::move(slot));
-  };
-  for (const Timed& t : timed) {
-    ScheduleSlot slot;
-    if (t.group) {
-      slot.ranks = best.long_slots[t.index].ranks;
-      slot.pieces.push_back(pieces[best.long_slots[t.index].piece]);
-    } else {
-      slot.ranks.push_back(best.gaps[t.index].rank);
-      for (const std::size_t i : best.gaps[t.index].pieces) slot.pieces.push_back(pieces[i]);
-    }
-    add(std::move(slot));
-  }
-  for (std::int32_t a = 0; a < world; ++a) {
-    for (const Row& row : best.rows[a]) {
-      ScheduleSlot slot;
-      slot.ranks.push_back(a);
-      for (const std::size_t i : row.pieces) slot.pieces.push_back(pieces[i]);
-      add(std::move(slot));
-    }
-  }
-  return schedule;
-}
-
-// Drafts of equal groups (rule 8): for g = 1, 2, 4, ... and W, the world
-// as floor(W / g) groups of g consecutive ranks. A piece longer than g x T
-// runs over the m groups it needs that free up first (longest first); the
-// other pieces are best fit, longest first, into rows of g x T tokens, and
-// the rows, by estimated time, longest first, go to the group that frees
-// up first. Batches of many long pieces of similar size pack better into
-// shared rows than one piece per group.
-Schedule packed_draft(const ScheduleRequest& request, const Estimator& est, const Prepared& prep,
-                      const std::vector<std::size_t>& by_length, std::int32_t g, double& finish) {
-  const std::int64_t capacity = static_cast<std::int64_t>(g) * request.max_tokens_per_rank;
-  const std::int32_t groups = request.world_size / g;
-  // Groups by load, ties by index, kept as loads change (a scan of every
-  // group per row was O(W) a row).
-  hybrid::LoadOrder load(groups);
-  std::vector<std::int32_t> wave(static_cast<std::size_t>(groups), 0);
-  Schedule schedule;
-  schedule.strategy_used = "hybrid";
-  const auto earliest = [&](std::int32_t m) { return load.earliest(m); };
-  const auto place = [&](const std::vector<std::int32_t>& chosen, std::vector<DocPiece> pieces,
-                         double time) {
-    ScheduleSlot slot;
-    double start = 0;
-    for (const std::int32_t k : chosen) {
-      start = std::max(start, load.at(k));
-      slot.wave = std::max(slot.wave, wave[k]);
-      for (std::int32_t a = 0; a < g; ++a) slot.ranks.push_back(k * g + a);
-    }
-    for (const std::int32_t k : chosen) {
-      load.set(k, start + time);
-      wave[k] = slot.wave + 1;
-    }
-    slot.pieces = std::move(pieces);
-    schedule.slots.push_back(std::move(slot));
-  };
-  std::vector<Row> rows;
-  std::multimap<std::int64_t, std::size_t> by_room;  // room -> row
-  for (const std::size_t i : by_length) {
-    const std::int64_t len = prep.pieces[i].length;
-    if (len > capacity) {
-      const auto m = static_cast<std::int32_t>(ceil_div(len, capacity));
-      if (m > groups) return {};
-      const std::int32_t n = m * g;
-      place(earliest(m), {prep.pieces[i]},
-            est.slot_time(prep.work[i], len, n, std::min(n, request.profile.ranks_per_node)));
-      continue;
-    }
-    auto it = by_room.lower_bound(len);
-    std::size_t k = rows.size();
-    if (it == by_room.end()) {
-      rows.push_back({capacity, {}});
-    } else {
-      k = it->second;
-      by_room.erase(it);
-    }
-    rows[k].room -= len;
-    rows[k].pieces.push_back(i);
-    by_room.emplace(rows[k].room, k);
-  }
-  std::vector<double> time(rows.size());
-  for (std::size_t k = 0; k < rows.size(); ++k) {
-    double work = 0;
-    for (const std::size_t i : rows[k].pieces) work += prep.work[i];
-    time[k] = work / g + request.profile.slot_seconds;
-  }
-  std::vector<std::size_t> order(rows.size());
-  std::iota(order.begin(), order.end(), std::size_t{0});
-  std::stable_sort(order.begin(), order.end(),
-                   [&](std::size_t a, std::size_t b) { return time[a] > time[b]; });
-  for (const std::size_t k : order) {
-    std::vector<DocPiece> pieces;
-    for (const std::size_t i : rows[k].pieces) pieces.push_back(prep.pieces[i]);
-    place(earliest(1), std::move(pieces), time[k]);
-  }
-  finish = load.latest();
-  return schedule;
-}
-
-std::vector<Schedule> packed_drafts(const ScheduleRequest& request, const Estimator& est,
-                                    const Prepared& prep) {
-  std::vector<std::size_t> by_length(prep.pieces.size());
-  std::iota(by_length.begin(), by_length.end(), std::size_t{0});
-  std::stable_sort(by_length.begin(), by_length.end(), [&](std::size_t a, std::size_t b) {
-    return prep.pieces[a].length > prep.pieces[b].length;
-  });
-  std::vector<std::pair<double, Schedule>> drafts;
-  const std::int32_t world = request.world_size;
-  // A group wider than the batch has key blocks is wider than any row it
-  // runs (hybrid::kBlocksPerMember), and pricing it costs g^2.
-  std::int64_t tokens = 0;
-  for (const DocPiece& piece : prep.pieces) tokens += piece.length;
-  const std::int64_t widest = hybrid::widest_useful_group(tokens, request.block_size);
-  for (std::int32_t g = 1; g <= world; g = (g == world ? world + 1 : std::min(world, 2 * g))) {
-    if (g > 1 && g > widest) break;
-    double finish = 0;
-    Schedule s = packed_draft(request, est, prep, by_length, g, finish);
-    if (!s.slots.empty()) drafts.emplace_back(finish, std::move(s));
-  }
-  // Soonest estimated finish first (ties: the smaller g), so that the
-  // planning budget goes to the likeliest of them.
-  std::stable_sort(drafts.begin(), drafts.end(),
-                   [](const auto& x, const auto& y) { return x.first < y.first; });
-  std::vector<Schedule> out;
-  for (auto& d : drafts) out.push_back(std::move(d.second));
-  return out;
-}
-
-// Every draft of the batch: with and without rule 1's heavy pieces as
-// groups, under each group rule (one when no piece is grouped), the
-// estimate's choice (soonest estimated finish, first of equals) first.
-std::vector<Schedule> hybrid_drafts(const ScheduleRequest& request, bool every) {
-  const Estimator est(request);
-  const Prepared prep = prepare(request, est);
-  std::vector<Schedule> out;
-  std::vector<Draft> drafts;
-  for (const bool group_heavy : {true, false}) {
-    Batch batch{request,    prep.pieces,    prep.work,
-                prep.order, prep.mean_load, std::vector<char>(prep.pieces.size(), 0)};
-    bool any_long = false;
-    bool any_heavy = false;
-    for (std::size_t i = 0; i < prep.pieces.size(); ++i) {
-      const bool heavy = prep.work[i] + request.profile.slot_seconds > batch.mean_load;
-      const bool long_piece = prep.pieces[i].length > request.max_tokens_per_rank;
-      batch.grouped[i] = long_piece || (group_heavy && heavy);
-      any_long = any_long || batch.grouped[i];
-      any_heavy = any_heavy || (heavy && !long_piece);
-    }
-    if (!group_heavy && !any_heavy) break;  // the same batch again
-    std::size_t first = drafts.size();
-    drafts.push_back(draft(batch, est, GroupRule::kMeanLoad));
-    if (any_long) {
-      for (const GroupRule rule :
-           {GroupRule::kTimelineMeanLoad, GroupRule::kSoonestEnd, GroupRule::kBalancedEnd}) {
-        // Only the soonest is used without `every`: a draft that cannot
-        // finish before it is not packed (its makespan then kNoEnd).
-        Draft other = draft(batch, est, rule, every ? hybrid::kNoEnd : drafts[first].makespan);
-        if (other.makespan < drafts[first].makespan) std::swap(other, drafts[first]);
-        drafts.push_back(std::move(other));
-      }
-    }
-    if (!every) break;
-  }
-  // Without `every` only the estimate's choice is used: the others stay drafts.
-  for (std::size_t k = 0; k < (every ? drafts.size() : 1); ++k) {
-    out.push_back(to_schedule(drafts[k], prep.pieces, request.world_size));
-  }
-  if (every) {
-    // The equal-groups draft of soonest estimated finish right after the
-    // estimate's choice, the others after the group rules' drafts.
-    std::vector<Schedule> packed = packed_drafts(request, est, prep);
-    for (std::size_t k = 0; k < packed.size(); ++k) {
-      const auto at = k == 0 ? out.begin() + 1 : out.end();
-      out.insert(at, std::move(packed[k]));
-    }
-  }
-  return out;
-}
+using hybrid::DraftSet;
 
 // Rule 5's slots of one answer, planned once: drafts share slots (the same
 // row over the same group, or a group placed alike on another node) and the
@@ -350,12 +111,17 @@ class SlotMemo {
     std::vector<std::int64_t> key;
     key.reserve(slot.ranks.size() + slot.pieces.size() + 1);
     key.push_back(static_cast<std::int64_t>(slot.ranks.size()));
-    // Each member's node, numbered by first appearance.
-    const std::int32_t node = request.profile.ranks_per_node;
-    std::unordered_map<std::int32_t, std::int64_t> first;  // node -> first member on it
-    for (std::size_t m = 0; m < slot.ranks.size(); ++m) {
-      key.push_back(
-          first.emplace(slot.ranks[m] / node, static_cast<std::int64_t>(m)).first->second);
+    // Each member's node, numbered by first appearance (a one-rank row,
+    // most slots, needs no table).
+    if (slot.ranks.size() == 1) {
+      key.push_back(0);
+    } else {
+      const std::int32_t node = request.profile.ranks_per_node;
+      std::unordered_map<std::int32_t, std::int64_t> first;  // node -> first member on it
+      for (std::size_t m = 0; m < slot.ranks.size(); ++m) {
+        key.push_back(
+            first.emplace(slot.ranks[m] / node, static_cast<std::int64_t>(m)).first->second);
+      }
     }
     for (const DocPiece& piece : slot.pieces) key.push_back(piece.length);
     const auto it = kept_.find(key);
@@ -406,19 +172,82 @@ Status plan_slots(const ScheduleRequest& request, SlotMemo& memo, Schedule& sche
   return Status::ok();
 }
 
-// What planning a draft costs, in tokens: a slot of g members is balanced
-// over g and its exchange counted over g^2 member pairs, so a row of more
-// than kWideSlot members counts g / kWideSlot times its tokens.
-constexpr std::int64_t kWideSlot = 64;
+// The wave order of a schedule's slots (by wave, then index): the
+// timeline's order, in which each slot starts when its last member is free.
+std::vector<std::size_t> wave_order(const Schedule& schedule) {
+  std::vector<std::size_t> order(schedule.slots.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
+    return schedule.slots[x].wave < schedule.slots[y].wave;
+  });
+  return order;
+}
 
-std::int64_t planning_cost(const Schedule& schedule) {
-  std::int64_t cost = 0;
-  for (const ScheduleSlot& slot : schedule.slots) {
-    std::int64_t n = 0;
-    for (const DocPiece& piece : slot.pieces) n += piece.length;
-    cost += n * std::max<std::int64_t>(1, static_cast<std::int64_t>(slot.ranks.size()) / kWideSlot);
+// The step of slots of these lengths on the timeline (`start`, when not
+// null, gets each slot's start).
+double replay_lengths(const ScheduleRequest& request, const Schedule& schedule,
+                      const std::vector<std::size_t>& order, const std::vector<double>& length,
+                      std::vector<double>* start) {
+  std::vector<double> free_at(static_cast<std::size_t>(request.world_size), 0.0);
+  double step = 0;
+  for (const std::size_t k : order) {
+    double begin = 0;
+    for (const std::int32_t a : schedule.slots[k].ranks) begin = std::max(begin, free_at[a]);
+    for (const std::int32_t a : schedule.slots[k].ranks) free_at[a] = begin + length[k];
+    if (start != nullptr) (*start)[k] = begin;
+    step = std::max(step, begin + length[k]);
   }
-  return cost;
+  return step;
+}
+
+// Another draft's slots planned under `ceiling` (the best step so far):
+// `length` gets each slot's exact length, and `complete` whether every slot
+// was planned. A slot lasts at least slot_length_lower_bound and the
+// timeline only grows with the slots' lengths, so the step is at least the
+// timeline of the lengths planned so far and the bounds of the others; once
+// that reaches the ceiling the draft cannot beat it and the rest is not
+// planned. The multi-rank slots go first (their bound leaves out their
+// exchange, so they are the likeliest to reach the ceiling: often one long
+// group planned last in slot order), each kind by its bound's end on that
+// timeline, latest first. Which drafts
+// are kept is as when every slot is planned in order (only a draft whose
+// step reaches the ceiling stops early); the memo makes the order free.
+Status plan_slots_below(const ScheduleRequest& request, SlotMemo& memo, Schedule& schedule,
+                        std::vector<double>& length, double ceiling, bool& complete) {
+  complete = false;
+  const std::size_t n = schedule.slots.size();
+  const std::vector<std::size_t> timeline = wave_order(schedule);
+  std::vector<double> bound(n);
+  for (std::size_t k = 0; k < n; ++k)
+    bound[k] = slot_length_lower_bound(request, schedule.slots[k]);
+  std::vector<double> start(n, 0.0);
+  replay_lengths(request, schedule, timeline, bound, &start);
+  std::vector<std::size_t> order(n);
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
+    const bool wide_x = schedule.slots[x].ranks.size() > 1;
+    const bool wide_y = schedule.slots[y].ranks.size() > 1;
+    if (wide_x != wide_y) return wide_x;
+    return start[x] + bound[x] > start[y] + bound[y];
+  });
+  // The sums' rounding: the same margin as the drafts' bound.
+  const auto reaches = [&](double step) { return step * (1 - 1e-9) >= ceiling; };
+  length = bound;
+  for (const std::size_t k : order) {
+    ScheduleSlot& slot = schedule.slots[k];
+    const Result<double> planned = memo.plan(request, slot, ceiling);
+    if (!planned) return planned.status();
+    if (*planned >= ceiling) return Status::ok();
+    length[k] = *planned;
+    if (reaches(start[k] + *planned)) return Status::ok();
+    // A multi-rank slot costs far more to plan than the timeline to replay.
+    if (slot.ranks.size() > 1 &&
+        reaches(replay_lengths(request, schedule, timeline, length, nullptr))) {
+      return Status::ok();
+    }
+  }
+  complete = true;
+  return Status::ok();
 }
 
 bool same_slots(const Schedule& a, const Schedule& b) {
@@ -441,13 +270,15 @@ bool same_slots(const Schedule& a, const Schedule& b) {
 Result<Schedule> decide_hybrid(const ScheduleRequest& request) {
   if (request.group_shapes.restricts()) return decide_hybrid_shaped(request);
   if (Status status = validate_schedule_request(request); !status) return status;
-  return std::move(hybrid_drafts(request, false).front());
+  DraftSet drafts(request, false);
+  return std::move(drafts.at(0));
 }
 
 // Planning a draft prices its slots from runs, O(runs + blocks) per slot
 // (schedule_hybrid_plan.cpp), and balances each multi-rank row: the other
-// drafts are planned while their planning costs (planning_cost: tokens,
-// rows over more than kWideSlot members weighted by their width), the
+// drafts are planned while their planning costs (hybrid::planning_cost:
+// tokens, rows over more than hybrid::kWideSlot members weighted by their
+// width), the
 // decided draft's tokens included, stay within this; a draft that does not
 // fit is skipped and the next tried. Beyond half of it neither they nor
 // the search run, and the estimate's draft is the answer. 32M and 8M win
@@ -466,11 +297,12 @@ namespace {
 // is kept (ties: the decided one, then the drafts' order). The estimate
 // misjudges small batches most, where this costs least. Then rule 7's
 // search. Every slot stays compact (no positions); `step` gets the exact
-// step of the schedule kept. `drawn`: every draft of the batch as
-// hybrid_drafts(request, true) draws them, the decided one first, when the
-// caller drew them already (run_hybrid); nullptr: drawn here when needed.
+// step of the schedule kept. `drawn`: every draft of the batch
+// (DraftSet(request, true)), the decided one first, when the caller drew
+// them already (run_hybrid); nullptr: drawn here when needed. A draft is
+// made a schedule only once its planning cost fits the budget.
 Status plan_compact(const ScheduleRequest& request, Schedule& schedule, double& step,
-                    std::vector<Schedule>* drawn) {
+                    DraftSet* drawn) {
   std::vector<double> length;
   SlotMemo memo;
   if (Status status = plan_slots(request, memo, schedule, length); !status) return status;
@@ -480,24 +312,27 @@ Status plan_compact(const ScheduleRequest& request, Schedule& schedule, double& 
   for (const std::int64_t len : request.doc_lengths) tokens += len;
   if (2 * tokens > kDraftTokenBudget) return Status::ok();
   std::int64_t planned = tokens;
-  std::vector<Schedule> own_draw;
+  std::optional<DraftSet> own_draw;
   if (drawn == nullptr) {
-    own_draw = hybrid_drafts(request, true);
-    drawn = &own_draw;
+    own_draw.emplace(request, true);
+    drawn = &*own_draw;
   }
   for (std::size_t k = 0; k < drawn->size(); ++k) {
     // The first is the decided draft (drawn again, or the one drawn once).
     if (k == 0) continue;
-    Schedule& other = (*drawn)[k];
-    const std::int64_t cost = planning_cost(other);
+    const std::int64_t cost = drawn->cost(k);
     if (planned + cost > kDraftTokenBudget) continue;
+    Schedule& other = drawn->at(k);
     if (same_slots(other, schedule)) continue;
     if (decided_step_lower_bound(request, other) * (1 - 1e-9) >= best) continue;
     std::vector<double> other_length;
-    if (Status status = plan_slots(request, memo, other, other_length, best); !status)
+    bool complete = false;
+    if (Status status = plan_slots_below(request, memo, other, other_length, best, complete);
+        !status) {
       return status;
+    }
     planned += cost;
-    if (other_length.size() < other.slots.size()) continue;  // a slot alone reaches `best`
+    if (!complete) continue;  // a slot alone reaches `best`
     const double other_step = hybrid::step_of_lengths(request, other, other_length);
     if (other_step < best) {
       best = other_step;
@@ -555,10 +390,11 @@ Result<Schedule> run_hybrid(const ScheduleRequest& request) {
   // where plan_compact will plan them.
   std::int64_t tokens = 0;
   for (const std::int64_t len : request.doc_lengths) tokens += len;
-  std::vector<Schedule> drawn = hybrid_drafts(request, 2 * tokens <= kDraftTokenBudget);
-  Schedule schedule = std::move(drawn.front());
+  std::optional<DraftSet> drawn;
+  drawn.emplace(request, 2 * tokens <= kDraftTokenBudget);
+  Schedule schedule = std::move(drawn->at(0));
   double step = 0;
-  if (Status status = plan_compact(request, schedule, step, &drawn); !status) return status;
+  if (Status status = plan_compact(request, schedule, step, &*drawn); !status) return status;
   if (Status status = guard_and_expand(request, schedule, step); !status) return status;
   return schedule;
 }

@@ -41,54 +41,85 @@ inline std::int64_t widest_useful_group(std::int64_t tokens, std::int64_t block)
 }
 
 // Loads of `count` groups (each 0 at first), ordered by load then index,
-// kept as loads change: the m groups that free up first in O(m log count),
-// where a scan of every group was O(count). Only groups whose load was set
-// are in the ordered set; the others (load 0, in index order) are read off
-// in place, so a world of idle groups costs no node per group.
+// kept as loads change: the m groups that free up first in O(m log m),
+// where a scan of every group was O(count). An indexed binary heap: a
+// change moves one entry, with no allocation (an ordered set allocated a
+// node per change, most of rule 8's drafting at W = 1024).
 class LoadOrder {
  public:
   explicit LoadOrder(std::int32_t count)
-      : load_(static_cast<std::size_t>(count), 0.0), moved_(static_cast<std::size_t>(count), 0) {}
+      : load_(static_cast<std::size_t>(count), 0.0),
+        heap_(static_cast<std::size_t>(count)),
+        at_(static_cast<std::size_t>(count)) {
+    // All loads 0: index order is a heap.
+    for (std::int32_t k = 0; k < count; ++k) {
+      heap_[static_cast<std::size_t>(k)] = k;
+      at_[static_cast<std::size_t>(k)] = static_cast<std::size_t>(k);
+    }
+  }
   double at(std::int32_t k) const { return load_[static_cast<std::size_t>(k)]; }
   void set(std::int32_t k, double load) {
-    const auto i = static_cast<std::size_t>(k);
-    if (moved_[i] != 0) {
-      order_.erase({load_[i], k});
-    } else {
-      moved_[i] = 1;
-      while (fresh_ < load_.size() && moved_[fresh_] != 0) ++fresh_;
+    load_[static_cast<std::size_t>(k)] = load;
+    std::size_t i = at_[static_cast<std::size_t>(k)];
+    while (i > 0 && before(heap_[i], heap_[(i - 1) / 2])) {
+      swap_at(i, (i - 1) / 2);
+      i = (i - 1) / 2;
     }
-    load_[i] = load;
-    order_.emplace(load, k);
+    for (;;) {
+      std::size_t least = i;
+      for (const std::size_t c : {2 * i + 1, 2 * i + 2}) {
+        if (c < heap_.size() && before(heap_[c], heap_[least])) least = c;
+      }
+      if (least == i) break;
+      swap_at(i, least);
+      i = least;
+    }
   }
+  // The least loaded (ties: the lower index): earliest(1)'s one group.
+  std::int32_t least() const { return heap_.front(); }
   // The m least loaded (ties: the lower index), in index order; m <= count.
   std::vector<std::int32_t> earliest(std::int32_t m) const {
     std::vector<std::int32_t> chosen;
     chosen.reserve(static_cast<std::size_t>(m));
-    auto it = order_.begin();
-    std::size_t idle = fresh_;  // the next group never set, from fresh_ up
+    // Best first over the heap: the next least is the root or a child of
+    // one taken.
+    std::vector<std::size_t> next;
+    const auto later = [&](std::size_t x, std::size_t y) { return before(heap_[y], heap_[x]); };
+    if (m > 0 && !heap_.empty()) next.push_back(0);
     while (static_cast<std::int32_t>(chosen.size()) < m) {
-      while (idle < load_.size() && moved_[idle] != 0) ++idle;
-      const bool from_idle =
-          idle < load_.size() &&
-          (it == order_.end() || std::pair<double, std::int32_t>(0.0, idle) < *it);
-      chosen.push_back(from_idle ? static_cast<std::int32_t>(idle++) : (it++)->second);
+      std::pop_heap(next.begin(), next.end(), later);
+      const std::size_t i = next.back();
+      next.pop_back();
+      chosen.push_back(heap_[i]);
+      for (const std::size_t c : {2 * i + 1, 2 * i + 2}) {
+        if (c < heap_.size()) {
+          next.push_back(c);
+          std::push_heap(next.begin(), next.end(), later);
+        }
+      }
     }
     std::sort(chosen.begin(), chosen.end());
     return chosen;
   }
   double latest() const {
-    const bool idle = order_.size() < load_.size();
-    if (order_.empty()) return 0.0;
-    const double most = std::prev(order_.end())->first;
-    return idle ? std::max(0.0, most) : most;
+    return load_.empty() ? 0.0 : *std::max_element(load_.begin(), load_.end());
   }
 
  private:
+  bool before(std::int32_t x, std::int32_t y) const {
+    const double lx = load_[static_cast<std::size_t>(x)];
+    const double ly = load_[static_cast<std::size_t>(y)];
+    return lx < ly || (lx == ly && x < y);
+  }
+  void swap_at(std::size_t i, std::size_t j) {
+    std::swap(heap_[i], heap_[j]);
+    at_[static_cast<std::size_t>(heap_[i])] = i;
+    at_[static_cast<std::size_t>(heap_[j])] = j;
+  }
+
   std::vector<double> load_;
-  std::vector<char> moved_;  // whether the group's load was ever set
-  std::size_t fresh_ = 0;    // no group below it is unset
-  std::set<std::pair<double, std::int32_t>> order_;
+  std::vector<std::int32_t> heap_;  // group ids; each before its children
+  std::vector<std::size_t> at_;     // group id -> its place in heap_
 };
 
 class Estimator {

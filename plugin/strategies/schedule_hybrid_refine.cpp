@@ -27,6 +27,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <iterator>
+#include <limits>
 #include <numeric>
 #include <utility>
 #include <vector>
@@ -34,6 +36,38 @@
 #include "fulcrum/core/schedule.h"
 
 namespace fulcrum::hybrid {
+
+void FinishOrder::reset(const std::vector<double>& finish) {
+  order_.clear();
+  for (std::size_t a = 0; a < finish.size(); ++a) {
+    order_.emplace_hint(order_.end(), finish[a], static_cast<std::int32_t>(a));
+  }
+}
+
+void FinishOrder::set(std::int32_t a, double before, double after) {
+  order_.erase({before, a});
+  order_.emplace(after, a);
+}
+
+std::int32_t FinishOrder::last() const {
+  const double top = std::prev(order_.end())->first;
+  return order_.lower_bound({top, std::numeric_limits<std::int32_t>::min()})->second;
+}
+
+void FinishOrder::firsts(std::size_t n, std::vector<std::int32_t>& out) const {
+  out.clear();
+  for (auto it = order_.begin(); out.size() < n && it != order_.end(); ++it) {
+    out.push_back(it->second);
+  }
+}
+
+double FinishOrder::latest_without(std::int32_t a, std::int32_t b) const {
+  for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
+    if (it->second != a && it->second != b) return it->first;
+  }
+  return -std::numeric_limits<double>::infinity();
+}
+
 namespace {
 
 struct Line {
@@ -44,6 +78,7 @@ struct Line {
   std::vector<std::int32_t> last_multi;  // per rank: the wave of its last multi-rank slot, or -1
   std::int64_t replays_left = 0;         // the tail moves' budgets (even_the_tail): replays
   std::int64_t local_left = 0;           // and moves priced on two ranks alone
+  FinishOrder order;                     // the ranks by finish, kept with `finish`
 };
 
 Line replay(const ScheduleRequest& r, const Schedule& s, const std::vector<double>& length) {
@@ -76,6 +111,7 @@ Line replay(const ScheduleRequest& r, const Schedule& s, const std::vector<doubl
     t.busy += static_cast<double>(slot.ranks.size()) * length[k];
     t.step = std::max(t.step, end);
   }
+  t.order.reset(t.finish);
   return t;
 }
 
@@ -90,41 +126,81 @@ std::int64_t tokens_of(const ScheduleSlot& slot) {
   return n;
 }
 
+// The timeline after a move: priced on two ranks alone (every other rank
+// as in `now`), or replayed in full.
+struct Moved {
+  bool replayed = false;
+  Line full;  // when replayed
+  std::int32_t a = 0;
+  std::int32_t b = 0;
+  std::int32_t wave_b = 0;
+  double finish_a = 0;
+  double finish_b = 0;
+  double busy = 0;
+  double step = 0;
+
+  double finish(const Line& now, std::int32_t x) const {
+    if (replayed) return full.finish[x];
+    if (x == b) return finish_b;
+    return x == a ? finish_a : now.finish[x];
+  }
+};
+
 // The timeline after a move that changes rank a's one-rank slot of wave
 // wave_a by da seconds and rank b's of wave wave_b (its last, or a new
 // one) by db. Where no multi-rank slot follows either on its rank, only
 // their finishes move (a one-rank slot starts when its rank is free, so
-// the slots after it shift with it): O(W). Else the timeline is replayed.
-// Each kind spends its own budget; `spent` when that ran out.
-Line after_move(const ScheduleRequest& r, const Schedule& s, const std::vector<double>& length,
-                Line& now, std::int32_t a, std::int32_t wave_a, double da, std::int32_t b,
-                std::int32_t wave_b, double db, bool& spent) {
-  Line t;
+// the slots after it shift with it): O(log W), the latest of the other
+// ranks from `now.order`. Else the timeline is replayed. Each kind spends
+// its own budget; `spent` when that ran out.
+Moved after_move(const ScheduleRequest& r, const Schedule& s, const std::vector<double>& length,
+                 Line& now, std::int32_t a, std::int32_t wave_a, double da, std::int32_t b,
+                 std::int32_t wave_b, double db, bool& spent) {
+  Moved t;
   if (now.last_multi[a] < wave_a && now.last_multi[b] < wave_b) {
     spent = now.local_left-- <= 0;
     if (spent) return t;
-    t = now;
-    t.finish[a] += da;
-    t.finish[b] += db;
-    t.next_wave[b] = std::max(t.next_wave[b], wave_b + 1);
-    t.busy += da + db;
-    t.step = *std::max_element(t.finish.begin(), t.finish.end());
+    t.a = a;
+    t.b = b;
+    t.wave_b = wave_b;
+    // In the order a full copy of the finishes would take them.
+    t.finish_a = now.finish[a] + da;
+    t.finish_b = (b == a ? t.finish_a : now.finish[b]) + db;
+    t.busy = now.busy + da + db;
+    t.step = std::max({now.order.latest_without(a, b), t.finish_a, t.finish_b});
     return t;
   }
   spent = now.replays_left-- <= 0;
   if (spent) return t;
-  t = replay(r, s, length);
-  t.replays_left = now.replays_left;
-  t.local_left = now.local_left;
+  t.replayed = true;
+  t.full = replay(r, s, length);
+  t.full.replays_left = now.replays_left;
+  t.full.local_left = now.local_left;
+  t.step = t.full.step;
   return t;
+}
+
+// `now` becomes the timeline after move t.
+void keep(Line& now, Moved&& t) {
+  if (t.replayed) {
+    now = std::move(t.full);
+    return;
+  }
+  now.order.set(t.a, now.finish[t.a], t.finish_a);
+  now.finish[t.a] = t.finish_a;
+  if (t.b != t.a) now.order.set(t.b, now.finish[t.b], t.finish_b);
+  now.finish[t.b] = t.finish_b;
+  now.next_wave[t.b] = std::max(now.next_wave[t.b], t.wave_b + 1);
+  now.busy = t.busy;
+  now.step = t.step;
 }
 
 // Whether a move leaves the finishes falling from the top: the step no
 // later, rank `last` sooner, and rank `first` before rank last had ended.
-bool falls(const Line& t, const Line& now, std::int32_t first, std::int32_t last) {
+bool falls(const Moved& t, const Line& now, std::int32_t first, std::int32_t last) {
   const double eps = 1e-12 * std::max(1.0, now.step);
-  return t.step <= now.step && t.finish[last] < now.finish[last] - eps &&
-         t.finish[first] < now.finish[last] - eps;
+  return t.step <= now.step && t.finish(now, last) < now.finish[last] - eps &&
+         t.finish(now, first) < now.finish[last] - eps;
 }
 
 constexpr std::int32_t kWidestNarrowed = 64;
@@ -203,10 +279,8 @@ void move_rows(const ScheduleRequest& r, Schedule& s, const std::vector<double>&
       rows_of[static_cast<std::size_t>(s.slots[k].ranks[0])].push_back(k);
   }
   for (std::size_t step = 0; step < most; ++step) {
-    const auto last = static_cast<std::int32_t>(
-        std::max_element(now.finish.begin(), now.finish.end()) - now.finish.begin());
-    const auto first = static_cast<std::int32_t>(
-        std::min_element(now.finish.begin(), now.finish.end()) - now.finish.begin());
+    const std::int32_t last = now.order.last();
+    const std::int32_t first = now.order.first();
     std::vector<std::size_t> rows = rows_of[static_cast<std::size_t>(last)];
     std::stable_sort(rows.begin(), rows.end(),
                      [&](std::size_t x, std::size_t y) { return length[x] > length[y]; });
@@ -219,15 +293,15 @@ void move_rows(const ScheduleRequest& r, Schedule& s, const std::vector<double>&
       s.slots[k].ranks = {first};
       s.slots[k].wave = now.next_wave[first];
       bool spent = false;
-      Line t = after_move(r, s, length, now, last, wave, -length[k], first, s.slots[k].wave,
-                          length[k], spent);
+      Moved t = after_move(r, s, length, now, last, wave, -length[k], first, s.slots[k].wave,
+                           length[k], spent);
       if (spent) {
         s.slots[k].ranks = kept.first;
         s.slots[k].wave = kept.second;
         return;
       }
       if (falls(t, now, first, last)) {
-        now = std::move(t);
+        keep(now, std::move(t));
         moved = true;
         std::vector<std::size_t>& from = rows_of[static_cast<std::size_t>(last)];
         from.erase(std::find(from.begin(), from.end(), k));
@@ -301,11 +375,10 @@ Status try_piece(const ScheduleRequest& r, Schedule& s, std::vector<double>& len
     length.push_back(*to_length);
   }
   bool spent = false;
-  const Line t =
-      after_move(r, s, length, now, last, kept_from.wave, *from_length - kept_from_length, first,
-                 s.slots[at].wave, *to_length - kept_to_length, spent);
+  Moved t = after_move(r, s, length, now, last, kept_from.wave, *from_length - kept_from_length,
+                       first, s.slots[at].wave, *to_length - kept_to_length, spent);
   if (!spent && falls(t, now, first, last)) {
-    now = t;
+    keep(now, std::move(t));
     moved = true;
     return Status::ok();
   }
@@ -364,10 +437,10 @@ Status try_swap(const ScheduleRequest& r, Schedule& s, std::vector<double>& leng
   length[k] = *at_k;
   length[m] = *at_m;
   bool spent = false;
-  const Line t = after_move(r, s, length, now, last, s.slots[k].wave, *at_k - kept_k, first,
-                            s.slots[m].wave, *at_m - kept_m, spent);
+  Moved t = after_move(r, s, length, now, last, s.slots[k].wave, *at_k - kept_k, first,
+                       s.slots[m].wave, *at_m - kept_m, spent);
   if (!spent && falls(t, now, first, last)) {
-    now = t;
+    keep(now, std::move(t));
     moved = true;
     return Status::ok();
   }
@@ -426,22 +499,16 @@ Status move_pieces(const ScheduleRequest& r, Schedule& s, std::vector<double>& l
   now.replays_left = replays;
   now.local_left = kLocalPerReplay * replays;
   const std::size_t most = 2 * s.slots.size() + 16;
-  std::vector<std::int32_t> by_finish(now.finish.size());
+  std::vector<std::int32_t> by_finish;  // the kDestinations ranks that end first
   // Each rank's slots in slot order, kept as pieces move.
   std::vector<std::vector<std::size_t>> on(now.finish.size());
   for (std::size_t k = 0; k < s.slots.size(); ++k) {
     for (const std::int32_t a : s.slots[k].ranks) on[static_cast<std::size_t>(a)].push_back(k);
   }
   for (std::size_t round = 0; round < most; ++round) {
-    const auto last = static_cast<std::int32_t>(
-        std::max_element(now.finish.begin(), now.finish.end()) - now.finish.begin());
-    std::iota(by_finish.begin(), by_finish.end(), 0);
-    const std::size_t n = std::min(kDestinations, by_finish.size());
-    std::partial_sort(by_finish.begin(), by_finish.begin() + static_cast<std::ptrdiff_t>(n),
-                      by_finish.end(), [&](std::int32_t x, std::int32_t y) {
-                        return now.finish[x] < now.finish[y] ||
-                               (now.finish[x] == now.finish[y] && x < y);
-                      });
+    const std::int32_t last = now.order.last();
+    const std::size_t n = std::min(kDestinations, now.finish.size());
+    now.order.firsts(n, by_finish);
     bool moved = false;
     for (std::size_t d = 0; d < n && !moved && (now.replays_left > 0 || now.local_left > 0); ++d) {
       const std::int32_t first = by_finish[d];

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <set>
+#include <utility>
 #include <vector>
 
 #include "fulcrum/schedule_types.h"
@@ -12,6 +14,30 @@
 #include "strategies/schedule_hybrid_draft.h"
 
 namespace fulcrum::hybrid {
+
+// The ranks ordered by their finish (ties: the lower rank), kept as a move
+// changes one or two ranks' finishes, so that rule 10 finds the rank that
+// ends last and those that end first in O(log W) a move instead of a pass
+// over every rank. Its answers are those of std::max_element (the last
+// rank), std::min_element (the first) and a sort by (finish, rank) over
+// the same finishes.
+class FinishOrder {
+ public:
+  void reset(const std::vector<double>& finish);
+  // Rank a's finish changed from `before` (as given to reset or set) to `after`.
+  void set(std::int32_t a, double before, double after);
+  // The rank that ends last (ties: the lower rank).
+  std::int32_t last() const;
+  // The rank that ends first (ties: the lower rank).
+  std::int32_t first() const { return order_.begin()->second; }
+  // The n ranks that end first, in that order; n <= W.
+  void firsts(std::size_t n, std::vector<std::int32_t>& out) const;
+  // The latest finish of any rank but a and b (-infinity when there is none).
+  double latest_without(std::int32_t a, std::int32_t b) const;
+
+ private:
+  std::set<std::pair<double, std::int32_t>> order_;
+};
 
 // Runs `search` (rule 7's moves) on the planned schedule and evens its
 // tail; where the planned schedule's widest slot spans several nodes and

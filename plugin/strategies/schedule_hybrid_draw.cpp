@@ -1,0 +1,313 @@
+// hybrid's drafts of a batch (docs/HYBRID.md rules 1 to 4 and 8), drawn
+// once per answer. A draft is made a schedule only when planning asks for
+// it: at W = 1024 with 4,000 documents every equal-groups draft is packed
+// to order them by estimated finish, but planning's token budget reaches
+// one or two drafts, and making the others (thousands of slots each, with
+// their ranks and pieces) was half of drawing them.
+#include "strategies/schedule_hybrid_draw.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <memory_resource>
+#include <numeric>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "fulcrum/core/schedule.h"
+#include "fulcrum/core/workload.h"
+
+namespace fulcrum::hybrid {
+namespace {
+
+// Waves: every slot after its members' earlier slots, in the estimated
+// time order (groups and the rows in their waits by start, then each
+// rank's trailing rows), so that each rank's wave order is its time order.
+Schedule to_schedule(const Draft& best, const std::vector<DocPiece>& pieces, std::int32_t world) {
+  Schedule schedule;
+  schedule.strategy_used = "hybrid";
+  struct Timed {
+    double start;
+    std::size_t index;
+    bool group;
+  };
+  std::vector<Timed> timed;
+  for (std::size_t k = 0; k < best.long_slots.size(); ++k) {
+    timed.push_back({best.long_slots[k].start, k, true});
+  }
+  for (std::size_t k = 0; k < best.gaps.size(); ++k) {
+    if (!best.gaps[k].pieces.empty()) timed.push_back({best.gaps[k].begin, k, false});
+  }
+  std::stable_sort(timed.begin(), timed.end(),
+                   [](const Timed& x, const Timed& y) { return x.start < y.start; });
+  std::vector<std::int32_t> next_wave(static_cast<std::size_t>(world), 0);
+  const auto add = [&](ScheduleSlot slot) {
+    for (const std::int32_t a : slot.ranks) slot.wave = std::max(slot.wave, next_wave[a]);
+    for (const std::int32_t a : slot.ranks) next_wave[a] = slot.wave + 1;
+    schedule.slots.push_back(std::move(slot));
+  };
+  for (const Timed& t : timed) {
+    ScheduleSlot slot;
+    if (t.group) {
+      slot.ranks = best.long_slots[t.index].ranks;
+      slot.pieces.push_back(pieces[best.long_slots[t.index].piece]);
+    } else {
+      slot.ranks.push_back(best.gaps[t.index].rank);
+      for (const std::size_t i : best.gaps[t.index].pieces) slot.pieces.push_back(pieces[i]);
+    }
+    add(std::move(slot));
+  }
+  for (std::int32_t a = 0; a < world; ++a) {
+    for (const Row& row : best.rows[a]) {
+      ScheduleSlot slot;
+      slot.ranks.push_back(a);
+      for (const std::size_t i : row.pieces) slot.pieces.push_back(pieces[i]);
+      add(std::move(slot));
+    }
+  }
+  return schedule;
+}
+
+// planning_cost(to_schedule(d)): every piece once, a group's piece by its
+// width.
+std::int64_t draft_cost(const Draft& d, const std::vector<DocPiece>& pieces) {
+  std::int64_t cost = 0;
+  for (const LongSlot& slot : d.long_slots) {
+    cost += slot_planning_cost(pieces[slot.piece].length, slot.ranks.size());
+  }
+  for (const Gap& gap : d.gaps) {
+    for (const std::size_t i : gap.pieces) cost += pieces[i].length;
+  }
+  for (const std::vector<Row>& rows : d.rows) {
+    for (const Row& row : rows) {
+      for (const std::size_t i : row.pieces) cost += pieces[i].length;
+    }
+  }
+  return cost;
+}
+
+}  // namespace
+
+std::int64_t planning_cost(const Schedule& schedule) {
+  std::int64_t cost = 0;
+  for (const ScheduleSlot& slot : schedule.slots) {
+    std::int64_t n = 0;
+    for (const DocPiece& piece : slot.pieces) n += piece.length;
+    cost += slot_planning_cost(n, slot.ranks.size());
+  }
+  return cost;
+}
+
+// Rule 8's rows of `capacity` tokens: the pieces that fit one, best fit
+// by room (ties: the row that took that room first), longest first. A
+// row's work is summed as its pieces join, in their order; its pieces are
+// kept only `with_pieces` (where the schedule is made). The map's nodes
+// come from a pool freed at once.
+DraftSet::Rows DraftSet::best_fit(std::int64_t capacity, bool with_pieces) const {
+  Rows rows;
+  std::pmr::monotonic_buffer_resource pool;
+  std::pmr::multimap<std::int64_t, std::size_t> by_room(&pool);  // room -> row
+  for (const std::size_t i : prep_.by_length) {
+    const std::int64_t len = prep_.pieces[i].length;
+    if (len > capacity) continue;  // a group's piece
+    auto it = by_room.lower_bound(len);
+    std::size_t k = rows.room.size();
+    if (it == by_room.end()) {
+      rows.room.push_back(capacity);
+      rows.work.push_back(0.0);
+      if (with_pieces) rows.pieces.emplace_back();
+    } else {
+      k = it->second;
+      by_room.erase(it);
+    }
+    rows.room[k] -= len;
+    rows.work[k] += prep_.work[i];
+    if (with_pieces) rows.pieces[k].push_back(i);
+    by_room.emplace(rows.room[k], k);
+  }
+  return rows;
+}
+
+// Equal groups (rule 8): the world as floor(W / g) groups of g consecutive
+// ranks. A piece longer than g x T runs over the m groups it needs that
+// free up first (longest first); the other pieces are best fit, longest
+// first, into rows of g x T tokens, and the rows, by estimated time,
+// longest first, go to the group that frees up first. Batches of many long
+// pieces of similar size pack better into shared rows than one piece per
+// group. Returns the estimated finish; `out`, when given, gets the
+// schedule; `fits` is false where a piece needs more groups than there are.
+double DraftSet::packed(std::int32_t g, Schedule* out, std::int64_t& cost, bool& fits) const {
+  const ScheduleRequest& request = request_;
+  const std::int64_t capacity = static_cast<std::int64_t>(g) * request.max_tokens_per_rank;
+  const std::int32_t groups = request.world_size / g;
+  // Groups by load, ties by index, kept as loads change (a scan of every
+  // group per row was O(W) a row).
+  LoadOrder load(groups);
+  std::vector<std::int32_t> wave(static_cast<std::size_t>(groups), 0);
+  cost = 0;
+  fits = true;
+  // The pieces of row `row`, or the long piece i when `row` is null.
+  const auto place = [&](std::span<const std::int32_t> chosen, const std::vector<std::size_t>* row,
+                         std::size_t i, double time) {
+    double start = 0;
+    for (const std::int32_t k : chosen) start = std::max(start, load.at(k));
+    if (out != nullptr) {
+      ScheduleSlot slot;
+      for (const std::int32_t k : chosen) {
+        slot.wave = std::max(slot.wave, wave[k]);
+        for (std::int32_t a = 0; a < g; ++a) slot.ranks.push_back(k * g + a);
+      }
+      if (row == nullptr) {
+        slot.pieces.push_back(prep_.pieces[i]);
+      } else {
+        for (const std::size_t j : *row) slot.pieces.push_back(prep_.pieces[j]);
+      }
+      for (const std::int32_t k : chosen) wave[k] = slot.wave + 1;
+      out->slots.push_back(std::move(slot));
+    }
+    for (const std::int32_t k : chosen) load.set(k, start + time);
+  };
+  for (const std::size_t i : prep_.by_length) {
+    const std::int64_t len = prep_.pieces[i].length;
+    if (len <= capacity) continue;  // a row's piece (best_fit)
+    const auto m = static_cast<std::int32_t>(ceil_div(len, capacity));
+    if (m > groups) {
+      fits = false;
+      return 0;
+    }
+    const std::int32_t n = m * g;
+    cost += slot_planning_cost(len, static_cast<std::size_t>(n));
+    place(load.earliest(m), nullptr, i,
+          est_.slot_time(prep_.work[i], len, n, std::min(n, request.profile.ranks_per_node)));
+  }
+  const Rows rows = best_fit(capacity, out != nullptr);
+  const std::vector<std::int64_t>& room = rows.room;
+  const std::vector<double>& row_work = rows.work;
+  const std::vector<std::vector<std::size_t>>& row_pieces = rows.pieces;
+  std::vector<double> time(room.size());
+  for (std::size_t k = 0; k < room.size(); ++k) {
+    time[k] = row_work[k] / g + request.profile.slot_seconds;
+    cost += slot_planning_cost(capacity - room[k], static_cast<std::size_t>(g));
+  }
+  std::vector<std::size_t> order(room.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return time[a] > time[b]; });
+  for (const std::size_t k : order) {
+    const std::int32_t least = load.least();
+    place(std::span<const std::int32_t>(&least, 1), out != nullptr ? &row_pieces[k] : nullptr, 0,
+          time[k]);
+  }
+  return load.latest();
+}
+
+// The equal-groups drafts for g = 1, 2, 4, ... and W, by estimated finish
+// (ties: the smaller g), so that the planning budget goes to the likeliest
+// of them: the first right after the estimate's choice, the others last.
+void DraftSet::add_packed() {
+  std::int64_t tokens = 0;
+  for (const DocPiece& piece : prep_.pieces) tokens += piece.length;
+  // A group wider than the batch has key blocks is wider than any row it
+  // runs (kBlocksPerMember), and pricing it costs g^2.
+  const std::int64_t widest = widest_useful_group(tokens, request_.block_size);
+  const std::int32_t world = request_.world_size;
+  std::vector<std::pair<double, Entry>> packed_drafts;
+  for (std::int32_t g = 1; g <= world; g = (g == world ? world + 1 : std::min(world, 2 * g))) {
+    if (g > 1 && g > widest) break;
+    Entry entry;
+    entry.packed = true;
+    entry.index = static_cast<std::size_t>(g);
+    bool fits = true;
+    const double finish = packed(g, nullptr, entry.cost, fits);
+    if (fits && !prep_.pieces.empty()) packed_drafts.emplace_back(finish, std::move(entry));
+  }
+  std::stable_sort(packed_drafts.begin(), packed_drafts.end(),
+                   [](const auto& x, const auto& y) { return x.first < y.first; });
+  for (std::size_t k = 0; k < packed_drafts.size(); ++k) {
+    const auto at = k == 0 ? entries_.begin() + 1 : entries_.end();
+    entries_.insert(at, std::move(packed_drafts[k].second));
+  }
+}
+
+DraftSet::DraftSet(const ScheduleRequest& request, bool every) : request_(request), est_(request) {
+  prep_.pieces = schedule_pieces(request);
+  prep_.work.resize(prep_.pieces.size());
+  double total = 0;
+  std::int64_t tokens = 0;
+  for (std::size_t i = 0; i < prep_.pieces.size(); ++i) {
+    prep_.work[i] = est_.work(prep_.pieces[i].length);
+    total += prep_.work[i];
+    tokens += prep_.pieces[i].length;
+  }
+  prep_.order.resize(prep_.pieces.size());
+  std::iota(prep_.order.begin(), prep_.order.end(), std::size_t{0});
+  std::stable_sort(prep_.order.begin(), prep_.order.end(),
+                   [&](std::size_t a, std::size_t b) { return prep_.work[a] > prep_.work[b]; });
+  prep_.mean_load =
+      (total + request.profile.slot_seconds *
+                   static_cast<double>(ceil_div(tokens, request.max_tokens_per_rank))) /
+      request.world_size;
+  for (const bool group_heavy : {true, false}) {
+    Batch batch{request,     prep_.pieces,    prep_.work,
+                prep_.order, prep_.mean_load, std::vector<char>(prep_.pieces.size(), 0)};
+    bool any_long = false;
+    bool any_heavy = false;
+    for (std::size_t i = 0; i < prep_.pieces.size(); ++i) {
+      const bool heavy = prep_.work[i] + request.profile.slot_seconds > batch.mean_load;
+      const bool long_piece = prep_.pieces[i].length > request.max_tokens_per_rank;
+      batch.grouped[i] = long_piece || (group_heavy && heavy);
+      any_long = any_long || batch.grouped[i];
+      any_heavy = any_heavy || (heavy && !long_piece);
+    }
+    if (!group_heavy && !any_heavy) break;  // the same batch again
+    const std::size_t first = drafts_.size();
+    drafts_.push_back(draft(batch, est_, GroupRule::kMeanLoad));
+    if (any_long) {
+      for (const GroupRule rule :
+           {GroupRule::kTimelineMeanLoad, GroupRule::kSoonestEnd, GroupRule::kBalancedEnd}) {
+        // Only the soonest is used without `every`: a draft that cannot
+        // finish before it is not packed (its makespan then kNoEnd).
+        Draft other = draft(batch, est_, rule, every ? kNoEnd : drafts_[first].makespan);
+        if (other.makespan < drafts_[first].makespan) std::swap(other, drafts_[first]);
+        drafts_.push_back(std::move(other));
+      }
+    }
+    if (!every) break;
+  }
+  // Without `every` only the estimate's choice is used: the others stay drafts.
+  for (std::size_t k = 0; k < (every ? drafts_.size() : 1); ++k) {
+    Entry entry;
+    entry.index = k;
+    entry.cost = draft_cost(drafts_[k], prep_.pieces);
+    entries_.push_back(std::move(entry));
+  }
+  if (every) {
+    prep_.by_length.resize(prep_.pieces.size());
+    std::iota(prep_.by_length.begin(), prep_.by_length.end(), std::size_t{0});
+    std::stable_sort(prep_.by_length.begin(), prep_.by_length.end(),
+                     [&](std::size_t a, std::size_t b) {
+                       return prep_.pieces[a].length > prep_.pieces[b].length;
+                     });
+    add_packed();
+  }
+}
+
+Schedule& DraftSet::at(std::size_t k) {
+  Entry& entry = entries_[k];
+  if (!entry.made) {
+    if (entry.packed) {
+      Schedule s;
+      s.strategy_used = "hybrid";
+      std::int64_t cost = 0;
+      bool fits = true;
+      packed(static_cast<std::int32_t>(entry.index), &s, cost, fits);
+      entry.made = std::move(s);
+    } else {
+      entry.made = to_schedule(drafts_[entry.index], prep_.pieces, request_.world_size);
+    }
+  }
+  return *entry.made;
+}
+
+}  // namespace fulcrum::hybrid

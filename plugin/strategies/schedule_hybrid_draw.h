@@ -1,0 +1,76 @@
+// Every draft hybrid may plan for a batch (docs/HYBRID.md rules 1 to 4 and
+// 8), drawn once per answer and made a schedule only when a caller asks
+// for it: planning reaches the first few within its budget, and the others
+// need only their planning cost to be passed over.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "fulcrum/schedule_types.h"
+#include "strategies/schedule_hybrid_draft.h"
+
+namespace fulcrum::hybrid {
+
+// What planning a slot costs, in tokens: a slot of g members is balanced
+// over g and its exchange counted over g^2 member pairs, so a row of more
+// than kWideSlot members counts g / kWideSlot times its tokens.
+inline constexpr std::int64_t kWideSlot = 64;
+
+inline std::int64_t slot_planning_cost(std::int64_t tokens, std::size_t members) {
+  return tokens * std::max<std::int64_t>(1, static_cast<std::int64_t>(members) / kWideSlot);
+}
+
+std::int64_t planning_cost(const Schedule& schedule);
+
+// The batch's drafts in the order they are planned: the estimate's choice
+// (soonest estimated finish, first of equals) first; with `every`, the
+// equal-groups draft (rule 8) of soonest estimated finish next, then the
+// other group rules' drafts (with and without rule 1's heavy pieces as
+// groups), then the other equal-groups drafts by estimated finish. Without
+// `every`, the estimate's choice alone, the others left unpacked where they
+// cannot finish before it.
+class DraftSet {
+ public:
+  DraftSet(const ScheduleRequest& request, bool every);
+
+  std::size_t size() const { return entries_.size(); }
+  // planning_cost(at(k)), without making the schedule.
+  std::int64_t cost(std::size_t k) const { return entries_[k].cost; }
+  // Draft k as a schedule, made on first use; a caller may move it out.
+  Schedule& at(std::size_t k);
+
+ private:
+  struct Entry {
+    bool packed = false;    // an equal-groups draft (rule 8), else a group rule's
+    std::size_t index = 0;  // into drafts_, or the group size g
+    std::int64_t cost = 0;
+    std::optional<Schedule> made;
+  };
+  struct Prepared {
+    std::vector<DocPiece> pieces;
+    std::vector<double> work;
+    std::vector<std::size_t> order;      // by work, largest first
+    std::vector<std::size_t> by_length;  // by length, longest first
+    double mean_load = 0;
+  };
+  struct Rows {
+    std::vector<std::int64_t> room;
+    std::vector<double> work;
+    std::vector<std::vector<std::size_t>> pieces;  // where asked for
+  };
+  Rows best_fit(std::int64_t capacity, bool with_pieces) const;
+  double packed(std::int32_t g, Schedule* out, std::int64_t& cost, bool& fits) const;
+  void add_packed();
+
+  const ScheduleRequest& request_;
+  Estimator est_;
+  Prepared prep_;
+  std::vector<Draft> drafts_;
+  std::vector<Entry> entries_;
+};
+
+}  // namespace fulcrum::hybrid

@@ -1,0 +1,190 @@
+// The structures that let hybrid's large answers skip work without changing
+// them (issue 25 item 4), each held to a full recount on seeded random
+// input: rule 10's ranks by finish (FinishOrder) against a scan of every
+// rank; the drafts made only when planning asks (DraftSet) against their
+// slots' costs counted here; and the bound that stops planning a draft
+// early (slot_length_lower_bound) against every slot's exact length.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "fulcrum/core/cost_profile.h"
+#include "fulcrum/core/random.h"
+#include "fulcrum/core/schedule.h"
+#include "schedule_random_mask.h"
+#include "strategies/schedule_hybrid_draft.h"
+#include "strategies/schedule_hybrid_draw.h"
+#include "strategies/schedule_hybrid_refine.h"
+#include "strategies/schedule_strategies.h"
+
+namespace fulcrum {
+namespace {
+
+// Finishes drawn from a few values, so that ties (which the order breaks by
+// rank) are common.
+double random_finish(SplitMix64& rng) { return 0.25 * static_cast<double>(rng.uniform(0, 6)); }
+
+TEST(HybridDraw, FinishOrderIsAFullRecount) {
+  SplitMix64 rng(3301);
+  for (int c = 0; c < 200; ++c) {
+    const auto world = static_cast<std::size_t>(rng.uniform(1, 40));
+    std::vector<double> finish(world);
+    for (double& f : finish) f = random_finish(rng);
+    hybrid::FinishOrder order;
+    order.reset(finish);
+    std::vector<std::int32_t> firsts;
+    for (int move = 0; move < 60; ++move) {
+      const auto last = static_cast<std::int32_t>(std::max_element(finish.begin(), finish.end()) -
+                                                  finish.begin());
+      const auto first = static_cast<std::int32_t>(std::min_element(finish.begin(), finish.end()) -
+                                                   finish.begin());
+      ASSERT_EQ(order.last(), last) << "case " << c << " move " << move;
+      ASSERT_EQ(order.first(), first) << "case " << c << " move " << move;
+      std::vector<std::int32_t> by(world);
+      std::iota(by.begin(), by.end(), 0);
+      std::sort(by.begin(), by.end(), [&](std::int32_t x, std::int32_t y) {
+        return finish[x] < finish[y] || (finish[x] == finish[y] && x < y);
+      });
+      const std::size_t n = std::min<std::size_t>(world, 8);
+      order.firsts(n, firsts);
+      ASSERT_EQ(firsts, std::vector<std::int32_t>(by.begin(), by.begin() + n)) << "case " << c;
+      const auto a = static_cast<std::int32_t>(rng.uniform(0, world - 1));
+      const auto b = static_cast<std::int32_t>(rng.uniform(0, world - 1));
+      double latest = -std::numeric_limits<double>::infinity();
+      for (std::size_t x = 0; x < world; ++x) {
+        if (static_cast<std::int32_t>(x) != a && static_cast<std::int32_t>(x) != b) {
+          latest = std::max(latest, finish[x]);
+        }
+      }
+      ASSERT_EQ(order.latest_without(a, b), latest) << "case " << c << " move " << move;
+      // A move: one or two ranks' finishes change.
+      const double fa = random_finish(rng);
+      order.set(a, finish[a], fa);
+      finish[a] = fa;
+      if (b != a) {
+        const double fb = random_finish(rng);
+        order.set(b, finish[b], fb);
+        finish[b] = fb;
+      }
+    }
+  }
+}
+
+// Rule 8's rows go to the least loaded group (LoadOrder::least): the
+// first of a scan by load, ties by index, after random changes with ties.
+TEST(HybridDraw, LeastLoadedGroupIsTheScan) {
+  SplitMix64 rng(3304);
+  for (int c = 0; c < 200; ++c) {
+    const auto count = static_cast<std::int32_t>(rng.uniform(1, 200));
+    hybrid::LoadOrder order(count);
+    std::vector<double> load(static_cast<std::size_t>(count), 0.0);
+    for (int step = 0; step < 300; ++step) {
+      const auto least = std::min_element(load.begin(), load.end()) - load.begin();
+      ASSERT_EQ(order.least(), least) << "case " << c << " step " << step;
+      const auto k = static_cast<std::int32_t>(rng.uniform(0, count - 1));
+      load[static_cast<std::size_t>(k)] = random_finish(rng);
+      order.set(k, load[static_cast<std::size_t>(k)]);
+    }
+  }
+}
+
+ScheduleRequest random_request(SplitMix64& rng) {
+  ScheduleRequest r;
+  const std::vector<std::int32_t> worlds = {1, 2, 3, 5, 8, 12, 16, 31, 64, 128};
+  r.world_size = worlds[rng.next() % worlds.size()];
+  r.block_size = rng.uniform(0, 1) == 0 ? 16 : 64;
+  r.max_tokens_per_rank = r.block_size * rng.uniform(1, 16);
+  r.mask = schedule_tests::random_dense_mask(rng, r.block_size);
+  r.profile = *builtin_cost_profile(rng.uniform(0, 1) == 0 ? "h100_7b" : "cpu_gloo");
+  r.profile.ranks_per_node = static_cast<std::int32_t>(rng.uniform(1, 8));
+  r.profile.inter_node_bytes_per_second =
+      r.profile.intra_node_bytes_per_second / static_cast<double>(rng.uniform(1, 16));
+  const std::int64_t cap = 3 * r.world_size * r.max_tokens_per_rank;
+  const std::int64_t docs = rng.uniform(1, 80);
+  std::int64_t tokens = 0;
+  for (std::int64_t i = 0; i < docs && tokens <= cap; ++i) {
+    // Log-uniform over 1 .. 2 W T: mostly short, some over many ranks.
+    const double u = static_cast<double>(rng.next() >> 11) / 9007199254740992.0;
+    const double top = std::log(static_cast<double>(2 * r.world_size * r.max_tokens_per_rank));
+    r.doc_lengths.push_back(std::max<std::int64_t>(1, std::llround(std::exp(u * top))));
+    tokens += r.doc_lengths.back();
+  }
+  return r;
+}
+
+// Planning cost recounted from a schedule's slots: tokens, times
+// floor(g / 64) for a slot of more than 64 members.
+std::int64_t recount_cost(const Schedule& s) {
+  std::int64_t cost = 0;
+  for (const ScheduleSlot& slot : s.slots) {
+    std::int64_t tokens = 0;
+    for (const DocPiece& p : slot.pieces) tokens += p.length;
+    const auto g = static_cast<std::int64_t>(slot.ranks.size());
+    cost += tokens * (g > 64 ? g / 64 : 1);
+  }
+  return cost;
+}
+
+TEST(HybridDraw, EveryDraftCostsWhatItsSlotsCostAndCoversTheBatch) {
+  SplitMix64 rng(3302);
+  int drafts = 0;
+  for (int c = 0; c < 200; ++c) {
+    const ScheduleRequest r = random_request(rng);
+    const std::int64_t tokens =
+        std::accumulate(r.doc_lengths.begin(), r.doc_lengths.end(), std::int64_t{0});
+    hybrid::DraftSet every(r, true);
+    hybrid::DraftSet decided(r, false);
+    ASSERT_EQ(decided.size(), 1u);
+    ASSERT_GE(every.size(), 1u);
+    EXPECT_EQ(decided.cost(0), recount_cost(decided.at(0))) << "case " << c;
+    EXPECT_EQ(recount_cost(decided.at(0)), recount_cost(every.at(0))) << "case " << c;
+    EXPECT_EQ(decided.at(0).slots.size(), every.at(0).slots.size()) << "case " << c;
+    for (std::size_t k = 0; k < every.size(); ++k) {
+      const std::int64_t cost = every.cost(k);
+      const Schedule& s = every.at(k);
+      EXPECT_EQ(cost, recount_cost(s)) << "case " << c << " draft " << k;
+      // Every draft runs every token once: its cost is at least the batch's.
+      std::int64_t placed = 0;
+      for (const ScheduleSlot& slot : s.slots) {
+        for (const DocPiece& p : slot.pieces) placed += p.length;
+      }
+      EXPECT_EQ(placed, tokens) << "case " << c << " draft " << k;
+      EXPECT_GE(cost, tokens) << "case " << c << " draft " << k;
+      ++drafts;
+    }
+  }
+  EXPECT_GT(drafts, 400);
+}
+
+// The cut in planning another draft (schedule_hybrid.cpp,
+// plan_slots_below) stops once the timeline of exact lengths and lower
+// bounds reaches the best step: exact only where no slot ends before its
+// bound.
+TEST(HybridDraw, NoSlotEndsBeforeItsLowerBound) {
+  SplitMix64 rng(3303);
+  int slots = 0;
+  for (int c = 0; c < 120; ++c) {
+    const ScheduleRequest r = random_request(rng);
+    hybrid::DraftSet every(r, true);
+    for (std::size_t k = 0; k < every.size(); ++k) {
+      Schedule s = every.at(k);
+      for (ScheduleSlot& slot : s.slots) {
+        const Result<double> length = hybrid::plan_slot_compact(r, slot);
+        ASSERT_TRUE(length.is_ok()) << length.status().message();
+        EXPECT_LE(slot_length_lower_bound(r, slot) * (1 - 1e-9), *length)
+            << "case " << c << " draft " << k;
+        ++slots;
+      }
+    }
+  }
+  EXPECT_GT(slots, 1000);
+}
+
+}  // namespace
+}  // namespace fulcrum

@@ -162,8 +162,9 @@ Result<std::string> save_checkpoint(const std::string& dir, const Checkpoint& ch
 
 // Creates `dir` when missing (no directory it makes wider than 0755) and
 // checks that it is a writable directory that not every user may write
-// (unless sticky), so that a bad train.checkpoint_dir fails before training
-// rather than at the first checkpoint.
+// (unless sticky), that no other user owns (unless shared with a group) or
+// may repoint through a link on its path, so that a bad train.checkpoint_dir
+// fails before training rather than at the first checkpoint.
 Status prepare_checkpoint_dir(const std::string& dir);
 
 // Refuses the open checkpoint `fd` at `path` when neither root nor this user

@@ -212,6 +212,39 @@ void make_directories(const fs::path& dir, std::error_code& ec) {
   }
 }
 
+// Why another user could take the checkpoints in `dir` away, or "": a
+// symbolic link on its path that another user owns (they may repoint it),
+// or the directory it names owned by another user who is not sharing it
+// with a group (its owner may delete or rename any file in it, sticky bit
+// or not). A group's shared directory is allowed: read_checkpoint resumes
+// only from files this user wrote.
+std::string other_user(uid_t uid) {
+  return "uid " + std::to_string(uid) + " (neither root nor this user, uid " +
+         std::to_string(::geteuid()) + ")";
+}
+
+std::string foreign_checkpoint_dir(const std::string& dir) {
+  std::error_code ec;
+  fs::path prefix;
+  for (const fs::path& part : fs::absolute(dir, ec)) {
+    prefix /= part;
+    struct stat ls {};
+    if (::lstat(prefix.c_str(), &ls) == 0 && S_ISLNK(ls.st_mode) &&
+        !host::trusted_owner(ls.st_uid)) {
+      return "the symbolic link " + prefix.string() + " on its path is owned by " +
+             other_user(ls.st_uid) + ", who may repoint it to a directory of theirs";
+    }
+  }
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0 || host::trusted_owner(st.st_uid)) return "";
+  const bool group_shared = (st.st_mode & S_IWGRP) != 0 && (st.st_mode & S_IWOTH) == 0;
+  if (group_shared) return "";
+  const fs::path real = fs::canonical(dir, ec);
+  return (ec || real == fs::path(dir) ? std::string("it") : real.string()) + " is owned by " +
+         other_user(st.st_uid) +
+         ", who may delete or replace the run's checkpoints in it, sticky bit or not";
+}
+
 }  // namespace
 
 Result<std::string> save_checkpoint(const std::string& dir, const Checkpoint& checkpoint,
@@ -266,6 +299,10 @@ Status prepare_checkpoint_dir(const std::string& dir) {
   // write, unless it is sticky like /tmp. (A group's shared directory is
   // allowed: the checkpoints it holds are resumed from only when this user
   // wrote them, read_checkpoint.)
+  if (std::string why = foreign_checkpoint_dir(dir); !why.empty()) {
+    return invalid_argument("train.checkpoint_dir " + dir + ": " + why +
+                            "; choose a directory that you or root own");
+  }
   struct stat st {};
   if (::stat(dir.c_str(), &st) == 0 && (st.st_mode & S_IWOTH) != 0 && (st.st_mode & S_ISVTX) == 0) {
     char mode[8];

@@ -408,6 +408,45 @@ TEST(CheckpointFiles, ADirectoryAnyUserMayWriteIsRefused) {
   EXPECT_EQ(st.st_mode & 07777, 0755u);
 }
 
+// A directory another user owns is theirs to empty: the sticky bit keeps
+// others from moving our files, never the directory's owner; and a link
+// another user owns may be repointed by them. Both refused, links resolved;
+// a group's shared directory stays allowed (read_checkpoint guards it).
+TEST(CheckpointFiles, ADirectoryOrLinkAnotherUserControlsIsRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "giving a directory to another user needs root";
+  test::TempDir dir("fulcrum_ckpt");
+  const std::string theirs = dir.at("theirs");
+  ASSERT_TRUE(prepare_checkpoint_dir(theirs));
+  ASSERT_EQ(::chmod(theirs.c_str(), 01777), 0);
+  ASSERT_EQ(::chown(theirs.c_str(), 65534, 65534), 0);
+  const std::string via_link = dir.at("mine");
+  ASSERT_EQ(::symlink(theirs.c_str(), via_link.c_str()), 0);
+  for (const std::string& named : {theirs, via_link}) {
+    const Status s = prepare_checkpoint_dir(named);
+    ASSERT_FALSE(s) << named;
+    EXPECT_NE(s.message().find("train.checkpoint_dir " + named), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("owned by uid 65534"), std::string::npos) << s.message();
+    EXPECT_EQ(s.message().find('\n'), std::string::npos);
+  }
+  ASSERT_EQ(::chmod(theirs.c_str(), 0755), 0);  // only its owner (and root) may write
+  EXPECT_FALSE(prepare_checkpoint_dir(theirs));
+  ASSERT_EQ(::chmod(theirs.c_str(), 0775), 0);  // a group's shared directory
+  EXPECT_TRUE(prepare_checkpoint_dir(theirs));
+  // Our own directory behind a link another user owns (in /tmp, say).
+  const std::string own = dir.at("own");
+  ASSERT_TRUE(prepare_checkpoint_dir(own));
+  const std::string planted = dir.at("planted");
+  ASSERT_EQ(::symlink(own.c_str(), planted.c_str()), 0);
+  ASSERT_EQ(::lchown(planted.c_str(), 65534, 65534), 0);
+  const Status s = prepare_checkpoint_dir(planted);
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.message().find("symbolic link " + planted + " on its path is owned by uid 65534"),
+            std::string::npos)
+      << s.message();
+  ASSERT_EQ(::lchown(planted.c_str(), 0, 0), 0);
+  EXPECT_TRUE(prepare_checkpoint_dir(planted));
+}
+
 // A checkpoint another user owns could have been planted (a group's or a
 // sticky directory lets them add files): never resumed from.
 TEST(CheckpointFiles, ACheckpointAnotherUserOwnsIsNotResumedFrom) {

@@ -583,3 +583,21 @@ def test_member_weights_no_plan_takes_are_refused(test_plugins, kind, says):
         assert broken.schedule("fixed", **args).slots  # the full answer carries none
         refused(lambda: broken.schedule("fixed", compact_rank=0, **args), "internal",
                 "plugin 'broken_compact'", "slot 0: ", says)
+
+
+@pytest.mark.parametrize("weights, says", [
+    (["1", "2"], "str"), ([b"1", b"2"], "bytes"), ([True, False], "bool"),
+    (np.array([True, True]), "bool"), ([1, None], "None"), ([1.0, 1j], "complex"),
+    (np.array(["1.5", "2"]), "str"), ({0: 1.0, 1: 1.0}, "dict"), ("12", "str")])
+def test_member_weights_of_another_type_are_refused(balancer, weights, says):
+    """plan_cp takes member weights as numbers only: NumPy would read the
+    text '1' as 1.0 and True as 1.0, so a caller's mix-up (weights read from
+    a file as text, a mask of booleans) would be planned silently."""
+    refused(lambda: balancer.plan_cp("per_document_weighted", cp=2, tokens=10,
+                                     member_weights=weights), "invalid_argument",
+            "member_weights", says, "give one number per member")
+    # Numbers of any width are taken as they are.
+    for ok in ([1, 3], np.array([1, 3], dtype=np.int8), np.array([1.0, 3.0], dtype=np.float32),
+               (1.0, 3.0), np.array([1, 3], dtype=np.uint64)):
+        plan = balancer.plan_cp("per_document_weighted", cp=2, tokens=40, member_weights=ok)
+        assert plan.used == "per_document_weighted" and plan.rank_tokens.tolist() == [10, 30]

@@ -8,6 +8,7 @@ import dataclasses
 import os
 import random
 import socket
+import warnings
 
 import numpy as np
 import pytest
@@ -601,3 +602,17 @@ def test_member_weights_of_another_type_are_refused(balancer, weights, says):
                (1.0, 3.0), np.array([1, 3], dtype=np.uint64)):
         plan = balancer.plan_cp("per_document_weighted", cp=2, tokens=40, member_weights=ok)
         assert plan.used == "per_document_weighted" and plan.rank_tokens.tolist() == [10, 30]
+
+
+def test_member_weights_whose_sum_overflows_are_refused_without_a_warning(balancer):
+    """Two weights of 1e308 are each finite but sum to inf: refused with the
+    one error, and NumPy's overflow warning is not printed on its way."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        refused(lambda: balancer.plan_cp("per_document_weighted", cp=2, tokens=10,
+                                         member_weights=[1e308, 1e308]),
+                "invalid_argument", "sum to inf")
+        # Denormal weights are weights: all of the row to the one above 0.
+        plan = balancer.plan_cp("per_document_weighted", cp=2, tokens=10,
+                                member_weights=[5e-324, 0.0])
+        assert plan.rank_tokens.tolist() == [10, 0]

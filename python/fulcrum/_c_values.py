@@ -190,7 +190,8 @@ def _member_weights(values, members):
     if bad.size:
         raise FulcrumError("invalid_argument", f"member weight {int(bad[0])} is "
                            f"{float(array[bad[0]])!r}; each weight must be finite and >= 0")
-    total = float(array.sum())
+    with np.errstate(over="ignore"):  # an overflowing sum is refused below, not warned about
+        total = float(array.sum())
     if not (np.isfinite(total) and total > 0):
         raise FulcrumError("invalid_argument", f"member weights sum to {total!r}; their sum "
                            "must be finite and > 0")

@@ -616,3 +616,26 @@ def test_member_weights_whose_sum_overflows_are_refused_without_a_warning(balanc
         plan = balancer.plan_cp("per_document_weighted", cp=2, tokens=10,
                                 member_weights=[5e-324, 0.0])
         assert plan.rank_tokens.tolist() == [10, 0]
+
+
+@pytest.mark.parametrize("kind, compact, says", [
+    ("weights_overflow", True, "slot 0: member weights sum to inf"),
+    ("weights_alone", True, "slot_weight_offsets and slot_weights must be both NULL or both set"),
+    ("weights_full", False, "a full answer with member weights"),
+    ("weight_offsets_back", True, "slot 1: slot_weight_offsets [4, -9223372036854775808) go "
+                                  "backwards")])
+def test_member_weights_a_plugin_lays_out_wrong_are_refused(test_plugins, kind, compact, says):
+    """ABI 1.5's two weight arrays as a hostile plugin could fill them: one
+    without the other, with a full answer, offsets that go back (by INT64_MIN,
+    which NumPy's difference wraps), weights whose sum overflows."""
+    path = test_plugins / f"libfulcrum_broken_compact_{kind}.so"
+    with fulcrum.load(str(path), check_permissions=False) as broken:
+        args = dict(world=8, max_tokens_per_rank=1000, doc_lengths=[2500, 1800, 900, 700, 400],
+                    profile="h100_7b", cp=4)
+        if compact:
+            assert broken.schedule("fixed", **args).slots  # the full answer has none
+            args["compact_rank"] = 0
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            refused(lambda: broken.schedule("fixed", **args), "internal",
+                    "plugin 'broken_compact'", says)

@@ -293,6 +293,43 @@ TEST(CheckpointFiles, SaveWritesAtomicallyAndKeepsTheNewest) {
   EXPECT_EQ(steps, (std::vector<std::int64_t>{5, 4, 3, 2}));
 }
 
+// Keeping the newest prunes only what this job could have written: a
+// directory, a link or another user's file named like an older checkpoint
+// (planted in a group's or a sticky directory, or the user's own) is left
+// where it is, and the run goes on; it never deletes another user's file.
+TEST(CheckpointFiles, PruningLeavesWhatItDidNotWrite) {
+  test::TempDir dir("fulcrum_ckpt");
+  const std::string d = dir.at("ck");
+  ASSERT_TRUE(prepare_checkpoint_dir(d));
+  fs::create_directories(d + "/step-00000001.ckpt/inside");  // not empty
+  write_all(dir.at("victim"), "keep");
+  ASSERT_EQ(::symlink(dir.at("victim").c_str(), (d + "/step-00000002.ckpt").c_str()), 0);
+  fs::create_directories(d + "/.step-00000003.ckpt.tmp/inside");
+  const bool root = ::geteuid() == 0;
+  if (root) {
+    write_all(d + "/step-00000004.ckpt", "theirs");
+    ASSERT_EQ(::chown((d + "/step-00000004.ckpt").c_str(), 65534, 65534), 0);
+    write_all(d + "/.step-00000004.ckpt.tmp", "theirs too");
+    ASSERT_EQ(::chown((d + "/.step-00000004.ckpt.tmp").c_str(), 65534, 65534), 0);
+  }
+  for (std::int64_t step = 5; step <= 7; ++step) {
+    Result<std::string> path = save_checkpoint(d, sample(step), 1);
+    ASSERT_TRUE(path) << path.status().message();
+  }
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(d)) names.push_back(e.path().filename());
+  std::sort(names.begin(), names.end());
+  std::vector<std::string> expected = {".step-00000003.ckpt.tmp", "step-00000001.ckpt",
+                                       "step-00000002.ckpt", "step-00000007.ckpt"};
+  if (root) {
+    expected.insert(expected.begin() + 1, ".step-00000004.ckpt.tmp");
+    expected.insert(expected.end() - 1, "step-00000004.ckpt");
+  }
+  EXPECT_EQ(names, expected);
+  std::ifstream victim(dir.at("victim"));
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(victim), {}), "keep");
+}
+
 TEST(CheckpointFiles, AtomicWriteFailsCleanly) {
   test::TempDir dir("fulcrum_ckpt");
   const Status s = write_file_atomically(dir.at("missing/x.ckpt"), "bytes");

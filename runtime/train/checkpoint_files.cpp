@@ -218,6 +218,14 @@ void make_directories(const fs::path& dir, std::error_code& ec) {
 // with a group (its owner may delete or rename any file in it, sticky bit
 // or not). A group's shared directory is allowed: read_checkpoint resumes
 // only from files this user wrote.
+// Whether `path` is a file this user could have written as a checkpoint
+// (not followed): pruning deletes nothing else, neither a directory or a
+// link named like one nor another user's file in a shared directory.
+bool written_by_this_user(const std::string& path) {
+  struct stat st {};
+  return ::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::geteuid();
+}
+
 std::string other_user(uid_t uid) {
   return "uid " + std::to_string(uid) + " (neither root nor this user, uid " +
          std::to_string(::geteuid()) + ")";
@@ -263,7 +271,7 @@ Result<std::string> save_checkpoint(const std::string& dir, const Checkpoint& ch
   if (!files) return files.status();
   std::int64_t kept = 0;
   for (const CheckpointFile& f : *files) {
-    if (f.step > step) continue;
+    if (f.step > step || !written_by_this_user(f.path)) continue;
     if (++kept <= keep) continue;
     if (!fs::remove(f.path, ec) && ec) {
       return invalid_argument("cannot delete old checkpoint " + f.path + ": " + ec.message());
@@ -273,7 +281,7 @@ Result<std::string> save_checkpoint(const std::string& dir, const Checkpoint& ch
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     if (name.size() > kTempSuffix.size() + 1 && name.front() == '.' &&
-        name.ends_with(kTempSuffix) &&
+        name.ends_with(kTempSuffix) && written_by_this_user(it->path().string()) &&
         checkpoint_step_of(
             std::string_view(name).substr(1, name.size() - 1 - kTempSuffix.size()))) {
       std::error_code ignored;  // best effort: a stale temporary file is only wasted space

@@ -112,6 +112,13 @@ std::string encode_checkpoint(const Checkpoint& checkpoint);
 // names the file in the one-line error, which says what is wrong with it.
 Result<Checkpoint> decode_checkpoint(std::string_view bytes, const std::string& source);
 
+// The header alone, from the first kCheckpointHeaderSize bytes of a file of
+// `file_size` bytes, checked as decode_checkpoint checks it (all but the
+// payload's CRC): a reader refuses a file of the wrong length before it
+// reads the payload into memory.
+Result<CheckpointHeader> decode_checkpoint_header(std::string_view head, std::uint64_t file_size,
+                                                  const std::string& source);
+
 // A tensor as a blob: u8 dtype code, u8 number of dimensions (<= 8), i64 per
 // dimension, then the elements, little-endian, row-major. The codes are
 // this format's own, not LibTorch's enum values, so a LibTorch upgrade

@@ -115,6 +115,31 @@ Status check_checkpoint_owner(int fd, const std::string& path) {
                           "copy this one yourself once you trust it");
 }
 
+namespace {
+
+// How many bytes of the open checkpoint `fd` to read: its header and the
+// payload that header promises, and one more (a file that grew while it was
+// read is then refused as too long); a header that does not match the
+// file's length is refused here, before anything else is read.
+Result<std::uint64_t> checkpoint_read_limit(int fd, const std::string& path) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    return invalid_argument("cannot examine checkpoint " + path + ": " + errno_text());
+  }
+  const auto size = static_cast<std::uint64_t>(st.st_size);
+  char head[kCheckpointHeaderSize] = {};
+  if (size < kCheckpointHeaderSize ||
+      ::pread(fd, head, sizeof head, 0) != static_cast<ssize_t>(sizeof head)) {
+    return std::uint64_t{kCheckpointHeaderSize};  // short: decode_checkpoint names it
+  }
+  Result<CheckpointHeader> header =
+      decode_checkpoint_header(std::string_view(head, sizeof head), size, path);
+  if (!header) return header.status();
+  return kCheckpointHeaderSize + header->payload_size + 1;
+}
+
+}  // namespace
+
 Result<Checkpoint> read_checkpoint(const std::string& path) {
   Result<host::InputFile> opened = host::open_input_file(
       path, {"checkpoint " + path,
@@ -132,10 +157,15 @@ Result<Checkpoint> read_checkpoint(const std::string& path) {
                             " is not a fulcrum checkpoint (it does not start with '" +
                             std::string(kCheckpointMagic) + "')");
   }
+  // Then the header against the file's length: a file longer than its
+  // payload (a sparse tail of gigabytes) is refused before it is read.
+  Result<std::uint64_t> limit = checkpoint_read_limit(fd.get(), path);
+  if (!limit) return limit.status();
   std::string bytes;
   char buffer[1 << 16];
-  for (;;) {
-    const ssize_t n = ::read(fd.get(), buffer, sizeof(buffer));
+  while (bytes.size() < *limit) {
+    const std::size_t want = std::min<std::uint64_t>(sizeof(buffer), *limit - bytes.size());
+    const ssize_t n = ::read(fd.get(), buffer, want);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return invalid_argument("cannot read checkpoint " + path + ": " + errno_text());
     if (n == 0) break;

@@ -166,6 +166,31 @@ TEST(CheckpointContainer, TrailingBytesForeignFilesAndOtherVersionsAreRefused) {
   EXPECT_NE(decode_error(impossible).find("impossible header"), std::string::npos);
 }
 
+// The header alone judges a file's length, so that a reader refuses a file
+// longer than its payload (a sparse tail of gigabytes) before reading it.
+TEST(CheckpointContainer, TheHeaderAloneJudgesTheFilesLength) {
+  const std::string bytes = encode_checkpoint(sample(3));
+  const std::string_view head(bytes.data(), kCheckpointHeaderSize);
+  Result<CheckpointHeader> h = decode_checkpoint_header(head, bytes.size(), "f");
+  ASSERT_TRUE(h) << h.status().message();
+  EXPECT_EQ(h->step, 3);
+  EXPECT_EQ(h->payload_size, bytes.size() - kCheckpointHeaderSize);
+  const std::uint64_t tail = std::uint64_t{3} << 30;
+  Result<CheckpointHeader> longer = decode_checkpoint_header(head, bytes.size() + tail, "f");
+  ASSERT_FALSE(longer);
+  EXPECT_NE(longer.status().message().find("checkpoint f has " + std::to_string(tail) +
+                                           " unexpected bytes after its"),
+            std::string::npos)
+      << longer.status().message();
+  Result<CheckpointHeader> shorter = decode_checkpoint_header(head, bytes.size() - 1, "f");
+  ASSERT_FALSE(shorter);
+  EXPECT_NE(shorter.status().message().find("is truncated"), std::string::npos);
+  EXPECT_FALSE(decode_checkpoint_header(head.substr(0, 10), bytes.size(), "f"));
+  std::string flipped(head);
+  flipped[20] ^= 1;
+  EXPECT_FALSE(decode_checkpoint_header(flipped, bytes.size(), "f"));
+}
+
 TEST(CheckpointContainer, MalformedBlobTablesAreRefusedEvenWithGoodChecksums) {
   const std::string bytes = encode_checkpoint(sample());
   // Blob 0's data length claims more than the payload holds.

@@ -533,6 +533,34 @@ TEST(CheckpointFiles, ACheckpointAnotherUserOwnsIsNotResumedFrom) {
   EXPECT_NE((*point)->refused[0].find("owned by uid 65534"), std::string::npos);
 }
 
+// A link another user planted, named like a newer checkpoint, that points
+// at a checkpoint of this user's (another run's, in another directory):
+// the file is this user's, but which one is resumed was the other user's
+// choice. Refused like their own file; a link this user made is followed.
+TEST(CheckpointFiles, ALinkAnotherUserOwnsIsNotResumedThrough) {
+  if (::geteuid() != 0) GTEST_SKIP() << "giving a link to another user needs root";
+  test::TempDir dir("fulcrum_ckpt");
+  const std::string other_run = dir.at("other_run");
+  const std::string d = dir.at("ck");
+  ASSERT_TRUE(save_checkpoint(other_run, sample(4), 3));
+  ASSERT_TRUE(save_checkpoint(d, sample(2), 3));
+  const std::string link = d + "/step-00000004.ckpt";
+  ASSERT_EQ(::symlink((other_run + "/step-00000004.ckpt").c_str(), link.c_str()), 0);
+  ASSERT_EQ(::lchown(link.c_str(), 65534, 65534), 0);
+  Result<Checkpoint> planted = read_checkpoint(link);
+  ASSERT_FALSE(planted);
+  EXPECT_NE(planted.status().message().find("checkpoint " + link +
+                                            " is a symbolic link owned by uid 65534"),
+            std::string::npos)
+      << planted.status().message();
+  Result<std::optional<ResumePoint>> point = latest_good_checkpoint(d);
+  ASSERT_TRUE(point) << point.status().message();
+  ASSERT_TRUE(point->has_value());
+  EXPECT_EQ((*point)->checkpoint.header.step, 2);
+  ASSERT_EQ(::lchown(link.c_str(), 0, 0), 0);
+  EXPECT_TRUE(read_checkpoint(link));
+}
+
 TEST(CheckpointSettings, DifferencesAreNamed) {
   EXPECT_EQ(describe_difference("a=1\nb=2\n", "a=1\nb=2\n"), "");
   EXPECT_EQ(describe_difference("a=1\nb=2\n", "a=1\nb=3\n"), "b is 2 in the checkpoint and 3 now");

@@ -105,8 +105,18 @@ Result<std::vector<CheckpointFile>> list_checkpoints(const std::string& dir) {
   return files;
 }
 
-// Every checkpoint a job resumes from is one this user (or root) wrote.
+// Every checkpoint a job resumes from is one this user (or root) wrote,
+// reached by a name this user or root made: a link another user owns
+// chose which of this user's files is read (another run's, say).
 Status check_checkpoint_owner(int fd, const std::string& path) {
+  struct stat ls {};
+  if (::lstat(path.c_str(), &ls) == 0 && S_ISLNK(ls.st_mode) && !host::trusted_owner(ls.st_uid)) {
+    return invalid_argument("checkpoint " + path + " is a symbolic link owned by uid " +
+                            std::to_string(ls.st_uid) + ", neither root nor this user (uid " +
+                            std::to_string(::geteuid()) +
+                            "), who may have planted it; resume from a checkpoint you wrote, "
+                            "by its own name or a link you made");
+  }
   struct stat st {};
   if (::fstat(fd, &st) != 0 || host::trusted_owner(st.st_uid)) return Status::ok();
   return invalid_argument("checkpoint " + path + " is owned by uid " + std::to_string(st.st_uid) +

@@ -174,6 +174,13 @@ Result<std::string> save_checkpoint(const std::string& dir, const Checkpoint& ch
 // fails before training rather than at the first checkpoint.
 Status prepare_checkpoint_dir(const std::string& dir);
 
+// Takes the lock `fulcrum train` holds on train.checkpoint_dir for its
+// whole run (an exclusive flock on the directory), held until this process
+// exits: for rank 0 of a job another launcher started (torchrun, srun),
+// which no fulcrum launcher locked for. Refused when another run holds it;
+// a file system without flock is let through, as it was.
+Status hold_checkpoint_dir_lock(const std::string& dir);
+
 // Refuses the open checkpoint `fd` at `path` when neither root nor this user
 // owns it: another user's file in the directory may have been planted.
 Status check_checkpoint_owner(int fd, const std::string& path);

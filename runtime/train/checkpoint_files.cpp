@@ -2,6 +2,7 @@
 // writes, keeping the newest, and choosing the newest intact one to resume
 // from. The bytes inside are checkpoint.cpp's.
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -360,6 +361,24 @@ Status prepare_checkpoint_dir(const std::string& dir) {
                             dir + "` (or +t), or choose a directory only you can write");
   }
   return Status::ok();
+}
+
+Status hold_checkpoint_dir_lock(const std::string& dir) {
+  static int held = -1;  // released when the process exits, however it ends
+  if (held >= 0) return Status::ok();
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Status::ok();  // prepare_checkpoint_dir or the reads name it
+  if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
+    held = fd;
+    return Status::ok();
+  }
+  const int err = errno;
+  ::close(fd);
+  if (err != EWOULDBLOCK) return Status::ok();
+  return invalid_argument("train.checkpoint_dir " + dir +
+                          " is in use by another fulcrum train run (it holds a lock on the "
+                          "directory); wait for it to end or give this run its own "
+                          "train.checkpoint_dir");
 }
 
 Result<std::optional<ResumePoint>> latest_good_checkpoint(const std::string& dir) {

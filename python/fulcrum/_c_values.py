@@ -3,6 +3,7 @@ them, memory lent to the plugin read-only and compared after the call, and
 text read back from the plugin within the host's bounds."""
 
 import ctypes
+import numbers
 
 import numpy as np
 
@@ -170,10 +171,18 @@ def _member_weights(values, members):
     if values is None:
         return None
     try:
-        array = np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError, OverflowError) as error:
+        raw = np.asarray(values)
+        odd = _not_numbers(raw)
+        array = None if odd else raw.astype(np.float64)
+    except (TypeError, ValueError, OverflowError, RecursionError, MemoryError) as error:
         raise FulcrumError("invalid_argument", f"member_weights is not a list of numbers: "
                            f"{type(error).__name__}: {error}") from None
+    if odd:
+        # NumPy would read the text '1' and True as 1.0: a caller's mix-up
+        # (weights read as text, a boolean mask) planned silently.
+        raise FulcrumError("invalid_argument", f"member_weights holds "
+                           f"{_input_file.shown(odd[0], 60)} of type {type(odd[0]).__name__}; "
+                           "give one number per member (int or float)")
     if array.ndim != 1 or array.size != members:
         raise FulcrumError("invalid_argument", f"member_weights has shape {array.shape} for "
                            f"{members} members; give one weight per member, or none")
@@ -181,11 +190,23 @@ def _member_weights(values, members):
     if bad.size:
         raise FulcrumError("invalid_argument", f"member weight {int(bad[0])} is "
                            f"{float(array[bad[0]])!r}; each weight must be finite and >= 0")
-    total = float(array.sum())
+    with np.errstate(over="ignore"):  # an overflowing sum is refused below, not warned about
+        total = float(array.sum())
     if not (np.isfinite(total) and total > 0):
         raise FulcrumError("invalid_argument", f"member weights sum to {total!r}; their sum "
                            "must be finite and > 0")
     return np.ascontiguousarray(array)
+
+
+def _not_numbers(array):
+    """The entries of ``array`` that are not real numbers (text, bytes,
+    bools, complex, None, containers), in order; [] when all are."""
+    if array.dtype.kind in "iuf":
+        return []
+    entries = array.ravel().tolist()
+    if array.dtype.kind != "O":
+        return entries[:1]
+    return [v for v in entries if isinstance(v, bool) or not isinstance(v, numbers.Real)]
 
 
 def _int64_array(values, name):

@@ -274,13 +274,21 @@ def _weights_of_slots(answer, compact, sizes, copy, bad):
     if not compact:
         raise FulcrumError("internal", bad + "a full answer with member weights; weights come "
                            "only with plans by rule")
-    offsets = copy(answer.slot_weight_offsets, count + 1, np.int64, "slot_weight_offsets")
-    counts = np.diff(offsets)
-    if offsets[0] != 0 or ((counts != 0) & (counts != sizes)).any():
-        s = int(np.flatnonzero((counts != 0) & (counts != sizes))[0]) if offsets[0] == 0 else 0
-        raise FulcrumError("internal", bad + f"slot {s}: slot_weight_offsets give "
-                           f"{int(counts[s])} member weights for {int(sizes[s])} members; give "
-                           "none or one per member")
+    # Python integers: NumPy's difference of int64 offsets would wrap.
+    offsets = copy(answer.slot_weight_offsets, count + 1, np.int64, "slot_weight_offsets").tolist()
+    if offsets[0] != 0:
+        raise FulcrumError("internal", bad + f"slot_weight_offsets[0] is {offsets[0]}, not 0")
+    counts = []
+    for s in range(count):
+        begin, end = offsets[s], offsets[s + 1]
+        if end < begin:
+            raise FulcrumError("internal", bad + f"slot {s}: slot_weight_offsets [{begin}, {end}) "
+                               "go backwards; they must be non-decreasing from 0")
+        if end - begin not in (0, int(sizes[s])):
+            raise FulcrumError("internal", bad + f"slot {s}: slot_weight_offsets give "
+                               f"{end - begin} member weights for {int(sizes[s])} members; give "
+                               "none or one per member")
+        counts.append(end - begin)
     values = copy(answer.slot_weights, int(offsets[-1]), np.float64, "slot_weights")
     out = []
     for s in range(count):

@@ -8,6 +8,7 @@ import dataclasses
 import os
 import random
 import socket
+import warnings
 
 import numpy as np
 import pytest
@@ -583,3 +584,58 @@ def test_member_weights_no_plan_takes_are_refused(test_plugins, kind, says):
         assert broken.schedule("fixed", **args).slots  # the full answer carries none
         refused(lambda: broken.schedule("fixed", compact_rank=0, **args), "internal",
                 "plugin 'broken_compact'", "slot 0: ", says)
+
+
+@pytest.mark.parametrize("weights, says", [
+    (["1", "2"], "str"), ([b"1", b"2"], "bytes"), ([True, False], "bool"),
+    (np.array([True, True]), "bool"), ([1, None], "None"), ([1.0, 1j], "complex"),
+    (np.array(["1.5", "2"]), "str"), ({0: 1.0, 1: 1.0}, "dict"), ("12", "str")])
+def test_member_weights_of_another_type_are_refused(balancer, weights, says):
+    """plan_cp takes member weights as numbers only: NumPy would read the
+    text '1' as 1.0 and True as 1.0, so a caller's mix-up (weights read from
+    a file as text, a mask of booleans) would be planned silently."""
+    refused(lambda: balancer.plan_cp("per_document_weighted", cp=2, tokens=10,
+                                     member_weights=weights), "invalid_argument",
+            "member_weights", says, "give one number per member")
+    # Numbers of any width are taken as they are.
+    for ok in ([1, 3], np.array([1, 3], dtype=np.int8), np.array([1.0, 3.0], dtype=np.float32),
+               (1.0, 3.0), np.array([1, 3], dtype=np.uint64)):
+        plan = balancer.plan_cp("per_document_weighted", cp=2, tokens=40, member_weights=ok)
+        assert plan.used == "per_document_weighted" and plan.rank_tokens.tolist() == [10, 30]
+
+
+def test_member_weights_whose_sum_overflows_are_refused_without_a_warning(balancer):
+    """Two weights of 1e308 are each finite but sum to inf: refused with the
+    one error, and NumPy's overflow warning is not printed on its way."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        refused(lambda: balancer.plan_cp("per_document_weighted", cp=2, tokens=10,
+                                         member_weights=[1e308, 1e308]),
+                "invalid_argument", "sum to inf")
+        # Denormal weights are weights: all of the row to the one above 0.
+        plan = balancer.plan_cp("per_document_weighted", cp=2, tokens=10,
+                                member_weights=[5e-324, 0.0])
+        assert plan.rank_tokens.tolist() == [10, 0]
+
+
+@pytest.mark.parametrize("kind, compact, says", [
+    ("weights_overflow", True, "slot 0: member weights sum to inf"),
+    ("weights_alone", True, "slot_weight_offsets and slot_weights must be both NULL or both set"),
+    ("weights_full", False, "a full answer with member weights"),
+    ("weight_offsets_back", True, "slot 1: slot_weight_offsets [4, -9223372036854775808) go "
+                                  "backwards")])
+def test_member_weights_a_plugin_lays_out_wrong_are_refused(test_plugins, kind, compact, says):
+    """ABI 1.5's two weight arrays as a hostile plugin could fill them: one
+    without the other, with a full answer, offsets that go back (by INT64_MIN,
+    which NumPy's difference wraps), weights whose sum overflows."""
+    path = test_plugins / f"libfulcrum_broken_compact_{kind}.so"
+    with fulcrum.load(str(path), check_permissions=False) as broken:
+        args = dict(world=8, max_tokens_per_rank=1000, doc_lengths=[2500, 1800, 900, 700, 400],
+                    profile="h100_7b", cp=4)
+        if compact:
+            assert broken.schedule("fixed", **args).slots  # the full answer has none
+            args["compact_rank"] = 0
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            refused(lambda: broken.schedule("fixed", **args), "internal",
+                    "plugin 'broken_compact'", says)

@@ -51,7 +51,9 @@ constexpr const char* kUsage =
     "so. --compare runs every scheduler on the same batch.\n"
     "Work estimated past 4 s or 1.5 GB is refused before it starts: about 8 x 10^6\n"
     "tokens, min(W, tokens) up to about 13,000, documents x max(W, 512) up to\n"
-    "2 x 10^7 (docs/RELIABILITY.md, \"Bounded before it starts\").\n";
+    "2 x 10^7, and for hybrid the squared widths of the pieces that need more\n"
+    "than one rank at T tokens each up to about 6 x 10^7 in all\n"
+    "(docs/RELIABILITY.md, \"Bounded before it starts\").\n";
 
 struct ScheduleFlags {
   std::string world;

@@ -308,9 +308,16 @@ Status PluginBalancer::copy_weights(const fulcrum_schedule& answer, bool compact
   }
   for (std::size_t s = 0; s < schedule.slots.size(); ++s) {
     ScheduleSlot& slot = schedule.slots[s];
+    // offsets[s] is in [0, the members so far]; offsets[s + 1] is the
+    // plugin's, compared before it is subtracted (INT64_MIN would overflow).
+    if (offsets[s + 1] < offsets[s]) {
+      return plugin_fault(bad + "slot " + std::to_string(s) + ": slot_weight_offsets [" +
+                          std::to_string(offsets[s]) + ", " + std::to_string(offsets[s + 1]) +
+                          ") go backwards; they must be non-decreasing from 0");
+    }
     const std::int64_t count = offsets[s + 1] - offsets[s];
     const auto g = static_cast<std::int64_t>(slot.ranks.size());
-    if (offsets[s + 1] < offsets[s] || (count != 0 && count != g)) {
+    if (count != 0 && count != g) {
       return plugin_fault(bad + "slot " + std::to_string(s) + ": slot_weight_offsets [" +
                           std::to_string(offsets[s]) + ", " + std::to_string(offsets[s + 1]) +
                           ") give " + std::to_string(count) + " member weights for " +

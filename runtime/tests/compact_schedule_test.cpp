@@ -237,7 +237,8 @@ INSTANTIATE_TEST_SUITE_P(
                       FaultCase{"compact_weights_inf", "member weight 0 is inf"},
                       FaultCase{"compact_weights_negative", "member weight 0 is -1"},
                       FaultCase{"compact_weights_zero_sum", "member weights sum to 0"},
-                      FaultCase{"compact_weights_count", "give 5 member weights for 4 members"}),
+                      FaultCase{"compact_weights_count", "give 5 member weights for 4 members"},
+                      FaultCase{"compact_weights_overflow", "member weights sum to inf"}),
     [](const auto& test) { return std::string(test.param.kind); });
 
 // A compact hybrid answer of the plugin with a per_document_weighted slot,
@@ -336,7 +337,14 @@ INSTANTIATE_TEST_SUITE_P(
         AnswerCase{"compact_unknown_bit", true, "answer_flags 5 holds bits this host does not"},
         AnswerCase{"compact_with_positions", true,
                    "a compact answer (FULCRUM_ANSWER_COMPACT) with"},
-        AnswerCase{"compact_null_rule", true, "slot_plan_strategies[0] is null"}),
+        AnswerCase{"compact_null_rule", true, "slot_plan_strategies[0] is null"},
+        AnswerCase{"compact_weights_alone", true,
+                   "slot_weight_offsets and slot_weights must be both NULL or both set, and "
+                   "slot_weight_offsets is NULL"},
+        AnswerCase{"compact_weights_full", false,
+                   "a full answer (positions written) with member weights"},
+        AnswerCase{"compact_weight_offsets_back", true,
+                   "slot 1: slot_weight_offsets [4, -9223372036854775808) go backwards"}),
     [](const auto& test) { return std::string(test.param.kind); });
 
 // A rule naming a CP strategy the plugin does not have: the host takes the

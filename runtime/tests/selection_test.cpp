@@ -470,5 +470,15 @@ TEST(BuiltinBalancerTest, UnknownStrategiesAreNotFound) {
   EXPECT_EQ(dp.status().code(), StatusCode::kNotFound);
 }
 
+// A log line is one line whatever its message holds: a path or a peer's
+// text with a line break, a carriage return or an escape sequence would
+// otherwise split it or rewrite what the terminal shows.
+TEST(HostLog, ALineStaysOneLineWhateverTheMessageHolds) {
+  testing::internal::CaptureStderr();
+  log_to_stderr(LogLevel::kWarning, "checkpoint /tmp/ck\rX\x1b[2K\nnext\tend\x7f");
+  EXPECT_EQ(testing::internal::GetCapturedStderr(),
+            "fulcrum: warning: checkpoint /tmp/ck X [2K next end \n");
+}
+
 }  // namespace
 }  // namespace fulcrum::host

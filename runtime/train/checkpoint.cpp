@@ -133,10 +133,11 @@ std::string encode_checkpoint(const Checkpoint& checkpoint) {
 
 namespace {
 
-// The header of `bytes` (at least kCheckpointHeaderSize of them), checked:
+// The header in the first kCheckpointHeaderSize bytes of `bytes`, checked:
 // its own CRC first, then the version, then values no writer produces, then
-// the payload's size and CRC against what follows it.
-Result<CheckpointHeader> decode_header(std::string_view bytes, const std::string& name) {
+// the payload's size against a file of `file_size` bytes.
+Result<CheckpointHeader> decode_header_fields(std::string_view bytes, std::uint64_t file_size,
+                                              const std::string& name) {
   ByteReader r(bytes.substr(8, kCheckpointHeaderSize - 8));
   CheckpointHeader h;
   std::uint32_t reserved = 0, header_crc = 0;
@@ -173,7 +174,7 @@ Result<CheckpointHeader> decode_header(std::string_view bytes, const std::string
                             std::to_string(h.cp_size) + ", reserved " + std::to_string(reserved) +
                             ")");
   }
-  const std::uint64_t held = bytes.size() - kCheckpointHeaderSize;
+  const std::uint64_t held = file_size - kCheckpointHeaderSize;
   if (held < h.payload_size) {
     return invalid_argument(name + " is truncated: its header promises " +
                             std::to_string(h.payload_size) + " payload bytes, the file holds " +
@@ -184,6 +185,15 @@ Result<CheckpointHeader> decode_header(std::string_view bytes, const std::string
                             " unexpected bytes after its " + std::to_string(h.payload_size) +
                             "-byte payload");
   }
+  return h;
+}
+
+// The header of `bytes` (at least kCheckpointHeaderSize of them), checked
+// against what follows it: the payload's size, then its CRC.
+Result<CheckpointHeader> decode_header(std::string_view bytes, const std::string& name) {
+  Result<CheckpointHeader> header = decode_header_fields(bytes, bytes.size(), name);
+  if (!header) return header;
+  const CheckpointHeader& h = *header;
   const std::uint32_t payload_computed = crc32(bytes.substr(kCheckpointHeaderSize));
   if (payload_computed != h.payload_crc32) {
     return invalid_argument(name + " is corrupt: payload CRC-32 " + hex32(h.payload_crc32) +
@@ -245,6 +255,16 @@ Result<Checkpoint> decode_checkpoint(std::string_view bytes, const std::string& 
   c.header = *header;
   if (Status s = decode_blob_table(bytes.substr(kCheckpointHeaderSize), name, c); !s) return s;
   return c;
+}
+
+Result<CheckpointHeader> decode_checkpoint_header(std::string_view head, std::uint64_t file_size,
+                                                  const std::string& source) {
+  if (head.size() < kCheckpointHeaderSize || file_size < kCheckpointHeaderSize) {
+    return invalid_argument("checkpoint " + source + " is truncated: " + std::to_string(file_size) +
+                            " bytes, shorter than the " + std::to_string(kCheckpointHeaderSize) +
+                            "-byte header");
+  }
+  return decode_header_fields(head, file_size, "checkpoint " + source);
 }
 
 std::size_t blob_dtype_size(BlobDtype dtype) {

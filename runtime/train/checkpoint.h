@@ -112,6 +112,13 @@ std::string encode_checkpoint(const Checkpoint& checkpoint);
 // names the file in the one-line error, which says what is wrong with it.
 Result<Checkpoint> decode_checkpoint(std::string_view bytes, const std::string& source);
 
+// The header alone, from the first kCheckpointHeaderSize bytes of a file of
+// `file_size` bytes, checked as decode_checkpoint checks it (all but the
+// payload's CRC): a reader refuses a file of the wrong length before it
+// reads the payload into memory.
+Result<CheckpointHeader> decode_checkpoint_header(std::string_view head, std::uint64_t file_size,
+                                                  const std::string& source);
+
 // A tensor as a blob: u8 dtype code, u8 number of dimensions (<= 8), i64 per
 // dimension, then the elements, little-endian, row-major. The codes are
 // this format's own, not LibTorch's enum values, so a LibTorch upgrade
@@ -162,9 +169,17 @@ Result<std::string> save_checkpoint(const std::string& dir, const Checkpoint& ch
 
 // Creates `dir` when missing (no directory it makes wider than 0755) and
 // checks that it is a writable directory that not every user may write
-// (unless sticky), so that a bad train.checkpoint_dir fails before training
-// rather than at the first checkpoint.
+// (unless sticky), that no other user owns (unless shared with a group) or
+// may repoint through a link on its path, so that a bad train.checkpoint_dir
+// fails before training rather than at the first checkpoint.
 Status prepare_checkpoint_dir(const std::string& dir);
+
+// Takes the lock `fulcrum train` holds on train.checkpoint_dir for its
+// whole run (an exclusive flock on the directory), held until this process
+// exits: for rank 0 of a job another launcher started (torchrun, srun),
+// which no fulcrum launcher locked for. Refused when another run holds it;
+// a file system without flock is let through, as it was.
+Status hold_checkpoint_dir_lock(const std::string& dir);
 
 // Refuses the open checkpoint `fd` at `path` when neither root nor this user
 // owns it: another user's file in the directory may have been planted.

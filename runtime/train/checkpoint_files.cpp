@@ -2,6 +2,7 @@
 // writes, keeping the newest, and choosing the newest intact one to resume
 // from. The bytes inside are checkpoint.cpp's.
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -105,8 +106,18 @@ Result<std::vector<CheckpointFile>> list_checkpoints(const std::string& dir) {
   return files;
 }
 
-// Every checkpoint a job resumes from is one this user (or root) wrote.
+// Every checkpoint a job resumes from is one this user (or root) wrote,
+// reached by a name this user or root made: a link another user owns
+// chose which of this user's files is read (another run's, say).
 Status check_checkpoint_owner(int fd, const std::string& path) {
+  struct stat ls {};
+  if (::lstat(path.c_str(), &ls) == 0 && S_ISLNK(ls.st_mode) && !host::trusted_owner(ls.st_uid)) {
+    return invalid_argument("checkpoint " + path + " is a symbolic link owned by uid " +
+                            std::to_string(ls.st_uid) + ", neither root nor this user (uid " +
+                            std::to_string(::geteuid()) +
+                            "), who may have planted it; resume from a checkpoint you wrote, "
+                            "by its own name or a link you made");
+  }
   struct stat st {};
   if (::fstat(fd, &st) != 0 || host::trusted_owner(st.st_uid)) return Status::ok();
   return invalid_argument("checkpoint " + path + " is owned by uid " + std::to_string(st.st_uid) +
@@ -114,6 +125,31 @@ Status check_checkpoint_owner(int fd, const std::string& path) {
                           "), who may have planted it; resume from a checkpoint you wrote, or "
                           "copy this one yourself once you trust it");
 }
+
+namespace {
+
+// How many bytes of the open checkpoint `fd` to read: its header and the
+// payload that header promises, and one more (a file that grew while it was
+// read is then refused as too long); a header that does not match the
+// file's length is refused here, before anything else is read.
+Result<std::uint64_t> checkpoint_read_limit(int fd, const std::string& path) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    return invalid_argument("cannot examine checkpoint " + path + ": " + errno_text());
+  }
+  const auto size = static_cast<std::uint64_t>(st.st_size);
+  char head[kCheckpointHeaderSize] = {};
+  if (size < kCheckpointHeaderSize ||
+      ::pread(fd, head, sizeof head, 0) != static_cast<ssize_t>(sizeof head)) {
+    return std::uint64_t{kCheckpointHeaderSize};  // short: decode_checkpoint names it
+  }
+  Result<CheckpointHeader> header =
+      decode_checkpoint_header(std::string_view(head, sizeof head), size, path);
+  if (!header) return header.status();
+  return kCheckpointHeaderSize + header->payload_size + 1;
+}
+
+}  // namespace
 
 Result<Checkpoint> read_checkpoint(const std::string& path) {
   Result<host::InputFile> opened = host::open_input_file(
@@ -132,10 +168,15 @@ Result<Checkpoint> read_checkpoint(const std::string& path) {
                             " is not a fulcrum checkpoint (it does not start with '" +
                             std::string(kCheckpointMagic) + "')");
   }
+  // Then the header against the file's length: a file longer than its
+  // payload (a sparse tail of gigabytes) is refused before it is read.
+  Result<std::uint64_t> limit = checkpoint_read_limit(fd.get(), path);
+  if (!limit) return limit.status();
   std::string bytes;
   char buffer[1 << 16];
-  for (;;) {
-    const ssize_t n = ::read(fd.get(), buffer, sizeof(buffer));
+  while (bytes.size() < *limit) {
+    const std::size_t want = std::min<std::uint64_t>(sizeof(buffer), *limit - bytes.size());
+    const ssize_t n = ::read(fd.get(), buffer, want);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return invalid_argument("cannot read checkpoint " + path + ": " + errno_text());
     if (n == 0) break;
@@ -212,6 +253,47 @@ void make_directories(const fs::path& dir, std::error_code& ec) {
   }
 }
 
+// Why another user could take the checkpoints in `dir` away, or "": a
+// symbolic link on its path that another user owns (they may repoint it),
+// or the directory it names owned by another user who is not sharing it
+// with a group (its owner may delete or rename any file in it, sticky bit
+// or not). A group's shared directory is allowed: read_checkpoint resumes
+// only from files this user wrote.
+// Whether `path` is a file this user could have written as a checkpoint
+// (not followed): pruning deletes nothing else, neither a directory or a
+// link named like one nor another user's file in a shared directory.
+bool written_by_this_user(const std::string& path) {
+  struct stat st {};
+  return ::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::geteuid();
+}
+
+std::string other_user(uid_t uid) {
+  return "uid " + std::to_string(uid) + " (neither root nor this user, uid " +
+         std::to_string(::geteuid()) + ")";
+}
+
+std::string foreign_checkpoint_dir(const std::string& dir) {
+  std::error_code ec;
+  fs::path prefix;
+  for (const fs::path& part : fs::absolute(dir, ec)) {
+    prefix /= part;
+    struct stat ls {};
+    if (::lstat(prefix.c_str(), &ls) == 0 && S_ISLNK(ls.st_mode) &&
+        !host::trusted_owner(ls.st_uid)) {
+      return "the symbolic link " + prefix.string() + " on its path is owned by " +
+             other_user(ls.st_uid) + ", who may repoint it to a directory of theirs";
+    }
+  }
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0 || host::trusted_owner(st.st_uid)) return "";
+  const bool group_shared = (st.st_mode & S_IWGRP) != 0 && (st.st_mode & S_IWOTH) == 0;
+  if (group_shared) return "";
+  const fs::path real = fs::canonical(dir, ec);
+  return (ec || real == fs::path(dir) ? std::string("it") : real.string()) + " is owned by " +
+         other_user(st.st_uid) +
+         ", who may delete or replace the run's checkpoints in it, sticky bit or not";
+}
+
 }  // namespace
 
 Result<std::string> save_checkpoint(const std::string& dir, const Checkpoint& checkpoint,
@@ -230,7 +312,7 @@ Result<std::string> save_checkpoint(const std::string& dir, const Checkpoint& ch
   if (!files) return files.status();
   std::int64_t kept = 0;
   for (const CheckpointFile& f : *files) {
-    if (f.step > step) continue;
+    if (f.step > step || !written_by_this_user(f.path)) continue;
     if (++kept <= keep) continue;
     if (!fs::remove(f.path, ec) && ec) {
       return invalid_argument("cannot delete old checkpoint " + f.path + ": " + ec.message());
@@ -240,7 +322,7 @@ Result<std::string> save_checkpoint(const std::string& dir, const Checkpoint& ch
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     if (name.size() > kTempSuffix.size() + 1 && name.front() == '.' &&
-        name.ends_with(kTempSuffix) &&
+        name.ends_with(kTempSuffix) && written_by_this_user(it->path().string()) &&
         checkpoint_step_of(
             std::string_view(name).substr(1, name.size() - 1 - kTempSuffix.size()))) {
       std::error_code ignored;  // best effort: a stale temporary file is only wasted space
@@ -266,6 +348,10 @@ Status prepare_checkpoint_dir(const std::string& dir) {
   // write, unless it is sticky like /tmp. (A group's shared directory is
   // allowed: the checkpoints it holds are resumed from only when this user
   // wrote them, read_checkpoint.)
+  if (std::string why = foreign_checkpoint_dir(dir); !why.empty()) {
+    return invalid_argument("train.checkpoint_dir " + dir + ": " + why +
+                            "; choose a directory that you or root own");
+  }
   struct stat st {};
   if (::stat(dir.c_str(), &st) == 0 && (st.st_mode & S_IWOTH) != 0 && (st.st_mode & S_ISVTX) == 0) {
     char mode[8];
@@ -275,6 +361,24 @@ Status prepare_checkpoint_dir(const std::string& dir) {
                             dir + "` (or +t), or choose a directory only you can write");
   }
   return Status::ok();
+}
+
+Status hold_checkpoint_dir_lock(const std::string& dir) {
+  static int held = -1;  // released when the process exits, however it ends
+  if (held >= 0) return Status::ok();
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Status::ok();  // prepare_checkpoint_dir or the reads name it
+  if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
+    held = fd;
+    return Status::ok();
+  }
+  const int err = errno;
+  ::close(fd);
+  if (err != EWOULDBLOCK) return Status::ok();
+  return invalid_argument("train.checkpoint_dir " + dir +
+                          " is in use by another fulcrum train run (it holds a lock on the "
+                          "directory); wait for it to end or give this run its own "
+                          "train.checkpoint_dir");
 }
 
 Result<std::optional<ResumePoint>> latest_good_checkpoint(const std::string& dir) {

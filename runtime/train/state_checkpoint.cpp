@@ -4,6 +4,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/GradMode.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <optional>
@@ -14,6 +15,7 @@
 
 #include "data/loader.h"
 #include "fulcrum/host/log.h"
+#include "launch/worker_env.h"
 #include "train/model.h"
 #include "train/worker_errors.h"
 
@@ -233,6 +235,13 @@ Result<ResumedAt> restore_training_state(const CheckpointOptions& checkpoints, T
   using Resume = CheckpointOptions::Resume;
   if (checkpoints.every > 0) {
     if (Status s = prepare_checkpoint_dir(checkpoints.dir); !s) return s;
+  }
+  // fulcrum train's launcher holds the directory's lock for the whole job
+  // (and names the completion note); a job another launcher started is
+  // locked by its rank 0, so that two jobs never write one directory.
+  const char* note = std::getenv(launch::kCompletionNoteVariable);
+  if (rank0 && !checkpoints.dir.empty() && (note == nullptr || *note == '\0')) {
+    if (Status s = hold_checkpoint_dir_lock(checkpoints.dir); !s) return s;
   }
   if (checkpoints.resume == Resume::kNo) {
     if (checkpoints.every == 0) return ResumedAt{};

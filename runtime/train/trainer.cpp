@@ -1,6 +1,5 @@
 #include "train/trainer.h"
 
-#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -24,7 +23,12 @@ std::string g_who = "fulcrum-worker";
 
 void print_error(const std::string& message) {
   std::string line = g_who + ": " + message;
-  std::replace(line.begin(), line.end(), '\n', ' ');
+  // One line: a line break, a carriage return or an escape sequence in a
+  // path the message names (or in a peer's refusal) would split it or
+  // rewrite what the terminal shows.
+  for (char& c : line) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
+  }
   line += "\n";
   std::fwrite(line.data(), 1, line.size(), stderr);
   std::fflush(stderr);

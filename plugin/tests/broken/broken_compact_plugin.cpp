@@ -14,7 +14,8 @@
 //   compact_weights_<w>   slot 0 states member weights (ABI 1.5) the host
 //                         must refuse when it copies the answer: nan, inf,
 //                         negative, zero_sum (all 0), count (one more than
-//                         its members)
+//                         its members), overflow (each 1e308: finite, their
+//                         sum is not)
 // and answers the host must refuse before any slot is expanded (the SDK's
 // table with its schedule hook wrapped, as a plugin written without the
 // SDK could answer):
@@ -23,6 +24,11 @@
 //   compact_unknown_bit   answer_flags holds a bit no ABI defines
 //   compact_with_positions a compact answer with a positions array
 //   compact_null_rule     a compact answer whose slot 0 names no rule
+//   compact_weights_alone slot_weights without slot_weight_offsets (ABI 1.5)
+//   compact_weights_full  a full answer (positions written) with weights
+//   compact_weight_offsets_back  slot 0's weights, then an offset of
+//                         INT64_MIN (not non-decreasing; subtracting it
+//                         from the offset before overflows)
 // Asked for the full answer, it gives a valid fixed schedule (contiguous
 // plans, round-robin groups), as a 1.3 host would see it.
 #include <algorithm>
@@ -117,7 +123,8 @@ class BrokenCompactBalancer final : public fulcrum::LoadBalancer {
 #if defined(FULCRUM_BROKEN_compact_weights_nan) || defined(FULCRUM_BROKEN_compact_weights_inf) || \
     defined(FULCRUM_BROKEN_compact_weights_negative) ||                                           \
     defined(FULCRUM_BROKEN_compact_weights_zero_sum) ||                                           \
-    defined(FULCRUM_BROKEN_compact_weights_count)
+    defined(FULCRUM_BROKEN_compact_weights_count) ||                                              \
+    defined(FULCRUM_BROKEN_compact_weights_overflow)
     std::vector<double>& weights = s.slots[0].member_weights;
     weights.assign(s.slots[0].ranks.size(), 1.0);
 #if defined(FULCRUM_BROKEN_compact_weights_nan)
@@ -128,6 +135,8 @@ class BrokenCompactBalancer final : public fulcrum::LoadBalancer {
     weights[0] = -1.0;
 #elif defined(FULCRUM_BROKEN_compact_weights_zero_sum)
     weights.assign(weights.size(), 0.0);
+#elif defined(FULCRUM_BROKEN_compact_weights_overflow)
+    weights.assign(weights.size(), 1e308);
 #else
     weights.push_back(1.0);
 #endif
@@ -137,8 +146,11 @@ class BrokenCompactBalancer final : public fulcrum::LoadBalancer {
   }
 };
 
-#if defined(FULCRUM_BROKEN_compact_unasked) || defined(FULCRUM_BROKEN_compact_unknown_bit) || \
-    defined(FULCRUM_BROKEN_compact_with_positions) || defined(FULCRUM_BROKEN_compact_null_rule)
+#if defined(FULCRUM_BROKEN_compact_unasked) || defined(FULCRUM_BROKEN_compact_unknown_bit) ||      \
+    defined(FULCRUM_BROKEN_compact_with_positions) || defined(FULCRUM_BROKEN_compact_null_rule) || \
+    defined(FULCRUM_BROKEN_compact_weights_alone) ||                                               \
+    defined(FULCRUM_BROKEN_compact_weights_full) ||                                                \
+    defined(FULCRUM_BROKEN_compact_weight_offsets_back)
 #define FULCRUM_BROKEN_FLAGS 1
 
 using ScheduleHook = fulcrum_status (*)(void*, const fulcrum_schedule_request*, fulcrum_schedule*);
@@ -146,6 +158,14 @@ using ScheduleHook = fulcrum_status (*)(void*, const fulcrum_schedule_request*, 
 // The SDK's hook; tampered_schedule damages what it answers.
 ScheduleHook sdk_schedule = nullptr;
 const std::int64_t kStrayPositions[4] = {0, 1, 2, 3};
+// Weights for the tampered answers: more than any slot of the tests has
+// members, and offsets for up to 64 slots (written per call).
+const double kOnes[64] = {1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0,
+                          1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0,
+                          1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0,
+                          1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0,
+                          1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0};
+std::int64_t weight_offsets[65] = {};
 
 fulcrum_status tampered_schedule(void* instance, const fulcrum_schedule_request* request,
                                  fulcrum_schedule* out) {
@@ -166,6 +186,22 @@ fulcrum_status tampered_schedule(void* instance, const fulcrum_schedule_request*
   out->answer_flags |= 0x4u;
 #elif defined(FULCRUM_BROKEN_compact_with_positions)
   if (asked) out->positions = kStrayPositions;
+#elif defined(FULCRUM_BROKEN_compact_weights_alone)
+  if (asked) out->slot_weights = kOnes;
+#elif defined(FULCRUM_BROKEN_compact_weights_full) || \
+    defined(FULCRUM_BROKEN_compact_weight_offsets_back)
+  if (out->num_slots > 64) return FULCRUM_OK;
+  const std::int64_t slots = out->num_slots;
+  const std::int64_t first = out->num_slots > 0 ? out->slot_rank_offsets[1] : 0;
+  for (std::int64_t s = 1; s <= slots; ++s) weight_offsets[s] = first;  // slot 0's only
+#if defined(FULCRUM_BROKEN_compact_weight_offsets_back)
+  if (slots > 1) weight_offsets[2] = std::numeric_limits<std::int64_t>::min();
+  if (!asked) return FULCRUM_OK;
+#else
+  if (asked) return FULCRUM_OK;
+#endif
+  out->slot_weight_offsets = weight_offsets;
+  out->slot_weights = kOnes;
 #else
   if (asked && out->num_slots > 0) {
     // The SDK's own array of names (the answer's buffers are the plugin's).

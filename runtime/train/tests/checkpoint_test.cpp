@@ -166,6 +166,31 @@ TEST(CheckpointContainer, TrailingBytesForeignFilesAndOtherVersionsAreRefused) {
   EXPECT_NE(decode_error(impossible).find("impossible header"), std::string::npos);
 }
 
+// The header alone judges a file's length, so that a reader refuses a file
+// longer than its payload (a sparse tail of gigabytes) before reading it.
+TEST(CheckpointContainer, TheHeaderAloneJudgesTheFilesLength) {
+  const std::string bytes = encode_checkpoint(sample(3));
+  const std::string_view head(bytes.data(), kCheckpointHeaderSize);
+  Result<CheckpointHeader> h = decode_checkpoint_header(head, bytes.size(), "f");
+  ASSERT_TRUE(h) << h.status().message();
+  EXPECT_EQ(h->step, 3);
+  EXPECT_EQ(h->payload_size, bytes.size() - kCheckpointHeaderSize);
+  const std::uint64_t tail = std::uint64_t{3} << 30;
+  Result<CheckpointHeader> longer = decode_checkpoint_header(head, bytes.size() + tail, "f");
+  ASSERT_FALSE(longer);
+  EXPECT_NE(longer.status().message().find("checkpoint f has " + std::to_string(tail) +
+                                           " unexpected bytes after its"),
+            std::string::npos)
+      << longer.status().message();
+  Result<CheckpointHeader> shorter = decode_checkpoint_header(head, bytes.size() - 1, "f");
+  ASSERT_FALSE(shorter);
+  EXPECT_NE(shorter.status().message().find("is truncated"), std::string::npos);
+  EXPECT_FALSE(decode_checkpoint_header(head.substr(0, 10), bytes.size(), "f"));
+  std::string flipped(head);
+  flipped[20] ^= 1;
+  EXPECT_FALSE(decode_checkpoint_header(flipped, bytes.size(), "f"));
+}
+
 TEST(CheckpointContainer, MalformedBlobTablesAreRefusedEvenWithGoodChecksums) {
   const std::string bytes = encode_checkpoint(sample());
   // Blob 0's data length claims more than the payload holds.
@@ -293,6 +318,43 @@ TEST(CheckpointFiles, SaveWritesAtomicallyAndKeepsTheNewest) {
   EXPECT_EQ(steps, (std::vector<std::int64_t>{5, 4, 3, 2}));
 }
 
+// Keeping the newest prunes only what this job could have written: a
+// directory, a link or another user's file named like an older checkpoint
+// (planted in a group's or a sticky directory, or the user's own) is left
+// where it is, and the run goes on; it never deletes another user's file.
+TEST(CheckpointFiles, PruningLeavesWhatItDidNotWrite) {
+  test::TempDir dir("fulcrum_ckpt");
+  const std::string d = dir.at("ck");
+  ASSERT_TRUE(prepare_checkpoint_dir(d));
+  fs::create_directories(d + "/step-00000001.ckpt/inside");  // not empty
+  write_all(dir.at("victim"), "keep");
+  ASSERT_EQ(::symlink(dir.at("victim").c_str(), (d + "/step-00000002.ckpt").c_str()), 0);
+  fs::create_directories(d + "/.step-00000003.ckpt.tmp/inside");
+  const bool root = ::geteuid() == 0;
+  if (root) {
+    write_all(d + "/step-00000004.ckpt", "theirs");
+    ASSERT_EQ(::chown((d + "/step-00000004.ckpt").c_str(), 65534, 65534), 0);
+    write_all(d + "/.step-00000004.ckpt.tmp", "theirs too");
+    ASSERT_EQ(::chown((d + "/.step-00000004.ckpt.tmp").c_str(), 65534, 65534), 0);
+  }
+  for (std::int64_t step = 5; step <= 7; ++step) {
+    Result<std::string> path = save_checkpoint(d, sample(step), 1);
+    ASSERT_TRUE(path) << path.status().message();
+  }
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(d)) names.push_back(e.path().filename());
+  std::sort(names.begin(), names.end());
+  std::vector<std::string> expected = {".step-00000003.ckpt.tmp", "step-00000001.ckpt",
+                                       "step-00000002.ckpt", "step-00000007.ckpt"};
+  if (root) {
+    expected.insert(expected.begin() + 1, ".step-00000004.ckpt.tmp");
+    expected.insert(expected.end() - 1, "step-00000004.ckpt");
+  }
+  EXPECT_EQ(names, expected);
+  std::ifstream victim(dir.at("victim"));
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(victim), {}), "keep");
+}
+
 TEST(CheckpointFiles, AtomicWriteFailsCleanly) {
   test::TempDir dir("fulcrum_ckpt");
   const Status s = write_file_atomically(dir.at("missing/x.ckpt"), "bytes");
@@ -408,6 +470,45 @@ TEST(CheckpointFiles, ADirectoryAnyUserMayWriteIsRefused) {
   EXPECT_EQ(st.st_mode & 07777, 0755u);
 }
 
+// A directory another user owns is theirs to empty: the sticky bit keeps
+// others from moving our files, never the directory's owner; and a link
+// another user owns may be repointed by them. Both refused, links resolved;
+// a group's shared directory stays allowed (read_checkpoint guards it).
+TEST(CheckpointFiles, ADirectoryOrLinkAnotherUserControlsIsRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "giving a directory to another user needs root";
+  test::TempDir dir("fulcrum_ckpt");
+  const std::string theirs = dir.at("theirs");
+  ASSERT_TRUE(prepare_checkpoint_dir(theirs));
+  ASSERT_EQ(::chmod(theirs.c_str(), 01777), 0);
+  ASSERT_EQ(::chown(theirs.c_str(), 65534, 65534), 0);
+  const std::string via_link = dir.at("mine");
+  ASSERT_EQ(::symlink(theirs.c_str(), via_link.c_str()), 0);
+  for (const std::string& named : {theirs, via_link}) {
+    const Status s = prepare_checkpoint_dir(named);
+    ASSERT_FALSE(s) << named;
+    EXPECT_NE(s.message().find("train.checkpoint_dir " + named), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("owned by uid 65534"), std::string::npos) << s.message();
+    EXPECT_EQ(s.message().find('\n'), std::string::npos);
+  }
+  ASSERT_EQ(::chmod(theirs.c_str(), 0755), 0);  // only its owner (and root) may write
+  EXPECT_FALSE(prepare_checkpoint_dir(theirs));
+  ASSERT_EQ(::chmod(theirs.c_str(), 0775), 0);  // a group's shared directory
+  EXPECT_TRUE(prepare_checkpoint_dir(theirs));
+  // Our own directory behind a link another user owns (in /tmp, say).
+  const std::string own = dir.at("own");
+  ASSERT_TRUE(prepare_checkpoint_dir(own));
+  const std::string planted = dir.at("planted");
+  ASSERT_EQ(::symlink(own.c_str(), planted.c_str()), 0);
+  ASSERT_EQ(::lchown(planted.c_str(), 65534, 65534), 0);
+  const Status s = prepare_checkpoint_dir(planted);
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.message().find("symbolic link " + planted + " on its path is owned by uid 65534"),
+            std::string::npos)
+      << s.message();
+  ASSERT_EQ(::lchown(planted.c_str(), 0, 0), 0);
+  EXPECT_TRUE(prepare_checkpoint_dir(planted));
+}
+
 // A checkpoint another user owns could have been planted (a group's or a
 // sticky directory lets them add files): never resumed from.
 TEST(CheckpointFiles, ACheckpointAnotherUserOwnsIsNotResumedFrom) {
@@ -430,6 +531,34 @@ TEST(CheckpointFiles, ACheckpointAnotherUserOwnsIsNotResumedFrom) {
   EXPECT_EQ((*point)->checkpoint.header.step, 2);
   ASSERT_EQ((*point)->refused.size(), 1u);
   EXPECT_NE((*point)->refused[0].find("owned by uid 65534"), std::string::npos);
+}
+
+// A link another user planted, named like a newer checkpoint, that points
+// at a checkpoint of this user's (another run's, in another directory):
+// the file is this user's, but which one is resumed was the other user's
+// choice. Refused like their own file; a link this user made is followed.
+TEST(CheckpointFiles, ALinkAnotherUserOwnsIsNotResumedThrough) {
+  if (::geteuid() != 0) GTEST_SKIP() << "giving a link to another user needs root";
+  test::TempDir dir("fulcrum_ckpt");
+  const std::string other_run = dir.at("other_run");
+  const std::string d = dir.at("ck");
+  ASSERT_TRUE(save_checkpoint(other_run, sample(4), 3));
+  ASSERT_TRUE(save_checkpoint(d, sample(2), 3));
+  const std::string link = d + "/step-00000004.ckpt";
+  ASSERT_EQ(::symlink((other_run + "/step-00000004.ckpt").c_str(), link.c_str()), 0);
+  ASSERT_EQ(::lchown(link.c_str(), 65534, 65534), 0);
+  Result<Checkpoint> planted = read_checkpoint(link);
+  ASSERT_FALSE(planted);
+  EXPECT_NE(planted.status().message().find("checkpoint " + link +
+                                            " is a symbolic link owned by uid 65534"),
+            std::string::npos)
+      << planted.status().message();
+  Result<std::optional<ResumePoint>> point = latest_good_checkpoint(d);
+  ASSERT_TRUE(point) << point.status().message();
+  ASSERT_TRUE(point->has_value());
+  EXPECT_EQ((*point)->checkpoint.header.step, 2);
+  ASSERT_EQ(::lchown(link.c_str(), 0, 0), 0);
+  EXPECT_TRUE(read_checkpoint(link));
 }
 
 TEST(CheckpointSettings, DifferencesAreNamed) {

@@ -30,6 +30,38 @@ namespace {
 // rank) are common.
 double random_finish(SplitMix64& rng) { return 0.25 * static_cast<double>(rng.uniform(0, 6)); }
 
+// Checks every answer of `order` against a scan of `finish`; the n of
+// firsts and the pair left out by latest_without drawn from `rng`.
+void expect_finish_order_is_the_scan(const hybrid::FinishOrder& order,
+                                     const std::vector<double>& finish, std::size_t most_firsts,
+                                     SplitMix64& rng, const std::string& where) {
+  const std::size_t world = finish.size();
+  const auto last =
+      static_cast<std::int32_t>(std::max_element(finish.begin(), finish.end()) - finish.begin());
+  const auto first =
+      static_cast<std::int32_t>(std::min_element(finish.begin(), finish.end()) - finish.begin());
+  ASSERT_EQ(order.last(), last) << where;
+  ASSERT_EQ(order.first(), first) << where;
+  std::vector<std::int32_t> by(world);
+  std::iota(by.begin(), by.end(), 0);
+  std::sort(by.begin(), by.end(), [&](std::int32_t x, std::int32_t y) {
+    return finish[x] < finish[y] || (finish[x] == finish[y] && x < y);
+  });
+  const std::size_t n = rng.uniform(0, 3) == 0 ? world : std::min(world, most_firsts);
+  std::vector<std::int32_t> firsts;
+  order.firsts(n, firsts);
+  ASSERT_EQ(firsts, std::vector<std::int32_t>(by.begin(), by.begin() + n)) << where;
+  const auto a = static_cast<std::int32_t>(rng.uniform(0, world - 1));
+  const auto b = rng.uniform(0, 2) == 0 ? a : static_cast<std::int32_t>(rng.uniform(0, world - 1));
+  double latest = -std::numeric_limits<double>::infinity();
+  for (std::size_t x = 0; x < world; ++x) {
+    if (static_cast<std::int32_t>(x) != a && static_cast<std::int32_t>(x) != b) {
+      latest = std::max(latest, finish[x]);
+    }
+  }
+  ASSERT_EQ(order.latest_without(a, b), latest) << where << " without " << a << ", " << b;
+}
+
 TEST(HybridDraw, FinishOrderIsAFullRecount) {
   SplitMix64 rng(3301);
   for (int c = 0; c < 200; ++c) {
@@ -38,32 +70,13 @@ TEST(HybridDraw, FinishOrderIsAFullRecount) {
     for (double& f : finish) f = random_finish(rng);
     hybrid::FinishOrder order;
     order.reset(finish);
-    std::vector<std::int32_t> firsts;
     for (int move = 0; move < 60; ++move) {
-      const auto last = static_cast<std::int32_t>(std::max_element(finish.begin(), finish.end()) -
-                                                  finish.begin());
-      const auto first = static_cast<std::int32_t>(std::min_element(finish.begin(), finish.end()) -
-                                                   finish.begin());
-      ASSERT_EQ(order.last(), last) << "case " << c << " move " << move;
-      ASSERT_EQ(order.first(), first) << "case " << c << " move " << move;
-      std::vector<std::int32_t> by(world);
-      std::iota(by.begin(), by.end(), 0);
-      std::sort(by.begin(), by.end(), [&](std::int32_t x, std::int32_t y) {
-        return finish[x] < finish[y] || (finish[x] == finish[y] && x < y);
-      });
-      const std::size_t n = std::min<std::size_t>(world, 8);
-      order.firsts(n, firsts);
-      ASSERT_EQ(firsts, std::vector<std::int32_t>(by.begin(), by.begin() + n)) << "case " << c;
+      const std::string where = "case " + std::to_string(c) + " move " + std::to_string(move);
+      expect_finish_order_is_the_scan(order, finish, 8, rng, where);
+      if (testing::Test::HasFatalFailure()) return;
+      // A move: one or two ranks' finishes change.
       const auto a = static_cast<std::int32_t>(rng.uniform(0, world - 1));
       const auto b = static_cast<std::int32_t>(rng.uniform(0, world - 1));
-      double latest = -std::numeric_limits<double>::infinity();
-      for (std::size_t x = 0; x < world; ++x) {
-        if (static_cast<std::int32_t>(x) != a && static_cast<std::int32_t>(x) != b) {
-          latest = std::max(latest, finish[x]);
-        }
-      }
-      ASSERT_EQ(order.latest_without(a, b), latest) << "case " << c << " move " << move;
-      // A move: one or two ranks' finishes change.
       const double fa = random_finish(rng);
       order.set(a, finish[a], fa);
       finish[a] = fa;
@@ -72,6 +85,47 @@ TEST(HybridDraw, FinishOrderIsAFullRecount) {
         order.set(b, finish[b], fb);
         finish[b] = fb;
       }
+    }
+  }
+}
+
+// A small batch at large W: most ranks idle (finish 0, kept as bits rather
+// than in the ordered set), a few busy, moves that make idle ranks busy and
+// busy ones idle again; worlds across several 64-rank words, finishes
+// below 0 and -0 included so that the idle ranks sit inside the order.
+double sparse_finish(SplitMix64& rng) {
+  switch (rng.uniform(0, 9)) {
+    case 0:
+      return -0.25 * static_cast<double>(rng.uniform(1, 3));
+    case 1:
+      return -0.0;
+    case 2:
+    case 3:
+    case 4:
+      return 0.0;
+    default:
+      return random_finish(rng);
+  }
+}
+
+TEST(HybridDraw, FinishOrderWithManyIdleRanksIsAFullRecount) {
+  SplitMix64 rng(3305);
+  for (int c = 0; c < 300; ++c) {
+    const auto world = static_cast<std::size_t>(rng.uniform(1, 700));
+    std::vector<double> finish(world, 0.0);
+    const auto busy = static_cast<std::size_t>(rng.uniform(0, std::min<std::uint64_t>(world, 12)));
+    for (std::size_t k = 0; k < busy; ++k) finish[rng.uniform(0, world - 1)] = sparse_finish(rng);
+    hybrid::FinishOrder order;
+    order.reset(finish);
+    for (int move = 0; move < 40; ++move) {
+      const std::string where = "case " + std::to_string(c) + " W " + std::to_string(world) +
+                                " move " + std::to_string(move);
+      expect_finish_order_is_the_scan(order, finish, 70, rng, where);
+      if (testing::Test::HasFatalFailure()) return;
+      const auto a = static_cast<std::int32_t>(rng.uniform(0, world - 1));
+      const double fa = sparse_finish(rng);
+      order.set(a, finish[a], fa);
+      finish[a] = fa;
     }
   }
 }

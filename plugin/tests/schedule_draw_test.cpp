@@ -216,6 +216,158 @@ TEST(HybridDraw, EveryDraftCostsWhatItsSlotsCostAndCoversTheBatch) {
   EXPECT_GT(drafts, 400);
 }
 
+// Two drafts are the same: groups, waits with their rows, and trailing rows
+// (a rank past either's rows runs none), the same estimated finish.
+void expect_same_draft(const hybrid::Draft& got, const hybrid::Draft& want,
+                       const std::string& where) {
+  ASSERT_EQ(got.long_slots.size(), want.long_slots.size()) << where;
+  for (std::size_t k = 0; k < want.long_slots.size(); ++k) {
+    EXPECT_EQ(got.long_slots[k].ranks, want.long_slots[k].ranks) << where << " group " << k;
+    EXPECT_EQ(got.long_slots[k].piece, want.long_slots[k].piece) << where << " group " << k;
+    EXPECT_EQ(got.long_slots[k].start, want.long_slots[k].start) << where << " group " << k;
+  }
+  ASSERT_EQ(got.gaps.size(), want.gaps.size()) << where;
+  for (std::size_t k = 0; k < want.gaps.size(); ++k) {
+    EXPECT_EQ(got.gaps[k].rank, want.gaps[k].rank) << where << " gap " << k;
+    EXPECT_EQ(got.gaps[k].begin, want.gaps[k].begin) << where << " gap " << k;
+    EXPECT_EQ(got.gaps[k].seconds, want.gaps[k].seconds) << where << " gap " << k;
+    EXPECT_EQ(got.gaps[k].pieces, want.gaps[k].pieces) << where << " gap " << k;
+  }
+  const std::size_t ranks = std::max(got.rows.size(), want.rows.size());
+  const std::vector<hybrid::Row> none;
+  for (std::size_t a = 0; a < ranks; ++a) {
+    const auto& g = a < got.rows.size() ? got.rows[a] : none;
+    const auto& w = a < want.rows.size() ? want.rows[a] : none;
+    ASSERT_EQ(g.size(), w.size()) << where << " rank " << a;
+    for (std::size_t k = 0; k < w.size(); ++k) {
+      EXPECT_EQ(g[k].pieces, w[k].pieces) << where << " rank " << a << " row " << k;
+      EXPECT_EQ(g[k].room, w[k].room) << where << " rank " << a << " row " << k;
+    }
+  }
+  EXPECT_EQ(got.makespan, want.makespan) << where;
+}
+
+// A draft holds per-rank structures only for the nodes its groups and rows
+// reach (the others are free at 0, read in place): the same draft as with
+// every rank held from the start, on few pieces over up to 3,000 ranks
+// (nodes of 1 to 16 ranks, not always dividing W), each group rule, heavy
+// pieces grouped and not, with and without a beat.
+TEST(HybridDraw, DraftHoldingTheRanksItReachesIsTheDraftOverEveryRank) {
+  SplitMix64 rng(3306);
+  int unheld = 0;
+  for (int c = 0; c < 150; ++c) {
+    ScheduleRequest r = random_request(rng);
+    r.world_size = static_cast<std::int32_t>(rng.uniform(1, rng.uniform(0, 1) == 0 ? 64 : 3000));
+    r.profile.ranks_per_node = static_cast<std::int32_t>(rng.uniform(1, 16));
+    r.doc_lengths.clear();
+    const std::int64_t docs = rng.uniform(1, 40);
+    for (std::int64_t i = 0; i < docs; ++i) {
+      const std::int64_t most = rng.uniform(0, 5) == 0 ? 64 : 2;
+      r.doc_lengths.push_back(rng.uniform(1, most * r.max_tokens_per_rank));
+    }
+    const hybrid::Estimator est(r);
+    const std::vector<DocPiece> pieces = schedule_pieces(r);
+    std::vector<double> work;
+    double total = 0;
+    std::int64_t tokens = 0;
+    for (const DocPiece& piece : pieces) {
+      work.push_back(est.work(piece.length));
+      total += work.back();
+      tokens += piece.length;
+    }
+    std::vector<std::size_t> order(pieces.size());
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t a, std::size_t b) { return work[a] > work[b]; });
+    const double rows =
+        static_cast<double>((tokens + r.max_tokens_per_rank - 1) / r.max_tokens_per_rank);
+    for (const bool heavy : {true, false}) {
+      hybrid::Batch batch{r,
+                          pieces,
+                          work,
+                          order,
+                          (total + r.profile.slot_seconds * rows) / r.world_size,
+                          std::vector<char>(pieces.size(), 0)};
+      for (std::size_t i = 0; i < pieces.size(); ++i) {
+        batch.grouped[i] = pieces[i].length > r.max_tokens_per_rank ||
+                           (heavy && work[i] + r.profile.slot_seconds > batch.mean_load);
+      }
+      for (const hybrid::GroupRule rule :
+           {hybrid::GroupRule::kMeanLoad, hybrid::GroupRule::kTimelineMeanLoad,
+            hybrid::GroupRule::kSoonestEnd, hybrid::GroupRule::kBalancedEnd}) {
+        const std::string where = "case " + std::to_string(c) + " W " +
+                                  std::to_string(r.world_size) + " rule " +
+                                  std::to_string(static_cast<int>(rule)) + (heavy ? " heavy" : "");
+        const hybrid::Draft every = hybrid::draft(batch, est, rule, hybrid::kNoEnd, true);
+        const hybrid::Draft held = hybrid::draft(batch, est, rule);
+        expect_same_draft(held, every, where);
+        unheld += held.rows.size() < every.rows.size() ? 1 : 0;
+        const double beat = every.makespan * (rng.uniform(0, 1) == 0 ? 0.99 : 1.01);
+        expect_same_draft(hybrid::draft(batch, est, rule, beat),
+                          hybrid::draft(batch, est, rule, beat, true), where + " beat");
+        if (::testing::Test::HasFailure()) return;
+      }
+    }
+  }
+  // Most drafts leave ranks unheld.
+  EXPECT_GT(unheld, 400);
+}
+
+// rebalance over the first ranks' rows and loads (every rank past them
+// without rows, load 0) moves what it moves over every rank's.
+TEST(HybridDraw, RebalanceOverTheFirstRanksIsRebalanceOverEveryRank) {
+  SplitMix64 rng(3307);
+  int grown = 0;
+  for (int c = 0; c < 400; ++c) {
+    ScheduleRequest r = random_request(rng);
+    r.world_size = static_cast<std::int32_t>(rng.uniform(2, 40));
+    std::vector<DocPiece> pieces;
+    std::vector<double> work;
+    const auto held = static_cast<std::size_t>(rng.uniform(1, r.world_size));
+    std::vector<std::vector<hybrid::Row>> rows(held);
+    std::vector<double> load(held, 0.0);
+    for (std::size_t a = 0; a < held; ++a) {
+      // Loads mostly above 0; now and then below, so that a rank past the
+      // first is the most loaded.
+      load[a] = rng.uniform(0, 9) == 0 ? -0.5 : 0.25 * static_cast<double>(rng.uniform(0, 8));
+      const std::int64_t n = rng.uniform(0, 4);
+      if (n > 0) rows[a].push_back({r.max_tokens_per_rank, {}});
+      for (std::int64_t k = 0; k < n; ++k) {
+        const std::int64_t len = rng.uniform(1, r.max_tokens_per_rank / 4 + 1);
+        if (rows[a].back().room < len) break;
+        rows[a].back().room -= len;
+        rows[a].back().pieces.push_back(pieces.size());
+        pieces.push_back({static_cast<std::int64_t>(pieces.size()), 0, len});
+        work.push_back(0.125 * static_cast<double>(rng.uniform(1, 8)));
+        load[a] += work.back();
+      }
+    }
+    const std::vector<std::size_t> order;
+    const hybrid::Batch batch{r, pieces, work, order, 0.0, {}};
+    std::vector<std::vector<hybrid::Row>> every_rows = rows;
+    every_rows.resize(static_cast<std::size_t>(r.world_size));
+    std::vector<double> every_load = load;
+    every_load.resize(static_cast<std::size_t>(r.world_size), 0.0);
+    hybrid::rebalance(batch, rows, load);
+    hybrid::rebalance(batch, every_rows, every_load);
+    grown += rows.size() > held ? 1 : 0;
+    const std::string where = "case " + std::to_string(c);
+    ASSERT_LE(rows.size(), every_rows.size()) << where;
+    ASSERT_EQ(load.size(), rows.size()) << where;
+    for (std::size_t a = 0; a < every_rows.size(); ++a) {
+      const double got = a < load.size() ? load[a] : 0.0;
+      ASSERT_EQ(got, every_load[a]) << where << " rank " << a;
+      const std::size_t n = a < rows.size() ? rows[a].size() : 0;
+      ASSERT_EQ(n, every_rows[a].size()) << where << " rank " << a;
+      for (std::size_t k = 0; k < n; ++k) {
+        EXPECT_EQ(rows[a][k].pieces, every_rows[a][k].pieces) << where << " rank " << a;
+      }
+    }
+  }
+  // Ranks past the first are reached.
+  EXPECT_GT(grown, 40);
+}
+
 // The cut in planning another draft (schedule_hybrid.cpp,
 // plan_slots_below) stops once the timeline of exact lengths and lower
 // bounds reaches the best step: exact only where no slot ends before its

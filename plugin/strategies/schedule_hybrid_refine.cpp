@@ -43,10 +43,19 @@ void FinishOrder::reset(const std::vector<double>& finish) {
   world_ = static_cast<std::int32_t>(finish.size());
   idle_.assign((finish.size() + 63) / 64, 0);
   idle_count_ = 0;
-  for (std::int32_t a = 0; a < world_; ++a) {
-    if (finish[static_cast<std::size_t>(a)] == 0) {
-      mark_idle(a, true);
-    } else {
+  // A word of idle bits at a time; the busy ranks into the set.
+  for (std::size_t word = 0; word < idle_.size(); ++word) {
+    std::uint64_t bits = 0;
+    const std::size_t end = std::min(finish.size(), 64 * word + 64);
+    for (std::size_t a = 64 * word; a < end; ++a) {
+      bits |= static_cast<std::uint64_t>(finish[a] == 0) << (a & 63);
+    }
+    idle_[word] = bits;
+    idle_count_ += std::popcount(bits);
+    const std::size_t ranks = end - 64 * word;  // 1 to 64
+    const std::uint64_t held = ranks == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << ranks) - 1;
+    for (std::uint64_t busy = ~bits & held; busy != 0; busy &= busy - 1) {
+      const auto a = static_cast<std::int32_t>(64 * word) + std::countr_zero(busy);
       busy_.emplace(finish[static_cast<std::size_t>(a)], a);
     }
   }

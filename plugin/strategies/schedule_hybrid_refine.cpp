@@ -131,6 +131,29 @@ double FinishOrder::latest_without(std::int32_t a, std::int32_t b) const {
   return -std::numeric_limits<double>::infinity();
 }
 
+std::vector<std::int32_t> ranks_by_finish(const std::vector<double>& finish) {
+  const auto world = static_cast<std::int32_t>(finish.size());
+  std::vector<std::int32_t> busy;
+  for (std::int32_t a = 0; a < world; ++a) {
+    if (finish[static_cast<std::size_t>(a)] != 0) busy.push_back(a);
+  }
+  std::sort(busy.begin(), busy.end(), [&](std::int32_t x, std::int32_t y) {
+    const double fx = finish[static_cast<std::size_t>(x)];
+    const double fy = finish[static_cast<std::size_t>(y)];
+    return fx < fy || (fx == fy && x < y);
+  });
+  const auto above = std::partition_point(busy.begin(), busy.end(), [&](std::int32_t a) {
+    return finish[static_cast<std::size_t>(a)] < 0;
+  });
+  std::vector<std::int32_t> order(busy.begin(), above);
+  order.reserve(finish.size());
+  for (std::int32_t a = 0; a < world; ++a) {
+    if (finish[static_cast<std::size_t>(a)] == 0) order.push_back(a);
+  }
+  order.insert(order.end(), above, busy.end());
+  return order;
+}
+
 namespace {
 
 struct Line {

@@ -53,6 +53,12 @@ class FinishOrder {
   std::int32_t idle_count_ = 0;
 };
 
+// Every rank by finish, ties by rank (a stable sort of 0..W-1 by finish),
+// in O(W + B log B) for the B ranks whose finish is not 0: the others, most
+// of them in a small batch at large W, keep rank order where the order
+// reaches 0.
+std::vector<std::int32_t> ranks_by_finish(const std::vector<double>& finish);
+
 // Runs `search` (rule 7's moves) on the planned schedule and evens its
 // tail; where the planned schedule's widest slot spans several nodes and
 // holds only part of one, also tries it with that node's members dropped

@@ -130,6 +130,24 @@ TEST(HybridDraw, FinishOrderWithManyIdleRanksIsAFullRecount) {
   }
 }
 
+// ranks_by_finish is the stable sort of every rank by finish, on worlds of
+// up to 700 ranks, most idle or most busy, finishes below 0 and -0 among
+// them.
+TEST(HybridDraw, RanksByFinishIsTheStableSort) {
+  SplitMix64 rng(3308);
+  for (int c = 0; c < 400; ++c) {
+    const auto world = static_cast<std::size_t>(rng.uniform(1, 700));
+    const bool sparse = rng.uniform(0, 1) == 0;
+    std::vector<double> finish(world);
+    for (double& f : finish) f = sparse ? sparse_finish(rng) : random_finish(rng);
+    std::vector<std::int32_t> want(world);
+    std::iota(want.begin(), want.end(), 0);
+    std::stable_sort(want.begin(), want.end(),
+                     [&](std::int32_t x, std::int32_t y) { return finish[x] < finish[y]; });
+    ASSERT_EQ(hybrid::ranks_by_finish(finish), want) << "case " << c;
+  }
+}
+
 // Rule 8's rows go to the least loaded group (LoadOrder::least): the
 // first of a scan by load, ties by index, after random changes with ties.
 TEST(HybridDraw, LeastLoadedGroupIsTheScan) {

@@ -132,14 +132,24 @@ void apply_change(const Batch& batch, const Change& c, std::vector<Row>& from, s
 // one there, closes much of that gap. Rows keep their T budget; a row left
 // empty is dropped (its fixed slot cost with it), a piece that fits no row
 // of its new rank opens one. Stops when neither lowers the pair's maximum.
+// `rows` and `load` may cover only the first ranks: every rank past them
+// has no rows and load 0, and is added (the lowest first) when it is the
+// most or least loaded, as a scan of every rank would find it.
 void rebalance(const Batch& batch, std::vector<std::vector<Row>>& rows, std::vector<double>& load) {
-  const auto world = static_cast<std::int32_t>(load.size());
+  const std::int32_t world = batch.request.world_size;
   for (std::int32_t round = 0; round < 4 * world + 16; ++round) {
+    const auto held = static_cast<std::int32_t>(load.size());
+    if (held == 0) return;
     std::int32_t hi = 0;
     std::int32_t lo = 0;
-    for (std::int32_t a = 1; a < world; ++a) {
+    for (std::int32_t a = 1; a < held; ++a) {
       if (load[a] > load[hi]) hi = a;
       if (load[a] < load[lo]) lo = a;
+    }
+    if (held < world && (0.0 > load[hi] || 0.0 < load[lo])) {
+      (0.0 > load[hi] ? hi : lo) = held;
+      rows.emplace_back();
+      load.push_back(0.0);
     }
     if (hi == lo) return;
     const Change c = best_change(batch, rows[hi], rows[lo], load[hi], load[lo]);
@@ -152,24 +162,25 @@ namespace {
 
 // One draft under construction: the ranks' timeline (when each is free),
 // the long pieces' groups placed on it in turn, then the short pieces.
+//
+// A small batch at large W touches few ranks, and every rank it has not
+// touched is free at 0: such ranks come, in rank order, after every touched
+// rank free at 0 or before and before every touched rank free later, in
+// the order of free times. So the per-rank structures cover only the
+// ranks below held_ (whole nodes, from rank 0), and the ranks past it are
+// read in place (free_rank) and held once a group or a row takes one;
+// what the draft decides is what it would with every rank held.
 class Drafter {
  public:
-  Drafter(const Batch& batch, const Estimator& est, GroupRule rule)
+  Drafter(const Batch& batch, const Estimator& est, GroupRule rule, bool every_rank)
       : batch_(batch),
         est_(est),
         rule_(rule),
         prof_(batch.request.profile),
         world_(batch.request.world_size),
         budget_(batch.request.max_tokens_per_rank),
-        node_(batch.request.profile.ranks_per_node),
-        free_at_(static_cast<std::size_t>(world_), 0.0),
-        by_free_(static_cast<std::size_t>(world_)),
-        by_node_(static_cast<std::size_t>(world_)) {
-    std::iota(by_free_.begin(), by_free_.end(), 0);
-    std::iota(by_node_.begin(), by_node_.end(), 0);
-    for (std::int32_t first = 0; first < world_; first += node_) {
-      node_held_.push_back(std::min(world_, first + node_) - first);
-    }
+        node_(batch.request.profile.ranks_per_node) {
+    if (every_rank) hold_through(world_ - 1);
   }
 
   Draft run(double beat) {
@@ -190,6 +201,45 @@ class Drafter {
     return free_at_[a] < free_at_[b] || (free_at_[a] == free_at_[b] && a < b);
   }
 
+  double free_of(std::int32_t a) const { return a < held_ ? free_at_[a] : 0.0; }
+
+  // How many held ranks are free at 0 or before: the ranks past held_ come
+  // after them in by_free_'s order.
+  std::size_t free_by_zero() const {
+    return static_cast<std::size_t>(
+        std::partition_point(by_free_.begin(), by_free_.end(),
+                             [this](std::int32_t a) { return free_at_[a] <= 0.0; }) -
+        by_free_.begin());
+  }
+
+  // The p-th rank of every rank by free time (ties by index); `zero` is
+  // free_by_zero().
+  std::int32_t free_rank(std::size_t p, std::size_t zero) const {
+    const auto unheld = static_cast<std::size_t>(world_ - held_);
+    if (p < zero) return by_free_[p];
+    if (p < zero + unheld) return held_ + static_cast<std::int32_t>(p - zero);
+    return by_free_[p - unheld];
+  }
+
+  // Holds every rank through rank a's node: free at 0, in by_free_ after
+  // the held ranks free at 0 or before, each node's in rank order.
+  void hold_through(std::int32_t a) {
+    if (a < held_) return;
+    const std::int32_t from = held_;
+    held_ = static_cast<std::int32_t>(
+        std::min<std::int64_t>(world_, (static_cast<std::int64_t>(a) / node_ + 1) * node_));
+    free_at_.resize(static_cast<std::size_t>(held_), 0.0);
+    const auto zero = static_cast<std::ptrdiff_t>(free_by_zero());
+    const auto added = static_cast<std::ptrdiff_t>(held_ - from);
+    const auto at = by_free_.insert(by_free_.begin() + zero, static_cast<std::size_t>(added), 0);
+    std::iota(at, at + added, from);
+    by_node_.resize(static_cast<std::size_t>(held_));
+    std::iota(by_node_.begin() + from, by_node_.end(), from);
+    for (std::int32_t first = from; first < held_; first += node_) {
+      node_held_.push_back(std::min(world_, first + node_) - first);
+    }
+  }
+
   // Rule 2: the group size of long piece i under the draft's rule.
   std::int32_t group_size(std::size_t i) const {
     const std::int64_t len = batch_.pieces[i].length;
@@ -205,12 +255,15 @@ class Drafter {
     double best = std::numeric_limits<double>::infinity();
     const auto most = static_cast<std::int32_t>(std::clamp<std::int64_t>(
         widest_useful_group(len, batch_.request.block_size), g_min, world_));
+    const std::size_t zero = free_by_zero();
     for (std::int32_t c = g_min; c <= most; ++c) {
       // No slot of c or more ranks ends before its fixed cost and latency;
       // once that alone reaches the best, no larger c can win (nor, for the
       // mean-load rules, fit, since the best then exceeds the mean load).
       if (prof_.slot_seconds + prof_.latency_seconds * (c - 1) >= best) break;
-      const double start = rule_ == GroupRule::kMeanLoad ? 0.0 : free_at_[by_free_[c - 1]];
+      const double start = rule_ == GroupRule::kMeanLoad
+                               ? 0.0
+                               : free_of(free_rank(static_cast<std::size_t>(c - 1), zero));
       const double length = est_.slot_time(work, len, c, std::min(c, node_));
       const double end = start + length;
       if (rule_ == GroupRule::kBalancedEnd) {
@@ -249,7 +302,7 @@ class Drafter {
 
   double idle_of(std::span<const std::int32_t> ranks, double at) const {
     double idle = 0;
-    for (const std::int32_t a : ranks) idle += at - free_at_[a];
+    for (const std::int32_t a : ranks) idle += at - free_of(a);
     return idle;
   }
 
@@ -264,20 +317,38 @@ class Drafter {
   void place_group(std::size_t i, std::int32_t g) {
     const std::int64_t len = batch_.pieces[i].length;
     const double work = batch_.work[i];
-    std::vector<std::int32_t> members(by_free_.begin(), by_free_.begin() + g);
-    double best_start = free_at_[members.back()];
+    std::vector<std::int32_t> members(static_cast<std::size_t>(g));
+    const std::size_t zero = free_by_zero();
+    for (std::size_t p = 0; p < members.size(); ++p) members[p] = free_rank(p, zero);
+    double best_start = free_of(members.back());
     const double slot_time = est_.slot_time(work, len, g, together_of(members));
     double best_end = best_start + slot_time;
     double best_cost = g * slot_time + idle_of(members, best_start);
     bool best_fits = best_end <= batch_.mean_load;
     if (g > 1 && g <= node_) {
       const double local_time = est_.slot_time(work, len, g, g);
+      // One run of a node: kept where it fits at less cost, or, while none
+      // fits, ends sooner; false where it does not fit.
+      const auto consider = [&](std::span<const std::int32_t> run) {
+        const double at = free_of(run.back());
+        const double end_here = at + local_time;
+        const bool fits = end_here <= batch_.mean_load;
+        const double cost = fits ? g * local_time + idle_of(run, at) : 0.0;
+        if (fits ? (!best_fits || cost < best_cost) : (!best_fits && end_here < best_end)) {
+          members.assign(run.begin(), run.end());
+          best_start = at;
+          best_end = end_here;
+          best_cost = fits ? cost : g * local_time + idle_of(run, at);
+          best_fits = fits;
+        }
+        return fits;
+      };
       // No run costs less than its slot time (its idle is never negative:
       // a run's members free up no later than its last), so once a run
       // that fits costs that, no later one can win (strictly less): the
       // scan stops, the choice unchanged.
       const double least = g * local_time;
-      // Each node's ranks in the order they free up (by_node_).
+      // Each held node's ranks in the order they free up (by_node_).
       for (std::size_t n = 0; n < node_held_.size(); ++n) {
         const std::span<const std::int32_t> local = node_ranks(n);
         if (best_fits && best_cost <= least) break;
@@ -286,20 +357,18 @@ class Drafter {
         // the first run that does not fit, none fits, and none ends
         // sooner than it, so that one is the node's last candidate.
         for (std::size_t k = 0; k + g <= local.size(); ++k) {
-          const auto run = std::span(local).subspan(k, static_cast<std::size_t>(g));
-          const double at = free_at_[run.back()];
-          const double end_here = at + local_time;
-          const bool fits = end_here <= batch_.mean_load;
-          const double cost = fits ? g * local_time + idle_of(run, at) : 0.0;
-          if (fits ? (!best_fits || cost < best_cost) : (!best_fits && end_here < best_end)) {
-            members.assign(run.begin(), run.end());
-            best_start = at;
-            best_end = end_here;
-            best_cost = fits ? cost : g * local_time + idle_of(run, at);
-            best_fits = fits;
-          }
-          if (!fits) break;
+          if (!consider(std::span(local).subspan(k, static_cast<std::size_t>(g)))) break;
         }
+      }
+      // The nodes not held: every run of theirs starts at 0 with no idle,
+      // the same end and cost as the first node's first run, so only that
+      // one can win (strictly).
+      const std::int32_t first = held_;
+      if (first < world_ && !(best_fits && best_cost <= least) &&
+          std::min(world_, first + node_) - first >= g) {
+        std::vector<std::int32_t> run(static_cast<std::size_t>(g));
+        std::iota(run.begin(), run.end(), first);
+        consider(run);
       }
     }
     overhead_ += g * (best_end - best_start) - work;
@@ -310,6 +379,7 @@ class Drafter {
   // The slot on the timeline: its members' waits become gaps, and the
   // members move in by_free_ (kept sorted: only they change).
   void commit(std::size_t i, std::vector<std::int32_t> members, double start, double end) {
+    hold_through(members.back());  // members ascending
     const auto cmp = [this](std::int32_t a, std::int32_t b) { return earlier(a, b); };
     // The members' places in by_free_, found while their times are the
     // ones it is sorted by; the holes are closed a stretch at a time.
@@ -414,21 +484,30 @@ class Drafter {
   }
 
   // Rule 4, the rest: LPT onto the least loaded rank, best fit into its
-  // rows of T tokens, then rebalance.
+  // rows of T tokens, then rebalance. The ranks not held wait, load 0, in
+  // rank order beside the heap; one taken gets its rows then.
   void pack_rows() {
-    d_.rows.assign(static_cast<std::size_t>(world_), {});
+    d_.rows.assign(static_cast<std::size_t>(held_), {});
     using Load = std::pair<double, std::int32_t>;
     // Built in one pass (the order it pops is the same: no two entries tie).
     std::vector<Load> ranks;
-    ranks.reserve(static_cast<std::size_t>(world_));
-    for (std::int32_t a = 0; a < world_; ++a) ranks.emplace_back(free_at_[a], a);
+    ranks.reserve(static_cast<std::size_t>(held_));
+    for (std::int32_t a = 0; a < held_; ++a) ranks.emplace_back(free_at_[a], a);
     std::priority_queue<Load, std::vector<Load>, std::greater<>> lightest(std::greater<>(),
                                                                           std::move(ranks));
+    std::int32_t next = held_;  // the lowest rank not yet in d_.rows
     for (const std::size_t i : batch_.order) {
       const std::int64_t len = batch_.pieces[i].length;
       if (batch_.grouped[i] || in_gap_[i]) continue;
-      auto [load, a] = lightest.top();
-      lightest.pop();
+      Load least{0.0, next};
+      if (next < world_ && (lightest.empty() || least < lightest.top())) {
+        d_.rows.emplace_back();
+        ++next;
+      } else {
+        least = lightest.top();
+        lightest.pop();
+      }
+      auto [load, a] = least;
       std::vector<Row>& mine = d_.rows[a];
       Row* fit = nullptr;
       for (Row& row : mine) {
@@ -443,13 +522,15 @@ class Drafter {
       fit->pieces.push_back(i);
       lightest.emplace(load + batch_.work[i], a);
     }
-    std::vector<double> load(static_cast<std::size_t>(world_), 0.0);
+    std::vector<double> load(d_.rows.size(), 0.0);
     while (!lightest.empty()) {
       load[lightest.top().second] = lightest.top().first;
       lightest.pop();
     }
     rebalance(batch_, d_.rows, load);
-    d_.makespan = *std::max_element(load.begin(), load.end());
+    // The ranks past `load` end at 0.
+    const double top = load.empty() ? 0.0 : *std::max_element(load.begin(), load.end());
+    d_.makespan = static_cast<std::int32_t>(load.size()) < world_ && top < 0.0 ? 0.0 : top;
   }
 
   const Batch& batch_;
@@ -460,10 +541,11 @@ class Drafter {
   const std::int64_t budget_;
   const std::int32_t node_;
   Draft d_;
-  std::vector<double> free_at_;
-  // Ranks by the time they are free (ties by index).
+  std::int32_t held_ = 0;        // ranks below it held; past it free at 0, untouched
+  std::vector<double> free_at_;  // per held rank
+  // The held ranks by the time they are free (ties by index).
   std::vector<std::int32_t> by_free_;
-  // Per node, its ranks as by_free_ orders them: node n's are the first
+  // Per held node, its ranks as by_free_ orders them: node n's are the first
   // node_held_[n] entries from n x node_ (all of them but inside commit).
   std::vector<std::int32_t> by_node_;
   std::vector<std::int32_t> node_held_;
@@ -479,8 +561,9 @@ class Drafter {
 
 }  // namespace
 
-Draft draft(const Batch& batch, const Estimator& est, GroupRule rule, double beat) {
-  return Drafter(batch, est, rule).run(beat);
+Draft draft(const Batch& batch, const Estimator& est, GroupRule rule, double beat,
+            bool every_rank) {
+  return Drafter(batch, est, rule, every_rank).run(beat);
 }
 
 }  // namespace fulcrum::hybrid

@@ -201,9 +201,10 @@ enum class GroupRule {
 
 struct Draft {
   std::vector<LongSlot> long_slots;
-  std::vector<Gap> gaps;               // rows run while waiting for a group
-  std::vector<std::vector<Row>> rows;  // per rank, its rows after its groups
-  double makespan = 0;                 // estimated
+  std::vector<Gap> gaps;  // rows run while waiting for a group
+  std::vector<std::vector<Row>>
+      rows;             // per rank (those below rows.size()), its rows after its groups
+  double makespan = 0;  // estimated
 };
 
 struct Batch {
@@ -219,6 +220,8 @@ struct Batch {
 
 // Moves and swaps of short pieces between the most and least loaded ranks'
 // trailing rows (rule 4's last step); `load` is per rank and kept current.
+// `rows` and `load` may cover the first ranks only (the others have no
+// rows, load 0); a rank past them that a move reaches is added.
 void rebalance(const Batch& batch, std::vector<std::vector<Row>>& rows, std::vector<double>& load);
 
 // A slot length that stands for "no sooner than the ceiling asked for".
@@ -228,8 +231,12 @@ inline constexpr double kNoEnd = std::numeric_limits<double>::infinity();
 // estimated finish. A draft whose groups and waits already bound its
 // finish at or after `beat` is left with its rows unpacked and makespan
 // kNoEnd: it cannot finish before `beat` (for a caller that keeps only
-// the soonest of several drafts).
-Draft draft(const Batch& batch, const Estimator& est, GroupRule rule, double beat = kNoEnd);
+// the soonest of several drafts). Its `rows` cover the ranks from 0 through
+// the last that runs one (every rank past them runs none). It holds per-rank
+// structures only for the nodes its groups and rows reach; `every_rank`
+// holds all W from the start (the same draft; for tests).
+Draft draft(const Batch& batch, const Estimator& est, GroupRule rule, double beat = kNoEnd,
+            bool every_rank = false);
 
 // The candidate plans of rule 5 for the rows planned in one answer, each
 // built and counted once (count_runs): a row's plans and their counts

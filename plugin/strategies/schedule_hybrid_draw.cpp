@@ -58,10 +58,10 @@ Schedule to_schedule(const Draft& best, const std::vector<DocPiece>& pieces, std
     }
     add(std::move(slot));
   }
-  for (std::int32_t a = 0; a < world; ++a) {
+  for (std::size_t a = 0; a < best.rows.size(); ++a) {
     for (const Row& row : best.rows[a]) {
       ScheduleSlot slot;
-      slot.ranks.push_back(a);
+      slot.ranks.push_back(static_cast<std::int32_t>(a));
       for (const std::size_t i : row.pieces) slot.pieces.push_back(pieces[i]);
       add(std::move(slot));
     }

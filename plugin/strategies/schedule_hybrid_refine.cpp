@@ -25,6 +25,7 @@
 #include "strategies/schedule_hybrid_refine.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <iterator>
@@ -38,34 +39,119 @@
 namespace fulcrum::hybrid {
 
 void FinishOrder::reset(const std::vector<double>& finish) {
-  order_.clear();
-  for (std::size_t a = 0; a < finish.size(); ++a) {
-    order_.emplace_hint(order_.end(), finish[a], static_cast<std::int32_t>(a));
+  busy_.clear();
+  world_ = static_cast<std::int32_t>(finish.size());
+  idle_.assign((finish.size() + 63) / 64, 0);
+  idle_count_ = 0;
+  // A word of idle bits at a time; the busy ranks into the set.
+  for (std::size_t word = 0; word < idle_.size(); ++word) {
+    std::uint64_t bits = 0;
+    const std::size_t end = std::min(finish.size(), 64 * word + 64);
+    for (std::size_t a = 64 * word; a < end; ++a) {
+      bits |= static_cast<std::uint64_t>(finish[a] == 0) << (a & 63);
+    }
+    idle_[word] = bits;
+    idle_count_ += std::popcount(bits);
+    const std::size_t ranks = end - 64 * word;  // 1 to 64
+    const std::uint64_t held = ranks == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << ranks) - 1;
+    for (std::uint64_t busy = ~bits & held; busy != 0; busy &= busy - 1) {
+      const auto a = static_cast<std::int32_t>(64 * word) + std::countr_zero(busy);
+      busy_.emplace(finish[static_cast<std::size_t>(a)], a);
+    }
   }
 }
 
+void FinishOrder::mark_idle(std::int32_t a, bool on) {
+  const std::uint64_t bit = std::uint64_t{1} << (a & 63);
+  if (on) {
+    idle_[static_cast<std::size_t>(a >> 6)] |= bit;
+  } else {
+    idle_[static_cast<std::size_t>(a >> 6)] &= ~bit;
+  }
+  idle_count_ += on ? 1 : -1;
+}
+
+std::int32_t FinishOrder::next_idle(std::int32_t a) const {
+  if (a >= world_) return world_;
+  auto word = static_cast<std::size_t>(a >> 6);
+  std::uint64_t bits = idle_[word] & (~std::uint64_t{0} << (a & 63));
+  while (bits == 0) {
+    if (++word == idle_.size()) return world_;
+    bits = idle_[word];
+  }
+  return static_cast<std::int32_t>(word * 64) + std::countr_zero(bits);
+}
+
 void FinishOrder::set(std::int32_t a, double before, double after) {
-  order_.erase({before, a});
-  order_.emplace(after, a);
+  if (before == 0) {
+    mark_idle(a, false);
+  } else {
+    busy_.erase({before, a});
+  }
+  if (after == 0) {
+    mark_idle(a, true);
+  } else {
+    busy_.emplace(after, a);
+  }
 }
 
 std::int32_t FinishOrder::last() const {
-  const double top = std::prev(order_.end())->first;
-  return order_.lower_bound({top, std::numeric_limits<std::int32_t>::min()})->second;
+  const bool above = !busy_.empty() && busy_.rbegin()->first > 0;
+  if (!above && idle_count_ > 0) return next_idle(0);
+  const double top = busy_.rbegin()->first;
+  return busy_.lower_bound({top, std::numeric_limits<std::int32_t>::min()})->second;
+}
+
+std::int32_t FinishOrder::first() const {
+  const bool below = !busy_.empty() && busy_.begin()->first < 0;
+  if (!below && idle_count_ > 0) return next_idle(0);
+  return busy_.begin()->second;
 }
 
 void FinishOrder::firsts(std::size_t n, std::vector<std::int32_t>& out) const {
   out.clear();
-  for (auto it = order_.begin(); out.size() < n && it != order_.end(); ++it) {
-    out.push_back(it->second);
+  auto it = busy_.begin();
+  for (; out.size() < n && it != busy_.end() && it->first < 0; ++it) out.push_back(it->second);
+  for (std::int32_t a = next_idle(0); out.size() < n && a < world_; a = next_idle(a + 1)) {
+    out.push_back(a);
   }
+  for (; out.size() < n && it != busy_.end(); ++it) out.push_back(it->second);
 }
 
 double FinishOrder::latest_without(std::int32_t a, std::int32_t b) const {
-  for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
+  auto it = busy_.rbegin();
+  for (; it != busy_.rend() && it->first > 0; ++it) {
+    if (it->second != a && it->second != b) return it->first;
+  }
+  const std::int32_t excluded = (idle(a) ? 1 : 0) + (b != a && idle(b) ? 1 : 0);
+  if (idle_count_ > excluded) return 0;
+  for (; it != busy_.rend(); ++it) {
     if (it->second != a && it->second != b) return it->first;
   }
   return -std::numeric_limits<double>::infinity();
+}
+
+std::vector<std::int32_t> ranks_by_finish(const std::vector<double>& finish) {
+  const auto world = static_cast<std::int32_t>(finish.size());
+  std::vector<std::int32_t> busy;
+  for (std::int32_t a = 0; a < world; ++a) {
+    if (finish[static_cast<std::size_t>(a)] != 0) busy.push_back(a);
+  }
+  std::sort(busy.begin(), busy.end(), [&](std::int32_t x, std::int32_t y) {
+    const double fx = finish[static_cast<std::size_t>(x)];
+    const double fy = finish[static_cast<std::size_t>(y)];
+    return fx < fy || (fx == fy && x < y);
+  });
+  const auto above = std::partition_point(busy.begin(), busy.end(), [&](std::int32_t a) {
+    return finish[static_cast<std::size_t>(a)] < 0;
+  });
+  std::vector<std::int32_t> order(busy.begin(), above);
+  order.reserve(finish.size());
+  for (std::int32_t a = 0; a < world; ++a) {
+    if (finish[static_cast<std::size_t>(a)] == 0) order.push_back(a);
+  }
+  order.insert(order.end(), above, busy.end());
+  return order;
 }
 
 namespace {

@@ -21,6 +21,12 @@ namespace fulcrum::hybrid {
 // over every rank. Its answers are those of std::max_element (the last
 // rank), std::min_element (the first) and a sort by (finish, rank) over
 // the same finishes.
+//
+// A small batch at large W leaves most ranks idle (finish 0), so only the
+// ranks whose finish is not 0 are kept in the ordered set; the idle ones
+// are a bit per rank, read in rank order where the order reaches 0 (after
+// every negative finish, before every positive one). A reset costs a
+// tree node per busy rank and W / 64 words, not a node per rank.
 class FinishOrder {
  public:
   void reset(const std::vector<double>& finish);
@@ -29,15 +35,29 @@ class FinishOrder {
   // The rank that ends last (ties: the lower rank).
   std::int32_t last() const;
   // The rank that ends first (ties: the lower rank).
-  std::int32_t first() const { return order_.begin()->second; }
+  std::int32_t first() const;
   // The n ranks that end first, in that order; n <= W.
   void firsts(std::size_t n, std::vector<std::int32_t>& out) const;
   // The latest finish of any rank but a and b (-infinity when there is none).
   double latest_without(std::int32_t a, std::int32_t b) const;
 
  private:
-  std::set<std::pair<double, std::int32_t>> order_;
+  bool idle(std::int32_t a) const { return (idle_[a >> 6] >> (a & 63)) & 1U; }
+  void mark_idle(std::int32_t a, bool on);
+  // The lowest idle rank from a on, or W where there is none.
+  std::int32_t next_idle(std::int32_t a) const;
+
+  std::set<std::pair<double, std::int32_t>> busy_;  // the ranks whose finish is not 0
+  std::vector<std::uint64_t> idle_;                 // bit a: rank a's finish is 0
+  std::int32_t world_ = 0;
+  std::int32_t idle_count_ = 0;
 };
+
+// Every rank by finish, ties by rank (a stable sort of 0..W-1 by finish),
+// in O(W + B log B) for the B ranks whose finish is not 0: the others, most
+// of them in a small batch at large W, keep rank order where the order
+// reaches 0.
+std::vector<std::int32_t> ranks_by_finish(const std::vector<double>& finish);
 
 // Runs `search` (rule 7's moves) on the planned schedule and evens its
 // tail; where the planned schedule's widest slot spans several nodes and

@@ -201,11 +201,7 @@ class Search {
     const std::size_t c = now.last;
     const ScheduleSlot& original = s_.slots[c];
     Replace best{replay(c), now, {}, 0};
-    std::vector<std::int32_t> by_finish(static_cast<std::size_t>(r_.world_size));
-    std::iota(by_finish.begin(), by_finish.end(), 0);
-    std::stable_sort(by_finish.begin(), by_finish.end(), [&](std::int32_t x, std::int32_t y) {
-      return best.without.finish[x] < best.without.finish[y];
-    });
+    const std::vector<std::int32_t> by_finish = ranks_by_finish(best.without.finish);
     // The pools of ranks on few nodes, counted once for every g below.
     NodePool pool(by_finish, r_.world_size, std::max<std::int32_t>(1, r_.profile.ranks_per_node));
     const std::int64_t tokens = tokens_of(original);

@@ -30,6 +30,38 @@ namespace {
 // rank) are common.
 double random_finish(SplitMix64& rng) { return 0.25 * static_cast<double>(rng.uniform(0, 6)); }
 
+// Checks every answer of `order` against a scan of `finish`; the n of
+// firsts and the pair left out by latest_without drawn from `rng`.
+void expect_finish_order_is_the_scan(const hybrid::FinishOrder& order,
+                                     const std::vector<double>& finish, std::size_t most_firsts,
+                                     SplitMix64& rng, const std::string& where) {
+  const std::size_t world = finish.size();
+  const auto last =
+      static_cast<std::int32_t>(std::max_element(finish.begin(), finish.end()) - finish.begin());
+  const auto first =
+      static_cast<std::int32_t>(std::min_element(finish.begin(), finish.end()) - finish.begin());
+  ASSERT_EQ(order.last(), last) << where;
+  ASSERT_EQ(order.first(), first) << where;
+  std::vector<std::int32_t> by(world);
+  std::iota(by.begin(), by.end(), 0);
+  std::sort(by.begin(), by.end(), [&](std::int32_t x, std::int32_t y) {
+    return finish[x] < finish[y] || (finish[x] == finish[y] && x < y);
+  });
+  const std::size_t n = rng.uniform(0, 3) == 0 ? world : std::min(world, most_firsts);
+  std::vector<std::int32_t> firsts;
+  order.firsts(n, firsts);
+  ASSERT_EQ(firsts, std::vector<std::int32_t>(by.begin(), by.begin() + n)) << where;
+  const auto a = static_cast<std::int32_t>(rng.uniform(0, world - 1));
+  const auto b = rng.uniform(0, 2) == 0 ? a : static_cast<std::int32_t>(rng.uniform(0, world - 1));
+  double latest = -std::numeric_limits<double>::infinity();
+  for (std::size_t x = 0; x < world; ++x) {
+    if (static_cast<std::int32_t>(x) != a && static_cast<std::int32_t>(x) != b) {
+      latest = std::max(latest, finish[x]);
+    }
+  }
+  ASSERT_EQ(order.latest_without(a, b), latest) << where << " without " << a << ", " << b;
+}
+
 TEST(HybridDraw, FinishOrderIsAFullRecount) {
   SplitMix64 rng(3301);
   for (int c = 0; c < 200; ++c) {
@@ -38,32 +70,13 @@ TEST(HybridDraw, FinishOrderIsAFullRecount) {
     for (double& f : finish) f = random_finish(rng);
     hybrid::FinishOrder order;
     order.reset(finish);
-    std::vector<std::int32_t> firsts;
     for (int move = 0; move < 60; ++move) {
-      const auto last = static_cast<std::int32_t>(std::max_element(finish.begin(), finish.end()) -
-                                                  finish.begin());
-      const auto first = static_cast<std::int32_t>(std::min_element(finish.begin(), finish.end()) -
-                                                   finish.begin());
-      ASSERT_EQ(order.last(), last) << "case " << c << " move " << move;
-      ASSERT_EQ(order.first(), first) << "case " << c << " move " << move;
-      std::vector<std::int32_t> by(world);
-      std::iota(by.begin(), by.end(), 0);
-      std::sort(by.begin(), by.end(), [&](std::int32_t x, std::int32_t y) {
-        return finish[x] < finish[y] || (finish[x] == finish[y] && x < y);
-      });
-      const std::size_t n = std::min<std::size_t>(world, 8);
-      order.firsts(n, firsts);
-      ASSERT_EQ(firsts, std::vector<std::int32_t>(by.begin(), by.begin() + n)) << "case " << c;
+      const std::string where = "case " + std::to_string(c) + " move " + std::to_string(move);
+      expect_finish_order_is_the_scan(order, finish, 8, rng, where);
+      if (testing::Test::HasFatalFailure()) return;
+      // A move: one or two ranks' finishes change.
       const auto a = static_cast<std::int32_t>(rng.uniform(0, world - 1));
       const auto b = static_cast<std::int32_t>(rng.uniform(0, world - 1));
-      double latest = -std::numeric_limits<double>::infinity();
-      for (std::size_t x = 0; x < world; ++x) {
-        if (static_cast<std::int32_t>(x) != a && static_cast<std::int32_t>(x) != b) {
-          latest = std::max(latest, finish[x]);
-        }
-      }
-      ASSERT_EQ(order.latest_without(a, b), latest) << "case " << c << " move " << move;
-      // A move: one or two ranks' finishes change.
       const double fa = random_finish(rng);
       order.set(a, finish[a], fa);
       finish[a] = fa;
@@ -73,6 +86,65 @@ TEST(HybridDraw, FinishOrderIsAFullRecount) {
         finish[b] = fb;
       }
     }
+  }
+}
+
+// A small batch at large W: most ranks idle (finish 0, kept as bits rather
+// than in the ordered set), a few busy, moves that make idle ranks busy and
+// busy ones idle again; worlds across several 64-rank words, finishes
+// below 0 and -0 included so that the idle ranks sit inside the order.
+double sparse_finish(SplitMix64& rng) {
+  switch (rng.uniform(0, 9)) {
+    case 0:
+      return -0.25 * static_cast<double>(rng.uniform(1, 3));
+    case 1:
+      return -0.0;
+    case 2:
+    case 3:
+    case 4:
+      return 0.0;
+    default:
+      return random_finish(rng);
+  }
+}
+
+TEST(HybridDraw, FinishOrderWithManyIdleRanksIsAFullRecount) {
+  SplitMix64 rng(3305);
+  for (int c = 0; c < 300; ++c) {
+    const auto world = static_cast<std::size_t>(rng.uniform(1, 700));
+    std::vector<double> finish(world, 0.0);
+    const auto busy = static_cast<std::size_t>(rng.uniform(0, std::min<std::uint64_t>(world, 12)));
+    for (std::size_t k = 0; k < busy; ++k) finish[rng.uniform(0, world - 1)] = sparse_finish(rng);
+    hybrid::FinishOrder order;
+    order.reset(finish);
+    for (int move = 0; move < 40; ++move) {
+      const std::string where = "case " + std::to_string(c) + " W " + std::to_string(world) +
+                                " move " + std::to_string(move);
+      expect_finish_order_is_the_scan(order, finish, 70, rng, where);
+      if (testing::Test::HasFatalFailure()) return;
+      const auto a = static_cast<std::int32_t>(rng.uniform(0, world - 1));
+      const double fa = sparse_finish(rng);
+      order.set(a, finish[a], fa);
+      finish[a] = fa;
+    }
+  }
+}
+
+// ranks_by_finish is the stable sort of every rank by finish, on worlds of
+// up to 700 ranks, most idle or most busy, finishes below 0 and -0 among
+// them.
+TEST(HybridDraw, RanksByFinishIsTheStableSort) {
+  SplitMix64 rng(3308);
+  for (int c = 0; c < 400; ++c) {
+    const auto world = static_cast<std::size_t>(rng.uniform(1, 700));
+    const bool sparse = rng.uniform(0, 1) == 0;
+    std::vector<double> finish(world);
+    for (double& f : finish) f = sparse ? sparse_finish(rng) : random_finish(rng);
+    std::vector<std::int32_t> want(world);
+    std::iota(want.begin(), want.end(), 0);
+    std::stable_sort(want.begin(), want.end(),
+                     [&](std::int32_t x, std::int32_t y) { return finish[x] < finish[y]; });
+    ASSERT_EQ(hybrid::ranks_by_finish(finish), want) << "case " << c;
   }
 }
 
@@ -160,6 +232,158 @@ TEST(HybridDraw, EveryDraftCostsWhatItsSlotsCostAndCoversTheBatch) {
     }
   }
   EXPECT_GT(drafts, 400);
+}
+
+// Two drafts are the same: groups, waits with their rows, and trailing rows
+// (a rank past either's rows runs none), the same estimated finish.
+void expect_same_draft(const hybrid::Draft& got, const hybrid::Draft& want,
+                       const std::string& where) {
+  ASSERT_EQ(got.long_slots.size(), want.long_slots.size()) << where;
+  for (std::size_t k = 0; k < want.long_slots.size(); ++k) {
+    EXPECT_EQ(got.long_slots[k].ranks, want.long_slots[k].ranks) << where << " group " << k;
+    EXPECT_EQ(got.long_slots[k].piece, want.long_slots[k].piece) << where << " group " << k;
+    EXPECT_EQ(got.long_slots[k].start, want.long_slots[k].start) << where << " group " << k;
+  }
+  ASSERT_EQ(got.gaps.size(), want.gaps.size()) << where;
+  for (std::size_t k = 0; k < want.gaps.size(); ++k) {
+    EXPECT_EQ(got.gaps[k].rank, want.gaps[k].rank) << where << " gap " << k;
+    EXPECT_EQ(got.gaps[k].begin, want.gaps[k].begin) << where << " gap " << k;
+    EXPECT_EQ(got.gaps[k].seconds, want.gaps[k].seconds) << where << " gap " << k;
+    EXPECT_EQ(got.gaps[k].pieces, want.gaps[k].pieces) << where << " gap " << k;
+  }
+  const std::size_t ranks = std::max(got.rows.size(), want.rows.size());
+  const std::vector<hybrid::Row> none;
+  for (std::size_t a = 0; a < ranks; ++a) {
+    const auto& g = a < got.rows.size() ? got.rows[a] : none;
+    const auto& w = a < want.rows.size() ? want.rows[a] : none;
+    ASSERT_EQ(g.size(), w.size()) << where << " rank " << a;
+    for (std::size_t k = 0; k < w.size(); ++k) {
+      EXPECT_EQ(g[k].pieces, w[k].pieces) << where << " rank " << a << " row " << k;
+      EXPECT_EQ(g[k].room, w[k].room) << where << " rank " << a << " row " << k;
+    }
+  }
+  EXPECT_EQ(got.makespan, want.makespan) << where;
+}
+
+// A draft holds per-rank structures only for the nodes its groups and rows
+// reach (the others are free at 0, read in place): the same draft as with
+// every rank held from the start, on few pieces over up to 3,000 ranks
+// (nodes of 1 to 16 ranks, not always dividing W), each group rule, heavy
+// pieces grouped and not, with and without a beat.
+TEST(HybridDraw, DraftHoldingTheRanksItReachesIsTheDraftOverEveryRank) {
+  SplitMix64 rng(3306);
+  int unheld = 0;
+  for (int c = 0; c < 150; ++c) {
+    ScheduleRequest r = random_request(rng);
+    r.world_size = static_cast<std::int32_t>(rng.uniform(1, rng.uniform(0, 1) == 0 ? 64 : 3000));
+    r.profile.ranks_per_node = static_cast<std::int32_t>(rng.uniform(1, 16));
+    r.doc_lengths.clear();
+    const std::int64_t docs = rng.uniform(1, 40);
+    for (std::int64_t i = 0; i < docs; ++i) {
+      const std::int64_t most = rng.uniform(0, 5) == 0 ? 64 : 2;
+      r.doc_lengths.push_back(rng.uniform(1, most * r.max_tokens_per_rank));
+    }
+    const hybrid::Estimator est(r);
+    const std::vector<DocPiece> pieces = schedule_pieces(r);
+    std::vector<double> work;
+    double total = 0;
+    std::int64_t tokens = 0;
+    for (const DocPiece& piece : pieces) {
+      work.push_back(est.work(piece.length));
+      total += work.back();
+      tokens += piece.length;
+    }
+    std::vector<std::size_t> order(pieces.size());
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t a, std::size_t b) { return work[a] > work[b]; });
+    const double rows =
+        static_cast<double>((tokens + r.max_tokens_per_rank - 1) / r.max_tokens_per_rank);
+    for (const bool heavy : {true, false}) {
+      hybrid::Batch batch{r,
+                          pieces,
+                          work,
+                          order,
+                          (total + r.profile.slot_seconds * rows) / r.world_size,
+                          std::vector<char>(pieces.size(), 0)};
+      for (std::size_t i = 0; i < pieces.size(); ++i) {
+        batch.grouped[i] = pieces[i].length > r.max_tokens_per_rank ||
+                           (heavy && work[i] + r.profile.slot_seconds > batch.mean_load);
+      }
+      for (const hybrid::GroupRule rule :
+           {hybrid::GroupRule::kMeanLoad, hybrid::GroupRule::kTimelineMeanLoad,
+            hybrid::GroupRule::kSoonestEnd, hybrid::GroupRule::kBalancedEnd}) {
+        const std::string where = "case " + std::to_string(c) + " W " +
+                                  std::to_string(r.world_size) + " rule " +
+                                  std::to_string(static_cast<int>(rule)) + (heavy ? " heavy" : "");
+        const hybrid::Draft every = hybrid::draft(batch, est, rule, hybrid::kNoEnd, true);
+        const hybrid::Draft held = hybrid::draft(batch, est, rule);
+        expect_same_draft(held, every, where);
+        unheld += held.rows.size() < every.rows.size() ? 1 : 0;
+        const double beat = every.makespan * (rng.uniform(0, 1) == 0 ? 0.99 : 1.01);
+        expect_same_draft(hybrid::draft(batch, est, rule, beat),
+                          hybrid::draft(batch, est, rule, beat, true), where + " beat");
+        if (::testing::Test::HasFailure()) return;
+      }
+    }
+  }
+  // Most drafts leave ranks unheld.
+  EXPECT_GT(unheld, 400);
+}
+
+// rebalance over the first ranks' rows and loads (every rank past them
+// without rows, load 0) moves what it moves over every rank's.
+TEST(HybridDraw, RebalanceOverTheFirstRanksIsRebalanceOverEveryRank) {
+  SplitMix64 rng(3307);
+  int grown = 0;
+  for (int c = 0; c < 400; ++c) {
+    ScheduleRequest r = random_request(rng);
+    r.world_size = static_cast<std::int32_t>(rng.uniform(2, 40));
+    std::vector<DocPiece> pieces;
+    std::vector<double> work;
+    const auto held = static_cast<std::size_t>(rng.uniform(1, r.world_size));
+    std::vector<std::vector<hybrid::Row>> rows(held);
+    std::vector<double> load(held, 0.0);
+    for (std::size_t a = 0; a < held; ++a) {
+      // Loads mostly above 0; now and then below, so that a rank past the
+      // first is the most loaded.
+      load[a] = rng.uniform(0, 9) == 0 ? -0.5 : 0.25 * static_cast<double>(rng.uniform(0, 8));
+      const std::int64_t n = rng.uniform(0, 4);
+      if (n > 0) rows[a].push_back({r.max_tokens_per_rank, {}});
+      for (std::int64_t k = 0; k < n; ++k) {
+        const std::int64_t len = rng.uniform(1, r.max_tokens_per_rank / 4 + 1);
+        if (rows[a].back().room < len) break;
+        rows[a].back().room -= len;
+        rows[a].back().pieces.push_back(pieces.size());
+        pieces.push_back({static_cast<std::int64_t>(pieces.size()), 0, len});
+        work.push_back(0.125 * static_cast<double>(rng.uniform(1, 8)));
+        load[a] += work.back();
+      }
+    }
+    const std::vector<std::size_t> order;
+    const hybrid::Batch batch{r, pieces, work, order, 0.0, {}};
+    std::vector<std::vector<hybrid::Row>> every_rows = rows;
+    every_rows.resize(static_cast<std::size_t>(r.world_size));
+    std::vector<double> every_load = load;
+    every_load.resize(static_cast<std::size_t>(r.world_size), 0.0);
+    hybrid::rebalance(batch, rows, load);
+    hybrid::rebalance(batch, every_rows, every_load);
+    grown += rows.size() > held ? 1 : 0;
+    const std::string where = "case " + std::to_string(c);
+    ASSERT_LE(rows.size(), every_rows.size()) << where;
+    ASSERT_EQ(load.size(), rows.size()) << where;
+    for (std::size_t a = 0; a < every_rows.size(); ++a) {
+      const double got = a < load.size() ? load[a] : 0.0;
+      ASSERT_EQ(got, every_load[a]) << where << " rank " << a;
+      const std::size_t n = a < rows.size() ? rows[a].size() : 0;
+      ASSERT_EQ(n, every_rows[a].size()) << where << " rank " << a;
+      for (std::size_t k = 0; k < n; ++k) {
+        EXPECT_EQ(rows[a][k].pieces, every_rows[a][k].pieces) << where << " rank " << a;
+      }
+    }
+  }
+  // Ranks past the first are reached.
+  EXPECT_GT(grown, 40);
 }
 
 // The cut in planning another draft (schedule_hybrid.cpp,

@@ -63,6 +63,36 @@ using detail::Holders;
 using detail::Interval;
 using detail::SlotRunsCounts;
 
+// Buffers the counting and the floor reuse from one plan to the next on a
+// thread (a scheduler counts hundreds of plans an answer): their contents
+// never outlive one call, only their capacity.
+struct Scratch {
+  std::vector<Interval> spans;  // a local block's touched intervals
+  std::vector<Interval> all;    // a member's
+  std::vector<std::int64_t> start;
+  std::vector<std::int64_t> fill;
+  std::vector<std::pair<std::int32_t, std::int64_t>> raw;
+  std::vector<std::int64_t> sum;
+  std::vector<std::int32_t> touchers;
+  std::vector<std::int32_t> count;
+  std::vector<std::size_t> at;
+  std::vector<std::size_t> place;
+  std::vector<std::int64_t> held_block;
+  std::vector<std::int64_t> held_sum;
+  std::vector<std::pair<std::int64_t, std::int32_t>> events;
+  std::vector<std::size_t> ev_at;
+  std::vector<std::int64_t> node_sum;
+  std::vector<std::int32_t> node_touchers;
+  std::vector<std::int32_t> node;
+  std::vector<std::int32_t> seen;
+  std::vector<std::vector<std::int32_t>> levels;
+};
+
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
+
 // Appends to `out` the sorted, merged (touching intervals joined) `spans`
 // (sorted in place).
 void merge_into(std::vector<Interval>& spans, std::vector<Interval>& out) {
@@ -79,6 +109,7 @@ void merge_into(std::vector<Interval>& spans, std::vector<Interval>& out) {
 
 // Key blocks of the union of `spans` (inclusive intervals, any order).
 std::int64_t union_size(std::vector<Interval>& spans) {
+  if (spans.size() == 1) return spans[0].second - spans[0].first + 1;
   if (spans.size() > 1 && !std::is_sorted(spans.begin(), spans.end())) {
     std::sort(spans.begin(), spans.end());
   }
@@ -94,6 +125,41 @@ std::int64_t union_size(std::vector<Interval>& spans) {
   return count;
 }
 
+// Joins `keys` to the last of `spans` when the two overlap or touch (true),
+// where the caller would append it: the union, and so union_size's and
+// merge_into's answers, are the same, and queries that move along one
+// document (a run's pieces in order) leave one interval, not one per piece.
+inline bool join_last(std::vector<Interval>& spans, Interval keys) {
+  if (spans.empty()) return false;
+  Interval& last = spans.back();
+  if (keys.first > last.second + 1 || last.first > keys.second + 1) return false;
+  last = {std::min(last.first, keys.first), std::max(last.second, keys.second)};
+  return true;
+}
+
+// The key blocks the queries [a, b) of document [db, de) touch:
+// [key_range(a).lo / B, key_range(b - 1).hi / B], with key_range's cases
+// written out for the dense masks (its lower end never falls as the query
+// moves on, nor its upper end).
+inline Interval piece_keys(const MaskSpec& mask, std::int64_t block, std::int64_t db,
+                           std::int64_t de, std::int64_t a, std::int64_t b) {
+  switch (mask.kind) {
+    case MaskKind::kCausal:
+      return {db / block, (b - 1) / block};
+    case MaskKind::kFull:
+      return {db / block, (de - 1) / block};
+    case MaskKind::kSliding:
+      return {std::max(db, a - mask.param + 1) / block, (b - 1) / block};
+    case MaskKind::kPrefix: {
+      const std::int64_t prefix_hi = mask.param >= de - db ? de - 1 : db + mask.param - 1;
+      return {db / block, std::max(b - 1, prefix_hi) / block};
+    }
+    case MaskKind::kBlockSparse:
+      break;
+  }
+  return {key_range(mask, db, de, a).lo / block, key_range(mask, db, de, b - 1).hi / block};
+}
+
 // Walks one member's runs in local order, cut at local blocks of B entries
 // and at document ends: calls piece(a, b, local_block) for the real queries
 // [a, b) of one document inside one local block.
@@ -101,6 +167,7 @@ template <typename Piece>
 void walk_member(const RowLayout& layout, std::int64_t block, const RunShardPlan& plan,
                  std::int32_t r, Piece&& piece) {
   std::int64_t local = 0;  // entries of the member's order before the current run
+  std::int64_t doc = -1;
   for (std::int64_t i = plan.rank_offset[r]; i < plan.rank_offset[r + 1]; ++i) {
     const PositionRun& run = plan.runs[static_cast<std::size_t>(i)];
     if (run.begin == kPadPosition || run.length == 0) {
@@ -108,7 +175,12 @@ void walk_member(const RowLayout& layout, std::int64_t block, const RunShardPlan
       continue;
     }
     const std::int64_t end = run.begin + run.length;
-    std::int64_t doc = layout.doc_of(run.begin);
+    // The document the last run ended in, or the one after it, often holds
+    // this run's start (runs of one member tend to ascend).
+    if (doc < 0 || doc >= layout.num_docs() || layout.doc_end(doc) <= run.begin ||
+        layout.doc_begin(doc) > run.begin) {
+      doc = layout.doc_of(run.begin);
+    }
     for (std::int64_t x = run.begin; x < end;) {
       // Entries left in the current local block; compared as a distance so
       // that a B near int64's end cannot overflow.
@@ -147,18 +219,23 @@ Holders holders_of_runs(const RunShardPlan& plan, std::int64_t tokens, std::int6
   const auto blocks = static_cast<std::size_t>(ceil_div(tokens, block));
   // Counting sort of (block, member, tokens) by block; members come in
   // ascending order, so one member's pieces of a block are adjacent.
-  std::vector<std::int64_t> start(blocks + 1, 0);
+  Scratch& x = scratch();
+  std::vector<std::int64_t>& start = x.start;
+  start.assign(blocks + 1, 0);
   for_each_block_overlap(plan, block, [&](std::int64_t k, std::int32_t, std::int64_t) {
     ++start[static_cast<std::size_t>(k) + 1];
   });
   for (std::size_t k = 1; k <= blocks; ++k) start[k] += start[k - 1];
-  std::vector<std::pair<std::int32_t, std::int64_t>> raw(static_cast<std::size_t>(start[blocks]));
-  std::vector<std::int64_t> fill(start.begin(), start.end() - 1);
+  std::vector<std::pair<std::int32_t, std::int64_t>>& raw = x.raw;
+  raw.resize(static_cast<std::size_t>(start[blocks]));
+  std::vector<std::int64_t>& fill = x.fill;
+  fill.assign(start.begin(), start.end() - 1);
   for_each_block_overlap(plan, block, [&](std::int64_t k, std::int32_t m, std::int64_t n) {
     raw[static_cast<std::size_t>(fill[static_cast<std::size_t>(k)]++)] = {m, n};
   });
   Holders h;
   h.offset.reserve(blocks + 1);
+  h.entries.reserve(raw.size());
   h.offset.push_back(0);
   for (std::size_t k = 0; k < blocks; ++k) {
     for (std::int64_t i = start[k]; i < start[k + 1]; ++i) {
@@ -227,16 +304,18 @@ void add_receipts(const Holders& holders, const std::unique_ptr<HolderSums>& sum
   }
 }
 
-// The largest of values[lo..hi] in O(1) after O(n log n).
+// The largest of values[lo..hi] in O(1) after O(n log n); its levels are
+// the caller's buffers (level 0 given filled).
 class SparseMax {
  public:
-  explicit SparseMax(std::vector<std::int32_t> values) {
-    levels_.push_back(std::move(values));
-    for (std::size_t span = 1; 2 * span <= levels_[0].size(); span *= 2) {
-      const std::vector<std::int32_t>& below = levels_.back();
-      std::vector<std::int32_t> up(below.size() - span);
+  explicit SparseMax(std::vector<std::vector<std::int32_t>>& levels) : levels_(levels) {
+    std::size_t k = 1;
+    for (std::size_t span = 1; 2 * span <= levels_[0].size(); span *= 2, ++k) {
+      if (levels_.size() <= k) levels_.emplace_back();
+      const std::vector<std::int32_t>& below = levels_[k - 1];
+      std::vector<std::int32_t>& up = levels_[k];
+      up.resize(below.size() - span);
       for (std::size_t i = 0; i < up.size(); ++i) up[i] = std::max(below[i], below[i + span]);
-      levels_.push_back(std::move(up));
     }
   }
   std::int32_t max(std::int64_t lo, std::int64_t hi) const {
@@ -248,7 +327,7 @@ class SparseMax {
   }
 
  private:
-  std::vector<std::vector<std::int32_t>> levels_;  // level k: max of 2^k from i
+  std::vector<std::vector<std::int32_t>>& levels_;  // level k: max of 2^k from i
 };
 
 }  // namespace
@@ -320,12 +399,10 @@ void count_member(const CpWorkload& w, const RowLayout& layout, const RunShardPl
                   spans.clear();
                   current = local_block;
                 }
-                const std::int64_t db = layout.doc_begin(doc);
-                const std::int64_t de = layout.doc_end(doc);
-                const Interval keys{key_range(w.mask, db, de, a).lo / w.block_size,
-                                    key_range(w.mask, db, de, b - 1).hi / w.block_size};
-                spans.push_back(keys);
-                if (all) all->push_back(keys);
+                const Interval keys = piece_keys(w.mask, w.block_size, layout.doc_begin(doc),
+                                                 layout.doc_end(doc), a, b);
+                if (!join_last(spans, keys)) spans.push_back(keys);
+                if (all && !join_last(*all, keys)) all->push_back(keys);
                 rw.tokens += b - a;
               });
   rw.tiles += union_size(spans);
@@ -337,7 +414,8 @@ void count_member(const CpWorkload& w, const RowLayout& layout, const RunShardPl
 std::vector<RankWork> run_tokens_and_tiles(const CpWorkload& w, const RunShardPlan& runs) {
   const RowLayout layout(w);
   std::vector<RankWork> work(static_cast<std::size_t>(runs.ranks));
-  std::vector<Interval> spans;
+  std::vector<Interval>& spans = scratch().spans;
+  spans.clear();
   for (std::int32_t r = 0; r < runs.ranks; ++r) {
     count_member(w, layout, runs, r, work[static_cast<std::size_t>(r)], spans, nullptr);
   }
@@ -356,8 +434,10 @@ SlotRunsCounts count_slot_runs(const ScheduleRequest& request, const ScheduleSlo
   const bool exchange = runs.ranks > 1;
   c.work.resize(static_cast<std::size_t>(runs.ranks));
   if (exchange) c.touched_at.push_back(0);
-  std::vector<Interval> spans;  // the current local block's
-  std::vector<Interval> all;    // the member's
+  std::vector<Interval>& spans = scratch().spans;  // the current local block's
+  std::vector<Interval>& all = scratch().all;      // the member's
+  spans.clear();
+  all.clear();
   for (std::int32_t r = 0; r < runs.ranks; ++r) {
     count_member(w, layout, runs, r, c.work[static_cast<std::size_t>(r)], spans,
                  exchange ? &all : nullptr);
@@ -407,67 +487,162 @@ struct ExchangeTotals {
   std::vector<std::int32_t> peers;
 };
 
-ExchangeTotals exchange_totals(const SlotRunsCounts& c, const std::vector<std::int32_t>& node) {
-  const std::size_t g = c.work.size();
+// Node n's running sum of held tokens: `block` ascending over its members'
+// holder entries, `sum` the tokens of the entries up to each; [at[n],
+// at[n + 1]) are node n's. Tokens node n holds in blocks before k.
+std::int64_t held_before(const Scratch& x, std::size_t n, std::int64_t k) {
+  const auto first = x.held_block.begin() + static_cast<std::ptrdiff_t>(x.at[n]);
+  const auto last = x.held_block.begin() + static_cast<std::ptrdiff_t>(x.at[n + 1]);
+  const auto i = static_cast<std::size_t>(std::lower_bound(first, last, k) - x.held_block.begin());
+  return i == x.at[n] ? 0 : x.held_sum[i - 1];
+}
+
+// Each node's holder entries in block order with their running sums
+// (held_before), and the running sum over all holders per block, in
+// O(entries): per node only the blocks its members hold, where a table
+// per node and block cost O(nodes x blocks).
+void sum_held(const SlotRunsCounts& c, const std::vector<std::int32_t>& node, std::size_t nodes,
+              bool per_node, Scratch& x) {
   const std::size_t blocks = c.holders.offset.size() - 1;
-  const std::size_t nodes =
-      static_cast<std::size_t>(*std::max_element(node.begin(), node.end())) + 1;
-  // Per block, in all and per node (row n x (blocks + 1)): the running sum
-  // of the real tokens held, and how many members' touched intervals cover
-  // the block (difference arrays, then summed).
-  const std::size_t row = blocks + 1;
-  std::vector<std::int64_t> sum(row, 0);
-  std::vector<std::int64_t> node_sum(nodes * row, 0);
-  std::vector<std::int32_t> touchers(row, 0);
-  std::vector<std::int32_t> node_touchers(nodes * row, 0);
+  x.sum.assign(blocks + 1, 0);
+  for (std::size_t k = 0; k < blocks; ++k) {
+    for (std::int64_t i = c.holders.offset[k]; i < c.holders.offset[k + 1]; ++i) {
+      x.sum[k + 1] += c.holders.entries[static_cast<std::size_t>(i)].second;
+    }
+  }
+  for (std::size_t k = 1; k <= blocks; ++k) x.sum[k] += x.sum[k - 1];
+  if (!per_node) return;
+  x.at.assign(nodes + 1, 0);
+  for (const auto& [j, n] : c.holders.entries) ++x.at[static_cast<std::size_t>(node[j]) + 1];
+  for (std::size_t n = 1; n <= nodes; ++n) x.at[n] += x.at[n - 1];
+  x.place.assign(x.at.begin(), x.at.end() - 1);
+  x.held_block.resize(c.holders.entries.size());
+  x.held_sum.resize(c.holders.entries.size());
   for (std::size_t k = 0; k < blocks; ++k) {
     for (std::int64_t i = c.holders.offset[k]; i < c.holders.offset[k + 1]; ++i) {
       const auto& [j, n] = c.holders.entries[static_cast<std::size_t>(i)];
-      sum[k + 1] += n;
-      node_sum[static_cast<std::size_t>(node[static_cast<std::size_t>(j)]) * row + k + 1] += n;
+      const auto own = static_cast<std::size_t>(node[static_cast<std::size_t>(j)]);
+      const std::size_t at = x.place[own]++;
+      x.held_block[at] = static_cast<std::int64_t>(k);
+      x.held_sum[at] = n + (at > x.at[own] ? x.held_sum[at - 1] : 0);
     }
   }
+}
+
+// Per node, the starts (+1) and ends (-1, the block after) of its members'
+// touched intervals sorted by block: [ev_at[n], ev_at[n + 1]) are node n's
+// (in `events`, the block and the step). Swept in block order they give how
+// many of node n's members touch a block.
+void touch_events(const SlotRunsCounts& c, const std::vector<std::int32_t>& node, std::size_t nodes,
+                  Scratch& x) {
+  const std::size_t g = c.work.size();
+  x.ev_at.assign(nodes + 1, 0);
+  for (std::size_t r = 0; r < g; ++r) {
+    x.ev_at[static_cast<std::size_t>(node[r]) + 1] += 2 * c.touched_by(r).size();
+  }
+  for (std::size_t n = 1; n <= nodes; ++n) x.ev_at[n] += x.ev_at[n - 1];
+  x.events.resize(x.ev_at[nodes]);
+  x.place.assign(x.ev_at.begin(), x.ev_at.end() - 1);
+  for (std::size_t r = 0; r < g; ++r) {
+    std::size_t& at = x.place[static_cast<std::size_t>(node[r])];
+    for (const auto& [lo, hi] : c.touched_by(r)) {
+      x.events[at++] = {lo, 1};
+      x.events[at++] = {hi + 1, -1};
+    }
+  }
+  for (std::size_t n = 0; n < nodes; ++n) {
+    std::sort(x.events.begin() + static_cast<std::ptrdiff_t>(x.ev_at[n]),
+              x.events.begin() + static_cast<std::ptrdiff_t>(x.ev_at[n + 1]));
+  }
+}
+
+// The same per node as a table per node and block (row n x (blocks + 1)):
+// the running sum of the tokens node n's members hold (node_sum) and how
+// many of them touch each block (node_touchers). O(nodes x blocks), cheaper
+// than the sorted lists where the nodes are few.
+void node_tables(const SlotRunsCounts& c, const std::vector<std::int32_t>& node, std::size_t nodes,
+                 Scratch& x) {
+  const std::size_t row = c.holders.offset.size();
+  x.node_sum.assign(nodes * row, 0);
+  x.node_touchers.assign(nodes * row, 0);
+  for (std::size_t k = 0; k + 1 < row; ++k) {
+    for (std::int64_t i = c.holders.offset[k]; i < c.holders.offset[k + 1]; ++i) {
+      const auto& [j, n] = c.holders.entries[static_cast<std::size_t>(i)];
+      x.node_sum[static_cast<std::size_t>(node[static_cast<std::size_t>(j)]) * row + k + 1] += n;
+    }
+  }
+  for (std::size_t r = 0; r < c.work.size(); ++r) {
+    std::int32_t* const mine = x.node_touchers.data() + static_cast<std::size_t>(node[r]) * row;
+    for (const auto& [lo, hi] : c.touched_by(r)) {
+      ++mine[lo];
+      --mine[hi + 1];
+    }
+  }
+  for (std::size_t n = 0; n < nodes; ++n) {
+    std::int64_t* const held = x.node_sum.data() + n * row;
+    std::int32_t* const touching = x.node_touchers.data() + n * row;
+    for (std::size_t k = 1; k < row; ++k) {
+      held[k] += held[k - 1];
+      touching[k] += touching[k - 1];
+    }
+  }
+}
+
+ExchangeTotals exchange_totals(const SlotRunsCounts& c, const std::vector<std::int32_t>& node) {
+  const std::size_t g = c.work.size();
+  const std::size_t blocks = c.holders.offset.size() - 1;
+  const std::size_t row = blocks + 1;
+  const std::size_t nodes =
+      static_cast<std::size_t>(*std::max_element(node.begin(), node.end())) + 1;
+  // Per block, the running sum of the real tokens held and how many
+  // members' touched intervals cover the block (a difference array, then
+  // summed); the same per node by node_tables, or where a table per node
+  // would be the larger by sorted lists (sum_held, touch_events).
+  Scratch& x = scratch();
+  const bool tables = nodes * row <= 4 * (c.holders.entries.size() + c.touched.size());
+  sum_held(c, node, nodes, !tables, x);
+  if (tables) node_tables(c, node, nodes, x);
+  const std::vector<std::int64_t>& sum = x.sum;
+  std::vector<std::int32_t>& touchers = x.touchers;
+  touchers.assign(row, 0);
   ExchangeTotals t{std::vector<std::int64_t>(g, 0), std::vector<std::int64_t>(g, 0),
                    std::vector<std::int32_t>(g, 0)};
-  for (std::size_t k = 1; k < row; ++k) sum[k] += sum[k - 1];
-  for (std::size_t n = 0; n < nodes; ++n) {
-    std::int64_t* const mine = node_sum.data() + n * row;
-    for (std::size_t k = 1; k < row; ++k) mine[k] += mine[k - 1];
-  }
   for (std::size_t r = 0; r < g; ++r) {
-    const std::size_t own = static_cast<std::size_t>(node[r]) * row;
+    const auto own = static_cast<std::size_t>(node[r]);
     for (const auto& [lo, hi] : c.touched_by(r)) {
       const auto l = static_cast<std::size_t>(lo);
       const auto h = static_cast<std::size_t>(hi) + 1;
       ++touchers[l];
       --touchers[h];
-      ++node_touchers[own + l];
-      --node_touchers[own + h];
-      const std::int64_t near = node_sum[own + h] - node_sum[own + l];
+      const std::int64_t near = tables ? x.node_sum[own * row + h] - x.node_sum[own * row + l]
+                                       : held_before(x, own, hi + 1) - held_before(x, own, lo);
       t.near[r] += near;
       t.far[r] += sum[h] - sum[l] - near;
     }
   }
   for (std::size_t k = 1; k < row; ++k) touchers[k] += touchers[k - 1];
-  for (std::size_t n = 0; n < nodes; ++n) {
-    std::int32_t* const mine = node_touchers.data() + n * row;
-    for (std::size_t k = 1; k < row; ++k) mine[k] += mine[k - 1];
-  }
-  // Blocks ascend, so each member's place in its touched intervals only
-  // moves forward.
-  std::vector<std::size_t> place(g, 0);
+  if (!tables) touch_events(c, node, nodes, x);
+  x.count.assign(nodes, 0);
+  std::vector<std::size_t>& next = x.place;
+  if (!tables) next.assign(x.ev_at.begin(), x.ev_at.end() - 1);
+  // Blocks ascend, so each member's place in its touched intervals, and
+  // each node's in its events, only moves forward.
+  std::vector<std::size_t>& place = x.at;
+  place.assign(g, 0);
   for (std::size_t k = 0; k < blocks; ++k) {
+    const auto block = static_cast<std::int64_t>(k);
     for (std::int64_t i = c.holders.offset[k]; i < c.holders.offset[k + 1]; ++i) {
       const auto& [j, n] = c.holders.entries[static_cast<std::size_t>(i)];
       const auto m = static_cast<std::size_t>(j);
       const std::span<const Interval> mine = c.touched_by(m);
-      while (place[m] < mine.size() && mine[place[m]].second < static_cast<std::int64_t>(k)) {
-        ++place[m];
+      while (place[m] < mine.size() && mine[place[m]].second < block) ++place[m];
+      const bool touches = place[m] < mine.size() && mine[place[m]].first <= block;
+      const auto own = static_cast<std::size_t>(node[m]);
+      while (!tables && next[own] < x.ev_at[own + 1] && x.events[next[own]].first <= block) {
+        x.count[own] += x.events[next[own]++].second;
       }
-      const bool touches =
-          place[m] < mine.size() && mine[place[m]].first <= static_cast<std::int64_t>(k);
       const std::int32_t self = touches ? 1 : 0;
-      const std::int32_t near = node_touchers[static_cast<std::size_t>(node[m]) * row + k] - self;
+      const std::int32_t near = (tables ? x.node_touchers[own * row + k] : x.count[own]) - self;
       t.near[m] += n * near;
       t.far[m] += n * (touchers[k] - self - near);
       t.peers[m] = std::max(t.peers[m], touchers[k] - self);
@@ -500,15 +675,20 @@ Floors floor_counted(const ScheduleRequest& request, const ScheduleSlot& slot,
   if (c.work.size() <= 1 || (!with_exchange && !(p.latency_seconds > 0))) return f;
   // Every other member holding tokens of a key block a member touches sends
   // it some: a peer. A block's holders are its entries (one per member).
-  std::vector<std::int32_t> per_block(c.holders.offset.size() - 1);
+  Scratch& x = scratch();
+  if (x.levels.empty()) x.levels.emplace_back();
+  std::vector<std::int32_t>& per_block = x.levels[0];
+  per_block.resize(c.holders.offset.size() - 1);
   for (std::size_t k = 0; k < per_block.size(); ++k) {
     per_block[k] = static_cast<std::int32_t>(c.holders.offset[k + 1] - c.holders.offset[k]);
   }
-  const SparseMax holders(std::move(per_block));
+  const SparseMax holders(x.levels);
   // Members' nodes, numbered from 0 in order of first appearance.
-  std::vector<std::int32_t> node(with_exchange ? c.work.size() : 0);
+  std::vector<std::int32_t>& node = x.node;
+  node.resize(with_exchange ? c.work.size() : 0);
   {
-    std::vector<std::int32_t> seen;
+    std::vector<std::int32_t>& seen = x.seen;
+    seen.clear();
     const std::int32_t per_node = std::max(1, p.ranks_per_node);
     for (std::size_t r = 0; r < node.size(); ++r) {
       const std::int32_t n = slot.ranks[r] / per_node;

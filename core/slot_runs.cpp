@@ -107,12 +107,10 @@ void merge_into(std::vector<Interval>& spans, std::vector<Interval>& out) {
   }
 }
 
-// Key blocks of the union of `spans` (inclusive intervals, any order).
-std::int64_t union_size(std::vector<Interval>& spans) {
-  if (spans.size() == 1) return spans[0].second - spans[0].first + 1;
-  if (spans.size() > 1 && !std::is_sorted(spans.begin(), spans.end())) {
-    std::sort(spans.begin(), spans.end());
-  }
+// Key blocks of the union of `spans` (inclusive intervals, any order), of
+// two or more.
+std::int64_t union_of_many(std::vector<Interval>& spans) {
+  if (!std::is_sorted(spans.begin(), spans.end())) std::sort(spans.begin(), spans.end());
   std::int64_t covered = -1;
   std::int64_t count = 0;
   for (const auto& [lo, hi] : spans) {
@@ -123,6 +121,13 @@ std::int64_t union_size(std::vector<Interval>& spans) {
     }
   }
   return count;
+}
+
+// Key blocks of the union of `spans` (inclusive intervals, any order).
+inline std::int64_t union_size(std::vector<Interval>& spans) {
+  if (spans.empty()) return 0;
+  if (spans.size() == 1) return spans[0].second - spans[0].first + 1;
+  return union_of_many(spans);
 }
 
 // Joins `keys` to the last of `spans` when the two overlap or touch (true),
@@ -161,11 +166,14 @@ inline Interval piece_keys(const MaskSpec& mask, std::int64_t block, std::int64_
 }
 
 // Walks one member's runs in local order, cut at local blocks of B entries
-// and at document ends: calls piece(a, b, local_block) for the real queries
-// [a, b) of one document inside one local block.
-template <typename Piece>
+// and at document ends: calls piece(a, b, doc, local_block) for the real
+// queries [a, b) of one document inside one local block, and whole(a, n,
+// doc, local_block) for n >= 1 local blocks from local_block on that one
+// run fills with queries a .. a + nB - 1 of one document (B each, in order;
+// what n calls of piece would have been).
+template <typename Piece, typename Whole>
 void walk_member(const RowLayout& layout, std::int64_t block, const RunShardPlan& plan,
-                 std::int32_t r, Piece&& piece) {
+                 std::int32_t r, Piece&& piece, Whole&& whole) {
   std::int64_t local = 0;  // entries of the member's order before the current run
   std::int64_t doc = -1;
   for (std::int64_t i = plan.rank_offset[r]; i < plan.rank_offset[r + 1]; ++i) {
@@ -185,6 +193,16 @@ void walk_member(const RowLayout& layout, std::int64_t block, const RunShardPlan
       // Entries left in the current local block; compared as a distance so
       // that a B near int64's end cannot overflow.
       const std::int64_t room = block - local % block;
+      if (room == block) {
+        const std::int64_t n = std::min(end - x, layout.doc_end(doc) - x) / block;
+        if (n > 0) {
+          whole(x, n, doc, local / block);
+          local += n * block;
+          x += n * block;
+          if (x == layout.doc_end(doc)) ++doc;
+          continue;
+        }
+      }
       const std::int64_t piece_end = x + std::min(end - x, room);
       for (std::int64_t y = x; y < piece_end;) {
         const std::int64_t de = layout.doc_end(doc);
@@ -391,20 +409,40 @@ namespace {
 void count_member(const CpWorkload& w, const RowLayout& layout, const RunShardPlan& runs,
                   std::int32_t r, RankWork& rw, std::vector<Interval>& spans,
                   std::vector<Interval>* all) {
+  const std::int64_t b = w.block_size;
   std::int64_t current = -1;  // the local block `spans` belongs to
-  walk_member(layout, w.block_size, runs, r,
-              [&](std::int64_t a, std::int64_t b, std::int64_t doc, std::int64_t local_block) {
-                if (local_block != current) {
-                  rw.tiles += union_size(spans);
-                  spans.clear();
-                  current = local_block;
-                }
-                const Interval keys = piece_keys(w.mask, w.block_size, layout.doc_begin(doc),
-                                                 layout.doc_end(doc), a, b);
-                if (!join_last(spans, keys)) spans.push_back(keys);
-                if (all && !join_last(*all, keys)) all->push_back(keys);
-                rw.tokens += b - a;
-              });
+  walk_member(
+      layout, b, runs, r,
+      [&](std::int64_t from, std::int64_t to, std::int64_t doc, std::int64_t local_block) {
+        if (local_block != current) {
+          rw.tiles += union_size(spans);
+          spans.clear();
+          current = local_block;
+        }
+        const Interval keys =
+            piece_keys(w.mask, b, layout.doc_begin(doc), layout.doc_end(doc), from, to);
+        if (!join_last(spans, keys)) spans.push_back(keys);
+        if (all && !join_last(*all, keys)) all->push_back(keys);
+        rw.tokens += to - from;
+      },
+      [&](std::int64_t from, std::int64_t n, std::int64_t doc, std::int64_t local_block) {
+        // Each block is one piece, its tiles the one interval's blocks. The
+        // blocks' intervals touch one another (a query sees itself, and
+        // neither end of its keys falls as it moves on): their union is
+        // the stretch's.
+        rw.tiles += union_size(spans);
+        spans.clear();
+        current = local_block + n - 1;
+        const std::int64_t db = layout.doc_begin(doc);
+        const std::int64_t de = layout.doc_end(doc);
+        for (std::int64_t q = from; q < from + n * b; q += b) {
+          const Interval keys = piece_keys(w.mask, b, db, de, q, q + b);
+          rw.tiles += keys.second - keys.first + 1;
+        }
+        const Interval keys = piece_keys(w.mask, b, db, de, from, from + n * b);
+        if (all && !join_last(*all, keys)) all->push_back(keys);
+        rw.tokens += n * b;
+      });
   rw.tiles += union_size(spans);
   spans.clear();
 }

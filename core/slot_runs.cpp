@@ -142,26 +142,10 @@ inline bool join_last(std::vector<Interval>& spans, Interval keys) {
   return true;
 }
 
-// The key blocks the queries [a, b) of document [db, de) touch:
-// [key_range(a).lo / B, key_range(b - 1).hi / B], with key_range's cases
-// written out for the dense masks (its lower end never falls as the query
-// moves on, nor its upper end).
+// The key blocks the queries [a, b) of document [db, de) touch (every
+// dense mask: neither end of a query's keys falls as the query moves on).
 inline Interval piece_keys(const MaskSpec& mask, std::int64_t block, std::int64_t db,
                            std::int64_t de, std::int64_t a, std::int64_t b) {
-  switch (mask.kind) {
-    case MaskKind::kCausal:
-      return {db / block, (b - 1) / block};
-    case MaskKind::kFull:
-      return {db / block, (de - 1) / block};
-    case MaskKind::kSliding:
-      return {std::max(db, a - mask.param + 1) / block, (b - 1) / block};
-    case MaskKind::kPrefix: {
-      const std::int64_t prefix_hi = mask.param >= de - db ? de - 1 : db + mask.param - 1;
-      return {db / block, std::max(b - 1, prefix_hi) / block};
-    }
-    case MaskKind::kBlockSparse:
-      break;
-  }
   return {key_range(mask, db, de, a).lo / block, key_range(mask, db, de, b - 1).hi / block};
 }
 

@@ -94,6 +94,46 @@ inline Interval piece_keys(const MaskSpec& mask, std::int64_t block, std::int64_
   return {key_range(mask, db, de, a).lo / block, key_range(mask, db, de, b - 1).hi / block};
 }
 
+// The sum over i = 0 .. n - 1 of max(c + i, k).
+std::int64_t sum_of_max_rising(std::int64_t c, std::int64_t k, std::int64_t n) {
+  const std::int64_t t = std::clamp<std::int64_t>(k - c, 0, n);  // the i with c + i < k
+  // t + ... + n - 1 = (n - t)(n + t - 1) / 2; one factor is even, halved
+  // first so that no product passes the sum.
+  const std::int64_t count = n - t;
+  const std::int64_t ends = n + t - 1;
+  const std::int64_t rising = count % 2 == 0 ? count / 2 * ends : ends / 2 * count;
+  return t * k + count * c + rising;
+}
+
+// floor(a / b) for b >= 1, a of either sign.
+std::int64_t floor_div(std::int64_t a, std::int64_t b) { return a / b - (a % b < 0 ? 1 : 0); }
+
+// The tiles of n whole local blocks of one document's queries from `from`
+// (block i holds queries q = from + iB .. q + B - 1): block i's are
+// hi(q + B - 1) / B - lo(q) / B + 1 (piece_keys). Every dense mask's upper
+// end is max(query, K) (K = db but for full, de - 1, and prefix, its
+// prefix's end), so the blocks' upper ends are max((from + B - 1) / B + i,
+// K / B); the lower end is db, or for a sliding window of W
+// max(db, q - W + 1), whose block is max(db / B, floor((from - W + 1) / B)
+// + i). Sums of those in O(1) where a loop took O(n).
+std::int64_t whole_block_tiles(const MaskSpec& mask, std::int64_t b, std::int64_t db,
+                               std::int64_t de, std::int64_t from, std::int64_t n) {
+  if (mask.kind == MaskKind::kBlockSparse) {
+    std::int64_t tiles = 0;
+    for (std::int64_t q = from; q < from + n * b; q += b) {
+      const Interval keys = piece_keys(mask, b, db, de, q, q + b);
+      tiles += keys.second - keys.first + 1;
+    }
+    return tiles;
+  }
+  const std::int64_t top = std::max(db, key_range(mask, db, de, db).hi);
+  const std::int64_t highs = sum_of_max_rising((from + b - 1) / b, top / b, n);
+  const std::int64_t lows = mask.kind == MaskKind::kSliding
+                                ? sum_of_max_rising(floor_div(from - mask.param + 1, b), db / b, n)
+                                : n * (db / b);
+  return highs - lows + n;
+}
+
 // Walks one member's runs in local order, cut at local blocks of B entries
 // and at document ends: calls piece(a, b, doc, local_block) for the real
 // queries [a, b) of one document inside one local block, and whole(a, n,
@@ -364,10 +404,7 @@ void count_member(const CpWorkload& w, const RowLayout& layout, const RunShardPl
         current = local_block + n - 1;
         const std::int64_t db = layout.doc_begin(doc);
         const std::int64_t de = layout.doc_end(doc);
-        for (std::int64_t q = from; q < from + n * b; q += b) {
-          const Interval keys = piece_keys(w.mask, b, db, de, q, q + b);
-          rw.tiles += keys.second - keys.first + 1;
-        }
+        rw.tiles += whole_block_tiles(w.mask, b, db, de, from, n);
         const Interval keys = piece_keys(w.mask, b, db, de, from, from + n * b);
         if (all && !join_last(*all, keys)) all->push_back(keys);
         rw.tokens += n * b;

@@ -25,42 +25,17 @@
 
 #include "fulcrum/core/schedule.h"
 #include "fulcrum/core/workload.h"
+#include "slot_runs_counts.h"
 
 namespace fulcrum {
-namespace detail {
-
-using Interval = std::pair<std::int64_t, std::int64_t>;
-
-// Who holds the real tokens of every key block: block k's holders are
-// entries [offset[k], offset[k + 1]) of (member, tokens), members ascending.
-struct Holders {
-  std::vector<std::int64_t> offset;
-  std::vector<std::pair<std::int32_t, std::int64_t>> entries;
-};
-
-// What the floor and the exact price of one run plan share: the members'
-// tokens and tiles, the holders of every key block and the key blocks each
-// member touches, each counted once.
-struct SlotRunsCounts {
-  CpWorkload w;
-  std::vector<RankWork> work;
-  Holders holders;
-  // Member r's merged touched intervals are touched[touched_at[r] ..
-  // touched_at[r + 1]); both empty for g = 1.
-  std::vector<Interval> touched;
-  std::vector<std::size_t> touched_at;
-
-  std::span<const Interval> touched_by(std::size_t r) const {
-    return {touched.data() + touched_at[r], touched_at[r + 1] - touched_at[r]};
-  }
-};
-
-}  // namespace detail
 
 namespace {
 
+using detail::ExchangeTotals;
 using detail::Holders;
 using detail::Interval;
+using detail::Scratch;
+using detail::scratch;
 using detail::SlotRunsCounts;
 
 // Appends to `out` the sorted, merged (touching intervals joined) `spans`
@@ -77,11 +52,10 @@ void merge_into(std::vector<Interval>& spans, std::vector<Interval>& out) {
   }
 }
 
-// Key blocks of the union of `spans` (inclusive intervals, any order).
-std::int64_t union_size(std::vector<Interval>& spans) {
-  if (spans.size() > 1 && !std::is_sorted(spans.begin(), spans.end())) {
-    std::sort(spans.begin(), spans.end());
-  }
+// Key blocks of the union of `spans` (inclusive intervals, any order), of
+// two or more.
+std::int64_t union_of_many(std::vector<Interval>& spans) {
+  if (!std::is_sorted(spans.begin(), spans.end())) std::sort(spans.begin(), spans.end());
   std::int64_t covered = -1;
   std::int64_t count = 0;
   for (const auto& [lo, hi] : spans) {
@@ -94,13 +68,83 @@ std::int64_t union_size(std::vector<Interval>& spans) {
   return count;
 }
 
+// Key blocks of the union of `spans` (inclusive intervals, any order).
+inline std::int64_t union_size(std::vector<Interval>& spans) {
+  if (spans.empty()) return 0;
+  if (spans.size() == 1) return spans[0].second - spans[0].first + 1;
+  return union_of_many(spans);
+}
+
+// Joins `keys` to the last of `spans` when the two overlap or touch (true),
+// where the caller would append it: the union, and so union_size's and
+// merge_into's answers, are the same, and queries that move along one
+// document (a run's pieces in order) leave one interval, not one per piece.
+inline bool join_last(std::vector<Interval>& spans, Interval keys) {
+  if (spans.empty()) return false;
+  Interval& last = spans.back();
+  if (keys.first > last.second + 1 || last.first > keys.second + 1) return false;
+  last = {std::min(last.first, keys.first), std::max(last.second, keys.second)};
+  return true;
+}
+
+// The key blocks the queries [a, b) of document [db, de) touch (every
+// dense mask: neither end of a query's keys falls as the query moves on).
+inline Interval piece_keys(const MaskSpec& mask, std::int64_t block, std::int64_t db,
+                           std::int64_t de, std::int64_t a, std::int64_t b) {
+  return {key_range(mask, db, de, a).lo / block, key_range(mask, db, de, b - 1).hi / block};
+}
+
+// The sum over i = 0 .. n - 1 of max(c + i, k).
+std::int64_t sum_of_max_rising(std::int64_t c, std::int64_t k, std::int64_t n) {
+  const std::int64_t t = std::clamp<std::int64_t>(k - c, 0, n);  // the i with c + i < k
+  // t + ... + n - 1 = (n - t)(n + t - 1) / 2; one factor is even, halved
+  // first so that no product passes the sum.
+  const std::int64_t count = n - t;
+  const std::int64_t ends = n + t - 1;
+  const std::int64_t rising = count % 2 == 0 ? count / 2 * ends : ends / 2 * count;
+  return t * k + count * c + rising;
+}
+
+// floor(a / b) for b >= 1, a of either sign.
+std::int64_t floor_div(std::int64_t a, std::int64_t b) { return a / b - (a % b < 0 ? 1 : 0); }
+
+// The tiles of n whole local blocks of one document's queries from `from`
+// (block i holds queries q = from + iB .. q + B - 1): block i's are
+// hi(q + B - 1) / B - lo(q) / B + 1 (piece_keys). Every dense mask's upper
+// end is max(query, K) (K = db but for full, de - 1, and prefix, its
+// prefix's end), so the blocks' upper ends are max((from + B - 1) / B + i,
+// K / B); the lower end is db, or for a sliding window of W
+// max(db, q - W + 1), whose block is max(db / B, floor((from - W + 1) / B)
+// + i). Sums of those in O(1) where a loop took O(n).
+std::int64_t whole_block_tiles(const MaskSpec& mask, std::int64_t b, std::int64_t db,
+                               std::int64_t de, std::int64_t from, std::int64_t n) {
+  if (mask.kind == MaskKind::kBlockSparse) {
+    std::int64_t tiles = 0;
+    for (std::int64_t q = from; q < from + n * b; q += b) {
+      const Interval keys = piece_keys(mask, b, db, de, q, q + b);
+      tiles += keys.second - keys.first + 1;
+    }
+    return tiles;
+  }
+  const std::int64_t top = std::max(db, key_range(mask, db, de, db).hi);
+  const std::int64_t highs = sum_of_max_rising((from + b - 1) / b, top / b, n);
+  const std::int64_t lows = mask.kind == MaskKind::kSliding
+                                ? sum_of_max_rising(floor_div(from - mask.param + 1, b), db / b, n)
+                                : n * (db / b);
+  return highs - lows + n;
+}
+
 // Walks one member's runs in local order, cut at local blocks of B entries
-// and at document ends: calls piece(a, b, local_block) for the real queries
-// [a, b) of one document inside one local block.
-template <typename Piece>
+// and at document ends: calls piece(a, b, doc, local_block) for the real
+// queries [a, b) of one document inside one local block, and whole(a, n,
+// doc, local_block) for n >= 1 local blocks from local_block on that one
+// run fills with queries a .. a + nB - 1 of one document (B each, in order;
+// what n calls of piece would have been).
+template <typename Piece, typename Whole>
 void walk_member(const RowLayout& layout, std::int64_t block, const RunShardPlan& plan,
-                 std::int32_t r, Piece&& piece) {
+                 std::int32_t r, Piece&& piece, Whole&& whole) {
   std::int64_t local = 0;  // entries of the member's order before the current run
+  std::int64_t doc = -1;
   for (std::int64_t i = plan.rank_offset[r]; i < plan.rank_offset[r + 1]; ++i) {
     const PositionRun& run = plan.runs[static_cast<std::size_t>(i)];
     if (run.begin == kPadPosition || run.length == 0) {
@@ -108,11 +152,26 @@ void walk_member(const RowLayout& layout, std::int64_t block, const RunShardPlan
       continue;
     }
     const std::int64_t end = run.begin + run.length;
-    std::int64_t doc = layout.doc_of(run.begin);
+    // The document the last run ended in, or the one after it, often holds
+    // this run's start (runs of one member tend to ascend).
+    if (doc < 0 || doc >= layout.num_docs() || layout.doc_end(doc) <= run.begin ||
+        layout.doc_begin(doc) > run.begin) {
+      doc = layout.doc_of(run.begin);
+    }
     for (std::int64_t x = run.begin; x < end;) {
       // Entries left in the current local block; compared as a distance so
       // that a B near int64's end cannot overflow.
       const std::int64_t room = block - local % block;
+      if (room == block) {
+        const std::int64_t n = std::min(end - x, layout.doc_end(doc) - x) / block;
+        if (n > 0) {
+          whole(x, n, doc, local / block);
+          local += n * block;
+          x += n * block;
+          if (x == layout.doc_end(doc)) ++doc;
+          continue;
+        }
+      }
       const std::int64_t piece_end = x + std::min(end - x, room);
       for (std::int64_t y = x; y < piece_end;) {
         const std::int64_t de = layout.doc_end(doc);
@@ -147,18 +206,23 @@ Holders holders_of_runs(const RunShardPlan& plan, std::int64_t tokens, std::int6
   const auto blocks = static_cast<std::size_t>(ceil_div(tokens, block));
   // Counting sort of (block, member, tokens) by block; members come in
   // ascending order, so one member's pieces of a block are adjacent.
-  std::vector<std::int64_t> start(blocks + 1, 0);
+  Scratch& x = scratch();
+  std::vector<std::int64_t>& start = x.start;
+  start.assign(blocks + 1, 0);
   for_each_block_overlap(plan, block, [&](std::int64_t k, std::int32_t, std::int64_t) {
     ++start[static_cast<std::size_t>(k) + 1];
   });
   for (std::size_t k = 1; k <= blocks; ++k) start[k] += start[k - 1];
-  std::vector<std::pair<std::int32_t, std::int64_t>> raw(static_cast<std::size_t>(start[blocks]));
-  std::vector<std::int64_t> fill(start.begin(), start.end() - 1);
+  std::vector<std::pair<std::int32_t, std::int64_t>>& raw = x.raw;
+  raw.resize(static_cast<std::size_t>(start[blocks]));
+  std::vector<std::int64_t>& fill = x.fill;
+  fill.assign(start.begin(), start.end() - 1);
   for_each_block_overlap(plan, block, [&](std::int64_t k, std::int32_t m, std::int64_t n) {
     raw[static_cast<std::size_t>(fill[static_cast<std::size_t>(k)]++)] = {m, n};
   });
   Holders h;
   h.offset.reserve(blocks + 1);
+  h.entries.reserve(raw.size());
   h.offset.push_back(0);
   for (std::size_t k = 0; k < blocks; ++k) {
     for (std::int64_t i = start[k]; i < start[k + 1]; ++i) {
@@ -227,16 +291,18 @@ void add_receipts(const Holders& holders, const std::unique_ptr<HolderSums>& sum
   }
 }
 
-// The largest of values[lo..hi] in O(1) after O(n log n).
+// The largest of values[lo..hi] in O(1) after O(n log n); its levels are
+// the caller's buffers (level 0 given filled).
 class SparseMax {
  public:
-  explicit SparseMax(std::vector<std::int32_t> values) {
-    levels_.push_back(std::move(values));
-    for (std::size_t span = 1; 2 * span <= levels_[0].size(); span *= 2) {
-      const std::vector<std::int32_t>& below = levels_.back();
-      std::vector<std::int32_t> up(below.size() - span);
+  explicit SparseMax(std::vector<std::vector<std::int32_t>>& levels) : levels_(levels) {
+    std::size_t k = 1;
+    for (std::size_t span = 1; 2 * span <= levels_[0].size(); span *= 2, ++k) {
+      if (levels_.size() <= k) levels_.emplace_back();
+      const std::vector<std::int32_t>& below = levels_[k - 1];
+      std::vector<std::int32_t>& up = levels_[k];
+      up.resize(below.size() - span);
       for (std::size_t i = 0; i < up.size(); ++i) up[i] = std::max(below[i], below[i + span]);
-      levels_.push_back(std::move(up));
     }
   }
   std::int32_t max(std::int64_t lo, std::int64_t hi) const {
@@ -248,7 +314,7 @@ class SparseMax {
   }
 
  private:
-  std::vector<std::vector<std::int32_t>> levels_;  // level k: max of 2^k from i
+  std::vector<std::vector<std::int32_t>>& levels_;  // level k: max of 2^k from i
 };
 
 }  // namespace
@@ -312,22 +378,37 @@ namespace {
 void count_member(const CpWorkload& w, const RowLayout& layout, const RunShardPlan& runs,
                   std::int32_t r, RankWork& rw, std::vector<Interval>& spans,
                   std::vector<Interval>* all) {
+  const std::int64_t b = w.block_size;
   std::int64_t current = -1;  // the local block `spans` belongs to
-  walk_member(layout, w.block_size, runs, r,
-              [&](std::int64_t a, std::int64_t b, std::int64_t doc, std::int64_t local_block) {
-                if (local_block != current) {
-                  rw.tiles += union_size(spans);
-                  spans.clear();
-                  current = local_block;
-                }
-                const std::int64_t db = layout.doc_begin(doc);
-                const std::int64_t de = layout.doc_end(doc);
-                const Interval keys{key_range(w.mask, db, de, a).lo / w.block_size,
-                                    key_range(w.mask, db, de, b - 1).hi / w.block_size};
-                spans.push_back(keys);
-                if (all) all->push_back(keys);
-                rw.tokens += b - a;
-              });
+  walk_member(
+      layout, b, runs, r,
+      [&](std::int64_t from, std::int64_t to, std::int64_t doc, std::int64_t local_block) {
+        if (local_block != current) {
+          rw.tiles += union_size(spans);
+          spans.clear();
+          current = local_block;
+        }
+        const Interval keys =
+            piece_keys(w.mask, b, layout.doc_begin(doc), layout.doc_end(doc), from, to);
+        if (!join_last(spans, keys)) spans.push_back(keys);
+        if (all && !join_last(*all, keys)) all->push_back(keys);
+        rw.tokens += to - from;
+      },
+      [&](std::int64_t from, std::int64_t n, std::int64_t doc, std::int64_t local_block) {
+        // Each block is one piece, its tiles the one interval's blocks. The
+        // blocks' intervals touch one another (a query sees itself, and
+        // neither end of its keys falls as it moves on): their union is
+        // the stretch's.
+        rw.tiles += union_size(spans);
+        spans.clear();
+        current = local_block + n - 1;
+        const std::int64_t db = layout.doc_begin(doc);
+        const std::int64_t de = layout.doc_end(doc);
+        rw.tiles += whole_block_tiles(w.mask, b, db, de, from, n);
+        const Interval keys = piece_keys(w.mask, b, db, de, from, from + n * b);
+        if (all && !join_last(*all, keys)) all->push_back(keys);
+        rw.tokens += n * b;
+      });
   rw.tiles += union_size(spans);
   spans.clear();
 }
@@ -337,7 +418,8 @@ void count_member(const CpWorkload& w, const RowLayout& layout, const RunShardPl
 std::vector<RankWork> run_tokens_and_tiles(const CpWorkload& w, const RunShardPlan& runs) {
   const RowLayout layout(w);
   std::vector<RankWork> work(static_cast<std::size_t>(runs.ranks));
-  std::vector<Interval> spans;
+  std::vector<Interval>& spans = scratch().spans;
+  spans.clear();
   for (std::int32_t r = 0; r < runs.ranks; ++r) {
     count_member(w, layout, runs, r, work[static_cast<std::size_t>(r)], spans, nullptr);
   }
@@ -356,8 +438,10 @@ SlotRunsCounts count_slot_runs(const ScheduleRequest& request, const ScheduleSlo
   const bool exchange = runs.ranks > 1;
   c.work.resize(static_cast<std::size_t>(runs.ranks));
   if (exchange) c.touched_at.push_back(0);
-  std::vector<Interval> spans;  // the current local block's
-  std::vector<Interval> all;    // the member's
+  std::vector<Interval>& spans = scratch().spans;  // the current local block's
+  std::vector<Interval>& all = scratch().all;      // the member's
+  spans.clear();
+  all.clear();
   for (std::int32_t r = 0; r < runs.ranks; ++r) {
     count_member(w, layout, runs, r, c.work[static_cast<std::size_t>(r)], spans,
                  exchange ? &all : nullptr);
@@ -394,89 +478,6 @@ SlotCost price_counted(const ScheduleRequest& request, const ScheduleSlot& slot,
   return price_slot_counts(request.profile, slot.ranks, counts);
 }
 
-// Each member's exchange, totalled without the member-by-member table, split
-// by link: the K/V tokens it receives from members on its own node and from
-// the others (the real tokens of the key blocks it touches, less its own
-// there), those it sends to each (its tokens of each block times the other
-// members touching that block), and at least how many peers it has (the
-// other members touching one block it holds). The totals equal the table's
-// sums; the peers are at most the table's.
-struct ExchangeTotals {
-  std::vector<std::int64_t> near;  // per member: tokens in + out, same node
-  std::vector<std::int64_t> far;   // per member: tokens in + out, other nodes
-  std::vector<std::int32_t> peers;
-};
-
-ExchangeTotals exchange_totals(const SlotRunsCounts& c, const std::vector<std::int32_t>& node) {
-  const std::size_t g = c.work.size();
-  const std::size_t blocks = c.holders.offset.size() - 1;
-  const std::size_t nodes =
-      static_cast<std::size_t>(*std::max_element(node.begin(), node.end())) + 1;
-  // Per block, in all and per node (row n x (blocks + 1)): the running sum
-  // of the real tokens held, and how many members' touched intervals cover
-  // the block (difference arrays, then summed).
-  const std::size_t row = blocks + 1;
-  std::vector<std::int64_t> sum(row, 0);
-  std::vector<std::int64_t> node_sum(nodes * row, 0);
-  std::vector<std::int32_t> touchers(row, 0);
-  std::vector<std::int32_t> node_touchers(nodes * row, 0);
-  for (std::size_t k = 0; k < blocks; ++k) {
-    for (std::int64_t i = c.holders.offset[k]; i < c.holders.offset[k + 1]; ++i) {
-      const auto& [j, n] = c.holders.entries[static_cast<std::size_t>(i)];
-      sum[k + 1] += n;
-      node_sum[static_cast<std::size_t>(node[static_cast<std::size_t>(j)]) * row + k + 1] += n;
-    }
-  }
-  ExchangeTotals t{std::vector<std::int64_t>(g, 0), std::vector<std::int64_t>(g, 0),
-                   std::vector<std::int32_t>(g, 0)};
-  for (std::size_t k = 1; k < row; ++k) sum[k] += sum[k - 1];
-  for (std::size_t n = 0; n < nodes; ++n) {
-    std::int64_t* const mine = node_sum.data() + n * row;
-    for (std::size_t k = 1; k < row; ++k) mine[k] += mine[k - 1];
-  }
-  for (std::size_t r = 0; r < g; ++r) {
-    const std::size_t own = static_cast<std::size_t>(node[r]) * row;
-    for (const auto& [lo, hi] : c.touched_by(r)) {
-      const auto l = static_cast<std::size_t>(lo);
-      const auto h = static_cast<std::size_t>(hi) + 1;
-      ++touchers[l];
-      --touchers[h];
-      ++node_touchers[own + l];
-      --node_touchers[own + h];
-      const std::int64_t near = node_sum[own + h] - node_sum[own + l];
-      t.near[r] += near;
-      t.far[r] += sum[h] - sum[l] - near;
-    }
-  }
-  for (std::size_t k = 1; k < row; ++k) touchers[k] += touchers[k - 1];
-  for (std::size_t n = 0; n < nodes; ++n) {
-    std::int32_t* const mine = node_touchers.data() + n * row;
-    for (std::size_t k = 1; k < row; ++k) mine[k] += mine[k - 1];
-  }
-  // Blocks ascend, so each member's place in its touched intervals only
-  // moves forward.
-  std::vector<std::size_t> place(g, 0);
-  for (std::size_t k = 0; k < blocks; ++k) {
-    for (std::int64_t i = c.holders.offset[k]; i < c.holders.offset[k + 1]; ++i) {
-      const auto& [j, n] = c.holders.entries[static_cast<std::size_t>(i)];
-      const auto m = static_cast<std::size_t>(j);
-      const std::span<const Interval> mine = c.touched_by(m);
-      while (place[m] < mine.size() && mine[place[m]].second < static_cast<std::int64_t>(k)) {
-        ++place[m];
-      }
-      const bool touches =
-          place[m] < mine.size() && mine[place[m]].first <= static_cast<std::int64_t>(k);
-      const std::int32_t self = touches ? 1 : 0;
-      const std::int32_t near = node_touchers[static_cast<std::size_t>(node[m]) * row + k] - self;
-      t.near[m] += n * near;
-      t.far[m] += n * (touchers[k] - self - near);
-      t.peers[m] = std::max(t.peers[m], touchers[k] - self);
-      if (touches) t.near[m] -= n;  // its own tokens are not received
-    }
-  }
-  return t;
-}
-
 // Two floors on the exact end: `peers`, each member's compute plus the
 // latency of the peers it has at least (the other holders of the most-held
 // key block it touches), less what the overlap can hide; and `exchange`,
@@ -500,15 +501,20 @@ Floors floor_counted(const ScheduleRequest& request, const ScheduleSlot& slot,
   if (c.work.size() <= 1 || (!with_exchange && !(p.latency_seconds > 0))) return f;
   // Every other member holding tokens of a key block a member touches sends
   // it some: a peer. A block's holders are its entries (one per member).
-  std::vector<std::int32_t> per_block(c.holders.offset.size() - 1);
+  Scratch& x = scratch();
+  if (x.levels.empty()) x.levels.emplace_back();
+  std::vector<std::int32_t>& per_block = x.levels[0];
+  per_block.resize(c.holders.offset.size() - 1);
   for (std::size_t k = 0; k < per_block.size(); ++k) {
     per_block[k] = static_cast<std::int32_t>(c.holders.offset[k + 1] - c.holders.offset[k]);
   }
-  const SparseMax holders(std::move(per_block));
+  const SparseMax holders(x.levels);
   // Members' nodes, numbered from 0 in order of first appearance.
-  std::vector<std::int32_t> node(with_exchange ? c.work.size() : 0);
+  std::vector<std::int32_t>& node = x.node;
+  node.resize(with_exchange ? c.work.size() : 0);
   {
-    std::vector<std::int32_t> seen;
+    std::vector<std::int32_t>& seen = x.seen;
+    seen.clear();
     const std::int32_t per_node = std::max(1, p.ranks_per_node);
     for (std::size_t r = 0; r < node.size(); ++r) {
       const std::int32_t n = slot.ranks[r] / per_node;

@@ -221,26 +221,4 @@ std::int64_t RowLayout::doc_of(std::int64_t pos) const {
   return static_cast<std::int64_t>(it - doc_start_.begin()) - 1;
 }
 
-KeyRange key_range(const MaskSpec& mask, std::int64_t doc_begin, std::int64_t doc_end,
-                   std::int64_t query) {
-  switch (mask.kind) {
-    case MaskKind::kCausal:
-      return {doc_begin, query};
-    case MaskKind::kFull:
-      return {doc_begin, doc_end - 1};
-    case MaskKind::kSliding:
-      return {std::max(doc_begin, query - mask.param + 1), query};
-    case MaskKind::kPrefix: {
-      // j <= i or j < L (document-local) is the single range [0, max(i, L-1)].
-      // Compare L with the length before adding it: L may be as large as int64.
-      const std::int64_t prefix_hi =
-          mask.param >= doc_end - doc_begin ? doc_end - 1 : doc_begin + mask.param - 1;
-      return {doc_begin, std::max(query, prefix_hi)};
-    }
-    case MaskKind::kBlockSparse:
-      break;
-  }
-  return {0, -1};
-}
-
 }  // namespace fulcrum

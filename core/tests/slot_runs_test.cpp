@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -20,6 +21,7 @@
 #include "fulcrum/core/slot_runs.h"
 #include "fulcrum/core/work_model.h"
 #include "fulcrum/core/workload.h"
+#include "slot_runs_reference.h"
 
 namespace fulcrum {
 namespace {
@@ -189,6 +191,38 @@ TEST(SlotRuns, PricedFromRunsExactlyAsFromPositions) {
   }
   EXPECT_GT(multi, 2000);  // most slots exchange K/V: the comparison covers communication
   EXPECT_GT(lifted, 1000);
+}
+
+// The counting against the one it replaced (slot_runs_reference.h) on
+// random plans of any shape (chunks of any length dealt in any order, pad
+// runs between them): tokens, tiles, the exact price and both floors, bit
+// for bit (memcmp: 0.0 and -0.0 differ).
+TEST(SlotRuns, CountedAsTheReferenceBitForBit) {
+  std::mt19937_64 rng(20261128);
+  const auto same = [](double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; };
+  for (int i = 0; i < 2000; ++i) {
+    const RandomSlot s = random_slot(rng, i % 100 == 99);
+    SCOPED_TRACE("slot " + std::to_string(i) + ", g = " + std::to_string(s.runs.ranks));
+    const CpWorkload w = slot_workload(s.request, s.slot);
+    const std::vector<RankWork> want_work = reference::run_tokens_and_tiles(w, s.runs);
+    const std::vector<RankWork> got_work = run_tokens_and_tiles(w, s.runs);
+    for (std::size_t m = 0; m < want_work.size(); ++m) {
+      EXPECT_EQ(want_work[m].tokens, got_work[m].tokens);
+      EXPECT_EQ(want_work[m].tiles, got_work[m].tiles);
+    }
+    const SlotCost want = reference::evaluate_slot_runs(s.request, s.slot, s.runs);
+    const SlotCost got = evaluate_slot_runs(s.request, s.slot, s.runs);
+    expect_same(want, got);
+    for (std::size_t m = 0; m < want.members.size(); ++m) {
+      EXPECT_TRUE(same(want.members[m].comm_seconds, got.members[m].comm_seconds));
+    }
+    for (const bool exchange : {false, true}) {
+      EXPECT_TRUE(same(reference::slot_end_floor_runs(s.request, s.slot, s.runs, exchange),
+                       slot_end_floor_runs(s.request, s.slot, s.runs, exchange)))
+          << "exchange floor " << exchange;
+    }
+    if (HasFailure()) return;
+  }
 }
 
 // The shared-count path against the two functions it stands for: the same

@@ -2,6 +2,7 @@
 // computation is built on. Part of fulcrum::core (no LibTorch).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -64,8 +65,28 @@ struct KeyRange {
   std::int64_t size() const { return hi - lo + 1; }
 };
 
-KeyRange key_range(const MaskSpec& mask, std::int64_t doc_begin, std::int64_t doc_end,
-                   std::int64_t query);
+// Inline: the run counting (slot_runs.cpp) takes two per piece of a plan.
+inline KeyRange key_range(const MaskSpec& mask, std::int64_t doc_begin, std::int64_t doc_end,
+                          std::int64_t query) {
+  switch (mask.kind) {
+    case MaskKind::kCausal:
+      return {doc_begin, query};
+    case MaskKind::kFull:
+      return {doc_begin, doc_end - 1};
+    case MaskKind::kSliding:
+      return {std::max(doc_begin, query - mask.param + 1), query};
+    case MaskKind::kPrefix: {
+      // j <= i or j < L (document-local) is the single range [0, max(i, L-1)].
+      // Compare L with the length before adding it: L may be as large as int64.
+      const std::int64_t prefix_hi =
+          mask.param >= doc_end - doc_begin ? doc_end - 1 : doc_begin + mask.param - 1;
+      return {doc_begin, std::max(query, prefix_hi)};
+    }
+    case MaskKind::kBlockSparse:
+      break;
+  }
+  return {0, -1};
+}
 
 // ceil(a / b) for b >= 1. Not (a + b - 1) / b: that overflows for a B or N
 // near int64's end, which validate_workload accepts (found by fuzz/).

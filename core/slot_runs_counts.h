@@ -1,0 +1,85 @@
+// What the run pricing (slot_runs.cpp) and its exchange floor
+// (slot_runs_exchange.cpp) share inside the core: one plan's counts, the
+// per-thread working buffers, and the exchange totals. Not installed.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "fulcrum/core/schedule.h"
+#include "fulcrum/cp_types.h"
+
+namespace fulcrum::detail {
+
+using Interval = std::pair<std::int64_t, std::int64_t>;
+
+// Who holds the real tokens of every key block: block k's holders are
+// entries [offset[k], offset[k + 1]) of (member, tokens), members ascending.
+struct Holders {
+  std::vector<std::int64_t> offset;
+  std::vector<std::pair<std::int32_t, std::int64_t>> entries;
+};
+
+// What the floor and the exact price of one run plan share: the members'
+// tokens and tiles, the holders of every key block and the key blocks each
+// member touches, each counted once.
+struct SlotRunsCounts {
+  CpWorkload w;
+  std::vector<RankWork> work;
+  Holders holders;
+  // Member r's merged touched intervals are touched[touched_at[r] ..
+  // touched_at[r + 1]); both empty for g = 1.
+  std::vector<Interval> touched;
+  std::vector<std::size_t> touched_at;
+
+  std::span<const Interval> touched_by(std::size_t r) const {
+    return {touched.data() + touched_at[r], touched_at[r + 1] - touched_at[r]};
+  }
+};
+
+// Buffers the counting and the floor reuse from one plan to the next on a
+// thread (a scheduler counts hundreds of plans an answer): their contents
+// never outlive one call, only their capacity.
+struct Scratch {
+  std::vector<Interval> spans;  // a local block's touched intervals
+  std::vector<Interval> all;    // a member's
+  std::vector<std::int64_t> start;
+  std::vector<std::int64_t> fill;
+  std::vector<std::pair<std::int32_t, std::int64_t>> raw;
+  std::vector<std::int64_t> sum;
+  std::vector<std::int32_t> touchers;
+  std::vector<std::int32_t> count;
+  std::vector<std::size_t> at;
+  std::vector<std::size_t> place;
+  std::vector<std::int64_t> held_block;
+  std::vector<std::int64_t> held_sum;
+  std::vector<std::pair<std::int64_t, std::int32_t>> events;
+  std::vector<std::size_t> ev_at;
+  std::vector<std::int64_t> node_sum;
+  std::vector<std::int32_t> node_touchers;
+  std::vector<std::int32_t> node;
+  std::vector<std::int32_t> seen;
+  std::vector<std::vector<std::int32_t>> levels;
+};
+
+Scratch& scratch();
+
+// Each member's exchange, totalled without the member-by-member table, split
+// by link: the K/V tokens it receives from members on its own node and from
+// the others (the real tokens of the key blocks it touches, less its own
+// there), those it sends to each (its tokens of each block times the other
+// members touching that block), and at least how many peers it has (the
+// other members touching one block it holds). The totals equal the table's
+// sums; the peers are at most the table's.
+struct ExchangeTotals {
+  std::vector<std::int64_t> near;  // per member: tokens in + out, same node
+  std::vector<std::int64_t> far;   // per member: tokens in + out, other nodes
+  std::vector<std::int32_t> peers;
+};
+
+ExchangeTotals exchange_totals(const SlotRunsCounts& c, const std::vector<std::int32_t>& node);
+
+}  // namespace fulcrum::detail

@@ -230,35 +230,50 @@ void DraftSet::add_packed() {
   }
 }
 
-DraftSet::DraftSet(const ScheduleRequest& request, bool every) : request_(request), est_(request) {
-  prep_.pieces = schedule_pieces(request);
-  prep_.work.resize(prep_.pieces.size());
+PreparedBatch prepare_batch(const ScheduleRequest& request, const Estimator& est) {
+  PreparedBatch prep;
+  prep.pieces = schedule_pieces(request);
+  prep.work.resize(prep.pieces.size());
   double total = 0;
   std::int64_t tokens = 0;
-  for (std::size_t i = 0; i < prep_.pieces.size(); ++i) {
-    prep_.work[i] = est_.work(prep_.pieces[i].length);
-    total += prep_.work[i];
-    tokens += prep_.pieces[i].length;
+  for (std::size_t i = 0; i < prep.pieces.size(); ++i) {
+    prep.work[i] = est.work(prep.pieces[i].length);
+    total += prep.work[i];
+    tokens += prep.pieces[i].length;
   }
-  prep_.order.resize(prep_.pieces.size());
-  std::iota(prep_.order.begin(), prep_.order.end(), std::size_t{0});
-  std::stable_sort(prep_.order.begin(), prep_.order.end(),
-                   [&](std::size_t a, std::size_t b) { return prep_.work[a] > prep_.work[b]; });
-  prep_.mean_load =
+  prep.order.resize(prep.pieces.size());
+  std::iota(prep.order.begin(), prep.order.end(), std::size_t{0});
+  std::stable_sort(prep.order.begin(), prep.order.end(),
+                   [&](std::size_t a, std::size_t b) { return prep.work[a] > prep.work[b]; });
+  prep.mean_load =
       (total + request.profile.slot_seconds *
                    static_cast<double>(ceil_div(tokens, request.max_tokens_per_rank))) /
       request.world_size;
+  return prep;
+}
+
+Batch grouped_batch(const ScheduleRequest& request, const PreparedBatch& prep, bool group_heavy) {
+  Batch batch{request,    prep.pieces,    prep.work,
+              prep.order, prep.mean_load, std::vector<char>(prep.pieces.size(), 0)};
+  for (std::size_t i = 0; i < prep.pieces.size(); ++i) {
+    batch.grouped[i] =
+        prep.pieces[i].length > request.max_tokens_per_rank ||
+        (group_heavy && prep.work[i] + request.profile.slot_seconds > batch.mean_load);
+  }
+  return batch;
+}
+
+DraftSet::DraftSet(const ScheduleRequest& request, bool every)
+    : request_(request), est_(request), prep_(prepare_batch(request, est_)) {
   for (const bool group_heavy : {true, false}) {
-    Batch batch{request,     prep_.pieces,    prep_.work,
-                prep_.order, prep_.mean_load, std::vector<char>(prep_.pieces.size(), 0)};
+    const Batch batch = grouped_batch(request, prep_, group_heavy);
     bool any_long = false;
     bool any_heavy = false;
     for (std::size_t i = 0; i < prep_.pieces.size(); ++i) {
-      const bool heavy = prep_.work[i] + request.profile.slot_seconds > batch.mean_load;
       const bool long_piece = prep_.pieces[i].length > request.max_tokens_per_rank;
-      batch.grouped[i] = long_piece || (group_heavy && heavy);
       any_long = any_long || batch.grouped[i];
-      any_heavy = any_heavy || (heavy && !long_piece);
+      any_heavy = any_heavy ||
+                  (!long_piece && prep_.work[i] + request.profile.slot_seconds > batch.mean_load);
     }
     if (!group_heavy && !any_heavy) break;  // the same batch again
     const std::size_t first = drafts_.size();

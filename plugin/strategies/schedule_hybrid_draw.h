@@ -26,6 +26,22 @@ inline std::int64_t slot_planning_cost(std::int64_t tokens, std::size_t members)
 
 std::int64_t planning_cost(const Schedule& schedule);
 
+// A batch's pieces with their estimated work, in the order the drafts place
+// them, and the mean load per rank (rule 1).
+struct PreparedBatch {
+  std::vector<DocPiece> pieces;
+  std::vector<double> work;
+  std::vector<std::size_t> order;      // by work, largest first
+  std::vector<std::size_t> by_length;  // by length, longest first (filled where asked)
+  double mean_load = 0;
+};
+PreparedBatch prepare_batch(const ScheduleRequest& request, const Estimator& est);
+
+// The batch with rule 1's groups marked: every piece longer than T, and
+// with `group_heavy` every piece whose work and slot cost alone pass the
+// mean load. It refers to `prep`, which must outlive it.
+Batch grouped_batch(const ScheduleRequest& request, const PreparedBatch& prep, bool group_heavy);
+
 // The batch's drafts in the order they are planned: the estimate's choice
 // (soonest estimated finish, first of equals) first; with `every`, the
 // equal-groups draft (rule 8) of soonest estimated finish next, then the
@@ -50,13 +66,6 @@ class DraftSet {
     std::int64_t cost = 0;
     std::optional<Schedule> made;
   };
-  struct Prepared {
-    std::vector<DocPiece> pieces;
-    std::vector<double> work;
-    std::vector<std::size_t> order;      // by work, largest first
-    std::vector<std::size_t> by_length;  // by length, longest first
-    double mean_load = 0;
-  };
   struct Rows {
     std::vector<std::int64_t> room;
     std::vector<double> work;
@@ -68,7 +77,7 @@ class DraftSet {
 
   const ScheduleRequest& request_;
   Estimator est_;
-  Prepared prep_;
+  PreparedBatch prep_;
   std::vector<Draft> drafts_;
   std::vector<Entry> entries_;
 };

@@ -23,6 +23,7 @@
 #include "schedule_random_mask.h"
 #include "strategies/cp_strategies.h"
 #include "strategies/schedule_hybrid_draft.h"
+#include "strategies/schedule_hybrid_draw.h"
 #include "strategies/schedule_strategies.h"
 
 namespace fulcrum {
@@ -281,31 +282,8 @@ TEST(ScheduleAnswer, DraftLeftUnpackedCannotFinishBeforeTheBeat) {
           1, rng.uniform(0, 9) == 0 ? 4 * r.max_tokens_per_rank : r.max_tokens_per_rank));
     }
     const hybrid::Estimator est(r);
-    const std::vector<DocPiece> pieces = schedule_pieces(r);
-    std::vector<double> work;
-    double total = 0;
-    std::int64_t tokens = 0;
-    for (const DocPiece& piece : pieces) {
-      work.push_back(est.work(piece.length));
-      total += work.back();
-      tokens += piece.length;
-    }
-    std::vector<std::size_t> order(pieces.size());
-    std::iota(order.begin(), order.end(), std::size_t{0});
-    std::stable_sort(order.begin(), order.end(),
-                     [&](std::size_t a, std::size_t b) { return work[a] > work[b]; });
-    const double rows =
-        static_cast<double>((tokens + r.max_tokens_per_rank - 1) / r.max_tokens_per_rank);
-    hybrid::Batch batch{r,
-                        pieces,
-                        work,
-                        order,
-                        (total + r.profile.slot_seconds * rows) / r.world_size,
-                        std::vector<char>(pieces.size(), 0)};
-    for (std::size_t i = 0; i < pieces.size(); ++i) {
-      batch.grouped[i] = pieces[i].length > r.max_tokens_per_rank ||
-                         work[i] + r.profile.slot_seconds > batch.mean_load;
-    }
+    const hybrid::PreparedBatch prep = hybrid::prepare_batch(r, est);
+    const hybrid::Batch batch = hybrid::grouped_batch(r, prep, true);
     for (const hybrid::GroupRule rule :
          {hybrid::GroupRule::kMeanLoad, hybrid::GroupRule::kTimelineMeanLoad,
           hybrid::GroupRule::kSoonestEnd, hybrid::GroupRule::kBalancedEnd}) {

@@ -284,32 +284,9 @@ TEST(HybridDraw, DraftHoldingTheRanksItReachesIsTheDraftOverEveryRank) {
       r.doc_lengths.push_back(rng.uniform(1, most * r.max_tokens_per_rank));
     }
     const hybrid::Estimator est(r);
-    const std::vector<DocPiece> pieces = schedule_pieces(r);
-    std::vector<double> work;
-    double total = 0;
-    std::int64_t tokens = 0;
-    for (const DocPiece& piece : pieces) {
-      work.push_back(est.work(piece.length));
-      total += work.back();
-      tokens += piece.length;
-    }
-    std::vector<std::size_t> order(pieces.size());
-    std::iota(order.begin(), order.end(), std::size_t{0});
-    std::stable_sort(order.begin(), order.end(),
-                     [&](std::size_t a, std::size_t b) { return work[a] > work[b]; });
-    const double rows =
-        static_cast<double>((tokens + r.max_tokens_per_rank - 1) / r.max_tokens_per_rank);
+    const hybrid::PreparedBatch prep = hybrid::prepare_batch(r, est);
     for (const bool heavy : {true, false}) {
-      hybrid::Batch batch{r,
-                          pieces,
-                          work,
-                          order,
-                          (total + r.profile.slot_seconds * rows) / r.world_size,
-                          std::vector<char>(pieces.size(), 0)};
-      for (std::size_t i = 0; i < pieces.size(); ++i) {
-        batch.grouped[i] = pieces[i].length > r.max_tokens_per_rank ||
-                           (heavy && work[i] + r.profile.slot_seconds > batch.mean_load);
-      }
+      const hybrid::Batch batch = hybrid::grouped_batch(r, prep, heavy);
       for (const hybrid::GroupRule rule :
            {hybrid::GroupRule::kMeanLoad, hybrid::GroupRule::kTimelineMeanLoad,
             hybrid::GroupRule::kSoonestEnd, hybrid::GroupRule::kBalancedEnd}) {

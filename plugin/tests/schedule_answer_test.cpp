@@ -20,7 +20,7 @@
 #include "fulcrum/core/random.h"
 #include "fulcrum/core/schedule.h"
 #include "fulcrum/schedule_types.h"
-#include "schedule_random_mask.h"
+#include "schedule_random_inputs.h"
 #include "strategies/cp_strategies.h"
 #include "strategies/schedule_hybrid_draft.h"
 #include "strategies/schedule_hybrid_draw.h"
@@ -30,26 +30,8 @@ namespace fulcrum {
 namespace {
 
 ScheduleRequest random_request(SplitMix64& rng) {
-  ScheduleRequest r;
-  const std::vector<std::int32_t> worlds = {1, 2, 3, 4, 5, 7, 8, 12, 13, 16, 24, 31, 64};
-  r.world_size = worlds[rng.next() % worlds.size()];
-  r.block_size = rng.uniform(0, 1) == 0 ? 16 : 64;
-  r.max_tokens_per_rank = r.block_size * rng.uniform(1, 16);
-  r.mask = schedule_tests::random_dense_mask(rng, r.block_size);
-  r.profile = *builtin_cost_profile(rng.uniform(0, 1) == 0 ? "h100_7b" : "cpu_gloo");
-  r.profile.ranks_per_node = static_cast<std::int32_t>(rng.uniform(1, 8));
-  r.profile.inter_node_bytes_per_second =
-      r.profile.intra_node_bytes_per_second / static_cast<double>(rng.uniform(1, 16));
-  const std::int64_t cap = 3 * r.world_size * r.max_tokens_per_rank;
-  const std::int64_t docs = rng.uniform(1, 60);
-  for (std::int64_t i = 0; i < docs; ++i) {
-    // Log-uniform over 1 .. 2 W T: mostly short, some over many ranks.
-    const double u = static_cast<double>(rng.next() >> 11) / 9007199254740992.0;
-    const double top = std::log(static_cast<double>(2 * r.world_size * r.max_tokens_per_rank));
-    r.doc_lengths.push_back(std::max<std::int64_t>(1, std::llround(std::exp(u * top))));
-    if (std::accumulate(r.doc_lengths.begin(), r.doc_lengths.end(), std::int64_t{0}) > cap) break;
-  }
-  return r;
+  return schedule_tests::random_schedule_request(rng, {1, 2, 3, 4, 5, 7, 8, 12, 13, 16, 24, 31, 64},
+                                                 60);
 }
 
 std::string describe(const ScheduleRequest& r) {

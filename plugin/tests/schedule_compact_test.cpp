@@ -18,7 +18,7 @@
 #include "fulcrum/core/schedule.h"
 #include "fulcrum/core/slot_runs.h"
 #include "fulcrum/core/work_model.h"
-#include "schedule_random_mask.h"
+#include "schedule_random_inputs.h"
 #include "strategies/cp_balanced_detail.h"
 #include "strategies/cp_strategies.h"
 #include "strategies/schedule_hybrid_draft.h"

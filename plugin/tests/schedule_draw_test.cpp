@@ -17,7 +17,7 @@
 #include "fulcrum/core/cost_profile.h"
 #include "fulcrum/core/random.h"
 #include "fulcrum/core/schedule.h"
-#include "schedule_random_mask.h"
+#include "schedule_random_inputs.h"
 #include "strategies/schedule_hybrid_draft.h"
 #include "strategies/schedule_hybrid_draw.h"
 #include "strategies/schedule_hybrid_refine.h"
@@ -167,27 +167,7 @@ TEST(HybridDraw, LeastLoadedGroupIsTheScan) {
 }
 
 ScheduleRequest random_request(SplitMix64& rng) {
-  ScheduleRequest r;
-  const std::vector<std::int32_t> worlds = {1, 2, 3, 5, 8, 12, 16, 31, 64, 128};
-  r.world_size = worlds[rng.next() % worlds.size()];
-  r.block_size = rng.uniform(0, 1) == 0 ? 16 : 64;
-  r.max_tokens_per_rank = r.block_size * rng.uniform(1, 16);
-  r.mask = schedule_tests::random_dense_mask(rng, r.block_size);
-  r.profile = *builtin_cost_profile(rng.uniform(0, 1) == 0 ? "h100_7b" : "cpu_gloo");
-  r.profile.ranks_per_node = static_cast<std::int32_t>(rng.uniform(1, 8));
-  r.profile.inter_node_bytes_per_second =
-      r.profile.intra_node_bytes_per_second / static_cast<double>(rng.uniform(1, 16));
-  const std::int64_t cap = 3 * r.world_size * r.max_tokens_per_rank;
-  const std::int64_t docs = rng.uniform(1, 80);
-  std::int64_t tokens = 0;
-  for (std::int64_t i = 0; i < docs && tokens <= cap; ++i) {
-    // Log-uniform over 1 .. 2 W T: mostly short, some over many ranks.
-    const double u = static_cast<double>(rng.next() >> 11) / 9007199254740992.0;
-    const double top = std::log(static_cast<double>(2 * r.world_size * r.max_tokens_per_rank));
-    r.doc_lengths.push_back(std::max<std::int64_t>(1, std::llround(std::exp(u * top))));
-    tokens += r.doc_lengths.back();
-  }
-  return r;
+  return schedule_tests::random_schedule_request(rng, {1, 2, 3, 5, 8, 12, 16, 31, 64, 128}, 80);
 }
 
 // Planning cost recounted from a schedule's slots: tokens, times

@@ -19,7 +19,7 @@
 #include "fulcrum/core/random.h"
 #include "fulcrum/core/slot_runs.h"
 #include "fulcrum/core/workload.h"
-#include "schedule_random_mask.h"
+#include "schedule_random_inputs.h"
 #include "slot_runs_reference.h"
 #include "strategies/cp_balanced_detail.h"
 #include "strategies/cp_strategies.h"

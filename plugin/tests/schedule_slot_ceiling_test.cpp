@@ -21,7 +21,7 @@
 #include "fulcrum/core/random.h"
 #include "fulcrum/core/schedule.h"
 #include "fulcrum/core/slot_runs.h"
-#include "schedule_random_mask.h"
+#include "schedule_random_inputs.h"
 #include "strategies/cp_balanced_detail.h"
 #include "strategies/schedule_hybrid_draft.h"
 

@@ -555,8 +555,10 @@ Status align_micro_batches(std::vector<Ranks>& batches, std::int64_t multiple) {
 
 // Megatron's scheduler on `request`: its schedule, or kUnsupported with
 // Megatron's reason where Megatron raises, never returns, or leaves samples
-// on no rank.
-Result<Schedule> decide_exactly(const ScheduleRequest& request) {
+// on no rank. `enough` (decide_megatron_dcp_waves) may stop it after a
+// micro-batch, setting `stopped`.
+Result<Schedule> decide_exactly(const ScheduleRequest& request, const WavesCheck* enough,
+                                bool* stopped) {
   const std::vector<DocPiece> pieces = schedule_pieces(request);
   const std::int32_t world = request.world_size;
   const std::int64_t budget = request.max_tokens_per_rank;
@@ -614,6 +616,11 @@ Result<Schedule> decide_exactly(const ScheduleRequest& request) {
       schedule.slots.push_back(std::move(slot));
     }
     remaining = std::move(mb->leftovers);
+    if (multiple <= 1 && !remaining.empty() && enough != nullptr && *enough &&
+        (*enough)(schedule)) {
+      *stopped = true;
+      return schedule;
+    }
   }
   if (multiple <= 1) return schedule;
 
@@ -646,7 +653,7 @@ Result<Schedule> decide_exactly(const ScheduleRequest& request) {
 
 Result<Schedule> decide_megatron_dcp(const ScheduleRequest& request) {
   if (Status status = validate_schedule_request(request); !status) return status;
-  Result<Schedule> exact = decide_exactly(request);
+  Result<Schedule> exact = decide_exactly(request, nullptr, nullptr);
   if (exact || exact.status().code() != StatusCode::kUnsupported) return exact;
   // Where Megatron fails, fall back to the fixed schedule and say why.
   const std::string why = exact.status().message();
@@ -667,6 +674,13 @@ Result<Schedule> decide_megatron_dcp(const ScheduleRequest& request) {
   }
   fixed->fallback_reason = why + "; fixed's schedule served instead";
   return fixed;
+}
+
+Result<Schedule> decide_megatron_dcp_waves(const ScheduleRequest& request, const WavesCheck& enough,
+                                           bool& stopped) {
+  stopped = false;
+  if (Status status = validate_schedule_request(request); !status) return status;
+  return decide_exactly(request, &enough, &stopped);
 }
 
 }  // namespace fulcrum

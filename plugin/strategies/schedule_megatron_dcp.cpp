@@ -52,6 +52,7 @@
 #include <bit>
 #include <cstdint>
 #include <limits>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <utility>
@@ -553,6 +554,33 @@ Status align_micro_batches(std::vector<Ranks>& batches, std::int64_t multiple) {
   return Status::ok();
 }
 
+// The pieces by padded length, longest first, ties in input order (a stable
+// sort). Padded lengths are multiples of 2W, so where their quotients span
+// no more than a few times the pieces, a counting sort over the quotients
+// gives that order in O(n + range) (64,000 pieces at W = 8192 span 62
+// quotients); else a stable sort.
+std::vector<std::size_t> longest_first(const std::vector<std::int64_t>& padded,
+                                       std::int32_t world) {
+  const std::int64_t granularity = 2 * static_cast<std::int64_t>(world);
+  std::int64_t top = 0;
+  for (const std::int64_t p : padded) top = std::max(top, p / granularity);
+  std::vector<std::size_t> order(padded.size());
+  if (top > 4 * static_cast<std::int64_t>(padded.size()) + 1024) {
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t a, std::size_t b) { return padded[a] > padded[b]; });
+    return order;
+  }
+  // start[q]: where the pieces of quotient top - q begin.
+  std::vector<std::size_t> start(static_cast<std::size_t>(top) + 2, 0);
+  for (const std::int64_t p : padded) ++start[static_cast<std::size_t>(top - p / granularity) + 1];
+  for (std::size_t q = 1; q < start.size(); ++q) start[q] += start[q - 1];
+  for (std::size_t i = 0; i < padded.size(); ++i) {
+    order[start[static_cast<std::size_t>(top - padded[i] / granularity)]++] = i;
+  }
+  return order;
+}
+
 // Megatron's scheduler on `request`: its schedule, or kUnsupported with
 // Megatron's reason where Megatron raises, never returns, or leaves samples
 // on no rank. `enough` (decide_megatron_dcp_waves) may stop it after a
@@ -575,10 +603,7 @@ Result<Schedule> decide_exactly(const ScheduleRequest& request, const WavesCheck
   for (std::size_t i = 0; i < pieces.size(); ++i) {
     padded[i] = padded_length(pieces[i].length, world);
   }
-  std::vector<std::size_t> remaining(pieces.size());
-  for (std::size_t i = 0; i < remaining.size(); ++i) remaining[i] = i;
-  std::stable_sort(remaining.begin(), remaining.end(),
-                   [&](std::size_t a, std::size_t b) { return padded[a] > padded[b]; });
+  std::vector<std::size_t> remaining = longest_first(padded, world);
   // Megatron's assertion on the first sample of the first micro-batch, the
   // longest of the batch.
   if (!remaining.empty()) {

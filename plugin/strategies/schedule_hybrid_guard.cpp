@@ -54,6 +54,11 @@ double query_key_blocks(const MaskSpec& mask, std::int64_t len, std::int64_t b) 
   return 0;
 }
 
+// A baseline is ruled out when a lower bound on its step reaches hybrid's.
+// The bounds sum in another order than the exact price: a margin far above
+// rounding keeps "cannot be cheaper" certain.
+constexpr double kBoundMargin = 1 - 1e-9;
+
 // The step of a baseline's decided schedule once planned, priced from the
 // runs its planner writes, without positions: plan_fixed shards a slot by
 // CP `auto` (contiguously where auto needs more than T per member),
@@ -66,19 +71,41 @@ double query_key_blocks(const MaskSpec& mask, std::int64_t len, std::int64_t b) 
 // below `beat`: the floors of compute and peers' latency; on slots of rows
 // up to 2^18 tokens, the floors with their exchange totals (which rule out
 // small batches' wide groups, and cost more than they save on longer
-// rows); the exact price. When floors reach `beat`, +infinity stands for
-// "no sooner than beat".
+// rows); the exact price. The widest slots are counted first, and the
+// timeline of their floors and the others' mean-compute bounds checked
+// after 1, 2, 4, ... of them (small batches' groups that megatron_dcp's
+// empty-rank filling widened are ruled out by the first). When floors reach
+// `beat`, +infinity stands for "no sooner than beat".
 constexpr std::int64_t kExchangeFloorTokens = std::int64_t{1} << 18;
+
+// The slots to count first: the widest (the most peers, so the highest
+// floors: small batches' groups widened to thousands of ranks), ties in
+// slot order.
+std::vector<std::size_t> widest_first(const Schedule& schedule) {
+  std::vector<std::size_t> order(schedule.slots.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
+    return schedule.slots[x].ranks.size() > schedule.slots[y].ranks.size();
+  });
+  return order;
+}
 
 Result<double> baseline_step(const ScheduleRequest& request, const Schedule& schedule,
                              bool fixed_rules, double beat) {
   const std::int64_t budget = request.max_tokens_per_rank;
-  std::vector<CountedRuns> plans;
-  std::vector<double> length;
-  plans.reserve(schedule.slots.size());
-  length.reserve(schedule.slots.size());
+  const std::size_t n = schedule.slots.size();
+  std::vector<CountedRuns> plans(n);
+  // Until a slot is counted its length is at least its members' mean
+  // compute (with the bound's margin); counted, at least its floor.
+  std::vector<double> length(n);
+  for (std::size_t s = 0; s < n; ++s) {
+    length[s] = slot_length_lower_bound(request, schedule.slots[s]) * kBoundMargin;
+  }
   bool any_short = false;
-  for (const ScheduleSlot& slot : schedule.slots) {
+  std::size_t counted = 0;
+  std::size_t next_check = 1;
+  for (const std::size_t s : widest_first(schedule)) {
+    const ScheduleSlot& slot = schedule.slots[s];
     const CpWorkload w = slot_workload(request, slot);
     RunShardPlan runs;
     if (fixed_rules) {
@@ -92,8 +119,17 @@ Result<double> baseline_step(const ScheduleRequest& request, const Schedule& sch
       runs = cp::detail::contiguous_runs(w.tokens, w.cp_size);
     }
     any_short = any_short || w.tokens <= kExchangeFloorTokens;
-    plans.push_back(count_runs(request, slot, std::move(runs)));
-    length.push_back(slot_end_counted_below(request, slot, plans.back(), 0.0, false).end);
+    plans[s] = count_runs(request, slot, std::move(runs));
+    length[s] = slot_end_counted_below(request, slot, plans[s], 0.0, false).end;
+    // The timeline of the floors so far and the others' bounds, after 1,
+    // 2, 4, ... slots: a few replays, and the rest left uncounted where the
+    // widest slots' floors already reach `beat`.
+    if (++counted == next_check && counted < n) {
+      next_check *= 2;
+      if (hybrid::step_of_lengths(request, schedule, length) >= beat) {
+        return std::numeric_limits<double>::infinity();
+      }
+    }
   }
   const auto reaches = [&] { return hybrid::step_of_lengths(request, schedule, length) >= beat; };
   if (reaches()) return std::numeric_limits<double>::infinity();
@@ -112,11 +148,6 @@ Result<double> baseline_step(const ScheduleRequest& request, const Schedule& sch
   }
   return hybrid::step_of_lengths(request, schedule, length);
 }
-
-// A baseline is ruled out when a lower bound on its step reaches hybrid's.
-// The bounds sum in another order than the exact price: a margin far above
-// rounding keeps "cannot be cheaper" certain.
-constexpr double kBoundMargin = 1 - 1e-9;
 
 // A piece's compute on one rank, at least (slot_length_lower_bound's terms
 // for one piece, before the fixed cost and the share over g).

@@ -60,8 +60,13 @@ ShardPlan contiguous_plan(const CpWorkload& w) {
 }
 
 Result<std::int32_t> fixed_cp_size(const ScheduleRequest& request) {
+  return fixed_cp_size(request, schedule_pieces(request));
+}
+
+Result<std::int32_t> fixed_cp_size(const ScheduleRequest& request,
+                                   const std::vector<DocPiece>& pieces) {
   std::int64_t longest = 0;
-  for (const DocPiece& piece : schedule_pieces(request)) longest = std::max(longest, piece.length);
+  for (const DocPiece& piece : pieces) longest = std::max(longest, piece.length);
   const std::int64_t budget = request.max_tokens_per_rank;
   if (request.cp_size > 0) {
     if (request.cp_size * budget < longest) {
@@ -81,11 +86,11 @@ Result<std::int32_t> fixed_cp_size(const ScheduleRequest& request) {
 Result<FixedPartition> fixed_partition(const ScheduleRequest& request,
                                        const PartitionFn& partition_dp) {
   if (Status status = validate_schedule_request(request); !status) return status;
-  const Result<std::int32_t> cp_or = fixed_cp_size(request);
-  if (!cp_or) return cp_or.status();
   FixedPartition out;
-  out.cp = *cp_or;
   out.pieces = schedule_pieces(request);
+  const Result<std::int32_t> cp_or = fixed_cp_size(request, out.pieces);
+  if (!cp_or) return cp_or.status();
+  out.cp = *cp_or;
   const std::int32_t dp = request.world_size / out.cp;
 
   DpRequest dp_request;

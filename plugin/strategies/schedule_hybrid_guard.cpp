@@ -167,14 +167,15 @@ double piece_compute(const ScheduleRequest& request, std::int64_t length) {
 // and at least the longest piece's row. +infinity where fixed refuses the
 // request (it is then no candidate).
 double fixed_step_lower_bound(const ScheduleRequest& request) {
-  const Result<std::int32_t> cp = fixed_cp_size(request);
+  const std::vector<DocPiece> pieces = schedule_pieces(request);
+  const Result<std::int32_t> cp = fixed_cp_size(request, pieces);
   if (!cp) return std::numeric_limits<double>::infinity();
   const CostProfile& p = request.profile;
   const auto g = static_cast<double>(*cp);
   double work = 0;
   double longest = 0;
   std::int64_t tokens = 0;
-  for (const DocPiece& piece : schedule_pieces(request)) {
+  for (const DocPiece& piece : pieces) {
     const double w = piece_compute(request, piece.length);
     work += w;
     longest = std::max(longest, w);

@@ -26,6 +26,9 @@ using PartitionFn = std::function<Result<DpPartition>(const DpRequest&)>;
 // (cp x T tokens) hold the longest piece, as a user of fixed CP must choose.
 // kUnsupported when a set cp_size cannot hold the longest piece.
 Result<std::int32_t> fixed_cp_size(const ScheduleRequest& request);
+// The same from the request's pieces (schedule_pieces), counted once.
+Result<std::int32_t> fixed_cp_size(const ScheduleRequest& request,
+                                   const std::vector<DocPiece>& pieces);
 
 // The deciding half: the slots (groups, pieces, waves) with empty plans.
 Result<Schedule> fixed_slots(const ScheduleRequest& request, const PartitionFn& partition_dp);

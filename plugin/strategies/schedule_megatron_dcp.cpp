@@ -430,6 +430,39 @@ std::vector<std::size_t> longest_first(const std::vector<std::int64_t>& padded,
   return order;
 }
 
+// The micro-batches aligned to the wave multiple, each one wave: its runs of
+// ranks as slots, each holding its group's pieces.
+Status aligned_slots(const ScheduleRequest& request, const std::vector<DocPiece>& pieces,
+                     const std::vector<std::vector<std::size_t>>& groups,
+                     std::vector<Ranks>& batches, Schedule& schedule) {
+  const std::int32_t world = request.world_size;
+  if (Status status = align_micro_batches(batches, request.group_shapes.wave_multiple); !status) {
+    return status;
+  }
+  for (std::size_t wave = 0; wave < batches.size(); ++wave) {
+    const Ranks& ranks = batches[wave];
+    if (static_cast<std::int64_t>(ranks.size()) > world) {
+      return unsupported(
+          "megatron_dcp: Megatron's virtual-pipeline alignment doubles a group past the last of " +
+          str(world) + " ranks in micro-batch " + str(static_cast<std::int64_t>(wave)) +
+          ", leaving its samples where no rank runs them; use a power-of-two world or the "
+          "hybrid scheduler");
+    }
+    for (const Run& run : runs_of(ranks, world)) {
+      ScheduleSlot slot;
+      slot.wave = static_cast<std::int32_t>(wave);
+      for (std::int64_t r = 0; r < run.size; ++r) {
+        slot.ranks.push_back(static_cast<std::int32_t>(run.start + r));
+      }
+      for (const std::size_t p : groups[static_cast<std::size_t>(ranks[run.start])]) {
+        slot.pieces.push_back(pieces[p]);
+      }
+      schedule.slots.push_back(std::move(slot));
+    }
+  }
+  return Status::ok();
+}
+
 // Megatron's scheduler on `request`: its schedule, or kUnsupported with
 // Megatron's reason where Megatron raises, never returns, or leaves samples
 // on no rank. `enough` (decide_megatron_dcp_waves) may stop it after a
@@ -497,28 +530,8 @@ Result<Schedule> decide_exactly(const ScheduleRequest& request, const WavesCheck
     }
   }
   if (multiple <= 1) return schedule;
-
-  if (Status status = align_micro_batches(batches, multiple); !status) return status;
-  for (std::size_t wave = 0; wave < batches.size(); ++wave) {
-    const Ranks& ranks = batches[wave];
-    if (static_cast<std::int64_t>(ranks.size()) > world) {
-      return unsupported(
-          "megatron_dcp: Megatron's virtual-pipeline alignment doubles a group past the last of " +
-          str(world) + " ranks in micro-batch " + str(static_cast<std::int64_t>(wave)) +
-          ", leaving its samples where no rank runs them; use a power-of-two world or the "
-          "hybrid scheduler");
-    }
-    for (const Run& run : runs_of(ranks, world)) {
-      ScheduleSlot slot;
-      slot.wave = static_cast<std::int32_t>(wave);
-      for (std::int64_t r = 0; r < run.size; ++r) {
-        slot.ranks.push_back(static_cast<std::int32_t>(run.start + r));
-      }
-      for (const std::size_t p : groups[static_cast<std::size_t>(ranks[run.start])]) {
-        slot.pieces.push_back(pieces[p]);
-      }
-      schedule.slots.push_back(std::move(slot));
-    }
+  if (Status status = aligned_slots(request, pieces, groups, batches, schedule); !status) {
+    return status;
   }
   return schedule;
 }

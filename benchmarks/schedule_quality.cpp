@@ -261,9 +261,10 @@ int quality(const Options& opt, const std::vector<Mix>& mixes) {
 }
 
 // What hybrid's guard did with each baseline, as it ran: "bound" (fixed:
-// ruled out before deciding), "decided" (ruled out by its decided slots'
-// bound), "priced" (floored and priced from runs), "planned" (cheaper:
-// planned in full and returned); a baseline that refused is not named.
+// ruled out before deciding), "groups" (fixed: ruled out from its DP groups,
+// before rows), "decided" (ruled out by its decided slots' bound), "priced"
+// (floored and priced from runs), "planned" (cheaper: planned in full and
+// returned); a baseline that refused is not named.
 std::string guard_steps(const fulcrum::GuardTrace& trace) {
   std::string out;
   for (const auto& [name, what] : trace.steps) {

@@ -60,8 +60,13 @@ ShardPlan contiguous_plan(const CpWorkload& w) {
 }
 
 Result<std::int32_t> fixed_cp_size(const ScheduleRequest& request) {
+  return fixed_cp_size(request, schedule_pieces(request));
+}
+
+Result<std::int32_t> fixed_cp_size(const ScheduleRequest& request,
+                                   const std::vector<DocPiece>& pieces) {
   std::int64_t longest = 0;
-  for (const DocPiece& piece : schedule_pieces(request)) longest = std::max(longest, piece.length);
+  for (const DocPiece& piece : pieces) longest = std::max(longest, piece.length);
   const std::int64_t budget = request.max_tokens_per_rank;
   if (request.cp_size > 0) {
     if (request.cp_size * budget < longest) {
@@ -78,19 +83,21 @@ Result<std::int32_t> fixed_cp_size(const ScheduleRequest& request) {
   return request.world_size;  // pieces never exceed W x T
 }
 
-Result<Schedule> fixed_slots(const ScheduleRequest& request, const PartitionFn& partition_dp) {
+Result<FixedPartition> fixed_partition(const ScheduleRequest& request,
+                                       const PartitionFn& partition_dp) {
   if (Status status = validate_schedule_request(request); !status) return status;
-  const Result<std::int32_t> cp_or = fixed_cp_size(request);
+  FixedPartition out;
+  out.pieces = schedule_pieces(request);
+  const Result<std::int32_t> cp_or = fixed_cp_size(request, out.pieces);
   if (!cp_or) return cp_or.status();
-  const std::int32_t cp = *cp_or;
-  const std::int32_t dp = request.world_size / cp;
-  const std::int64_t budget = request.max_tokens_per_rank;
-  const std::vector<DocPiece> pieces = schedule_pieces(request);
+  out.cp = *cp_or;
+  const std::int32_t dp = request.world_size / out.cp;
 
   DpRequest dp_request;
   dp_request.num_ranks = dp;
   dp_request.cost = CostModel{CostKind::kAttention, kDefaultAttentionA};
-  for (const DocPiece& piece : pieces) dp_request.lengths.push_back(piece.length);
+  dp_request.lengths.reserve(out.pieces.size());
+  for (const DocPiece& piece : out.pieces) dp_request.lengths.push_back(piece.length);
   Result<DpPartition> partition = partition_dp(dp_request);
   if (!partition) return partition.status();
   if (partition->ranks.size() != static_cast<std::size_t>(dp)) {
@@ -98,10 +105,10 @@ Result<Schedule> fixed_slots(const ScheduleRequest& request, const PartitionFn& 
                           str(static_cast<std::int64_t>(partition->ranks.size())) + " ranks for " +
                           str(dp) + "; the partitioner is broken");
   }
-  std::vector<char> dealt(pieces.size(), 0);
+  std::vector<char> dealt(out.pieces.size(), 0);
   for (const auto& group : partition->ranks) {
     for (const std::int64_t i : group) {
-      if (i < 0 || i >= static_cast<std::int64_t>(pieces.size()) || dealt[i]) {
+      if (i < 0 || i >= static_cast<std::int64_t>(out.pieces.size()) || dealt[i]) {
         return internal_error("fixed: the DP partition deals piece " + str(i) +
                               " twice or out of range; the partitioner is broken");
       }
@@ -112,21 +119,37 @@ Result<Schedule> fixed_slots(const ScheduleRequest& request, const PartitionFn& 
     return internal_error(
         "fixed: the DP partition leaves a piece undealt; the partitioner is broken");
   }
+  out.groups = std::move(partition->ranks);
+  return out;
+}
 
+Schedule fixed_rows(const ScheduleRequest& request, const FixedPartition& partition) {
+  const std::int32_t cp = partition.cp;
+  const std::int64_t budget = request.max_tokens_per_rank;
   Schedule schedule;
   schedule.strategy_used = "fixed";
-  for (std::int32_t d = 0; d < dp; ++d) {
-    std::vector<std::size_t> members(partition->ranks[d].begin(), partition->ranks[d].end());
-    const auto rows = pack_rows(pieces, std::move(members), cp * budget);
+  for (std::size_t d = 0; d < partition.groups.size(); ++d) {
+    const std::vector<std::int64_t>& group = partition.groups[d];
+    std::vector<std::size_t> members(group.begin(), group.end());
+    const auto rows = pack_rows(partition.pieces, std::move(members), cp * budget);
+    const auto first_rank = static_cast<std::int32_t>(d) * cp;
     for (std::size_t wave = 0; wave < rows.size(); ++wave) {
       ScheduleSlot slot;
       slot.wave = static_cast<std::int32_t>(wave);
-      for (std::int32_t i = 0; i < cp; ++i) slot.ranks.push_back(d * cp + i);
-      for (const std::size_t i : rows[wave]) slot.pieces.push_back(pieces[i]);
+      slot.ranks.resize(static_cast<std::size_t>(cp));
+      std::iota(slot.ranks.begin(), slot.ranks.end(), first_rank);
+      slot.pieces.reserve(rows[wave].size());
+      for (const std::size_t i : rows[wave]) slot.pieces.push_back(partition.pieces[i]);
       schedule.slots.push_back(std::move(slot));
     }
   }
   return schedule;
+}
+
+Result<Schedule> fixed_slots(const ScheduleRequest& request, const PartitionFn& partition_dp) {
+  Result<FixedPartition> partition = fixed_partition(request, partition_dp);
+  if (!partition) return partition.status();
+  return fixed_rows(request, *partition);
 }
 
 Status plan_fixed_slots(const ScheduleRequest& request, Schedule& schedule, const PlanFn& plan_cp) {

@@ -67,6 +67,18 @@ struct Partial {
   std::vector<Subset> subsets;  // heaviest first; a heap (lightest on top) when `heap`
   bool heap = false;
   double heaviest = 0.0;  // the largest sum, kept while `heap`
+  // A partial of one sample (the free variant's n partials as added) holds
+  // its subset here, `subsets` left empty: no allocation per sample.
+  bool single = false;
+  Subset one{};
+  std::size_t size() const { return single ? 1 : subsets.size(); }
+  const Subset* data() const { return single ? &one : subsets.data(); }
+  // `subsets` holding every subset, `single` no more.
+  void spill() {
+    if (!single) return;
+    subsets.assign(1, one);
+    single = false;
+  }
 };
 
 class DifferencingSolver {
@@ -82,13 +94,22 @@ class DifferencingSolver {
   // members come heaviest first, dummies last.
   void add_partial(const std::vector<std::int64_t>& members, const std::vector<double>& costs) {
     const std::size_t slot = num_slots_++;
-    std::vector<Subset>& partial = partials_[slot].subsets;
+    Partial& partial = partials_[slot];
+    const auto real = static_cast<std::size_t>(
+        std::count_if(members.begin(), members.end(), [](std::int64_t m) { return m >= 0; }));
+    partial.single = real == 1;
+    if (!partial.single) partial.subsets.reserve(real);
     for (std::int64_t member : members) {
       if (member < 0) continue;
       const auto node = static_cast<std::int32_t>(next_.size());
       item_.push_back(member);
       next_.push_back(-1);
-      partial.push_back({costs[static_cast<std::size_t>(member)], node, node});
+      const Subset subset{costs[static_cast<std::size_t>(member)], node, node};
+      if (partial.single) {
+        partial.one = subset;
+      } else {
+        partial.subsets.push_back(subset);
+      }
     }
     added_.push_back({spread(slot), serial_++, slot});
   }
@@ -114,6 +135,7 @@ class DifferencingSolver {
     detail::Assignment ranks(k_);
     if (added_.size() - next_added_ + heap_.size() == 0) return ranks;
     Partial& last = partials_[pop()];
+    last.spill();
     sorted(last);
     for (std::size_t j = 0; j < last.subsets.size(); ++j) {
       for (std::int32_t node = last.subsets[j].head; node >= 0;
@@ -144,21 +166,26 @@ class DifferencingSolver {
     Partial& mine = partials_[a];
     Partial theirs = std::move(partials_[b]);
     partials_[b] = {};
-    const std::size_t p = mine.subsets.size();
-    const std::size_t q = theirs.subsets.size();
+    const std::size_t p = mine.size();
+    const std::size_t q = theirs.size();
     if (p + q <= k_) {
       // No subset of a meets a non-empty subset of b (neither is full, so
       // neither is a heap).
+      if (mine.single) {
+        mine.subsets.reserve(p + q);
+        mine.spill();
+      }
       mine.subsets.resize(p + q);
-      merge_back(mine.subsets.data(), p, theirs.subsets.data(), q);
+      merge_back(mine.subsets.data(), p, theirs.data(), q);
       return;
     }
     // One sample's subset meets the lightest of a full partial: a's when b
     // has one subset (a's then goes first in the list), b's when a has one
     // (b's subsets become a's).
     if (q == 1 || p == 1) {
-      const Subset one = q == 1 ? theirs.subsets[0] : mine.subsets[0];
+      const Subset one = q == 1 ? theirs.data()[0] : mine.data()[0];
       if (q != 1) mine = std::move(theirs);
+      mine.spill();  // k = 1: a single sample's partial is full
       add_to_lightest(mine, one, q == 1);
       return;
     }
@@ -230,10 +257,11 @@ class DifferencingSolver {
 
   double spread(std::size_t slot) const {
     const Partial& partial = partials_[slot];
-    const std::size_t size = partial.subsets.size();
+    const std::size_t size = partial.size();
     if (partial.heap) return partial.heaviest - partial.subsets[0].sum;
     if (size == 0) return 0.0;
-    return partial.subsets[0].sum - (size < k_ ? 0.0 : partial.subsets[k_ - 1].sum);
+    const Subset* subsets = partial.data();
+    return subsets[0].sum - (size < k_ ? 0.0 : subsets[k_ - 1].sum);
   }
 
   void push(std::size_t slot) { heap_.push({spread(slot), serial_++, slot}); }

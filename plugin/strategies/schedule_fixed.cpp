@@ -13,8 +13,14 @@
 
 namespace fulcrum {
 
+Result<FixedPartition> decide_fixed_groups(const ScheduleRequest& request) {
+  return fixed_partition(request, &dp::partition_auto);
+}
+
 Result<Schedule> decide_fixed(const ScheduleRequest& request) {
-  return fixed_slots(request, &dp::partition_auto);
+  Result<FixedPartition> groups = decide_fixed_groups(request);
+  if (!groups) return groups.status();
+  return fixed_rows(request, *groups);
 }
 
 namespace {

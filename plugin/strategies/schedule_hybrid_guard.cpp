@@ -3,8 +3,10 @@
 // the exact comparison with fixed's and megatron_dcp's schedules.
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -52,6 +54,11 @@ double query_key_blocks(const MaskSpec& mask, std::int64_t len, std::int64_t b) 
   return 0;
 }
 
+// A baseline is ruled out when a lower bound on its step reaches hybrid's.
+// The bounds sum in another order than the exact price: a margin far above
+// rounding keeps "cannot be cheaper" certain.
+constexpr double kBoundMargin = 1 - 1e-9;
+
 // The step of a baseline's decided schedule once planned, priced from the
 // runs its planner writes, without positions: plan_fixed shards a slot by
 // CP `auto` (contiguously where auto needs more than T per member),
@@ -64,19 +71,41 @@ double query_key_blocks(const MaskSpec& mask, std::int64_t len, std::int64_t b) 
 // below `beat`: the floors of compute and peers' latency; on slots of rows
 // up to 2^18 tokens, the floors with their exchange totals (which rule out
 // small batches' wide groups, and cost more than they save on longer
-// rows); the exact price. When floors reach `beat`, +infinity stands for
-// "no sooner than beat".
+// rows); the exact price. The widest slots are counted first, and the
+// timeline of their floors and the others' mean-compute bounds checked
+// after 1, 2, 4, ... of them (small batches' groups that megatron_dcp's
+// empty-rank filling widened are ruled out by the first). When floors reach
+// `beat`, +infinity stands for "no sooner than beat".
 constexpr std::int64_t kExchangeFloorTokens = std::int64_t{1} << 18;
+
+// The slots to count first: the widest (the most peers, so the highest
+// floors: small batches' groups widened to thousands of ranks), ties in
+// slot order.
+std::vector<std::size_t> widest_first(const Schedule& schedule) {
+  std::vector<std::size_t> order(schedule.slots.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
+    return schedule.slots[x].ranks.size() > schedule.slots[y].ranks.size();
+  });
+  return order;
+}
 
 Result<double> baseline_step(const ScheduleRequest& request, const Schedule& schedule,
                              bool fixed_rules, double beat) {
   const std::int64_t budget = request.max_tokens_per_rank;
-  std::vector<CountedRuns> plans;
-  std::vector<double> length;
-  plans.reserve(schedule.slots.size());
-  length.reserve(schedule.slots.size());
+  const std::size_t n = schedule.slots.size();
+  std::vector<CountedRuns> plans(n);
+  // Until a slot is counted its length is at least its members' mean
+  // compute (with the bound's margin); counted, at least its floor.
+  std::vector<double> length(n);
+  for (std::size_t s = 0; s < n; ++s) {
+    length[s] = slot_length_lower_bound(request, schedule.slots[s]) * kBoundMargin;
+  }
   bool any_short = false;
-  for (const ScheduleSlot& slot : schedule.slots) {
+  std::size_t counted = 0;
+  std::size_t next_check = 1;
+  for (const std::size_t s : widest_first(schedule)) {
+    const ScheduleSlot& slot = schedule.slots[s];
     const CpWorkload w = slot_workload(request, slot);
     RunShardPlan runs;
     if (fixed_rules) {
@@ -90,8 +119,17 @@ Result<double> baseline_step(const ScheduleRequest& request, const Schedule& sch
       runs = cp::detail::contiguous_runs(w.tokens, w.cp_size);
     }
     any_short = any_short || w.tokens <= kExchangeFloorTokens;
-    plans.push_back(count_runs(request, slot, std::move(runs)));
-    length.push_back(slot_end_counted_below(request, slot, plans.back(), 0.0, false).end);
+    plans[s] = count_runs(request, slot, std::move(runs));
+    length[s] = slot_end_counted_below(request, slot, plans[s], 0.0, false).end;
+    // The timeline of the floors so far and the others' bounds, after 1,
+    // 2, 4, ... slots: a few replays, and the rest left uncounted where the
+    // widest slots' floors already reach `beat`.
+    if (++counted == next_check && counted < n) {
+      next_check *= 2;
+      if (hybrid::step_of_lengths(request, schedule, length) >= beat) {
+        return std::numeric_limits<double>::infinity();
+      }
+    }
   }
   const auto reaches = [&] { return hybrid::step_of_lengths(request, schedule, length) >= beat; };
   if (reaches()) return std::numeric_limits<double>::infinity();
@@ -111,6 +149,15 @@ Result<double> baseline_step(const ScheduleRequest& request, const Schedule& sch
   return hybrid::step_of_lengths(request, schedule, length);
 }
 
+// A piece's compute on one rank, at least (slot_length_lower_bound's terms
+// for one piece, before the fixed cost and the share over g).
+double piece_compute(const ScheduleRequest& request, std::int64_t length) {
+  const CostProfile& p = request.profile;
+  return p.tile_seconds * query_key_blocks(request.mask, length, request.block_size) /
+             static_cast<double>(request.block_size) +
+         p.token_seconds * static_cast<double>(length);
+}
+
 // No schedule of fixed's ends sooner than this, and it needs no decision:
 // fixed runs every piece in a row of at most cp x T tokens over one of the
 // W / cp CP groups, each group's rows one after another. A row lasts at
@@ -120,18 +167,16 @@ Result<double> baseline_step(const ScheduleRequest& request, const Schedule& sch
 // and at least the longest piece's row. +infinity where fixed refuses the
 // request (it is then no candidate).
 double fixed_step_lower_bound(const ScheduleRequest& request) {
-  const Result<std::int32_t> cp = fixed_cp_size(request);
+  const std::vector<DocPiece> pieces = schedule_pieces(request);
+  const Result<std::int32_t> cp = fixed_cp_size(request, pieces);
   if (!cp) return std::numeric_limits<double>::infinity();
   const CostProfile& p = request.profile;
   const auto g = static_cast<double>(*cp);
-  const auto b = static_cast<double>(request.block_size);
   double work = 0;
   double longest = 0;
   std::int64_t tokens = 0;
-  for (const DocPiece& piece : schedule_pieces(request)) {
-    const double w =
-        p.tile_seconds * query_key_blocks(request.mask, piece.length, request.block_size) / b +
-        p.token_seconds * static_cast<double>(piece.length);
+  for (const DocPiece& piece : pieces) {
+    const double w = piece_compute(request, piece.length);
     work += w;
     longest = std::max(longest, w);
     tokens += piece.length;
@@ -142,7 +187,105 @@ double fixed_step_lower_bound(const ScheduleRequest& request) {
                   (static_cast<double>(rows) * p.slot_seconds + work / g) / groups);
 }
 
+// decided_step_lower_bound's timeline, fed slot by slot in wave order.
+class StepFloor {
+ public:
+  explicit StepFloor(const ScheduleRequest& request)
+      : request_(request), free_at_(static_cast<std::size_t>(request.world_size), 0.0) {}
+  void add(const ScheduleSlot& slot) {
+    const double length = slot_length_lower_bound(request_, slot);
+    double start = 0;
+    for (const std::int32_t a : slot.ranks) start = std::max(start, free_at_[a]);
+    for (const std::int32_t a : slot.ranks) free_at_[a] = start + length;
+    step_ = std::max(step_, start + length);
+  }
+  double step() const { return step_; }
+
+ private:
+  const ScheduleRequest& request_;
+  std::vector<double> free_at_;
+  double step_ = 0;
+};
+
+using Note = std::function<void(const char* what)>;
+
+// fixed's decided schedule, or nothing where fixed refuses the request or
+// cannot end before `best`: ruled out before any decision ("bound"), from
+// its DP groups before their rows are packed ("groups"), or by its decided
+// slots' bound ("decided").
+std::optional<Schedule> fixed_candidate(const ScheduleRequest& request, double best,
+                                        const Note& note) {
+  if (fixed_step_lower_bound(request) * kBoundMargin >= best) {
+    note("bound");
+    return std::nullopt;
+  }
+  // A set cp_size fixed cannot use: no candidate.
+  Result<FixedPartition> groups = decide_fixed_groups(request);
+  if (!groups) return std::nullopt;
+  if (fixed_groups_step_lower_bound(request, *groups) * kBoundMargin >= best) {
+    note("groups");
+    return std::nullopt;
+  }
+  Schedule decided = fixed_rows(request, *groups);
+  if (decided_step_lower_bound(request, decided) * kBoundMargin >= best) {
+    note("decided");
+    return std::nullopt;
+  }
+  return decided;
+}
+
+// megatron_dcp's decided schedule, or nothing where Megatron fails (its
+// fallback is fixed's schedule, which fixed_candidate has weighed: it could
+// not be strictly cheaper than `best` a second time) or its decided slots'
+// bound reaches `best` ("decided"). Its slots come wave by wave, so that
+// bound is the timeline of the micro-batches decided so far, which only
+// grows with the ones after: the decision stops at the first micro-batch
+// whose timeline reaches `best`.
+std::optional<Schedule> megatron_candidate(const ScheduleRequest& request, double best,
+                                           const Note& note) {
+  StepFloor floor(request);
+  std::size_t fed = 0;
+  const auto reaches = [&](const Schedule& so_far) {
+    for (; fed < so_far.slots.size(); ++fed) floor.add(so_far.slots[fed]);
+    return floor.step() * kBoundMargin >= best;
+  };
+  bool stopped = false;
+  Result<Schedule> decided = decide_megatron_dcp_waves(request, reaches, stopped);
+  if (!decided) return std::nullopt;
+  if (stopped || reaches(*decided)) {
+    note("decided");
+    return std::nullopt;
+  }
+  return std::move(*decided);
+}
+
 }  // namespace
+
+// No schedule fixed packs from these DP groups ends sooner than this, and
+// it needs no rows: a group runs its rows one after another on its cp
+// ranks, each at least its members' mean compute (decided_step_lower_bound's
+// per-slot bound), so it ends no sooner than its rows' fixed costs plus its
+// pieces' compute over cp; and it packs at least ceil(tokens / (cp T)) rows,
+// and at least one per piece longer than half a row (no two share one).
+double fixed_groups_step_lower_bound(const ScheduleRequest& request, const FixedPartition& groups) {
+  const std::int64_t row = groups.cp * request.max_tokens_per_rank;
+  const auto g = static_cast<double>(groups.cp);
+  double step = 0;
+  for (const std::vector<std::int64_t>& group : groups.groups) {
+    double work = 0;
+    std::int64_t tokens = 0;
+    std::int64_t long_pieces = 0;
+    for (const std::int64_t i : group) {
+      const std::int64_t length = groups.pieces[static_cast<std::size_t>(i)].length;
+      work += piece_compute(request, length);
+      tokens += length;
+      long_pieces += 2 * length > row ? 1 : 0;
+    }
+    const std::int64_t rows = std::max(ceil_div(tokens, row), long_pieces);
+    step = std::max(step, static_cast<double>(rows) * request.profile.slot_seconds + work / g);
+  }
+  return step;
+}
 
 double slot_length_lower_bound(const ScheduleRequest& request, const ScheduleSlot& slot) {
   const CostProfile& p = request.profile;
@@ -169,17 +312,9 @@ double decided_step_lower_bound(const ScheduleRequest& request, const Schedule& 
   std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
     return schedule.slots[x].wave < schedule.slots[y].wave;
   });
-  std::vector<double> free_at(static_cast<std::size_t>(request.world_size), 0.0);
-  double step = 0;
-  for (const std::size_t s : order) {
-    const ScheduleSlot& slot = schedule.slots[s];
-    const double length = slot_length_lower_bound(request, slot);
-    double start = 0;
-    for (const std::int32_t a : slot.ranks) start = std::max(start, free_at[a]);
-    for (const std::int32_t a : slot.ranks) free_at[a] = start + length;
-    step = std::max(step, start + length);
-  }
-  return step;
+  StepFloor floor(request);
+  for (const std::size_t s : order) floor.add(schedule.slots[s]);
+  return floor.step();
 }
 
 Status keep_fastest_of_baselines(const ScheduleRequest& request, Schedule& schedule) {
@@ -187,65 +322,70 @@ Status keep_fastest_of_baselines(const ScheduleRequest& request, Schedule& sched
                                    evaluate_schedule(request, schedule).step_seconds);
 }
 
+namespace {
+
+struct Baseline {
+  const char* name;
+  std::optional<Schedule> (*decide)(const ScheduleRequest&, double best, const Note& note);
+  Status (*plan)(const ScheduleRequest&, Schedule&);
+  bool fixed_rules;  // its plans: fixed's (CP auto), else megatron_dcp's
+};
+
+// The exact step of a baseline's decided schedule, planned (its plans by
+// rule where the answer is compact); +infinity where it is not below `best`
+// or cannot be planned (no candidate).
+double planned_step(const ScheduleRequest& request, const Baseline& baseline, Schedule& other,
+                    double best, GuardTrace* trace) {
+  constexpr double kNone = std::numeric_limits<double>::infinity();
+  const auto note = [&](const char* what) {
+    if (trace) trace->steps.emplace_back(baseline.name, what);
+  };
+  if (!request.group_shapes.restricts()) {
+    // Priced from runs first: its positions are written only when it wins.
+    const Result<double> priced = baseline_step(request, other, baseline.fixed_rules, best);
+    if (!priced || *priced >= best) {
+      note("priced");
+      return kNone;
+    }
+    note("planned");
+    if (Status status = baseline.plan(request, other); !status) return kNone;
+    return *priced;
+  }
+  note("planned");
+  // Priced from positions here, so planned in full even for a compact
+  // answer (whose positions the registry then drops).
+  ScheduleRequest full = request;
+  full.compact = false;
+  if (Status status = baseline.plan(full, other); !status) return kNone;
+  // Under group_shapes a baseline is a candidate only where it keeps them.
+  if (!validate_schedule(request, other)) return kNone;
+  const double step = evaluate_schedule(request, other).step_seconds;
+  // A compact answer's winner is planned by rule (fixed's plans then name
+  // `auto`, which the host can expand).
+  if (step < best && request.compact) {
+    if (Status status = baseline.plan(request, other); !status) return kNone;
+  }
+  return step;
+}
+
+}  // namespace
+
 Status keep_fastest_of_baselines(const ScheduleRequest& request, Schedule& schedule, double own,
                                  GuardTrace* trace) {
   double best = own;
   Schedule winner;
   std::string winner_name;
-  struct Baseline {
-    const char* name;
-    Result<Schedule> (*decide)(const ScheduleRequest&);
-    Status (*plan)(const ScheduleRequest&, Schedule&);
-  };
-  const auto note = [trace](const char* name, const char* what) {
-    if (trace) trace->steps.emplace_back(name, what);
-  };
   for (const Baseline& baseline :
-       {Baseline{"fixed", &decide_fixed, &plan_fixed},
-        Baseline{"megatron_dcp", &decide_megatron_dcp, &plan_megatron_dcp}}) {
-    // Fixed's bound needs no decision: a fixed schedule that cannot be
-    // cheaper is not decided at all.
-    if (std::string_view(baseline.name) == "fixed" &&
-        fixed_step_lower_bound(request) * (1 - 1e-9) >= best) {
-      note(baseline.name, "bound");
-      continue;
-    }
+       {Baseline{"fixed", &fixed_candidate, &plan_fixed, true},
+        Baseline{"megatron_dcp", &megatron_candidate, &plan_megatron_dcp, false}}) {
+    const Note note = [&](const char* what) {
+      if (trace) trace->steps.emplace_back(baseline.name, what);
+    };
     // A baseline that refuses the request (megatron_dcp's padding, a set
-    // cp_size fixed cannot use) is no candidate.
-    Result<Schedule> other = baseline.decide(request);
+    // cp_size fixed cannot use) or cannot be cheaper is no candidate.
+    std::optional<Schedule> other = baseline.decide(request, best, note);
     if (!other) continue;
-    // The bound sums in another order than the exact price: a margin far
-    // above rounding keeps "cannot be cheaper" certain.
-    if (decided_step_lower_bound(request, *other) * (1 - 1e-9) >= best) {
-      note(baseline.name, "decided");
-      continue;
-    }
-    double step = 0;
-    if (!request.group_shapes.restricts()) {
-      // Priced from runs first: its positions are written only when it wins.
-      const bool fixed_rules = other->strategy_used == "fixed";
-      const Result<double> priced = baseline_step(request, *other, fixed_rules, best);
-      note(baseline.name, "priced");
-      if (!priced || *priced >= best) continue;
-      if (trace) trace->steps.back().second = "planned";
-      if (Status status = baseline.plan(request, *other); !status) continue;
-      step = *priced;
-    } else {
-      note(baseline.name, "planned");
-      // Priced from positions here, so planned in full even for a compact
-      // answer (whose positions the registry then drops).
-      ScheduleRequest full = request;
-      full.compact = false;
-      if (Status status = baseline.plan(full, *other); !status) continue;
-      // Under group_shapes a baseline is a candidate only where it keeps them.
-      if (!validate_schedule(request, *other)) continue;
-      step = evaluate_schedule(request, *other).step_seconds;
-      // A compact answer's winner is planned by rule (fixed's plans then
-      // name `auto`, which the host can expand).
-      if (step < best && request.compact) {
-        if (Status status = baseline.plan(request, *other); !status) continue;
-      }
-    }
+    const double step = planned_step(request, baseline, *other, best, trace);
     if (step < best) {
       best = step;
       winner = std::move(*other);

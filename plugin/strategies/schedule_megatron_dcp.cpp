@@ -52,6 +52,7 @@
 #include <bit>
 #include <cstdint>
 #include <limits>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <utility>
@@ -61,10 +62,17 @@
 #include "fulcrum/core/schedule.h"
 #include "fulcrum/core/workload.h"
 #include "strategies/cp_strategies.h"
+#include "strategies/schedule_megatron_dcp_align.h"
 #include "strategies/schedule_strategies.h"
 
 namespace fulcrum {
 namespace {
+
+using megatron::align_micro_batches;
+using megatron::kEmpty;
+using megatron::Ranks;
+using megatron::Run;
+using megatron::runs_of;
 
 constexpr double kWorkloadCapDelta = 0.05;
 
@@ -395,168 +403,72 @@ Result<MicroBatch> next_micro_batch(const std::vector<std::int64_t>& padded,
   return std::move(f.mb);
 }
 
-// Megatron's virtual-pipeline alignment (align_sample_id_groups), applied
-// when the request's group_shapes need a wave count that is a multiple of
-// wave_multiple (Megatron's microbatch_group_size_per_vp_stage). It works on
-// micro-batches as sample_id_groups holds them, a list of ranks, each here
-// the index of the group (a list of pieces) it runs or kEmpty; Megatron's
-// slice assignments can make that list longer than W, so it is a vector.
-constexpr std::int32_t kEmpty = -1;
-using Ranks = std::vector<std::int32_t>;
-
-template <class T>
-std::int64_t length_of(const std::vector<T>& v) {
-  return static_cast<std::int64_t>(v.size());
-}
-std::int64_t length(const Ranks& ranks) { return length_of(ranks); }
-
-struct Run {
-  std::int64_t start = 0;
-  std::int64_t size = 0;
-};
-
-// Runs of consecutive ranks [0, end) running the same group.
-std::vector<Run> runs_of(const Ranks& ranks, std::int64_t end) {
-  std::vector<Run> runs;
-  for (std::int64_t r = 0; r < end;) {
-    std::int64_t n = 1;
-    while (r + n < end && ranks[r + n] == ranks[r]) ++n;
-    runs.push_back({r, n});
-    r += n;
+// The pieces by padded length, longest first, ties in input order (a stable
+// sort). Padded lengths are multiples of 2W, so where their quotients span
+// no more than a few times the pieces, a counting sort over the quotients
+// gives that order in O(n + range) (64,000 pieces at W = 8192 span 62
+// quotients); else a stable sort.
+std::vector<std::size_t> longest_first(const std::vector<std::int64_t>& padded,
+                                       std::int32_t world) {
+  const std::int64_t granularity = 2 * static_cast<std::int64_t>(world);
+  std::int64_t top = 0;
+  for (const std::int64_t p : padded) top = std::max(top, p / granularity);
+  std::vector<std::size_t> order(padded.size());
+  if (top > 4 * static_cast<std::int64_t>(padded.size()) + 1024) {
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t a, std::size_t b) { return padded[a] > padded[b]; });
+    return order;
   }
-  return runs;
+  // start[q]: where the pieces of quotient top - q begin.
+  std::vector<std::size_t> start(static_cast<std::size_t>(top) + 2, 0);
+  for (const std::int64_t p : padded) ++start[static_cast<std::size_t>(top - p / granularity) + 1];
+  for (std::size_t q = 1; q < start.size(); ++q) start[q] += start[q - 1];
+  for (std::size_t i = 0; i < padded.size(); ++i) {
+    order[start[static_cast<std::size_t>(top - padded[i] / granularity)]++] = i;
+  }
+  return order;
 }
 
-std::string sizes_text(const std::vector<Run>& runs) {
-  std::string text;
-  for (const Run& run : runs) text += (text.empty() ? "" : ", ") + str(run.size);
-  return "[" + text + "]";
-}
-
-// Python's `v[a:b] = seq` for 0 <= a, b: both clamped to the list, the
-// slice replaced by seq whatever their lengths.
-void assign_slice(Ranks& v, std::int64_t a, std::int64_t b, const Ranks& seq) {
-  a = std::min(a, length(v));
-  b = std::max(a, std::min(b, length(v)));
-  v.erase(v.begin() + a, v.begin() + b);
-  v.insert(v.begin() + a, seq.begin(), seq.end());
-}
-
-// fill_empty's doubling of the run at `start`: its copy takes the next
-// `size` ranks and ranks [start + size, used) move up by `size`, by
-// Megatron's two slice assignments (the list grows when the run is longer
-// than the empty tail).
-Ranks double_run(const Ranks& ranks, std::int64_t start, std::int64_t size, std::int64_t used) {
-  Ranks out = ranks;
-  const Ranks tail(ranks.begin() + start + size, ranks.begin() + used);
-  const std::int64_t empty = length(ranks) - used;
-  assign_slice(out, start + 2 * size, size < empty ? used + size : length(out), tail);
-  const Ranks copy(out.begin() + start, out.begin() + start + size);
-  assign_slice(out, start + size, start + 2 * size, copy);
-  return out;
-}
-
-// fill_empty_by_expanding_cp: while the last rank is empty, double the last
-// run that is shorter than the run before it, or, when no run is, the first
-// run if the empty ranks hold it; when neither, Megatron's loop never ends.
-Result<Ranks> fill_by_doubling(Ranks ranks) {
-  while (ranks.back() == kEmpty) {
-    const auto used = static_cast<std::int64_t>(
-        std::count_if(ranks.begin(), ranks.end(), [](std::int32_t g) { return g != kEmpty; }));
-    const std::vector<Run> runs = runs_of(ranks, used);
-    bool changed = false;
-    for (std::size_t k = runs.size() - 1; k >= 1 && !changed; --k) {
-      if (runs[k - 1].size > runs[k].size) {
-        ranks = double_run(ranks, runs[k].start, runs[k].size, used);
-        changed = true;
-      }
-    }
-    if (!changed && runs[0].size <= length(ranks) - used) {
-      ranks = double_run(ranks, 0, runs[0].size, used);
-      changed = true;
-    }
-    if (!changed) {
+// The micro-batches aligned to the wave multiple, each one wave: its runs of
+// ranks as slots, each holding its group's pieces.
+Status aligned_slots(const ScheduleRequest& request, const std::vector<DocPiece>& pieces,
+                     const std::vector<std::vector<std::size_t>>& groups,
+                     std::vector<Ranks>& batches, Schedule& schedule) {
+  const std::int32_t world = request.world_size;
+  if (Status status = align_micro_batches(batches, request.group_shapes.wave_multiple); !status) {
+    return status;
+  }
+  for (std::size_t wave = 0; wave < batches.size(); ++wave) {
+    const Ranks& ranks = batches[wave];
+    if (static_cast<std::int64_t>(ranks.size()) > world) {
       return unsupported(
-          "megatron_dcp: Megatron's virtual-pipeline alignment cannot refill a "
-          "half micro-batch whose groups are " +
-          sizes_text(runs) + " ranks on " + str(length(ranks)) +
-          " (its align_sample_id_groups never returns on it); use a "
-          "power-of-two world or the hybrid scheduler");
+          "megatron_dcp: Megatron's virtual-pipeline alignment doubles a group past the last of " +
+          str(world) + " ranks in micro-batch " + str(static_cast<std::int64_t>(wave)) +
+          ", leaving its samples where no rank runs them; use a power-of-two world or the "
+          "hybrid scheduler");
     }
-  }
-  return ranks;
-}
-
-// split_group: the micro-batch cut at the first group boundary at or past
-// its middle, each half refilled; (back half, front half), or nothing when
-// it is one group.
-Result<std::vector<Ranks>> split_micro_batch(const Ranks& ranks) {
-  const std::int64_t n = length(ranks);
-  const std::vector<Run> runs = runs_of(ranks, n);
-  for (std::size_t k = 1; k < runs.size(); ++k) {
-    if (runs[k].size > runs[k - 1].size) {
-      return unsupported("megatron_dcp: a micro-batch's CP groups grow from " +
-                         str(runs[k - 1].size) + " to " + str(runs[k].size) +
-                         " ranks along the ranks, and Megatron's virtual-pipeline alignment "
-                         "asserts that they do not (Megatron asserts here); use the hybrid "
-                         "scheduler");
-    }
-  }
-  if (runs.size() == 1) return std::vector<Ranks>{};
-  std::int64_t cut = 0;
-  for (const Run& run : runs) {
-    if (cut >= n / 2) break;
-    cut += run.size;
-  }
-  Ranks front(ranks.begin(), ranks.begin() + cut);
-  front.resize(static_cast<std::size_t>(n), kEmpty);
-  Ranks back(ranks.begin() + cut, ranks.end());
-  back.resize(static_cast<std::size_t>(n), kEmpty);
-  Result<Ranks> filled_front = fill_by_doubling(std::move(front));
-  if (!filled_front) return filled_front.status();
-  Result<Ranks> filled_back = fill_by_doubling(std::move(back));
-  if (!filled_back) return filled_back.status();
-  return std::vector<Ranks>{std::move(*filled_back), std::move(*filled_front)};
-}
-
-// align_sample_id_groups: split micro-batches, from the last back (and
-// round again), the back half in place and the front half appended, until
-// their count is a multiple of `multiple`.
-Status align_micro_batches(std::vector<Ranks>& batches, std::int64_t multiple) {
-  std::int64_t missing = (multiple - length_of(batches) % multiple) % multiple;
-  std::int64_t i = length_of(batches) - 1;
-  std::int64_t failures = 0;
-  while (missing > 0) {
-    if (i < 0) {
-      if (failures >= length_of(batches)) {
-        return unsupported("megatron_dcp: " + str(length_of(batches)) +
-                           " micro-batches cannot be split into a multiple of " + str(multiple) +
-                           " (the wave multiple, Megatron's "
-                           "microbatch_group_size_per_vp_stage): every one is a single CP group "
-                           "(Megatron asserts here); lower the multiple or use the hybrid "
-                           "scheduler");
+    for (const Run& run : runs_of(ranks, world)) {
+      ScheduleSlot slot;
+      slot.wave = static_cast<std::int32_t>(wave);
+      for (std::int64_t r = 0; r < run.size; ++r) {
+        slot.ranks.push_back(static_cast<std::int32_t>(run.start + r));
       }
-      i = length_of(batches) - 1;
+      for (const std::size_t p : groups[static_cast<std::size_t>(ranks[run.start])]) {
+        slot.pieces.push_back(pieces[p]);
+      }
+      schedule.slots.push_back(std::move(slot));
     }
-    Result<std::vector<Ranks>> halves = split_micro_batch(batches[static_cast<std::size_t>(i)]);
-    if (!halves) return halves.status();
-    if (halves->empty()) {
-      ++failures;
-    } else {
-      batches[static_cast<std::size_t>(i)] = std::move((*halves)[0]);
-      batches.push_back(std::move((*halves)[1]));
-      --missing;
-      failures = 0;
-    }
-    --i;
   }
   return Status::ok();
 }
 
 // Megatron's scheduler on `request`: its schedule, or kUnsupported with
 // Megatron's reason where Megatron raises, never returns, or leaves samples
-// on no rank.
-Result<Schedule> decide_exactly(const ScheduleRequest& request) {
+// on no rank. `enough` (decide_megatron_dcp_waves) may stop it after a
+// micro-batch, setting `stopped`.
+Result<Schedule> decide_exactly(const ScheduleRequest& request, const WavesCheck* enough,
+                                bool* stopped) {
   const std::vector<DocPiece> pieces = schedule_pieces(request);
   const std::int32_t world = request.world_size;
   const std::int64_t budget = request.max_tokens_per_rank;
@@ -573,10 +485,7 @@ Result<Schedule> decide_exactly(const ScheduleRequest& request) {
   for (std::size_t i = 0; i < pieces.size(); ++i) {
     padded[i] = padded_length(pieces[i].length, world);
   }
-  std::vector<std::size_t> remaining(pieces.size());
-  for (std::size_t i = 0; i < remaining.size(); ++i) remaining[i] = i;
-  std::stable_sort(remaining.begin(), remaining.end(),
-                   [&](std::size_t a, std::size_t b) { return padded[a] > padded[b]; });
+  std::vector<std::size_t> remaining = longest_first(padded, world);
   // Megatron's assertion on the first sample of the first micro-batch, the
   // longest of the batch.
   if (!remaining.empty()) {
@@ -614,30 +523,15 @@ Result<Schedule> decide_exactly(const ScheduleRequest& request) {
       schedule.slots.push_back(std::move(slot));
     }
     remaining = std::move(mb->leftovers);
+    if (multiple <= 1 && !remaining.empty() && enough != nullptr && *enough &&
+        (*enough)(schedule)) {
+      *stopped = true;
+      return schedule;
+    }
   }
   if (multiple <= 1) return schedule;
-
-  if (Status status = align_micro_batches(batches, multiple); !status) return status;
-  for (std::size_t wave = 0; wave < batches.size(); ++wave) {
-    const Ranks& ranks = batches[wave];
-    if (length(ranks) > world) {
-      return unsupported(
-          "megatron_dcp: Megatron's virtual-pipeline alignment doubles a group past the last of " +
-          str(world) + " ranks in micro-batch " + str(static_cast<std::int64_t>(wave)) +
-          ", leaving its samples where no rank runs them; use a power-of-two world or the "
-          "hybrid scheduler");
-    }
-    for (const Run& run : runs_of(ranks, world)) {
-      ScheduleSlot slot;
-      slot.wave = static_cast<std::int32_t>(wave);
-      for (std::int64_t r = 0; r < run.size; ++r) {
-        slot.ranks.push_back(static_cast<std::int32_t>(run.start + r));
-      }
-      for (const std::size_t p : groups[static_cast<std::size_t>(ranks[run.start])]) {
-        slot.pieces.push_back(pieces[p]);
-      }
-      schedule.slots.push_back(std::move(slot));
-    }
+  if (Status status = aligned_slots(request, pieces, groups, batches, schedule); !status) {
+    return status;
   }
   return schedule;
 }
@@ -646,7 +540,7 @@ Result<Schedule> decide_exactly(const ScheduleRequest& request) {
 
 Result<Schedule> decide_megatron_dcp(const ScheduleRequest& request) {
   if (Status status = validate_schedule_request(request); !status) return status;
-  Result<Schedule> exact = decide_exactly(request);
+  Result<Schedule> exact = decide_exactly(request, nullptr, nullptr);
   if (exact || exact.status().code() != StatusCode::kUnsupported) return exact;
   // Where Megatron fails, fall back to the fixed schedule and say why.
   const std::string why = exact.status().message();
@@ -667,6 +561,13 @@ Result<Schedule> decide_megatron_dcp(const ScheduleRequest& request) {
   }
   fixed->fallback_reason = why + "; fixed's schedule served instead";
   return fixed;
+}
+
+Result<Schedule> decide_megatron_dcp_waves(const ScheduleRequest& request, const WavesCheck& enough,
+                                           bool& stopped) {
+  stopped = false;
+  if (Status status = validate_schedule_request(request); !status) return status;
+  return decide_exactly(request, &enough, &stopped);
 }
 
 }  // namespace fulcrum

@@ -255,11 +255,64 @@ GroupShapes least_size(std::int32_t world, std::int64_t min_cp) {
   return shapes;
 }
 
+// `got`'s slots are `want`'s first `count`, group for group.
+void expect_slots(const Schedule& got, const Schedule& want, std::size_t count, int n) {
+  EXPECT_EQ(got.slots.size(), count) << "batch " << n;
+  for (std::size_t s = 0; s < std::min(count, got.slots.size()); ++s) {
+    const ScheduleSlot& a = got.slots[s];
+    const ScheduleSlot& b = want.slots[s];
+    EXPECT_EQ(a.wave, b.wave) << "batch " << n << " slot " << s;
+    EXPECT_EQ(a.ranks, b.ranks) << "batch " << n << " slot " << s;
+    EXPECT_EQ(a.pieces.size(), b.pieces.size()) << "batch " << n << " slot " << s;
+    for (std::size_t k = 0; k < std::min(a.pieces.size(), b.pieces.size()); ++k) {
+      EXPECT_EQ(a.pieces[k].doc, b.pieces[k].doc) << "batch " << n << " slot " << s;
+      EXPECT_EQ(a.pieces[k].offset, b.pieces[k].offset) << "batch " << n << " slot " << s;
+    }
+  }
+}
+
+// The guard's form of the decision (decide_megatron_dcp_waves) on the same
+// batch: kUnsupported where Megatron fails; asked after every micro-batch
+// but the last, each time with the whole micro-batches so far; and, stopped
+// after micro-batch `stop`, the scan's slots up to it.
+void expect_the_waves(const ScheduleRequest& r, const std::optional<Schedule>& want,
+                      std::int32_t stop, int n) {
+  std::int32_t asked = 0;
+  bool stopped = true;
+  const WavesCheck never = [&](const Schedule& so_far) {
+    EXPECT_FALSE(so_far.slots.empty()) << "batch " << n;
+    if (!so_far.slots.empty()) EXPECT_EQ(so_far.slots.back().wave, asked) << "batch " << n;
+    ++asked;
+    return false;
+  };
+  const Result<Schedule> all = decide_megatron_dcp_waves(r, never, stopped);
+  EXPECT_FALSE(stopped) << "batch " << n;
+  if (!want) {
+    EXPECT_FALSE(all) << "batch " << n;
+    if (!all) EXPECT_EQ(all.status().code(), StatusCode::kUnsupported) << "batch " << n;
+    return;
+  }
+  ASSERT_TRUE(all) << "batch " << n << ": " << all.status().message();
+  const std::int32_t waves = want->slots.back().wave + 1;
+  EXPECT_EQ(asked, waves - 1) << "batch " << n;
+  expect_slots(*all, *want, want->slots.size(), n);
+  const WavesCheck at_stop = [&](const Schedule& so_far) {
+    return so_far.slots.back().wave >= stop;
+  };
+  const Result<Schedule> part = decide_megatron_dcp_waves(r, at_stop, stopped);
+  ASSERT_TRUE(part) << "batch " << n;
+  EXPECT_EQ(stopped, stop < waves - 1) << "batch " << n;
+  std::size_t count = 0;
+  while (count < want->slots.size() && want->slots[count].wave <= stop) ++count;
+  expect_slots(*part, *want, count, n);
+}
+
 // Holds megatron_dcp to the scan on one batch, group for group; the scan's
 // micro-batches, or 0 where Megatron fails.
 std::int32_t expect_the_scan(const ScheduleRequest& r, std::int64_t min_cp, int n) {
   const std::optional<Schedule> want = reference_schedule(r, min_cp);
   const Result<Schedule> got = decide_megatron_dcp(r);
+  expect_the_waves(r, want, static_cast<std::int32_t>(n % 3), n);
   if (!want) {
     // Megatron fails: megatron_dcp falls back to fixed, or refuses where
     // fixed's schedule breaks the shapes too.
@@ -271,18 +324,7 @@ std::int32_t expect_the_scan(const ScheduleRequest& r, std::int64_t min_cp, int 
   EXPECT_TRUE(got) << "batch " << n << ": " << got.status().message();
   if (!got) return 0;
   EXPECT_EQ(got->strategy_used, "megatron_dcp") << "batch " << n << ": " << got->fallback_reason;
-  EXPECT_EQ(got->slots.size(), want->slots.size()) << "batch " << n;
-  for (std::size_t s = 0; s < std::min(want->slots.size(), got->slots.size()); ++s) {
-    const ScheduleSlot& a = got->slots[s];
-    const ScheduleSlot& b = want->slots[s];
-    EXPECT_EQ(a.wave, b.wave) << "batch " << n << " slot " << s;
-    EXPECT_EQ(a.ranks, b.ranks) << "batch " << n << " slot " << s;
-    EXPECT_EQ(a.pieces.size(), b.pieces.size()) << "batch " << n << " slot " << s;
-    for (std::size_t k = 0; k < std::min(a.pieces.size(), b.pieces.size()); ++k) {
-      EXPECT_EQ(a.pieces[k].doc, b.pieces[k].doc) << "batch " << n << " slot " << s;
-      EXPECT_EQ(a.pieces[k].offset, b.pieces[k].offset) << "batch " << n << " slot " << s;
-    }
-  }
+  expect_slots(*got, *want, want->slots.size(), n);
   return want->slots.back().wave + 1;
 }
 

@@ -426,6 +426,34 @@ TEST(ScheduleProperty, DecidedSlotsBoundIsBelowEveryPlan) {
   EXPECT_GT(checked, 350);
 }
 
+// The guard's bound on fixed's DP groups, before their rows are packed, is
+// below the bound on the rows fixed then packs (and so below every plan of
+// them: the test above), and those rows are decide_fixed's schedule.
+TEST(ScheduleProperty, FixedGroupsBoundIsBelowItsRowsBound) {
+  Rng rng(2504);
+  int checked = 0;
+  int equal = 0;
+  for (int c = 0; c < 330; ++c) {
+    const ScheduleRequest r = c < 300 ? small_request(rng) : large_request(rng);
+    const std::string where = describe(r);
+    const Result<FixedPartition> groups = decide_fixed_groups(r);
+    const Result<Schedule> whole = decide_fixed(r);
+    ASSERT_EQ(static_cast<bool>(groups), static_cast<bool>(whole)) << where;
+    if (!groups) continue;
+    const Schedule rows = fixed_rows(r, *groups);
+    EXPECT_TRUE(same_schedule(rows, *whole)) << where;
+    const double bound = fixed_groups_step_lower_bound(r, *groups);
+    const double decided = decided_step_lower_bound(r, rows);
+    EXPECT_LE(bound, decided * (1 + 1e-12)) << where;
+    equal += bound >= decided * (1 - 1e-12) ? 1 : 0;
+    ++checked;
+  }
+  EXPECT_GT(checked, 250);
+  // Not a loose bound: on most batches the group that ends last packs no
+  // more rows than the bound counts.
+  EXPECT_GT(equal, checked / 2);
+}
+
 // Fixed with every CP size the world allows: valid, or refused exactly when
 // its rows cannot hold the longest piece.
 TEST(ScheduleProperty, FixedHonoursEveryDivisorCpSize) {

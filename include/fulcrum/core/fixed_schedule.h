@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "fulcrum/cp_types.h"
 #include "fulcrum/dp_types.h"
@@ -25,9 +26,26 @@ using PartitionFn = std::function<Result<DpPartition>(const DpRequest&)>;
 // (cp x T tokens) hold the longest piece, as a user of fixed CP must choose.
 // kUnsupported when a set cp_size cannot hold the longest piece.
 Result<std::int32_t> fixed_cp_size(const ScheduleRequest& request);
+// The same from the request's pieces (schedule_pieces), counted once.
+Result<std::int32_t> fixed_cp_size(const ScheduleRequest& request,
+                                   const std::vector<DocPiece>& pieces);
 
 // The deciding half: the slots (groups, pieces, waves) with empty plans.
 Result<Schedule> fixed_slots(const ScheduleRequest& request, const PartitionFn& partition_dp);
+
+// fixed_slots in its two steps, for a caller that may stop between them
+// (hybrid's guard can rule fixed out from the groups' pieces alone, before
+// any row is packed): the request checked, cp chosen and the pieces dealt to
+// the W / cp DP groups (the partition checked: every piece once, in range);
+// then each group's pieces packed into rows, one slot per row.
+struct FixedPartition {
+  std::int32_t cp = 0;
+  std::vector<DocPiece> pieces;                   // schedule_pieces(request)
+  std::vector<std::vector<std::int64_t>> groups;  // per DP group, indices into pieces
+};
+Result<FixedPartition> fixed_partition(const ScheduleRequest& request,
+                                       const PartitionFn& partition_dp);
+Schedule fixed_rows(const ScheduleRequest& request, const FixedPartition& partition);
 
 // The planning half: every slot's plan from plan_cp. A row whose plan gives
 // a member more than T tokens (padding included) is sharded contiguously

@@ -257,9 +257,10 @@ class UnitRefiner {
     // succeed; summed, that confines c_b to an open window around c_a.
     const double room_low = 2 * must_beat - lp_[l] - lt_[l];   // c_a - c_b < this
     const double room_high = lp_[h] + lt_[h] - 2 * must_beat;  // c_a - c_b > this
-    const auto first_at_most = [cl, nl](double v) {
-      return std::lower_bound(cl, cl + nl, v, [](double x, double y) { return x > y; }) - cl;
-    };
+    // pos: the first of l's units whose combined cost is at most the ideal
+    // one (l's are in descending order), moved from the last a's instead of
+    // searched afresh: h's units descend too, so it mostly moves forward.
+    std::int64_t pos = 0;
     for (std::int64_t i = 0; i < nh; ++i) {
       const std::int32_t a = uh[i];
       const double tp = xp_[a] - gp;  // the ideal b
@@ -267,7 +268,8 @@ class UnitRefiner {
       const double tc = tp + tt;
       const double c_min = c_[a] - room_low;   // c_b > c_min
       const double c_max = c_[a] - room_high;  // c_b < c_max
-      const std::int64_t pos = first_at_most(tc);
+      while (pos < nl && cl[pos] > tc) ++pos;
+      while (pos > 0 && !(cl[pos - 1] > tc)) --pos;
       for (std::int64_t j = pos; j < nl && cl[j] > c_min; ++j) {
         const double dc = cl[j] - tc;
         if (dc * dc * 0.5 >= best) break;

@@ -7,7 +7,6 @@
 #include <limits>
 #include <map>
 #include <numeric>
-#include <queue>
 #include <span>
 #include <utility>
 #include <vector>
@@ -159,6 +158,64 @@ void rebalance(const Batch& batch, std::vector<std::vector<Row>>& rows, std::vec
 }
 
 namespace {
+
+// Rule 4's ranks by load, a binary min-heap of (load, rank) in the
+// lexicographic order, whose top's load can be raised in place (one sift
+// down where a pop and a push take two).
+class LoadHeap {
+ public:
+  using Load = std::pair<double, std::int32_t>;
+
+  static bool lighter(const Load& x, const Load& y) {
+    return x.first < y.first || (x.first == y.first && x.second < y.second);
+  }
+
+  // Rank a at load[a] for every a.
+  void build(const std::vector<double>& load) {
+    heap_.resize(load.size());
+    for (std::size_t a = 0; a < load.size(); ++a)
+      heap_[a] = {load[a], static_cast<std::int32_t>(a)};
+    for (std::size_t k = heap_.size() / 2; k-- > 0;) sift_down(k);
+  }
+  bool empty() const { return heap_.empty(); }
+  const Load& top() const { return heap_.front(); }
+  const std::vector<Load>& entries() const { return heap_; }
+
+  void push(Load x) {
+    std::size_t k = heap_.size();
+    heap_.push_back(x);
+    while (k > 0) {
+      const std::size_t up = (k - 1) / 2;
+      if (!lighter(x, heap_[up])) break;
+      heap_[k] = heap_[up];
+      k = up;
+    }
+    heap_[k] = x;
+  }
+
+  // The top's load becomes `load`, no less than it was.
+  void raise_top(double load) {
+    heap_.front().first = load;
+    sift_down(0);
+  }
+
+ private:
+  void sift_down(std::size_t k) {
+    const std::size_t n = heap_.size();
+    const Load x = heap_[k];
+    for (;;) {
+      std::size_t child = 2 * k + 1;
+      if (child >= n) break;
+      if (child + 1 < n && lighter(heap_[child + 1], heap_[child])) ++child;
+      if (!lighter(heap_[child], x)) break;
+      heap_[k] = heap_[child];
+      k = child;
+    }
+    heap_[k] = x;
+  }
+
+  std::vector<Load> heap_;
+};
 
 // One draft under construction: the ranks' timeline (when each is free),
 // the long pieces' groups placed on it in turn, then the short pieces.
@@ -488,24 +545,23 @@ class Drafter {
   // rank order beside the heap; one taken gets its rows then.
   void pack_rows() {
     d_.rows.assign(static_cast<std::size_t>(held_), {});
-    using Load = std::pair<double, std::int32_t>;
-    // Built in one pass (the order it pops is the same: no two entries tie).
-    std::vector<Load> ranks;
-    ranks.reserve(static_cast<std::size_t>(held_));
-    for (std::int32_t a = 0; a < held_; ++a) ranks.emplace_back(free_at_[a], a);
-    std::priority_queue<Load, std::vector<Load>, std::greater<>> lightest(std::greater<>(),
-                                                                          std::move(ranks));
+    // The held ranks by load, lightest first (ties by rank); no two
+    // entries tie, so it hands out the ranks in one order however it is
+    // kept.
+    LoadHeap lightest;
+    lightest.build(free_at_);
     std::int32_t next = held_;  // the lowest rank not yet in d_.rows
     for (const std::size_t i : batch_.order) {
       const std::int64_t len = batch_.pieces[i].length;
       if (batch_.grouped[i] || in_gap_[i]) continue;
-      Load least{0.0, next};
-      if (next < world_ && (lightest.empty() || least < lightest.top())) {
+      LoadHeap::Load least{0.0, next};
+      const bool fresh =
+          next < world_ && (lightest.empty() || LoadHeap::lighter(least, lightest.top()));
+      if (fresh) {
         d_.rows.emplace_back();
         ++next;
       } else {
         least = lightest.top();
-        lightest.pop();
       }
       auto [load, a] = least;
       std::vector<Row>& mine = d_.rows[a];
@@ -520,13 +576,16 @@ class Drafter {
       }
       fit->room -= len;
       fit->pieces.push_back(i);
-      lightest.emplace(load + batch_.work[i], a);
+      // The rank's load only grows: it replaces the top it was, or joins.
+      if (fresh) {
+        lightest.push({load + batch_.work[i], a});
+      } else {
+        lightest.raise_top(load + batch_.work[i]);
+      }
     }
+    // Every rank in d_.rows is in the heap once.
     std::vector<double> load(d_.rows.size(), 0.0);
-    while (!lightest.empty()) {
-      load[lightest.top().second] = lightest.top().first;
-      lightest.pop();
-    }
+    for (const auto& [l, a] : lightest.entries()) load[static_cast<std::size_t>(a)] = l;
     rebalance(batch_, d_.rows, load);
     // The ranks past `load` end at 0.
     const double top = load.empty() ? 0.0 : *std::max_element(load.begin(), load.end());

@@ -71,6 +71,8 @@ class UnitRefiner {
     owner_.assign(f, 0);
     slot_.assign(static_cast<std::size_t>(ranks_ * stride_), 0);
     slot_c_.assign(static_cast<std::size_t>(ranks_ * stride_), 0.0);
+    slot_p_.assign(static_cast<std::size_t>(ranks_ * stride_), 0.0);
+    slot_t_.assign(static_cast<std::size_t>(ranks_ * stride_), 0.0);
     count_.assign(static_cast<std::size_t>(ranks_), 0);
   }
 
@@ -150,6 +152,8 @@ class UnitRefiner {
     const std::int64_t at = r * stride_ + count_[r]++;
     slot_[at] = k;
     slot_c_[at] = c_[k];
+    slot_p_[at] = xp_[k];
+    slot_t_[at] = xt_[k];
     owner_[k] = r;
     lp_[r] += xp_[k];
     lt_[r] += xt_[k];
@@ -235,6 +239,8 @@ class UnitRefiner {
     const std::int32_t* uh = slot_.data() + h * stride_;
     const std::int32_t* ul = slot_.data() + l * stride_;
     const double* cl = slot_c_.data() + l * stride_;
+    const double* pl = slot_p_.data() + l * stride_;
+    const double* tl = slot_t_.data() + l * stride_;
     const std::int64_t nh = count_[h];
     const std::int64_t nl = count_[l];
     const double gp = 0.5 * (lp_[h] - lp_[l]);
@@ -242,13 +248,13 @@ class UnitRefiner {
     double best = std::numeric_limits<double>::infinity();
     std::int64_t best_i = -1;
     std::int64_t best_j = -1;
+    // b's costs read beside its combined cost (pl, tl), not through ul.
     const auto visit = [&](std::int32_t a, std::int64_t i, std::int64_t j, double tp, double tt) {
-      const std::int32_t b = ul[j];
-      const double ep = xp_[b] - tp;
-      const double et = xt_[b] - tt;
+      const double ep = pl[j] - tp;
+      const double et = tl[j] - tt;
       const double d = ep * ep + et * et;
       if (d >= best) return;
-      if (pair_max(h, l, xp_[a] - xp_[b], xt_[a] - xt_[b]) >= must_beat) return;
+      if (pair_max(h, l, xp_[a] - pl[j], xt_[a] - tl[j]) >= must_beat) return;
       best = d;
       best_i = i;
       best_j = j;
@@ -294,9 +300,13 @@ class UnitRefiner {
   void remove_at(std::int32_t r, std::int64_t i) {
     std::int32_t* u = slot_.data() + r * stride_;
     double* c = slot_c_.data() + r * stride_;
+    double* p = slot_p_.data() + r * stride_;
+    double* t = slot_t_.data() + r * stride_;
     const std::int32_t k = u[i];
     std::copy(u + i + 1, u + count_[r], u + i);
     std::copy(c + i + 1, c + count_[r], c + i);
+    std::copy(p + i + 1, p + count_[r], p + i);
+    std::copy(t + i + 1, t + count_[r], t + i);
     --count_[r];
     lp_[r] -= xp_[k];
     lt_[r] -= xt_[k];
@@ -305,15 +315,21 @@ class UnitRefiner {
   void insert(std::int32_t r, std::int32_t k) {
     std::int32_t* u = slot_.data() + r * stride_;
     double* c = slot_c_.data() + r * stride_;
+    double* p = slot_p_.data() + r * stride_;
+    double* t = slot_t_.data() + r * stride_;
     std::int64_t i = count_[r];
     // Descending cost, ties by ascending index (deterministic).
     while (i > 0 && (c[i - 1] < c_[k] || (c[i - 1] == c_[k] && u[i - 1] > k))) {
       u[i] = u[i - 1];
       c[i] = c[i - 1];
+      p[i] = p[i - 1];
+      t[i] = t[i - 1];
       --i;
     }
     u[i] = k;
     c[i] = c_[k];
+    p[i] = xp_[k];
+    t[i] = xt_[k];
     ++count_[r];
     owner_[k] = r;
     lp_[r] += xp_[k];
@@ -329,6 +345,8 @@ class UnitRefiner {
   std::vector<std::int32_t> owner_;  // per full unit: its rank
   std::vector<std::int32_t> slot_;   // per rank, stride_ slots: its full units
   std::vector<double> slot_c_;       // their combined costs
+  std::vector<double> slot_p_;       // their normalised pairs
+  std::vector<double> slot_t_;       // and tiles
   std::vector<std::int64_t> count_;  // per rank: full units held
 };
 

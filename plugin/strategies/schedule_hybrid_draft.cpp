@@ -242,7 +242,12 @@ class Drafter {
 
   Draft run(double beat) {
     for (const std::size_t i : batch_.order) {
-      if (batch_.grouped[i]) place_group(i, group_size(i));
+      if (batch_.grouped[i]) {
+        place_group(i, group_size(i));
+        ++grouped_;
+      } else {
+        short_tokens_ += batch_.pieces[i].length;
+      }
     }
     fill_gaps();
     if (finish_lower_bound() * (1 - 1e-9) >= beat) {
@@ -513,6 +518,8 @@ class Drafter {
       gap.room -= len;
       gap.pieces.push_back(i);
       in_gap_[i] = 1;
+      ++gapped_;
+      short_tokens_ -= len;
       by_time.emplace(gap.seconds, k);
     }
   }
@@ -544,6 +551,18 @@ class Drafter {
   // rows of T tokens, then rebalance. The ranks not held wait, load 0, in
   // rank order beside the heap; one taken gets its rows then.
   void pack_rows() {
+    // Room reserved up front (capacity only, the rows and their pieces the
+    // same): a row for every rank the pieces can reach, and in each new row
+    // the pieces of mean length that fill T, at most a rank's share.
+    const std::size_t left = batch_.pieces.size() - grouped_ - gapped_;
+    const auto ranks = static_cast<std::size_t>(world_);
+    std::size_t per_row = (left + ranks - 1) / ranks;
+    if (short_tokens_ > 0) {
+      const auto fill = static_cast<std::size_t>(
+          ceil_div(static_cast<std::int64_t>(left) * budget_, short_tokens_));
+      per_row = std::min(per_row, fill);
+    }
+    d_.rows.reserve(std::min(ranks, static_cast<std::size_t>(held_) + left));
     d_.rows.assign(static_cast<std::size_t>(held_), {});
     // The held ranks by load, lightest first (ties by rank); no two
     // entries tie, so it hands out the ranks in one order however it is
@@ -572,6 +591,7 @@ class Drafter {
       if (fit == nullptr) {
         mine.push_back({budget_, {}});
         fit = &mine.back();
+        fit->pieces.reserve(per_row);
         load += prof_.slot_seconds;
       }
       fit->room -= len;
@@ -615,7 +635,10 @@ class Drafter {
   static constexpr std::size_t kInsertOneByOne = 16;
   std::vector<std::int32_t> merged_;  // commit's scratch
   std::vector<char> in_gap_;
-  double overhead_ = 0;  // rank-seconds long slots spend beyond their work
+  double overhead_ = 0;            // rank-seconds long slots spend beyond their work
+  std::size_t grouped_ = 0;        // pieces placed in groups (rule 3)
+  std::size_t gapped_ = 0;         // pieces placed in gaps (rule 4)
+  std::int64_t short_tokens_ = 0;  // tokens of the pieces left for rows
 };
 
 }  // namespace

@@ -23,6 +23,7 @@
 #include "fulcrum/core/random.h"
 #include "fulcrum/core/schedule.h"
 #include "fulcrum/schedule_types.h"
+#include "schedule_random_inputs.h"
 #include "strategies/cp_strategies.h"
 #include "strategies/schedule_strategies.h"
 
@@ -46,19 +47,6 @@ class Rng : public SplitMix64 {
     return items[next() % items.size()];
   }
 };
-
-MaskSpec random_mask(Rng& rng, std::int64_t block) {
-  switch (rng.uniform(0, 3)) {
-    case 0:
-      return MaskSpec::causal();
-    case 1:
-      return MaskSpec::full();
-    case 2:
-      return MaskSpec::sliding(rng.uniform(1, 4 * block));
-    default:
-      return MaskSpec::prefix(rng.uniform(0, 4 * block));
-  }
-}
 
 // A profile with every term in play, so each one is checked; random
 // node size so that intra- and inter-node pairs both occur.
@@ -92,7 +80,7 @@ ScheduleRequest small_request(Rng& rng) {
       static_cast<std::int32_t>(rng.pick(std::vector<std::int64_t>{1, 2, 3, 4, 5, 7, 8, 13}));
   r.block_size = rng.pick(std::vector<std::int64_t>{4, 8, 16, 64});
   r.max_tokens_per_rank = r.block_size * rng.uniform(1, 8);
-  r.mask = random_mask(rng, r.block_size);
+  r.mask = schedule_tests::random_dense_mask(rng, r.block_size);
   r.profile = random_profile(rng);
   const std::int64_t limit = std::min<std::int64_t>(2 * r.world_size * r.max_tokens_per_rank, 600);
   const std::int64_t docs = rng.uniform(1, 12);
@@ -106,7 +94,7 @@ ScheduleRequest large_request(Rng& rng) {
       rng.pick(std::vector<std::int64_t>{31, 64, 97, 128, 256, 1021, 1024}));
   r.block_size = 128;
   r.max_tokens_per_rank = rng.pick(std::vector<std::int64_t>{128, 1024, 4096, 16384});
-  r.mask = random_mask(rng, r.block_size);
+  r.mask = schedule_tests::random_dense_mask(rng, r.block_size);
   r.profile = random_profile(rng);
   std::int64_t total = 0;
   while (total < 2'000'000) {
@@ -351,7 +339,7 @@ ScheduleRequest suite_request(Rng& rng) {
       rng.pick(std::vector<std::int64_t>{2, 3, 5, 7, 8, 13, 16, 31, 64, 97, 128, 1021}));
   r.block_size = 128;
   r.max_tokens_per_rank = rng.pick(std::vector<std::int64_t>{1024, 4096, 16384});
-  r.mask = random_mask(rng, 1024);
+  r.mask = schedule_tests::random_dense_mask(rng, 1024);
   r.profile = random_profile(rng);
   const std::int64_t cap =
       std::min<std::int64_t>(4 * r.world_size * r.max_tokens_per_rank, 1'000'000);

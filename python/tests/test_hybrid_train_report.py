@@ -2,16 +2,12 @@
 recount on random comparison records: which scheduler is slower than the
 better baseline beyond the spread, and the exchange's hidden share."""
 
-import importlib.util
-import pathlib
 import random
 import statistics
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("hybrid_train",
-                                               ROOT / "benchmarks" / "hybrid_train.py")
-hybrid_train = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(hybrid_train)
+import scripts
+
+hybrid_train = scripts.benchmark("hybrid_train")
 
 NAMES = hybrid_train.SCHEDULERS
 

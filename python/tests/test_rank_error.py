@@ -5,23 +5,15 @@ leaves and exactly what removing the step's factor takes away, the split
 by group size adds up to the rank's error, and the noise floor against a
 direct recount."""
 
-import importlib.util
 import json
 import pathlib
 import random
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+import scripts
 
 
-def _load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-rank_error = _load("rank_error", ROOT / "benchmarks" / "rank_error.py")
-jobs = _load("reprice_fit_jobs", pathlib.Path(__file__).with_name("test_reprice_fit.py"))
+rank_error = scripts.benchmark("rank_error")
+jobs = scripts.load("reprice_fit_jobs", pathlib.Path(__file__).with_name("test_reprice_fit.py"))
 
 
 def scale_job(path, factors):

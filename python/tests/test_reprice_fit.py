@@ -3,16 +3,12 @@ their slots as the trainer writes them (rank by rank, schedulers in order,
 each rank's members in wave order), a planted row term recovered only by
 the model that has it, and the replay against a longest-path recount."""
 
-import importlib.util
 import json
-import pathlib
 import random
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("reprice_fit",
-                                               ROOT / "benchmarks" / "reprice_fit.py")
-reprice_fit = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(reprice_fit)
+import scripts
+
+reprice_fit = scripts.benchmark("reprice_fit")
 
 TRUTH = {"tiles": 3e-4, "tokens": 1e-5, "one": 2e-3, "row": 6e-6, "kv": 0.0, "peers": 5e-4}
 

@@ -6,7 +6,6 @@ without noise, a planted member-0 penalty measured exactly, and a planted
 receive-only exchange cost recovered only by the fit that prices received
 and sent K/V apart."""
 
-import importlib.util
 import json
 import math
 import pathlib
@@ -15,18 +14,13 @@ import subprocess
 
 import pytest
 
+import scripts
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-def _load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-slot_bias = _load("slot_bias", ROOT / "benchmarks" / "slot_bias.py")
-jobs = _load("reprice_fit_jobs", pathlib.Path(__file__).with_name("test_reprice_fit.py"))
+slot_bias = scripts.benchmark("slot_bias")
+jobs = scripts.load("reprice_fit_jobs", pathlib.Path(__file__).with_name("test_reprice_fit.py"))
 
 
 def test_mt19937_64_gives_the_standards_ten_thousandth_value():

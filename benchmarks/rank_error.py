@@ -59,7 +59,6 @@ _spec.loader.exec_module(rf)
 
 SCHEDULERS = rf.SCHEDULERS
 TERMS = rf.MODELS["row"]
-DROP_ORDER = rf.DROP_ORDER
 SHARE_TERMS = {"tiles": ["tiles"], "tokens": ["tokens"], "row": ["row"],
                "exchange": ["kv", "peers"], "constant": ["one"]}
 
@@ -84,20 +83,9 @@ def rank_rows(steps, terms):
 
 
 def fit_weighted(rows, terms, relative):
-    """Non-negative least squares of seconds on the terms (reprice_fit's
-    nnls), each row weighted by 1 / seconds when `relative`; a singular
-    system drops terms in DROP_ORDER as the fit does."""
-    w = [1.0 / r["seconds"] if relative else 1.0 for r in rows]
-    y = [r["seconds"] * wi for r, wi in zip(rows, w)]
-    kept = list(terms)
-    while True:
-        x = rf.nnls([[r[t] * wi for r, wi in zip(rows, w)] for t in kept], y)
-        if x is not None:
-            return dict(zip(kept, x))
-        drop = next((d for d in DROP_ORDER if d in kept), None)
-        if drop is None:
-            sys.exit("the fit is singular with every droppable term dropped")
-        kept.remove(drop)
+    """reprice_fit's fit of seconds on the terms, each row weighted by
+    1 / seconds when `relative`."""
+    return rf.fit(rows, terms, [1.0 / r["seconds"] for r in rows] if relative else None)
 
 
 def with_g_columns(steps, gs):
@@ -152,12 +140,18 @@ def critical_paths(step, coef, j):
             measured[(m["slot"], m["rank"])] = m["seconds"]
             predicted[(m["slot"], m["rank"])] = price(m, coef)
         for s, ms in rf.slot_members(sched).items():
-            p = [price(m, coef) for m in ms]
-            extra[s] = j * max(p) * rf.expected_max(sum(1 for m in ms if m["tokens"] > 0))
+            extra[s] = j * slot_wait(ms, coef)[1]
         out[n] = (rf.critical_path(sched["slots"], measured),
                   rf.critical_path(sched["slots"], predicted),
                   rf.critical_path(sched["slots"], predicted, extra=extra))
     return out
+
+
+def slot_wait(ms, coef):
+    """A slot's slowest predicted member and the wait term's factor: that
+    member's time x e(g') over the g' members holding tokens."""
+    most = max(price(m, coef) for m in ms)
+    return most, most * rf.expected_max(sum(1 for m in ms if m["tokens"] > 0))
 
 
 def fit_wait(train, coef):
@@ -166,9 +160,8 @@ def fit_wait(train, coef):
     for step in train:
         for sched in step.values():
             for ms in rf.slot_members(sched).values():
-                p = [price(m, coef) for m in ms]
-                x = max(p) * rf.expected_max(sum(1 for m in ms if m["tokens"] > 0))
-                num += (max(m["seconds"] for m in ms) - max(p)) * x
+                most, x = slot_wait(ms, coef)
+                num += (max(m["seconds"] for m in ms) - most) * x
                 den += x * x
     return max(0.0, num / den) if den > 0 else 0.0
 
@@ -187,8 +180,7 @@ def fit_wait_paths(train, coef):
                 measured[(m["slot"], m["rank"])] = m["seconds"]
                 predicted[(m["slot"], m["rank"])] = price(m, coef)
             for s, ms in rf.slot_members(sched).items():
-                p = [price(m, coef) for m in ms]
-                waits[s] = max(p) * rf.expected_max(sum(1 for m in ms if m["tokens"] > 0))
+                waits[s] = slot_wait(ms, coef)[1]
             rows.append((sched["slots"], predicted, waits,
                          rf.critical_path(sched["slots"], measured)))
         per_step.append(rows)

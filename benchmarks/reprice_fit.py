@@ -161,11 +161,15 @@ def nnls(columns, y):
     return out
 
 
-def fit(members, terms):
-    y = [m["seconds"] for m in members]
+def fit(members, terms, weights=None):
+    """Non-negative least squares of the members' seconds on `terms`, each
+    row scaled by its weight when given; a singular system drops terms in
+    DROP_ORDER."""
+    w = weights if weights is not None else [1.0] * len(members)
+    y = [m["seconds"] * wi for m, wi in zip(members, w)]
     kept = list(terms)
     while True:
-        x = nnls([[m[t] for m in members] for t in kept], y)
+        x = nnls([[m[t] * wi for m, wi in zip(members, w)] for t in kept], y)
         if x is not None:
             return dict(zip(kept, x))
         drop = next((d for d in DROP_ORDER if d in kept), None)

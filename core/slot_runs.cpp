@@ -432,8 +432,8 @@ namespace {
 // key blocks it touches in all (the union over its blocks).
 SlotRunsCounts count_slot_runs(const ScheduleRequest& request, const ScheduleSlot& slot,
                                const RunShardPlan& runs) {
-  SlotRunsCounts c{slot_workload(request, slot), {}, {}, {}, {}};
-  const CpWorkload& w = c.w;
+  SlotRunsCounts c;
+  const CpWorkload w = slot_workload(request, slot);
   const RowLayout layout(w);
   const bool exchange = runs.ranks > 1;
   c.work.resize(static_cast<std::size_t>(runs.ranks));

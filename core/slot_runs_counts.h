@@ -27,7 +27,6 @@ struct Holders {
 // tokens and tiles, the holders of every key block and the key blocks each
 // member touches, each counted once.
 struct SlotRunsCounts {
-  CpWorkload w;
   std::vector<RankWork> work;
   Holders holders;
   // Member r's merged touched intervals are touched[touched_at[r] ..
@@ -54,6 +53,7 @@ struct Scratch {
   std::vector<std::int32_t> count;
   std::vector<std::size_t> at;
   std::vector<std::size_t> place;
+  std::vector<std::size_t> member_at;  // exchange_totals' cursor per member (`at` is held_before's)
   std::vector<std::int64_t> held_block;
   std::vector<std::int64_t> held_sum;
   std::vector<std::pair<std::int64_t, std::int32_t>> events;

@@ -160,7 +160,7 @@ ExchangeTotals exchange_totals(const SlotRunsCounts& c, const std::vector<std::i
   if (!tables) next.assign(x.ev_at.begin(), x.ev_at.end() - 1);
   // Blocks ascend, so each member's place in its touched intervals, and
   // each node's in its events, only moves forward.
-  std::vector<std::size_t>& place = x.at;
+  std::vector<std::size_t>& place = x.member_at;
   place.assign(g, 0);
   for (std::size_t k = 0; k < blocks; ++k) {
     const auto block = static_cast<std::int64_t>(k);

@@ -276,7 +276,7 @@ Result<Schedule> decide_hybrid(const ScheduleRequest& request) {
 
 // Planning a draft prices its slots from runs, O(runs + blocks) per slot
 // (schedule_hybrid_plan.cpp), and balances each multi-rank row: the other
-// drafts are planned while their planning costs (hybrid::planning_cost:
+// drafts are planned while their planning costs (hybrid::slot_planning_cost:
 // tokens, rows over more than hybrid::kWideSlot members weighted by their
 // width), the
 // decided draft's tokens included, stay within this; a draft that does not

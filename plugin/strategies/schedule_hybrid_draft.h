@@ -8,11 +8,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <iterator>
 #include <limits>
 #include <map>
 #include <optional>
-#include <set>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -248,7 +246,7 @@ class RowPlans {
  public:
   // The counted plan of `rule` (balanced, per_document, head_tail,
   // per_document_padded, contiguous) for the slot's row; nullptr where the
-  // rule cannot shard it; without counts where it holds more than T per
+  // rule cannot shard it or is none of these; without counts where it holds more than T per
   // member (never priced). Valid while this lives.
   const CountedRuns* plan(std::string_view rule, const ScheduleRequest& request,
                           const ScheduleSlot& slot, const CpWorkload& w);

@@ -69,8 +69,8 @@ Schedule to_schedule(const Draft& best, const std::vector<DocPiece>& pieces, std
   return schedule;
 }
 
-// planning_cost(to_schedule(d)): every piece once, a group's piece by its
-// width.
+// The planning cost of to_schedule(d), slot_planning_cost over its slots:
+// every piece once, a group's piece by its width.
 std::int64_t draft_cost(const Draft& d, const std::vector<DocPiece>& pieces) {
   std::int64_t cost = 0;
   for (const LongSlot& slot : d.long_slots) {
@@ -88,16 +88,6 @@ std::int64_t draft_cost(const Draft& d, const std::vector<DocPiece>& pieces) {
 }
 
 }  // namespace
-
-std::int64_t planning_cost(const Schedule& schedule) {
-  std::int64_t cost = 0;
-  for (const ScheduleSlot& slot : schedule.slots) {
-    std::int64_t n = 0;
-    for (const DocPiece& piece : slot.pieces) n += piece.length;
-    cost += slot_planning_cost(n, slot.ranks.size());
-  }
-  return cost;
-}
 
 // Rule 8's rows of `capacity` tokens: the pieces that fit one, best fit
 // by room (ties: the row that took that room first), longest first. A

@@ -24,8 +24,6 @@ inline std::int64_t slot_planning_cost(std::int64_t tokens, std::size_t members)
   return tokens * std::max<std::int64_t>(1, static_cast<std::int64_t>(members) / kWideSlot);
 }
 
-std::int64_t planning_cost(const Schedule& schedule);
-
 // A batch's pieces with their estimated work, in the order the drafts place
 // them, and the mean load per rank (rule 1).
 struct PreparedBatch {
@@ -54,7 +52,8 @@ class DraftSet {
   DraftSet(const ScheduleRequest& request, bool every);
 
   std::size_t size() const { return entries_.size(); }
-  // planning_cost(at(k)), without making the schedule.
+  // at(k)'s planning cost (slot_planning_cost over its slots), without
+  // making the schedule.
   std::int64_t cost(std::size_t k) const { return entries_[k].cost; }
   // Draft k as a schedule, made on first use; a caller may move it out.
   Schedule& at(std::size_t k);

@@ -222,6 +222,7 @@ const CountedRuns* RowPlans::plan(std::string_view rule, const ScheduleRequest& 
                                   const ScheduleSlot& slot, const CpWorkload& w) {
   std::size_t r = 0;
   while (r < kRules && rule != kRowRules[r]) ++r;
+  if (r == kRules) return nullptr;  // not a row rule: nothing it could keep
   std::vector<std::int64_t> key;
   key.reserve(slot.pieces.size() + 1);
   key.push_back(w.cp_size);

@@ -111,15 +111,25 @@ Result<std::vector<CheckpointFile>> list_checkpoints(const std::string& dir) {
 // chose which of this user's files is read (another run's, say).
 Status check_checkpoint_owner(int fd, const std::string& path) {
   struct stat ls {};
-  if (::lstat(path.c_str(), &ls) == 0 && S_ISLNK(ls.st_mode) && !host::trusted_owner(ls.st_uid)) {
+  struct stat st {};
+  const bool named = ::lstat(path.c_str(), &ls) == 0;
+  const bool opened = ::fstat(fd, &st) == 0;
+  // The name is examined after the open: where it is no longer a link or the
+  // file that was opened (a planted link swapped away in between), refuse.
+  if (!named ||
+      (opened && !S_ISLNK(ls.st_mode) && (ls.st_dev != st.st_dev || ls.st_ino != st.st_ino))) {
+    return invalid_argument("checkpoint " + path +
+                            " changed while it was opened (another process replaced or removed "
+                            "it); resume again once nothing else writes there");
+  }
+  if (S_ISLNK(ls.st_mode) && !host::trusted_owner(ls.st_uid)) {
     return invalid_argument("checkpoint " + path + " is a symbolic link owned by uid " +
                             std::to_string(ls.st_uid) + ", neither root nor this user (uid " +
                             std::to_string(::geteuid()) +
                             "), who may have planted it; resume from a checkpoint you wrote, "
                             "by its own name or a link you made");
   }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || host::trusted_owner(st.st_uid)) return Status::ok();
+  if (!opened || host::trusted_owner(st.st_uid)) return Status::ok();
   return invalid_argument("checkpoint " + path + " is owned by uid " + std::to_string(st.st_uid) +
                           ", neither root nor this user (uid " + std::to_string(::geteuid()) +
                           "), who may have planted it; resume from a checkpoint you wrote, or "

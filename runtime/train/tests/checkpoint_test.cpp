@@ -6,6 +6,7 @@
 #include "train/job_schema.h"
 #include "train/options.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -559,6 +560,28 @@ TEST(CheckpointFiles, ALinkAnotherUserOwnsIsNotResumedThrough) {
   EXPECT_EQ((*point)->checkpoint.header.step, 2);
   ASSERT_EQ(::lchown(link.c_str(), 0, 0), 0);
   EXPECT_TRUE(read_checkpoint(link));
+}
+
+// The owner check examines the name after the open: a name that no longer
+// leads to the file opened (a planted link swapped away, or the file
+// replaced) is refused, where the open file alone would pass.
+TEST(CheckpointFiles, ANameReplacedAfterTheOpenIsRefused) {
+  test::TempDir dir("fulcrum_ckpt");
+  const std::string d = dir.at("ck");
+  ASSERT_TRUE(save_checkpoint(d, sample(2), 3));
+  const std::string name = d + "/step-00000002.ckpt";
+  const int fd = ::open(name.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  EXPECT_TRUE(check_checkpoint_owner(fd, name));
+  const std::string moved = d + "/moved";
+  ASSERT_EQ(::rename(name.c_str(), moved.c_str()), 0);
+  Status gone = check_checkpoint_owner(fd, name);
+  EXPECT_FALSE(gone);
+  EXPECT_NE(gone.message().find("changed while it was opened"), std::string::npos)
+      << gone.message();
+  std::ofstream(name) << "another file under the name";
+  EXPECT_FALSE(check_checkpoint_owner(fd, name));
+  ::close(fd);
 }
 
 TEST(CheckpointSettings, DifferencesAreNamed) {

@@ -424,7 +424,12 @@ def main():
                         "steps (0: all); profile auto fits the last 2 x refit_every")
     parser.add_argument("--out", help="write the figures as JSON here")
     args = parser.parse_args()
+    for mode in args.modes.split(","):
+        if mode != "loo" and not (mode.startswith("fwd") and mode[3:].isdigit()):
+            parser.error(f"--modes: {mode!r} is neither loo nor fwdN (N a whole number)")
     steps = rf.load(args.metrics, args.first_step)
+    if len(steps) < 2:
+        sys.exit("need at least two measured steps (one to fit, one to test)")
     with_g_columns(steps.values(), sorted({m["g"] for m in members_of(steps.values())}))
     print(f"{len(steps)} measured steps from {len(args.metrics)} file(s)")
     filters(args.metrics, steps)
@@ -447,4 +452,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    rf.run_main(main, "rank_error.py")

@@ -375,6 +375,23 @@ def report_jitter(folds, crit):
     return out
 
 
+def run_main(main, prog):
+    """Runs a script's main so that a refusal (sys.exit with a message) and
+    an input that cannot be read or is not a job's records end in one line
+    on stderr and exit 2, as the project's other commands do."""
+    try:
+        main()
+    except SystemExit as stop:
+        if isinstance(stop.code, str):
+            print(f"{prog}: {stop.code}", file=sys.stderr)
+            sys.exit(2)
+        raise
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        print(f"{prog}: cannot use its input ({type(error).__name__}: {error}); give the "
+              "records a finished job wrote", file=sys.stderr)
+        sys.exit(2)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("metrics", nargs="+")
@@ -399,4 +416,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main, "reprice_fit.py")

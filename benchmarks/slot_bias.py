@@ -526,4 +526,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    rf.run_main(main, "slot_bias.py")

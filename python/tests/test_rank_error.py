@@ -8,6 +8,10 @@ direct recount."""
 import json
 import pathlib
 import random
+import subprocess
+import sys
+
+import pytest
 
 import scripts
 
@@ -143,3 +147,19 @@ def test_the_filter_scale_takes_out_a_constant_gap_between_the_filters(tmp_path)
     for n in rank_error.SCHEDULERS:
         assert plain[n] and all(abs(e - 0.07) < 1e-6 for e in plain[n])
         assert all(abs(e) < 1e-6 for e in scaled[n])
+
+
+@pytest.mark.parametrize("script", ["rank_error", "reprice_fit"])
+@pytest.mark.parametrize("bad", ["missing", "directory", "not_json", "no_steps"])
+def test_inputs_that_are_not_a_jobs_records_are_refused_in_one_line(tmp_path, script, bad):
+    path = {"missing": tmp_path / "none.jsonl", "directory": tmp_path}.get(bad,
+                                                                         tmp_path / "m.jsonl")
+    if bad == "not_json":
+        path.write_text("{\"step\": 1\n")
+    elif bad == "no_steps":
+        path.write_text("{\"step\": 1}\n")
+    done = subprocess.run([sys.executable, str(scripts.ROOT / "benchmarks" / f"{script}.py"),
+                           str(path)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert done.stderr.startswith(f"{script}.py: ")

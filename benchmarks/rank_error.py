@@ -140,30 +140,16 @@ def critical_paths(step, coef, j):
             measured[(m["slot"], m["rank"])] = m["seconds"]
             predicted[(m["slot"], m["rank"])] = price(m, coef)
         for s, ms in rf.slot_members(sched).items():
-            extra[s] = j * slot_wait(ms, coef)[1]
+            extra[s] = j * rf.jitter_wait(ms, coef, "max")
         out[n] = (rf.critical_path(sched["slots"], measured),
                   rf.critical_path(sched["slots"], predicted),
                   rf.critical_path(sched["slots"], predicted, extra=extra))
     return out
 
 
-def slot_wait(ms, coef):
-    """A slot's slowest predicted member and the wait term's factor: that
-    member's time x e(g') over the g' members holding tokens."""
-    most = max(price(m, coef) for m in ms)
-    return most, most * rf.expected_max(sum(1 for m in ms if m["tokens"] > 0))
-
-
 def fit_wait(train, coef):
     """j >= 0 through 0 on the slot lengths (reprice_fit's fit_jitter, max form)."""
-    num = den = 0.0
-    for step in train:
-        for sched in step.values():
-            for ms in rf.slot_members(sched).values():
-                most, x = slot_wait(ms, coef)
-                num += (max(m["seconds"] for m in ms) - most) * x
-                den += x * x
-    return max(0.0, num / den) if den > 0 else 0.0
+    return rf.fit_jitter(train, coef, "max")
 
 
 def fit_wait_paths(train, coef):
@@ -180,7 +166,7 @@ def fit_wait_paths(train, coef):
                 measured[(m["slot"], m["rank"])] = m["seconds"]
                 predicted[(m["slot"], m["rank"])] = price(m, coef)
             for s, ms in rf.slot_members(sched).items():
-                waits[s] = slot_wait(ms, coef)[1]
+                waits[s] = rf.jitter_wait(ms, coef, "max")
             rows.append((sched["slots"], predicted, waits,
                          rf.critical_path(sched["slots"], measured)))
         per_step.append(rows)

@@ -626,6 +626,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "fulcrum_bench_schedule: --batches and --mb must be >= 1\n");
     return 2;
   }
+  if (opt.compact_only && !opt.speed) {
+    std::fprintf(stderr,
+                 "fulcrum_bench_schedule: --compact times the compact answer and needs --speed; "
+                 "add --speed, or leave --compact out for the quality table\n");
+    return 2;
+  }
   if (opt.suite > 0) return suite(opt);
   std::string source;
   std::vector<Mix> mixes;

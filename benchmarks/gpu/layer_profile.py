@@ -39,6 +39,14 @@ def parse(argv):
     args = p.parse_args(argv)
     if args.reps < 1 or args.warmup < 0 or not args.budget_s > 0:
         p.error("--reps must be >= 1, --warmup >= 0 and --budget-s > 0")
+    # Checked before any timing: a run may take minutes of a GPU's time.
+    try:
+        os.makedirs(args.out, exist_ok=True)
+    except OSError as error:
+        p.error(f"--out {args.out}: cannot make that folder ({error.strerror}); give a folder "
+                "you may write")
+    if not os.access(args.out, os.W_OK | os.X_OK):
+        p.error(f"--out {args.out}: this user may not write there; give a folder you may write")
     return args
 
 

@@ -76,6 +76,15 @@ def test_bad_options_are_refused_with_exit_2(tmp_path, args):
     assert done.returncode == 2 and done.stderr.strip()
 
 
+def test_an_out_that_is_not_a_folder_is_refused_before_any_timing(tmp_path):
+    (tmp_path / "file").write_text("")
+    for out in (tmp_path / "file", tmp_path / "file" / "below"):
+        done = subprocess.run([sys.executable, SCRIPT, "--quick", "--out", str(out)],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and "--out" in done.stderr, done.stderr
+        assert "part" not in done.stdout  # no record was timed
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
 def test_without_a_gpu_the_full_run_is_refused_in_one_line(tmp_path):
     done = subprocess.run([sys.executable, SCRIPT, "--out", str(tmp_path)], capture_output=True,
@@ -100,9 +109,13 @@ def test_the_measured_profiles_load_and_keep_h100_7bs_other_fields(cli, kernel):
                   if line and not line.startswith("#"))
     rest = {k: float(v) for k, v in fields.items() if k not in ("name", "tile_seconds",
                                                                 "token_seconds")}
-    import layer_profile  # the entry script's h100_7b figures
+    sys.path.insert(0, os.path.join(PROFILES, "..", "..", "python"))
+    from fulcrum.schedule import CostProfile  # the bundled h100_7b, as the C++ side has it
+    h100_7b = CostProfile.bundled("h100_7b")
+    assert rest == {k: float(getattr(h100_7b, k)) for k in rest}
+    import layer_profile  # and the entry script's copy, which writes new files
     assert rest == {k: float(v) for k, v in layer_profile.H100_7B_REST.items()}
-    assert float(fields["tile_seconds"]) != layer.ASSUMED["h100_7b"]["tile_seconds"]
+    assert float(fields["tile_seconds"]) != h100_7b.tile_seconds
 
 
 def test_a_packed_row_counts_the_tiles_of_its_documents():

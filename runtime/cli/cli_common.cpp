@@ -65,14 +65,6 @@ constexpr std::string_view kLengthFileHint =
 
 }  // namespace
 
-std::string one_line(std::string_view text) {
-  std::string out(text);
-  for (char& c : out) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
-  }
-  return out;
-}
-
 int run_command(std::string_view command, const std::function<int()>& body) noexcept {
   try {
     return body();
@@ -311,7 +303,7 @@ LoadedBalancer load_balancer(const CommonOptions& common, const host::Config& co
 host::LogFn deduplicating_log() {
   auto seen = std::make_shared<std::set<std::string>>();
   return [seen](host::LogLevel level, const std::string& message) {
-    if (seen->insert(message).second) host::log_to_stderr(level, one_line(message));
+    if (seen->insert(message).second) host::log_to_stderr(level, message);
   };
 }
 

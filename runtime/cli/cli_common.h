@@ -62,7 +62,7 @@ int run_command(std::string_view command, const std::function<int()>& body) noex
 
 // One line: control characters (newlines from a parser's context, say)
 // become spaces, so every error stays one line.
-std::string one_line(std::string_view text);
+using host::one_line;
 
 // Strict integer parsing: the whole text, decimal, no sign games, no
 // overflow. Throws UsageError "OPTION must be an integer from MIN to MAX, got

@@ -7,6 +7,7 @@
 
 #include "comm/communicator.h"
 #include "data/token_dataset.h"
+#include "fulcrum/host/log.h"
 #include "launch/worker_env.h"
 #include "train/checkpoint.h"
 #include "train/consensus.h"
@@ -22,14 +23,8 @@ namespace {
 std::string g_who = "fulcrum-worker";
 
 void print_error(const std::string& message) {
-  std::string line = g_who + ": " + message;
-  // One line: a line break, a carriage return or an escape sequence in a
-  // path the message names (or in a peer's refusal) would split it or
-  // rewrite what the terminal shows.
-  for (char& c : line) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
-  }
-  line += "\n";
+  // One line whatever a path the message names (or a peer's refusal) holds.
+  const std::string line = host::one_line(g_who + ": " + message) + "\n";
   std::fwrite(line.data(), 1, line.size(), stderr);
   std::fflush(stderr);
 }

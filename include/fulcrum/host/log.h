@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <string>
+#include <string_view>
 
 namespace fulcrum::host {
 
@@ -11,7 +12,13 @@ enum class LogLevel { kDebug = 0, kInfo = 1, kWarning = 2, kError = 3 };
 
 using LogFn = std::function<void(LogLevel, const std::string&)>;
 
-// Writes "fulcrum: warning: <message>" (and so on) to stderr; drops kDebug.
+// Writes "fulcrum: warning: <message>" (and so on) to stderr as one line;
+// drops kDebug.
 void log_to_stderr(LogLevel level, const std::string& message);
+
+// The text with every control character made a space: a message naming a
+// path or a peer's text with a line break, a carriage return or an escape
+// sequence then stays one line and cannot rewrite what the terminal shows.
+std::string one_line(std::string_view text);
 
 }  // namespace fulcrum::host

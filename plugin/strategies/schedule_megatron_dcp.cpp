@@ -58,10 +58,8 @@
 #include <utility>
 #include <vector>
 
-#include "fulcrum/core/fixed_schedule.h"
 #include "fulcrum/core/schedule.h"
 #include "fulcrum/core/workload.h"
-#include "strategies/cp_strategies.h"
 #include "strategies/schedule_megatron_dcp_align.h"
 #include "strategies/schedule_strategies.h"
 

@@ -263,12 +263,6 @@ void make_directories(const fs::path& dir, std::error_code& ec) {
   }
 }
 
-// Why another user could take the checkpoints in `dir` away, or "": a
-// symbolic link on its path that another user owns (they may repoint it),
-// or the directory it names owned by another user who is not sharing it
-// with a group (its owner may delete or rename any file in it, sticky bit
-// or not). A group's shared directory is allowed: read_checkpoint resumes
-// only from files this user wrote.
 // Whether `path` is a file this user could have written as a checkpoint
 // (not followed): pruning deletes nothing else, neither a directory or a
 // link named like one nor another user's file in a shared directory.
@@ -282,6 +276,12 @@ std::string other_user(uid_t uid) {
          std::to_string(::geteuid()) + ")";
 }
 
+// Why another user could take the checkpoints in `dir` away, or "": a
+// symbolic link on its path that another user owns (they may repoint it),
+// or the directory it names owned by another user who is not sharing it
+// with a group (its owner may delete or rename any file in it, sticky bit
+// or not). A group's shared directory is allowed: read_checkpoint resumes
+// only from files this user wrote.
 std::string foreign_checkpoint_dir(const std::string& dir) {
   std::error_code ec;
   fs::path prefix;

@@ -36,6 +36,14 @@ with tokens and e(g) the expected maximum of g independent standard normals
 squares through 0, held at 0 if negative), never on member times, and the
 left-out step's slot lengths and critical paths are priced with it.
 
+With `--noise 0.1,0.2`, each held-out schedule is also replayed with its
+predicted member times made noisy: every member's time independently times
+a mean-preserving lognormal factor exp(sigma z - sigma^2 / 2), z standard
+normal, averaged over `--draws` replays (seeded: the same figures every run).
+It asks whether the machine's noise alone, propagated through the timeline
+(a slot waits on its slowest member, and a balanced schedule has many
+near-critical chains), explains the measured critical paths and speed-ups.
+
     python3 benchmarks/reprice_fit.py build/hbm_w4/w4.jsonl [more.jsonl ...]
 
 The pricing mirrors core/schedule.cpp's price_slot_counts for profiles
@@ -45,6 +53,8 @@ analysis of records, not a second cost model the planners use.
 
 import argparse
 import json
+import math
+import random
 import statistics
 import sys
 
@@ -201,6 +211,20 @@ def critical_path(slots, times, stretch=None, extra=None):
     return max(free.values(), default=0.0)
 
 
+def noisy_critical_path(slots, times, sigma, draws, rng):
+    """The mean over `draws` replays of critical_path with every member's
+    time independently multiplied by exp(sigma z - sigma^2 / 2), z drawn
+    from the standard normal by `rng` (a factor of mean 1)."""
+    if sigma <= 0 or draws <= 0:
+        return critical_path(slots, times)
+    total = 0.0
+    for _ in range(draws):
+        noisy = {k: t * math.exp(sigma * rng.gauss(0.0, 1.0) - sigma * sigma / 2)
+                 for k, t in times.items()}
+        total += critical_path(slots, noisy)
+    return total / draws
+
+
 def slot_ratios(steps, coef):
     """Per g: the slots' measured length (slowest member, measured) over
     their predicted length (slowest member, predicted), and the members'
@@ -247,7 +271,7 @@ def fit_jitter(steps, coef, form):
     return max(0.0, num / den) if den > 0 else 0.0
 
 
-def evaluate(train, test, terms):
+def evaluate(train, test, terms, noise=(), draws=200):
     coef = fit([m for step in train for n in step for m in step[n]["members"]], terms)
     # The wait on the slowest member, learnt from the training steps: per g
     # the median of the slots' measured / predicted length.
@@ -257,7 +281,9 @@ def evaluate(train, test, terms):
     out = {"coef": coef, "member": [], "by": {}, "rank": {n: [] for n in SCHEDULERS},
            "critical": {n: [0.0] * (3 + len(JITTER_FORMS)) for n in SCHEDULERS},
            "slots": slots, "members": members, "jitter": jitter,
-           "slot_error": {f: {} for f in ["none"] + JITTER_FORMS}}
+           "slot_error": {f: {} for f in ["none"] + JITTER_FORMS},
+           "noisy": {sigma: {n: 0.0 for n in SCHEDULERS} for sigma in noise}}
+    rng = random.Random(1)
     for step in test:
         for n, sched in step.items():
             measured, predicted, rank_m, rank_p = {}, {}, {}, {}
@@ -281,6 +307,9 @@ def evaluate(train, test, terms):
                 out["critical"][n][3 + k] += critical_path(sched["slots"], predicted,
                                                            extra=extra)
             slot_errors(out["slot_error"], slot_members(sched), coef, jitter)
+            for sigma in noise:
+                out["noisy"][sigma][n] += noisy_critical_path(sched["slots"], predicted, sigma,
+                                                              draws, rng)
     return out
 
 
@@ -325,6 +354,7 @@ def report(name, folds):
               f"their median measured / predicted length): hybrid over {base} predicted "
               f"{p:.3f}x ({100 * (m - p):+.1f} points)")
     jitter = report_jitter(folds, crit)
+    noisy = report_noise(folds, crit)
     cells = [f"{n} g={g}: {100 * statistics.median(v):+.1f}% ({len(v)})"
              for (n, g), v in sorted(by.items())]
     print("  signed member residual (measured - predicted) / predicted, median (count): "
@@ -341,7 +371,26 @@ def report(name, folds):
               f"{statistics.median(members[g]):.3f}" for g in sorted(slots)))
     return {"member_median_abs": statistics.median(member),
             "rank_median_abs": {n: statistics.median(map(abs, rank[n])) for n in SCHEDULERS},
-            "critical": crit, "jitter": jitter}
+            "critical": crit, "jitter": jitter, "noisy": noisy}
+
+
+def report_noise(folds, crit):
+    """Per --noise sigma: the held-out critical paths replayed with noisy
+    predicted member times, against the measured ones, and the speed-ups."""
+    out = {}
+    for sigma in folds[0]["noisy"] if folds else []:
+        paths = {n: sum(f["noisy"][sigma][n] for f in folds) for n in SCHEDULERS}
+        gains = {}
+        for base in ("fixed", "megatron_dcp"):
+            gains[base] = [crit[base][0] / crit["hybrid"][0], paths[base] / paths["hybrid"]]
+        print(f"  member noise sigma {sigma:g}: critical path measured / noisy prediction "
+              + ", ".join(f"{n} {crit[n][0] / paths[n]:.3f}" for n in SCHEDULERS)
+              + "; hybrid over fixed predicted "
+              f"{gains['fixed'][1]:.3f}x ({100 * (gains['fixed'][0] - gains['fixed'][1]):+.1f} "
+              f"points), over megatron_dcp {gains['megatron_dcp'][1]:.3f}x "
+              f"({100 * (gains['megatron_dcp'][0] - gains['megatron_dcp'][1]):+.1f})")
+        out[str(sigma)] = {"critical": paths, "gains": gains}
+    return out
 
 
 def report_jitter(folds, crit):
@@ -398,7 +447,18 @@ def main():
     parser.add_argument("--first-step", type=int, default=2)
     parser.add_argument("--models", default="base,row,group")
     parser.add_argument("--out", help="write the figures as JSON here")
+    parser.add_argument("--noise", default="",
+                        help="comma-separated sigmas of member noise to replay with (e.g. 0.1,0.2)")
+    parser.add_argument("--draws", type=int, default=200, help="replays per schedule with --noise")
     args = parser.parse_args()
+    try:
+        noise = [float(x) for x in args.noise.split(",") if x.strip()]
+    except ValueError:
+        sys.exit(f"--noise {args.noise!r}: give comma-separated numbers, e.g. 0.1,0.2")
+    if any(not math.isfinite(x) or x < 0 or x > 3 for x in noise):
+        sys.exit(f"--noise {args.noise!r}: each sigma must be a number from 0 to 3")
+    if args.draws < 1 or args.draws > 100000:
+        sys.exit(f"--draws {args.draws}: give a whole number from 1 to 100000")
     steps = load(args.metrics, args.first_step)
     keys = sorted(steps)
     if len(keys) < 2:
@@ -407,7 +467,8 @@ def main():
           "in turn, the terms fitted on the others")
     results = {}
     for name in args.models.split(","):
-        folds = [evaluate([steps[k] for k in keys if k != held], [steps[held]], MODELS[name])
+        folds = [evaluate([steps[k] for k in keys if k != held], [steps[held]], MODELS[name],
+                          noise, args.draws)
                  for held in keys]
         results[name] = report(name, folds)
     if args.out:

@@ -4,7 +4,11 @@ each rank's members in wave order), a planted row term recovered only by
 the model that has it, and the replay against a longest-path recount."""
 
 import json
+import math
 import random
+import statistics
+import subprocess
+import sys
 
 import scripts
 
@@ -105,3 +109,59 @@ def test_replay_is_the_longest_path():
                 last[r] = s
         assert abs(reprice_fit.critical_path(slots, times) - max(end.values(), default=0.0)) \
             < 1e-12
+
+
+def expected_max_lognormal(g, sigma):
+    """E[max of g independent exp(sigma z - sigma^2 / 2)] by quadrature over
+    z (the largest factor is the one of the largest z): an independent
+    count of what noisy_critical_path estimates for one slot of g equal
+    members."""
+    normal = statistics.NormalDist()
+    step = 1e-3
+    total = 0.0
+    z = -10.0
+    while z < 10.0:
+        total += (math.exp(sigma * z - sigma * sigma / 2) * g * normal.pdf(z)
+                  * normal.cdf(z) ** (g - 1) * step)
+        z += step
+    return total
+
+
+def test_noisy_replay_is_the_expected_slowest_member_and_exact_without_noise():
+    rng = random.Random(6)
+    for _ in range(50):
+        slots, _ = random_schedule(rng, rng.randint(1, 5))
+        times = {(s, r): rng.uniform(0.1, 2.0) for s, (ranks, _) in enumerate(slots)
+                 for r in ranks}
+        assert reprice_fit.noisy_critical_path(slots, times, 0.0, 10, rng) == \
+            reprice_fit.critical_path(slots, times)
+    draws = 20000
+    for g, sigma in [(1, 0.2), (2, 0.1), (4, 0.3), (8, 0.2)]:
+        slots = [(list(range(g)), 0)]
+        times = {(0, r): 2.0 for r in range(g)}
+        got = reprice_fit.noisy_critical_path(slots, times, sigma, draws, random.Random(g))
+        want = 2.0 * expected_max_lognormal(g, sigma)
+        # The max of g factors spreads less than sigma x its mean: this is
+        # several standard errors of the mean of `draws` replays, and a
+        # fifth of the mean's bias without the -sigma^2 / 2 at sigma 0.3.
+        assert abs(got - want) < 8 * sigma * want / math.sqrt(draws), (g, sigma)
+        if g > 1:
+            assert want > 2.0 * (1 + sigma / 4)  # waiting on the slowest member costs
+
+
+def run_script(*args):
+    return subprocess.run([sys.executable, str(scripts.ROOT / "benchmarks" / "reprice_fit.py"),
+                           *args], capture_output=True, text=True, timeout=120)
+
+
+def test_noise_option_refuses_bad_sigmas_in_one_line(tmp_path):
+    path = tmp_path / "w4.jsonl"
+    write_job(path, random.Random(7), 4, 2)
+    for option, bad in [("--noise", "x"), ("--noise", "-0.1"), ("--noise", "nan"),
+                        ("--noise", "5"), ("--draws", "0")]:
+        done = run_script(str(path), option, bad)
+        assert done.returncode == 2, (bad, done.stderr)
+        assert len(done.stderr.strip().splitlines()) == 1 and option in done.stderr, done.stderr
+    done = run_script(str(path), "--noise", "0.1", "--draws", "20", "--models", "row")
+    assert done.returncode == 0, done.stderr
+    assert "member noise sigma 0.1" in done.stdout

@@ -1,11 +1,15 @@
-// The search's rank sets on few nodes (rule 7, schedule_hybrid_search.cpp):
-// from a pool of ranks (the first m of an order by free time), g ranks on
-// the fewest nodes. Kept apart so that a test can hold the counted version
-// to a recount.
+// Two structures of hybrid's search (rule 7, schedule_hybrid_search.cpp),
+// kept apart so that tests can hold them to a recount: the rank sets on few
+// nodes (from a pool of ranks, the first m of an order by free time, g
+// ranks on the fewest nodes), and the slots' chains on each rank, which
+// replay a merge's timeline without the slots it cannot move.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
+
+#include "fulcrum/schedule_types.h"
 
 namespace fulcrum::hybrid {
 
@@ -40,6 +44,50 @@ class NodePool {
   std::size_t nodes_;
   std::vector<Counted> kept_;
   std::vector<std::int32_t> want_;  // per node, ranks still to take; all 0 between calls
+};
+
+// A schedule's timeline (slots in wave order, each starting when its last
+// member is free and lasting its length) with each member's slots before
+// and after it on its rank. without(x, y, l) is the timeline's step and
+// rank-seconds (sum of g x length, in wave order) with slot x left out and
+// slot y lasting l, bit for bit as a replay of every slot: it replays only
+// the slots whose start can move (those after x or y on one of their ranks,
+// and after those, as far as an end changes). Built from the slots as they
+// stand; slot y must keep its ranks and place in the order. holds_wave: a
+// walk along one rank's chain in place of a pass over every slot.
+class SlotChains {
+ public:
+  struct Ends {
+    double step = 0;
+    double busy = 0;
+  };
+
+  // `order`: every slot once, in wave order; `length` per slot.
+  void build(const Schedule& schedule, const std::vector<std::size_t>& order,
+             const std::vector<double>& length, std::int32_t world);
+  bool valid() const { return valid_; }
+  void invalidate() { valid_ = false; }
+  Ends without(std::size_t x, std::size_t y, double length);
+  // Whether `rank` runs a slot of wave `wave` other than slots x and y.
+  bool holds_wave(std::int32_t rank, std::int32_t wave, std::size_t x, std::size_t y) const;
+
+ private:
+  static constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+  bool valid_ = false;
+  std::vector<std::size_t> order_;
+  std::vector<std::size_t> pos_, at_;  // per slot: its place in order_, its first entry
+  std::vector<double> length_, end_;   // per slot
+  std::vector<std::int32_t> wave_;     // per slot
+  std::vector<std::size_t> head_;      // per rank: the entry of its first slot, or kNone
+  std::vector<std::size_t> slot_;      // per entry (slot, member): the slot
+  std::vector<std::size_t> prev_;      // per entry: the entry of the rank's slot before
+  std::vector<std::size_t> next_;      // and after, or kNone
+  std::vector<double> weighted_;       // per place in order_: g x length
+  std::vector<std::size_t> latest_;    // a few slots of the latest ends, latest first
+  std::vector<std::size_t> heap_;      // places in order_ still to replay
+  std::vector<std::uint64_t> seen_;    // per slot: the call (epoch_) that moved its end
+  std::vector<double> moved_end_;      // per slot: that end
+  std::uint64_t epoch_ = 0;
 };
 
 }  // namespace fulcrum::hybrid

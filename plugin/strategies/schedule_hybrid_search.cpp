@@ -3,7 +3,9 @@
 // (the cost model prices its members' compute and traffic alone), so a
 // planned schedule is its slots' lengths on the wave order: a move changes
 // one or two slots, re-plans and re-prices only those, and replays the
-// timeline (O(slots x g)). Moves:
+// timeline (O(slots x g); a merge into a slot on the same ranks replays
+// only the slots after the two, through each rank's chain of slots).
+// Moves:
 // - merge: a slot's pieces join another slot whose row has room for them
 //   (g x T tokens), and the slot is dropped (its fixed cost and its ranks'
 //   time with it);
@@ -227,6 +229,7 @@ class Search {
     if (best.slot.ranks.empty()) return Status::ok();
     s_.slots[c] = std::move(best.slot);
     length_[c] = best.length;
+    chains_.invalidate();
     sort_by_wave();
     now = replay(s_.slots.size());
     moved = true;
@@ -334,34 +337,22 @@ class Search {
     return out;
   }
 
-  // Whether any of `ranks` holds a slot of wave w other than slots x and y:
-  // one pass over the slots, their ranks marked in taken_.
-  bool wave_taken(const std::vector<std::int32_t>& ranks, std::int32_t w, std::size_t x,
-                  std::size_t y) {
-    taken_.resize(static_cast<std::size_t>(r_.world_size), 0);
-    for (std::size_t k = 0; k < s_.slots.size(); ++k) {
-      if (k == x || k == y || s_.slots[k].wave != w) continue;
-      for (const std::int32_t a : s_.slots[k].ranks) taken_[static_cast<std::size_t>(a)] = 1;
-    }
-    bool any = false;
-    for (const std::int32_t a : ranks) any = any || taken_[static_cast<std::size_t>(a)] != 0;
-    for (std::size_t k = 0; k < s_.slots.size(); ++k) {
-      if (k == x || k == y || s_.slots[k].wave != w) continue;
-      for (const std::int32_t a : s_.slots[k].ranks) taken_[static_cast<std::size_t>(a)] = 0;
-    }
-    return any;
-  }
-
   // Slot x's pieces into slot y; `widen`: over the union of both slots'
   // (disjoint) ranks, at the later of their waves. Kept when it helps.
   Status try_pair(std::size_t x, std::size_t y, bool widen, Timeline& now, bool& moved) {
+    if (!chains_.valid()) {
+      chains_.build(s_, order_, length_, static_cast<std::int32_t>(r_.world_size));
+    }
     ScheduleSlot merged = s_.slots[y];
     merged.pieces.insert(merged.pieces.end(), s_.slots[x].pieces.begin(), s_.slots[x].pieces.end());
     if (widen) {
       merged.ranks.insert(merged.ranks.end(), s_.slots[x].ranks.begin(), s_.slots[x].ranks.end());
       std::sort(merged.ranks.begin(), merged.ranks.end());
       merged.wave = std::max(s_.slots[x].wave, s_.slots[y].wave);
-      if (wave_taken(merged.ranks, merged.wave, x, y)) return Status::ok();
+      // No rank of the pair may run another slot of the merged slot's wave.
+      for (const std::int32_t a : merged.ranks) {
+        if (chains_.holds_wave(a, merged.wave, x, y)) return Status::ok();
+      }
     }
     if (tokens_of(merged) >
         static_cast<std::int64_t>(merged.ranks.size()) * r_.max_tokens_per_rank) {
@@ -377,7 +368,14 @@ class Search {
     // plan of it helps, and it is not planned (the try still counts).
     const double least = slot_length_lower_bound(r_, s_.slots[y]) * (1 - 1e-9);
     length_[y] = least;
-    if (better(replay_ends(x), now)) {
+    // Slot y keeps its ranks and wave unless widened: then its chains
+    // still hold, and only the slots after x and y are replayed.
+    const auto ends = [&] {
+      if (widen) return replay_ends(x);
+      const SlotChains::Ends e = chains_.without(x, y, length_[y]);
+      return Ends{e.step, e.busy};
+    };
+    if (better(ends(), now)) {
       // Planned under the step, and under the length at which the pair's
       // rank-seconds reach theirs before the move (slot x's and slot y's),
       // where the timeline with the merged slot that long is not better:
@@ -389,7 +387,7 @@ class Search {
       const double even = pair / static_cast<double>(s_.slots[y].ranks.size()) * (1 + 1e-9);
       if (even > least && even < ceiling) {
         length_[y] = even;
-        if (!better(replay_ends(x), now)) ceiling = even;
+        if (!better(ends(), now)) ceiling = even;
       }
       const Result<double> planned = plan_(r_, s_.slots[y], ceiling);
       if (!planned) {
@@ -399,9 +397,10 @@ class Search {
         return planned.status();
       }
       length_[y] = *planned;
-      if (better(replay_ends(x), now)) {
+      if (better(ends(), now)) {
         s_.slots.erase(s_.slots.begin() + static_cast<std::ptrdiff_t>(x));
         length_.erase(length_.begin() + static_cast<std::ptrdiff_t>(x));
+        chains_.invalidate();
         sort_by_wave();
         now = replay(s_.slots.size());
         moved = true;
@@ -469,8 +468,8 @@ class Search {
   std::vector<std::size_t> order_;  // sort_by_wave
   std::int64_t tokens_left_;        // rows the tries may still plan, in tokens
   std::int64_t node_tries_ = 0;     // fewer_node_sets' tries left
-  std::vector<char> taken_;         // wave_taken's marks, all 0 between calls
   std::vector<double> free_at_;     // replay_ends' free times, all 0 between calls
+  SlotChains chains_;               // try_pair's partial replays, built before a try
 };
 
 }  // namespace
@@ -487,77 +486,6 @@ Status improve_on_timeline(const ScheduleRequest& request, Schedule& schedule,
     return st;
   };
   return search_with_narrowed_slot(request, schedule, length, plan, token_budget, search);
-}
-
-NodePool::NodePool(const std::vector<std::int32_t>& order, std::int32_t world,
-                   std::int32_t per_node)
-    : order_(order),
-      per_node_(per_node),
-      nodes_(static_cast<std::size_t>((world + per_node - 1) / per_node)),
-      want_(nodes_, 0) {}
-
-const NodePool::Counted& NodePool::counted(std::int32_t m) {
-  for (const Counted& c : kept_) {
-    if (c.m == m) return c;
-  }
-  Counted c;
-  c.m = m;
-  c.count.assign(nodes_, 0);
-  std::vector<std::int32_t> seen;  // in order of first appearance
-  for (std::int32_t k = 0; k < m; ++k) {
-    const auto node = static_cast<std::size_t>(order_[k] / per_node_);
-    if (c.count[node]++ == 0) seen.push_back(static_cast<std::int32_t>(node));
-  }
-  // Counts run from 1 to per_node: one counting pass puts the nodes in
-  // order (most first, ties in order of appearance), no comparison sort.
-  std::vector<std::int32_t> start(static_cast<std::size_t>(per_node_) + 1, 0);
-  for (const std::int32_t n : seen) ++start[static_cast<std::size_t>(per_node_ - c.count[n]) + 1];
-  for (std::size_t k = 1; k < start.size(); ++k) start[k] += start[k - 1];
-  c.nodes.resize(seen.size());
-  for (const std::int32_t n : seen) {
-    c.nodes[static_cast<std::size_t>(start[static_cast<std::size_t>(per_node_ - c.count[n])]++)] =
-        n;
-  }
-  // The search asks for one or two pools per order; a few are kept.
-  if (kept_.size() >= 4) kept_.clear();
-  kept_.push_back(std::move(c));
-  return kept_.back();
-}
-
-std::vector<std::int32_t> NodePool::packed(std::int32_t m, std::int32_t g) {
-  const Counted& c = counted(m);
-  // Whole nodes while they fit; then best fit: the last node (fewest ranks)
-  // that still holds the rest (the counts fall along c.nodes: bisection).
-  std::int32_t taken = 0;
-  std::size_t n = 0;
-  while (taken < g && n < c.nodes.size()) {
-    const std::int32_t left = g - taken;
-    const std::int32_t node = c.nodes[n];
-    if (c.count[node] <= left) {
-      want_[static_cast<std::size_t>(node)] = c.count[node];
-      taken += c.count[node];
-      ++n;
-      continue;
-    }
-    const auto holds =
-        std::partition_point(c.nodes.begin() + static_cast<std::ptrdiff_t>(n), c.nodes.end(),
-                             [&](std::int32_t x) { return c.count[x] >= left; });
-    want_[static_cast<std::size_t>(*(holds - 1))] = left;
-    taken += left;
-  }
-  // Each node's ranks in the order's order; every want is spent (the pool
-  // holds them), so want_ is all 0 again after.
-  std::vector<std::int32_t> ranks;
-  ranks.reserve(static_cast<std::size_t>(taken));
-  for (std::int32_t k = 0; k < m && static_cast<std::int32_t>(ranks.size()) < taken; ++k) {
-    std::int32_t& want = want_[static_cast<std::size_t>(order_[k] / per_node_)];
-    if (want > 0) {
-      ranks.push_back(order_[k]);
-      --want;
-    }
-  }
-  std::sort(ranks.begin(), ranks.end());
-  return ranks;
 }
 
 }  // namespace fulcrum::hybrid

@@ -1,6 +1,7 @@
-// The search's rank sets on few nodes (NodePool, schedule_hybrid_nodes.h)
-// against a recount that counts and sorts every pool afresh for every
-// call, as the search did before the pools were kept.
+// The search's structures of schedule_hybrid_nodes.h against recounts: the
+// rank sets on few nodes (NodePool) against counting and sorting every pool
+// afresh for every call, as the search did before the pools were kept; the
+// merges' partial replays (SlotChains) against replaying every slot.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "fulcrum/schedule_types.h"
 #include "strategies/schedule_hybrid_nodes.h"
 
 namespace fulcrum {
@@ -92,6 +94,102 @@ TEST(NodePool, PackedEqualsARecountOfEveryPool) {
   }
   EXPECT_EQ(checked, 600 * 30);
   EXPECT_GT(split, 5000);
+}
+
+// Every slot replayed in wave order (the search's replay_ends): slot x left
+// out, slot y lasting `length`; its step and its rank-seconds, summed in
+// wave order.
+hybrid::SlotChains::Ends replay(const Schedule& s, const std::vector<std::size_t>& order,
+                                const std::vector<double>& length, std::int32_t world,
+                                std::size_t x, std::size_t y, double y_length) {
+  std::vector<double> free_at(static_cast<std::size_t>(world), 0.0);
+  hybrid::SlotChains::Ends e;
+  for (const std::size_t k : order) {
+    if (k == x) continue;
+    const double len = k == y ? y_length : length[k];
+    double start = 0;
+    for (const std::int32_t a : s.slots[k].ranks) start = std::max(start, free_at[a]);
+    for (const std::int32_t a : s.slots[k].ranks) free_at[a] = start + len;
+    e.busy += static_cast<double>(s.slots[k].ranks.size()) * len;
+    e.step = std::max(e.step, start + len);
+  }
+  return e;
+}
+
+// Random schedules (slots of 1 to all ranks over a few waves, lengths on a
+// coarse grid so that ends tie, as equal rows' do), and many (x, y, length)
+// asked of one build: y longer, shorter or as long as it was, x before or
+// after y, on its ranks or not. Step and rank-seconds equal to the bit; and
+// whether a rank runs another slot of a wave, against a pass over every
+// slot.
+TEST(SlotChains, WithoutEqualsAReplayOfEverySlot) {
+  std::mt19937_64 rng(20261127);
+  std::int64_t checked = 0;
+  std::int64_t moved_step = 0;  // asks whose step differs from the built timeline's
+  std::int64_t held = 0;        // asks of holds_wave answered true
+  for (int trial = 0; trial < 400; ++trial) {
+    const auto world = static_cast<std::int32_t>(1 + rng() % 12);
+    Schedule s;
+    const int waves = 1 + static_cast<int>(rng() % 5);
+    for (int wave = 0; wave < waves; ++wave) {
+      std::vector<std::int32_t> free(static_cast<std::size_t>(world));
+      std::iota(free.begin(), free.end(), 0);
+      std::shuffle(free.begin(), free.end(), rng);
+      while (!free.empty()) {
+        const std::size_t g =
+            1 + rng() % (trial % 4 == 0 ? free.size() : std::min<std::size_t>(3, free.size()));
+        ScheduleSlot slot;
+        slot.ranks.assign(free.end() - static_cast<std::ptrdiff_t>(g), free.end());
+        std::sort(slot.ranks.begin(), slot.ranks.end());
+        free.resize(free.size() - g);
+        slot.wave = wave;
+        if (rng() % 5 != 0) s.slots.push_back(std::move(slot));
+      }
+    }
+    if (s.slots.size() < 2) continue;
+    std::shuffle(s.slots.begin(), s.slots.end(), rng);  // slot order is not wave order
+    std::vector<std::size_t> order(s.slots.size());
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      return s.slots[a].wave < s.slots[b].wave;
+    });
+    std::vector<double> length(s.slots.size());
+    for (double& l : length) l = 0.25 * static_cast<double>(1 + rng() % 16);
+    hybrid::SlotChains chains;
+    chains.build(s, order, length, world);
+    ASSERT_TRUE(chains.valid());
+    const double built = replay(s, order, length, world, s.slots.size(), s.slots.size(), 0).step;
+    for (int ask = 0; ask < 40; ++ask) {
+      const std::size_t x = rng() % s.slots.size();
+      std::size_t y = rng() % s.slots.size();
+      if (y == x) y = (y + 1) % s.slots.size();
+      const double choices[] = {length[y], 0.0, length[y] * 0.5, length[y] + 0.25,
+                                0.25 * static_cast<double>(rng() % 40)};
+      const double l = choices[rng() % 5];
+      const hybrid::SlotChains::Ends want = replay(s, order, length, world, x, y, l);
+      const hybrid::SlotChains::Ends got = chains.without(x, y, l);
+      SCOPED_TRACE("trial " + std::to_string(trial) + ", x " + std::to_string(x) + ", y " +
+                   std::to_string(y) + ", length " + std::to_string(l));
+      ASSERT_EQ(got.step, want.step);
+      ASSERT_EQ(got.busy, want.busy);
+      const auto rank = static_cast<std::int32_t>(rng() % static_cast<std::uint64_t>(world));
+      const auto wave = static_cast<std::int32_t>(rng() % static_cast<std::uint64_t>(waves + 1));
+      bool holds = false;  // recounted over every slot
+      for (std::size_t k = 0; k < s.slots.size(); ++k) {
+        const std::vector<std::int32_t>& r = s.slots[k].ranks;
+        holds = holds || (k != x && k != y && s.slots[k].wave == wave &&
+                          std::find(r.begin(), r.end(), rank) != r.end());
+      }
+      ASSERT_EQ(chains.holds_wave(rank, wave, x, y), holds) << "rank " << rank << ", wave " << wave;
+      held += holds ? 1 : 0;
+      ++checked;
+      moved_step += want.step != built ? 1 : 0;
+    }
+  }
+  EXPECT_GT(checked, 10000);
+  EXPECT_GT(moved_step, 2000);
+  EXPECT_GT(held, 2000);
+  EXPECT_LT(held, checked - 2000);
 }
 
 }  // namespace

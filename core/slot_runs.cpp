@@ -488,8 +488,12 @@ struct Floors {
   double exchange = 0;
 };
 
+// Past `stop` (where a caller needs only whether the floor reaches it), the
+// exchange totals are not counted once the weaker floor reaches it:
+// `exchange` is then that floor.
 Floors floor_counted(const ScheduleRequest& request, const ScheduleSlot& slot,
-                     const SlotRunsCounts& c, bool with_exchange) {
+                     const SlotRunsCounts& c, bool with_exchange,
+                     double stop = std::numeric_limits<double>::infinity()) {
   SlotCounts counts;
   for (const RankWork& rw : c.work) {
     counts.tokens.push_back(rw.tokens);
@@ -498,7 +502,9 @@ Floors floor_counted(const ScheduleRequest& request, const ScheduleSlot& slot,
   const SlotCost compute = price_slot_counts(request.profile, slot.ranks, counts);
   const CostProfile& p = request.profile;
   Floors f{compute.end_seconds, compute.end_seconds};
-  if (c.work.size() <= 1 || (!with_exchange && !(p.latency_seconds > 0))) return f;
+  if (c.work.size() <= 1 || (!with_exchange && !(p.latency_seconds > 0)) || f.peers >= stop) {
+    return f;
+  }
   // Every other member holding tokens of a key block a member touches sends
   // it some: a peer. A block's holders are its entries (one per member).
   Scratch& x = scratch();
@@ -523,25 +529,36 @@ Floors floor_counted(const ScheduleRequest& request, const ScheduleSlot& slot,
       if (it == seen.end()) seen.push_back(n);
     }
   }
-  const ExchangeTotals t = with_exchange ? exchange_totals(c, node) : ExchangeTotals{};
+  // Each member's peers at least: the other holders of the most-held key
+  // block it touches (0 for a member that holds nothing and exchanges
+  // nothing).
+  std::vector<std::int32_t>& most = x.most;
+  most.assign(c.work.size(), 0);
+  for (std::size_t r = 0; r < c.work.size(); ++r) {
+    if (c.work[r].tokens == 0) continue;
+    for (const auto& [lo, hi] : c.touched_by(r)) most[r] = std::max(most[r], holders.max(lo, hi));
+    const double compute_seconds = compute.members[r].compute_seconds;
+    if (most[r] > 1 && p.latency_seconds > 0) {
+      const double comm = p.latency_seconds * (most[r] - 1);
+      f.peers = std::max(
+          f.peers, compute_seconds + comm - p.exchange_overlap * std::min(compute_seconds, comm));
+    }
+  }
+  if (!with_exchange || f.peers >= stop) {
+    f.exchange = std::max(f.exchange, f.peers);
+    return f;
+  }
+  const ExchangeTotals t = exchange_totals(c, node);
   // Each link's bytes priced at once, a hair under so that one product per
   // link cannot round above the table's sum of one product per peer.
   const double near_token = p.kv_bytes_per_token / p.intra_node_bytes_per_second * (1 - 1e-9);
   const double far_token = p.kv_bytes_per_token / p.inter_node_bytes_per_second * (1 - 1e-9);
   for (std::size_t r = 0; r < c.work.size(); ++r) {
     if (c.work[r].tokens == 0) continue;  // holds nothing: exchanges nothing
-    std::int32_t most = 0;
-    for (const auto& [lo, hi] : c.touched_by(r)) most = std::max(most, holders.max(lo, hi));
     const double compute_seconds = compute.members[r].compute_seconds;
-    if (most > 1 && p.latency_seconds > 0) {
-      const double comm = p.latency_seconds * (most - 1);
-      f.peers = std::max(
-          f.peers, compute_seconds + comm - p.exchange_overlap * std::min(compute_seconds, comm));
-    }
-    if (!with_exchange) continue;
     double comm = static_cast<double>(t.near[r]) * near_token +
                   static_cast<double>(t.far[r]) * far_token +
-                  p.latency_seconds * std::max(most - 1, t.peers[r]);
+                  p.latency_seconds * std::max(most[r] - 1, t.peers[r]);
     comm -= p.exchange_overlap * std::min(compute_seconds, comm);
     f.exchange = std::max(f.exchange, (compute_seconds + comm) * (1 - 1e-12));
   }
@@ -570,10 +587,12 @@ CountedRuns count_runs(const ScheduleRequest& request, const ScheduleSlot& slot,
 }
 
 SlotEnd slot_end_counted_below(const ScheduleRequest& request, const ScheduleSlot& slot,
-                               const CountedRuns& counted, double beat, bool exchange_floor) {
+                               const CountedRuns& counted, double beat, bool exchange_floor,
+                               bool floor_value) {
   const SlotRunsCounts& c = *counted.counts;
   if (beat != std::numeric_limits<double>::infinity()) {
-    const Floors f = floor_counted(request, slot, c, exchange_floor);
+    const Floors f = floor_counted(request, slot, c, exchange_floor,
+                                   floor_value ? std::numeric_limits<double>::infinity() : beat);
     const double floor = exchange_floor ? f.exchange : f.peers;
     if (floor >= beat) return {floor, false, {}, f.peers};
   }

@@ -62,6 +62,7 @@ struct Scratch {
   std::vector<std::int32_t> node_touchers;
   std::vector<std::int32_t> node;
   std::vector<std::int32_t> seen;
+  std::vector<std::int32_t> most;  // floor_counted's peers per member
   std::vector<std::vector<std::int32_t>> levels;
 };
 

@@ -331,7 +331,10 @@ class RuleChoice {
   SlotEnd price(const char* rule, const CountedRuns& plan, double beat) {
     const bool per_document = std::string_view(rule) == "per_document";
     const bool exchange = exchange_floor_ && !(weighs_ && per_document);
-    SlotEnd e = plan.counts ? slot_end_counted_below(request_, slot_, plan, beat, exchange)
+    // Only whether a plan can beat `beat` is read (and, kept aside, its
+    // floor where the weaker floor leaves it room): past the weaker floor
+    // the exchange totals are not counted.
+    SlotEnd e = plan.counts ? slot_end_counted_below(request_, slot_, plan, beat, exchange, false)
                             : slot_end_runs_below(request_, slot_, plan.runs, beat, exchange);
     if (!e.exact && weighs_ && aside_open_ && e.peers_floor < beat) {
       aside_.push_back({&plan, e.end});

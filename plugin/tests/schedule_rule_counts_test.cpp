@@ -113,6 +113,7 @@ TEST(RuleCounts, EveryRulesPlanCountedAndPricedAsTheReference) {
   SplitMix64 rng(20261126);
   std::int64_t plans = 0;
   std::int64_t exchanging = 0;
+  std::int64_t stopped = 0;  // answers without the exchange totals, their floor weaker
   for (int i = 0; i < 600; ++i) {
     const Row row = random_row(rng);
     const CpWorkload w = slot_workload(row.request, row.slot);
@@ -135,11 +136,33 @@ TEST(RuleCounts, EveryRulesPlanCountedAndPricedAsTheReference) {
         // The shared-count path: the floor where it reaches the end to
         // beat, else the exact end, for ends to beat around both.
         const CountedRuns counted = count_runs(row.request, row.slot, runs);
-        for (const double beat : {floor, want.end_seconds, 0.5 * (floor + want.end_seconds)}) {
+        const double peers = reference::slot_end_floor_runs(row.request, row.slot, runs, false);
+        for (const double beat : {floor, want.end_seconds, 0.5 * (floor + want.end_seconds), peers,
+                                  0.5 * (peers + floor)}) {
           const SlotEnd e = slot_end_counted_below(row.request, row.slot, counted, beat, exchange);
           EXPECT_EQ(e.exact, !(floor >= beat));
           EXPECT_TRUE(same_bits(e.end, e.exact ? want.end_seconds : floor));
           if (e.exact) expect_same(want, e.cost);
+          // Without the floor's value: the same answer to "can it beat";
+          // where the exchange totals were not counted, a weaker floor
+          // (compute alone, or with peers' latency) that reaches `beat`
+          // too, as its peers' floor; else the same floors.
+          const SlotEnd q =
+              slot_end_counted_below(row.request, row.slot, counted, beat, exchange, false);
+          EXPECT_EQ(q.exact, e.exact);
+          if (q.exact) {
+            EXPECT_TRUE(same_bits(q.end, e.end));
+            expect_same(want, q.cost);
+          } else {
+            const bool counted_all = same_bits(q.end, floor);
+            if (counted_all) {
+              EXPECT_TRUE(same_bits(q.peers_floor, e.peers_floor));
+            } else {
+              EXPECT_TRUE(q.end >= beat && q.end <= floor) << q.end << " " << beat;
+              EXPECT_TRUE(q.peers_floor >= beat && q.peers_floor <= e.peers_floor);
+            }
+            stopped += counted_all ? 0 : 1;
+          }
         }
       }
       ++plans;
@@ -149,6 +172,7 @@ TEST(RuleCounts, EveryRulesPlanCountedAndPricedAsTheReference) {
   }
   EXPECT_GT(plans, 3000);
   EXPECT_GT(exchanging, 2000);
+  EXPECT_GT(stopped, 500);
 }
 
 }  // namespace

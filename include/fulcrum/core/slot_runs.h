@@ -104,9 +104,14 @@ struct CountedRuns {
 CountedRuns count_runs(const ScheduleRequest& request, const ScheduleSlot& slot, RunShardPlan runs);
 
 // slot_end_runs_below of a counted plan, on any slot of the same row and
-// size as the one it was counted for.
+// size as the one it was counted for. `floor_value` false: for a caller
+// that needs only whether the plan can end before `beat`: where compute
+// alone, or with peers' latency, reaches `beat`, the exchange totals (and
+// then the peers) are not counted, and `end` and `peers_floor` are that
+// weaker floor (both still reach `beat`).
 SlotEnd slot_end_counted_below(const ScheduleRequest& request, const ScheduleSlot& slot,
-                               const CountedRuns& counted, double beat, bool exchange_floor = true);
+                               const CountedRuns& counted, double beat, bool exchange_floor = true,
+                               bool floor_value = true);
 
 // evaluate_schedule with slot s priced from runs[s] (its plan not read).
 ScheduleCost evaluate_schedule_runs(const ScheduleRequest& request, const Schedule& schedule,

@@ -488,7 +488,10 @@ SlotRunsCounts count_slot_runs(const ScheduleRequest& request, const ScheduleSlo
   const RowLayout layout(w);
   const bool exchange = runs.ranks > 1;
   c.work.resize(static_cast<std::size_t>(runs.ranks));
-  if (exchange) c.touched_at.push_back(0);
+  if (exchange) {
+    c.touched_at.reserve(static_cast<std::size_t>(runs.ranks) + 1);
+    c.touched_at.push_back(0);
+  }
   std::vector<Interval>& spans = scratch().spans;  // the current local block's
   std::vector<Interval>& all = scratch().all;      // the member's
   spans.clear();
@@ -541,12 +544,7 @@ struct Floors {
 
 Floors floor_counted(const ScheduleRequest& request, const ScheduleSlot& slot,
                      const SlotRunsCounts& c, bool with_exchange) {
-  SlotCounts counts;
-  for (const RankWork& rw : c.work) {
-    counts.tokens.push_back(rw.tokens);
-    counts.tiles.push_back(rw.tiles);
-  }
-  const SlotCost compute = price_slot_counts(request.profile, slot.ranks, counts);
+  const SlotCost compute = price_slot_counts(request.profile, slot.ranks, slot_counts_of(c.work));
   const CostProfile& p = request.profile;
   Floors f{compute.end_seconds, compute.end_seconds};
   if (c.work.size() <= 1 || (!with_exchange && !(p.latency_seconds > 0))) return f;

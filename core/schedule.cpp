@@ -448,6 +448,13 @@ std::vector<std::int32_t> start_exchange(SlotCounts& counts) {
   return index;
 }
 
+double member_compute_seconds(const CostProfile& p, std::int64_t tokens, std::int64_t tiles,
+                              std::int64_t row) {
+  return p.tile_seconds * static_cast<double>(tiles) +
+         p.token_seconds * static_cast<double>(tokens) + p.slot_seconds +
+         p.row_token_seconds * static_cast<double>(row);
+}
+
 SlotCost price_slot_counts(const CostProfile& p, const std::vector<std::int32_t>& ranks,
                            const SlotCounts& counts) {
   const std::size_t g = counts.tokens.size();
@@ -461,9 +468,7 @@ SlotCost price_slot_counts(const CostProfile& p, const std::vector<std::int32_t>
     mc.rank = ranks[m];
     mc.tokens = counts.tokens[m];
     mc.tiles = counts.tiles[m];
-    mc.compute_seconds = p.tile_seconds * static_cast<double>(mc.tiles) +
-                         p.token_seconds * static_cast<double>(mc.tokens) + p.slot_seconds +
-                         p.row_token_seconds * static_cast<double>(row);
+    mc.compute_seconds = member_compute_seconds(p, mc.tokens, mc.tiles, row);
   }
   const std::int32_t node_size = p.ranks_per_node;
   const std::size_t a = counts.received.empty() ? 0 : counts.active.size();

@@ -426,6 +426,57 @@ std::vector<RankWork> run_tokens_and_tiles(const CpWorkload& w, const RunShardPl
   return work;
 }
 
+RankWork one_rank_row_work(const ScheduleRequest& request, const ScheduleSlot& slot) {
+  const MaskSpec& mask = request.mask;
+  const std::int64_t b = request.block_size;
+  // count_member's walk over the one run [0, N): local block k is row block
+  // k, cut at document ends, whole blocks of one document summed at once.
+  // A local block's pieces come from consecutive documents, so their key
+  // intervals come in ascending order of their lower ends (a document's
+  // keys lie inside it): their union is counted as they come, each adding
+  // the key blocks past the highest counted in the block so far.
+  RankWork rw;
+  std::int64_t current = -1;  // the local block counted so far
+  std::int64_t covered = -1;  // the highest key block counted in it
+  std::int64_t db = 0;
+  for (const DocPiece& piece : slot.pieces) {
+    const std::int64_t de = db + piece.length;
+    for (std::int64_t x = db; x < de;) {
+      const std::int64_t room = b - x % b;
+      if (room == b && de - x >= b) {
+        // Whole blocks: none shares its tiles with a piece counted before
+        // or after it (count_member's `whole`).
+        const std::int64_t n = (de - x) / b;
+        rw.tiles += whole_block_tiles(mask, b, db, de, x, n);
+        x += n * b;
+        continue;
+      }
+      const std::int64_t e = x + std::min(de - x, room);
+      const Interval keys = piece_keys(mask, b, db, de, x, e);
+      if (x / b != current) {
+        current = x / b;
+        covered = -1;
+      }
+      const std::int64_t from = std::max(keys.first, covered + 1);
+      if (keys.second >= from) {
+        rw.tiles += keys.second - from + 1;
+        covered = keys.second;
+      }
+      x = e;
+    }
+    rw.tokens += piece.length;
+    db = de;
+  }
+  return rw;
+}
+
+double one_rank_slot_end(const ScheduleRequest& request, const ScheduleSlot& slot) {
+  const RankWork rw = one_rank_row_work(request, slot);
+  // price_slot_counts's end for one member: the longer of 0 and its compute
+  // (its exchange is none).
+  return std::max(0.0, member_compute_seconds(request.profile, rw.tokens, rw.tiles, rw.tokens));
+}
+
 namespace {
 
 // One walk per member gives its tokens, its tiles (count_member) and the
@@ -437,7 +488,10 @@ SlotRunsCounts count_slot_runs(const ScheduleRequest& request, const ScheduleSlo
   const RowLayout layout(w);
   const bool exchange = runs.ranks > 1;
   c.work.resize(static_cast<std::size_t>(runs.ranks));
-  if (exchange) c.touched_at.push_back(0);
+  if (exchange) {
+    c.touched_at.reserve(static_cast<std::size_t>(runs.ranks) + 1);
+    c.touched_at.push_back(0);
+  }
   std::vector<Interval>& spans = scratch().spans;  // the current local block's
   std::vector<Interval>& all = scratch().all;      // the member's
   spans.clear();
@@ -494,12 +548,7 @@ struct Floors {
 Floors floor_counted(const ScheduleRequest& request, const ScheduleSlot& slot,
                      const SlotRunsCounts& c, bool with_exchange,
                      double stop = std::numeric_limits<double>::infinity()) {
-  SlotCounts counts;
-  for (const RankWork& rw : c.work) {
-    counts.tokens.push_back(rw.tokens);
-    counts.tiles.push_back(rw.tiles);
-  }
-  const SlotCost compute = price_slot_counts(request.profile, slot.ranks, counts);
+  const SlotCost compute = price_slot_counts(request.profile, slot.ranks, slot_counts_of(c.work));
   const CostProfile& p = request.profile;
   Floors f{compute.end_seconds, compute.end_seconds};
   if (c.work.size() <= 1 || (!with_exchange && !(p.latency_seconds > 0)) || f.peers >= stop) {

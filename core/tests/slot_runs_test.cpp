@@ -254,6 +254,67 @@ TEST(SlotRuns, EndBelowIsTheFloorOrTheExactEnd) {
   EXPECT_GT(priced, 3000);
 }
 
+// A one-rank slot priced from its pieces (one_rank_row_work,
+// one_rank_slot_end) against the generic walk of its one plan, the run
+// [0, N) on one member, and against the positions: on random rows of 1 to
+// 300 pieces from one token to many blocks (some ending on a block edge,
+// many blocks holding several documents), every dense mask, block sizes
+// from 1 to 512 and profiles with every term of the compute priced, the
+// same tokens and tiles and the same end, bit for bit.
+TEST(SlotRuns, OneRankRowPricedFromItsPiecesAsByTheGenericWalk) {
+  std::mt19937_64 rng(20261129);
+  const auto same = [](double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; };
+  std::int64_t shared_blocks = 0;  // rows with a block holding two documents or more
+  std::int64_t whole_blocks = 0;   // rows with a document covering a whole block
+  for (int i = 0; i < 3000; ++i) {
+    ScheduleRequest request;
+    request.world_size = 1 + static_cast<std::int32_t>(below(rng, 64));
+    const std::int64_t b = below(rng, 3) == 0 ? 128 : log_uniform(rng, 1, 512);
+    request.block_size = b;
+    request.profile = *builtin_cost_profile(below(rng, 2) == 0 ? "h100_7b" : "cpu_gloo");
+    request.profile.row_token_seconds = below(rng, 2) == 0 ? 0.0 : 1e-9 * (1 + below(rng, 100));
+    request.profile.slot_seconds *= static_cast<double>(below(rng, 4));
+    ScheduleSlot slot;
+    slot.ranks = {static_cast<std::int32_t>(below(rng, request.world_size))};
+    const auto docs = 1 + below(rng, below(rng, 2) == 0 ? 8 : 300);
+    const std::int64_t scale = log_uniform(rng, 1, 20 * b);
+    std::int64_t n = 0;
+    bool shared = false;
+    bool whole = false;
+    for (std::int64_t d = 0; d < docs; ++d) {
+      std::int64_t len = 1 + below(rng, scale);
+      if (below(rng, 4) == 0) len = b * (1 + below(rng, 4)) - n % b;  // ends on a block edge
+      shared = shared || (d > 0 && n % b != 0);  // this document starts inside a block
+      whole = whole || ceil_div(n, b) * b + b <= n + len;
+      request.doc_lengths.push_back(len);
+      slot.pieces.push_back({d, 0, len});
+      n += len;
+    }
+    request.mask = random_mask(rng, n);
+    request.max_tokens_per_rank = n;
+    const RunShardPlan one{1, n, {{0, n}}, {0, 1}};
+    slot.plan = materialize_runs(one);
+    SCOPED_TRACE("row " + std::to_string(i) + ", B = " + std::to_string(b) +
+                 ", N = " + std::to_string(n) + ", mask " + mask_to_string(request.mask));
+    const CpWorkload w = slot_workload(request, slot);
+    const RankWork got = one_rank_row_work(request, slot);
+    const RankWork walked = run_tokens_and_tiles(w, one)[0];
+    const RankWork positions = compute_work(w, slot.plan)[0];
+    EXPECT_EQ(got.tokens, n);
+    EXPECT_EQ(got.tokens, walked.tokens);
+    EXPECT_EQ(got.tiles, walked.tiles);
+    EXPECT_EQ(got.tiles, positions.tiles);
+    const double end = one_rank_slot_end(request, slot);
+    EXPECT_TRUE(same(end, evaluate_slot_runs(request, slot, one).end_seconds)) << end;
+    EXPECT_TRUE(same(end, evaluate_slot(request, slot).end_seconds)) << end;
+    shared_blocks += shared ? 1 : 0;
+    whole_blocks += whole ? 1 : 0;
+    if (HasFailure()) return;
+  }
+  EXPECT_GT(shared_blocks, 1500);
+  EXPECT_GT(whole_blocks, 1500);
+}
+
 TEST(SlotRuns, RunsOfAPlanGiveThePlanBack) {
   std::mt19937_64 rng(7);
   for (int i = 0; i < 500; ++i) {

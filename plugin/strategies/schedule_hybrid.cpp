@@ -108,6 +108,10 @@ using hybrid::DraftSet;
 class SlotMemo {
  public:
   Result<double> plan(const ScheduleRequest& request, ScheduleSlot& slot, double ceiling) {
+    // A one-rank slot has one plan, priced from its pieces without
+    // allocating (one_rank_slot_end): cheaper than its key and a lookup, so
+    // it is planned afresh each time, with the answer a kept one would give.
+    if (slot.ranks.size() == 1) return hybrid::plan_slot_compact(request, slot, ceiling);
     std::vector<std::int64_t> key;
     key.reserve(slot.ranks.size() + slot.pieces.size() + 1);
     key.push_back(static_cast<std::int64_t>(slot.ranks.size()));

@@ -562,6 +562,9 @@ class Drafter {
           ceil_div(static_cast<std::int64_t>(left) * budget_, short_tokens_));
       per_row = std::min(per_row, fill);
     }
+    // And for each rank's rows, its share of the rows' tokens in rows of T.
+    const auto rows_each = static_cast<std::size_t>(
+        ceil_div(short_tokens_, budget_ * static_cast<std::int64_t>(world_)));
     d_.rows.reserve(std::min(ranks, static_cast<std::size_t>(held_) + left));
     d_.rows.assign(static_cast<std::size_t>(held_), {});
     // The held ranks by load, lightest first (ties by rank); no two
@@ -589,6 +592,7 @@ class Drafter {
         if (row.room >= len && (fit == nullptr || row.room < fit->room)) fit = &row;
       }
       if (fit == nullptr) {
+        if (mine.empty()) mine.reserve(rows_each);
         mine.push_back({budget_, {}});
         fit = &mine.back();
         fit->pieces.reserve(per_row);

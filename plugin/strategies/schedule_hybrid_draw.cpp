@@ -41,6 +41,11 @@ Schedule to_schedule(const Draft& best, const std::vector<DocPiece>& pieces, std
   }
   std::stable_sort(timed.begin(), timed.end(),
                    [](const Timed& x, const Timed& y) { return x.start < y.start; });
+  // Each slot's lists sized once: most slots are rows of several pieces,
+  // and an answer makes thousands.
+  std::size_t slots = timed.size();
+  for (const std::vector<Row>& rows : best.rows) slots += rows.size();
+  schedule.slots.reserve(slots);
   std::vector<std::int32_t> next_wave(static_cast<std::size_t>(world), 0);
   const auto add = [&](ScheduleSlot slot) {
     for (const std::int32_t a : slot.ranks) slot.wave = std::max(slot.wave, next_wave[a]);
@@ -54,6 +59,7 @@ Schedule to_schedule(const Draft& best, const std::vector<DocPiece>& pieces, std
       slot.pieces.push_back(pieces[best.long_slots[t.index].piece]);
     } else {
       slot.ranks.push_back(best.gaps[t.index].rank);
+      slot.pieces.reserve(best.gaps[t.index].pieces.size());
       for (const std::size_t i : best.gaps[t.index].pieces) slot.pieces.push_back(pieces[i]);
     }
     add(std::move(slot));
@@ -62,6 +68,7 @@ Schedule to_schedule(const Draft& best, const std::vector<DocPiece>& pieces, std
     for (const Row& row : best.rows[a]) {
       ScheduleSlot slot;
       slot.ranks.push_back(static_cast<std::int32_t>(a));
+      slot.pieces.reserve(row.pieces.size());
       for (const std::size_t i : row.pieces) slot.pieces.push_back(pieces[i]);
       add(std::move(slot));
     }
@@ -144,6 +151,8 @@ double DraftSet::packed(std::int32_t g, Schedule* out, std::int64_t& cost, bool&
     for (const std::int32_t k : chosen) start = std::max(start, load.at(k));
     if (out != nullptr) {
       ScheduleSlot slot;
+      slot.ranks.reserve(chosen.size() * static_cast<std::size_t>(g));
+      slot.pieces.reserve(row == nullptr ? 1 : row->size());
       for (const std::int32_t k : chosen) {
         slot.wave = std::max(slot.wave, wave[k]);
         for (std::int32_t a = 0; a < g; ++a) slot.ranks.push_back(k * g + a);
@@ -184,6 +193,7 @@ double DraftSet::packed(std::int32_t g, Schedule* out, std::int64_t& cost, bool&
   std::iota(order.begin(), order.end(), std::size_t{0});
   std::stable_sort(order.begin(), order.end(),
                    [&](std::size_t a, std::size_t b) { return time[a] > time[b]; });
+  if (out != nullptr) out->slots.reserve(out->slots.size() + order.size());
   for (const std::size_t k : order) {
     const std::int32_t least = load.least();
     place(std::span<const std::int32_t>(&least, 1), out != nullptr ? &row_pieces[k] : nullptr, 0,

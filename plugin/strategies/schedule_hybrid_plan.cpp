@@ -397,14 +397,17 @@ Result<double> plan_slot_compact(const ScheduleRequest& request, ScheduleSlot& s
   if (none_below) *none_below = false;
   const std::int64_t budget = request.max_tokens_per_rank;
   slot.member_weights.clear();  // a plan chosen before, on these or other ranks
-  const CpWorkload w = slot_workload(request, slot);
-  if (w.cp_size == 1) {
-    const RunShardPlan runs = cp::detail::contiguous_runs(w.tokens, 1);
-    record(slot, "contiguous", 1, runs.shard_len, "");
-    const double end = evaluate_slot_runs(request, slot, runs).end_seconds;
+  if (slot.ranks.size() == 1) {
+    // Its one plan, contiguous (shard_len N), priced from its pieces: no
+    // workload, runs or counts built (one_rank_slot_end).
+    std::int64_t tokens = 0;
+    for (const DocPiece& piece : slot.pieces) tokens += piece.length;
+    record(slot, "contiguous", 1, tokens, "");
+    const double end = one_rank_slot_end(request, slot);
     if (none_below) *none_below = !(end < ceiling);
     return end < ceiling ? end : kNoEnd;
   }
+  const CpWorkload w = slot_workload(request, slot);
   if (Status status = validate_workload(w); !status) return status;
   RowPlans own;
   RowPlans& plans = rows && w.tokens <= kManyPlannersTokens ? *rows : own;

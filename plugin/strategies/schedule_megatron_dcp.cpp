@@ -516,6 +516,8 @@ Result<Schedule> decide_exactly(const ScheduleRequest& request, const WavesCheck
       }
       ScheduleSlot slot;
       slot.wave = wave;
+      slot.ranks.reserve(static_cast<std::size_t>(g.size));
+      slot.pieces.reserve(g.pieces.size());
       for (std::int32_t r = 0; r < g.size; ++r) slot.ranks.push_back(g.first_rank + r);
       for (const std::size_t p : g.pieces) slot.pieces.push_back(pieces[p]);
       schedule.slots.push_back(std::move(slot));

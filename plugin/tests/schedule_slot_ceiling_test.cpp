@@ -7,7 +7,8 @@
 // the answer must stay the same, bit for bit, rule for rule. And where
 // plan_slot_compact says no lower ceiling gives a length (none_below, which
 // hybrid's slot table trusts to answer later ceilings unplanned), the
-// recount gives none for lower ceilings either.
+// recount gives none for lower ceilings either. A one-rank slot, priced
+// from its pieces, answers as its contiguous plan priced from runs did.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -165,6 +166,43 @@ TEST(HybridSlotCeiling, TheExchangeFloorChangesNoChoiceAndNoneBelowHolds) {
   EXPECT_GT(capped, 500);      // ceilings at or below the length: none below them
   EXPECT_GT(none_below, 500);  // and most of those are certain for lower ceilings
   EXPECT_GT(weighted, 5);      // weighting chosen on some slots
+}
+
+// A one-rank slot (priced from its pieces, one_rank_slot_end) against the
+// generic path it replaced: its one plan, contiguous, priced from runs
+// (evaluate_slot_runs). Under ceilings above, at and below its length: the
+// same length or kNoEnd, none_below exactly when kNoEnd, and the plan
+// recorded over whatever the slot held before (another rule, weights).
+TEST(HybridSlotCeiling, OneRankSlotAsTheGenericPathUnderEveryCeiling) {
+  SplitMix64 rng(20261128);
+  int capped = 0;
+  for (int i = 0; i < 600; ++i) {
+    Case c = random_case(rng, 1);
+    const CpWorkload w = slot_workload(c.request, c.slot);
+    const double want =
+        evaluate_slot_runs(c.request, c.slot, cp::detail::contiguous_runs(w.tokens, 1)).end_seconds;
+    c.slot.plan.strategy_used = "per_document_weighted";
+    c.slot.plan.fallback_reason = "a plan chosen before";
+    c.slot.member_weights = {1.0};
+    for (const double ceiling : {kInf, want * 1.1, want, want * 0.9}) {
+      SCOPED_TRACE("case " + std::to_string(i) + ", ceiling " + std::to_string(ceiling));
+      ScheduleSlot slot = c.slot;
+      bool none = false;
+      const Result<double> got = hybrid::plan_slot_compact(c.request, slot, ceiling, &none);
+      ASSERT_TRUE(got.is_ok()) << got.status().message();
+      EXPECT_EQ(*got, want < ceiling ? want : hybrid::kNoEnd);
+      EXPECT_EQ(none, !(want < ceiling));
+      EXPECT_EQ(slot.plan.strategy_used, "contiguous");
+      EXPECT_EQ(slot.plan.cp_size, 1);
+      EXPECT_EQ(slot.plan.shard_len, w.tokens);
+      EXPECT_EQ(slot.plan.fallback_reason, "");
+      EXPECT_TRUE(slot.plan.positions.empty());
+      EXPECT_TRUE(slot.member_weights.empty());
+      capped += none ? 1 : 0;
+    }
+    if (HasFailure()) return;
+  }
+  EXPECT_EQ(capped, 1200);  // at and below its length, every case
 }
 
 // One answer's table of counted plans (RowPlans) shared by every try of a

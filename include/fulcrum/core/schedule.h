@@ -106,6 +106,13 @@ SlotCounts slot_counts_of(const std::vector<RankWork>& work);
 // zero) and returns each member's index among the active ones (-1: none).
 std::vector<std::int32_t> start_exchange(SlotCounts& counts);
 
+// A member's compute under the cost model: its tiles and tokens, the fixed
+// cost of a slot and the row term (`row`: the slot's real tokens, every
+// member's share together). price_slot_counts forms each member's with
+// this; a one-member slot, which exchanges nothing, ends when it does.
+double member_compute_seconds(const CostProfile& profile, std::int64_t tokens, std::int64_t tiles,
+                              std::int64_t row);
+
 // Counts to seconds: the one place the cost model forms a slot's times
 // (compute, communication, bytes, peers; start 0, end = its slowest member).
 // Every pricing path (positions, runs) counts and then calls this, so a term

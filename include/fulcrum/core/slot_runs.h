@@ -48,6 +48,18 @@ RunShardPlan runs_of_plan(const ShardPlan& plan);
 // compute_work on the materialised plan. Requires a dense mask.
 std::vector<RankWork> run_tokens_and_tiles(const CpWorkload& workload, const RunShardPlan& runs);
 
+// A one-rank slot's row on its member in row order, without padding (the
+// contiguous plan of one member, the run [0, N)), counted straight from the
+// slot's pieces: its real tokens and tiles, equal to run_tokens_and_tiles on
+// that plan, in O(pieces) without allocating. Requires a dense mask.
+RankWork one_rank_row_work(const ScheduleRequest& request, const ScheduleSlot& slot);
+
+// evaluate_slot_runs(...).end_seconds of a one-rank slot under that plan,
+// exactly: its member's compute (member_compute_seconds), no exchange. Most
+// slots of a large batch run on one rank, and a scheduler prices them again
+// and again: this is their price without the runs, counts and SlotCost.
+double one_rank_slot_end(const ScheduleRequest& request, const ScheduleSlot& slot);
+
 // evaluate_slot of the slot whose plan materialize_runs(runs) would be: the
 // same members' tokens, tiles, bytes, peers and times, exactly. The slot's
 // own `plan` is not read. Requires runs that form a valid plan of the slot's

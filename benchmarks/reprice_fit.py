@@ -215,8 +215,6 @@ def noisy_critical_path(slots, times, sigma, draws, rng):
     """The mean over `draws` replays of critical_path with every member's
     time independently multiplied by exp(sigma z - sigma^2 / 2), z drawn
     from the standard normal by `rng` (a factor of mean 1)."""
-    if sigma <= 0 or draws <= 0:
-        return critical_path(slots, times)
     total = 0.0
     for _ in range(draws):
         noisy = {k: t * math.exp(sigma * rng.gauss(0.0, 1.0) - sigma * sigma / 2)
@@ -283,7 +281,6 @@ def evaluate(train, test, terms, noise=(), draws=200):
            "slots": slots, "members": members, "jitter": jitter,
            "slot_error": {f: {} for f in ["none"] + JITTER_FORMS},
            "noisy": {sigma: {n: 0.0 for n in SCHEDULERS} for sigma in noise}}
-    rng = random.Random(1)
     for step in test:
         for n, sched in step.items():
             measured, predicted, rank_m, rank_p = {}, {}, {}, {}
@@ -308,6 +305,9 @@ def evaluate(train, test, terms, noise=(), draws=200):
                                                            extra=extra)
             slot_errors(out["slot_error"], slot_members(sched), coef, jitter)
             for sigma in noise:
+                # The same draws for every scheduler's schedule and whatever
+                # other sigmas are asked: a seed of its own per sigma.
+                rng = random.Random(f"noise {sigma!r}")
                 out["noisy"][sigma][n] += noisy_critical_path(sched["slots"], predicted, sigma,
                                                               draws, rng)
     return out
@@ -452,7 +452,8 @@ def main():
     parser.add_argument("--draws", type=int, default=200, help="replays per schedule with --noise")
     args = parser.parse_args()
     try:
-        noise = [float(x) for x in args.noise.split(",") if x.strip()]
+        # A sigma asked twice is asked once (its figures would add up twice).
+        noise = list(dict.fromkeys(float(x) for x in args.noise.split(",") if x.strip()))
     except ValueError:
         sys.exit(f"--noise {args.noise!r}: give comma-separated numbers, e.g. 0.1,0.2")
     if any(not math.isfinite(x) or x < 0 or x > 3 for x in noise):

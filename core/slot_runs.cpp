@@ -564,20 +564,6 @@ Floors floor_counted(const ScheduleRequest& request, const ScheduleSlot& slot,
     per_block[k] = static_cast<std::int32_t>(c.holders.offset[k + 1] - c.holders.offset[k]);
   }
   const SparseMax holders(x.levels);
-  // Members' nodes, numbered from 0 in order of first appearance.
-  std::vector<std::int32_t>& node = x.node;
-  node.resize(with_exchange ? c.work.size() : 0);
-  {
-    std::vector<std::int32_t>& seen = x.seen;
-    seen.clear();
-    const std::int32_t per_node = std::max(1, p.ranks_per_node);
-    for (std::size_t r = 0; r < node.size(); ++r) {
-      const std::int32_t n = slot.ranks[r] / per_node;
-      const auto it = std::find(seen.begin(), seen.end(), n);
-      node[r] = static_cast<std::int32_t>(it - seen.begin());
-      if (it == seen.end()) seen.push_back(n);
-    }
-  }
   // Each member's peers at least: the other holders of the most-held key
   // block it touches (0 for a member that holds nothing and exchanges
   // nothing).
@@ -596,6 +582,20 @@ Floors floor_counted(const ScheduleRequest& request, const ScheduleSlot& slot,
   if (!with_exchange || f.peers >= stop) {
     f.exchange = std::max(f.exchange, f.peers);
     return f;
+  }
+  // Members' nodes, numbered from 0 in order of first appearance.
+  std::vector<std::int32_t>& node = x.node;
+  node.resize(c.work.size());
+  {
+    std::vector<std::int32_t>& seen = x.seen;
+    seen.clear();
+    const std::int32_t per_node = std::max(1, p.ranks_per_node);
+    for (std::size_t r = 0; r < node.size(); ++r) {
+      const std::int32_t n = slot.ranks[r] / per_node;
+      const auto it = std::find(seen.begin(), seen.end(), n);
+      node[r] = static_cast<std::int32_t>(it - seen.begin());
+      if (it == seen.end()) seen.push_back(n);
+    }
   }
   const ExchangeTotals t = exchange_totals(c, node);
   // Each link's bytes priced at once, a hair under so that one product per

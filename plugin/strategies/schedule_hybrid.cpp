@@ -115,17 +115,12 @@ class SlotMemo {
     std::vector<std::int64_t> key;
     key.reserve(slot.ranks.size() + slot.pieces.size() + 1);
     key.push_back(static_cast<std::int64_t>(slot.ranks.size()));
-    // Each member's node, numbered by first appearance (a one-rank row,
-    // most slots, needs no table).
-    if (slot.ranks.size() == 1) {
-      key.push_back(0);
-    } else {
-      const std::int32_t node = request.profile.ranks_per_node;
-      std::unordered_map<std::int32_t, std::int64_t> first;  // node -> first member on it
-      for (std::size_t m = 0; m < slot.ranks.size(); ++m) {
-        key.push_back(
-            first.emplace(slot.ranks[m] / node, static_cast<std::int64_t>(m)).first->second);
-      }
+    // Each member's node, numbered by first appearance.
+    const std::int32_t node = request.profile.ranks_per_node;
+    std::unordered_map<std::int32_t, std::int64_t> first;  // node -> first member on it
+    for (std::size_t m = 0; m < slot.ranks.size(); ++m) {
+      key.push_back(
+          first.emplace(slot.ranks[m] / node, static_cast<std::int64_t>(m)).first->second);
     }
     for (const DocPiece& piece : slot.pieces) key.push_back(piece.length);
     const auto it = kept_.find(key);

@@ -141,10 +141,7 @@ class Search {
   // tables: the ranks' free times in a table kept for the search, of which
   // only the slots' ranks are written and cleared again, so a replay costs
   // the slots' members, not W.
-  struct Ends {
-    double step = 0;
-    double busy = 0;
-  };
+  using Ends = SlotChains::Ends;
   Ends replay_ends(std::size_t skip) {
     free_at_.resize(static_cast<std::size_t>(r_.world_size), 0.0);
     Ends e;
@@ -370,11 +367,7 @@ class Search {
     length_[y] = least;
     // Slot y keeps its ranks and wave unless widened: then its chains
     // still hold, and only the slots after x and y are replayed.
-    const auto ends = [&] {
-      if (widen) return replay_ends(x);
-      const SlotChains::Ends e = chains_.without(x, y, length_[y]);
-      return Ends{e.step, e.busy};
-    };
+    const auto ends = [&] { return widen ? replay_ends(x) : chains_.without(x, y, length_[y]); };
     if (better(ends(), now)) {
       // Planned under the step, and under the length at which the pair's
       // rank-seconds reach theirs before the move (slot x's and slot y's),

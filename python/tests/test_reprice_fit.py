@@ -133,8 +133,11 @@ def test_noisy_replay_is_the_expected_slowest_member_and_exact_without_noise():
         slots, _ = random_schedule(rng, rng.randint(1, 5))
         times = {(s, r): rng.uniform(0.1, 2.0) for s, (ranks, _) in enumerate(slots)
                  for r in ranks}
-        assert reprice_fit.noisy_critical_path(slots, times, 0.0, 10, rng) == \
-            reprice_fit.critical_path(slots, times)
+        # sigma 0: every factor is exp(0) = 1, each replay the plain one
+        # (their mean up to its rounding).
+        plain = reprice_fit.critical_path(slots, times)
+        assert abs(reprice_fit.noisy_critical_path(slots, times, 0.0, 10, rng) - plain) \
+            <= 1e-12 * plain
     draws = 20000
     for g, sigma in [(1, 0.2), (2, 0.1), (4, 0.3), (8, 0.2)]:
         slots = [(list(range(g)), 0)]
@@ -165,3 +168,10 @@ def test_noise_option_refuses_bad_sigmas_in_one_line(tmp_path):
     done = run_script(str(path), "--noise", "0.1", "--draws", "20", "--models", "row")
     assert done.returncode == 0, done.stderr
     assert "member noise sigma 0.1" in done.stdout
+    # A sigma asked twice, or beside another, gives the figures it gives alone.
+    for noise in ["0.1,0.1", "0.1,1e-1", "0.2,0.1"]:
+        again = run_script(str(path), "--noise", noise, "--draws", "20", "--models", "row")
+        assert again.returncode == 0, again.stderr
+        lines = [line for line in again.stdout.splitlines() if "member noise sigma 0.1:" in line]
+        assert lines == [line for line in done.stdout.splitlines()
+                         if "member noise sigma 0.1:" in line], noise

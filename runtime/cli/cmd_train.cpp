@@ -42,9 +42,10 @@ constexpr const char* kUsage =
     "                     [--compare-schedulers A,B,... [--compare-repetitions R]]\n"
     "\n"
     "Trains the configured model with balanced context and data parallelism: starts\n"
-    "N = parallel.dp_size x parallel.cp_size worker processes on this host, each\n"
-    "line of their output prefixed with its rank. Workers started by torchrun, srun\n"
-    "or mpirun run 'fulcrum-worker' with the same options instead.\n";
+    "N = parallel.world_size when set, else parallel.dp_size x parallel.cp_size,\n"
+    "worker processes on this host, each line of their output prefixed with its\n"
+    "rank. Workers started by torchrun, srun or mpirun run 'fulcrum-worker' with the\n"
+    "same options instead.\n";
 
 constexpr const char* kWorkerName = "fulcrum-worker";
 constexpr const char* kProgressPrefix = "@progress ";  // what workers print in protocol mode
@@ -70,7 +71,8 @@ po::options_description train_options(TrainFlags& f) {
       ("config", po::value(&f.config_path)->value_name("FILE.yaml"),
        "the training configuration (required; see docs/CONFIGS.md)")  //
       ("nproc", po::value(&f.nproc)->value_name("N"),
-       "worker processes; must equal parallel.dp_size x parallel.cp_size (the default)")  //
+       "worker processes; must equal parallel.world_size when set, else "
+       "parallel.dp_size x parallel.cp_size (the default)")  //
       ("set", po::value(&f.overrides)->value_name("KEY=VALUE")->composing(),
        "override one config key, e.g. --set train.steps=5 (repeatable)")  //
       ("metrics", po::value(&f.metrics)->value_name("FILE.jsonl"),

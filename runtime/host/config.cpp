@@ -552,8 +552,9 @@ Result<Config> load_config(const std::string& path, const std::vector<Override>&
   // A config is a page of YAML; anything this large is the wrong file.
   constexpr std::uint64_t kMaxConfigBytes = 16u << 20;
   const std::string what = "config file " + quote_text(path, path.size());
-  Result<std::string> text = read_input_file(
-      path, {what, "give a YAML file, or leave out --config to use the defaults", kMaxConfigBytes});
+  // No "leave out --config" here: fulcrum train and fulcrum-worker require it.
+  Result<std::string> text =
+      read_input_file(path, {what, "check the path and give a YAML file", kMaxConfigBytes});
   if (!text) return text.status();
   if (const std::size_t nul = text.value().find('\0'); nul != std::string::npos) {
     return invalid_argument(what + " holds a NUL byte at byte " + std::to_string(nul) +

@@ -103,6 +103,12 @@ for option in --dp --strategy --equal-count --cost --lengths --lengths-file --fo
 done
 pass
 
+# A hybrid job's worker count is parallel.world_size, not dp_size x cp_size.
+expect_ok "train help" train --help
+grep -q -- "--nproc N.*parallel.world_size" <(tr -s ' \n' ' ' <"$OUT") ||
+  fail "train --help does not say that --nproc follows parallel.world_size"
+pass
+
 # ---------------------------------------------------------------- plan: known answers
 expect_ok "head_tail known answer" plan --cp 2 --strategy head_tail --seq-len 8 --positions \
   --format json

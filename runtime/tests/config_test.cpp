@@ -369,6 +369,21 @@ TEST(ConfigTest, MissingFileIsNotFound) {
       Contains(config.status().message(), "config file '/nonexistent/x.yaml' does not exist"));
 }
 
+// The loader serves commands where --config is optional (plan) and required
+// (train, fulcrum-worker), so a file it cannot read gets advice every one of
+// them can follow: leaving --config out is an error in fulcrum train.
+TEST(ConfigTest, UnreadableFileAdviceHoldsForEveryCommand) {
+  const std::string directory = std::filesystem::temp_directory_path().string();
+  for (const std::string& path : {std::string("/nonexistent/x.yaml"), directory}) {
+    auto config = train::load_job_config(path, {});
+    ASSERT_FALSE(config.is_ok()) << path;
+    const std::string message = config.status().message();
+    EXPECT_TRUE(Contains(message, "config file '" + path + "'")) << message;
+    EXPECT_TRUE(Contains(message, "; check the path and give a YAML file")) << message;
+    EXPECT_TRUE(Lacks(message, "leave out --config")) << message;
+  }
+}
+
 TEST(ConfigTest, LoadsFromAFile) {
   const auto path = std::filesystem::temp_directory_path() /
                     ("fulcrum_config_test_" + std::to_string(::getpid()) + ".yaml");

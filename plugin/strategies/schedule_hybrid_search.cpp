@@ -365,8 +365,8 @@ class Search {
     // plan of it helps, and it is not planned (the try still counts).
     const double least = slot_length_lower_bound(r_, s_.slots[y]) * (1 - 1e-9);
     length_[y] = least;
-    // Slot y keeps its ranks and wave unless widened: then its chains
-    // still hold, and only the slots after x and y are replayed.
+    // Unless widened, slot y keeps its ranks and wave: its chains still
+    // hold, and only the slots after x and y are replayed.
     const auto ends = [&] { return widen ? replay_ends(x) : chains_.without(x, y, length_[y]); };
     if (better(ends(), now)) {
       // Planned under the step, and under the length at which the pair's

@@ -276,12 +276,41 @@ std::string other_user(uid_t uid) {
          std::to_string(::geteuid()) + ")";
 }
 
+// A group's shared directory: its group may write it, other users may not.
+bool group_shared(mode_t mode) { return (mode & S_IWGRP) != 0 && (mode & S_IWOTH) == 0; }
+
+// Why another user could rename the directory `real` (links resolved) away
+// and put one of theirs in its place, or "": a directory above it owned by
+// another user who is not sharing it with a group (the owner of a
+// directory may rename any entry, sticky bit or not), or one every user may
+// write without the sticky bit. As for the directory itself, a group's
+// shared one is allowed.
+std::string foreign_ancestor(const fs::path& real) {
+  for (fs::path p = real; p.has_relative_path() && p.parent_path() != p;) {
+    p = p.parent_path();
+    struct stat st {};
+    if (::stat(p.c_str(), &st) != 0) continue;  // examined again when written to
+    if (!host::trusted_owner(st.st_uid) && !group_shared(st.st_mode)) {
+      return "the directory " + p.string() + " above it is owned by " + other_user(st.st_uid) +
+             ", who may rename it away and put a directory of theirs in its place";
+    }
+    if ((st.st_mode & S_IWOTH) != 0 && (st.st_mode & S_ISVTX) == 0) {
+      char mode[8];
+      std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+      return "the directory " + p.string() + " above it has mode " + mode +
+             ", so any user may rename it away and put a directory of theirs in its place";
+    }
+  }
+  return "";
+}
+
 // Why another user could take the checkpoints in `dir` away, or "": a
 // symbolic link on its path that another user owns (they may repoint it),
-// or the directory it names owned by another user who is not sharing it
-// with a group (its owner may delete or rename any file in it, sticky bit
-// or not). A group's shared directory is allowed: read_checkpoint resumes
-// only from files this user wrote.
+// the directory it names owned by another user who is not sharing it with
+// a group (its owner may delete or rename any file in it, sticky bit or
+// not), or a directory above it that another user could rename
+// (foreign_ancestor). A group's shared directory is allowed: read_checkpoint
+// resumes only from files this user wrote.
 std::string foreign_checkpoint_dir(const std::string& dir) {
   std::error_code ec;
   fs::path prefix;
@@ -295,13 +324,14 @@ std::string foreign_checkpoint_dir(const std::string& dir) {
     }
   }
   struct stat st {};
-  if (::stat(dir.c_str(), &st) != 0 || host::trusted_owner(st.st_uid)) return "";
-  const bool group_shared = (st.st_mode & S_IWGRP) != 0 && (st.st_mode & S_IWOTH) == 0;
-  if (group_shared) return "";
+  if (::stat(dir.c_str(), &st) != 0) return "";
   const fs::path real = fs::canonical(dir, ec);
-  return (ec || real == fs::path(dir) ? std::string("it") : real.string()) + " is owned by " +
-         other_user(st.st_uid) +
-         ", who may delete or replace the run's checkpoints in it, sticky bit or not";
+  if (!host::trusted_owner(st.st_uid) && !group_shared(st.st_mode)) {
+    return (ec || real == fs::path(dir) ? std::string("it") : real.string()) + " is owned by " +
+           other_user(st.st_uid) +
+           ", who may delete or replace the run's checkpoints in it, sticky bit or not";
+  }
+  return ec ? "" : foreign_ancestor(real);
 }
 
 }  // namespace
@@ -360,7 +390,8 @@ Status prepare_checkpoint_dir(const std::string& dir) {
   // wrote them, read_checkpoint.)
   if (std::string why = foreign_checkpoint_dir(dir); !why.empty()) {
     return invalid_argument("train.checkpoint_dir " + dir + ": " + why +
-                            "; choose a directory that you or root own");
+                            "; choose a directory that you or root own, under directories that "
+                            "no other user may change");
   }
   struct stat st {};
   if (::stat(dir.c_str(), &st) == 0 && (st.st_mode & S_IWOTH) != 0 && (st.st_mode & S_ISVTX) == 0) {

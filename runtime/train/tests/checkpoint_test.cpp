@@ -510,6 +510,49 @@ TEST(CheckpointFiles, ADirectoryOrLinkAnotherUserControlsIsRefused) {
   EXPECT_TRUE(prepare_checkpoint_dir(planted));
 }
 
+// A directory above the checkpoint directory that another user could
+// change lets them rename the run's directory away and put one of theirs in
+// its place: refused when another user owns it (unless it is a group's
+// shared one), sticky bit or not, and when every user may write it without
+// the sticky bit; links are resolved first, and every level is examined.
+TEST(CheckpointFiles, ADirectoryAboveItAnotherUserCouldChangeIsRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "giving a directory to another user needs root";
+  test::TempDir dir("fulcrum_ckpt");
+  const std::string above = dir.at("above");
+  const std::string ck = above + "/mid/ck";
+  ASSERT_TRUE(prepare_checkpoint_dir(ck));
+  const std::string via_link = dir.at("link");
+  ASSERT_EQ(::symlink(ck.c_str(), via_link.c_str()), 0);
+  const auto refused = [&](const std::string& named, const std::string& why) {
+    const Status s = prepare_checkpoint_dir(named);
+    ASSERT_FALSE(s) << named << " " << why;
+    EXPECT_NE(s.message().find("train.checkpoint_dir " + named + ": the directory " + why),
+              std::string::npos)
+        << s.message();
+    EXPECT_EQ(s.message().find('\n'), std::string::npos);
+  };
+  ASSERT_EQ(::chown(above.c_str(), 65534, 65534), 0);
+  for (const mode_t mode : {0755, 01777, 0777}) {
+    ASSERT_EQ(::chmod(above.c_str(), mode), 0);
+    for (const std::string& named : {ck, via_link}) {
+      refused(named, above + " above it is owned by uid 65534");
+    }
+  }
+  ASSERT_EQ(::chmod(above.c_str(), 0775), 0);  // a group's shared directory
+  EXPECT_TRUE(prepare_checkpoint_dir(ck));
+  ASSERT_EQ(::chown(above.c_str(), 0, 0), 0);
+  ASSERT_EQ(::chmod(above.c_str(), 0777), 0);
+  refused(ck, above + " above it has mode 0777");
+  ASSERT_EQ(::chmod(above.c_str(), 01777), 0);  // sticky, like /tmp
+  EXPECT_TRUE(prepare_checkpoint_dir(ck));
+  // The level right above it, with the one above that trusted again.
+  ASSERT_EQ(::chmod(above.c_str(), 0755), 0);
+  ASSERT_EQ(::chown((above + "/mid").c_str(), 65534, 65534), 0);
+  refused(via_link, above + "/mid above it is owned by uid 65534");
+  ASSERT_EQ(::chown((above + "/mid").c_str(), 0, 0), 0);
+  EXPECT_TRUE(prepare_checkpoint_dir(via_link));
+}
+
 // A checkpoint another user owns could have been planted (a group's or a
 // sticky directory lets them add files): never resumed from.
 TEST(CheckpointFiles, ACheckpointAnotherUserOwnsIsNotResumedFrom) {

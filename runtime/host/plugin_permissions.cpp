@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "plugin_loader_internal.h"
+#include "trusted_directory.h"
 
 namespace fulcrum::host::detail {
 namespace {
@@ -54,7 +55,6 @@ Status check_permissions(const std::string& given_path, const std::string& plugi
                       "), who could then swap it and run code in every rank; install the plugin "
                       "where only root or you own the file and every directory above it");
   };
-  const auto trusted_owner = [&](uid_t owner) { return owner == 0 || owner == self; };
   struct stat st {};
   if (::stat(plugin_path.c_str(), &st) != 0) {
     return not_found("cannot stat " + plugin_path + " while checking plugin " + plugin_path);
@@ -67,6 +67,11 @@ Status check_permissions(const std::string& given_path, const std::string& plugi
     directories.push_back(dir);
     if (dir == dir.parent_path()) break;
   }
+  // A link's owner may repoint it even in a sticky directory: every link
+  // followed to resolve the path, those inside links' targets included.
+  if (const std::optional<PathLink> link = foreign_link_on_path(given_path)) {
+    return refuse_owner(link->name.string(), "the symbolic link on its path", link->owner);
+  }
   // The directories holding each component of the path as given, resolved:
   // a link in any of them could be pointed elsewhere by whoever may write it.
   std::error_code ec;
@@ -74,11 +79,6 @@ Status check_permissions(const std::string& given_path, const std::string& plugi
   fs::path prefix;
   for (const fs::path& part : absolute) {
     prefix /= part;
-    // A link's owner may repoint it even in a sticky directory.
-    struct stat ls {};
-    if (::lstat(prefix.c_str(), &ls) == 0 && S_ISLNK(ls.st_mode) && !trusted_owner(ls.st_uid)) {
-      return refuse_owner(prefix.string(), "the symbolic link on its path", ls.st_uid);
-    }
     const fs::path holder = fs::canonical(prefix.parent_path(), ec);
     if (!ec) {
       for (fs::path dir = holder;; dir = dir.parent_path()) {

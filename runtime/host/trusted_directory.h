@@ -1,6 +1,7 @@
-// Whether a directory could be changed by a user other than root and this
-// one: used where fulcrum writes or reads files that steer a job (the
-// launch's private directory, checkpoints). Header-only and LibTorch-free.
+// Whether a directory, or a link on the way to a file, could be changed by a
+// user other than root and this one: used where fulcrum writes or reads
+// files that steer a job (the launch's private directory, checkpoints,
+// plugins, the files a run writes). Header-only and LibTorch-free.
 #pragma once
 
 #include <sys/stat.h>
@@ -8,8 +9,11 @@
 
 #include <cerrno>
 #include <cstring>
+#include <deque>
 #include <filesystem>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace fulcrum::host {
 
@@ -37,6 +41,57 @@ inline std::string untrusted_directory(const std::filesystem::path& dir) {
     if (p == p.root_path() || !p.has_parent_path() || p.parent_path() == p) return "";
     p = p.parent_path();
   }
+}
+
+// A symbolic link met while resolving a path, and its owner.
+struct PathLink {
+  std::filesystem::path name;  // as reached: every directory above it resolved
+  uid_t owner = 0;
+};
+
+// The first symbolic link that a user other than root and this one owns
+// among those the kernel would follow to resolve `path` (made absolute):
+// a link on the path as written, the last component's included, and every
+// link inside the targets of the links followed, however deep. Whoever owns
+// a link may repoint it, sticky directory or not, so what the path names is
+// theirs to choose. nullopt when there is none, and where the walk stops
+// early: a component that does not exist (nothing below it does), one that
+// is not a directory with more to come, or more than 40 links followed (the
+// kernel refuses those too, so the caller's open fails).
+inline std::optional<PathLink> foreign_link_on_path(const std::filesystem::path& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path absolute = fs::absolute(path, ec);
+  if (ec) return std::nullopt;
+  std::deque<fs::path> left(++absolute.begin(), absolute.end());  // after the root
+  fs::path at = absolute.root_path();                             // resolved so far: no links in it
+  for (int links = 0; !left.empty();) {
+    const fs::path part = left.front();
+    left.pop_front();
+    if (part.empty() || part == ".") continue;
+    if (part == "..") {
+      at = at.parent_path();
+      continue;
+    }
+    const fs::path next = at / part;
+    struct stat ls {};
+    if (::lstat(next.c_str(), &ls) != 0) return std::nullopt;
+    if (!S_ISLNK(ls.st_mode)) {
+      if (!left.empty() && !S_ISDIR(ls.st_mode)) return std::nullopt;
+      at = next;
+      continue;
+    }
+    if (!trusted_owner(ls.st_uid)) return PathLink{next, ls.st_uid};
+    if (++links > 40) return std::nullopt;
+    std::vector<char> target(static_cast<std::size_t>(ls.st_size > 0 ? ls.st_size : 255) + 1);
+    const ssize_t n = ::readlink(next.c_str(), target.data(), target.size());
+    if (n < 0 || static_cast<std::size_t>(n) >= target.size()) return std::nullopt;
+    const fs::path to(std::string(target.data(), static_cast<std::size_t>(n)));
+    if (to.is_absolute()) at = to.root_path();
+    std::vector<fs::path> parts(to.is_absolute() ? ++to.begin() : to.begin(), to.end());
+    left.insert(left.begin(), parts.begin(), parts.end());
+  }
+  return std::nullopt;
 }
 
 }  // namespace fulcrum::host

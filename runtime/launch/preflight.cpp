@@ -9,7 +9,11 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <optional>
+#include <string>
 #include <system_error>
+
+#include "host/trusted_directory.h"
 
 namespace fulcrum::launch {
 namespace {
@@ -36,6 +40,17 @@ bool writable_dir(const fs::path& dir) {
 Status check_output_file(const std::string& path, std::string_view what) {
   if (path.empty()) {
     return invalid_argument(std::string(what) + " is empty; give a file path");
+  }
+  // Whoever owns a link on the way chooses the file written (an output
+  // written through another user's link could overwrite any file of this
+  // user's): refused, as for plugins and checkpoint directories.
+  if (const std::optional<host::PathLink> link = host::foreign_link_on_path(path)) {
+    return invalid_argument(std::string(what) + " " + path + ": the symbolic link " +
+                            link->name.string() + " on its path is owned by uid " +
+                            std::to_string(link->owner) + ", neither root nor this user (uid " +
+                            std::to_string(::geteuid()) +
+                            "), who may point it at a file of yours to overwrite; remove the "
+                            "link or choose another path");
   }
   std::error_code ec;
   const fs::path p(path);

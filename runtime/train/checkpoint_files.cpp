@@ -305,24 +305,19 @@ std::string foreign_ancestor(const fs::path& real) {
 }
 
 // Why another user could take the checkpoints in `dir` away, or "": a
-// symbolic link on its path that another user owns (they may repoint it),
+// symbolic link that another user owns (they may repoint it) on its path or
+// inside a link's target followed to resolve it (foreign_link_on_path),
 // the directory it names owned by another user who is not sharing it with
 // a group (its owner may delete or rename any file in it, sticky bit or
 // not), or a directory above it that another user could rename
 // (foreign_ancestor). A group's shared directory is allowed: read_checkpoint
 // resumes only from files this user wrote.
 std::string foreign_checkpoint_dir(const std::string& dir) {
-  std::error_code ec;
-  fs::path prefix;
-  for (const fs::path& part : fs::absolute(dir, ec)) {
-    prefix /= part;
-    struct stat ls {};
-    if (::lstat(prefix.c_str(), &ls) == 0 && S_ISLNK(ls.st_mode) &&
-        !host::trusted_owner(ls.st_uid)) {
-      return "the symbolic link " + prefix.string() + " on its path is owned by " +
-             other_user(ls.st_uid) + ", who may repoint it to a directory of theirs";
-    }
+  if (const std::optional<host::PathLink> link = host::foreign_link_on_path(dir)) {
+    return "the symbolic link " + link->name.string() + " on its path is owned by " +
+           other_user(link->owner) + ", who may repoint it to a directory of theirs";
   }
+  std::error_code ec;
   struct stat st {};
   if (::stat(dir.c_str(), &st) != 0) return "";
   const fs::path real = fs::canonical(dir, ec);

@@ -1,7 +1,10 @@
 #include "train/metrics.h"
 
+#include "host/trusted_directory.h"
 #include "train/fit_records.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +19,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 
 namespace fulcrum::train {
@@ -428,25 +432,47 @@ std::vector<std::string> metrics_lines(const StepReport& step,
 }
 
 Result<std::unique_ptr<MetricsFile>> MetricsFile::open(const std::string& path) {
+  if (const std::optional<host::PathLink> link = host::foreign_link_on_path(path)) {
+    return invalid_argument("cannot write the metrics file " + path + ": the symbolic link " +
+                            link->name.string() + " on its path is owned by uid " +
+                            std::to_string(link->owner) + ", neither root nor this user (uid " +
+                            std::to_string(::geteuid()) +
+                            "), who may point it at a file of yours to overwrite; remove the "
+                            "link or choose another --metrics path");
+  }
+  // Its own link (checked above) is followed; otherwise a link put there
+  // since is not.
+  struct stat ls {};
+  const bool own_link = ::lstat(path.c_str(), &ls) == 0 && S_ISLNK(ls.st_mode);
+  const int flags =
+      O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOCTTY | (own_link ? 0 : O_NOFOLLOW);
   auto file = std::unique_ptr<MetricsFile>(new MetricsFile());
   file->path_ = path;
-  file->out_.open(path, std::ios::out | std::ios::trunc);
-  if (!file->out_) {
+  file->fd_ = ::open(path.c_str(), flags, 0644);
+  if (file->fd_ < 0) {
     return invalid_argument("cannot write the metrics file " + path + ": " + std::strerror(errno) +
                             "; check --metrics and the directory");
   }
   return file;
 }
 
+MetricsFile::~MetricsFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
 Status MetricsFile::write(const std::vector<std::string>& lines) {
-  errno = 0;
-  for (const std::string& line : lines) out_ << line << '\n';
-  out_.flush();
-  if (!out_) {
-    const int err = errno;
-    return invalid_argument("cannot write the metrics file " + path_ + ": " +
-                            (err != 0 ? std::strerror(err) : "the write failed") +
-                            "; free space there or choose another --metrics path");
+  std::string text;
+  for (const std::string& line : lines) text.append(line).push_back('\n');
+  for (std::string_view rest = text; !rest.empty();) {
+    const ssize_t n = ::write(fd_, rest.data(), rest.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : 0;
+      return invalid_argument("cannot write the metrics file " + path_ + ": " +
+                              (err != 0 ? std::strerror(err) : "the write failed") +
+                              "; free space there or choose another --metrics path");
+    }
+    rest.remove_prefix(static_cast<std::size_t>(n));
   }
   return Status::ok();
 }

@@ -14,7 +14,6 @@
 
 #include <array>
 #include <cstdint>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
@@ -228,15 +227,22 @@ std::vector<std::string> metrics_lines(const StepReport& step,
 
 class MetricsFile {
  public:
-  // Truncates `path`; an error names the path and the system's reason.
+  // Truncates `path`; an error names the path and the system's reason. A
+  // symbolic link on the way that another user owns is refused (they would
+  // choose the file written), and the last component is opened without
+  // following a link unless it was one of root's or this user's.
   static Result<std::unique_ptr<MetricsFile>> open(const std::string& path);
-  // Appends and flushes, so a crashed run keeps its complete steps.
-  // Appends and flushes; a failed write (a full disk, an I/O error) is an
+  MetricsFile(const MetricsFile&) = delete;
+  MetricsFile& operator=(const MetricsFile&) = delete;
+  ~MetricsFile();
+  // Appends each line whole (no buffer held back), so a crashed run keeps
+  // its complete steps; a failed write (a full disk, an I/O error) is an
   // error naming the file and the cause, never a silently short file.
   Status write(const std::vector<std::string>& lines);
 
  private:
-  std::ofstream out_;
+  MetricsFile() = default;
+  int fd_ = -1;
   std::string path_;
 };
 

@@ -56,6 +56,24 @@ TEST_F(Preflight, OutputFileRefusals) {
   expect_refused(check_output_file("", "--metrics"), "--metrics is empty");
 }
 
+// An output written through another user's link lands where they chose
+// (any file of this user's): refused, the link at the name itself or on
+// the way to it; this user's own links are followed.
+TEST_F(Preflight, OutputThroughAnotherUsersLinkIsRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "giving a link to another user needs root";
+  fs::create_symlink(file_, at("mine.jsonl"));
+  fs::create_directory_symlink(dir_, at("via"));
+  EXPECT_TRUE(check_output_file(at("mine.jsonl"), "--metrics"));
+  EXPECT_TRUE(check_output_file(at("via/new.bin"), "--save-params"));
+  ASSERT_EQ(::lchown(at("mine.jsonl").c_str(), 65534, 65534), 0);
+  ASSERT_EQ(::lchown(at("via").c_str(), 65534, 65534), 0);
+  expect_refused(check_output_file(at("mine.jsonl"), "--metrics"),
+                 "--metrics " + at("mine.jsonl") + ": the symbolic link " + at("mine.jsonl") +
+                     " on its path is owned by uid 65534");
+  expect_refused(check_output_file(at("via/new.bin"), "--save-params"),
+                 "the symbolic link " + at("via") + " on its path is owned by uid 65534");
+}
+
 TEST_F(Preflight, InputFile) {
   EXPECT_TRUE(check_input_file(file_, "checkpoint", "fix it"));
   expect_refused(check_input_file(at("absent.ckpt"), "checkpoint", "give another"),

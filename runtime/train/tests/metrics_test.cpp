@@ -1,15 +1,21 @@
 // The comparison's figures (train.compare_schedulers) and hybrid mode's
-// progress line and summary, from hand-made step figures.
+// progress line and summary, from hand-made step figures; the metrics file.
 #include "train/metrics.h"
 
 #include "train/fit_records.h"
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -49,6 +55,54 @@ double longest_path(const std::vector<std::vector<std::int32_t>>& slot_ranks,
   double end = 0.0;
   for (std::size_t s = 0; s < n; ++s) end = std::max(end, finish(s));
   return end;
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// The metrics file: truncated on open, each write appended whole; written
+// through this user's own link, never through another user's (they would
+// choose the file overwritten), whose target is left as it was.
+TEST(MetricsFileTest, WritesLinesAndFollowsOnlyTrustedLinks) {
+  std::string pattern =
+      (std::filesystem::temp_directory_path() / "fulcrum-metrics-XXXXXX").string();
+  ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
+  const std::filesystem::path dir = pattern;
+  const std::string path = (dir / "m.jsonl").string();
+  std::ofstream(path) << "old contents\n";
+  {
+    Result<std::unique_ptr<MetricsFile>> file = MetricsFile::open(path);
+    ASSERT_TRUE(file) << file.status().message();
+    ASSERT_TRUE((*file)->write({"{\"step\":1}", "{\"step\":2}"}));
+    ASSERT_TRUE((*file)->write({"{\"step\":3}"}));
+  }
+  EXPECT_EQ(read_all(path), "{\"step\":1}\n{\"step\":2}\n{\"step\":3}\n");
+
+  const std::string victim = (dir / "victim").string();
+  std::ofstream(victim) << "keep\n";
+  const std::string link = (dir / "link.jsonl").string();
+  std::filesystem::create_symlink(victim, link);
+  {
+    Result<std::unique_ptr<MetricsFile>> file = MetricsFile::open(link);
+    ASSERT_TRUE(file) << file.status().message();
+    ASSERT_TRUE((*file)->write({"x"}));
+  }
+  EXPECT_EQ(read_all(victim), "x\n");
+  if (::geteuid() == 0) {
+    std::ofstream(victim) << "keep\n";
+    ASSERT_EQ(::lchown(link.c_str(), 65534, 65534), 0);
+    Result<std::unique_ptr<MetricsFile>> file = MetricsFile::open(link);
+    ASSERT_FALSE(file);
+    EXPECT_NE(file.status().message().find("the symbolic link " + link +
+                                           " on its path is owned by uid 65534"),
+              std::string::npos)
+        << file.status().message();
+    EXPECT_EQ(file.status().message().find('\n'), std::string::npos);
+    EXPECT_EQ(read_all(victim), "keep\n");
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(CompareMetrics, ReplayWaitsForEveryMemberAndTakesTheSlowest) {

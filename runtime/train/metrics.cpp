@@ -431,27 +431,53 @@ std::vector<std::string> metrics_lines(const StepReport& step,
   return lines;
 }
 
+namespace {
+
+// Why another user's link decides where the metrics file at `path` goes, or "".
+std::string foreign_metrics_link(const std::string& path) {
+  const std::optional<host::PathLink> link = host::foreign_link_on_path(path);
+  if (!link) return "";
+  return "the symbolic link " + link->name.string() + " on its path is owned by uid " +
+         std::to_string(link->owner) + ", neither root nor this user (uid " +
+         std::to_string(::geteuid()) +
+         "), who may point it at a file of yours to overwrite; remove the link or choose "
+         "another --metrics path";
+}
+
+}  // namespace
+
 Result<std::unique_ptr<MetricsFile>> MetricsFile::open(const std::string& path) {
-  if (const std::optional<host::PathLink> link = host::foreign_link_on_path(path)) {
-    return invalid_argument("cannot write the metrics file " + path + ": the symbolic link " +
-                            link->name.string() + " on its path is owned by uid " +
-                            std::to_string(link->owner) + ", neither root nor this user (uid " +
-                            std::to_string(::geteuid()) +
-                            "), who may point it at a file of yours to overwrite; remove the "
-                            "link or choose another --metrics path");
+  if (std::string why = foreign_metrics_link(path); !why.empty()) {
+    return invalid_argument("cannot write the metrics file " + path + ": " + why);
   }
-  // Its own link (checked above) is followed; otherwise a link put there
-  // since is not.
+  // This user's own link (checked above) is followed, else no link put there
+  // since. The file is emptied only once what was opened is known to be what
+  // the path names with no other user's link on the way: a link swapped in
+  // between the check and the open costs no file its contents.
   struct stat ls {};
   const bool own_link = ::lstat(path.c_str(), &ls) == 0 && S_ISLNK(ls.st_mode);
-  const int flags =
-      O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOCTTY | (own_link ? 0 : O_NOFOLLOW);
+  const int flags = O_WRONLY | O_CREAT | O_CLOEXEC | O_NOCTTY | (own_link ? 0 : O_NOFOLLOW);
   auto file = std::unique_ptr<MetricsFile>(new MetricsFile());
   file->path_ = path;
   file->fd_ = ::open(path.c_str(), flags, 0644);
-  if (file->fd_ < 0) {
-    return invalid_argument("cannot write the metrics file " + path + ": " + std::strerror(errno) +
+  const auto failed = [&](const std::string& cause) {
+    return invalid_argument("cannot write the metrics file " + path + ": " + cause +
                             "; check --metrics and the directory");
+  };
+  if (file->fd_ < 0) return failed(std::strerror(errno));
+  struct stat opened {};
+  struct stat named {};
+  if (std::string why = foreign_metrics_link(path); !why.empty()) {
+    return invalid_argument("cannot write the metrics file " + path + ": " + why);
+  }
+  if (::fstat(file->fd_, &opened) != 0 || ::stat(path.c_str(), &named) != 0 ||
+      opened.st_dev != named.st_dev || opened.st_ino != named.st_ino) {
+    return failed("it was replaced while being opened");
+  }
+  // Emptied as O_TRUNC would have (a FIFO or device chosen on purpose,
+  // /dev/null, has nothing to empty).
+  if (S_ISREG(opened.st_mode) && ::ftruncate(file->fd_, 0) != 0) {
+    return failed(std::strerror(errno));
   }
   return file;
 }

@@ -4,6 +4,7 @@
 #include "train/fit_records.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -474,11 +475,20 @@ Result<std::unique_ptr<MetricsFile>> MetricsFile::open(const std::string& path) 
       opened.st_dev != named.st_dev || opened.st_ino != named.st_ino) {
     return failed("it was replaced while being opened");
   }
-  // Emptied as O_TRUNC would have (a FIFO or device chosen on purpose,
-  // /dev/null, has nothing to empty).
-  if (S_ISREG(opened.st_mode) && ::ftruncate(file->fd_, 0) != 0) {
-    return failed(std::strerror(errno));
+  // A FIFO or device chosen on purpose (/dev/null) is neither locked nor
+  // emptied.
+  if (!S_ISREG(opened.st_mode)) return file;
+  // Two runs writing one metrics file would empty and interleave each
+  // other's records: the file is locked for as long as this run writes it,
+  // before it is emptied, so a second run leaves the first's records alone.
+  // Where the file system cannot lock (some network file systems), the run
+  // goes on unlocked, as it did before.
+  if (::flock(file->fd_, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+    return invalid_argument("the metrics file " + path +
+                            " is being written by another run (it holds a lock on the file); "
+                            "wait for it to end or give this run its own --metrics path");
   }
+  if (::ftruncate(file->fd_, 0) != 0) return failed(std::strerror(errno));
   return file;
 }
 

@@ -230,7 +230,9 @@ class MetricsFile {
   // Truncates `path`; an error names the path and the system's reason. A
   // symbolic link on the way that another user owns is refused (they would
   // choose the file written), and the last component is opened without
-  // following a link unless it was one of root's or this user's.
+  // following a link unless it was one of root's or this user's. A regular
+  // file is locked (flock) while this lives: a file another run holds is
+  // refused, and left as it was.
   static Result<std::unique_ptr<MetricsFile>> open(const std::string& path);
   MetricsFile(const MetricsFile&) = delete;
   MetricsFile& operator=(const MetricsFile&) = delete;

@@ -62,10 +62,11 @@ std::string read_all(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-// The metrics file: truncated on open, each write appended whole; written
-// through this user's own link, never through another user's (they would
-// choose the file overwritten), whose target is left as it was.
-TEST(MetricsFileTest, WritesLinesAndFollowsOnlyTrustedLinks) {
+// The metrics file: truncated on open, each write appended whole, one run
+// at a time; written through this user's own link, never through another
+// user's (they would choose the file overwritten), whose target is left as
+// it was.
+TEST(MetricsFileTest, WritesLinesOneRunAtATimeAndFollowsOnlyTrustedLinks) {
   std::string pattern =
       (std::filesystem::temp_directory_path() / "fulcrum-metrics-XXXXXX").string();
   ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
@@ -79,6 +80,25 @@ TEST(MetricsFileTest, WritesLinesAndFollowsOnlyTrustedLinks) {
     ASSERT_TRUE((*file)->write({"{\"step\":3}"}));
   }
   EXPECT_EQ(read_all(path), "{\"step\":1}\n{\"step\":2}\n{\"step\":3}\n");
+  {
+    // A second run on the same file while the first writes it: refused, and
+    // the first's records kept; the file is free again once it is closed.
+    Result<std::unique_ptr<MetricsFile>> first = MetricsFile::open(path);
+    ASSERT_TRUE(first) << first.status().message();
+    ASSERT_TRUE((*first)->write({"{\"step\":1}"}));
+    Result<std::unique_ptr<MetricsFile>> second = MetricsFile::open(path);
+    ASSERT_FALSE(second);
+    EXPECT_NE(second.status().message().find("the metrics file " + path +
+                                             " is being written by another run"),
+              std::string::npos)
+        << second.status().message();
+    EXPECT_EQ(read_all(path), "{\"step\":1}\n");
+  }
+  EXPECT_TRUE(MetricsFile::open(path));
+  // /dev/null, chosen to discard the records, is neither locked nor emptied.
+  Result<std::unique_ptr<MetricsFile>> null_one = MetricsFile::open("/dev/null");
+  ASSERT_TRUE(null_one) << null_one.status().message();
+  EXPECT_TRUE(MetricsFile::open("/dev/null"));
 
   const std::string victim = (dir / "victim").string();
   std::ofstream(victim) << "keep\n";

@@ -21,6 +21,7 @@
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -32,6 +33,7 @@
 #include "cli_common.h"
 #include "commands.h"
 #include "host/input_file.h"
+#include "host/trusted_directory.h"
 #include "launch/launch.h"
 #ifdef FULCRUM_HAVE_TRAINER
 #include "train/fit_records.h"
@@ -282,6 +284,12 @@ void write_atomically(const fs::path& path, const std::string& text) {
 void check_output(const CalibrateFlags& f) {
   if (f.output.empty()) {
     throw UsageError("--output FILE.yaml is required: where to write the profile");
+  }
+  // A link another user owns on the way decides where the profile goes.
+  if (const std::optional<host::PathLink> link = host::foreign_link_on_path(f.output)) {
+    throw UsageError("--output " + quote_text(f.output) + ": " + host::foreign_link_text(*link) +
+                     ", who may repoint it to a directory of theirs; remove the link or choose "
+                     "another path");
   }
   const fs::path out(f.output);
   std::error_code ec;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "commands.h"
 #include "data/byte_corpus.h"
 #include "host/input_file.h"
+#include "host/trusted_directory.h"
 
 namespace fulcrum::cli {
 namespace {
@@ -186,6 +188,14 @@ int preprocess_body(const std::vector<std::string>& args) {
                      "corpus and preprocess each part to its own --output-prefix");
   }
 
+  // A link another user owns on the way decides where the pair is written.
+  if (const std::optional<host::PathLink> link =
+          host::foreign_link_on_path(f.output_prefix + ".bin")) {
+    throw UsageError("--output-prefix " + quote_text(f.output_prefix) + ": " +
+                     host::foreign_link_text(*link) +
+                     ", who may repoint it to a directory of theirs; remove the link or choose "
+                     "another prefix");
+  }
   Result<data::ByteDatasetWriter> created = data::ByteDatasetWriter::create(f.output_prefix);
   check(created.status());
   data::ByteDatasetWriter writer = std::move(created).value();

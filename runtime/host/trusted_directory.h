@@ -94,4 +94,13 @@ inline std::optional<PathLink> foreign_link_on_path(const std::filesystem::path&
   return std::nullopt;
 }
 
+// "the symbolic link L on its path is owned by uid N, neither root nor this
+// user (uid M)": a refusal's cause, to which the caller adds what the
+// owner may do and the fix.
+inline std::string foreign_link_text(const PathLink& link) {
+  return "the symbolic link " + link.name.string() + " on its path is owned by uid " +
+         std::to_string(link.owner) + ", neither root nor this user (uid " +
+         std::to_string(::geteuid()) + ")";
+}
+
 }  // namespace fulcrum::host

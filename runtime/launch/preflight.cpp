@@ -45,11 +45,8 @@ Status check_output_file(const std::string& path, std::string_view what) {
   // written through another user's link could overwrite any file of this
   // user's): refused, as for plugins and checkpoint directories.
   if (const std::optional<host::PathLink> link = host::foreign_link_on_path(path)) {
-    return invalid_argument(std::string(what) + " " + path + ": the symbolic link " +
-                            link->name.string() + " on its path is owned by uid " +
-                            std::to_string(link->owner) + ", neither root nor this user (uid " +
-                            std::to_string(::geteuid()) +
-                            "), who may point it at a file of yours to overwrite; remove the "
+    return invalid_argument(std::string(what) + " " + path + ": " + host::foreign_link_text(*link) +
+                            ", who may point it at a file of yours to overwrite; remove the "
                             "link or choose another path");
   }
   std::error_code ec;

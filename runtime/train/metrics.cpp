@@ -438,10 +438,8 @@ namespace {
 std::string foreign_metrics_link(const std::string& path) {
   const std::optional<host::PathLink> link = host::foreign_link_on_path(path);
   if (!link) return "";
-  return "the symbolic link " + link->name.string() + " on its path is owned by uid " +
-         std::to_string(link->owner) + ", neither root nor this user (uid " +
-         std::to_string(::geteuid()) +
-         "), who may point it at a file of yours to overwrite; remove the link or choose "
+  return host::foreign_link_text(*link) +
+         ", who may point it at a file of yours to overwrite; remove the link or choose "
          "another --metrics path";
 }
 

@@ -464,11 +464,11 @@ Result<std::unique_ptr<MetricsFile>> MetricsFile::open(const std::string& path) 
                             "; check --metrics and the directory");
   };
   if (file->fd_ < 0) return failed(std::strerror(errno));
-  struct stat opened {};
-  struct stat named {};
   if (std::string why = foreign_metrics_link(path); !why.empty()) {
     return invalid_argument("cannot write the metrics file " + path + ": " + why);
   }
+  struct stat opened {};
+  struct stat named {};
   if (::fstat(file->fd_, &opened) != 0 || ::stat(path.c_str(), &named) != 0 ||
       opened.st_dev != named.st_dev || opened.st_ino != named.st_ino) {
     return failed("it was replaced while being opened");

@@ -206,6 +206,18 @@ Result<Checkpoint> read_checkpoint(const std::string& path) {
 }
 
 Status write_file_atomically(const std::string& path, std::string_view bytes) {
+  // The null device (--save-params /dev/null, to discard the parameters) is
+  // written as it is: the rename below would put a regular file in its
+  // place, for every process on the host when this user is root.
+  struct stat named {};
+  struct stat null_device {};
+  if (::stat(path.c_str(), &named) == 0 && S_ISCHR(named.st_mode) &&
+      ::stat("/dev/null", &null_device) == 0 && S_ISCHR(null_device.st_mode) &&
+      named.st_rdev == null_device.st_rdev) {
+    Fd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY));
+    if (!fd.valid()) return invalid_argument("cannot open " + path + ": " + errno_text());
+    return write_all(fd.get(), bytes, path);
+  }
   const fs::path target(path);
   const fs::path dir = target.parent_path().empty() ? fs::path(".") : target.parent_path();
   const std::string temp =

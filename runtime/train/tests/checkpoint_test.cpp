@@ -371,6 +371,28 @@ TEST(CheckpointFiles, AtomicWriteFailsCleanly) {
   EXPECT_EQ(files, 1u) << "a temporary file stayed behind";
 }
 
+// The null device, named to discard the output (--save-params /dev/null),
+// takes the bytes and stays a device: a rename over it would leave a
+// regular file in its place, for every process, when the user is root. A
+// node of the null device made here stands in for /dev/null itself, which a
+// failing test must not replace.
+TEST(CheckpointFiles, AtomicWriteLeavesTheNullDeviceInPlace) {
+  if (::geteuid() != 0) GTEST_SKIP() << "making a device node needs root";
+  struct stat null_device {};
+  ASSERT_EQ(::stat("/dev/null", &null_device), 0);
+  test::TempDir dir("fulcrum_ckpt");
+  const std::string node = dir.at("null");
+  ASSERT_EQ(::mknod(node.c_str(), S_IFCHR | 0666, null_device.st_rdev), 0);
+  ASSERT_TRUE(write_file_atomically(node, "parameters"));
+  struct stat after {};
+  ASSERT_EQ(::lstat(node.c_str(), &after), 0);
+  EXPECT_TRUE(S_ISCHR(after.st_mode));
+  EXPECT_EQ(after.st_rdev, null_device.st_rdev);
+  std::size_t files = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir.at())) ++files;
+  EXPECT_EQ(files, 1u) << "a temporary file stayed behind";
+}
+
 // Another user who can write in the checkpoint directory plants a symbolic
 // link where the temporary file goes: the write must not follow it into the
 // file it names (which the running user may own), only replace it.

@@ -161,6 +161,37 @@ po::options_description train_options(TrainFlags& f) {
     refuse_if(launch::check_output_file(f.save_params, "--save-params"));
   }
   const std::string resume(config.get_string("train.resume"));
+  // An output that is also one of the job's inputs would be emptied by the
+  // run (the metrics file as rank 0 starts, the parameters file at the end),
+  // and with it the job's configuration, data or only checkpoint.
+  std::vector<std::pair<std::string, std::string>> inputs = {
+      {f.config_path, "the job's --config file"}};
+  if (resume != "none" && resume != "auto") {
+    inputs.emplace_back(resume, "the checkpoint it resumes from (train.resume)");
+  }
+  if (const std::string data(config.get_string("data.path")); !data.empty()) {
+    for (const char* suffix : {"", ".bin", ".idx"}) {
+      inputs.emplace_back(data + suffix, "the job's data (data.path)");
+    }
+  }
+  const auto refuse_input = [&](const std::string& output, const char* flag) {
+    for (const auto& [input, what] : inputs) {
+      std::error_code ec;
+      if (!fs::equivalent(output, input, ec)) continue;
+      throw UsageError(std::string(flag) + " " + output + " is " + what +
+                       ", which the run would overwrite; give " + flag + " another path");
+    }
+  };
+  if (!f.metrics.empty()) refuse_input(f.metrics, "--metrics");
+  if (!f.save_params.empty()) refuse_input(f.save_params, "--save-params");
+  // (Both may discard their output into /dev/null.)
+  if (std::error_code ec;
+      !f.metrics.empty() && !f.save_params.empty() && !fs::is_character_file(f.metrics, ec) &&
+      (f.metrics == f.save_params || fs::equivalent(f.metrics, f.save_params, ec))) {
+    throw UsageError("--metrics and --save-params both name " + f.metrics +
+                     ", whose records the parameters would replace at the end; give each "
+                     "its own path");
+  }
   const std::string dir(config.get_string("train.checkpoint_dir"));
   if (resume != "none" && resume != "auto") {
     refuse_if(launch::check_input_file(

@@ -69,8 +69,19 @@ Status check_permissions(const std::string& given_path, const std::string& plugi
   }
   // A link's owner may repoint it even in a sticky directory: every link
   // followed to resolve the path, those inside links' targets included.
-  if (const std::optional<PathLink> link = foreign_link_on_path(given_path)) {
-    return refuse_owner(link->name.string(), "the symbolic link on its path", link->owner);
+  // Whoever may write the directory holding a link may replace it too, so
+  // those directories and the ones above them are held to the same rule.
+  const std::vector<PathLink> links = links_on_path(given_path);
+  for (const PathLink& link : links) {
+    if (!trusted_owner(link.owner)) {
+      return refuse_owner(link.name.string(), "the symbolic link on its path", link.owner);
+    }
+  }
+  for (const PathLink& link : links) {
+    for (fs::path dir = link.name.parent_path();; dir = dir.parent_path()) {
+      directories.push_back(dir);
+      if (dir == dir.parent_path()) break;
+    }
   }
   // The directories holding each component of the path as given, resolved:
   // a link in any of them could be pointed elsewhere by whoever may write it.

@@ -49,23 +49,22 @@ struct PathLink {
   uid_t owner = 0;
 };
 
-// The first symbolic link that a user other than root and this one owns
-// among those the kernel would follow to resolve `path` (made absolute):
-// a link on the path as written, the last component's included, and every
-// link inside the targets of the links followed, however deep. Whoever owns
-// a link may repoint it, sticky directory or not, so what the path names is
-// theirs to choose. nullopt when there is none, and where the walk stops
-// early: a component that does not exist (nothing below it does), one that
+// Every symbolic link the kernel would follow to resolve `path` (made
+// absolute), in the order it follows them: a link on the path as written,
+// the last component's included, and every link inside the targets of the
+// links followed, however deep. The walk stops early, with the links met so
+// far, at a component that does not exist (nothing below it does), one that
 // is not a directory with more to come, or more than 40 links followed (the
 // kernel refuses those too, so the caller's open fails).
-inline std::optional<PathLink> foreign_link_on_path(const std::filesystem::path& path) {
+inline std::vector<PathLink> links_on_path(const std::filesystem::path& path) {
   namespace fs = std::filesystem;
+  std::vector<PathLink> links;
   std::error_code ec;
   const fs::path absolute = fs::absolute(path, ec);
-  if (ec) return std::nullopt;
+  if (ec) return links;
   std::deque<fs::path> left(++absolute.begin(), absolute.end());  // after the root
   fs::path at = absolute.root_path();                             // resolved so far: no links in it
-  for (int links = 0; !left.empty();) {
+  while (!left.empty()) {
     const fs::path part = left.front();
     left.pop_front();
     if (part.empty() || part == ".") continue;
@@ -75,21 +74,41 @@ inline std::optional<PathLink> foreign_link_on_path(const std::filesystem::path&
     }
     const fs::path next = at / part;
     struct stat ls {};
-    if (::lstat(next.c_str(), &ls) != 0) return std::nullopt;
+    if (::lstat(next.c_str(), &ls) != 0) return links;
     if (!S_ISLNK(ls.st_mode)) {
-      if (!left.empty() && !S_ISDIR(ls.st_mode)) return std::nullopt;
+      if (!left.empty() && !S_ISDIR(ls.st_mode)) return links;
       at = next;
       continue;
     }
-    if (!trusted_owner(ls.st_uid)) return PathLink{next, ls.st_uid};
-    if (++links > 40) return std::nullopt;
+    links.push_back(PathLink{next, ls.st_uid});
+    if (links.size() > 40) return links;
+    // st_size is the target's length, except for the links of /proc
+    // (/proc/self/cwd, /proc/self/fd/N), which give 0: the buffer grows
+    // until the whole target fits, since a cut one would end the walk
+    // before the links further on are seen.
     std::vector<char> target(static_cast<std::size_t>(ls.st_size > 0 ? ls.st_size : 255) + 1);
-    const ssize_t n = ::readlink(next.c_str(), target.data(), target.size());
-    if (n < 0 || static_cast<std::size_t>(n) >= target.size()) return std::nullopt;
+    ssize_t n = 0;
+    for (;;) {
+      n = ::readlink(next.c_str(), target.data(), target.size());
+      if (n < 0) return links;
+      if (static_cast<std::size_t>(n) < target.size()) break;
+      if (target.size() > (std::size_t{1} << 20)) return links;
+      target.resize(target.size() * 2);
+    }
     const fs::path to(std::string(target.data(), static_cast<std::size_t>(n)));
     if (to.is_absolute()) at = to.root_path();
     std::vector<fs::path> parts(to.is_absolute() ? ++to.begin() : to.begin(), to.end());
     left.insert(left.begin(), parts.begin(), parts.end());
+  }
+  return links;
+}
+
+// The first of links_on_path(path) that a user other than root and this one
+// owns, or nullopt. Whoever owns a link may repoint it, sticky directory or
+// not, so what the path names is theirs to choose.
+inline std::optional<PathLink> foreign_link_on_path(const std::filesystem::path& path) {
+  for (const PathLink& link : links_on_path(path)) {
+    if (!trusted_owner(link.owner)) return link;
   }
   return std::nullopt;
 }

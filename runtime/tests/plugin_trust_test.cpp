@@ -232,6 +232,40 @@ TEST(PluginOwnershipTest, PluginFoundByNameIsCheckedWhereItWasFound) {
   ASSERT_EQ(chmod(search.c_str(), 0755), 0);
 }
 
+// A link of this user's reached only inside another link's target is as
+// good as its directory's: whoever may write that directory may put a link
+// of theirs in its place, and the plugin it names runs in every rank.
+TEST(PluginOwnershipTest, TheDirectoryHoldingALinkInsideALinksTargetIsChecked) {
+  SKIP_UNLESS_ROOT();
+  OwnedCopy copy;
+  const fs::path scratch = copy.dir.path() / "scratch";
+  const fs::path opt = copy.dir.path() / "opt";
+  fs::create_directory(scratch);
+  fs::create_directory(opt);
+  ASSERT_EQ(chmod(opt.c_str(), 0755), 0);
+  ASSERT_EQ(chmod(scratch.c_str(), 0755), 0);
+  fs::create_directory_symlink(copy.inner, scratch / "inner");     // scratch/inner -> p
+  fs::create_directory_symlink(scratch / "inner", opt / "outer");  // opt/outer -> scratch/inner
+  const fs::path given = opt / "outer" / "libx.so";
+  EXPECT_TRUE(load_checked(given).is_ok());
+
+  ASSERT_EQ(chmod(scratch.c_str(), 0777), 0);
+  Status refused = load_checked(given);
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_EQ(refused.code(), StatusCode::kPermission);
+  EXPECT_HAS(refused.message(), scratch.string() + " has mode 0777");
+  ASSERT_EQ(chmod(scratch.c_str(), 01777), 0);  // sticky, this user's: the link stays put
+  EXPECT_TRUE(load_checked(given).is_ok());
+
+  ASSERT_EQ(chmod(scratch.c_str(), 0755), 0);
+  ASSERT_EQ(chown(scratch.c_str(), kNobody, static_cast<gid_t>(-1)), 0);
+  refused = load_checked(given);
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_HAS(refused.message(), scratch.string() + " is owned by uid 65534");
+  ASSERT_EQ(chown(scratch.c_str(), ::geteuid(), static_cast<gid_t>(-1)), 0);
+  EXPECT_TRUE(load_checked(given).is_ok());
+}
+
 // --- work the plugin reports --------------------------------------------------
 
 // The host recounts every plan's work; a plugin whose own figures differ is

@@ -1,8 +1,9 @@
-// foreign_link_on_path (host/trusted_directory.h): every symbolic link the
-// kernel follows to resolve a path, those inside links' targets included,
-// checked for an owner other than root and this user.
+// links_on_path and foreign_link_on_path (host/trusted_directory.h): every
+// symbolic link the kernel follows to resolve a path, those inside links'
+// targets included, and the first whose owner is neither root nor this user.
 #include "host/trusted_directory.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -84,6 +85,27 @@ TEST(ForeignLinkOnPath, FindsTheLinksTheKernelFollows) {
   EXPECT_FALSE(foreign_link_on_path(d / "loop_a" / "x"));
   EXPECT_FALSE(foreign_link_on_path(d / "absent" / "mine" / "file"));
   EXPECT_FALSE(foreign_link_on_path(d / "real" / "file" / "mine"));
+}
+
+// The links of /proc (/proc/self/fd/N, /proc/self/cwd) report a length of
+// 0: a target longer than a first guess must still be read whole, or the
+// walk would end before the other user's link below it.
+TEST(ForeignLinkOnPath, ReadsALongTargetOfAProcLinkWhole) {
+  if (::geteuid() != 0) GTEST_SKIP() << "giving a link to another user needs root";
+  TempDir dir("fulcrum_links");
+  const fs::path deep = fs::canonical(dir.path()) / std::string(150, 'd') / std::string(150, 'e');
+  fs::create_directories(deep);
+  fs::create_directory(dir.path() / "elsewhere");
+  fs::create_directory_symlink(dir.path() / "elsewhere", deep / "theirs");
+  give_away(deep / "theirs");
+  const int fd = ::open(deep.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  const fs::path via_proc = fs::path("/proc/self/fd") / std::to_string(fd) / "theirs" / "m.jsonl";
+  const std::optional<PathLink> found = foreign_link_on_path(via_proc);
+  ::close(fd);
+  ASSERT_TRUE(found) << via_proc;
+  EXPECT_EQ(found->name, deep / "theirs");
+  EXPECT_EQ(found->owner, kNobody);
 }
 
 // Every link the kernel follows to resolve `p` (absolute), recounted by
@@ -169,6 +191,13 @@ TEST(ForeignLinkOnPath, AgreesWithARecountOfTheLinksFollowed) {
       }
       const std::optional<PathLink> found = foreign_link_on_path(p);
       ASSERT_EQ(found.has_value(), !foreign.empty()) << p;
+      // links_on_path lists the same links in the order they are followed
+      // (short of a loop, where the two stop at different counts).
+      if (followed.size() < 40) {
+        std::vector<fs::path> listed;
+        for (const PathLink& link : links_on_path(p)) listed.push_back(link.name);
+        EXPECT_EQ(listed, followed) << p;
+      }
       if (found) {
         ++reported;
         EXPECT_NE(std::find(foreign.begin(), foreign.end(), found->name), foreign.end()) << p;

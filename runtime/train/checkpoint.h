@@ -157,6 +157,8 @@ Result<Checkpoint> read_checkpoint(const std::string& path);
 
 // Writes `bytes` to `path` atomically: a temporary file in the same
 // directory, fsync, rename, fsync of the directory. The directory must exist.
+// A path naming the null device (/dev/null) is written as it is, never
+// replaced.
 Status write_file_atomically(const std::string& path, std::string_view bytes);
 
 // Writes the checkpoint as dir/step-N.ckpt (creating dir) and then deletes

@@ -12,7 +12,9 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <string>
 #include <system_error>
+#include <vector>
 
 #include "host/input_file.h"
 #include "host/trusted_directory.h"
@@ -204,6 +206,18 @@ Result<Checkpoint> read_checkpoint(const std::string& path) {
 }
 
 Status write_file_atomically(const std::string& path, std::string_view bytes) {
+  // The null device (--save-params /dev/null, to discard the parameters) is
+  // written as it is: the rename below would put a regular file in its
+  // place, for every process on the host when this user is root.
+  struct stat named {};
+  struct stat null_device {};
+  if (::stat(path.c_str(), &named) == 0 && S_ISCHR(named.st_mode) &&
+      ::stat("/dev/null", &null_device) == 0 && S_ISCHR(null_device.st_mode) &&
+      named.st_rdev == null_device.st_rdev) {
+    Fd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY));
+    if (!fd.valid()) return invalid_argument("cannot open " + path + ": " + errno_text());
+    return write_all(fd.get(), bytes, path);
+  }
   const fs::path target(path);
   const fs::path dir = target.parent_path().empty() ? fs::path(".") : target.parent_path();
   const std::string temp =
@@ -279,26 +293,28 @@ std::string other_user(uid_t uid) {
 // A group's shared directory: its group may write it, other users may not.
 bool group_shared(mode_t mode) { return (mode & S_IWGRP) != 0 && (mode & S_IWOTH) == 0; }
 
-// Why another user could rename the directory `real` (links resolved) away
-// and put one of theirs in its place, or "": a directory above it owned by
-// another user who is not sharing it with a group (the owner of a
+// Why another user could rename `entry` (every directory above it resolved)
+// away and put one of theirs in its place, or "": a directory above it
+// owned by another user who is not sharing it with a group (the owner of a
 // directory may rename any entry, sticky bit or not), or one every user may
 // write without the sticky bit. As for the directory itself, a group's
-// shared one is allowed.
-std::string foreign_ancestor(const fs::path& real) {
-  for (fs::path p = real; p.has_relative_path() && p.parent_path() != p;) {
+// shared one is allowed. `what` names the entry in the message and `then`
+// says what such a user may do.
+std::string foreign_ancestor(const fs::path& entry, const std::string& what,
+                             const std::string& then) {
+  for (fs::path p = entry; p.has_relative_path() && p.parent_path() != p;) {
     p = p.parent_path();
     struct stat st {};
     if (::stat(p.c_str(), &st) != 0) continue;  // examined again when written to
     if (!host::trusted_owner(st.st_uid) && !group_shared(st.st_mode)) {
-      return "the directory " + p.string() + " above it is owned by " + other_user(st.st_uid) +
-             ", who may rename it away and put a directory of theirs in its place";
+      return "the directory " + p.string() + " above " + what + " is owned by " +
+             other_user(st.st_uid) + ", who may " + then;
     }
     if ((st.st_mode & S_IWOTH) != 0 && (st.st_mode & S_ISVTX) == 0) {
       char mode[8];
       std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
-      return "the directory " + p.string() + " above it has mode " + mode +
-             ", so any user may rename it away and put a directory of theirs in its place";
+      return "the directory " + p.string() + " above " + what + " has mode " + mode +
+             ", so any user may " + then;
     }
   }
   return "";
@@ -306,16 +322,29 @@ std::string foreign_ancestor(const fs::path& real) {
 
 // Why another user could take the checkpoints in `dir` away, or "": a
 // symbolic link that another user owns (they may repoint it) on its path or
-// inside a link's target followed to resolve it (foreign_link_on_path),
+// inside a link's target followed to resolve it (host::links_on_path),
 // the directory it names owned by another user who is not sharing it with
 // a group (its owner may delete or rename any file in it, sticky bit or
-// not), or a directory above it that another user could rename
-// (foreign_ancestor). A group's shared directory is allowed: read_checkpoint
-// resumes only from files this user wrote.
+// not), or a directory above it, or above a link followed, that another
+// user could rename (foreign_ancestor): a link of this user's in a
+// directory every user may write is as good as theirs. A group's shared
+// directory is allowed: read_checkpoint resumes only from files this user
+// wrote.
 std::string foreign_checkpoint_dir(const std::string& dir) {
-  if (const std::optional<host::PathLink> link = host::foreign_link_on_path(dir)) {
-    return "the symbolic link " + link->name.string() + " on its path is owned by " +
-           other_user(link->owner) + ", who may repoint it to a directory of theirs";
+  const std::vector<host::PathLink> links = host::links_on_path(dir);
+  for (const host::PathLink& link : links) {
+    if (!host::trusted_owner(link.owner)) {
+      return "the symbolic link " + link.name.string() + " on its path is owned by " +
+             other_user(link.owner) + ", who may repoint it to a directory of theirs";
+    }
+  }
+  for (const host::PathLink& link : links) {
+    if (std::string why = foreign_ancestor(
+            link.name, "the symbolic link " + link.name.string() + " on its path",
+            "move the link away and put one of theirs, to a directory of theirs, in its place");
+        !why.empty()) {
+      return why;
+    }
   }
   std::error_code ec;
   struct stat st {};
@@ -326,7 +355,8 @@ std::string foreign_checkpoint_dir(const std::string& dir) {
            other_user(st.st_uid) +
            ", who may delete or replace the run's checkpoints in it, sticky bit or not";
   }
-  return ec ? "" : foreign_ancestor(real);
+  if (ec) return "";
+  return foreign_ancestor(real, "it", "rename it away and put a directory of theirs in its place");
 }
 
 }  // namespace
@@ -368,6 +398,16 @@ Result<std::string> save_checkpoint(const std::string& dir, const Checkpoint& ch
 }
 
 Status prepare_checkpoint_dir(const std::string& dir) {
+  const auto refuse = [&](const std::string& why) {
+    return invalid_argument("train.checkpoint_dir " + dir + ": " + why +
+                            "; choose a directory that you or root own, under directories that "
+                            "no other user may change");
+  };
+  // A directory still to be made is examined first as well: through another
+  // user's link the run would make it where that user chose.
+  if (struct stat st{}; ::stat(dir.c_str(), &st) != 0) {
+    if (std::string why = foreign_checkpoint_dir(dir); !why.empty()) return refuse(why);
+  }
   std::error_code ec;
   make_directories(dir, ec);
   if (ec || !fs::is_directory(dir, ec)) {
@@ -383,11 +423,7 @@ Status prepare_checkpoint_dir(const std::string& dir) {
   // write, unless it is sticky like /tmp. (A group's shared directory is
   // allowed: the checkpoints it holds are resumed from only when this user
   // wrote them, read_checkpoint.)
-  if (std::string why = foreign_checkpoint_dir(dir); !why.empty()) {
-    return invalid_argument("train.checkpoint_dir " + dir + ": " + why +
-                            "; choose a directory that you or root own, under directories that "
-                            "no other user may change");
-  }
+  if (std::string why = foreign_checkpoint_dir(dir); !why.empty()) return refuse(why);
   struct stat st {};
   if (::stat(dir.c_str(), &st) == 0 && (st.st_mode & S_IWOTH) != 0 && (st.st_mode & S_ISVTX) == 0) {
     char mode[8];

@@ -455,7 +455,12 @@ Result<std::unique_ptr<MetricsFile>> MetricsFile::open(const std::string& path) 
   // between the check and the open costs no file its contents.
   struct stat ls {};
   const bool own_link = ::lstat(path.c_str(), &ls) == 0 && S_ISLNK(ls.st_mode);
-  const int flags = O_WRONLY | O_CREAT | O_CLOEXEC | O_NOCTTY | (own_link ? 0 : O_NOFOLLOW);
+  // O_NONBLOCK: a FIFO no process reads (put there since the launcher
+  // refused FIFOs, or given to a worker started directly) fails the open at
+  // once instead of holding rank 0, and so the job, until someone reads it.
+  // Writes block as usual: the flag is cleared once the file is open.
+  const int flags =
+      O_WRONLY | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | (own_link ? 0 : O_NOFOLLOW);
   auto file = std::unique_ptr<MetricsFile>(new MetricsFile());
   file->path_ = path;
   file->fd_ = ::open(path.c_str(), flags, 0644);
@@ -463,7 +468,20 @@ Result<std::unique_ptr<MetricsFile>> MetricsFile::open(const std::string& path) 
     return invalid_argument("cannot write the metrics file " + path + ": " + cause +
                             "; check --metrics and the directory");
   };
-  if (file->fd_ < 0) return failed(std::strerror(errno));
+  if (file->fd_ < 0) {
+    const int err = errno;
+    struct stat st {};
+    if (err == ENXIO && ::stat(path.c_str(), &st) == 0 && S_ISFIFO(st.st_mode)) {
+      return invalid_argument("cannot write the metrics file " + path +
+                              ": it is a FIFO that no process reads; give a regular file, or "
+                              "/dev/null to discard the records");
+    }
+    return failed(std::strerror(err));
+  }
+  const int status_flags = ::fcntl(file->fd_, F_GETFL);
+  if (status_flags < 0 || ::fcntl(file->fd_, F_SETFL, status_flags & ~O_NONBLOCK) != 0) {
+    return failed(std::strerror(errno));
+  }
   if (std::string why = foreign_metrics_link(path); !why.empty()) {
     return invalid_argument("cannot write the metrics file " + path + ": " + why);
   }

@@ -371,6 +371,28 @@ TEST(CheckpointFiles, AtomicWriteFailsCleanly) {
   EXPECT_EQ(files, 1u) << "a temporary file stayed behind";
 }
 
+// The null device, named to discard the output (--save-params /dev/null),
+// takes the bytes and stays a device: a rename over it would leave a
+// regular file in its place, for every process, when the user is root. A
+// node of the null device made here stands in for /dev/null itself, which a
+// failing test must not replace.
+TEST(CheckpointFiles, AtomicWriteLeavesTheNullDeviceInPlace) {
+  if (::geteuid() != 0) GTEST_SKIP() << "making a device node needs root";
+  struct stat null_device {};
+  ASSERT_EQ(::stat("/dev/null", &null_device), 0);
+  test::TempDir dir("fulcrum_ckpt");
+  const std::string node = dir.at("null");
+  ASSERT_EQ(::mknod(node.c_str(), S_IFCHR | 0666, null_device.st_rdev), 0);
+  ASSERT_TRUE(write_file_atomically(node, "parameters"));
+  struct stat after {};
+  ASSERT_EQ(::lstat(node.c_str(), &after), 0);
+  EXPECT_TRUE(S_ISCHR(after.st_mode));
+  EXPECT_EQ(after.st_rdev, null_device.st_rdev);
+  std::size_t files = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir.at())) ++files;
+  EXPECT_EQ(files, 1u) << "a temporary file stayed behind";
+}
+
 // Another user who can write in the checkpoint directory plants a symbolic
 // link where the temporary file goes: the write must not follow it into the
 // file it names (which the running user may own), only replace it.
@@ -551,6 +573,53 @@ TEST(CheckpointFiles, ADirectoryAboveItAnotherUserCouldChangeIsRefused) {
   refused(via_link, above + "/mid above it is owned by uid 65534");
   ASSERT_EQ(::chown((above + "/mid").c_str(), 0, 0), 0);
   EXPECT_TRUE(prepare_checkpoint_dir(via_link));
+}
+
+// A link of this user's is only as safe as the directories holding it:
+// where another user may write (or owns) the directory, they may move the
+// link away and put one of theirs in its place. Refused, the link on the
+// path as written or reached inside another link's target; and no
+// directory is made through another user's link before the refusal.
+TEST(CheckpointFiles, ALinkInADirectoryAnotherUserCouldChangeIsRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "giving a directory to another user needs root";
+  test::TempDir dir("fulcrum_ckpt");
+  const std::string ck = dir.at("mine/ck");
+  ASSERT_TRUE(prepare_checkpoint_dir(ck));
+  const std::string scratch = dir.at("scratch");
+  ASSERT_EQ(::mkdir(scratch.c_str(), 0755), 0);
+  const std::string link = scratch + "/ck";
+  ASSERT_EQ(::symlink(ck.c_str(), link.c_str()), 0);
+  const std::string outer = dir.at("outer");  // outer -> scratch/ck -> mine/ck
+  ASSERT_EQ(::symlink(link.c_str(), outer.c_str()), 0);
+  EXPECT_TRUE(prepare_checkpoint_dir(link));
+  EXPECT_TRUE(prepare_checkpoint_dir(outer));
+  const auto refused = [&](const std::string& named, const std::string& why) {
+    const Status s = prepare_checkpoint_dir(named);
+    ASSERT_FALSE(s) << named << " " << why;
+    EXPECT_NE(s.message().find("train.checkpoint_dir " + named + ": the directory " + scratch +
+                               " above the symbolic link " + link + " on its path " + why),
+              std::string::npos)
+        << s.message();
+  };
+  ASSERT_EQ(::chmod(scratch.c_str(), 0777), 0);
+  for (const std::string& named : {link, outer}) refused(named, "has mode 0777");
+  ASSERT_EQ(::chmod(scratch.c_str(), 01777), 0);  // sticky and this user's: the link stays
+  EXPECT_TRUE(prepare_checkpoint_dir(outer));
+  ASSERT_EQ(::chmod(scratch.c_str(), 0755), 0);
+  ASSERT_EQ(::chown(scratch.c_str(), 65534, 65534), 0);
+  for (const std::string& named : {link, outer}) refused(named, "is owned by uid 65534");
+  ASSERT_EQ(::chown(scratch.c_str(), 0, 0), 0);
+  EXPECT_TRUE(prepare_checkpoint_dir(outer));
+
+  // A directory still to be made, behind another user's link: refused
+  // before anything is made where the link points.
+  const std::string victim = dir.at("victim");
+  ASSERT_EQ(::mkdir(victim.c_str(), 0755), 0);
+  const std::string planted = dir.at("planted");
+  ASSERT_EQ(::symlink(victim.c_str(), planted.c_str()), 0);
+  ASSERT_EQ(::lchown(planted.c_str(), 65534, 65534), 0);
+  EXPECT_FALSE(prepare_checkpoint_dir(planted + "/a/b"));
+  EXPECT_FALSE(fs::exists(victim + "/a"));
 }
 
 // A checkpoint another user owns could have been planted (a group's or a

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -122,6 +124,38 @@ TEST(MetricsFileTest, WritesLinesOneRunAtATimeAndFollowsOnlyTrustedLinks) {
     EXPECT_EQ(file.status().message().find('\n'), std::string::npos);
     EXPECT_EQ(read_all(victim), "keep\n");
   }
+  std::filesystem::remove_all(dir);
+}
+
+// A FIFO at the metrics path that no process reads (one put there after
+// the launcher looked, or given to a worker started directly) is refused
+// at once, not waited on; one that is read is written to, neither locked
+// nor emptied.
+TEST(MetricsFileTest, AFifoNoProcessReadsIsRefusedAtOnce) {
+  std::string pattern =
+      (std::filesystem::temp_directory_path() / "fulcrum-metrics-XXXXXX").string();
+  ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
+  const std::filesystem::path dir = pattern;
+  const std::string fifo = (dir / "m.fifo").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  Result<std::unique_ptr<MetricsFile>> refused = MetricsFile::open(fifo);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.status().message().find("the metrics file " + fifo +
+                                            ": it is a FIFO that no process reads"),
+            std::string::npos)
+      << refused.status().message();
+
+  const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  ASSERT_GE(reader, 0);
+  {
+    Result<std::unique_ptr<MetricsFile>> file = MetricsFile::open(fifo);
+    ASSERT_TRUE(file) << file.status().message();
+    ASSERT_TRUE((*file)->write({"{\"step\":1}"}));
+  }
+  char got[32] = {};
+  EXPECT_EQ(::read(reader, got, sizeof got), 11);
+  EXPECT_EQ(std::string(got), "{\"step\":1}\n");
+  ::close(reader);
   std::filesystem::remove_all(dir);
 }
 

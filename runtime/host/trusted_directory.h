@@ -20,6 +20,20 @@ namespace fulcrum::host {
 // Whether `uid` is root or this user: the owners whose files a job trusts.
 inline bool trusted_owner(uid_t uid) { return uid == 0 || uid == ::geteuid(); }
 
+// Whether this process belongs to group `gid` (its own or a supplementary
+// group): only then is a directory shared with that group shared with it.
+inline bool in_own_group(gid_t gid) {
+  if (gid == ::getegid()) return true;
+  const int n = ::getgroups(0, nullptr);
+  if (n <= 0) return false;
+  std::vector<gid_t> groups(static_cast<std::size_t>(n));
+  const int got = ::getgroups(n, groups.data());
+  for (int i = 0; i < got; ++i) {
+    if (groups[static_cast<std::size_t>(i)] == gid) return true;
+  }
+  return false;
+}
+
 // Why `dir` (links resolved) could be changed by someone other than root and
 // this user, or "" when it cannot: it and every directory above it must be
 // owned by root or this user and not writable by group or others, unless

@@ -290,8 +290,13 @@ std::string other_user(uid_t uid) {
          std::to_string(::geteuid()) + ")";
 }
 
-// A group's shared directory: its group may write it, other users may not.
-bool group_shared(mode_t mode) { return (mode & S_IWGRP) != 0 && (mode & S_IWOTH) == 0; }
+// A group's shared directory: its group, one this user belongs to, may write
+// it, other users may not. (Shared with a group this user is not in, its
+// writers are strangers.)
+bool group_shared(const struct stat& st) {
+  return (st.st_mode & S_IWGRP) != 0 && (st.st_mode & S_IWOTH) == 0 &&
+         host::in_own_group(st.st_gid);
+}
 
 // Why another user could rename `entry` (every directory above it resolved)
 // away and put one of theirs in its place, or "": a directory above it
@@ -305,8 +310,8 @@ std::string foreign_ancestor(const fs::path& entry, const std::string& what,
   for (fs::path p = entry; p.has_relative_path() && p.parent_path() != p;) {
     p = p.parent_path();
     struct stat st {};
-    if (::stat(p.c_str(), &st) != 0) continue;  // examined again when written to
-    if (!host::trusted_owner(st.st_uid) && !group_shared(st.st_mode)) {
+    if (::stat(p.c_str(), &st) != 0) continue;  // not made yet: this run makes it
+    if (!host::trusted_owner(st.st_uid) && !group_shared(st)) {
       return "the directory " + p.string() + " above " + what + " is owned by " +
              other_user(st.st_uid) + ", who may " + then;
     }
@@ -350,7 +355,7 @@ std::string foreign_checkpoint_dir(const std::string& dir) {
   struct stat st {};
   if (::stat(dir.c_str(), &st) != 0) return "";
   const fs::path real = fs::canonical(dir, ec);
-  if (!host::trusted_owner(st.st_uid) && !group_shared(st.st_mode)) {
+  if (!host::trusted_owner(st.st_uid) && !group_shared(st)) {
     return (ec || real == fs::path(dir) ? std::string("it") : real.string()) + " is owned by " +
            other_user(st.st_uid) +
            ", who may delete or replace the run's checkpoints in it, sticky bit or not";

@@ -496,7 +496,8 @@ TEST(CheckpointFiles, ADirectoryAnyUserMayWriteIsRefused) {
 // A directory another user owns is theirs to empty: the sticky bit keeps
 // others from moving our files, never the directory's owner; and a link
 // another user owns may be repointed by them. Both refused, links resolved;
-// a group's shared directory stays allowed (read_checkpoint guards it).
+// a group's shared directory stays allowed (read_checkpoint guards it) when
+// this user is in the group.
 TEST(CheckpointFiles, ADirectoryOrLinkAnotherUserControlsIsRefused) {
   if (::geteuid() != 0) GTEST_SKIP() << "giving a directory to another user needs root";
   test::TempDir dir("fulcrum_ckpt");
@@ -515,7 +516,9 @@ TEST(CheckpointFiles, ADirectoryOrLinkAnotherUserControlsIsRefused) {
   }
   ASSERT_EQ(::chmod(theirs.c_str(), 0755), 0);  // only its owner (and root) may write
   EXPECT_FALSE(prepare_checkpoint_dir(theirs));
-  ASSERT_EQ(::chmod(theirs.c_str(), 0775), 0);  // a group's shared directory
+  ASSERT_EQ(::chmod(theirs.c_str(), 0775), 0);  // shared with a group this user is not in
+  EXPECT_FALSE(prepare_checkpoint_dir(theirs));
+  ASSERT_EQ(::chown(theirs.c_str(), 65534, ::getegid()), 0);  // a group's shared directory
   EXPECT_TRUE(prepare_checkpoint_dir(theirs));
   // Our own directory behind a link another user owns (in /tmp, say).
   const std::string own = dir.at("own");
@@ -560,7 +563,9 @@ TEST(CheckpointFiles, ADirectoryAboveItAnotherUserCouldChangeIsRefused) {
       refused(named, above + " above it is owned by uid 65534");
     }
   }
-  ASSERT_EQ(::chmod(above.c_str(), 0775), 0);  // a group's shared directory
+  ASSERT_EQ(::chmod(above.c_str(), 0775), 0);  // shared with a group this user is not in
+  refused(ck, above + " above it is owned by uid 65534");
+  ASSERT_EQ(::chown(above.c_str(), 65534, ::getegid()), 0);  // a group's shared directory
   EXPECT_TRUE(prepare_checkpoint_dir(ck));
   ASSERT_EQ(::chown(above.c_str(), 0, 0), 0);
   ASSERT_EQ(::chmod(above.c_str(), 0777), 0);

@@ -1,5 +1,6 @@
 #include "launch/preflight.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -68,6 +69,18 @@ Status check_output_file(const std::string& path, std::string_view what) {
     if (::access(p.c_str(), W_OK) != 0) {
       return invalid_argument("cannot write " + std::string(what) + " " + path + ": " +
                               std::strerror(errno) + "; choose another path or fix its mode");
+    }
+    // Another user's file (in a group's or a sticky directory) is theirs to
+    // read, change or remove whatever the run writes there, and writing it
+    // would destroy what they put there.
+    struct stat owned {};
+    if (fs::is_regular_file(st) && ::stat(p.c_str(), &owned) == 0 &&
+        !host::trusted_owner(owned.st_uid)) {
+      return invalid_argument(std::string(what) + " " + path + " is owned by uid " +
+                              std::to_string(owned.st_uid) + ", neither root nor this user (uid " +
+                              std::to_string(::geteuid()) +
+                              "): it is theirs, and so would the run's output be; choose a path "
+                              "of your own");
     }
     return Status::ok();
   }

@@ -494,6 +494,22 @@ Result<std::unique_ptr<MetricsFile>> MetricsFile::open(const std::string& path) 
   // A FIFO or device chosen on purpose (/dev/null) is neither locked nor
   // emptied.
   if (!S_ISREG(opened.st_mode)) return file;
+  // Another user's file (in a group's or a sticky directory) is theirs to
+  // read, change, remove or lock; a file with other names (hard links,
+  // which another user may have made to a file of this user's where the
+  // kernel allows it) would be emptied under those names too.
+  if (!host::trusted_owner(opened.st_uid)) {
+    return invalid_argument("the metrics file " + path + " is owned by uid " +
+                            std::to_string(opened.st_uid) + ", neither root nor this user (uid " +
+                            std::to_string(::geteuid()) +
+                            "): it is theirs, and so would the records be; choose a --metrics "
+                            "path of your own");
+  }
+  if (opened.st_nlink > 1) {
+    return invalid_argument("the metrics file " + path + " has " + std::to_string(opened.st_nlink) +
+                            " names (hard links), and emptying it would empty the others too; "
+                            "choose a --metrics path of its own");
+  }
   // Two runs writing one metrics file would empty and interleave each
   // other's records: the file is locked for as long as this run writes it,
   // before it is emptied, so a second run leaves the first's records alone.

@@ -74,6 +74,19 @@ TEST_F(Preflight, OutputThroughAnotherUsersLinkIsRefused) {
                  "the symbolic link " + at("via") + " on its path is owned by uid 65534");
 }
 
+// An existing output another user owns is theirs (in a group's or a
+// sticky directory): refused, whichever flag names it.
+TEST_F(Preflight, AnotherUsersOutputFileIsRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "giving a file to another user needs root";
+  ASSERT_EQ(::chown(file_.c_str(), 65534, 65534), 0);
+  for (const char* what : {"--metrics", "--save-params"}) {
+    expect_refused(check_output_file(file_, what),
+                   std::string(what) + " " + file_ + " is owned by uid 65534");
+  }
+  ASSERT_EQ(::chown(file_.c_str(), 0, 0), 0);
+  EXPECT_TRUE(check_output_file(file_, "--metrics"));
+}
+
 TEST_F(Preflight, InputFile) {
   EXPECT_TRUE(check_input_file(file_, "checkpoint", "fix it"));
   expect_refused(check_input_file(at("absent.ckpt"), "checkpoint", "give another"),

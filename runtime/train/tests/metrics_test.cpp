@@ -159,6 +159,40 @@ TEST(MetricsFileTest, AFifoNoProcessReadsIsRefusedAtOnce) {
   std::filesystem::remove_all(dir);
 }
 
+// A metrics file another user owns, or one with other names (hard links),
+// is refused and left as it was: the records would be theirs, or emptying
+// it would empty the other names too.
+TEST(MetricsFileTest, AnotherUsersFileOrOneWithOtherNamesIsLeftAlone) {
+  std::string pattern =
+      (std::filesystem::temp_directory_path() / "fulcrum-metrics-XXXXXX").string();
+  ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
+  const std::filesystem::path dir = pattern;
+  const std::string path = (dir / "m.jsonl").string();
+  std::ofstream(path) << "keep\n";
+  const std::string other_name = (dir / "other").string();
+  ASSERT_EQ(::link(path.c_str(), other_name.c_str()), 0);
+  Result<std::unique_ptr<MetricsFile>> linked = MetricsFile::open(path);
+  ASSERT_FALSE(linked);
+  EXPECT_NE(linked.status().message().find("the metrics file " + path + " has 2 names"),
+            std::string::npos)
+      << linked.status().message();
+  EXPECT_EQ(read_all(path), "keep\n");
+  ASSERT_EQ(::unlink(other_name.c_str()), 0);
+  if (::geteuid() == 0) {
+    ASSERT_EQ(::chown(path.c_str(), 65534, 65534), 0);
+    Result<std::unique_ptr<MetricsFile>> theirs = MetricsFile::open(path);
+    ASSERT_FALSE(theirs);
+    EXPECT_NE(theirs.status().message().find("the metrics file " + path + " is owned by uid 65534"),
+              std::string::npos)
+        << theirs.status().message();
+    EXPECT_EQ(read_all(path), "keep\n");
+    ASSERT_EQ(::chown(path.c_str(), 0, 0), 0);
+  }
+  EXPECT_TRUE(MetricsFile::open(path));  // the file alone, this user's: written
+  EXPECT_EQ(read_all(path), "");
+  std::filesystem::remove_all(dir);
+}
+
 TEST(CompareMetrics, ReplayWaitsForEveryMemberAndTakesTheSlowest) {
   // Rank 0 runs 10 ms, rank 1 runs 5 ms, then both share a slot whose
   // members take 3 and 4 ms: it starts at 10 and lasts 4.

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -164,6 +165,87 @@ TEST(HybridDraw, LeastLoadedGroupIsTheScan) {
       order.set(k, load[static_cast<std::size_t>(k)]);
     }
   }
+}
+
+// Rule 8's best fit (best_fit_rows, rows by room in one sorted array)
+// against the ordered multimap it replaced: the same rows, rooms, work
+// summed in the same order, and pieces, on random lengths with many equal
+// rooms (lengths from a few values) and few, pieces longer than the
+// capacity among them.
+struct MapRows {
+  std::vector<std::int64_t> room;
+  std::vector<double> work;
+  std::vector<std::vector<std::size_t>> pieces;
+};
+MapRows best_fit_by_map(const std::vector<DocPiece>& pieces, const std::vector<double>& work,
+                        const std::vector<std::size_t>& by_length, std::int64_t capacity) {
+  MapRows rows;
+  std::multimap<std::int64_t, std::size_t> by_room;
+  for (const std::size_t i : by_length) {
+    const std::int64_t len = pieces[i].length;
+    if (len > capacity) continue;
+    auto it = by_room.lower_bound(len);
+    std::size_t k = rows.room.size();
+    if (it == by_room.end()) {
+      rows.room.push_back(capacity);
+      rows.work.push_back(0.0);
+      rows.pieces.emplace_back();
+    } else {
+      k = it->second;
+      by_room.erase(it);
+    }
+    rows.room[k] -= len;
+    rows.work[k] += work[i];
+    rows.pieces[k].push_back(i);
+    by_room.emplace(rows.room[k], k);
+  }
+  return rows;
+}
+
+TEST(HybridDraw, BestFitRowsIsTheMultimapBestFit) {
+  SplitMix64 rng(3309);
+  std::size_t long_moves = 0;
+  for (int c = 0; c < 400; ++c) {
+    const std::int64_t capacity = rng.uniform(1, 4) * rng.uniform(8, 200);
+    const auto count = static_cast<std::size_t>(rng.uniform(0, 3000));
+    const bool few_lengths = rng.uniform(0, 1) == 0;
+    std::vector<DocPiece> pieces;
+    std::vector<double> work;
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::int64_t len = few_lengths
+                                   ? capacity / static_cast<std::int64_t>(rng.uniform(1, 6)) +
+                                         static_cast<std::int64_t>(rng.uniform(0, 1))
+                                   : rng.uniform(1, capacity + capacity / 8);
+      pieces.push_back({static_cast<std::int64_t>(i), 0, std::max<std::int64_t>(1, len)});
+      work.push_back(0.1 * static_cast<double>(rng.uniform(1, 1000)));
+    }
+    std::vector<std::size_t> by_length(count);
+    std::iota(by_length.begin(), by_length.end(), std::size_t{0});
+    std::stable_sort(by_length.begin(), by_length.end(), [&](std::size_t a, std::size_t b) {
+      return pieces[a].length > pieces[b].length;
+    });
+    const MapRows want = best_fit_by_map(pieces, work, by_length, capacity);
+    const std::string where = "case " + std::to_string(c);
+    for (const bool with_pieces : {true, false}) {
+      const hybrid::BestFitRows got =
+          hybrid::best_fit_rows(pieces, work, by_length, capacity, with_pieces);
+      ASSERT_EQ(got.room, want.room) << where;
+      ASSERT_EQ(got.work, want.work) << where;
+      if (!with_pieces) {
+        EXPECT_TRUE(got.first.empty() && got.pieces.empty()) << where;
+        continue;
+      }
+      ASSERT_EQ(got.first.size(), want.room.size() + 1) << where;
+      for (std::size_t k = 0; k < want.pieces.size(); ++k) {
+        const std::vector<std::size_t> row(got.pieces.begin() + got.first[k],
+                                           got.pieces.begin() + got.first[k + 1]);
+        ASSERT_EQ(row, want.pieces[k]) << where << " row " << k;
+      }
+    }
+    long_moves += want.room.size() > 64 ? 1 : 0;
+  }
+  // Many rows: rows step past more rows than are stepped over one by one.
+  EXPECT_GT(long_moves, 100u);
 }
 
 ScheduleRequest random_request(SplitMix64& rng) {

@@ -3,7 +3,6 @@
 // with moves and swaps.
 #include <algorithm>
 #include <cstdint>
-#include <iterator>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -466,18 +465,22 @@ class Drafter {
       if (wait > 0) d_.gaps.push_back({a, free_at_[a], wait, budget_, {}});
       free_at_[a] = end;
     }
-    // The members (ascending, one time) back in order: one at a time for a
-    // few, one merge for many.
-    if (members.size() <= kInsertOneByOne) {
-      for (const std::int32_t a : members) {
-        by_free_.insert(std::lower_bound(by_free_.begin(), by_free_.end(), a, cmp), a);
-      }
-    } else {
-      merged_.clear();
-      std::merge(by_free_.begin(), by_free_.end(), members.begin(), members.end(),
-                 std::back_inserter(merged_), cmp);
-      std::swap(by_free_, merged_);
-    }
+    // The members (ascending, one time) back in order: they go where the
+    // ranks free at `end` are, merged with those by rank (seldom any), and
+    // the ranks free later move up by g at once.
+    const auto tie = std::partition_point(by_free_.begin(), by_free_.end(),
+                                          [&](std::int32_t a) { return free_at_[a] < end; });
+    const auto later = std::partition_point(tie, by_free_.end(),
+                                            [&](std::int32_t a) { return free_at_[a] <= end; });
+    tied_.assign(tie, later);
+    const auto from = static_cast<std::size_t>(tie - by_free_.begin());
+    const auto rest = static_cast<std::size_t>(by_free_.end() - later);
+    by_free_.resize(by_free_.size() + members.size());
+    std::copy_backward(by_free_.end() - static_cast<std::ptrdiff_t>(rest + members.size()),
+                       by_free_.end() - static_cast<std::ptrdiff_t>(members.size()),
+                       by_free_.end());
+    std::merge(tied_.begin(), tied_.end(), members.begin(), members.end(),
+               by_free_.begin() + static_cast<std::ptrdiff_t>(from));
     for (const std::int32_t a : members) {
       const auto n = static_cast<std::size_t>(a / node_);
       const std::span<std::int32_t> local = node_ranks(n);
@@ -636,8 +639,7 @@ class Drafter {
     return {by_node_.data() + n * static_cast<std::size_t>(node_),
             static_cast<std::size_t>(node_held_[n])};
   }
-  static constexpr std::size_t kInsertOneByOne = 16;
-  std::vector<std::int32_t> merged_;  // commit's scratch
+  std::vector<std::int32_t> tied_;  // commit's scratch
   std::vector<char> in_gap_;
   double overhead_ = 0;            // rank-seconds long slots spend beyond their work
   std::size_t grouped_ = 0;        // pieces placed in groups (rule 3)

@@ -2,6 +2,7 @@
 // groups on the ranks' timeline, short pieces into the waits and then LPT
 // with moves and swaps.
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -123,17 +124,19 @@ void apply_change(const Batch& batch, const Change& c, std::vector<Row>& from, s
   lo_load += work[p];
 }
 
-}  // namespace
-
 // LPT leaves the most loaded rank up to one piece above the others; moving
 // a piece from it to the least loaded rank, or swapping one for a smaller
 // one there, closes much of that gap. Rows keep their T budget; a row left
 // empty is dropped (its fixed slot cost with it), a piece that fits no row
 // of its new rank opens one. Stops when neither lowers the pair's maximum.
-// `rows` and `load` may cover only the first ranks: every rank past them
-// has no rows and load 0, and is added (the lowest first) when it is the
-// most or least loaded, as a scan of every rank would find it.
-void rebalance(const Batch& batch, std::vector<std::vector<Row>>& rows, std::vector<double>& load) {
+// `load` may cover only the first ranks: every rank past them has no rows
+// and load 0, and is added (the lowest first) when it is the most or least
+// loaded, as a scan of every rank would find it. `book` keeps the ranks'
+// rows: add() adds the next rank (none), open(a, side) lends rank a's rows
+// as a list (side 0 the most loaded's, 1 the least's), and close(a, side)
+// takes back the list as changed.
+template <class Book>
+void rebalance_rows(const Batch& batch, Book& book, std::vector<double>& load) {
   const std::int32_t world = batch.request.world_size;
   for (std::int32_t round = 0; round < 4 * world + 16; ++round) {
     const auto held = static_cast<std::int32_t>(load.size());
@@ -146,14 +149,33 @@ void rebalance(const Batch& batch, std::vector<std::vector<Row>>& rows, std::vec
     }
     if (held < world && (0.0 > load[hi] || 0.0 < load[lo])) {
       (0.0 > load[hi] ? hi : lo) = held;
-      rows.emplace_back();
+      book.add();
       load.push_back(0.0);
     }
     if (hi == lo) return;
-    const Change c = best_change(batch, rows[hi], rows[lo], load[hi], load[lo]);
+    std::vector<Row>& from = book.open(hi, 0);
+    std::vector<Row>& to = book.open(lo, 1);
+    const Change c = best_change(batch, from, to, load[hi], load[lo]);
     if (c.from_row < 0) return;
-    apply_change(batch, c, rows[hi], rows[lo], load[hi], load[lo]);
+    apply_change(batch, c, from, to, load[hi], load[lo]);
+    book.close(hi, 0);
+    book.close(lo, 1);
   }
+}
+
+// A list per rank: lent as it is.
+struct ListBook {
+  std::vector<std::vector<Row>>& rows;
+  void add() { rows.emplace_back(); }
+  std::vector<Row>& open(std::int32_t a, int /*side*/) { return rows[static_cast<std::size_t>(a)]; }
+  void close(std::int32_t /*a*/, int /*side*/) {}
+};
+
+}  // namespace
+
+void rebalance(const Batch& batch, std::vector<std::vector<Row>>& rows, std::vector<double>& load) {
+  ListBook book{rows};
+  rebalance_rows(batch, book, load);
 }
 
 namespace {
@@ -216,6 +238,136 @@ class LoadHeap {
   std::vector<Load> heap_;
 };
 
+// Rule 4's trailing rows while they are packed: every row in one array and
+// every piece placed in another, a rank's rows and a row's pieces linked
+// in order (thousands of rows at W = 1024 made a list each, and a list of
+// rows per rank). rebalance borrows the two ranks it changes as lists and
+// gives them back relinked; the draft takes the rows rank by rank.
+class RowBook {
+ public:
+  static constexpr std::int32_t kNone = -1;
+
+  RowBook(std::size_t ranks, std::size_t pieces) : first_(ranks, kNone), last_(ranks, kNone) {
+    links_.reserve(pieces);
+  }
+  std::size_t ranks() const { return first_.size(); }
+  // The next rank, without rows.
+  void add() {
+    first_.push_back(kNone);
+    last_.push_back(kNone);
+  }
+  // Rank a's rows in order: first_row(a), then next_row of each.
+  std::int32_t first_row(std::int32_t a) const { return first_[static_cast<std::size_t>(a)]; }
+  std::int32_t next_row(std::int32_t r) const { return rows_[static_cast<std::size_t>(r)].next; }
+  std::int64_t room(std::int32_t r) const { return rows_[static_cast<std::size_t>(r)].room; }
+  // A row of `room` tokens after rank a's others.
+  std::int32_t new_row(std::int32_t a, std::int64_t room) {
+    const auto r = static_cast<std::int32_t>(rows_.size());
+    rows_.push_back({room, kNone, kNone, kNone});
+    std::int32_t& last = last_[static_cast<std::size_t>(a)];
+    (last == kNone ? first_[static_cast<std::size_t>(a)]
+                   : rows_[static_cast<std::size_t>(last)].next) = r;
+    last = r;
+    return r;
+  }
+  // Piece p after row r's others, its room `len` tokens less.
+  void put(std::int32_t r, std::size_t p, std::int64_t len) {
+    BookRow& row = rows_[static_cast<std::size_t>(r)];
+    const auto l = static_cast<std::int32_t>(links_.size());
+    links_.push_back({p, kNone});
+    (row.tail == kNone ? row.head : links_[static_cast<std::size_t>(row.tail)].next) = l;
+    row.tail = l;
+    row.room -= len;
+  }
+
+  // rebalance's loan (rebalance_rows): rank a's rows as a list.
+  std::vector<Row>& open(std::int32_t a, int side) {
+    std::vector<Row>& lent = lent_[static_cast<std::size_t>(side)];
+    lent.clear();
+    for (std::int32_t r = first_row(a); r != kNone; r = next_row(r)) {
+      const BookRow& row = rows_[static_cast<std::size_t>(r)];
+      lent.push_back({row.room, {}});
+      for (std::int32_t l = row.head; l != kNone; l = links_[static_cast<std::size_t>(l)].next) {
+        lent.back().pieces.push_back(links_[static_cast<std::size_t>(l)].piece);
+      }
+    }
+    return lent;
+  }
+  // Rank a's rows become the list lent (their old entries left unlinked).
+  void close(std::int32_t a, int side) {
+    first_[static_cast<std::size_t>(a)] = kNone;
+    last_[static_cast<std::size_t>(a)] = kNone;
+    for (const Row& row : lent_[static_cast<std::size_t>(side)]) {
+      const std::int32_t r = new_row(a, row.room);
+      for (const std::size_t p : row.pieces) put(r, p, 0);
+    }
+  }
+
+  // The rows into `d`, rank by rank.
+  void write(Draft& d) const {
+    d.rank_first.assign(1, 0);
+    d.rank_first.reserve(first_.size() + 1);
+    d.rows.reserve(rows_.size());
+    d.row_pieces.reserve(links_.size());
+    for (std::size_t a = 0; a < first_.size(); ++a) {
+      for (std::int32_t r = first_[a]; r != kNone; r = next_row(r)) {
+        const BookRow& row = rows_[static_cast<std::size_t>(r)];
+        RowSpan span{row.room, d.row_pieces.size(), 0};
+        for (std::int32_t l = row.head; l != kNone; l = links_[static_cast<std::size_t>(l)].next) {
+          d.row_pieces.push_back(links_[static_cast<std::size_t>(l)].piece);
+          ++span.size;
+        }
+        d.rows.push_back(span);
+      }
+      d.rank_first.push_back(d.rows.size());
+    }
+  }
+
+ private:
+  struct BookRow {
+    std::int64_t room;
+    std::int32_t head, tail;  // into links_
+    std::int32_t next;        // the rank's next row
+  };
+  struct Link {
+    std::size_t piece;
+    std::int32_t next;
+  };
+  std::vector<std::int32_t> first_, last_;  // per rank, its first and last row
+  std::vector<BookRow> rows_;
+  std::vector<Link> links_;
+  std::array<std::vector<Row>, 2> lent_;
+};
+
+}  // namespace
+
+void rebalance_packed(const Batch& batch, std::vector<std::vector<Row>>& rows,
+                      std::vector<double>& load) {
+  std::size_t pieces = 0;
+  for (const std::vector<Row>& mine : rows) {
+    for (const Row& row : mine) pieces += row.pieces.size();
+  }
+  RowBook book(rows.size(), pieces);
+  for (std::size_t a = 0; a < rows.size(); ++a) {
+    for (const Row& row : rows[a]) {
+      const std::int32_t r = book.new_row(static_cast<std::int32_t>(a), row.room);
+      for (const std::size_t p : row.pieces) book.put(r, p, 0);
+    }
+  }
+  rebalance_rows(batch, book, load);
+  Draft d;
+  book.write(d);
+  rows.assign(d.ranks(), {});
+  for (std::size_t a = 0; a < d.ranks(); ++a) {
+    for (const RowSpan& row : d.rows_of(a)) {
+      const std::span<const std::size_t> mine = d.pieces_of(row);
+      rows[a].push_back({row.room, {mine.begin(), mine.end()}});
+    }
+  }
+}
+
+namespace {
+
 // One draft under construction: the ranks' timeline (when each is free),
 // the long pieces' groups placed on it in turn, then the short pieces.
 //
@@ -244,8 +396,6 @@ class Drafter {
       if (batch_.grouped[i]) {
         place_group(i, group_size(i));
         ++grouped_;
-      } else {
-        short_tokens_ += batch_.pieces[i].length;
       }
     }
     fill_gaps();
@@ -522,7 +672,6 @@ class Drafter {
       gap.pieces.push_back(i);
       in_gap_[i] = 1;
       ++gapped_;
-      short_tokens_ -= len;
       by_time.emplace(gap.seconds, k);
     }
   }
@@ -554,28 +703,13 @@ class Drafter {
   // rows of T tokens, then rebalance. The ranks not held wait, load 0, in
   // rank order beside the heap; one taken gets its rows then.
   void pack_rows() {
-    // Room reserved up front (capacity only, the rows and their pieces the
-    // same): a row for every rank the pieces can reach, and in each new row
-    // the pieces of mean length that fill T, at most a rank's share.
-    const std::size_t left = batch_.pieces.size() - grouped_ - gapped_;
-    const auto ranks = static_cast<std::size_t>(world_);
-    std::size_t per_row = (left + ranks - 1) / ranks;
-    if (short_tokens_ > 0) {
-      const auto fill = static_cast<std::size_t>(
-          ceil_div(static_cast<std::int64_t>(left) * budget_, short_tokens_));
-      per_row = std::min(per_row, fill);
-    }
-    // And for each rank's rows, its share of the rows' tokens in rows of T.
-    const auto rows_each = static_cast<std::size_t>(
-        ceil_div(short_tokens_, budget_ * static_cast<std::int64_t>(world_)));
-    d_.rows.reserve(std::min(ranks, static_cast<std::size_t>(held_) + left));
-    d_.rows.assign(static_cast<std::size_t>(held_), {});
+    RowBook book(static_cast<std::size_t>(held_), batch_.pieces.size() - grouped_ - gapped_);
     // The held ranks by load, lightest first (ties by rank); no two
     // entries tie, so it hands out the ranks in one order however it is
     // kept.
     LoadHeap lightest;
     lightest.build(free_at_);
-    std::int32_t next = held_;  // the lowest rank not yet in d_.rows
+    std::int32_t next = held_;  // the lowest rank not yet in the book
     for (const std::size_t i : batch_.order) {
       const std::int64_t len = batch_.pieces[i].length;
       if (batch_.grouped[i] || in_gap_[i]) continue;
@@ -583,26 +717,23 @@ class Drafter {
       const bool fresh =
           next < world_ && (lightest.empty() || LoadHeap::lighter(least, lightest.top()));
       if (fresh) {
-        d_.rows.emplace_back();
+        book.add();
         ++next;
       } else {
         least = lightest.top();
       }
       auto [load, a] = least;
-      std::vector<Row>& mine = d_.rows[a];
-      Row* fit = nullptr;
-      for (Row& row : mine) {
-        if (row.room >= len && (fit == nullptr || row.room < fit->room)) fit = &row;
+      std::int32_t fit = RowBook::kNone;
+      for (std::int32_t r = book.first_row(a); r != RowBook::kNone; r = book.next_row(r)) {
+        if (book.room(r) >= len && (fit == RowBook::kNone || book.room(r) < book.room(fit))) {
+          fit = r;
+        }
       }
-      if (fit == nullptr) {
-        if (mine.empty()) mine.reserve(rows_each);
-        mine.push_back({budget_, {}});
-        fit = &mine.back();
-        fit->pieces.reserve(per_row);
+      if (fit == RowBook::kNone) {
+        fit = book.new_row(a, budget_);
         load += prof_.slot_seconds;
       }
-      fit->room -= len;
-      fit->pieces.push_back(i);
+      book.put(fit, i, len);
       // The rank's load only grows: it replaces the top it was, or joins.
       if (fresh) {
         lightest.push({load + batch_.work[i], a});
@@ -610,10 +741,11 @@ class Drafter {
         lightest.raise_top(load + batch_.work[i]);
       }
     }
-    // Every rank in d_.rows is in the heap once.
-    std::vector<double> load(d_.rows.size(), 0.0);
+    // Every rank in the book is in the heap once.
+    std::vector<double> load(book.ranks(), 0.0);
     for (const auto& [l, a] : lightest.entries()) load[static_cast<std::size_t>(a)] = l;
-    rebalance(batch_, d_.rows, load);
+    rebalance_rows(batch_, book, load);
+    book.write(d_);
     // The ranks past `load` end at 0.
     const double top = load.empty() ? 0.0 : *std::max_element(load.begin(), load.end());
     d_.makespan = static_cast<std::int32_t>(load.size()) < world_ && top < 0.0 ? 0.0 : top;
@@ -641,10 +773,9 @@ class Drafter {
   }
   std::vector<std::int32_t> tied_;  // commit's scratch
   std::vector<char> in_gap_;
-  double overhead_ = 0;            // rank-seconds long slots spend beyond their work
-  std::size_t grouped_ = 0;        // pieces placed in groups (rule 3)
-  std::size_t gapped_ = 0;         // pieces placed in gaps (rule 4)
-  std::int64_t short_tokens_ = 0;  // tokens of the pieces left for rows
+  double overhead_ = 0;      // rank-seconds long slots spend beyond their work
+  std::size_t grouped_ = 0;  // pieces placed in groups (rule 3)
+  std::size_t gapped_ = 0;   // pieces placed in gaps (rule 4)
 };
 
 }  // namespace

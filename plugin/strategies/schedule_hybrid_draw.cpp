@@ -41,8 +41,7 @@ Schedule to_schedule(const Draft& best, const std::vector<DocPiece>& pieces, std
                    [](const Timed& x, const Timed& y) { return x.start < y.start; });
   // Each slot's lists sized once: most slots are rows of several pieces,
   // and an answer makes thousands.
-  std::size_t slots = timed.size();
-  for (const std::vector<Row>& rows : best.rows) slots += rows.size();
+  const std::size_t slots = timed.size() + best.rows.size();
   schedule.slots.reserve(slots);
   std::vector<std::int32_t> next_wave(static_cast<std::size_t>(world), 0);
   const auto add = [&](ScheduleSlot slot) {
@@ -62,12 +61,12 @@ Schedule to_schedule(const Draft& best, const std::vector<DocPiece>& pieces, std
     }
     add(std::move(slot));
   }
-  for (std::size_t a = 0; a < best.rows.size(); ++a) {
-    for (const Row& row : best.rows[a]) {
+  for (std::size_t a = 0; a < best.ranks(); ++a) {
+    for (const RowSpan& row : best.rows_of(a)) {
       ScheduleSlot slot;
       slot.ranks.push_back(static_cast<std::int32_t>(a));
-      slot.pieces.reserve(row.pieces.size());
-      for (const std::size_t i : row.pieces) slot.pieces.push_back(pieces[i]);
+      slot.pieces.reserve(row.size);
+      for (const std::size_t i : best.pieces_of(row)) slot.pieces.push_back(pieces[i]);
       add(std::move(slot));
     }
   }
@@ -84,11 +83,7 @@ std::int64_t draft_cost(const Draft& d, const std::vector<DocPiece>& pieces) {
   for (const Gap& gap : d.gaps) {
     for (const std::size_t i : gap.pieces) cost += pieces[i].length;
   }
-  for (const std::vector<Row>& rows : d.rows) {
-    for (const Row& row : rows) {
-      for (const std::size_t i : row.pieces) cost += pieces[i].length;
-    }
-  }
+  for (const std::size_t i : d.row_pieces) cost += pieces[i].length;
   return cost;
 }
 

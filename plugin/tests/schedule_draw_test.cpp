@@ -12,6 +12,7 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -313,14 +314,17 @@ void expect_same_draft(const hybrid::Draft& got, const hybrid::Draft& want,
     EXPECT_EQ(got.gaps[k].seconds, want.gaps[k].seconds) << where << " gap " << k;
     EXPECT_EQ(got.gaps[k].pieces, want.gaps[k].pieces) << where << " gap " << k;
   }
-  const std::size_t ranks = std::max(got.rows.size(), want.rows.size());
-  const std::vector<hybrid::Row> none;
+  const std::size_t ranks = std::max(got.ranks(), want.ranks());
   for (std::size_t a = 0; a < ranks; ++a) {
-    const auto& g = a < got.rows.size() ? got.rows[a] : none;
-    const auto& w = a < want.rows.size() ? want.rows[a] : none;
+    const auto g = a < got.ranks() ? got.rows_of(a) : std::span<const hybrid::RowSpan>();
+    const auto w = a < want.ranks() ? want.rows_of(a) : std::span<const hybrid::RowSpan>();
     ASSERT_EQ(g.size(), w.size()) << where << " rank " << a;
     for (std::size_t k = 0; k < w.size(); ++k) {
-      EXPECT_EQ(g[k].pieces, w[k].pieces) << where << " rank " << a << " row " << k;
+      const auto gp = got.pieces_of(g[k]);
+      const auto wp = want.pieces_of(w[k]);
+      EXPECT_EQ(std::vector<std::size_t>(gp.begin(), gp.end()),
+                std::vector<std::size_t>(wp.begin(), wp.end()))
+          << where << " rank " << a << " row " << k;
       EXPECT_EQ(g[k].room, w[k].room) << where << " rank " << a << " row " << k;
     }
   }
@@ -358,7 +362,7 @@ TEST(HybridDraw, DraftHoldingTheRanksItReachesIsTheDraftOverEveryRank) {
         const hybrid::Draft every = hybrid::draft(batch, est, rule, hybrid::kNoEnd, true);
         const hybrid::Draft held = hybrid::draft(batch, est, rule);
         expect_same_draft(held, every, where);
-        unheld += held.rows.size() < every.rows.size() ? 1 : 0;
+        unheld += held.ranks() < every.ranks() ? 1 : 0;
         const double beat = every.makespan * (rng.uniform(0, 1) == 0 ? 0.99 : 1.01);
         expect_same_draft(hybrid::draft(batch, est, rule, beat),
                           hybrid::draft(batch, est, rule, beat, true), where + " beat");
@@ -371,7 +375,8 @@ TEST(HybridDraw, DraftHoldingTheRanksItReachesIsTheDraftOverEveryRank) {
 }
 
 // rebalance over the first ranks' rows and loads (every rank past them
-// without rows, load 0) moves what it moves over every rank's.
+// without rows, load 0) moves what it moves over every rank's, and over
+// the rows as a draft keeps them while packing (rebalance_packed) too.
 TEST(HybridDraw, RebalanceOverTheFirstRanksIsRebalanceOverEveryRank) {
   SplitMix64 rng(3307);
   int grown = 0;
@@ -405,8 +410,21 @@ TEST(HybridDraw, RebalanceOverTheFirstRanksIsRebalanceOverEveryRank) {
     every_rows.resize(static_cast<std::size_t>(r.world_size));
     std::vector<double> every_load = load;
     every_load.resize(static_cast<std::size_t>(r.world_size), 0.0);
+    std::vector<std::vector<hybrid::Row>> packed_rows = rows;
+    std::vector<double> packed_load = load;
     hybrid::rebalance(batch, rows, load);
     hybrid::rebalance(batch, every_rows, every_load);
+    // As a draft keeps its rows while it packs them: the same moves.
+    hybrid::rebalance_packed(batch, packed_rows, packed_load);
+    ASSERT_EQ(packed_load, load) << "case " << c;
+    ASSERT_EQ(packed_rows.size(), rows.size()) << "case " << c;
+    for (std::size_t a = 0; a < rows.size(); ++a) {
+      ASSERT_EQ(packed_rows[a].size(), rows[a].size()) << "case " << c << " rank " << a;
+      for (std::size_t k = 0; k < rows[a].size(); ++k) {
+        EXPECT_EQ(packed_rows[a][k].pieces, rows[a][k].pieces) << "case " << c << " rank " << a;
+        EXPECT_EQ(packed_rows[a][k].room, rows[a][k].room) << "case " << c << " rank " << a;
+      }
+    }
     grown += rows.size() > held ? 1 : 0;
     const std::string where = "case " + std::to_string(c);
     ASSERT_LE(rows.size(), every_rows.size()) << where;

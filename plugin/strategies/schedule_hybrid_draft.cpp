@@ -180,64 +180,6 @@ void rebalance(const Batch& batch, std::vector<std::vector<Row>>& rows, std::vec
 
 namespace {
 
-// Rule 4's ranks by load, a binary min-heap of (load, rank) in the
-// lexicographic order, whose top's load can be raised in place (one sift
-// down where a pop and a push take two).
-class LoadHeap {
- public:
-  using Load = std::pair<double, std::int32_t>;
-
-  static bool lighter(const Load& x, const Load& y) {
-    return x.first < y.first || (x.first == y.first && x.second < y.second);
-  }
-
-  // Rank a at load[a] for every a.
-  void build(const std::vector<double>& load) {
-    heap_.resize(load.size());
-    for (std::size_t a = 0; a < load.size(); ++a)
-      heap_[a] = {load[a], static_cast<std::int32_t>(a)};
-    for (std::size_t k = heap_.size() / 2; k-- > 0;) sift_down(k);
-  }
-  bool empty() const { return heap_.empty(); }
-  const Load& top() const { return heap_.front(); }
-  const std::vector<Load>& entries() const { return heap_; }
-
-  void push(Load x) {
-    std::size_t k = heap_.size();
-    heap_.push_back(x);
-    while (k > 0) {
-      const std::size_t up = (k - 1) / 2;
-      if (!lighter(x, heap_[up])) break;
-      heap_[k] = heap_[up];
-      k = up;
-    }
-    heap_[k] = x;
-  }
-
-  // The top's load becomes `load`, no less than it was.
-  void raise_top(double load) {
-    heap_.front().first = load;
-    sift_down(0);
-  }
-
- private:
-  void sift_down(std::size_t k) {
-    const std::size_t n = heap_.size();
-    const Load x = heap_[k];
-    for (;;) {
-      std::size_t child = 2 * k + 1;
-      if (child >= n) break;
-      if (child + 1 < n && lighter(heap_[child + 1], heap_[child])) ++child;
-      if (!lighter(heap_[child], x)) break;
-      heap_[k] = heap_[child];
-      k = child;
-    }
-    heap_[k] = x;
-  }
-
-  std::vector<Load> heap_;
-};
-
 // Rule 4's trailing rows while they are packed: every row in one array and
 // every piece placed in another, a rank's rows and a row's pieces linked
 // in order (thousands of rows at W = 1024 made a list each, and a list of

@@ -121,6 +121,81 @@ class LoadOrder {
   std::vector<std::size_t> at_;     // group id -> its place in heap_
 };
 
+// Rule 4's ranks by load (the drafts' LPT), a binary min-heap of (load,
+// rank) in the lexicographic order, whose top's load can be raised in
+// place (one pass where a pop and a push take two).
+class LoadHeap {
+ public:
+  using Load = std::pair<double, std::int32_t>;
+
+  static bool lighter(const Load& x, const Load& y) {
+    return x.first < y.first || (x.first == y.first && x.second < y.second);
+  }
+
+  // Rank a at load[a] for every a.
+  void build(const std::vector<double>& load) {
+    heap_.resize(load.size());
+    for (std::size_t a = 0; a < load.size(); ++a)
+      heap_[a] = {load[a], static_cast<std::int32_t>(a)};
+    for (std::size_t k = heap_.size() / 2; k-- > 0;) sift_down(k);
+  }
+  bool empty() const { return heap_.empty(); }
+  const Load& top() const { return heap_.front(); }
+  const std::vector<Load>& entries() const { return heap_; }
+
+  void push(Load x) {
+    std::size_t k = heap_.size();
+    heap_.push_back(x);
+    while (k > 0) {
+      const std::size_t up = (k - 1) / 2;
+      if (!lighter(x, heap_[up])) break;
+      heap_[k] = heap_[up];
+      k = up;
+    }
+    heap_[k] = x;
+  }
+
+  // The top's load becomes `load`, no less than it was. LPT raises the
+  // lightest rank by a piece at a time, and the rank so raised mostly sinks
+  // near the leaves (half the entries are leaves): its hole goes down along
+  // the lighter children to a leaf, one comparison a level, and the rank
+  // rises back from there, where a sift down compares it at every level too.
+  void raise_top(double load) {
+    const Load x{load, heap_.front().second};
+    const std::size_t n = heap_.size();
+    std::size_t k = 0;
+    for (std::size_t child = 1; child < n; child = 2 * k + 1) {
+      if (child + 1 < n && lighter(heap_[child + 1], heap_[child])) ++child;
+      heap_[k] = heap_[child];
+      k = child;
+    }
+    while (k > 0) {
+      const std::size_t up = (k - 1) / 2;
+      if (!lighter(x, heap_[up])) break;
+      heap_[k] = heap_[up];
+      k = up;
+    }
+    heap_[k] = x;
+  }
+
+ private:
+  void sift_down(std::size_t k) {
+    const std::size_t n = heap_.size();
+    const Load x = heap_[k];
+    for (;;) {
+      std::size_t child = 2 * k + 1;
+      if (child >= n) break;
+      if (child + 1 < n && lighter(heap_[child + 1], heap_[child])) ++child;
+      if (!lighter(heap_[child], x)) break;
+      heap_[k] = heap_[child];
+      k = child;
+    }
+    heap_[k] = x;
+  }
+
+  std::vector<Load> heap_;
+};
+
 class Estimator {
  public:
   explicit Estimator(const ScheduleRequest& r) : r_(r), p_(r.profile) {}

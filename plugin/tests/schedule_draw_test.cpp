@@ -249,6 +249,42 @@ TEST(HybridDraw, BestFitRowsIsTheMultimapBestFit) {
   EXPECT_GT(long_moves, 100u);
 }
 
+// The drafts' LPT takes the lightest rank (LoadHeap::top), raises its
+// load and takes it again, and adds ranks one at a time: the top after
+// every step is the least (load, rank) of a scan of every rank, and the
+// entries are every rank at its load, on loads from a few values (ties
+// broken by rank), raises by 0 among them.
+TEST(HybridDraw, LoadHeapTopIsTheScan) {
+  SplitMix64 rng(3310);
+  for (int c = 0; c < 300; ++c) {
+    std::vector<double> load(static_cast<std::size_t>(rng.uniform(0, 300)));
+    for (double& l : load) l = random_finish(rng);
+    hybrid::LoadHeap heap;
+    heap.build(load);
+    for (int step = 0; step < 500; ++step) {
+      const std::string where = "case " + std::to_string(c) + " step " + std::to_string(step);
+      ASSERT_EQ(heap.empty(), load.empty()) << where;
+      if (!load.empty()) {
+        const auto least =
+            static_cast<std::int32_t>(std::min_element(load.begin(), load.end()) - load.begin());
+        ASSERT_EQ(heap.top().second, least) << where;
+        ASSERT_EQ(heap.top().first, load[static_cast<std::size_t>(least)]) << where;
+      }
+      if (load.empty() || rng.uniform(0, 9) == 0) {
+        load.push_back(random_finish(rng));
+        heap.push({load.back(), static_cast<std::int32_t>(load.size() - 1)});
+      } else {
+        const auto a = static_cast<std::size_t>(heap.top().second);
+        load[a] += 0.25 * static_cast<double>(rng.uniform(0, 3));
+        heap.raise_top(load[a]);
+      }
+    }
+    std::vector<double> held(load.size(), -1.0);
+    for (const auto& [l, a] : heap.entries()) held[static_cast<std::size_t>(a)] = l;
+    ASSERT_EQ(held, load) << "case " << c;
+  }
+}
+
 ScheduleRequest random_request(SplitMix64& rng) {
   return schedule_tests::random_schedule_request(rng, {1, 2, 3, 5, 8, 12, 16, 31, 64, 128}, 80);
 }

@@ -44,13 +44,13 @@ Schedule to_schedule(const Draft& best, const std::vector<DocPiece>& pieces, std
   const std::size_t slots = timed.size() + best.rows.size();
   schedule.slots.reserve(slots);
   std::vector<std::int32_t> next_wave(static_cast<std::size_t>(world), 0);
-  const auto add = [&](ScheduleSlot slot) {
+  // Each slot made in place (a slot moved is a plan with its strings moved).
+  const auto wave = [&](ScheduleSlot& slot) {
     for (const std::int32_t a : slot.ranks) slot.wave = std::max(slot.wave, next_wave[a]);
     for (const std::int32_t a : slot.ranks) next_wave[a] = slot.wave + 1;
-    schedule.slots.push_back(std::move(slot));
   };
   for (const Timed& t : timed) {
-    ScheduleSlot slot;
+    ScheduleSlot& slot = schedule.slots.emplace_back();
     if (t.group) {
       slot.ranks = best.long_slots[t.index].ranks;
       slot.pieces.push_back(pieces[best.long_slots[t.index].piece]);
@@ -59,15 +59,15 @@ Schedule to_schedule(const Draft& best, const std::vector<DocPiece>& pieces, std
       slot.pieces.reserve(best.gaps[t.index].pieces.size());
       for (const std::size_t i : best.gaps[t.index].pieces) slot.pieces.push_back(pieces[i]);
     }
-    add(std::move(slot));
+    wave(slot);
   }
   for (std::size_t a = 0; a < best.ranks(); ++a) {
     for (const RowSpan& row : best.rows_of(a)) {
-      ScheduleSlot slot;
+      ScheduleSlot& slot = schedule.slots.emplace_back();
       slot.ranks.push_back(static_cast<std::int32_t>(a));
       slot.pieces.reserve(row.size);
       for (const std::size_t i : best.pieces_of(row)) slot.pieces.push_back(pieces[i]);
-      add(std::move(slot));
+      slot.wave = next_wave[a]++;
     }
   }
   return schedule;
@@ -203,7 +203,7 @@ double DraftSet::packed(std::int32_t g, Schedule* out, std::int64_t& cost, bool&
     double start = 0;
     for (const std::int32_t k : chosen) start = std::max(start, load.at(k));
     if (out != nullptr) {
-      ScheduleSlot slot;
+      ScheduleSlot& slot = out->slots.emplace_back();
       slot.ranks.reserve(chosen.size() * static_cast<std::size_t>(g));
       slot.pieces.reserve(row == nullptr ? 1 : row->size());
       for (const std::int32_t k : chosen) {
@@ -216,7 +216,6 @@ double DraftSet::packed(std::int32_t g, Schedule* out, std::int64_t& cost, bool&
         for (const std::size_t j : *row) slot.pieces.push_back(prep_.pieces[j]);
       }
       for (const std::int32_t k : chosen) wave[k] = slot.wave + 1;
-      out->slots.push_back(std::move(slot));
     }
     for (const std::int32_t k : chosen) load.set(k, start + time);
   };

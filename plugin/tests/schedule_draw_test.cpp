@@ -1,9 +1,12 @@
 // The structures that let hybrid's large answers skip work without changing
 // them (issue 25 item 4), each held to a full recount on seeded random
 // input: rule 10's ranks by finish (FinishOrder) against a scan of every
-// rank; the drafts made only when planning asks (DraftSet) against their
-// slots' costs counted here; and the bound that stops planning a draft
-// early (slot_length_lower_bound) against every slot's exact length.
+// rank; the drafts' LPT heap (LoadHeap) against a scan too; rule 8's best
+// fit (best_fit_rows) against the ordered multimap it replaced; a draft's
+// rows packed flat (rebalance_packed) against rebalance over lists; the
+// drafts made only when planning asks (DraftSet) against their slots'
+// costs counted here; and the bound that stops planning a draft early
+// (slot_length_lower_bound) against every slot's exact length.
 #include <gtest/gtest.h>
 
 #include <algorithm>

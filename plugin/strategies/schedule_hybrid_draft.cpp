@@ -3,7 +3,6 @@
 // with moves and swaps.
 #include <algorithm>
 #include <cstdint>
-#include <iterator>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -14,6 +13,7 @@
 #include "fulcrum/core/work_model.h"
 #include "fulcrum/core/workload.h"
 #include "strategies/schedule_hybrid_draft.h"
+#include "strategies/schedule_hybrid_draft_rows.h"
 
 namespace fulcrum::hybrid {
 
@@ -124,17 +124,19 @@ void apply_change(const Batch& batch, const Change& c, std::vector<Row>& from, s
   lo_load += work[p];
 }
 
-}  // namespace
-
 // LPT leaves the most loaded rank up to one piece above the others; moving
 // a piece from it to the least loaded rank, or swapping one for a smaller
 // one there, closes much of that gap. Rows keep their T budget; a row left
 // empty is dropped (its fixed slot cost with it), a piece that fits no row
 // of its new rank opens one. Stops when neither lowers the pair's maximum.
-// `rows` and `load` may cover only the first ranks: every rank past them
-// has no rows and load 0, and is added (the lowest first) when it is the
-// most or least loaded, as a scan of every rank would find it.
-void rebalance(const Batch& batch, std::vector<std::vector<Row>>& rows, std::vector<double>& load) {
+// `load` may cover only the first ranks: every rank past them has no rows
+// and load 0, and is added (the lowest first) when it is the most or least
+// loaded, as a scan of every rank would find it. `book` keeps the ranks'
+// rows: add() adds the next rank (none), open(a, side) lends rank a's rows
+// as a list (side 0 the most loaded's, 1 the least's), and close(a, side)
+// takes back the list as changed.
+template <class Book>
+void rebalance_rows(const Batch& batch, Book& book, std::vector<double>& load) {
   const std::int32_t world = batch.request.world_size;
   for (std::int32_t round = 0; round < 4 * world + 16; ++round) {
     const auto held = static_cast<std::int32_t>(load.size());
@@ -147,75 +149,61 @@ void rebalance(const Batch& batch, std::vector<std::vector<Row>>& rows, std::vec
     }
     if (held < world && (0.0 > load[hi] || 0.0 < load[lo])) {
       (0.0 > load[hi] ? hi : lo) = held;
-      rows.emplace_back();
+      book.add();
       load.push_back(0.0);
     }
     if (hi == lo) return;
-    const Change c = best_change(batch, rows[hi], rows[lo], load[hi], load[lo]);
+    std::vector<Row>& from = book.open(hi, 0);
+    std::vector<Row>& to = book.open(lo, 1);
+    const Change c = best_change(batch, from, to, load[hi], load[lo]);
     if (c.from_row < 0) return;
-    apply_change(batch, c, rows[hi], rows[lo], load[hi], load[lo]);
+    apply_change(batch, c, from, to, load[hi], load[lo]);
+    book.close(hi, 0);
+    book.close(lo, 1);
+  }
+}
+
+// A list per rank: lent as it is.
+struct ListBook {
+  std::vector<std::vector<Row>>& rows;
+  void add() { rows.emplace_back(); }
+  std::vector<Row>& open(std::int32_t a, int /*side*/) { return rows[static_cast<std::size_t>(a)]; }
+  void close(std::int32_t /*a*/, int /*side*/) {}
+};
+
+}  // namespace
+
+void rebalance(const Batch& batch, std::vector<std::vector<Row>>& rows, std::vector<double>& load) {
+  ListBook book{rows};
+  rebalance_rows(batch, book, load);
+}
+
+void rebalance_packed(const Batch& batch, std::vector<std::vector<Row>>& rows,
+                      std::vector<double>& load) {
+  std::size_t pieces = 0;
+  for (const std::vector<Row>& mine : rows) {
+    for (const Row& row : mine) pieces += row.pieces.size();
+  }
+  RowBook book(rows.size(), pieces);
+  for (std::size_t a = 0; a < rows.size(); ++a) {
+    for (const Row& row : rows[a]) {
+      const std::int32_t r = book.new_row(static_cast<std::int32_t>(a), row.room);
+      for (const std::size_t p : row.pieces) book.put(r, p, 0);
+    }
+  }
+  rebalance_rows(batch, book, load);
+  Draft d;
+  book.write(d);
+  rows.assign(d.ranks(), {});
+  for (std::size_t a = 0; a < d.ranks(); ++a) {
+    for (const RowSpan& row : d.rows_of(a)) {
+      const std::span<const std::size_t> mine = d.pieces_of(row);
+      rows[a].push_back({row.room, {mine.begin(), mine.end()}});
+    }
   }
 }
 
 namespace {
-
-// Rule 4's ranks by load, a binary min-heap of (load, rank) in the
-// lexicographic order, whose top's load can be raised in place (one sift
-// down where a pop and a push take two).
-class LoadHeap {
- public:
-  using Load = std::pair<double, std::int32_t>;
-
-  static bool lighter(const Load& x, const Load& y) {
-    return x.first < y.first || (x.first == y.first && x.second < y.second);
-  }
-
-  // Rank a at load[a] for every a.
-  void build(const std::vector<double>& load) {
-    heap_.resize(load.size());
-    for (std::size_t a = 0; a < load.size(); ++a)
-      heap_[a] = {load[a], static_cast<std::int32_t>(a)};
-    for (std::size_t k = heap_.size() / 2; k-- > 0;) sift_down(k);
-  }
-  bool empty() const { return heap_.empty(); }
-  const Load& top() const { return heap_.front(); }
-  const std::vector<Load>& entries() const { return heap_; }
-
-  void push(Load x) {
-    std::size_t k = heap_.size();
-    heap_.push_back(x);
-    while (k > 0) {
-      const std::size_t up = (k - 1) / 2;
-      if (!lighter(x, heap_[up])) break;
-      heap_[k] = heap_[up];
-      k = up;
-    }
-    heap_[k] = x;
-  }
-
-  // The top's load becomes `load`, no less than it was.
-  void raise_top(double load) {
-    heap_.front().first = load;
-    sift_down(0);
-  }
-
- private:
-  void sift_down(std::size_t k) {
-    const std::size_t n = heap_.size();
-    const Load x = heap_[k];
-    for (;;) {
-      std::size_t child = 2 * k + 1;
-      if (child >= n) break;
-      if (child + 1 < n && lighter(heap_[child + 1], heap_[child])) ++child;
-      if (!lighter(heap_[child], x)) break;
-      heap_[k] = heap_[child];
-      k = child;
-    }
-    heap_[k] = x;
-  }
-
-  std::vector<Load> heap_;
-};
 
 // One draft under construction: the ranks' timeline (when each is free),
 // the long pieces' groups placed on it in turn, then the short pieces.
@@ -245,8 +233,6 @@ class Drafter {
       if (batch_.grouped[i]) {
         place_group(i, group_size(i));
         ++grouped_;
-      } else {
-        short_tokens_ += batch_.pieces[i].length;
       }
     }
     fill_gaps();
@@ -466,18 +452,22 @@ class Drafter {
       if (wait > 0) d_.gaps.push_back({a, free_at_[a], wait, budget_, {}});
       free_at_[a] = end;
     }
-    // The members (ascending, one time) back in order: one at a time for a
-    // few, one merge for many.
-    if (members.size() <= kInsertOneByOne) {
-      for (const std::int32_t a : members) {
-        by_free_.insert(std::lower_bound(by_free_.begin(), by_free_.end(), a, cmp), a);
-      }
-    } else {
-      merged_.clear();
-      std::merge(by_free_.begin(), by_free_.end(), members.begin(), members.end(),
-                 std::back_inserter(merged_), cmp);
-      std::swap(by_free_, merged_);
-    }
+    // The members (ascending, one time) back in order: they go where the
+    // ranks free at `end` are, merged with those by rank (seldom any), and
+    // the ranks free later move up by g at once.
+    const auto tie = std::partition_point(by_free_.begin(), by_free_.end(),
+                                          [&](std::int32_t a) { return free_at_[a] < end; });
+    const auto later = std::partition_point(tie, by_free_.end(),
+                                            [&](std::int32_t a) { return free_at_[a] <= end; });
+    tied_.assign(tie, later);
+    const auto from = static_cast<std::size_t>(tie - by_free_.begin());
+    const auto rest = static_cast<std::size_t>(by_free_.end() - later);
+    by_free_.resize(by_free_.size() + members.size());
+    std::copy_backward(by_free_.end() - static_cast<std::ptrdiff_t>(rest + members.size()),
+                       by_free_.end() - static_cast<std::ptrdiff_t>(members.size()),
+                       by_free_.end());
+    std::merge(tied_.begin(), tied_.end(), members.begin(), members.end(),
+               by_free_.begin() + static_cast<std::ptrdiff_t>(from));
     for (const std::int32_t a : members) {
       const auto n = static_cast<std::size_t>(a / node_);
       const std::span<std::int32_t> local = node_ranks(n);
@@ -519,7 +509,6 @@ class Drafter {
       gap.pieces.push_back(i);
       in_gap_[i] = 1;
       ++gapped_;
-      short_tokens_ -= len;
       by_time.emplace(gap.seconds, k);
     }
   }
@@ -551,28 +540,13 @@ class Drafter {
   // rows of T tokens, then rebalance. The ranks not held wait, load 0, in
   // rank order beside the heap; one taken gets its rows then.
   void pack_rows() {
-    // Room reserved up front (capacity only, the rows and their pieces the
-    // same): a row for every rank the pieces can reach, and in each new row
-    // the pieces of mean length that fill T, at most a rank's share.
-    const std::size_t left = batch_.pieces.size() - grouped_ - gapped_;
-    const auto ranks = static_cast<std::size_t>(world_);
-    std::size_t per_row = (left + ranks - 1) / ranks;
-    if (short_tokens_ > 0) {
-      const auto fill = static_cast<std::size_t>(
-          ceil_div(static_cast<std::int64_t>(left) * budget_, short_tokens_));
-      per_row = std::min(per_row, fill);
-    }
-    // And for each rank's rows, its share of the rows' tokens in rows of T.
-    const auto rows_each = static_cast<std::size_t>(
-        ceil_div(short_tokens_, budget_ * static_cast<std::int64_t>(world_)));
-    d_.rows.reserve(std::min(ranks, static_cast<std::size_t>(held_) + left));
-    d_.rows.assign(static_cast<std::size_t>(held_), {});
+    RowBook book(static_cast<std::size_t>(held_), batch_.pieces.size() - grouped_ - gapped_);
     // The held ranks by load, lightest first (ties by rank); no two
     // entries tie, so it hands out the ranks in one order however it is
     // kept.
     LoadHeap lightest;
     lightest.build(free_at_);
-    std::int32_t next = held_;  // the lowest rank not yet in d_.rows
+    std::int32_t next = held_;  // the lowest rank not yet in the book
     for (const std::size_t i : batch_.order) {
       const std::int64_t len = batch_.pieces[i].length;
       if (batch_.grouped[i] || in_gap_[i]) continue;
@@ -580,26 +554,23 @@ class Drafter {
       const bool fresh =
           next < world_ && (lightest.empty() || LoadHeap::lighter(least, lightest.top()));
       if (fresh) {
-        d_.rows.emplace_back();
+        book.add();
         ++next;
       } else {
         least = lightest.top();
       }
       auto [load, a] = least;
-      std::vector<Row>& mine = d_.rows[a];
-      Row* fit = nullptr;
-      for (Row& row : mine) {
-        if (row.room >= len && (fit == nullptr || row.room < fit->room)) fit = &row;
+      std::int32_t fit = RowBook::kNone;
+      for (std::int32_t r = book.first_row(a); r != RowBook::kNone; r = book.next_row(r)) {
+        if (book.room(r) >= len && (fit == RowBook::kNone || book.room(r) < book.room(fit))) {
+          fit = r;
+        }
       }
-      if (fit == nullptr) {
-        if (mine.empty()) mine.reserve(rows_each);
-        mine.push_back({budget_, {}});
-        fit = &mine.back();
-        fit->pieces.reserve(per_row);
+      if (fit == RowBook::kNone) {
+        fit = book.new_row(a, budget_);
         load += prof_.slot_seconds;
       }
-      fit->room -= len;
-      fit->pieces.push_back(i);
+      book.put(fit, i, len);
       // The rank's load only grows: it replaces the top it was, or joins.
       if (fresh) {
         lightest.push({load + batch_.work[i], a});
@@ -607,10 +578,11 @@ class Drafter {
         lightest.raise_top(load + batch_.work[i]);
       }
     }
-    // Every rank in d_.rows is in the heap once.
-    std::vector<double> load(d_.rows.size(), 0.0);
+    // Every rank in the book is in the heap once.
+    std::vector<double> load(book.ranks(), 0.0);
     for (const auto& [l, a] : lightest.entries()) load[static_cast<std::size_t>(a)] = l;
-    rebalance(batch_, d_.rows, load);
+    rebalance_rows(batch_, book, load);
+    book.write(d_);
     // The ranks past `load` end at 0.
     const double top = load.empty() ? 0.0 : *std::max_element(load.begin(), load.end());
     d_.makespan = static_cast<std::int32_t>(load.size()) < world_ && top < 0.0 ? 0.0 : top;
@@ -636,13 +608,11 @@ class Drafter {
     return {by_node_.data() + n * static_cast<std::size_t>(node_),
             static_cast<std::size_t>(node_held_[n])};
   }
-  static constexpr std::size_t kInsertOneByOne = 16;
-  std::vector<std::int32_t> merged_;  // commit's scratch
+  std::vector<std::int32_t> tied_;  // commit's scratch
   std::vector<char> in_gap_;
-  double overhead_ = 0;            // rank-seconds long slots spend beyond their work
-  std::size_t grouped_ = 0;        // pieces placed in groups (rule 3)
-  std::size_t gapped_ = 0;         // pieces placed in gaps (rule 4)
-  std::int64_t short_tokens_ = 0;  // tokens of the pieces left for rows
+  double overhead_ = 0;      // rank-seconds long slots spend beyond their work
+  std::size_t grouped_ = 0;  // pieces placed in groups (rule 3)
+  std::size_t gapped_ = 0;   // pieces placed in gaps (rule 4)
 };
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <span>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -120,6 +121,81 @@ class LoadOrder {
   std::vector<std::size_t> at_;     // group id -> its place in heap_
 };
 
+// Rule 4's ranks by load (the drafts' LPT), a binary min-heap of (load,
+// rank) in the lexicographic order, whose top's load can be raised in
+// place (one pass where a pop and a push take two).
+class LoadHeap {
+ public:
+  using Load = std::pair<double, std::int32_t>;
+
+  static bool lighter(const Load& x, const Load& y) {
+    return x.first < y.first || (x.first == y.first && x.second < y.second);
+  }
+
+  // Rank a at load[a] for every a.
+  void build(const std::vector<double>& load) {
+    heap_.resize(load.size());
+    for (std::size_t a = 0; a < load.size(); ++a)
+      heap_[a] = {load[a], static_cast<std::int32_t>(a)};
+    for (std::size_t k = heap_.size() / 2; k-- > 0;) sift_down(k);
+  }
+  bool empty() const { return heap_.empty(); }
+  const Load& top() const { return heap_.front(); }
+  const std::vector<Load>& entries() const { return heap_; }
+
+  void push(Load x) {
+    std::size_t k = heap_.size();
+    heap_.push_back(x);
+    while (k > 0) {
+      const std::size_t up = (k - 1) / 2;
+      if (!lighter(x, heap_[up])) break;
+      heap_[k] = heap_[up];
+      k = up;
+    }
+    heap_[k] = x;
+  }
+
+  // The top's load becomes `load`, no less than it was. LPT raises the
+  // lightest rank by a piece at a time, and the rank so raised mostly sinks
+  // near the leaves (half the entries are leaves): its hole goes down along
+  // the lighter children to a leaf, one comparison a level, and the rank
+  // rises back from there, where a sift down compares it at every level too.
+  void raise_top(double load) {
+    const Load x{load, heap_.front().second};
+    const std::size_t n = heap_.size();
+    std::size_t k = 0;
+    for (std::size_t child = 1; child < n; child = 2 * k + 1) {
+      if (child + 1 < n && lighter(heap_[child + 1], heap_[child])) ++child;
+      heap_[k] = heap_[child];
+      k = child;
+    }
+    while (k > 0) {
+      const std::size_t up = (k - 1) / 2;
+      if (!lighter(x, heap_[up])) break;
+      heap_[k] = heap_[up];
+      k = up;
+    }
+    heap_[k] = x;
+  }
+
+ private:
+  void sift_down(std::size_t k) {
+    const std::size_t n = heap_.size();
+    const Load x = heap_[k];
+    for (;;) {
+      std::size_t child = 2 * k + 1;
+      if (child >= n) break;
+      if (child + 1 < n && lighter(heap_[child + 1], heap_[child])) ++child;
+      if (!lighter(heap_[child], x)) break;
+      heap_[k] = heap_[child];
+      k = child;
+    }
+    heap_[k] = x;
+  }
+
+  std::vector<Load> heap_;
+};
+
 class Estimator {
  public:
   explicit Estimator(const ScheduleRequest& r) : r_(r), p_(r.profile) {}
@@ -197,12 +273,33 @@ enum class GroupRule {
   kBalancedEnd,
 };
 
+// A row a rank runs after its groups, in a draft: its pieces are a stretch
+// of the draft's row_pieces.
+struct RowSpan {
+  std::int64_t room = 0;
+  std::size_t first = 0;  // into Draft::row_pieces
+  std::size_t size = 0;
+};
+
 struct Draft {
   std::vector<LongSlot> long_slots;
   std::vector<Gap> gaps;  // rows run while waiting for a group
-  std::vector<std::vector<Row>>
-      rows;             // per rank (those below rows.size()), its rows after its groups
+  // Per rank (those below ranks()), its rows after its groups: rank a's
+  // are rows[rank_first[a]] up to rows[rank_first[a + 1]], in one array,
+  // and their pieces in another (a draft at W = 1024 runs thousands of
+  // rows: a list per rank and per row was most of its allocations).
+  std::vector<std::size_t> rank_first;  // ranks() + 1 entries, or none
+  std::vector<RowSpan> rows;
+  std::vector<std::size_t> row_pieces;
   double makespan = 0;  // estimated
+
+  std::size_t ranks() const { return rank_first.empty() ? 0 : rank_first.size() - 1; }
+  std::span<const RowSpan> rows_of(std::size_t a) const {
+    return std::span(rows).subspan(rank_first[a], rank_first[a + 1] - rank_first[a]);
+  }
+  std::span<const std::size_t> pieces_of(const RowSpan& row) const {
+    return std::span(row_pieces).subspan(row.first, row.size);
+  }
 };
 
 struct Batch {
@@ -221,6 +318,11 @@ struct Batch {
 // `rows` and `load` may cover the first ranks only (the others have no
 // rows, load 0); a rank past them that a move reaches is added.
 void rebalance(const Batch& batch, std::vector<std::vector<Row>>& rows, std::vector<double>& load);
+// The same moves made on the rows as a draft keeps them while it packs
+// (one array of rows, one of pieces): `rows` in, rebalanced, and back (for
+// tests).
+void rebalance_packed(const Batch& batch, std::vector<std::vector<Row>>& rows,
+                      std::vector<double>& load);
 
 // A slot length that stands for "no sooner than the ceiling asked for".
 inline constexpr double kNoEnd = std::numeric_limits<double>::infinity();
@@ -229,7 +331,7 @@ inline constexpr double kNoEnd = std::numeric_limits<double>::infinity();
 // estimated finish. A draft whose groups and waits already bound its
 // finish at or after `beat` is left with its rows unpacked and makespan
 // kNoEnd: it cannot finish before `beat` (for a caller that keeps only
-// the soonest of several drafts). Its `rows` cover the ranks from 0 through
+// the soonest of several drafts). Its rows cover the ranks from 0 through
 // the last that runs one (every rank past them runs none). It holds per-rank
 // structures only for the nodes its groups and rows reach; `every_rank`
 // holds all W from the start (the same draft; for tests).

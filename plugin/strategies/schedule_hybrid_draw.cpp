@@ -8,8 +8,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <map>
-#include <memory_resource>
 #include <numeric>
 #include <span>
 #include <utility>
@@ -43,17 +41,16 @@ Schedule to_schedule(const Draft& best, const std::vector<DocPiece>& pieces, std
                    [](const Timed& x, const Timed& y) { return x.start < y.start; });
   // Each slot's lists sized once: most slots are rows of several pieces,
   // and an answer makes thousands.
-  std::size_t slots = timed.size();
-  for (const std::vector<Row>& rows : best.rows) slots += rows.size();
+  const std::size_t slots = timed.size() + best.rows.size();
   schedule.slots.reserve(slots);
   std::vector<std::int32_t> next_wave(static_cast<std::size_t>(world), 0);
-  const auto add = [&](ScheduleSlot slot) {
+  // Each slot made in place (a slot moved is a plan with its strings moved).
+  const auto wave = [&](ScheduleSlot& slot) {
     for (const std::int32_t a : slot.ranks) slot.wave = std::max(slot.wave, next_wave[a]);
     for (const std::int32_t a : slot.ranks) next_wave[a] = slot.wave + 1;
-    schedule.slots.push_back(std::move(slot));
   };
   for (const Timed& t : timed) {
-    ScheduleSlot slot;
+    ScheduleSlot& slot = schedule.slots.emplace_back();
     if (t.group) {
       slot.ranks = best.long_slots[t.index].ranks;
       slot.pieces.push_back(pieces[best.long_slots[t.index].piece]);
@@ -62,15 +59,15 @@ Schedule to_schedule(const Draft& best, const std::vector<DocPiece>& pieces, std
       slot.pieces.reserve(best.gaps[t.index].pieces.size());
       for (const std::size_t i : best.gaps[t.index].pieces) slot.pieces.push_back(pieces[i]);
     }
-    add(std::move(slot));
+    wave(slot);
   }
-  for (std::size_t a = 0; a < best.rows.size(); ++a) {
-    for (const Row& row : best.rows[a]) {
-      ScheduleSlot slot;
+  for (std::size_t a = 0; a < best.ranks(); ++a) {
+    for (const RowSpan& row : best.rows_of(a)) {
+      ScheduleSlot& slot = schedule.slots.emplace_back();
       slot.ranks.push_back(static_cast<std::int32_t>(a));
-      slot.pieces.reserve(row.pieces.size());
-      for (const std::size_t i : row.pieces) slot.pieces.push_back(pieces[i]);
-      add(std::move(slot));
+      slot.pieces.reserve(row.size);
+      for (const std::size_t i : best.pieces_of(row)) slot.pieces.push_back(pieces[i]);
+      slot.wave = next_wave[a]++;
     }
   }
   return schedule;
@@ -86,42 +83,98 @@ std::int64_t draft_cost(const Draft& d, const std::vector<DocPiece>& pieces) {
   for (const Gap& gap : d.gaps) {
     for (const std::size_t i : gap.pieces) cost += pieces[i].length;
   }
-  for (const std::vector<Row>& rows : d.rows) {
-    for (const Row& row : rows) {
-      for (const std::size_t i : row.pieces) cost += pieces[i].length;
-    }
-  }
+  for (const std::size_t i : d.row_pieces) cost += pieces[i].length;
   return cost;
 }
 
 }  // namespace
 
-// Rule 8's rows of `capacity` tokens: the pieces that fit one, best fit
-// by room (ties: the row that took that room first), longest first. A
-// row's work is summed as its pieces join, in their order; its pieces are
-// kept only `with_pieces` (where the schedule is made). The map's nodes
-// come from a pool freed at once.
-DraftSet::Rows DraftSet::best_fit(std::int64_t capacity, bool with_pieces) const {
-  Rows rows;
-  std::pmr::monotonic_buffer_resource pool;
-  std::pmr::multimap<std::int64_t, std::size_t> by_room(&pool);  // room -> row
-  for (const std::size_t i : prep_.by_length) {
-    const std::int64_t len = prep_.pieces[i].length;
+// The rows are kept in one array by room, ascending, the rows of one room
+// in the order they took it (the order an ordered multimap keeps): the
+// least room that holds a piece is a binary search, and the row it goes to
+// moves down past the rows whose room lies between its new room and the
+// piece's length (which the piece does not fit): mostly none or one, so
+// they are stepped over one by one, a binary search past a few. A tree
+// allocated and rebalanced a node per piece (most of drawing rule 8's
+// drafts at W = 1024 with 4,000 documents).
+namespace {
+
+struct OpenRow {
+  std::int64_t room;
+  std::size_t row;
+};
+
+// The first of `open` (ascending by room) whose room is at least `len`:
+// std::lower_bound without a branch per step.
+std::vector<OpenRow>::iterator first_holding(std::vector<OpenRow>& open, std::int64_t len) {
+  if (open.empty()) return open.end();
+  OpenRow* at = open.data();
+  for (std::size_t n = open.size(); n > 1;) {
+    const std::size_t half = n / 2;
+    at = at[half].room < len ? at + half : at;
+    n -= half;
+  }
+  return open.begin() + (at - open.data()) + (at->room < len ? 1 : 0);
+}
+
+// Row `fit` of `open` with its room lowered to `room`: moved down to its
+// place, after the rows of that room.
+void lower_room(std::vector<OpenRow>& open, std::vector<OpenRow>::iterator fit, std::int64_t room) {
+  const OpenRow row{room, fit->row};
+  constexpr int kSteps = 8;
+  auto to = fit;
+  for (int step = 0; step < kSteps && to != open.begin() && (to - 1)->room > room; ++step) {
+    *to = *(to - 1);
+    --to;
+  }
+  if (to != open.begin() && (to - 1)->room > room) {
+    const auto below = [](std::int64_t r, const OpenRow& o) { return r < o.room; };
+    const auto at = std::upper_bound(open.begin(), to, room, below);
+    std::move_backward(at, to, to + 1);
+    to = at;
+  }
+  *to = row;
+}
+
+}  // namespace
+
+BestFitRows best_fit_rows(const std::vector<DocPiece>& pieces, const std::vector<double>& work,
+                          const std::vector<std::size_t>& by_length, std::int64_t capacity,
+                          bool with_pieces) {
+  BestFitRows rows;
+  std::vector<OpenRow> open;
+  std::vector<std::size_t> joined;  // the row of each piece placed, in turn
+  if (with_pieces) joined.reserve(by_length.size());
+  for (const std::size_t i : by_length) {
+    const std::int64_t len = pieces[i].length;
     if (len > capacity) continue;  // a group's piece
-    auto it = by_room.lower_bound(len);
+    auto fit = first_holding(open, len);
     std::size_t k = rows.room.size();
-    if (it == by_room.end()) {
+    if (fit == open.end()) {
+      // A new row, last among those of its room: it enters at the end.
       rows.room.push_back(capacity);
       rows.work.push_back(0.0);
-      if (with_pieces) rows.pieces.emplace_back();
+      open.push_back({capacity, k});
+      fit = open.end() - 1;
     } else {
-      k = it->second;
-      by_room.erase(it);
+      k = fit->row;
     }
     rows.room[k] -= len;
-    rows.work[k] += prep_.work[i];
-    if (with_pieces) rows.pieces[k].push_back(i);
-    by_room.emplace(rows.room[k], k);
+    lower_room(open, fit, rows.room[k]);
+    rows.work[k] += work[i];
+    if (with_pieces) joined.push_back(k);
+  }
+  if (!with_pieces) return rows;
+  // Each row's pieces together, in the order they joined.
+  rows.first.assign(rows.room.size() + 1, 0);
+  for (const std::size_t k : joined) ++rows.first[k + 1];
+  std::partial_sum(rows.first.begin(), rows.first.end(), rows.first.begin());
+  rows.pieces.resize(joined.size());
+  std::vector<std::size_t> next(rows.first.begin(), rows.first.end() - 1);
+  std::size_t n = 0;
+  for (const std::size_t i : by_length) {
+    if (pieces[i].length > capacity) continue;
+    rows.pieces[next[joined[n++]]++] = i;
   }
   return rows;
 }
@@ -145,12 +198,12 @@ double DraftSet::packed(std::int32_t g, Schedule* out, std::int64_t& cost, bool&
   cost = 0;
   fits = true;
   // The pieces of row `row`, or the long piece i when `row` is null.
-  const auto place = [&](std::span<const std::int32_t> chosen, const std::vector<std::size_t>* row,
-                         std::size_t i, double time) {
+  const auto place = [&](std::span<const std::int32_t> chosen,
+                         const std::span<const std::size_t>* row, std::size_t i, double time) {
     double start = 0;
     for (const std::int32_t k : chosen) start = std::max(start, load.at(k));
     if (out != nullptr) {
-      ScheduleSlot slot;
+      ScheduleSlot& slot = out->slots.emplace_back();
       slot.ranks.reserve(chosen.size() * static_cast<std::size_t>(g));
       slot.pieces.reserve(row == nullptr ? 1 : row->size());
       for (const std::int32_t k : chosen) {
@@ -163,7 +216,6 @@ double DraftSet::packed(std::int32_t g, Schedule* out, std::int64_t& cost, bool&
         for (const std::size_t j : *row) slot.pieces.push_back(prep_.pieces[j]);
       }
       for (const std::int32_t k : chosen) wave[k] = slot.wave + 1;
-      out->slots.push_back(std::move(slot));
     }
     for (const std::int32_t k : chosen) load.set(k, start + time);
   };
@@ -180,10 +232,10 @@ double DraftSet::packed(std::int32_t g, Schedule* out, std::int64_t& cost, bool&
     place(load.earliest(m), nullptr, i,
           est_.slot_time(prep_.work[i], len, n, std::min(n, request.profile.ranks_per_node)));
   }
-  const Rows rows = best_fit(capacity, out != nullptr);
+  const BestFitRows rows =
+      best_fit_rows(prep_.pieces, prep_.work, prep_.by_length, capacity, out != nullptr);
   const std::vector<std::int64_t>& room = rows.room;
   const std::vector<double>& row_work = rows.work;
-  const std::vector<std::vector<std::size_t>>& row_pieces = rows.pieces;
   std::vector<double> time(room.size());
   for (std::size_t k = 0; k < room.size(); ++k) {
     time[k] = row_work[k] / g + request.profile.slot_seconds;
@@ -196,7 +248,11 @@ double DraftSet::packed(std::int32_t g, Schedule* out, std::int64_t& cost, bool&
   if (out != nullptr) out->slots.reserve(out->slots.size() + order.size());
   for (const std::size_t k : order) {
     const std::int32_t least = load.least();
-    place(std::span<const std::int32_t>(&least, 1), out != nullptr ? &row_pieces[k] : nullptr, 0,
+    std::span<const std::size_t> row_pieces;
+    if (out != nullptr) {
+      row_pieces = std::span(rows.pieces).subspan(rows.first[k], rows.first[k + 1] - rows.first[k]);
+    }
+    place(std::span<const std::int32_t>(&least, 1), out != nullptr ? &row_pieces : nullptr, 0,
           time[k]);
   }
   return load.latest();

@@ -40,6 +40,22 @@ PreparedBatch prepare_batch(const ScheduleRequest& request, const Estimator& est
 // mean load. It refers to `prep`, which must outlive it.
 Batch grouped_batch(const ScheduleRequest& request, const PreparedBatch& prep, bool group_heavy);
 
+// Rule 8's rows of `capacity` tokens: the pieces that fit one (in
+// `by_length`'s order, longest first), each into the row with the least
+// room that holds it (ties: the row that took that room first), else a
+// new row. A row's work is summed as its pieces join, in their order.
+struct BestFitRows {
+  std::vector<std::int64_t> room;  // per row, left
+  std::vector<double> work;        // per row
+  // Where asked for: row k's pieces, in the order they joined, are
+  // pieces[first[k]] up to pieces[first[k + 1]].
+  std::vector<std::size_t> first;
+  std::vector<std::size_t> pieces;
+};
+BestFitRows best_fit_rows(const std::vector<DocPiece>& pieces, const std::vector<double>& work,
+                          const std::vector<std::size_t>& by_length, std::int64_t capacity,
+                          bool with_pieces);
+
 // The batch's drafts in the order they are planned: the estimate's choice
 // (soonest estimated finish, first of equals) first; with `every`, the
 // equal-groups draft (rule 8) of soonest estimated finish next, then the
@@ -65,12 +81,6 @@ class DraftSet {
     std::int64_t cost = 0;
     std::optional<Schedule> made;
   };
-  struct Rows {
-    std::vector<std::int64_t> room;
-    std::vector<double> work;
-    std::vector<std::vector<std::size_t>> pieces;  // where asked for
-  };
-  Rows best_fit(std::int64_t capacity, bool with_pieces) const;
   double packed(std::int32_t g, Schedule* out, std::int64_t& cost, bool& fits) const;
   void add_packed();
 

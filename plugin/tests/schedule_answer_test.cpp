@@ -281,12 +281,14 @@ TEST(ScheduleAnswer, DraftLeftUnpackedCannotFinishBeforeTheBeat) {
         }
         ++kept;
         EXPECT_EQ(cut.makespan, full.makespan) << where;
+        ASSERT_EQ(cut.ranks(), full.ranks()) << where;
+        EXPECT_EQ(cut.rank_first, full.rank_first) << where;
+        EXPECT_EQ(cut.row_pieces, full.row_pieces) << where;
         ASSERT_EQ(cut.rows.size(), full.rows.size()) << where;
-        for (std::size_t a = 0; a < full.rows.size(); ++a) {
-          ASSERT_EQ(cut.rows[a].size(), full.rows[a].size()) << where;
-          for (std::size_t k = 0; k < full.rows[a].size(); ++k) {
-            EXPECT_EQ(cut.rows[a][k].pieces, full.rows[a][k].pieces) << where;
-          }
+        for (std::size_t k = 0; k < full.rows.size(); ++k) {
+          EXPECT_EQ(cut.rows[k].first, full.rows[k].first) << where;
+          EXPECT_EQ(cut.rows[k].size, full.rows[k].size) << where;
+          EXPECT_EQ(cut.rows[k].room, full.rows[k].room) << where;
         }
         ASSERT_EQ(cut.long_slots.size(), full.long_slots.size()) << where;
         for (std::size_t k = 0; k < full.long_slots.size(); ++k) {

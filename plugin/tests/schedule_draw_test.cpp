@@ -1,16 +1,21 @@
 // The structures that let hybrid's large answers skip work without changing
 // them (issue 25 item 4), each held to a full recount on seeded random
 // input: rule 10's ranks by finish (FinishOrder) against a scan of every
-// rank; the drafts made only when planning asks (DraftSet) against their
-// slots' costs counted here; and the bound that stops planning a draft
-// early (slot_length_lower_bound) against every slot's exact length.
+// rank; the drafts' LPT heap (LoadHeap) against a scan too; rule 8's best
+// fit (best_fit_rows) against the ordered multimap it replaced; a draft's
+// rows packed flat (rebalance_packed) against rebalance over lists; the
+// drafts made only when planning asks (DraftSet) against their slots'
+// costs counted here; and the bound that stops planning a draft early
+// (slot_length_lower_bound) against every slot's exact length.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <numeric>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -166,6 +171,123 @@ TEST(HybridDraw, LeastLoadedGroupIsTheScan) {
   }
 }
 
+// Rule 8's best fit (best_fit_rows, rows by room in one sorted array)
+// against the ordered multimap it replaced: the same rows, rooms, work
+// summed in the same order, and pieces, on random lengths with many equal
+// rooms (lengths from a few values) and few, pieces longer than the
+// capacity among them.
+struct MapRows {
+  std::vector<std::int64_t> room;
+  std::vector<double> work;
+  std::vector<std::vector<std::size_t>> pieces;
+};
+MapRows best_fit_by_map(const std::vector<DocPiece>& pieces, const std::vector<double>& work,
+                        const std::vector<std::size_t>& by_length, std::int64_t capacity) {
+  MapRows rows;
+  std::multimap<std::int64_t, std::size_t> by_room;
+  for (const std::size_t i : by_length) {
+    const std::int64_t len = pieces[i].length;
+    if (len > capacity) continue;
+    auto it = by_room.lower_bound(len);
+    std::size_t k = rows.room.size();
+    if (it == by_room.end()) {
+      rows.room.push_back(capacity);
+      rows.work.push_back(0.0);
+      rows.pieces.emplace_back();
+    } else {
+      k = it->second;
+      by_room.erase(it);
+    }
+    rows.room[k] -= len;
+    rows.work[k] += work[i];
+    rows.pieces[k].push_back(i);
+    by_room.emplace(rows.room[k], k);
+  }
+  return rows;
+}
+
+TEST(HybridDraw, BestFitRowsIsTheMultimapBestFit) {
+  SplitMix64 rng(3309);
+  std::size_t long_moves = 0;
+  for (int c = 0; c < 400; ++c) {
+    const std::int64_t capacity = rng.uniform(1, 4) * rng.uniform(8, 200);
+    const auto count = static_cast<std::size_t>(rng.uniform(0, 3000));
+    const bool few_lengths = rng.uniform(0, 1) == 0;
+    std::vector<DocPiece> pieces;
+    std::vector<double> work;
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::int64_t len = few_lengths
+                                   ? capacity / static_cast<std::int64_t>(rng.uniform(1, 6)) +
+                                         static_cast<std::int64_t>(rng.uniform(0, 1))
+                                   : rng.uniform(1, capacity + capacity / 8);
+      pieces.push_back({static_cast<std::int64_t>(i), 0, std::max<std::int64_t>(1, len)});
+      work.push_back(0.1 * static_cast<double>(rng.uniform(1, 1000)));
+    }
+    std::vector<std::size_t> by_length(count);
+    std::iota(by_length.begin(), by_length.end(), std::size_t{0});
+    std::stable_sort(by_length.begin(), by_length.end(), [&](std::size_t a, std::size_t b) {
+      return pieces[a].length > pieces[b].length;
+    });
+    const MapRows want = best_fit_by_map(pieces, work, by_length, capacity);
+    const std::string where = "case " + std::to_string(c);
+    for (const bool with_pieces : {true, false}) {
+      const hybrid::BestFitRows got =
+          hybrid::best_fit_rows(pieces, work, by_length, capacity, with_pieces);
+      ASSERT_EQ(got.room, want.room) << where;
+      ASSERT_EQ(got.work, want.work) << where;
+      if (!with_pieces) {
+        EXPECT_TRUE(got.first.empty() && got.pieces.empty()) << where;
+        continue;
+      }
+      ASSERT_EQ(got.first.size(), want.room.size() + 1) << where;
+      for (std::size_t k = 0; k < want.pieces.size(); ++k) {
+        const std::vector<std::size_t> row(got.pieces.begin() + got.first[k],
+                                           got.pieces.begin() + got.first[k + 1]);
+        ASSERT_EQ(row, want.pieces[k]) << where << " row " << k;
+      }
+    }
+    long_moves += want.room.size() > 64 ? 1 : 0;
+  }
+  // Many rows: rows step past more rows than are stepped over one by one.
+  EXPECT_GT(long_moves, 100u);
+}
+
+// The drafts' LPT takes the lightest rank (LoadHeap::top), raises its
+// load and takes it again, and adds ranks one at a time: the top after
+// every step is the least (load, rank) of a scan of every rank, and the
+// entries are every rank at its load, on loads from a few values (ties
+// broken by rank), raises by 0 among them.
+TEST(HybridDraw, LoadHeapTopIsTheScan) {
+  SplitMix64 rng(3310);
+  for (int c = 0; c < 300; ++c) {
+    std::vector<double> load(static_cast<std::size_t>(rng.uniform(0, 300)));
+    for (double& l : load) l = random_finish(rng);
+    hybrid::LoadHeap heap;
+    heap.build(load);
+    for (int step = 0; step < 500; ++step) {
+      const std::string where = "case " + std::to_string(c) + " step " + std::to_string(step);
+      ASSERT_EQ(heap.empty(), load.empty()) << where;
+      if (!load.empty()) {
+        const auto least =
+            static_cast<std::int32_t>(std::min_element(load.begin(), load.end()) - load.begin());
+        ASSERT_EQ(heap.top().second, least) << where;
+        ASSERT_EQ(heap.top().first, load[static_cast<std::size_t>(least)]) << where;
+      }
+      if (load.empty() || rng.uniform(0, 9) == 0) {
+        load.push_back(random_finish(rng));
+        heap.push({load.back(), static_cast<std::int32_t>(load.size() - 1)});
+      } else {
+        const auto a = static_cast<std::size_t>(heap.top().second);
+        load[a] += 0.25 * static_cast<double>(rng.uniform(0, 3));
+        heap.raise_top(load[a]);
+      }
+    }
+    std::vector<double> held(load.size(), -1.0);
+    for (const auto& [l, a] : heap.entries()) held[static_cast<std::size_t>(a)] = l;
+    ASSERT_EQ(held, load) << "case " << c;
+  }
+}
+
 ScheduleRequest random_request(SplitMix64& rng) {
   return schedule_tests::random_schedule_request(rng, {1, 2, 3, 5, 8, 12, 16, 31, 64, 128}, 80);
 }
@@ -231,14 +353,17 @@ void expect_same_draft(const hybrid::Draft& got, const hybrid::Draft& want,
     EXPECT_EQ(got.gaps[k].seconds, want.gaps[k].seconds) << where << " gap " << k;
     EXPECT_EQ(got.gaps[k].pieces, want.gaps[k].pieces) << where << " gap " << k;
   }
-  const std::size_t ranks = std::max(got.rows.size(), want.rows.size());
-  const std::vector<hybrid::Row> none;
+  const std::size_t ranks = std::max(got.ranks(), want.ranks());
   for (std::size_t a = 0; a < ranks; ++a) {
-    const auto& g = a < got.rows.size() ? got.rows[a] : none;
-    const auto& w = a < want.rows.size() ? want.rows[a] : none;
+    const auto g = a < got.ranks() ? got.rows_of(a) : std::span<const hybrid::RowSpan>();
+    const auto w = a < want.ranks() ? want.rows_of(a) : std::span<const hybrid::RowSpan>();
     ASSERT_EQ(g.size(), w.size()) << where << " rank " << a;
     for (std::size_t k = 0; k < w.size(); ++k) {
-      EXPECT_EQ(g[k].pieces, w[k].pieces) << where << " rank " << a << " row " << k;
+      const auto gp = got.pieces_of(g[k]);
+      const auto wp = want.pieces_of(w[k]);
+      EXPECT_EQ(std::vector<std::size_t>(gp.begin(), gp.end()),
+                std::vector<std::size_t>(wp.begin(), wp.end()))
+          << where << " rank " << a << " row " << k;
       EXPECT_EQ(g[k].room, w[k].room) << where << " rank " << a << " row " << k;
     }
   }
@@ -276,7 +401,7 @@ TEST(HybridDraw, DraftHoldingTheRanksItReachesIsTheDraftOverEveryRank) {
         const hybrid::Draft every = hybrid::draft(batch, est, rule, hybrid::kNoEnd, true);
         const hybrid::Draft held = hybrid::draft(batch, est, rule);
         expect_same_draft(held, every, where);
-        unheld += held.rows.size() < every.rows.size() ? 1 : 0;
+        unheld += held.ranks() < every.ranks() ? 1 : 0;
         const double beat = every.makespan * (rng.uniform(0, 1) == 0 ? 0.99 : 1.01);
         expect_same_draft(hybrid::draft(batch, est, rule, beat),
                           hybrid::draft(batch, est, rule, beat, true), where + " beat");
@@ -289,7 +414,8 @@ TEST(HybridDraw, DraftHoldingTheRanksItReachesIsTheDraftOverEveryRank) {
 }
 
 // rebalance over the first ranks' rows and loads (every rank past them
-// without rows, load 0) moves what it moves over every rank's.
+// without rows, load 0) moves what it moves over every rank's, and over
+// the rows as a draft keeps them while packing (rebalance_packed) too.
 TEST(HybridDraw, RebalanceOverTheFirstRanksIsRebalanceOverEveryRank) {
   SplitMix64 rng(3307);
   int grown = 0;
@@ -323,8 +449,21 @@ TEST(HybridDraw, RebalanceOverTheFirstRanksIsRebalanceOverEveryRank) {
     every_rows.resize(static_cast<std::size_t>(r.world_size));
     std::vector<double> every_load = load;
     every_load.resize(static_cast<std::size_t>(r.world_size), 0.0);
+    std::vector<std::vector<hybrid::Row>> packed_rows = rows;
+    std::vector<double> packed_load = load;
     hybrid::rebalance(batch, rows, load);
     hybrid::rebalance(batch, every_rows, every_load);
+    // As a draft keeps its rows while it packs them: the same moves.
+    hybrid::rebalance_packed(batch, packed_rows, packed_load);
+    ASSERT_EQ(packed_load, load) << "case " << c;
+    ASSERT_EQ(packed_rows.size(), rows.size()) << "case " << c;
+    for (std::size_t a = 0; a < rows.size(); ++a) {
+      ASSERT_EQ(packed_rows[a].size(), rows[a].size()) << "case " << c << " rank " << a;
+      for (std::size_t k = 0; k < rows[a].size(); ++k) {
+        EXPECT_EQ(packed_rows[a][k].pieces, rows[a][k].pieces) << "case " << c << " rank " << a;
+        EXPECT_EQ(packed_rows[a][k].room, rows[a][k].room) << "case " << c << " rank " << a;
+      }
+    }
     grown += rows.size() > held ? 1 : 0;
     const std::string where = "case " + std::to_string(c);
     ASSERT_LE(rows.size(), every_rows.size()) << where;

@@ -10,8 +10,8 @@
 // those intervals over its pieces of runs. What a member must hold is the
 // same union over all its runs; what it receives from member j is j's real
 // tokens in those key blocks, counted per (block, member) from the runs'
-// overlaps with the blocks. Cost: O(runs + local blocks + the key blocks a
-// member's touched intervals cover times the holders per block).
+// overlaps with the blocks. Cost: O(runs + local blocks + holder entries +
+// touched intervals x members) (the table's sweep, slot_runs_exchange.cpp).
 #include "fulcrum/core/slot_runs.h"
 
 #include <algorithm>
@@ -19,7 +19,6 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
-#include <span>
 #include <utility>
 #include <vector>
 
@@ -237,58 +236,6 @@ Holders holders_of_runs(const RunShardPlan& plan, std::int64_t tokens, std::int6
     h.offset.push_back(static_cast<std::int64_t>(h.entries.size()));
   }
   return h;
-}
-
-// Per holder, the blocks it holds tokens of and the running sum of those
-// tokens: what a holder has in a range of blocks in O(log blocks), for a
-// member whose touched ranges cover more holder entries than g log blocks.
-struct HolderSums {
-  std::vector<std::vector<std::int64_t>> blocks;  // per member, ascending
-  std::vector<std::vector<std::int64_t>> sum;     // per member, sum[0] = 0
-
-  HolderSums(const Holders& h, std::size_t members) : blocks(members), sum(members, {0}) {
-    for (std::size_t k = 0; k + 1 < h.offset.size(); ++k) {
-      for (std::int64_t i = h.offset[k]; i < h.offset[k + 1]; ++i) {
-        const auto& [j, count] = h.entries[static_cast<std::size_t>(i)];
-        blocks[static_cast<std::size_t>(j)].push_back(static_cast<std::int64_t>(k));
-        sum[static_cast<std::size_t>(j)].push_back(sum[static_cast<std::size_t>(j)].back() + count);
-      }
-    }
-  }
-
-  // Tokens member j holds in blocks [lo, hi].
-  std::int64_t in_range(std::size_t j, std::int64_t lo, std::int64_t hi) const {
-    const std::vector<std::int64_t>& b = blocks[j];
-    const auto first = std::lower_bound(b.begin(), b.end(), lo) - b.begin();
-    const auto last = std::upper_bound(b.begin(), b.end(), hi) - b.begin();
-    return sum[j][static_cast<std::size_t>(last)] - sum[j][static_cast<std::size_t>(first)];
-  }
-};
-
-// Adds to from[y] the tokens member active[y] holds in the blocks `touched`
-// (index: a member's place among the active ones; the caller clears the
-// receiver's own): entry by entry, or per holder by range sums when that is
-// fewer steps. Both are exact sums.
-void add_receipts(const Holders& holders, const std::unique_ptr<HolderSums>& sums,
-                  std::span<const Interval> touched, const std::vector<std::int32_t>& active,
-                  const std::vector<std::int32_t>& index, std::int64_t* from) {
-  std::int64_t entries = 0;
-  for (const auto& [lo, hi] : touched) entries += holders.offset[hi + 1] - holders.offset[lo];
-  const auto by_range = static_cast<std::int64_t>(touched.size() * active.size()) * 24;
-  if (sums && by_range < entries) {
-    for (std::size_t y = 0; y < active.size(); ++y) {
-      const auto j = static_cast<std::size_t>(active[y]);
-      if (sums->blocks[j].empty()) continue;
-      for (const auto& [lo, hi] : touched) from[y] += sums->in_range(j, lo, hi);
-    }
-    return;
-  }
-  for (const auto& [lo, hi] : touched) {
-    for (std::int64_t i = holders.offset[lo]; i < holders.offset[hi + 1]; ++i) {
-      const auto& [j, count] = holders.entries[static_cast<std::size_t>(i)];
-      from[index[static_cast<std::size_t>(j)]] += count;
-    }
-  }
 }
 
 // The largest of values[lo..hi] in O(1) after O(n log n); its levels are
@@ -514,20 +461,8 @@ SlotCost price_counted(const ScheduleRequest& request, const ScheduleSlot& slot,
   const std::size_t g = c.work.size();
   SlotCounts counts = slot_counts_of(c.work);
   if (g > 1) {
-    // Range sums pay off only where blocks have many holders (a row cut
-    // into chunks far shorter than a block, over many members).
-    std::unique_ptr<HolderSums> sums;
-    if (c.holders.entries.size() > 4 * (c.holders.offset.size() - 1)) {
-      sums = std::make_unique<HolderSums>(c.holders, g);
-    }
     const std::vector<std::int32_t> index = start_exchange(counts);
-    const std::size_t a = counts.active.size();
-    for (std::size_t x = 0; x < a; ++x) {
-      std::int64_t* from = counts.received.data() + x * a;
-      add_receipts(c.holders, sums, c.touched_by(static_cast<std::size_t>(counts.active[x])),
-                   counts.active, index, from);
-      from[x] = 0;  // its own
-    }
+    detail::received_table(c, index, counts.active.size(), counts.received.data());
   }
   return price_slot_counts(request.profile, slot.ranks, counts);
 }

@@ -28,7 +28,14 @@ struct Holders {
 // member touches, each counted once.
 struct SlotRunsCounts {
   std::vector<RankWork> work;
-  Holders holders;
+  // The holders are counted from the plan's runs on first need
+  // (slot_runs.cpp's holders_of): most plans a planner counts are ruled out
+  // by their compute alone, which needs none. A plan's counts are counted
+  // and priced on one thread.
+  mutable Holders holders;
+  mutable bool holders_counted = false;
+  std::int64_t tokens = 0;  // the row's real tokens, and the block size: what
+  std::int64_t block = 1;   // the holders are counted over
   // Member r's merged touched intervals are touched[touched_at[r] ..
   // touched_at[r + 1]); both empty for g = 1.
   std::vector<Interval> touched;

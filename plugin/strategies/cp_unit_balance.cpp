@@ -94,8 +94,11 @@ class UnitRefiner {
     const std::vector<std::int32_t> order = order_by_key_desc(c_);
     std::vector<std::int32_t> free(static_cast<std::size_t>(ranks_));
     std::vector<std::uint64_t> sorted(static_cast<std::size_t>(ranks_));
-    // Last round's order: loads grow alike, so it is nearly this round's
-    // and insertion sort finishes in about one pass.
+    // Last round's order, fed to the insertion sort from its heaviest
+    // rank: the lightest ranks take a round's largest units, so the order
+    // partly turns over from one round to the next, and on the benchmark
+    // mixes this end moves fewer entries (the sort's result is the same
+    // from any start: the keys are distinct).
     std::vector<std::int32_t> previous(static_cast<std::size_t>(ranks_));
     std::iota(previous.begin(), previous.end(), 0);
     for (std::int64_t start = 0; start < f; start += ranks_) {
@@ -111,7 +114,8 @@ class UnitRefiner {
       // rank index: plain integer compares, ties to the lower rank. Keys
       // are non-negative, so their bits order like their values.
       std::int32_t m = 0;
-      for (const std::int32_t r : previous) {
+      for (auto it = previous.rbegin(); it != previous.rend(); ++it) {
+        const std::int32_t r = *it;
         if (r >= open) continue;  // the last, short round serves 0..extra-1
         const float key = static_cast<float>(lp_[r] * sp + lt_[r] * st);
         std::uint64_t packed = (std::uint64_t{std::bit_cast<std::uint32_t>(key)} << 32) |
@@ -124,22 +128,28 @@ class UnitRefiner {
         free[j] = static_cast<std::int32_t>(sorted[j] & 0xffffffffu);
       }
       if (open == ranks_) std::copy(free.begin(), free.end(), previous.begin());
+      // The free ranks in order are free[head .. head + open): a pick,
+      // always among the first few, is taken out by moving those before it
+      // up one place, not those after it down.
+      std::int32_t head = 0;
       for (std::int64_t i = start; i < stop; ++i) {
         const std::int32_t k = order[static_cast<std::size_t>(i)];
         const double xp = xp_[k];
         const double xt = xt_[k];
+        const std::int32_t* const live = free.data() + head;
         const std::int32_t look = std::min(kDealWindow, open);
         std::int32_t pick = 0;
-        double least = lp_[free[0]] * xp + lt_[free[0]] * xt;
+        double least = lp_[live[0]] * xp + lt_[live[0]] * xt;
         for (std::int32_t j = 1; j < look; ++j) {
-          const double kj = lp_[free[j]] * xp + lt_[free[j]] * xt;
-          if (kj < least || (kj == least && free[j] < free[pick])) {
+          const double kj = lp_[live[j]] * xp + lt_[live[j]] * xt;
+          if (kj < least || (kj == least && live[j] < live[pick])) {
             least = kj;
             pick = j;
           }
         }
-        const std::int32_t best = free[pick];
-        for (std::int32_t j = pick + 1; j < open; ++j) free[j - 1] = free[j];
+        const std::int32_t best = live[pick];
+        for (std::int32_t j = head + pick; j > head; --j) free[j] = free[j - 1];
+        ++head;
         --open;
         place(k, best);
       }

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <utility>
 #include <vector>
@@ -60,19 +61,22 @@ class UnitRefiner {
         lp_(std::move(base_p)),
         lt_(std::move(base_t)) {
     const std::size_t f = full.size();
-    xp_.resize(f);
-    xt_.resize(f);
-    c_.resize(f);
+    xp_.reserve(f);
+    xt_.reserve(f);
+    c_.reserve(f);
     for (std::size_t i = 0; i < f; ++i) {
-      xp_[i] = units.pairs[static_cast<std::size_t>(full[i])] * wp;
-      xt_[i] = units.tiles[static_cast<std::size_t>(full[i])] * wt;
-      c_[i] = xp_[i] + xt_[i];
+      xp_.push_back(units.pairs[static_cast<std::size_t>(full[i])] * wp);
+      xt_.push_back(units.tiles[static_cast<std::size_t>(full[i])] * wt);
+      c_.push_back(xp_[i] + xt_[i]);
     }
     owner_.assign(f, 0);
-    slot_.assign(static_cast<std::size_t>(ranks_ * stride_), 0);
-    slot_c_.assign(static_cast<std::size_t>(ranks_ * stride_), 0.0);
-    slot_p_.assign(static_cast<std::size_t>(ranks_ * stride_), 0.0);
-    slot_t_.assign(static_cast<std::size_t>(ranks_ * stride_), 0.0);
+    // Each rank's slots are written before they are read (place, insert):
+    // left unset, not zeroed.
+    const auto slots = static_cast<std::size_t>(ranks_ * stride_);
+    slot_ = std::make_unique_for_overwrite<std::int32_t[]>(slots);
+    slot_c_ = std::make_unique_for_overwrite<double[]>(slots);
+    slot_p_ = std::make_unique_for_overwrite<double[]>(slots);
+    slot_t_ = std::make_unique_for_overwrite<double[]>(slots);
     count_.assign(static_cast<std::size_t>(ranks_), 0);
   }
 
@@ -246,11 +250,11 @@ class UnitRefiner {
   // in l's combined-cost order and cut off by |c_b - c_target|^2 / 2, which
   // bounds the 2-D distance from below.
   bool try_swap(std::int32_t h, std::int32_t l, double must_beat) {
-    const std::int32_t* uh = slot_.data() + h * stride_;
-    const std::int32_t* ul = slot_.data() + l * stride_;
-    const double* cl = slot_c_.data() + l * stride_;
-    const double* pl = slot_p_.data() + l * stride_;
-    const double* tl = slot_t_.data() + l * stride_;
+    const std::int32_t* uh = slot_.get() + h * stride_;
+    const std::int32_t* ul = slot_.get() + l * stride_;
+    const double* cl = slot_c_.get() + l * stride_;
+    const double* pl = slot_p_.get() + l * stride_;
+    const double* tl = slot_t_.get() + l * stride_;
     const std::int64_t nh = count_[h];
     const std::int64_t nl = count_[l];
     const double gp = 0.5 * (lp_[h] - lp_[l]);
@@ -308,10 +312,10 @@ class UnitRefiner {
   }
 
   void remove_at(std::int32_t r, std::int64_t i) {
-    std::int32_t* u = slot_.data() + r * stride_;
-    double* c = slot_c_.data() + r * stride_;
-    double* p = slot_p_.data() + r * stride_;
-    double* t = slot_t_.data() + r * stride_;
+    std::int32_t* u = slot_.get() + r * stride_;
+    double* c = slot_c_.get() + r * stride_;
+    double* p = slot_p_.get() + r * stride_;
+    double* t = slot_t_.get() + r * stride_;
     const std::int32_t k = u[i];
     std::copy(u + i + 1, u + count_[r], u + i);
     std::copy(c + i + 1, c + count_[r], c + i);
@@ -323,10 +327,10 @@ class UnitRefiner {
   }
 
   void insert(std::int32_t r, std::int32_t k) {
-    std::int32_t* u = slot_.data() + r * stride_;
-    double* c = slot_c_.data() + r * stride_;
-    double* p = slot_p_.data() + r * stride_;
-    double* t = slot_t_.data() + r * stride_;
+    std::int32_t* u = slot_.get() + r * stride_;
+    double* c = slot_c_.get() + r * stride_;
+    double* p = slot_p_.get() + r * stride_;
+    double* t = slot_t_.get() + r * stride_;
     std::int64_t i = count_[r];
     // Descending cost, ties by ascending index (deterministic).
     while (i > 0 && (c[i - 1] < c_[k] || (c[i - 1] == c_[k] && u[i - 1] > k))) {
@@ -347,17 +351,17 @@ class UnitRefiner {
   }
 
   std::int32_t ranks_;
-  std::int64_t per_rank_;            // floor(full units / ranks)
-  std::int64_t extra_;               // ranks 0..extra-1 hold one full unit more
-  std::int64_t stride_;              // slots per rank
-  std::vector<double> lp_, lt_;      // per rank: normalised pairs and tiles
-  std::vector<double> xp_, xt_, c_;  // per full unit: normalised pairs, tiles, sum
-  std::vector<std::int32_t> owner_;  // per full unit: its rank
-  std::vector<std::int32_t> slot_;   // per rank, stride_ slots: its full units
-  std::vector<double> slot_c_;       // their combined costs
-  std::vector<double> slot_p_;       // their normalised pairs
-  std::vector<double> slot_t_;       // and tiles
-  std::vector<std::int64_t> count_;  // per rank: full units held
+  std::int64_t per_rank_;                 // floor(full units / ranks)
+  std::int64_t extra_;                    // ranks 0..extra-1 hold one full unit more
+  std::int64_t stride_;                   // slots per rank
+  std::vector<double> lp_, lt_;           // per rank: normalised pairs and tiles
+  std::vector<double> xp_, xt_, c_;       // per full unit: normalised pairs, tiles, sum
+  std::vector<std::int32_t> owner_;       // per full unit: its rank
+  std::unique_ptr<std::int32_t[]> slot_;  // per rank, stride_ slots: its full units
+  std::unique_ptr<double[]> slot_c_;      // their combined costs
+  std::unique_ptr<double[]> slot_p_;      // their normalised pairs
+  std::unique_ptr<double[]> slot_t_;      // and tiles
+  std::vector<std::int64_t> count_;       // per rank: full units held
 };
 
 // Appends [begin, begin + length) to the runs, merging with the previous run

@@ -361,8 +361,11 @@ void count_member(const CpWorkload& w, const RowLayout& layout, const RunShardPl
         current = local_block + n - 1;
         const std::int64_t db = layout.doc_begin(doc);
         const std::int64_t de = layout.doc_end(doc);
-        rw.tiles += whole_block_tiles(w.mask, b, db, de, from, n);
         const Interval keys = piece_keys(w.mask, b, db, de, from, from + n * b);
+        // One block's tiles are its one interval's blocks (a balanced
+        // plan's full units, most of its runs, are one block each).
+        rw.tiles +=
+            n == 1 ? keys.second - keys.first + 1 : whole_block_tiles(w.mask, b, db, de, from, n);
         if (all && !join_last(*all, keys)) all->push_back(keys);
         rw.tokens += n * b;
       });

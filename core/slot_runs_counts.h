@@ -58,11 +58,9 @@ struct TouchEvent {
 // thread (a scheduler counts hundreds of plans an answer): their contents
 // never outlive one call, only their capacity.
 struct Scratch {
-  std::vector<Interval> spans;  // a local block's touched intervals
-  std::vector<Interval> all;    // a member's
-  std::vector<std::int64_t> start;
-  std::vector<std::int64_t> fill;
-  std::vector<std::pair<std::int32_t, std::int64_t>> raw;
+  std::vector<Interval> spans;     // a local block's touched intervals
+  std::vector<Interval> all;       // a member's
+  std::vector<std::int64_t> fill;  // the holders' counting sort's
   std::vector<TouchEvent> events;
   std::vector<std::int64_t> node_held;  // the exchange sweeps' running sums
   std::vector<std::int64_t> member_held;

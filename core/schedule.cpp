@@ -472,6 +472,9 @@ SlotCost price_slot_counts(const CostProfile& p, const std::vector<std::int32_t>
   }
   const std::int32_t node_size = p.ranks_per_node;
   const std::size_t a = counts.received.empty() ? 0 : counts.active.size();
+  // The active members' nodes, divided out once rather than per pair.
+  std::vector<std::int32_t> node(a);
+  for (std::size_t x = 0; x < a; ++x) node[x] = ranks[counts.active[x]] / node_size;
   for (std::size_t x = 0; x < a; ++x) {
     const auto m = static_cast<std::size_t>(counts.active[x]);
     SlotMemberCost& mc = cost.members[m];
@@ -482,14 +485,13 @@ SlotCost price_slot_counts(const CostProfile& p, const std::vector<std::int32_t>
     // order are the active ones with something in either direction.
     for (std::size_t y = 0; y < a; ++y) {
       if (y == x) continue;
-      const auto j = static_cast<std::size_t>(counts.active[y]);
       const std::int64_t in = counts.received[x * a + y];
       const std::int64_t out = counts.received[y * a + x];
       if (in == 0 && out == 0) continue;
       received += in;
       sent += out;
       ++mc.peers;
-      const bool same_node = ranks[m] / node_size == ranks[j] / node_size;
+      const bool same_node = node[x] == node[y];
       const double bandwidth =
           same_node ? p.intra_node_bytes_per_second : p.inter_node_bytes_per_second;
       // Forward: K/V in, own K/V out; backward: dK/dV of both back the

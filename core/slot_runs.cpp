@@ -10,8 +10,8 @@
 // those intervals over its pieces of runs. What a member must hold is the
 // same union over all its runs; what it receives from member j is j's real
 // tokens in those key blocks, counted per (block, member) from the runs'
-// overlaps with the blocks. Cost: O(runs + local blocks + the key blocks a
-// member's touched intervals cover times the holders per block).
+// overlaps with the blocks. Cost: O(runs + local blocks + holder entries +
+// touched intervals x members) (the table's sweep, slot_runs_exchange.cpp).
 #include "fulcrum/core/slot_runs.h"
 
 #include <algorithm>
@@ -19,7 +19,6 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
-#include <span>
 #include <utility>
 #include <vector>
 
@@ -186,109 +185,67 @@ void walk_member(const RowLayout& layout, std::int64_t block, const RunShardPlan
   }
 }
 
+// Calls visit(k, m, n) for the n > 0 real tokens member m's runs hold in
+// key block k, members ascending, each member's runs in order.
 template <typename Visit>
 void for_each_block_overlap(const RunShardPlan& plan, std::int64_t block, Visit&& visit) {
   for (std::int32_t m = 0; m < plan.ranks; ++m) {
     for (std::int64_t i = plan.rank_offset[m]; i < plan.rank_offset[m + 1]; ++i) {
       const PositionRun& run = plan.runs[static_cast<std::size_t>(i)];
       if (run.begin == kPadPosition || run.length == 0) continue;
-      const std::int64_t end = run.begin + run.length;
-      for (std::int64_t k = run.begin / block; k <= (end - 1) / block; ++k) {
-        const std::int64_t lo = std::max(run.begin, k * block);
-        const std::int64_t hi = std::min(end, k * block + std::min(block, end - k * block));
-        visit(k, m, hi - lo);
+      // The first and last blocks' shares as distances within a block, so
+      // that a B near int64's end cannot overflow.
+      const std::int64_t first = run.begin / block;
+      const std::int64_t last = (run.begin + run.length - 1) / block;
+      if (first == last) {
+        visit(first, m, run.length);
+        continue;
       }
+      visit(first, m, block - run.begin % block);
+      for (std::int64_t k = first + 1; k < last; ++k) visit(k, m, block);
+      visit(last, m, run.begin + run.length - last * block);
     }
   }
 }
 
+// A counting sort of (block, member, tokens) by block, written straight
+// into the entries: members come in ascending order, so a member's pieces
+// of one block come one after another, counted as one entry and joined.
 Holders holders_of_runs(const RunShardPlan& plan, std::int64_t tokens, std::int64_t block) {
   const auto blocks = static_cast<std::size_t>(ceil_div(tokens, block));
-  // Counting sort of (block, member, tokens) by block; members come in
-  // ascending order, so one member's pieces of a block are adjacent.
-  Scratch& x = scratch();
-  std::vector<std::int64_t>& start = x.start;
+  Holders h;
+  std::vector<std::int64_t>& start = h.offset;
   start.assign(blocks + 1, 0);
-  for_each_block_overlap(plan, block, [&](std::int64_t k, std::int32_t, std::int64_t) {
-    ++start[static_cast<std::size_t>(k) + 1];
+  std::vector<std::int64_t>& fill = scratch().fill;
+  fill.assign(blocks, -1);  // first the last member counted in each block
+  for_each_block_overlap(plan, block, [&](std::int64_t k, std::int32_t m, std::int64_t) {
+    const auto b = static_cast<std::size_t>(k);
+    if (fill[b] != m) ++start[b + 1];
+    fill[b] = m;
   });
   for (std::size_t k = 1; k <= blocks; ++k) start[k] += start[k - 1];
-  std::vector<std::pair<std::int32_t, std::int64_t>>& raw = x.raw;
-  raw.resize(static_cast<std::size_t>(start[blocks]));
-  std::vector<std::int64_t>& fill = x.fill;
+  h.entries.resize(static_cast<std::size_t>(start[blocks]));
   fill.assign(start.begin(), start.end() - 1);
   for_each_block_overlap(plan, block, [&](std::int64_t k, std::int32_t m, std::int64_t n) {
-    raw[static_cast<std::size_t>(fill[static_cast<std::size_t>(k)]++)] = {m, n};
-  });
-  Holders h;
-  h.offset.reserve(blocks + 1);
-  h.entries.reserve(raw.size());
-  h.offset.push_back(0);
-  for (std::size_t k = 0; k < blocks; ++k) {
-    for (std::int64_t i = start[k]; i < start[k + 1]; ++i) {
-      const auto& [m, n] = raw[static_cast<std::size_t>(i)];
-      if (h.entries.size() > static_cast<std::size_t>(h.offset.back()) &&
-          h.entries.back().first == m) {
-        h.entries.back().second += n;
-      } else {
-        h.entries.emplace_back(m, n);
-      }
+    const auto b = static_cast<std::size_t>(k);
+    const auto at = static_cast<std::size_t>(fill[b]);
+    if (fill[b] > start[b] && h.entries[at - 1].first == m) {
+      h.entries[at - 1].second += n;
+    } else {
+      h.entries[at] = {m, n};
+      ++fill[b];
     }
-    h.offset.push_back(static_cast<std::int64_t>(h.entries.size()));
-  }
+  });
   return h;
 }
 
-// Per holder, the blocks it holds tokens of and the running sum of those
-// tokens: what a holder has in a range of blocks in O(log blocks), for a
-// member whose touched ranges cover more holder entries than g log blocks.
-struct HolderSums {
-  std::vector<std::vector<std::int64_t>> blocks;  // per member, ascending
-  std::vector<std::vector<std::int64_t>> sum;     // per member, sum[0] = 0
-
-  HolderSums(const Holders& h, std::size_t members) : blocks(members), sum(members, {0}) {
-    for (std::size_t k = 0; k + 1 < h.offset.size(); ++k) {
-      for (std::int64_t i = h.offset[k]; i < h.offset[k + 1]; ++i) {
-        const auto& [j, count] = h.entries[static_cast<std::size_t>(i)];
-        blocks[static_cast<std::size_t>(j)].push_back(static_cast<std::int64_t>(k));
-        sum[static_cast<std::size_t>(j)].push_back(sum[static_cast<std::size_t>(j)].back() + count);
-      }
-    }
+// The key blocks' holders of a counted plan, counted on first need.
+const Holders& holders_of(const SlotRunsCounts& c, const RunShardPlan& runs) {
+  if (!c.holders_counted) {
+    c.holders = holders_of_runs(runs, c.tokens, c.block);
+    c.holders_counted = true;
   }
-
-  // Tokens member j holds in blocks [lo, hi].
-  std::int64_t in_range(std::size_t j, std::int64_t lo, std::int64_t hi) const {
-    const std::vector<std::int64_t>& b = blocks[j];
-    const auto first = std::lower_bound(b.begin(), b.end(), lo) - b.begin();
-    const auto last = std::upper_bound(b.begin(), b.end(), hi) - b.begin();
-    return sum[j][static_cast<std::size_t>(last)] - sum[j][static_cast<std::size_t>(first)];
-  }
-};
-
-// Adds to from[y] the tokens member active[y] holds in the blocks `touched`
-// (index: a member's place among the active ones; the caller clears the
-// receiver's own): entry by entry, or per holder by range sums when that is
-// fewer steps. Both are exact sums.
-void add_receipts(const Holders& holders, const std::unique_ptr<HolderSums>& sums,
-                  std::span<const Interval> touched, const std::vector<std::int32_t>& active,
-                  const std::vector<std::int32_t>& index, std::int64_t* from) {
-  std::int64_t entries = 0;
-  for (const auto& [lo, hi] : touched) entries += holders.offset[hi + 1] - holders.offset[lo];
-  const auto by_range = static_cast<std::int64_t>(touched.size() * active.size()) * 24;
-  if (sums && by_range < entries) {
-    for (std::size_t y = 0; y < active.size(); ++y) {
-      const auto j = static_cast<std::size_t>(active[y]);
-      if (sums->blocks[j].empty()) continue;
-      for (const auto& [lo, hi] : touched) from[y] += sums->in_range(j, lo, hi);
-    }
-    return;
-  }
-  for (const auto& [lo, hi] : touched) {
-    for (std::int64_t i = holders.offset[lo]; i < holders.offset[hi + 1]; ++i) {
-      const auto& [j, count] = holders.entries[static_cast<std::size_t>(i)];
-      from[index[static_cast<std::size_t>(j)]] += count;
-    }
-  }
+  return c.holders;
 }
 
 // The largest of values[lo..hi] in O(1) after O(n log n); its levels are
@@ -404,8 +361,11 @@ void count_member(const CpWorkload& w, const RowLayout& layout, const RunShardPl
         current = local_block + n - 1;
         const std::int64_t db = layout.doc_begin(doc);
         const std::int64_t de = layout.doc_end(doc);
-        rw.tiles += whole_block_tiles(w.mask, b, db, de, from, n);
         const Interval keys = piece_keys(w.mask, b, db, de, from, from + n * b);
+        // One block's tiles are its one interval's blocks (a balanced
+        // plan's full units, most of its runs, are one block each).
+        rw.tiles +=
+            n == 1 ? keys.second - keys.first + 1 : whole_block_tiles(w.mask, b, db, de, from, n);
         if (all && !join_last(*all, keys)) all->push_back(keys);
         rw.tokens += n * b;
       });
@@ -505,29 +465,19 @@ SlotRunsCounts count_slot_runs(const ScheduleRequest& request, const ScheduleSlo
       all.clear();
     }
   }
-  if (exchange) c.holders = holders_of_runs(runs, w.tokens, w.block_size);
+  c.tokens = w.tokens;
+  c.block = w.block_size;
   return c;
 }
 
 SlotCost price_counted(const ScheduleRequest& request, const ScheduleSlot& slot,
-                       const SlotRunsCounts& c) {
+                       const SlotRunsCounts& c, const RunShardPlan& runs) {
   const std::size_t g = c.work.size();
   SlotCounts counts = slot_counts_of(c.work);
   if (g > 1) {
-    // Range sums pay off only where blocks have many holders (a row cut
-    // into chunks far shorter than a block, over many members).
-    std::unique_ptr<HolderSums> sums;
-    if (c.holders.entries.size() > 4 * (c.holders.offset.size() - 1)) {
-      sums = std::make_unique<HolderSums>(c.holders, g);
-    }
+    holders_of(c, runs);
     const std::vector<std::int32_t> index = start_exchange(counts);
-    const std::size_t a = counts.active.size();
-    for (std::size_t x = 0; x < a; ++x) {
-      std::int64_t* from = counts.received.data() + x * a;
-      add_receipts(c.holders, sums, c.touched_by(static_cast<std::size_t>(counts.active[x])),
-                   counts.active, index, from);
-      from[x] = 0;  // its own
-    }
+    detail::received_table(c, index, counts.active.size(), counts.received.data());
   }
   return price_slot_counts(request.profile, slot.ranks, counts);
 }
@@ -546,7 +496,7 @@ struct Floors {
 // exchange totals are not counted once the weaker floor reaches it:
 // `exchange` is then that floor.
 Floors floor_counted(const ScheduleRequest& request, const ScheduleSlot& slot,
-                     const SlotRunsCounts& c, bool with_exchange,
+                     const SlotRunsCounts& c, const RunShardPlan& runs, bool with_exchange,
                      double stop = std::numeric_limits<double>::infinity()) {
   const SlotCost compute = price_slot_counts(request.profile, slot.ranks, slot_counts_of(c.work));
   const CostProfile& p = request.profile;
@@ -556,6 +506,7 @@ Floors floor_counted(const ScheduleRequest& request, const ScheduleSlot& slot,
   }
   // Every other member holding tokens of a key block a member touches sends
   // it some: a peer. A block's holders are its entries (one per member).
+  holders_of(c, runs);
   Scratch& x = scratch();
   if (x.levels.empty()) x.levels.emplace_back();
   std::vector<std::int32_t>& per_block = x.levels[0];
@@ -619,13 +570,13 @@ Floors floor_counted(const ScheduleRequest& request, const ScheduleSlot& slot,
 
 SlotCost evaluate_slot_runs(const ScheduleRequest& request, const ScheduleSlot& slot,
                             const RunShardPlan& runs) {
-  return price_counted(request, slot, count_slot_runs(request, slot, runs));
+  return price_counted(request, slot, count_slot_runs(request, slot, runs), runs);
 }
 
 double slot_end_floor_runs(const ScheduleRequest& request, const ScheduleSlot& slot,
                            const RunShardPlan& runs, bool exchange_floor) {
   const Floors f =
-      floor_counted(request, slot, count_slot_runs(request, slot, runs), exchange_floor);
+      floor_counted(request, slot, count_slot_runs(request, slot, runs), runs, exchange_floor);
   return exchange_floor ? f.exchange : f.peers;
 }
 
@@ -635,26 +586,34 @@ CountedRuns count_runs(const ScheduleRequest& request, const ScheduleSlot& slot,
   return {std::move(runs), std::move(counts)};
 }
 
-SlotEnd slot_end_counted_below(const ScheduleRequest& request, const ScheduleSlot& slot,
-                               const CountedRuns& counted, double beat, bool exchange_floor,
-                               bool floor_value) {
-  const SlotRunsCounts& c = *counted.counts;
+namespace {
+
+// slot_end_counted_below of the counts `c` of `runs`.
+SlotEnd end_below(const ScheduleRequest& request, const ScheduleSlot& slot, const SlotRunsCounts& c,
+                  const RunShardPlan& runs, double beat, bool exchange_floor, bool floor_value) {
   if (beat != std::numeric_limits<double>::infinity()) {
-    const Floors f = floor_counted(request, slot, c, exchange_floor,
+    const Floors f = floor_counted(request, slot, c, runs, exchange_floor,
                                    floor_value ? std::numeric_limits<double>::infinity() : beat);
     const double floor = exchange_floor ? f.exchange : f.peers;
     if (floor >= beat) return {floor, false, {}, f.peers};
   }
-  SlotCost cost = price_counted(request, slot, c);
+  SlotCost cost = price_counted(request, slot, c, runs);
   const double end = cost.end_seconds;
   return {end, true, std::move(cost)};
 }
 
+}  // namespace
+
+SlotEnd slot_end_counted_below(const ScheduleRequest& request, const ScheduleSlot& slot,
+                               const CountedRuns& counted, double beat, bool exchange_floor,
+                               bool floor_value) {
+  return end_below(request, slot, *counted.counts, counted.runs, beat, exchange_floor, floor_value);
+}
+
 SlotEnd slot_end_runs_below(const ScheduleRequest& request, const ScheduleSlot& slot,
                             const RunShardPlan& runs, double beat, bool exchange_floor) {
-  const CountedRuns counted{
-      {}, std::make_shared<const SlotRunsCounts>(count_slot_runs(request, slot, runs))};
-  return slot_end_counted_below(request, slot, counted, beat, exchange_floor);
+  return end_below(request, slot, count_slot_runs(request, slot, runs), runs, beat, exchange_floor,
+                   true);
 }
 
 ScheduleCost evaluate_schedule_runs(const ScheduleRequest& request, const Schedule& schedule,

@@ -28,7 +28,14 @@ struct Holders {
 // member touches, each counted once.
 struct SlotRunsCounts {
   std::vector<RankWork> work;
-  Holders holders;
+  // The holders are counted from the plan's runs on first need
+  // (slot_runs.cpp's holders_of): many plans a planner counts (rule 5 at
+  // W = 1024 / 4,000 documents: 40%) are ruled out by their compute alone,
+  // which needs none. A plan's counts are counted and priced on one thread.
+  mutable Holders holders;
+  mutable bool holders_counted = false;
+  std::int64_t tokens = 0;  // the row's real tokens, and the block size: what
+  std::int64_t block = 1;   // the holders are counted over
   // Member r's merged touched intervals are touched[touched_at[r] ..
   // touched_at[r + 1]); both empty for g = 1.
   std::vector<Interval> touched;
@@ -39,27 +46,26 @@ struct SlotRunsCounts {
   }
 };
 
+// A member starting (step +1) or stopping (-1) touching key blocks at
+// `block` (slot_runs_exchange.cpp).
+struct TouchEvent {
+  std::int64_t block;
+  std::int32_t member;
+  std::int32_t step;
+};
+
 // Buffers the counting and the floor reuse from one plan to the next on a
 // thread (a scheduler counts hundreds of plans an answer): their contents
 // never outlive one call, only their capacity.
 struct Scratch {
-  std::vector<Interval> spans;  // a local block's touched intervals
-  std::vector<Interval> all;    // a member's
-  std::vector<std::int64_t> start;
-  std::vector<std::int64_t> fill;
-  std::vector<std::pair<std::int32_t, std::int64_t>> raw;
-  std::vector<std::int64_t> sum;
-  std::vector<std::int32_t> touchers;
-  std::vector<std::int32_t> count;
-  std::vector<std::size_t> at;
-  std::vector<std::size_t> place;
-  std::vector<std::size_t> member_at;  // exchange_totals' cursor per member (`at` is held_before's)
-  std::vector<std::int64_t> held_block;
-  std::vector<std::int64_t> held_sum;
-  std::vector<std::pair<std::int64_t, std::int32_t>> events;
-  std::vector<std::size_t> ev_at;
-  std::vector<std::int64_t> node_sum;
+  std::vector<Interval> spans;     // a local block's touched intervals
+  std::vector<Interval> all;       // a member's
+  std::vector<std::int64_t> fill;  // the holders' counting sort's
+  std::vector<TouchEvent> events;
+  std::vector<std::int64_t> node_held;  // the exchange sweeps' running sums
+  std::vector<std::int64_t> member_held;
   std::vector<std::int32_t> node_touchers;
+  std::vector<std::int32_t> inside;
   std::vector<std::int32_t> node;
   std::vector<std::int32_t> seen;
   std::vector<std::int32_t> most;  // floor_counted's peers per member
@@ -82,5 +88,12 @@ struct ExchangeTotals {
 };
 
 ExchangeTotals exchange_totals(const SlotRunsCounts& c, const std::vector<std::int32_t>& node);
+
+// The member-by-member table: received[x * a + y] += the tokens active
+// member y holds in the key blocks active member x touches (x's own set to
+// 0). `index`: each member's place among the a active ones (-1: none);
+// `received` a x a, zero on entry.
+void received_table(const SlotRunsCounts& c, const std::vector<std::int32_t>& index, std::size_t a,
+                    std::int64_t* received);
 
 }  // namespace fulcrum::detail

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <utility>
 #include <vector>
@@ -60,19 +61,22 @@ class UnitRefiner {
         lp_(std::move(base_p)),
         lt_(std::move(base_t)) {
     const std::size_t f = full.size();
-    xp_.resize(f);
-    xt_.resize(f);
-    c_.resize(f);
+    xp_.reserve(f);
+    xt_.reserve(f);
+    c_.reserve(f);
     for (std::size_t i = 0; i < f; ++i) {
-      xp_[i] = units.pairs[static_cast<std::size_t>(full[i])] * wp;
-      xt_[i] = units.tiles[static_cast<std::size_t>(full[i])] * wt;
-      c_[i] = xp_[i] + xt_[i];
+      xp_.push_back(units.pairs[static_cast<std::size_t>(full[i])] * wp);
+      xt_.push_back(units.tiles[static_cast<std::size_t>(full[i])] * wt);
+      c_.push_back(xp_[i] + xt_[i]);
     }
     owner_.assign(f, 0);
-    slot_.assign(static_cast<std::size_t>(ranks_ * stride_), 0);
-    slot_c_.assign(static_cast<std::size_t>(ranks_ * stride_), 0.0);
-    slot_p_.assign(static_cast<std::size_t>(ranks_ * stride_), 0.0);
-    slot_t_.assign(static_cast<std::size_t>(ranks_ * stride_), 0.0);
+    // Each rank's slots are written before they are read (place, insert):
+    // left unset, not zeroed.
+    const auto slots = static_cast<std::size_t>(ranks_ * stride_);
+    slot_ = std::make_unique_for_overwrite<std::int32_t[]>(slots);
+    slot_c_ = std::make_unique_for_overwrite<double[]>(slots);
+    slot_p_ = std::make_unique_for_overwrite<double[]>(slots);
+    slot_t_ = std::make_unique_for_overwrite<double[]>(slots);
     count_.assign(static_cast<std::size_t>(ranks_), 0);
   }
 
@@ -94,8 +98,11 @@ class UnitRefiner {
     const std::vector<std::int32_t> order = order_by_key_desc(c_);
     std::vector<std::int32_t> free(static_cast<std::size_t>(ranks_));
     std::vector<std::uint64_t> sorted(static_cast<std::size_t>(ranks_));
-    // Last round's order: loads grow alike, so it is nearly this round's
-    // and insertion sort finishes in about one pass.
+    // Last round's order, fed to the insertion sort from its heaviest
+    // rank: the lightest ranks take a round's largest units, so the order
+    // partly turns over from one round to the next, and on the benchmark
+    // mixes this end moves fewer entries (the sort's result is the same
+    // from any start: the keys are distinct).
     std::vector<std::int32_t> previous(static_cast<std::size_t>(ranks_));
     std::iota(previous.begin(), previous.end(), 0);
     for (std::int64_t start = 0; start < f; start += ranks_) {
@@ -111,7 +118,8 @@ class UnitRefiner {
       // rank index: plain integer compares, ties to the lower rank. Keys
       // are non-negative, so their bits order like their values.
       std::int32_t m = 0;
-      for (const std::int32_t r : previous) {
+      for (auto it = previous.rbegin(); it != previous.rend(); ++it) {
+        const std::int32_t r = *it;
         if (r >= open) continue;  // the last, short round serves 0..extra-1
         const float key = static_cast<float>(lp_[r] * sp + lt_[r] * st);
         std::uint64_t packed = (std::uint64_t{std::bit_cast<std::uint32_t>(key)} << 32) |
@@ -124,22 +132,28 @@ class UnitRefiner {
         free[j] = static_cast<std::int32_t>(sorted[j] & 0xffffffffu);
       }
       if (open == ranks_) std::copy(free.begin(), free.end(), previous.begin());
+      // The free ranks in order are free[head .. head + open): a pick,
+      // always among the first few, is taken out by moving those before it
+      // up one place, not those after it down.
+      std::int32_t head = 0;
       for (std::int64_t i = start; i < stop; ++i) {
         const std::int32_t k = order[static_cast<std::size_t>(i)];
         const double xp = xp_[k];
         const double xt = xt_[k];
+        const std::int32_t* const live = free.data() + head;
         const std::int32_t look = std::min(kDealWindow, open);
         std::int32_t pick = 0;
-        double least = lp_[free[0]] * xp + lt_[free[0]] * xt;
+        double least = lp_[live[0]] * xp + lt_[live[0]] * xt;
         for (std::int32_t j = 1; j < look; ++j) {
-          const double kj = lp_[free[j]] * xp + lt_[free[j]] * xt;
-          if (kj < least || (kj == least && free[j] < free[pick])) {
+          const double kj = lp_[live[j]] * xp + lt_[live[j]] * xt;
+          if (kj < least || (kj == least && live[j] < live[pick])) {
             least = kj;
             pick = j;
           }
         }
-        const std::int32_t best = free[pick];
-        for (std::int32_t j = pick + 1; j < open; ++j) free[j - 1] = free[j];
+        const std::int32_t best = live[pick];
+        for (std::int32_t j = head + pick; j > head; --j) free[j] = free[j - 1];
+        ++head;
         --open;
         place(k, best);
       }
@@ -236,11 +250,11 @@ class UnitRefiner {
   // in l's combined-cost order and cut off by |c_b - c_target|^2 / 2, which
   // bounds the 2-D distance from below.
   bool try_swap(std::int32_t h, std::int32_t l, double must_beat) {
-    const std::int32_t* uh = slot_.data() + h * stride_;
-    const std::int32_t* ul = slot_.data() + l * stride_;
-    const double* cl = slot_c_.data() + l * stride_;
-    const double* pl = slot_p_.data() + l * stride_;
-    const double* tl = slot_t_.data() + l * stride_;
+    const std::int32_t* uh = slot_.get() + h * stride_;
+    const std::int32_t* ul = slot_.get() + l * stride_;
+    const double* cl = slot_c_.get() + l * stride_;
+    const double* pl = slot_p_.get() + l * stride_;
+    const double* tl = slot_t_.get() + l * stride_;
     const std::int64_t nh = count_[h];
     const std::int64_t nl = count_[l];
     const double gp = 0.5 * (lp_[h] - lp_[l]);
@@ -298,10 +312,10 @@ class UnitRefiner {
   }
 
   void remove_at(std::int32_t r, std::int64_t i) {
-    std::int32_t* u = slot_.data() + r * stride_;
-    double* c = slot_c_.data() + r * stride_;
-    double* p = slot_p_.data() + r * stride_;
-    double* t = slot_t_.data() + r * stride_;
+    std::int32_t* u = slot_.get() + r * stride_;
+    double* c = slot_c_.get() + r * stride_;
+    double* p = slot_p_.get() + r * stride_;
+    double* t = slot_t_.get() + r * stride_;
     const std::int32_t k = u[i];
     std::copy(u + i + 1, u + count_[r], u + i);
     std::copy(c + i + 1, c + count_[r], c + i);
@@ -313,10 +327,10 @@ class UnitRefiner {
   }
 
   void insert(std::int32_t r, std::int32_t k) {
-    std::int32_t* u = slot_.data() + r * stride_;
-    double* c = slot_c_.data() + r * stride_;
-    double* p = slot_p_.data() + r * stride_;
-    double* t = slot_t_.data() + r * stride_;
+    std::int32_t* u = slot_.get() + r * stride_;
+    double* c = slot_c_.get() + r * stride_;
+    double* p = slot_p_.get() + r * stride_;
+    double* t = slot_t_.get() + r * stride_;
     std::int64_t i = count_[r];
     // Descending cost, ties by ascending index (deterministic).
     while (i > 0 && (c[i - 1] < c_[k] || (c[i - 1] == c_[k] && u[i - 1] > k))) {
@@ -337,17 +351,17 @@ class UnitRefiner {
   }
 
   std::int32_t ranks_;
-  std::int64_t per_rank_;            // floor(full units / ranks)
-  std::int64_t extra_;               // ranks 0..extra-1 hold one full unit more
-  std::int64_t stride_;              // slots per rank
-  std::vector<double> lp_, lt_;      // per rank: normalised pairs and tiles
-  std::vector<double> xp_, xt_, c_;  // per full unit: normalised pairs, tiles, sum
-  std::vector<std::int32_t> owner_;  // per full unit: its rank
-  std::vector<std::int32_t> slot_;   // per rank, stride_ slots: its full units
-  std::vector<double> slot_c_;       // their combined costs
-  std::vector<double> slot_p_;       // their normalised pairs
-  std::vector<double> slot_t_;       // and tiles
-  std::vector<std::int64_t> count_;  // per rank: full units held
+  std::int64_t per_rank_;                 // floor(full units / ranks)
+  std::int64_t extra_;                    // ranks 0..extra-1 hold one full unit more
+  std::int64_t stride_;                   // slots per rank
+  std::vector<double> lp_, lt_;           // per rank: normalised pairs and tiles
+  std::vector<double> xp_, xt_, c_;       // per full unit: normalised pairs, tiles, sum
+  std::vector<std::int32_t> owner_;       // per full unit: its rank
+  std::unique_ptr<std::int32_t[]> slot_;  // per rank, stride_ slots: its full units
+  std::unique_ptr<double[]> slot_c_;      // their combined costs
+  std::unique_ptr<double[]> slot_p_;      // their normalised pairs
+  std::unique_ptr<double[]> slot_t_;      // and tiles
+  std::vector<std::int64_t> count_;       // per rank: full units held
 };
 
 // Appends [begin, begin + length) to the runs, merging with the previous run

@@ -470,6 +470,63 @@ SlotRunsCounts count_slot_runs(const ScheduleRequest& request, const ScheduleSlo
   return c;
 }
 
+// Member r's touched key-block intervals (count_member's `all`), one per
+// run and document: a document's queries [a, b) touch the blocks of
+// [lo(a), hi(b - 1)], the union of its pieces' intervals (neither end of a
+// query's keys falls as it moves on, and a query sees itself, so the
+// pieces' intervals touch one another). Merged, the same intervals.
+void touch_member(const CpWorkload& w, const RowLayout& layout, const RunShardPlan& runs,
+                  std::int32_t r, std::vector<Interval>& all) {
+  const std::int64_t b = w.block_size;
+  std::int64_t doc = -1;
+  for (std::int64_t i = runs.rank_offset[r]; i < runs.rank_offset[r + 1]; ++i) {
+    const PositionRun& run = runs.runs[static_cast<std::size_t>(i)];
+    if (run.begin == kPadPosition || run.length == 0) continue;
+    const std::int64_t end = run.begin + run.length;
+    if (doc < 0 || doc >= layout.num_docs() || layout.doc_end(doc) <= run.begin ||
+        layout.doc_begin(doc) > run.begin) {
+      doc = layout.doc_of(run.begin);
+    }
+    for (std::int64_t x = run.begin; x < end;) {
+      const std::int64_t de = layout.doc_end(doc);
+      const std::int64_t e = std::min(end, de);
+      const Interval keys = piece_keys(w.mask, b, layout.doc_begin(doc), de, x, e);
+      if (!join_last(all, keys)) all.push_back(keys);
+      x = e;
+      if (x == de) ++doc;
+    }
+  }
+}
+
+// count_slot_runs with the members' tokens and tiles given: only the
+// touched intervals walked.
+SlotRunsCounts count_touched(const ScheduleRequest& request, const ScheduleSlot& slot,
+                             const RunShardPlan& runs, const std::vector<RankWork>& work) {
+  SlotRunsCounts c;
+  const CpWorkload w = slot_workload(request, slot);
+  const RowLayout layout(w);
+  c.work.resize(work.size());
+  for (std::size_t r = 0; r < work.size(); ++r) {
+    c.work[r].tokens = work[r].tokens;  // pairs left 0, as count_member leaves them
+    c.work[r].tiles = work[r].tiles;
+  }
+  if (runs.ranks > 1) {
+    c.touched_at.reserve(static_cast<std::size_t>(runs.ranks) + 1);
+    c.touched_at.push_back(0);
+    std::vector<Interval>& all = scratch().all;
+    all.clear();
+    for (std::int32_t r = 0; r < runs.ranks; ++r) {
+      touch_member(w, layout, runs, r, all);
+      merge_into(all, c.touched);
+      c.touched_at.push_back(c.touched.size());
+      all.clear();
+    }
+  }
+  c.tokens = w.tokens;
+  c.block = w.block_size;
+  return c;
+}
+
 SlotCost price_counted(const ScheduleRequest& request, const ScheduleSlot& slot,
                        const SlotRunsCounts& c, const RunShardPlan& runs) {
   const std::size_t g = c.work.size();
@@ -583,6 +640,14 @@ double slot_end_floor_runs(const ScheduleRequest& request, const ScheduleSlot& s
 CountedRuns count_runs(const ScheduleRequest& request, const ScheduleSlot& slot,
                        RunShardPlan runs) {
   auto counts = std::make_shared<const SlotRunsCounts>(count_slot_runs(request, slot, runs));
+  return {std::move(runs), std::move(counts)};
+}
+
+CountedRuns count_runs(const ScheduleRequest& request, const ScheduleSlot& slot, RunShardPlan runs,
+                       const std::vector<RankWork>& work) {
+  if (request.mask.kind == MaskKind::kBlockSparse)
+    return count_runs(request, slot, std::move(runs));
+  auto counts = std::make_shared<const SlotRunsCounts>(count_touched(request, slot, runs, work));
   return {std::move(runs), std::move(counts)};
 }
 

@@ -15,6 +15,7 @@
 #include <random>
 #include <vector>
 
+#include "../slot_runs_counts.h"
 #include "fulcrum/core/cost_profile.h"
 #include "fulcrum/core/random.h"
 #include "fulcrum/core/schedule.h"
@@ -223,6 +224,46 @@ TEST(SlotRuns, CountedAsTheReferenceBitForBit) {
     }
     if (HasFailure()) return;
   }
+}
+
+// count_runs given the members' tokens and tiles (walking only what each
+// member touches, run by run) against count_runs walking every local block:
+// the same counts, touched intervals included, and so the same floors and
+// prices bit for bit.
+TEST(SlotRuns, CountedWithGivenWorkAsByTheWalk) {
+  std::mt19937_64 rng(20261129);
+  const auto same = [](double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; };
+  std::int64_t touched = 0;
+  for (int i = 0; i < 2000; ++i) {
+    const RandomSlot s = random_slot(rng, i % 100 == 99);
+    SCOPED_TRACE("slot " + std::to_string(i) + ", g = " + std::to_string(s.runs.ranks));
+    const CpWorkload w = slot_workload(s.request, s.slot);
+    const CountedRuns want = count_runs(s.request, s.slot, s.runs);
+    const CountedRuns got = count_runs(s.request, s.slot, s.runs, run_tokens_and_tiles(w, s.runs));
+    const detail::SlotRunsCounts& a = *want.counts;
+    const detail::SlotRunsCounts& b = *got.counts;
+    ASSERT_EQ(a.work.size(), b.work.size());
+    for (std::size_t m = 0; m < a.work.size(); ++m) {
+      EXPECT_EQ(a.work[m].tokens, b.work[m].tokens) << "member " << m;
+      EXPECT_EQ(a.work[m].tiles, b.work[m].tiles) << "member " << m;
+      EXPECT_EQ(a.work[m].pairs, b.work[m].pairs) << "member " << m;
+    }
+    EXPECT_EQ(a.touched, b.touched);
+    EXPECT_EQ(a.touched_at, b.touched_at);
+    EXPECT_EQ(a.tokens, b.tokens);
+    EXPECT_EQ(a.block, b.block);
+    touched += static_cast<std::int64_t>(a.touched.size());
+    const double exact = evaluate_slot_runs(s.request, s.slot, s.runs).end_seconds;
+    for (const double beat : {std::numeric_limits<double>::infinity(), exact, exact * 0.9}) {
+      const SlotEnd x = slot_end_counted_below(s.request, s.slot, want, beat);
+      const SlotEnd y = slot_end_counted_below(s.request, s.slot, got, beat);
+      EXPECT_EQ(x.exact, y.exact) << "beat " << beat;
+      EXPECT_TRUE(same(x.end, y.end)) << "beat " << beat;
+      EXPECT_TRUE(same(x.peers_floor, y.peers_floor)) << "beat " << beat;
+    }
+    if (HasFailure()) return;
+  }
+  EXPECT_GT(touched, 20000);  // many members touch several intervals
 }
 
 // The shared-count path against the two functions it stands for: the same

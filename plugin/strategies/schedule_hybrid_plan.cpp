@@ -229,8 +229,19 @@ const CountedRuns* RowPlans::plan(std::string_view rule, const ScheduleRequest& 
   for (const DocPiece& piece : slot.pieces) key.push_back(piece.length);
   std::optional<std::optional<CountedRuns>>& kept = rows_[std::move(key)][r];
   if (!kept) {
-    std::optional<RunShardPlan> runs = slot_rule_runs(rule, w);
     kept.emplace();
+    if (rule == "balanced") {
+      // balanced's exact work is the members' tokens and tiles its runs
+      // would be walked for again: counted, only their touched key blocks.
+      cp::detail::Balanced b = cp::detail::balance_row(w, RowLayout(w));
+      if (b.runs.shard_len > request.max_tokens_per_rank) {
+        *kept = CountedRuns{std::move(b.runs), nullptr};
+      } else {
+        *kept = count_runs(request, slot, std::move(b.runs), b.work);
+      }
+      return &**kept;
+    }
+    std::optional<RunShardPlan> runs = slot_rule_runs(rule, w);
     // A plan over T per member is never priced: its runs only.
     if (runs && runs->shard_len > request.max_tokens_per_rank) {
       *kept = CountedRuns{std::move(*runs), nullptr};

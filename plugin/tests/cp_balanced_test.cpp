@@ -18,6 +18,7 @@
 #include "cp_test_fixtures.h"
 #include "fulcrum/core/plan_check.h"
 #include "fulcrum/core/random.h"
+#include "fulcrum/core/slot_runs.h"
 #include "fulcrum/core/synthetic.h"
 #include "fulcrum/core/work_model.h"
 #include "fulcrum/core/workload.h"
@@ -338,6 +339,15 @@ TEST(CpBalancedTest, BalancedUnitSumsEqualComputeWork) {
     const CpWorkload w = random_workload(rng, {.max_tokens = 300000});
     const detail::Balanced b = detail::balance_row(w, RowLayout(w));
     ASSERT_TRUE(same_work(b.work, compute_work(w, detail::materialize(b.runs)))) << describe(w);
+    if (w.mask.kind != MaskKind::kBlockSparse) {
+      // Rule 5 counts the balanced plan with these tokens and tiles in place
+      // of the run walk's (count_runs given the work): they must be its.
+      const std::vector<RankWork> walked = run_tokens_and_tiles(w, b.runs);
+      for (std::size_t r = 0; r < walked.size(); ++r) {
+        EXPECT_EQ(b.work[r].tokens, walked[r].tokens) << describe(w);
+        EXPECT_EQ(b.work[r].tiles, walked[r].tiles) << describe(w);
+      }
+    }
     const double score = detail::plan_score(b.work, b.total_pairs, b.unsharded_tiles);
     EXPECT_DOUBLE_EQ(b.score, score);
     EXPECT_DOUBLE_EQ(b.score, score_of(w, b.work)) << describe(w);

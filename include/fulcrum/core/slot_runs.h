@@ -115,6 +115,15 @@ struct CountedRuns {
 };
 CountedRuns count_runs(const ScheduleRequest& request, const ScheduleSlot& slot, RunShardPlan runs);
 
+// count_runs of a plan whose members' tokens and tiles its planner has
+// counted already (`work`, equal to run_tokens_and_tiles(slot_workload(...),
+// runs): the balanced planner's exact work is). The same counts, with the
+// runs walked only for the key blocks each member touches: one interval per
+// run and document, not one per local block. Dense masks (block-sparse
+// counts as count_runs does).
+CountedRuns count_runs(const ScheduleRequest& request, const ScheduleSlot& slot, RunShardPlan runs,
+                       const std::vector<RankWork>& work);
+
 // slot_end_runs_below of a counted plan, on any slot of the same row and
 // size as the one it was counted for. `floor_value` false: for a caller
 // that needs only whether the plan can end before `beat`: where compute

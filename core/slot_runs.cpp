@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -571,7 +572,26 @@ Floors floor_counted(const ScheduleRequest& request, const ScheduleSlot& slot,
   for (std::size_t k = 0; k < per_block.size(); ++k) {
     per_block[k] = static_cast<std::int32_t>(c.holders.offset[k + 1] - c.holders.offset[k]);
   }
-  const SparseMax holders(x.levels);
+  // The most-held block of each interval a member touches: read block by
+  // block where the intervals cover fewer blocks than the table of maxima
+  // would write (few members, on most slots), else from the table.
+  std::int64_t span = 0;
+  for (std::size_t r = 0; r < c.work.size(); ++r) {
+    if (c.work[r].tokens == 0) continue;
+    for (const auto& [lo, hi] : c.touched_by(r)) span += hi - lo + 1;
+  }
+  const auto blocks = static_cast<std::int64_t>(per_block.size());
+  std::optional<SparseMax> table;
+  if (span >
+      blocks * static_cast<std::int64_t>(std::bit_width(static_cast<std::uint64_t>(blocks)))) {
+    table.emplace(x.levels);
+  }
+  const auto most_held = [&](std::int64_t lo, std::int64_t hi) {
+    if (table) return table->max(lo, hi);
+    std::int32_t m = 0;
+    for (std::int64_t k = lo; k <= hi; ++k) m = std::max(m, per_block[static_cast<std::size_t>(k)]);
+    return m;
+  };
   // Each member's peers at least: the other holders of the most-held key
   // block it touches (0 for a member that holds nothing and exchanges
   // nothing).
@@ -579,7 +599,7 @@ Floors floor_counted(const ScheduleRequest& request, const ScheduleSlot& slot,
   most.assign(c.work.size(), 0);
   for (std::size_t r = 0; r < c.work.size(); ++r) {
     if (c.work[r].tokens == 0) continue;
-    for (const auto& [lo, hi] : c.touched_by(r)) most[r] = std::max(most[r], holders.max(lo, hi));
+    for (const auto& [lo, hi] : c.touched_by(r)) most[r] = std::max(most[r], most_held(lo, hi));
     const double compute_seconds = compute.members[r].compute_seconds;
     if (most[r] > 1 && p.latency_seconds > 0) {
       const double comm = p.latency_seconds * (most[r] - 1);

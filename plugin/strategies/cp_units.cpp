@@ -41,11 +41,20 @@ void fill_costs(const CpWorkload& workload, const RowLayout& layout, Units& unit
   const std::size_t count = units.cut.size() - 1;
   units.pairs.resize(count);
   units.tiles.resize(count);
+  const bool causal = workload.mask.kind == MaskKind::kCausal;
   std::size_t doc = 0;  // document holding the current unit's first query
   for (std::size_t k = 0; k < count; ++k) {
     const std::int64_t begin = units.cut[k];
     const std::int64_t end = units.cut[k + 1];
     while (starts[doc + 1] <= begin) ++doc;
+    if (causal && end <= starts[doc + 1]) {
+      // Inside one causal document (most units): query q sees [db, q], so
+      // the pairs are segment's trapezoid and the keys [db, end - 1].
+      const std::int64_t db = starts[doc];
+      units.pairs[k] = (begin - db + 1 + end - db) * (end - begin) / 2;
+      units.tiles[k] = block_of(end - 1) - block_of(db) + 1;
+      continue;
+    }
     std::int64_t pairs = 0;
     std::int64_t tiles = 0;
     std::int64_t covered = -1;  // last key block already counted

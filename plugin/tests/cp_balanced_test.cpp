@@ -208,6 +208,34 @@ TEST(CpBalancedTest, DocumentUnitsTileTheRowAndEndAlignLumpyDocuments) {
   EXPECT_NE(std::find(u.cut.begin(), u.cut.end(), 8 * 128 + 5), u.cut.end());
 }
 
+// Each unit's costs against a recount query by query: its pairs (each
+// causal query q sees [db, q]) and its tiles, the key blocks its queries
+// touch; units inside one document and units across several alike.
+TEST(CpBalancedTest, DocumentUnitCostsEqualAQueryByQueryRecount) {
+  Rng rng(17);
+  std::int64_t across = 0;
+  for (int i = 0; i < 300; ++i) {
+    CpWorkload w = random_workload(rng, {.min_tokens = 1, .max_tokens = 20000});
+    w.mask = MaskSpec::causal();
+    const RowLayout layout(w);
+    const detail::Units u = detail::document_units(w, layout, w.block_size, i % 3);
+    for (std::int64_t k = 0; k < u.count(); ++k) {
+      std::int64_t pairs = 0;
+      std::vector<bool> seen(static_cast<std::size_t>(ceil_div(w.tokens, w.block_size)), false);
+      for (std::int64_t q = u.cut[k]; q < u.cut[k + 1]; ++q) {
+        const std::int64_t db = layout.doc_begin(layout.doc_of(q));
+        pairs += q - db + 1;
+        for (std::int64_t b = db / w.block_size; b <= q / w.block_size; ++b) seen[b] = true;
+      }
+      const auto tiles = static_cast<std::int64_t>(std::count(seen.begin(), seen.end(), true));
+      ASSERT_EQ(u.pairs[k], pairs) << "unit " << k << " " << describe(w);
+      ASSERT_EQ(u.tiles[k], tiles) << "unit " << k << " " << describe(w);
+      across += layout.doc_of(u.cut[k]) != layout.doc_of(u.cut[k + 1] - 1) ? 1 : 0;
+    }
+  }
+  EXPECT_GT(across, 100);  // the general path is exercised too
+}
+
 TEST(CpBalancedTest, RunWorkEqualsComputeWorkOnRandomRunPlans) {
   Rng rng(14);
   for (int i = 0; i < 300; ++i) {

@@ -61,13 +61,15 @@ class UnitRefiner {
         lp_(std::move(base_p)),
         lt_(std::move(base_t)) {
     const std::size_t f = full.size();
-    xp_.reserve(f);
-    xt_.reserve(f);
-    c_.reserve(f);
+    // Sized, then written in place: a push_back's capacity test per unit
+    // costs more than the zeroing.
+    xp_.resize(f);
+    xt_.resize(f);
+    c_.resize(f);
     for (std::size_t i = 0; i < f; ++i) {
-      xp_.push_back(units.pairs[static_cast<std::size_t>(full[i])] * wp);
-      xt_.push_back(units.tiles[static_cast<std::size_t>(full[i])] * wt);
-      c_.push_back(xp_[i] + xt_[i]);
+      xp_[i] = units.pairs[static_cast<std::size_t>(full[i])] * wp;
+      xt_[i] = units.tiles[static_cast<std::size_t>(full[i])] * wt;
+      c_[i] = xp_[i] + xt_[i];
     }
     owner_.assign(f, 0);
     // Each rank's slots are written before they are read (place, insert):

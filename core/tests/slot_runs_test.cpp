@@ -285,7 +285,9 @@ TEST(SlotRuns, EndBelowIsTheFloorOrTheExactEnd) {
       EXPECT_EQ(got.exact, inf || floor < beat) << "beat " << beat;
       EXPECT_EQ(got.end, got.exact ? exact : floor) << "beat " << beat;
       EXPECT_EQ(got.cost.members.size(), got.exact ? s.slot.ranks.size() : 0u) << "beat " << beat;
-      if (got.exact) EXPECT_EQ(got.cost.end_seconds, exact) << "beat " << beat;
+      if (got.exact) {
+        EXPECT_EQ(got.cost.end_seconds, exact) << "beat " << beat;
+      }
       floored += got.exact ? 0 : 1;
       priced += got.exact ? 1 : 0;
     }

@@ -83,6 +83,33 @@ std::vector<std::int32_t> NodePool::packed(std::int32_t m, std::int32_t g) {
   return ranks;
 }
 
+void wave_order(const Schedule& schedule, std::vector<std::size_t>& order,
+                std::vector<std::size_t>& counts) {
+  const std::vector<ScheduleSlot>& slots = schedule.slots;
+  const std::size_t n = slots.size();
+  order.resize(n);
+  if (n == 0) return;
+  std::int32_t low = slots[0].wave;
+  std::int32_t high = low;
+  for (const ScheduleSlot& slot : slots) {
+    low = std::min(low, slot.wave);
+    high = std::max(high, slot.wave);
+  }
+  const std::int64_t span = static_cast<std::int64_t>(high) - low;
+  if (span > 4 * static_cast<std::int64_t>(n) + 64) {  // sparse waves: a comparison sort
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t x, std::size_t y) { return slots[x].wave < slots[y].wave; });
+    return;
+  }
+  counts.assign(static_cast<std::size_t>(span) + 2, 0);
+  for (const ScheduleSlot& slot : slots) ++counts[static_cast<std::size_t>(slot.wave - low) + 1];
+  std::partial_sum(counts.begin(), counts.end(), counts.begin());
+  for (std::size_t k = 0; k < n; ++k) {
+    order[counts[static_cast<std::size_t>(slots[k].wave - low)]++] = k;
+  }
+}
+
 void SlotChains::build(const Schedule& schedule, const std::vector<std::size_t>& order,
                        const std::vector<double>& length, std::int32_t world) {
   const std::size_t n = schedule.slots.size();

@@ -46,6 +46,13 @@ class NodePool {
   std::vector<std::int32_t> want_;  // per node, ranks still to take; all 0 between calls
 };
 
+// The schedule's slots in wave order, index order within a wave: what a
+// stable sort of 0..slots-1 by wave gives, by a counting sort where the
+// waves span no more than a few per slot (they do in hybrid's schedules),
+// in O(slots + waves) and no allocation once `counts` has grown.
+void wave_order(const Schedule& schedule, std::vector<std::size_t>& order,
+                std::vector<std::size_t>& counts);
+
 // A schedule's timeline (slots in wave order, each starting when its last
 // member is free and lasting its length) with each member's slots before
 // and after it on its rank. without(x, y, l) is the timeline's step and

@@ -104,13 +104,7 @@ class Search {
   // The slots in wave order (stable), kept for replay: a move that is
   // tried keeps every wave but the re-placed slot's, which replay leaves
   // out and try_replace prices apart.
-  void sort_by_wave() {
-    order_.resize(s_.slots.size());
-    std::iota(order_.begin(), order_.end(), std::size_t{0});
-    std::stable_sort(order_.begin(), order_.end(), [&](std::size_t x, std::size_t y) {
-      return s_.slots[x].wave < s_.slots[y].wave;
-    });
-  }
+  void sort_by_wave() { wave_order(s_, order_, wave_at_); }
 
   // The timeline without slot `skip` (skip = size: all of them).
   Timeline replay(std::size_t skip) const {
@@ -457,12 +451,13 @@ class Search {
   const ScheduleRequest& r_;
   Schedule& s_;
   const SlotPlanner& plan_;
-  std::vector<double>& length_;     // per slot, as evaluate_slot prices it
-  std::vector<std::size_t> order_;  // sort_by_wave
-  std::int64_t tokens_left_;        // rows the tries may still plan, in tokens
-  std::int64_t node_tries_ = 0;     // fewer_node_sets' tries left
-  std::vector<double> free_at_;     // replay_ends' free times, all 0 between calls
-  SlotChains chains_;               // try_pair's partial replays, built before a try
+  std::vector<double>& length_;       // per slot, as evaluate_slot prices it
+  std::vector<std::size_t> order_;    // sort_by_wave
+  std::vector<std::size_t> wave_at_;  // sort_by_wave's counts, kept to spare allocations
+  std::int64_t tokens_left_;          // rows the tries may still plan, in tokens
+  std::int64_t node_tries_ = 0;       // fewer_node_sets' tries left
+  std::vector<double> free_at_;       // replay_ends' free times, all 0 between calls
+  SlotChains chains_;                 // try_pair's partial replays, built before a try
 };
 
 }  // namespace

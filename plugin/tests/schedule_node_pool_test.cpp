@@ -192,5 +192,37 @@ TEST(SlotChains, WithoutEqualsAReplayOfEverySlot) {
   EXPECT_LT(held, checked - 2000);
 }
 
+// wave_order against a stable sort by wave: random waves, dense (the
+// counting sort), negative, or spread far apart (the comparison sort), with
+// one counts buffer reused across calls as the search reuses it.
+TEST(WaveOrder, EqualsAStableSortByWave) {
+  std::mt19937_64 rng(20261126);
+  std::vector<std::size_t> order;
+  std::vector<std::size_t> counts;
+  std::int64_t checked = 0;
+  for (int trial = 0; trial < 2000; ++trial) {
+    Schedule s;
+    s.slots.resize(rng() % 60);
+    const int kind = trial % 4;
+    for (ScheduleSlot& slot : s.slots) {
+      const auto draw = static_cast<std::int32_t>(rng() % 12);
+      slot.wave = kind == 0   ? draw
+                  : kind == 1 ? draw - 5
+                  : kind == 2 ? draw * 100000
+                              : static_cast<std::int32_t>(rng() % 3) * 1000000000 - 1000000000;
+    }
+    std::vector<std::size_t> want(s.slots.size());
+    std::iota(want.begin(), want.end(), std::size_t{0});
+    std::stable_sort(want.begin(), want.end(), [&](std::size_t a, std::size_t b) {
+      return s.slots[a].wave < s.slots[b].wave;
+    });
+    order.assign(rng() % 5, 7);  // a stale order of another size
+    hybrid::wave_order(s, order, counts);
+    ASSERT_EQ(order, want) << "trial " << trial;
+    checked += static_cast<std::int64_t>(want.size());
+  }
+  EXPECT_GT(checked, 40000);
+}
+
 }  // namespace
 }  // namespace fulcrum

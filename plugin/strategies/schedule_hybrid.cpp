@@ -87,6 +87,7 @@
 #include "strategies/cp_strategies.h"
 #include "strategies/schedule_hybrid_draft.h"
 #include "strategies/schedule_hybrid_draw.h"
+#include "strategies/schedule_hybrid_refine.h"
 #include "strategies/schedule_strategies.h"
 
 namespace fulcrum {
@@ -347,8 +348,8 @@ Status plan_compact(const ScheduleRequest& request, Schedule& schedule, double& 
   };
   Schedule searched = schedule;
   std::vector<double> searched_length = length;
-  if (Status status = hybrid::improve_on_timeline(request, searched, searched_length, planner,
-                                                  kSearchTokenBudget);
+  if (Status status = hybrid::improve_on_timeline(request, schedule, length, searched,
+                                                  searched_length, planner, kSearchTokenBudget);
       !status) {
     return status;
   }

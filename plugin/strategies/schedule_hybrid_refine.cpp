@@ -624,36 +624,47 @@ Status even_the_tail(const ScheduleRequest& r, Schedule& s, std::vector<double>&
 
 Status search_with_narrowed_slot(const ScheduleRequest& request, Schedule& schedule,
                                  std::vector<double>& length, const SlotPlanner& plan,
-                                 std::int64_t& token_budget, const TimelineSearch& search) {
+                                 std::int64_t& token_budget, const TimelineSearch& search,
+                                 const Schedule* planned,
+                                 const std::vector<double>* planned_length) {
   std::vector<std::int32_t> kept;
   const std::size_t w = narrowing(request, schedule, kept);
   // The narrowed schedule starts from the schedule as planned; the search
   // on that schedule runs first, with the whole budget, as without this.
-  Schedule narrowed;
-  std::vector<double> narrowed_length;
-  if (w < schedule.slots.size()) {
-    narrowed = schedule;
-    narrowed_length = length;
+  // Without the caller's copy of it, one is made here.
+  Schedule own;
+  std::vector<double> own_length;
+  if (planned == nullptr && w < schedule.slots.size()) {
+    own = schedule;
+    own_length = length;
+    planned = &own;
+    planned_length = &own_length;
   }
   if (Status st = search(schedule, length, token_budget); !st) return st;
   if (Status st = even_the_tail(request, schedule, length, plan, token_budget, kTailReplays); !st) {
     return st;
   }
-  if (w >= narrowed.slots.size() || tokens_of(narrowed.slots[w]) > token_budget) {
+  if (planned == nullptr || w >= planned->slots.size() ||
+      tokens_of(planned->slots[w]) > token_budget) {
     return Status::ok();
   }
-  token_budget -= tokens_of(narrowed.slots[w]);
-  const std::size_t width = narrowed.slots[w].ranks.size();
-  const double length_before = narrowed_length[w];
-  narrowed.slots[w].ranks = kept;
-  const Result<double> planned = plan(request, narrowed.slots[w], kNoEnd);
-  if (!planned) return planned.status();
-  if (!std::isfinite(*planned)) return Status::ok();
+  token_budget -= tokens_of(planned->slots[w]);
+  const std::size_t width = planned->slots[w].ranks.size();
+  const double length_before = (*planned_length)[w];
+  ScheduleSlot slot = planned->slots[w];
+  slot.ranks = kept;
+  const Result<double> narrowed_slot = plan(request, slot, kNoEnd);
+  if (!narrowed_slot) return narrowed_slot.status();
+  if (!std::isfinite(*narrowed_slot)) return Status::ok();
   // Only a slot that spends fewer rank-seconds narrowed can pay.
-  if (static_cast<double>(kept.size()) * *planned >= static_cast<double>(width) * length_before) {
+  if (static_cast<double>(kept.size()) * *narrowed_slot >=
+      static_cast<double>(width) * length_before) {
     return Status::ok();
   }
-  narrowed_length[w] = *planned;
+  Schedule narrowed = planned == &own ? std::move(own) : *planned;
+  std::vector<double> narrowed_length = planned == &own ? std::move(own_length) : *planned_length;
+  narrowed.slots[w] = std::move(slot);
+  narrowed_length[w] = *narrowed_slot;
   if (Status st = even_the_tail(request, narrowed, narrowed_length, plan, token_budget,
                                 kNarrowedTailReplays);
       !st) {

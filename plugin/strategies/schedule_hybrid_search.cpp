@@ -462,9 +462,12 @@ class Search {
 
 }  // namespace
 
-Status improve_on_timeline(const ScheduleRequest& request, Schedule& schedule,
-                           std::vector<double>& length, const SlotPlanner& plan,
-                           std::int64_t token_budget) {
+namespace {
+
+Status search_and_narrow(const ScheduleRequest& request, Schedule& schedule,
+                         std::vector<double>& length, const SlotPlanner& plan,
+                         std::int64_t token_budget, const Schedule* planned,
+                         const std::vector<double>* planned_length) {
   // Rule 7's moves, on the schedule as planned and on it with its widest
   // slot narrowed (schedule_hybrid_refine.cpp), within one token budget.
   const TimelineSearch search = [&](Schedule& s, std::vector<double>& l, std::int64_t& budget) {
@@ -473,7 +476,24 @@ Status improve_on_timeline(const ScheduleRequest& request, Schedule& schedule,
     budget = moves.tokens_left();
     return st;
   };
-  return search_with_narrowed_slot(request, schedule, length, plan, token_budget, search);
+  return search_with_narrowed_slot(request, schedule, length, plan, token_budget, search, planned,
+                                   planned_length);
+}
+
+}  // namespace
+
+Status improve_on_timeline(const ScheduleRequest& request, Schedule& schedule,
+                           std::vector<double>& length, const SlotPlanner& plan,
+                           std::int64_t token_budget) {
+  return search_and_narrow(request, schedule, length, plan, token_budget, nullptr, nullptr);
+}
+
+Status improve_on_timeline(const ScheduleRequest& request, const Schedule& planned,
+                           const std::vector<double>& planned_length, Schedule& schedule,
+                           std::vector<double>& length, const SlotPlanner& plan,
+                           std::int64_t token_budget) {
+  return search_and_narrow(request, schedule, length, plan, token_budget, &planned,
+                           &planned_length);
 }
 
 }  // namespace fulcrum::hybrid

@@ -83,6 +83,40 @@ std::vector<std::int32_t> NodePool::packed(std::int32_t m, std::int32_t g) {
   return ranks;
 }
 
+RanksByFinish::RanksByFinish(const std::vector<double>& finish)
+    : finish_(finish), order_(finish.size()) {
+  std::iota(order_.begin(), order_.end(), 0);
+}
+
+void RanksByFinish::sort_to(std::size_t n) {
+  if (n <= sorted_) return;
+  // At least double what is in order, so that asks that grow one rank at
+  // a time cost O(W) selections in all, not one each.
+  const std::size_t m = std::min(order_.size(), std::max({n, 2 * sorted_, std::size_t{32}}));
+  const auto cmp = [this](std::int32_t x, std::int32_t y) { return before(x, y); };
+  const auto from = order_.begin() + static_cast<std::ptrdiff_t>(sorted_);
+  const auto to = order_.begin() + static_cast<std::ptrdiff_t>(m);
+  // The m - sorted_ least of the rest (all after the ranks in order), then
+  // in order: (finish, rank) is a strict order, so any sort gives one.
+  if (to != order_.end()) std::nth_element(from, to, order_.end(), cmp);
+  std::sort(from, to, cmp);
+  sorted_ = m;
+}
+
+std::size_t RanksByFinish::count_to(double t, std::size_t from) {
+  sort_to(std::max<std::size_t>(from, 1));
+  // In order until a rank finishes after t, or every rank is.
+  while (sorted_ < order_.size() && !(t < finish_[static_cast<std::size_t>(order_[sorted_ - 1])])) {
+    sort_to(sorted_ + 1);
+  }
+  return static_cast<std::size_t>(
+      std::upper_bound(
+          order_.begin() + static_cast<std::ptrdiff_t>(from),
+          order_.begin() + static_cast<std::ptrdiff_t>(sorted_), t,
+          [&](double v, std::int32_t a) { return v < finish_[static_cast<std::size_t>(a)]; }) -
+      order_.begin());
+}
+
 void wave_order(const Schedule& schedule, std::vector<std::size_t>& order,
                 std::vector<std::size_t>& counts) {
   const std::vector<ScheduleSlot>& slots = schedule.slots;

@@ -46,6 +46,35 @@ class NodePool {
   std::vector<std::int32_t> want_;  // per node, ranks still to take; all 0 between calls
 };
 
+// The ranks in the order of ranks_by_finish (schedule_hybrid_refine.h: by
+// finish, ties by rank), put in order only as far as asked: the search
+// reads the first few ranks of it (up to a few times the re-placed slot's
+// g, and those tied with the g-th), not all W. order()'s first sorted()
+// ranks are those of ranks_by_finish; the rest are the other ranks, in no
+// set order. Finishes must not be NaN.
+class RanksByFinish {
+ public:
+  // `finish` must outlive this and not change.
+  explicit RanksByFinish(const std::vector<double>& finish);
+  // Puts the first n (<= W) ranks in order.
+  void sort_to(std::size_t n);
+  // How many ranks finish no later than t (the first that many in order),
+  // where some rank among the first `from` does (t >= the from-th's finish).
+  std::size_t count_to(double t, std::size_t from);
+  const std::vector<std::int32_t>& order() const { return order_; }
+  std::size_t sorted() const { return sorted_; }
+
+ private:
+  bool before(std::int32_t x, std::int32_t y) const {
+    const double fx = finish_[static_cast<std::size_t>(x)];
+    const double fy = finish_[static_cast<std::size_t>(y)];
+    return fx < fy || (fx == fy && x < y);
+  }
+  const std::vector<double>& finish_;
+  std::vector<std::int32_t> order_;
+  std::size_t sorted_ = 0;
+};
+
 // The schedule's slots in wave order, index order within a wave: what a
 // stable sort of 0..slots-1 by wave gives, by a counting sort where the
 // waves span no more than a few per slot (they do in hybrid's schedules),

@@ -194,9 +194,11 @@ class Search {
     const std::size_t c = now.last;
     const ScheduleSlot& original = s_.slots[c];
     Replace best{replay(c), now, {}, 0};
-    const std::vector<std::int32_t> by_finish = ranks_by_finish(best.without.finish);
+    // In order only as far as the tries below read it.
+    RanksByFinish by_finish(best.without.finish);
     // The pools of ranks on few nodes, counted once for every g below.
-    NodePool pool(by_finish, r_.world_size, std::max<std::int32_t>(1, r_.profile.ranks_per_node));
+    NodePool pool(by_finish.order(), r_.world_size,
+                  std::max<std::int32_t>(1, r_.profile.ranks_per_node));
     const std::int64_t tokens = tokens_of(original);
     const auto g0 = static_cast<std::int32_t>(original.ranks.size());
     // No wider than the row has key blocks (widest_useful_group), but a
@@ -207,7 +209,8 @@ class Search {
          std::max<std::int64_t>({g0, kNarrow, widest_useful_group(tokens, r_.block_size)})}));
     for (std::int32_t g = 1; g <= most && tries > 0; g = g < 8 ? g + 1 : g + g / 4) {
       if (static_cast<std::int64_t>(g) * r_.max_tokens_per_rank < tokens) continue;
-      std::vector<std::int32_t> first(by_finish.begin(), by_finish.begin() + g);
+      by_finish.sort_to(static_cast<std::size_t>(g));
+      std::vector<std::int32_t> first(by_finish.order().begin(), by_finish.order().begin() + g);
       std::sort(first.begin(), first.end());
       bool spent = false;
       if (Status st = try_ranks(c, first, best, tries, spent); !st || spent) return st;
@@ -302,25 +305,27 @@ class Search {
   // rest from the node that holds them with the fewest to spare, earliest
   // free first. Each set spans the fewest nodes its pool allows; sets no
   // narrower than the first g ranks, or repeated, are left out.
-  std::vector<std::vector<std::int32_t>> fewer_node_sets(const std::vector<std::int32_t>& by_finish,
+  std::vector<std::vector<std::int32_t>> fewer_node_sets(RanksByFinish& by_finish,
                                                          const std::vector<double>& finish,
                                                          std::int32_t g, NodePool& pool) const {
     std::vector<std::vector<std::int32_t>> out;
     const std::int32_t per_node = std::max<std::int32_t>(1, r_.profile.ranks_per_node);
-    const auto world = static_cast<std::int32_t>(by_finish.size());
+    const auto world = static_cast<std::int32_t>(by_finish.order().size());
     if (g < 2 || per_node < 2 || per_node >= world) return out;
-    std::vector<std::int32_t> first(by_finish.begin(), by_finish.begin() + g);
+    by_finish.sort_to(static_cast<std::size_t>(g));
+    const std::vector<std::int32_t>& order = by_finish.order();
+    std::vector<std::int32_t> first(order.begin(), order.begin() + g);
     std::sort(first.begin(), first.end());
     const std::int32_t first_nodes = nodes_of(first, per_node);
     if (first_nodes <= (g + per_node - 1) / per_node) return out;
-    // The ranks free no later than the g-th: by_finish is in free-time
-    // order, so they end where the later ones begin.
-    const double gth = finish[by_finish[g - 1]];
-    const auto tied = static_cast<std::int32_t>(
-        std::upper_bound(by_finish.begin() + g, by_finish.end(), gth,
-                         [&](double t, std::int32_t a) { return t < finish[a]; }) -
-        by_finish.begin());
+    // The ranks free no later than the g-th: in free-time order, they end
+    // where the later ones begin.
+    const double gth = finish[order[g - 1]];
+    const auto tied =
+        static_cast<std::int32_t>(by_finish.count_to(gth, static_cast<std::size_t>(g)));
     for (const std::int32_t m : {tied, tied + per_node}) {
+      // The pool reads the first m ranks of the order.
+      by_finish.sort_to(static_cast<std::size_t>(std::min(m, world)));
       std::vector<std::int32_t> ranks = pool.packed(std::min(m, world), g);
       if (nodes_of(ranks, per_node) >= first_nodes) continue;
       if (std::find(out.begin(), out.end(), ranks) == out.end()) out.push_back(std::move(ranks));

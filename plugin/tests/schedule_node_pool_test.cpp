@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <string>
@@ -13,6 +14,7 @@
 
 #include "fulcrum/schedule_types.h"
 #include "strategies/schedule_hybrid_nodes.h"
+#include "strategies/schedule_hybrid_refine.h"
 
 namespace fulcrum {
 namespace {
@@ -222,6 +224,60 @@ TEST(WaveOrder, EqualsAStableSortByWave) {
     checked += static_cast<std::int64_t>(want.size());
   }
   EXPECT_GT(checked, 40000);
+}
+
+// RanksByFinish against ranks_by_finish (every rank sorted): random
+// finishes with many ties (a coarse grid), idle ranks (0 and -0.0),
+// negative and infinite ones, asked for prefixes and tie counts in random
+// order as the search asks; each prefix put in order equals the sorted
+// order's, and each count its upper bound.
+TEST(RanksByFinish, PrefixesEqualASortOfEveryRank) {
+  std::mt19937_64 rng(20261128);
+  std::int64_t checked = 0;
+  std::int64_t past_asked = 0;  // counts that had to put more ranks in order
+  for (int trial = 0; trial < 600; ++trial) {
+    const std::size_t world = 1 + rng() % (trial % 3 == 0 ? 2000 : 70);
+    std::vector<double> finish(world);
+    const int grid = 1 + static_cast<int>(rng() % 20);
+    for (double& f : finish) {
+      const auto pick = rng() % 10;
+      f = pick == 0                     ? 0.0
+          : pick == 1                   ? -0.0
+          : pick == 2                   ? -0.5 * static_cast<double>(rng() % 3)
+          : pick == 3 && trial % 5 == 0 ? std::numeric_limits<double>::infinity()
+                                        : 0.25 * static_cast<double>(rng() % grid);
+    }
+    const std::vector<std::int32_t> want = hybrid::ranks_by_finish(finish);
+    hybrid::RanksByFinish got(finish);
+    for (int ask = 0; ask < 12; ++ask) {
+      const std::size_t n = 1 + rng() % world;
+      if (rng() % 2 == 0) {
+        got.sort_to(n);
+      } else {
+        const double t = finish[static_cast<std::size_t>(want[n - 1])];
+        const std::size_t before = got.sorted();
+        const std::size_t count = got.count_to(t, n);
+        const auto upper = std::upper_bound(
+            want.begin() + static_cast<std::ptrdiff_t>(n), want.end(), t,
+            [&](double v, std::int32_t a) { return v < finish[static_cast<std::size_t>(a)]; });
+        ASSERT_EQ(count, static_cast<std::size_t>(upper - want.begin()))
+            << "trial " << trial << ", n " << n;
+        past_asked += got.sorted() > std::max(before, n) ? 1 : 0;
+      }
+      ASSERT_GE(got.sorted(), std::min(n, world));
+      ASSERT_LE(got.sorted(), world);
+      ASSERT_TRUE(std::equal(want.begin(), want.begin() + static_cast<std::ptrdiff_t>(got.sorted()),
+                             got.order().begin()))
+          << "trial " << trial << ", n " << n;
+      // The rest are the other ranks.
+      std::vector<std::int32_t> all = got.order();
+      std::sort(all.begin(), all.end());
+      for (std::size_t a = 0; a < world; ++a) ASSERT_EQ(all[a], static_cast<std::int32_t>(a));
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 5000);
+  EXPECT_GT(past_asked, 200);
 }
 
 }  // namespace

@@ -182,6 +182,8 @@ void SlotChains::build(const Schedule& schedule, const std::vector<std::size_t>&
     end_[k] = start + length_[k];
     weighted_[i] = static_cast<double>(ranks.size()) * length_[k];
   }
+  busy_before_.assign(n + 1, 0.0);
+  for (std::size_t i = 0; i < n; ++i) busy_before_[i + 1] = busy_before_[i] + weighted_[i];
   constexpr std::size_t kLatest = 8;
   latest_.resize(n);
   std::iota(latest_.begin(), latest_.end(), std::size_t{0});
@@ -242,7 +244,11 @@ SlotChains::Ends SlotChains::without(std::size_t x, std::size_t y, double length
       if (kept(k)) out.step = std::max(out.step, end_[k]);
     }
   }
-  for (std::size_t i = 0; i < order_.size(); ++i) {
+  // The rank-seconds, summed in wave order as a replay sums them: up to
+  // the first of x and y the sum is the one kept at build.
+  const std::size_t from = std::min(pos_[x], pos_[y]);
+  out.busy = busy_before_[from];
+  for (std::size_t i = from; i < order_.size(); ++i) {
     const std::size_t k = order_[i];
     if (k == x) continue;
     out.busy += k == y ? static_cast<double>(at_[k + 1] - at_[k]) * length : weighted_[i];

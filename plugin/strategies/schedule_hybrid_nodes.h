@@ -119,6 +119,7 @@ class SlotChains {
   std::vector<std::size_t> prev_;      // per entry: the entry of the rank's slot before
   std::vector<std::size_t> next_;      // and after, or kNone
   std::vector<double> weighted_;       // per place in order_: g x length
+  std::vector<double> busy_before_;    // per place: weighted_'s sum before it, in order
   std::vector<std::size_t> latest_;    // a few slots of the latest ends, latest first
   std::vector<std::size_t> heap_;      // places in order_ still to replay
   std::vector<std::uint64_t> seen_;    // per slot: the call (epoch_) that moved its end

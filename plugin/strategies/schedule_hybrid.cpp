@@ -76,7 +76,6 @@
 #include <queue>
 #include <sstream>
 #include <string>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -113,16 +112,21 @@ class SlotMemo {
     // allocating (one_rank_slot_end): cheaper than its key and a lookup, so
     // it is planned afresh each time, with the answer a kept one would give.
     if (slot.ranks.size() == 1) return hybrid::plan_slot_compact(request, slot, ceiling);
-    std::vector<std::int64_t> key;
-    key.reserve(slot.ranks.size() + slot.pieces.size() + 1);
+    // The key built in a buffer kept across calls: most calls find it kept,
+    // and a lookup then allocates nothing.
+    std::vector<std::int64_t>& key = key_;
+    key.clear();
     key.push_back(static_cast<std::int64_t>(slot.ranks.size()));
-    // Each member's node, numbered by first appearance.
+    // Each member's node, numbered by first appearance: per node, its first
+    // member (a table kept across calls, its entries reset after use).
     const std::int32_t node = request.profile.ranks_per_node;
-    std::unordered_map<std::int32_t, std::int64_t> first;  // node -> first member on it
     for (std::size_t m = 0; m < slot.ranks.size(); ++m) {
-      key.push_back(
-          first.emplace(slot.ranks[m] / node, static_cast<std::int64_t>(m)).first->second);
+      const auto n = static_cast<std::size_t>(slot.ranks[m] / node);
+      if (n >= first_of_node_.size()) first_of_node_.resize(n + 1, -1);
+      if (first_of_node_[n] < 0) first_of_node_[n] = static_cast<std::int64_t>(m);
+      key.push_back(first_of_node_[n]);
     }
+    for (const std::int32_t a : slot.ranks) first_of_node_[static_cast<std::size_t>(a / node)] = -1;
     for (const DocPiece& piece : slot.pieces) key.push_back(piece.length);
     const auto it = kept_.find(key);
     if (it != kept_.end()) {
@@ -136,9 +140,9 @@ class SlotMemo {
     const Result<double> planned =
         hybrid::plan_slot_compact(request, slot, ceiling, &none_below, &rows_);
     if (planned && *planned < ceiling) {
-      kept_.emplace(std::move(key), Kept{*planned, slot.plan, slot.member_weights});
+      kept_.emplace(key, Kept{*planned, slot.plan, slot.member_weights});
     } else if (planned && none_below) {
-      double& highest = none_below_[std::move(key)];
+      double& highest = none_below_[key];
       highest = std::max(highest, ceiling);
     }
     return planned;
@@ -153,7 +157,9 @@ class SlotMemo {
   std::map<std::vector<std::int64_t>, Kept> kept_;
   // Key -> the highest ceiling no plan of the slot ends before.
   std::map<std::vector<std::int64_t>, double> none_below_;
-  hybrid::RowPlans rows_;  // rule 5's candidate plans of each row, counted
+  hybrid::RowPlans rows_;                    // rule 5's candidate plans of each row, counted
+  std::vector<std::int64_t> key_;            // plan's key, built here
+  std::vector<std::int64_t> first_of_node_;  // per node: its first member in plan's slot, or -1
 };
 
 // Every slot planned compactly (rule 5, schedule_hybrid_plan.cpp): `length`

@@ -324,5 +324,91 @@ TEST(HybridSearch, CallersPlannedCopyEqualsTheSearchsOwn) {
   EXPECT_GT(narrowed_tried, 50);
   EXPECT_GT(narrowed_won, 20);
 }
+
+// A random tail of one-rank rows alone: 2 to 6 ranks, each with a few rows
+// of a few pieces, a row's fixed cost up to a few pieces' work (a piece
+// moved as a row of its own pays it, which rule 10's filter leaves out, so
+// that many moves are priced and undone).
+Tail rows_tail(std::mt19937_64& rng) {
+  Tail t;
+  ScheduleRequest& r = t.request;
+  r.world_size = static_cast<std::int32_t>(2 + rng() % 5);
+  r.max_tokens_per_rank = 1024;
+  r.block_size = 128;
+  r.mask = MaskSpec::causal();
+  r.profile.name = "test";
+  r.profile.tile_seconds = 1e-4;
+  r.profile.token_seconds = 1e-7;
+  r.profile.slot_seconds = 1e-3 * static_cast<double>(rng() % 6);
+  r.profile.kv_bytes_per_token = 1e4;
+  r.profile.intra_node_bytes_per_second = 1e10;
+  r.profile.inter_node_bytes_per_second = 1e9;
+  r.profile.ranks_per_node = 8;
+  for (std::int32_t a = 0; a < r.world_size; ++a) {
+    const auto rows = static_cast<int>(1 + rng() % 3);
+    for (int k = 0; k < rows; ++k) {
+      ScheduleSlot row;
+      row.ranks = {a};
+      row.wave = k;
+      const auto pieces = static_cast<int>(1 + rng() % 4);
+      for (int p = 0; p < pieces; ++p) {
+        const auto len = static_cast<std::int64_t>(32 + rng() % 224);
+        row.pieces.push_back({static_cast<std::int64_t>(r.doc_lengths.size()), 0, len});
+        r.doc_lengths.push_back(len);
+      }
+      t.schedule.slots.push_back(row);
+    }
+  }
+  for (ScheduleSlot& slot : t.schedule.slots) {
+    const Result<double> len = hybrid::plan_slot_compact(r, slot);
+    EXPECT_TRUE(len.is_ok());
+    t.length.push_back(len.is_ok() ? *len : 0.0);
+  }
+  return t;
+}
+
+// Rule 10's moves change rows in place and undo the moves they do not keep
+// (the piece put back where it was, the plan records set aside put back):
+// on random tails, every document's pieces are each in exactly one slot
+// after the search, and every slot's length and plan record are those of
+// planning it afresh, bit for bit.
+TEST(HybridSearch, UndoneTailMovesLeaveRowsAsPlanned) {
+  std::mt19937_64 rng(20261129);
+  std::int64_t rows_checked = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    Tail t = trial % 2 == 0 ? narrowing_tail(rng) : rows_tail(rng);
+    const hybrid::SlotPlanner plan = [](const ScheduleRequest& r, ScheduleSlot& slot,
+                                        double ceiling) {
+      return hybrid::plan_slot_compact(r, slot, ceiling);
+    };
+    ASSERT_TRUE(
+        hybrid::improve_on_timeline(t.request, t.schedule, t.length, plan, 1 << 24).is_ok());
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    std::vector<int> seen(t.request.doc_lengths.size(), 0);
+    ASSERT_EQ(t.length.size(), t.schedule.slots.size());
+    for (std::size_t k = 0; k < t.schedule.slots.size(); ++k) {
+      const ScheduleSlot& slot = t.schedule.slots[k];
+      for (const DocPiece& p : slot.pieces) {
+        ++seen[static_cast<std::size_t>(p.doc)];
+        ASSERT_EQ(p.offset, 0);
+        ASSERT_EQ(p.length, t.request.doc_lengths[static_cast<std::size_t>(p.doc)]);
+      }
+      ScheduleSlot again = slot;
+      again.plan = {};
+      again.member_weights = {1.0};
+      const Result<double> len = hybrid::plan_slot_compact(t.request, again);
+      ASSERT_TRUE(len.is_ok());
+      ASSERT_EQ(*len, t.length[k])
+          << "slot " << k << " pieces " << slot.pieces.size() << " ranks " << slot.ranks.size();
+      ASSERT_EQ(again.plan.strategy_used, slot.plan.strategy_used) << "slot " << k;
+      ASSERT_EQ(again.plan.shard_len, slot.plan.shard_len) << "slot " << k;
+      ASSERT_EQ(again.plan.cp_size, slot.plan.cp_size) << "slot " << k;
+      ASSERT_EQ(again.member_weights, slot.member_weights) << "slot " << k;
+      rows_checked += slot.ranks.size() == 1 ? 1 : 0;
+    }
+    for (std::size_t d = 0; d < seen.size(); ++d) ASSERT_EQ(seen[d], 1) << "document " << d;
+  }
+  EXPECT_GT(rows_checked, 1000);
+}
 }  // namespace
 }  // namespace fulcrum

@@ -49,8 +49,8 @@ struct Timeline {
   double step = 0;
   double busy = 0;                      // rank-seconds: sum of g x length
   std::size_t last = 0;                 // the slot ending last (ties: the later index)
-  std::vector<double> finish;           // per rank
-  std::vector<std::int32_t> next_wave;  // per rank: after its last slot
+  std::vector<double> finish;           // per rank (replay's; empty where not needed)
+  std::vector<std::int32_t> next_wave;  // per rank: after its last slot (likewise)
 };
 
 class Search {
@@ -68,7 +68,7 @@ class Search {
     // own, as large, so that they take no tries from the other moves.
     node_tries_ = tries / 4;
     sort_by_wave();
-    Timeline now = replay(s_.slots.size());
+    Timeline now = replay_all();
     while (tries > 0 && tokens_left_ > 0 && s_.slots.size() > 1) {
       bool moved = false;
       if (Status st = try_replace(now, tries, moved); !st) return st;
@@ -156,6 +156,30 @@ class Search {
   }
   bool better(const Ends& a, const Timeline& b) const { return better(a.step, a.busy, b); }
 
+  // replay(size) without its per-rank tables (the step, the rank-seconds
+  // and the slot ending last are what the search reads of the current
+  // timeline): the free times in the table replay_ends keeps.
+  Timeline replay_all() {
+    free_at_.resize(static_cast<std::size_t>(r_.world_size), 0.0);
+    Timeline t;
+    for (const std::size_t k : order_) {
+      const ScheduleSlot& slot = s_.slots[k];
+      double start = 0;
+      for (const std::int32_t a : slot.ranks) start = std::max(start, free_at_[a]);
+      const double end = start + length_[k];
+      for (const std::int32_t a : slot.ranks) free_at_[a] = end;
+      t.busy += static_cast<double>(slot.ranks.size()) * length_[k];
+      if (end >= t.step) {
+        t.step = end;
+        t.last = k;
+      }
+    }
+    for (const std::size_t k : order_) {
+      for (const std::int32_t a : s_.slots[k].ranks) free_at_[a] = 0.0;
+    }
+    return t;
+  }
+
   // The least length above `step`: a slot that long or longer ends the
   // timeline later than `step`.
   static double above(double step) {
@@ -225,7 +249,7 @@ class Search {
     length_[c] = best.length;
     chains_.invalidate();
     sort_by_wave();
-    now = replay(s_.slots.size());
+    now = replay_all();
     moved = true;
     return Status::ok();
   }
@@ -285,7 +309,12 @@ class Search {
     const Result<double> length = plan_(r_, slot, least_not_improving(improves));
     if (!length) return length.status();
     if (improves(*length)) {
-      Timeline t = best.without;
+      // The timeline without the slot, plus it: its step, rank-seconds and
+      // last slot (not its per-rank tables, which nothing reads).
+      Timeline t;
+      t.step = best.without.step;
+      t.busy = best.without.busy;
+      t.last = best.without.last;
       t.busy += g * *length;
       if (start + *length >= t.step) {
         t.step = start + *length;
@@ -394,7 +423,7 @@ class Search {
         length_.erase(length_.begin() + static_cast<std::ptrdiff_t>(x));
         chains_.invalidate();
         sort_by_wave();
-        now = replay(s_.slots.size());
+        now = replay_all();
         moved = true;
         return Status::ok();
       }

@@ -86,6 +86,7 @@
 #include "strategies/cp_strategies.h"
 #include "strategies/schedule_hybrid_draft.h"
 #include "strategies/schedule_hybrid_draw.h"
+#include "strategies/schedule_hybrid_nodes.h"
 #include "strategies/schedule_hybrid_refine.h"
 #include "strategies/schedule_strategies.h"
 
@@ -179,13 +180,12 @@ Status plan_slots(const ScheduleRequest& request, SlotMemo& memo, Schedule& sche
 }
 
 // The wave order of a schedule's slots (by wave, then index): the
-// timeline's order, in which each slot starts when its last member is free.
+// timeline's order, in which each slot starts when its last member is free
+// (hybrid::wave_order's counting sort).
 std::vector<std::size_t> wave_order(const Schedule& schedule) {
-  std::vector<std::size_t> order(schedule.slots.size());
-  std::iota(order.begin(), order.end(), std::size_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
-    return schedule.slots[x].wave < schedule.slots[y].wave;
-  });
+  std::vector<std::size_t> order;
+  std::vector<std::size_t> counts;
+  hybrid::wave_order(schedule, order, counts);
   return order;
 }
 

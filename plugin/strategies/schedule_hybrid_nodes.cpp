@@ -85,7 +85,28 @@ std::vector<std::int32_t> NodePool::packed(std::int32_t m, std::int32_t g) {
 
 RanksByFinish::RanksByFinish(const std::vector<double>& finish)
     : finish_(finish), order_(finish.size()) {
-  std::iota(order_.begin(), order_.end(), 0);
+  // A small batch at large W leaves most ranks idle (finish 0): they come
+  // in rank order after the negative finishes (sorted here, as few as
+  // any) and before the positive ones, which alone are left to sort. One
+  // pass counts the three, one places them.
+  std::size_t negative = 0;
+  std::size_t idle = 0;
+  for (const double f : finish) {
+    negative += f < 0 ? 1 : 0;
+    idle += f == 0 ? 1 : 0;
+  }
+  if (negative + idle == 0) {  // every rank busy, as at a large batch
+    std::iota(order_.begin(), order_.end(), 0);
+    return;
+  }
+  std::size_t at[3] = {0, negative, negative + idle};
+  for (std::size_t a = 0; a < finish.size(); ++a) {
+    const std::size_t group = finish[a] < 0 ? 0 : finish[a] == 0 ? 1 : 2;
+    order_[at[group]++] = static_cast<std::int32_t>(a);
+  }
+  const auto cmp = [this](std::int32_t x, std::int32_t y) { return before(x, y); };
+  std::sort(order_.begin(), order_.begin() + static_cast<std::ptrdiff_t>(negative), cmp);
+  sorted_ = negative + idle;
 }
 
 void RanksByFinish::sort_to(std::size_t n) {

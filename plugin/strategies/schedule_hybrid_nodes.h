@@ -49,9 +49,11 @@ class NodePool {
 // The ranks in the order of ranks_by_finish (schedule_hybrid_refine.h: by
 // finish, ties by rank), put in order only as far as asked: the search
 // reads the first few ranks of it (up to a few times the re-placed slot's
-// g, and those tied with the g-th), not all W. order()'s first sorted()
-// ranks are those of ranks_by_finish; the rest are the other ranks, in no
-// set order. Finishes must not be NaN.
+// g, and those tied with the g-th), not all W; idle ranks (finish 0) are
+// in order from the start, in rank order, so that a small batch at large W
+// sorts only its few busy ranks. order()'s first sorted() ranks are those
+// of ranks_by_finish; the rest are the other ranks, in no set order.
+// Finishes must not be NaN.
 class RanksByFinish {
  public:
   // `finish` must outlive this and not change.

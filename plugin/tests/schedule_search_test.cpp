@@ -1,7 +1,10 @@
 // hybrid's search (rule 7, schedule_hybrid_search.cpp): the slot that ends
 // last re-placed on ranks that span fewer nodes. The schedule it returns is
 // checked by validate_schedule and priced again by evaluate_schedule on its
-// expanded plans, apart from the lengths the search kept.
+// expanded plans, apart from the lengths the search kept. Also rule 10's
+// moves on random tails: undone moves leave rows as planned, and the search
+// given the caller's copy of the planned schedule matches the one making
+// its own.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -76,7 +76,6 @@
 #include <queue>
 #include <sstream>
 #include <string>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -87,6 +86,8 @@
 #include "strategies/cp_strategies.h"
 #include "strategies/schedule_hybrid_draft.h"
 #include "strategies/schedule_hybrid_draw.h"
+#include "strategies/schedule_hybrid_nodes.h"
+#include "strategies/schedule_hybrid_refine.h"
 #include "strategies/schedule_strategies.h"
 
 namespace fulcrum {
@@ -112,16 +113,21 @@ class SlotMemo {
     // allocating (one_rank_slot_end): cheaper than its key and a lookup, so
     // it is planned afresh each time, with the answer a kept one would give.
     if (slot.ranks.size() == 1) return hybrid::plan_slot_compact(request, slot, ceiling);
-    std::vector<std::int64_t> key;
-    key.reserve(slot.ranks.size() + slot.pieces.size() + 1);
+    // The key built in a buffer kept across calls: most calls find it kept,
+    // and a lookup then allocates nothing.
+    std::vector<std::int64_t>& key = key_;
+    key.clear();
     key.push_back(static_cast<std::int64_t>(slot.ranks.size()));
-    // Each member's node, numbered by first appearance.
+    // Each member's node, numbered by first appearance: per node, its first
+    // member (a table kept across calls, its entries reset after use).
     const std::int32_t node = request.profile.ranks_per_node;
-    std::unordered_map<std::int32_t, std::int64_t> first;  // node -> first member on it
     for (std::size_t m = 0; m < slot.ranks.size(); ++m) {
-      key.push_back(
-          first.emplace(slot.ranks[m] / node, static_cast<std::int64_t>(m)).first->second);
+      const auto n = static_cast<std::size_t>(slot.ranks[m] / node);
+      if (n >= first_of_node_.size()) first_of_node_.resize(n + 1, -1);
+      if (first_of_node_[n] < 0) first_of_node_[n] = static_cast<std::int64_t>(m);
+      key.push_back(first_of_node_[n]);
     }
+    for (const std::int32_t a : slot.ranks) first_of_node_[static_cast<std::size_t>(a / node)] = -1;
     for (const DocPiece& piece : slot.pieces) key.push_back(piece.length);
     const auto it = kept_.find(key);
     if (it != kept_.end()) {
@@ -135,9 +141,9 @@ class SlotMemo {
     const Result<double> planned =
         hybrid::plan_slot_compact(request, slot, ceiling, &none_below, &rows_);
     if (planned && *planned < ceiling) {
-      kept_.emplace(std::move(key), Kept{*planned, slot.plan, slot.member_weights});
+      kept_.emplace(key, Kept{*planned, slot.plan, slot.member_weights});
     } else if (planned && none_below) {
-      double& highest = none_below_[std::move(key)];
+      double& highest = none_below_[key];
       highest = std::max(highest, ceiling);
     }
     return planned;
@@ -152,7 +158,9 @@ class SlotMemo {
   std::map<std::vector<std::int64_t>, Kept> kept_;
   // Key -> the highest ceiling no plan of the slot ends before.
   std::map<std::vector<std::int64_t>, double> none_below_;
-  hybrid::RowPlans rows_;  // rule 5's candidate plans of each row, counted
+  hybrid::RowPlans rows_;                    // rule 5's candidate plans of each row, counted
+  std::vector<std::int64_t> key_;            // plan's key, built here
+  std::vector<std::int64_t> first_of_node_;  // per node: its first member in plan's slot, or -1
 };
 
 // Every slot planned compactly (rule 5, schedule_hybrid_plan.cpp): `length`
@@ -172,13 +180,12 @@ Status plan_slots(const ScheduleRequest& request, SlotMemo& memo, Schedule& sche
 }
 
 // The wave order of a schedule's slots (by wave, then index): the
-// timeline's order, in which each slot starts when its last member is free.
+// timeline's order, in which each slot starts when its last member is free
+// (hybrid::wave_order's counting sort).
 std::vector<std::size_t> wave_order(const Schedule& schedule) {
-  std::vector<std::size_t> order(schedule.slots.size());
-  std::iota(order.begin(), order.end(), std::size_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
-    return schedule.slots[x].wave < schedule.slots[y].wave;
-  });
+  std::vector<std::size_t> order;
+  std::vector<std::size_t> counts;
+  hybrid::wave_order(schedule, order, counts);
   return order;
 }
 
@@ -347,8 +354,8 @@ Status plan_compact(const ScheduleRequest& request, Schedule& schedule, double& 
   };
   Schedule searched = schedule;
   std::vector<double> searched_length = length;
-  if (Status status = hybrid::improve_on_timeline(request, searched, searched_length, planner,
-                                                  kSearchTokenBudget);
+  if (Status status = hybrid::improve_on_timeline(request, schedule, length, searched,
+                                                  searched_length, planner, kSearchTokenBudget);
       !status) {
     return status;
   }

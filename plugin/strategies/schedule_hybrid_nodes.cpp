@@ -83,6 +83,88 @@ std::vector<std::int32_t> NodePool::packed(std::int32_t m, std::int32_t g) {
   return ranks;
 }
 
+RanksByFinish::RanksByFinish(const std::vector<double>& finish)
+    : finish_(finish), order_(finish.size()) {
+  // A small batch at large W leaves most ranks idle (finish 0): they come
+  // in rank order after the negative finishes (sorted here, as few as
+  // any) and before the positive ones, which alone are left to sort. One
+  // pass counts the three, one places them.
+  std::size_t negative = 0;
+  std::size_t idle = 0;
+  for (const double f : finish) {
+    negative += f < 0 ? 1 : 0;
+    idle += f == 0 ? 1 : 0;
+  }
+  if (negative + idle == 0) {  // every rank busy, as at a large batch
+    std::iota(order_.begin(), order_.end(), 0);
+    return;
+  }
+  std::size_t at[3] = {0, negative, negative + idle};
+  for (std::size_t a = 0; a < finish.size(); ++a) {
+    const std::size_t group = finish[a] < 0 ? 0 : finish[a] == 0 ? 1 : 2;
+    order_[at[group]++] = static_cast<std::int32_t>(a);
+  }
+  const auto cmp = [this](std::int32_t x, std::int32_t y) { return before(x, y); };
+  std::sort(order_.begin(), order_.begin() + static_cast<std::ptrdiff_t>(negative), cmp);
+  sorted_ = negative + idle;
+}
+
+void RanksByFinish::sort_to(std::size_t n) {
+  if (n <= sorted_) return;
+  // At least double what is in order, so that asks that grow one rank at
+  // a time cost O(W) selections in all, not one each.
+  const std::size_t m = std::min(order_.size(), std::max({n, 2 * sorted_, std::size_t{32}}));
+  const auto cmp = [this](std::int32_t x, std::int32_t y) { return before(x, y); };
+  const auto from = order_.begin() + static_cast<std::ptrdiff_t>(sorted_);
+  const auto to = order_.begin() + static_cast<std::ptrdiff_t>(m);
+  // The m - sorted_ least of the rest (all after the ranks in order), then
+  // in order: (finish, rank) is a strict order, so any sort gives one.
+  if (to != order_.end()) std::nth_element(from, to, order_.end(), cmp);
+  std::sort(from, to, cmp);
+  sorted_ = m;
+}
+
+std::size_t RanksByFinish::count_to(double t, std::size_t from) {
+  sort_to(std::max<std::size_t>(from, 1));
+  // In order until a rank finishes after t, or every rank is.
+  while (sorted_ < order_.size() && !(t < finish_[static_cast<std::size_t>(order_[sorted_ - 1])])) {
+    sort_to(sorted_ + 1);
+  }
+  return static_cast<std::size_t>(
+      std::upper_bound(
+          order_.begin() + static_cast<std::ptrdiff_t>(from),
+          order_.begin() + static_cast<std::ptrdiff_t>(sorted_), t,
+          [&](double v, std::int32_t a) { return v < finish_[static_cast<std::size_t>(a)]; }) -
+      order_.begin());
+}
+
+void wave_order(const Schedule& schedule, std::vector<std::size_t>& order,
+                std::vector<std::size_t>& counts) {
+  const std::vector<ScheduleSlot>& slots = schedule.slots;
+  const std::size_t n = slots.size();
+  order.resize(n);
+  if (n == 0) return;
+  std::int32_t low = slots[0].wave;
+  std::int32_t high = low;
+  for (const ScheduleSlot& slot : slots) {
+    low = std::min(low, slot.wave);
+    high = std::max(high, slot.wave);
+  }
+  const std::int64_t span = static_cast<std::int64_t>(high) - low;
+  if (span > 4 * static_cast<std::int64_t>(n) + 64) {  // sparse waves: a comparison sort
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t x, std::size_t y) { return slots[x].wave < slots[y].wave; });
+    return;
+  }
+  counts.assign(static_cast<std::size_t>(span) + 2, 0);
+  for (const ScheduleSlot& slot : slots) ++counts[static_cast<std::size_t>(slot.wave - low) + 1];
+  std::partial_sum(counts.begin(), counts.end(), counts.begin());
+  for (std::size_t k = 0; k < n; ++k) {
+    order[counts[static_cast<std::size_t>(slots[k].wave - low)]++] = k;
+  }
+}
+
 void SlotChains::build(const Schedule& schedule, const std::vector<std::size_t>& order,
                        const std::vector<double>& length, std::int32_t world) {
   const std::size_t n = schedule.slots.size();
@@ -121,6 +203,8 @@ void SlotChains::build(const Schedule& schedule, const std::vector<std::size_t>&
     end_[k] = start + length_[k];
     weighted_[i] = static_cast<double>(ranks.size()) * length_[k];
   }
+  busy_before_.assign(n + 1, 0.0);
+  for (std::size_t i = 0; i < n; ++i) busy_before_[i + 1] = busy_before_[i] + weighted_[i];
   constexpr std::size_t kLatest = 8;
   latest_.resize(n);
   std::iota(latest_.begin(), latest_.end(), std::size_t{0});
@@ -181,7 +265,11 @@ SlotChains::Ends SlotChains::without(std::size_t x, std::size_t y, double length
       if (kept(k)) out.step = std::max(out.step, end_[k]);
     }
   }
-  for (std::size_t i = 0; i < order_.size(); ++i) {
+  // The rank-seconds, summed in wave order as a replay sums them: up to
+  // the first of x and y the sum is the one kept at build.
+  const std::size_t from = std::min(pos_[x], pos_[y]);
+  out.busy = busy_before_[from];
+  for (std::size_t i = from; i < order_.size(); ++i) {
     const std::size_t k = order_[i];
     if (k == x) continue;
     out.busy += k == y ? static_cast<double>(at_[k + 1] - at_[k]) * length : weighted_[i];

@@ -46,6 +46,44 @@ class NodePool {
   std::vector<std::int32_t> want_;  // per node, ranks still to take; all 0 between calls
 };
 
+// The ranks in the order of ranks_by_finish (schedule_hybrid_refine.h: by
+// finish, ties by rank), put in order only as far as asked: the search
+// reads the first few ranks of it (up to a few times the re-placed slot's
+// g, and those tied with the g-th), not all W; idle ranks (finish 0) are
+// in order from the start, in rank order, so that a small batch at large W
+// sorts only its few busy ranks. order()'s first sorted() ranks are those
+// of ranks_by_finish; the rest are the other ranks, in no set order.
+// Finishes must not be NaN.
+class RanksByFinish {
+ public:
+  // `finish` must outlive this and not change.
+  explicit RanksByFinish(const std::vector<double>& finish);
+  // Puts the first n (<= W) ranks in order.
+  void sort_to(std::size_t n);
+  // How many ranks finish no later than t (the first that many in order),
+  // where some rank among the first `from` does (t >= the from-th's finish).
+  std::size_t count_to(double t, std::size_t from);
+  const std::vector<std::int32_t>& order() const { return order_; }
+  std::size_t sorted() const { return sorted_; }
+
+ private:
+  bool before(std::int32_t x, std::int32_t y) const {
+    const double fx = finish_[static_cast<std::size_t>(x)];
+    const double fy = finish_[static_cast<std::size_t>(y)];
+    return fx < fy || (fx == fy && x < y);
+  }
+  const std::vector<double>& finish_;
+  std::vector<std::int32_t> order_;
+  std::size_t sorted_ = 0;
+};
+
+// The schedule's slots in wave order, index order within a wave: what a
+// stable sort of 0..slots-1 by wave gives, by a counting sort where the
+// waves span no more than a few per slot (they do in hybrid's schedules),
+// in O(slots + waves) and no allocation once `counts` has grown.
+void wave_order(const Schedule& schedule, std::vector<std::size_t>& order,
+                std::vector<std::size_t>& counts);
+
 // A schedule's timeline (slots in wave order, each starting when its last
 // member is free and lasting its length) with each member's slots before
 // and after it on its rank. without(x, y, l) is the timeline's step and
@@ -83,6 +121,7 @@ class SlotChains {
   std::vector<std::size_t> prev_;      // per entry: the entry of the rank's slot before
   std::vector<std::size_t> next_;      // and after, or kNone
   std::vector<double> weighted_;       // per place in order_: g x length
+  std::vector<double> busy_before_;    // per place: weighted_'s sum before it, in order
   std::vector<std::size_t> latest_;    // a few slots of the latest ends, latest first
   std::vector<std::size_t> heap_;      // places in order_ still to replay
   std::vector<std::uint64_t> seen_;    // per slot: the call (epoch_) that moved its end

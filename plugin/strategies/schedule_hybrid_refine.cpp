@@ -415,7 +415,9 @@ bool may_end_before(const Estimator& est, const Line& now, std::int32_t first, s
 
 // Piece j of row k moved to rank `first` (into slot `into`, or a new row
 // when `into` is none or has no room); kept in `now` when the finishes
-// fall from the top, else undone.
+// fall from the top, else undone. Both rows change in place, their plan
+// records (which planning replaces) set aside to be put back on undo: no
+// row is copied.
 Status try_piece(const ScheduleRequest& r, Schedule& s, std::vector<double>& length,
                  const SlotPlanner& plan, std::int64_t& budget, Line& now, std::size_t k,
                  std::size_t j, std::size_t into, std::int32_t first, std::int32_t last,
@@ -424,59 +426,70 @@ Status try_piece(const ScheduleRequest& r, Schedule& s, std::vector<double>& len
   if (!may_end_before(Estimator(r), now, first, last, piece.length, 0)) return Status::ok();
   const bool join =
       into < s.slots.size() && tokens_of(s.slots[into]) + piece.length <= r.max_tokens_per_rank;
-  const ScheduleSlot kept_from = s.slots[k];
-  const double kept_from_length = length[k];
-  ScheduleSlot to;
-  if (join) {
-    to = s.slots[into];
-  } else {
-    to.ranks = {first};
-    to.wave = now.next_wave[first];
-  }
-  to.pieces.push_back(piece);
-  s.slots[k].pieces.erase(s.slots[k].pieces.begin() + static_cast<std::ptrdiff_t>(j));
-  const std::int64_t cost = tokens_of(s.slots[k]) + tokens_of(to);
-  if (cost > budget) {
-    s.slots[k] = kept_from;
-    return Status::ok();
-  }
+  const std::int64_t cost =
+      tokens_of(s.slots[k]) - piece.length + (join ? tokens_of(s.slots[into]) : 0) + piece.length;
+  if (cost > budget) return Status::ok();
   budget -= cost;
+  const auto at_j = static_cast<std::ptrdiff_t>(j);
+  const double kept_from_length = length[k];
+  const std::int32_t from_wave = s.slots[k].wave;
+  ShardPlan plan_from = std::move(s.slots[k].plan);
+  std::vector<double> weights_from = std::move(s.slots[k].member_weights);
+  s.slots[k].pieces.erase(s.slots[k].pieces.begin() + at_j);
+  const std::size_t at = join ? into : s.slots.size();
+  ShardPlan plan_to;
+  std::vector<double> weights_to;
+  double kept_to_length = 0;
+  bool to_changed = false;
+  // Undone: the row to (the piece off it, or the new row gone), then row k.
+  const auto undo = [&] {
+    if (to_changed && join) {
+      s.slots[at].pieces.pop_back();
+      s.slots[at].plan = std::move(plan_to);
+      s.slots[at].member_weights = std::move(weights_to);
+      length[at] = kept_to_length;
+    } else if (to_changed) {
+      s.slots.pop_back();
+      length.pop_back();
+    }
+    s.slots[k].pieces.insert(s.slots[k].pieces.begin() + at_j, piece);
+    s.slots[k].plan = std::move(plan_from);
+    s.slots[k].member_weights = std::move(weights_from);
+    length[k] = kept_from_length;
+  };
   const Result<double> from_length = plan(r, s.slots[k], kNoEnd);
-  const Result<double> to_length = from_length ? plan(r, to, kNoEnd) : from_length;
+  if (!from_length) {
+    undo();
+    return from_length.status();
+  }
+  to_changed = true;
+  if (join) {
+    plan_to = std::move(s.slots[at].plan);
+    weights_to = std::move(s.slots[at].member_weights);
+    kept_to_length = length[at];
+  } else {
+    ScheduleSlot& row = s.slots.emplace_back();
+    row.ranks = {first};
+    row.wave = now.next_wave[first];
+    length.push_back(0.0);
+  }
+  s.slots[at].pieces.push_back(piece);
+  const Result<double> to_length = plan(r, s.slots[at], kNoEnd);
   if (!to_length) {
-    s.slots[k] = kept_from;
+    undo();
     return to_length.status();
   }
   length[k] = *from_length;
-  const std::size_t at = join ? into : s.slots.size();
-  ScheduleSlot kept_to;
-  double kept_to_length = 0;
-  if (join) {
-    kept_to = std::move(s.slots[into]);
-    kept_to_length = length[into];
-    s.slots[into] = std::move(to);
-    length[into] = *to_length;
-  } else {
-    s.slots.push_back(std::move(to));
-    length.push_back(*to_length);
-  }
+  length[at] = *to_length;
   bool spent = false;
-  Moved t = after_move(r, s, length, now, last, kept_from.wave, *from_length - kept_from_length,
-                       first, s.slots[at].wave, *to_length - kept_to_length, spent);
+  Moved t = after_move(r, s, length, now, last, from_wave, *from_length - kept_from_length, first,
+                       s.slots[at].wave, *to_length - kept_to_length, spent);
   if (!spent && falls(t, now, first, last)) {
     keep(now, std::move(t));
     moved = true;
     return Status::ok();
   }
-  s.slots[k] = kept_from;
-  length[k] = kept_from_length;
-  if (join) {
-    s.slots[at] = std::move(kept_to);
-    length[at] = kept_to_length;
-  } else {
-    s.slots.pop_back();
-    length.pop_back();
-  }
+  undo();
   return Status::ok();
 }
 
@@ -624,36 +637,47 @@ Status even_the_tail(const ScheduleRequest& r, Schedule& s, std::vector<double>&
 
 Status search_with_narrowed_slot(const ScheduleRequest& request, Schedule& schedule,
                                  std::vector<double>& length, const SlotPlanner& plan,
-                                 std::int64_t& token_budget, const TimelineSearch& search) {
+                                 std::int64_t& token_budget, const TimelineSearch& search,
+                                 const Schedule* planned,
+                                 const std::vector<double>* planned_length) {
   std::vector<std::int32_t> kept;
   const std::size_t w = narrowing(request, schedule, kept);
   // The narrowed schedule starts from the schedule as planned; the search
   // on that schedule runs first, with the whole budget, as without this.
-  Schedule narrowed;
-  std::vector<double> narrowed_length;
-  if (w < schedule.slots.size()) {
-    narrowed = schedule;
-    narrowed_length = length;
+  // Without the caller's copy of it, one is made here.
+  Schedule own;
+  std::vector<double> own_length;
+  if (planned == nullptr && w < schedule.slots.size()) {
+    own = schedule;
+    own_length = length;
+    planned = &own;
+    planned_length = &own_length;
   }
   if (Status st = search(schedule, length, token_budget); !st) return st;
   if (Status st = even_the_tail(request, schedule, length, plan, token_budget, kTailReplays); !st) {
     return st;
   }
-  if (w >= narrowed.slots.size() || tokens_of(narrowed.slots[w]) > token_budget) {
+  if (planned == nullptr || w >= planned->slots.size() ||
+      tokens_of(planned->slots[w]) > token_budget) {
     return Status::ok();
   }
-  token_budget -= tokens_of(narrowed.slots[w]);
-  const std::size_t width = narrowed.slots[w].ranks.size();
-  const double length_before = narrowed_length[w];
-  narrowed.slots[w].ranks = kept;
-  const Result<double> planned = plan(request, narrowed.slots[w], kNoEnd);
-  if (!planned) return planned.status();
-  if (!std::isfinite(*planned)) return Status::ok();
+  token_budget -= tokens_of(planned->slots[w]);
+  const std::size_t width = planned->slots[w].ranks.size();
+  const double length_before = (*planned_length)[w];
+  ScheduleSlot slot = planned->slots[w];
+  slot.ranks = kept;
+  const Result<double> narrowed_slot = plan(request, slot, kNoEnd);
+  if (!narrowed_slot) return narrowed_slot.status();
+  if (!std::isfinite(*narrowed_slot)) return Status::ok();
   // Only a slot that spends fewer rank-seconds narrowed can pay.
-  if (static_cast<double>(kept.size()) * *planned >= static_cast<double>(width) * length_before) {
+  if (static_cast<double>(kept.size()) * *narrowed_slot >=
+      static_cast<double>(width) * length_before) {
     return Status::ok();
   }
-  narrowed_length[w] = *planned;
+  Schedule narrowed = planned == &own ? std::move(own) : *planned;
+  std::vector<double> narrowed_length = planned == &own ? std::move(own_length) : *planned_length;
+  narrowed.slots[w] = std::move(slot);
+  narrowed_length[w] = *narrowed_slot;
   if (Status st = even_the_tail(request, narrowed, narrowed_length, plan, token_budget,
                                 kNarrowedTailReplays);
       !st) {

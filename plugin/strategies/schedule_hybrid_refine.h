@@ -68,8 +68,23 @@ std::vector<std::int32_t> ranks_by_finish(const std::vector<double>& finish);
 // `token_budget` is what all of it may re-plan, in tokens.
 using TimelineSearch = std::function<Status(Schedule&, std::vector<double>&, std::int64_t&)>;
 
+// `planned` and `planned_length`, where given: a copy of `schedule` and
+// `length` as passed, that the caller keeps unchanged until this returns;
+// the narrowed schedule is then copied from them only where it is tried,
+// not always before the search.
 Status search_with_narrowed_slot(const ScheduleRequest& request, Schedule& schedule,
                                  std::vector<double>& length, const SlotPlanner& plan,
-                                 std::int64_t& token_budget, const TimelineSearch& search);
+                                 std::int64_t& token_budget, const TimelineSearch& search,
+                                 const Schedule* planned = nullptr,
+                                 const std::vector<double>* planned_length = nullptr);
+
+// improve_on_timeline (schedule_hybrid_draft.h) on `schedule` and `length`,
+// a copy of `planned` and `planned_length`, which the caller keeps
+// unchanged until this returns (search_with_narrowed_slot copies from them
+// only what it tries).
+Status improve_on_timeline(const ScheduleRequest& request, const Schedule& planned,
+                           const std::vector<double>& planned_length, Schedule& schedule,
+                           std::vector<double>& length, const SlotPlanner& plan,
+                           std::int64_t token_budget);
 
 }  // namespace fulcrum::hybrid

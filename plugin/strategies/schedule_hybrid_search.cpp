@@ -49,8 +49,8 @@ struct Timeline {
   double step = 0;
   double busy = 0;                      // rank-seconds: sum of g x length
   std::size_t last = 0;                 // the slot ending last (ties: the later index)
-  std::vector<double> finish;           // per rank
-  std::vector<std::int32_t> next_wave;  // per rank: after its last slot
+  std::vector<double> finish;           // per rank (replay's; empty where not needed)
+  std::vector<std::int32_t> next_wave;  // per rank: after its last slot (likewise)
 };
 
 class Search {
@@ -68,7 +68,7 @@ class Search {
     // own, as large, so that they take no tries from the other moves.
     node_tries_ = tries / 4;
     sort_by_wave();
-    Timeline now = replay(s_.slots.size());
+    Timeline now = replay_all();
     while (tries > 0 && tokens_left_ > 0 && s_.slots.size() > 1) {
       bool moved = false;
       if (Status st = try_replace(now, tries, moved); !st) return st;
@@ -104,13 +104,7 @@ class Search {
   // The slots in wave order (stable), kept for replay: a move that is
   // tried keeps every wave but the re-placed slot's, which replay leaves
   // out and try_replace prices apart.
-  void sort_by_wave() {
-    order_.resize(s_.slots.size());
-    std::iota(order_.begin(), order_.end(), std::size_t{0});
-    std::stable_sort(order_.begin(), order_.end(), [&](std::size_t x, std::size_t y) {
-      return s_.slots[x].wave < s_.slots[y].wave;
-    });
-  }
+  void sort_by_wave() { wave_order(s_, order_, wave_at_); }
 
   // The timeline without slot `skip` (skip = size: all of them).
   Timeline replay(std::size_t skip) const {
@@ -162,6 +156,30 @@ class Search {
   }
   bool better(const Ends& a, const Timeline& b) const { return better(a.step, a.busy, b); }
 
+  // replay(size) without its per-rank tables (the step, the rank-seconds
+  // and the slot ending last are what the search reads of the current
+  // timeline): the free times in the table replay_ends keeps.
+  Timeline replay_all() {
+    free_at_.resize(static_cast<std::size_t>(r_.world_size), 0.0);
+    Timeline t;
+    for (const std::size_t k : order_) {
+      const ScheduleSlot& slot = s_.slots[k];
+      double start = 0;
+      for (const std::int32_t a : slot.ranks) start = std::max(start, free_at_[a]);
+      const double end = start + length_[k];
+      for (const std::int32_t a : slot.ranks) free_at_[a] = end;
+      t.busy += static_cast<double>(slot.ranks.size()) * length_[k];
+      if (end >= t.step) {
+        t.step = end;
+        t.last = k;
+      }
+    }
+    for (const std::size_t k : order_) {
+      for (const std::int32_t a : s_.slots[k].ranks) free_at_[a] = 0.0;
+    }
+    return t;
+  }
+
   // The least length above `step`: a slot that long or longer ends the
   // timeline later than `step`.
   static double above(double step) {
@@ -200,9 +218,11 @@ class Search {
     const std::size_t c = now.last;
     const ScheduleSlot& original = s_.slots[c];
     Replace best{replay(c), now, {}, 0};
-    const std::vector<std::int32_t> by_finish = ranks_by_finish(best.without.finish);
+    // In order only as far as the tries below read it.
+    RanksByFinish by_finish(best.without.finish);
     // The pools of ranks on few nodes, counted once for every g below.
-    NodePool pool(by_finish, r_.world_size, std::max<std::int32_t>(1, r_.profile.ranks_per_node));
+    NodePool pool(by_finish.order(), r_.world_size,
+                  std::max<std::int32_t>(1, r_.profile.ranks_per_node));
     const std::int64_t tokens = tokens_of(original);
     const auto g0 = static_cast<std::int32_t>(original.ranks.size());
     // No wider than the row has key blocks (widest_useful_group), but a
@@ -213,7 +233,8 @@ class Search {
          std::max<std::int64_t>({g0, kNarrow, widest_useful_group(tokens, r_.block_size)})}));
     for (std::int32_t g = 1; g <= most && tries > 0; g = g < 8 ? g + 1 : g + g / 4) {
       if (static_cast<std::int64_t>(g) * r_.max_tokens_per_rank < tokens) continue;
-      std::vector<std::int32_t> first(by_finish.begin(), by_finish.begin() + g);
+      by_finish.sort_to(static_cast<std::size_t>(g));
+      std::vector<std::int32_t> first(by_finish.order().begin(), by_finish.order().begin() + g);
       std::sort(first.begin(), first.end());
       bool spent = false;
       if (Status st = try_ranks(c, first, best, tries, spent); !st || spent) return st;
@@ -228,7 +249,7 @@ class Search {
     length_[c] = best.length;
     chains_.invalidate();
     sort_by_wave();
-    now = replay(s_.slots.size());
+    now = replay_all();
     moved = true;
     return Status::ok();
   }
@@ -288,7 +309,12 @@ class Search {
     const Result<double> length = plan_(r_, slot, least_not_improving(improves));
     if (!length) return length.status();
     if (improves(*length)) {
-      Timeline t = best.without;
+      // The timeline without the slot, plus it: its step, rank-seconds and
+      // last slot (not its per-rank tables, which nothing reads).
+      Timeline t;
+      t.step = best.without.step;
+      t.busy = best.without.busy;
+      t.last = best.without.last;
       t.busy += g * *length;
       if (start + *length >= t.step) {
         t.step = start + *length;
@@ -308,25 +334,27 @@ class Search {
   // rest from the node that holds them with the fewest to spare, earliest
   // free first. Each set spans the fewest nodes its pool allows; sets no
   // narrower than the first g ranks, or repeated, are left out.
-  std::vector<std::vector<std::int32_t>> fewer_node_sets(const std::vector<std::int32_t>& by_finish,
+  std::vector<std::vector<std::int32_t>> fewer_node_sets(RanksByFinish& by_finish,
                                                          const std::vector<double>& finish,
                                                          std::int32_t g, NodePool& pool) const {
     std::vector<std::vector<std::int32_t>> out;
     const std::int32_t per_node = std::max<std::int32_t>(1, r_.profile.ranks_per_node);
-    const auto world = static_cast<std::int32_t>(by_finish.size());
+    const auto world = static_cast<std::int32_t>(by_finish.order().size());
     if (g < 2 || per_node < 2 || per_node >= world) return out;
-    std::vector<std::int32_t> first(by_finish.begin(), by_finish.begin() + g);
+    by_finish.sort_to(static_cast<std::size_t>(g));
+    const std::vector<std::int32_t>& order = by_finish.order();
+    std::vector<std::int32_t> first(order.begin(), order.begin() + g);
     std::sort(first.begin(), first.end());
     const std::int32_t first_nodes = nodes_of(first, per_node);
     if (first_nodes <= (g + per_node - 1) / per_node) return out;
-    // The ranks free no later than the g-th: by_finish is in free-time
-    // order, so they end where the later ones begin.
-    const double gth = finish[by_finish[g - 1]];
-    const auto tied = static_cast<std::int32_t>(
-        std::upper_bound(by_finish.begin() + g, by_finish.end(), gth,
-                         [&](double t, std::int32_t a) { return t < finish[a]; }) -
-        by_finish.begin());
+    // The ranks free no later than the g-th: in free-time order, they end
+    // where the later ones begin.
+    const double gth = finish[order[g - 1]];
+    const auto tied =
+        static_cast<std::int32_t>(by_finish.count_to(gth, static_cast<std::size_t>(g)));
     for (const std::int32_t m : {tied, tied + per_node}) {
+      // The pool reads the first m ranks of the order.
+      by_finish.sort_to(static_cast<std::size_t>(std::min(m, world)));
       std::vector<std::int32_t> ranks = pool.packed(std::min(m, world), g);
       if (nodes_of(ranks, per_node) >= first_nodes) continue;
       if (std::find(out.begin(), out.end(), ranks) == out.end()) out.push_back(std::move(ranks));
@@ -395,7 +423,7 @@ class Search {
         length_.erase(length_.begin() + static_cast<std::ptrdiff_t>(x));
         chains_.invalidate();
         sort_by_wave();
-        now = replay(s_.slots.size());
+        now = replay_all();
         moved = true;
         return Status::ok();
       }
@@ -457,19 +485,23 @@ class Search {
   const ScheduleRequest& r_;
   Schedule& s_;
   const SlotPlanner& plan_;
-  std::vector<double>& length_;     // per slot, as evaluate_slot prices it
-  std::vector<std::size_t> order_;  // sort_by_wave
-  std::int64_t tokens_left_;        // rows the tries may still plan, in tokens
-  std::int64_t node_tries_ = 0;     // fewer_node_sets' tries left
-  std::vector<double> free_at_;     // replay_ends' free times, all 0 between calls
-  SlotChains chains_;               // try_pair's partial replays, built before a try
+  std::vector<double>& length_;       // per slot, as evaluate_slot prices it
+  std::vector<std::size_t> order_;    // sort_by_wave
+  std::vector<std::size_t> wave_at_;  // sort_by_wave's counts, kept to spare allocations
+  std::int64_t tokens_left_;          // rows the tries may still plan, in tokens
+  std::int64_t node_tries_ = 0;       // fewer_node_sets' tries left
+  std::vector<double> free_at_;       // replay_ends' free times, all 0 between calls
+  SlotChains chains_;                 // try_pair's partial replays, built before a try
 };
 
 }  // namespace
 
-Status improve_on_timeline(const ScheduleRequest& request, Schedule& schedule,
-                           std::vector<double>& length, const SlotPlanner& plan,
-                           std::int64_t token_budget) {
+namespace {
+
+Status search_and_narrow(const ScheduleRequest& request, Schedule& schedule,
+                         std::vector<double>& length, const SlotPlanner& plan,
+                         std::int64_t token_budget, const Schedule* planned,
+                         const std::vector<double>* planned_length) {
   // Rule 7's moves, on the schedule as planned and on it with its widest
   // slot narrowed (schedule_hybrid_refine.cpp), within one token budget.
   const TimelineSearch search = [&](Schedule& s, std::vector<double>& l, std::int64_t& budget) {
@@ -478,7 +510,24 @@ Status improve_on_timeline(const ScheduleRequest& request, Schedule& schedule,
     budget = moves.tokens_left();
     return st;
   };
-  return search_with_narrowed_slot(request, schedule, length, plan, token_budget, search);
+  return search_with_narrowed_slot(request, schedule, length, plan, token_budget, search, planned,
+                                   planned_length);
+}
+
+}  // namespace
+
+Status improve_on_timeline(const ScheduleRequest& request, Schedule& schedule,
+                           std::vector<double>& length, const SlotPlanner& plan,
+                           std::int64_t token_budget) {
+  return search_and_narrow(request, schedule, length, plan, token_budget, nullptr, nullptr);
+}
+
+Status improve_on_timeline(const ScheduleRequest& request, const Schedule& planned,
+                           const std::vector<double>& planned_length, Schedule& schedule,
+                           std::vector<double>& length, const SlotPlanner& plan,
+                           std::int64_t token_budget) {
+  return search_and_narrow(request, schedule, length, plan, token_budget, &planned,
+                           &planned_length);
 }
 
 }  // namespace fulcrum::hybrid

@@ -1,11 +1,15 @@
 // The search's structures of schedule_hybrid_nodes.h against recounts: the
 // rank sets on few nodes (NodePool) against counting and sorting every pool
 // afresh for every call, as the search did before the pools were kept; the
-// merges' partial replays (SlotChains) against replaying every slot.
+// merges' partial replays (SlotChains) against replaying every slot; the
+// wave order (wave_order) against a stable sort by wave; and the ranks by
+// finish put in order as far as asked (RanksByFinish) against
+// ranks_by_finish, which sorts every rank.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <string>
@@ -13,6 +17,7 @@
 
 #include "fulcrum/schedule_types.h"
 #include "strategies/schedule_hybrid_nodes.h"
+#include "strategies/schedule_hybrid_refine.h"
 
 namespace fulcrum {
 namespace {
@@ -190,6 +195,92 @@ TEST(SlotChains, WithoutEqualsAReplayOfEverySlot) {
   EXPECT_GT(moved_step, 2000);
   EXPECT_GT(held, 2000);
   EXPECT_LT(held, checked - 2000);
+}
+
+// wave_order against a stable sort by wave: random waves, dense (the
+// counting sort), negative, or spread far apart (the comparison sort), with
+// one counts buffer reused across calls as the search reuses it.
+TEST(WaveOrder, EqualsAStableSortByWave) {
+  std::mt19937_64 rng(20261126);
+  std::vector<std::size_t> order;
+  std::vector<std::size_t> counts;
+  std::int64_t checked = 0;
+  for (int trial = 0; trial < 2000; ++trial) {
+    Schedule s;
+    s.slots.resize(rng() % 60);
+    const int kind = trial % 4;
+    for (ScheduleSlot& slot : s.slots) {
+      const auto draw = static_cast<std::int32_t>(rng() % 12);
+      slot.wave = kind == 0   ? draw
+                  : kind == 1 ? draw - 5
+                  : kind == 2 ? draw * 100000
+                              : static_cast<std::int32_t>(rng() % 3) * 1000000000 - 1000000000;
+    }
+    std::vector<std::size_t> want(s.slots.size());
+    std::iota(want.begin(), want.end(), std::size_t{0});
+    std::stable_sort(want.begin(), want.end(), [&](std::size_t a, std::size_t b) {
+      return s.slots[a].wave < s.slots[b].wave;
+    });
+    order.assign(rng() % 5, 7);  // a stale order of another size
+    hybrid::wave_order(s, order, counts);
+    ASSERT_EQ(order, want) << "trial " << trial;
+    checked += static_cast<std::int64_t>(want.size());
+  }
+  EXPECT_GT(checked, 40000);
+}
+
+// RanksByFinish against ranks_by_finish (every rank sorted): random
+// finishes with many ties (a coarse grid), idle ranks (0 and -0.0),
+// negative and infinite ones, asked for prefixes and tie counts in random
+// order as the search asks; each prefix put in order equals the sorted
+// order's, and each count its upper bound.
+TEST(RanksByFinish, PrefixesEqualASortOfEveryRank) {
+  std::mt19937_64 rng(20261128);
+  std::int64_t checked = 0;
+  std::int64_t past_asked = 0;  // counts that had to put more ranks in order
+  for (int trial = 0; trial < 600; ++trial) {
+    const std::size_t world = 1 + rng() % (trial % 3 == 0 ? 2000 : 70);
+    std::vector<double> finish(world);
+    const int grid = 1 + static_cast<int>(rng() % 20);
+    for (double& f : finish) {
+      const auto pick = rng() % 10;
+      f = pick == 0                     ? 0.0
+          : pick == 1                   ? -0.0
+          : pick == 2                   ? -0.5 * static_cast<double>(rng() % 3)
+          : pick == 3 && trial % 5 == 0 ? std::numeric_limits<double>::infinity()
+                                        : 0.25 * static_cast<double>(rng() % grid);
+    }
+    const std::vector<std::int32_t> want = hybrid::ranks_by_finish(finish);
+    hybrid::RanksByFinish got(finish);
+    for (int ask = 0; ask < 12; ++ask) {
+      const std::size_t n = 1 + rng() % world;
+      if (rng() % 2 == 0) {
+        got.sort_to(n);
+      } else {
+        const double t = finish[static_cast<std::size_t>(want[n - 1])];
+        const std::size_t before = got.sorted();
+        const std::size_t count = got.count_to(t, n);
+        const auto upper = std::upper_bound(
+            want.begin() + static_cast<std::ptrdiff_t>(n), want.end(), t,
+            [&](double v, std::int32_t a) { return v < finish[static_cast<std::size_t>(a)]; });
+        ASSERT_EQ(count, static_cast<std::size_t>(upper - want.begin()))
+            << "trial " << trial << ", n " << n;
+        past_asked += got.sorted() > std::max(before, n) ? 1 : 0;
+      }
+      ASSERT_GE(got.sorted(), std::min(n, world));
+      ASSERT_LE(got.sorted(), world);
+      ASSERT_TRUE(std::equal(want.begin(), want.begin() + static_cast<std::ptrdiff_t>(got.sorted()),
+                             got.order().begin()))
+          << "trial " << trial << ", n " << n;
+      // The rest are the other ranks.
+      std::vector<std::int32_t> all = got.order();
+      std::sort(all.begin(), all.end());
+      for (std::size_t a = 0; a < world; ++a) ASSERT_EQ(all[a], static_cast<std::int32_t>(a));
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 5000);
+  EXPECT_GT(past_asked, 200);
 }
 
 }  // namespace

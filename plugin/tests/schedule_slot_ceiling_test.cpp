@@ -152,13 +152,17 @@ TEST(HybridSlotCeiling, TheExchangeFloorChangesNoChoiceAndNoneBelowHolds) {
       ASSERT_TRUE(got.is_ok()) << got.status().message();
       const Choice want = recount(c.request, c.slot, ceiling);
       EXPECT_EQ(*got, want.length);
-      if (want.length < kInf) EXPECT_EQ(slot.plan.strategy_used, want.rule);
+      if (want.length < kInf) {
+        EXPECT_EQ(slot.plan.strategy_used, want.rule);
+      }
       capped += want.length == kInf ? 1 : 0;
       if (!none) continue;
       EXPECT_EQ(*got, hybrid::kNoEnd);
       ++none_below;
       for (const double lower : {ceiling * 0.999, ceiling * 0.5, free.length * 0.9}) {
-        if (lower <= ceiling) EXPECT_EQ(recount(c.request, c.slot, lower).length, kInf);
+        if (lower <= ceiling) {
+          EXPECT_EQ(recount(c.request, c.slot, lower).length, kInf);
+        }
       }
     }
     if (HasFailure()) return;

@@ -144,15 +144,8 @@ class LoadHeap {
   const std::vector<Load>& entries() const { return heap_; }
 
   void push(Load x) {
-    std::size_t k = heap_.size();
     heap_.push_back(x);
-    while (k > 0) {
-      const std::size_t up = (k - 1) / 2;
-      if (!lighter(x, heap_[up])) break;
-      heap_[k] = heap_[up];
-      k = up;
-    }
-    heap_[k] = x;
+    sift_up(heap_.size() - 1, x);
   }
 
   // The top's load becomes `load`, no less than it was. LPT raises the
@@ -169,6 +162,12 @@ class LoadHeap {
       heap_[k] = heap_[child];
       k = child;
     }
+    sift_up(k, x);
+  }
+
+ private:
+  // `x` into the hole at k, moved up past every heavier parent.
+  void sift_up(std::size_t k, const Load& x) {
     while (k > 0) {
       const std::size_t up = (k - 1) / 2;
       if (!lighter(x, heap_[up])) break;
@@ -178,7 +177,6 @@ class LoadHeap {
     heap_[k] = x;
   }
 
- private:
   void sift_down(std::size_t k) {
     const std::size_t n = heap_.size();
     const Load x = heap_[k];

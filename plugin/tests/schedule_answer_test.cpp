@@ -40,7 +40,8 @@ std::string describe(const ScheduleRequest& r) {
                     " B=" + std::to_string(r.block_size) +
                     " node=" + std::to_string(r.profile.ranks_per_node) + " docs=[";
   for (std::size_t i = 0; i < r.doc_lengths.size(); ++i) {
-    out += (i ? "," : "") + std::to_string(r.doc_lengths[i]);
+    if (i > 0) out += ',';
+    out += std::to_string(r.doc_lengths[i]);
   }
   return out + "]";
 }

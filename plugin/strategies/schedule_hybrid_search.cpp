@@ -131,38 +131,16 @@ class Search {
     return t;
   }
 
-  // The step and rank-seconds of replay(skip), without its per-rank
-  // tables: the ranks' free times in a table kept for the search, of which
-  // only the slots' ranks are written and cleared again, so a replay costs
-  // the slots' members, not W.
-  using Ends = SlotChains::Ends;
-  Ends replay_ends(std::size_t skip) {
-    free_at_.resize(static_cast<std::size_t>(r_.world_size), 0.0);
-    Ends e;
-    for (const std::size_t k : order_) {
-      if (k == skip) continue;
-      const ScheduleSlot& slot = s_.slots[k];
-      double start = 0;
-      for (const std::int32_t a : slot.ranks) start = std::max(start, free_at_[a]);
-      const double end = start + length_[k];
-      for (const std::int32_t a : slot.ranks) free_at_[a] = end;
-      e.busy += static_cast<double>(slot.ranks.size()) * length_[k];
-      e.step = std::max(e.step, end);
-    }
-    for (const std::size_t k : order_) {
-      for (const std::int32_t a : s_.slots[k].ranks) free_at_[a] = 0.0;
-    }
-    return e;
-  }
-  bool better(const Ends& a, const Timeline& b) const { return better(a.step, a.busy, b); }
-
-  // replay(size) without its per-rank tables (the step, the rank-seconds
-  // and the slot ending last are what the search reads of the current
-  // timeline): the free times in the table replay_ends keeps.
-  Timeline replay_all() {
+  // replay(skip) without its per-rank tables: the step, the rank-seconds
+  // and the slot ending last, which is what the search reads of a timeline.
+  // The ranks' free times are in a table kept for the search, of which only
+  // the slots' ranks are written and cleared again, so a replay costs the
+  // slots' members, not W.
+  Timeline replay_sparse(std::size_t skip) {
     free_at_.resize(static_cast<std::size_t>(r_.world_size), 0.0);
     Timeline t;
     for (const std::size_t k : order_) {
+      if (k == skip) continue;
       const ScheduleSlot& slot = s_.slots[k];
       double start = 0;
       for (const std::int32_t a : slot.ranks) start = std::max(start, free_at_[a]);
@@ -179,6 +157,16 @@ class Search {
     }
     return t;
   }
+  using Ends = SlotChains::Ends;
+  Ends replay_ends(std::size_t skip) {
+    const Timeline t = replay_sparse(skip);
+    Ends e;
+    e.step = t.step;
+    e.busy = t.busy;
+    return e;
+  }
+  Timeline replay_all() { return replay_sparse(s_.slots.size()); }
+  bool better(const Ends& a, const Timeline& b) const { return better(a.step, a.busy, b); }
 
   // The least length above `step`: a slot that long or longer ends the
   // timeline later than `step`.

@@ -218,6 +218,48 @@ TEST(HybridSearch, UndoneSwapsLeaveValidRecords) {
   }
 }
 
+// The one-rank rows of a random tail: on every rank, `least` to least + 2
+// rows in waves from `first_wave`, each of 1 to `most_pieces` pieces of
+// `shortest` to shortest + spread - 1 tokens, each piece a document.
+struct RowShape {
+  int least;
+  std::int32_t first_wave;
+  int most_pieces;
+  std::int64_t shortest;
+  std::int64_t spread;
+};
+
+void add_one_rank_rows(std::mt19937_64& rng, Tail& t, const RowShape& shape) {
+  ScheduleRequest& r = t.request;
+  for (std::int32_t a = 0; a < r.world_size; ++a) {
+    const auto rows = static_cast<int>(shape.least + static_cast<int>(rng() % 3));
+    for (int k = 0; k < rows; ++k) {
+      ScheduleSlot row;
+      row.ranks = {a};
+      row.wave = shape.first_wave + k;
+      const auto pieces =
+          static_cast<int>(1 + rng() % static_cast<std::uint64_t>(shape.most_pieces));
+      for (int p = 0; p < pieces; ++p) {
+        const auto len = static_cast<std::int64_t>(
+            shape.shortest +
+            static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(shape.spread)));
+        row.pieces.push_back({static_cast<std::int64_t>(r.doc_lengths.size()), 0, len});
+        r.doc_lengths.push_back(len);
+      }
+      t.schedule.slots.push_back(row);
+    }
+  }
+}
+
+// Every slot of the tail planned (rule 5), its length kept.
+void plan_every_slot(Tail& t) {
+  for (ScheduleSlot& slot : t.schedule.slots) {
+    const Result<double> len = hybrid::plan_slot_compact(t.request, slot);
+    EXPECT_TRUE(len.is_ok());
+    t.length.push_back(len.is_ok() ? *len : 0.0);
+  }
+}
+
 // A random tail for the narrowed slot (rule 10): 4 ranks a node, a slot of
 // one long document over a whole node and part of the next, and one-rank
 // rows of a few pieces on the other ranks; K/V slow between nodes.
@@ -242,26 +284,8 @@ Tail narrowing_tail(std::mt19937_64& rng) {
   wide.pieces = {{0, 0, doc}};
   r.doc_lengths.push_back(doc);
   t.schedule.slots.push_back(wide);
-  for (std::int32_t a = 0; a < r.world_size; ++a) {
-    const auto rows = static_cast<int>(rng() % 3);
-    for (int k = 0; k < rows; ++k) {
-      ScheduleSlot row;
-      row.ranks = {a};
-      row.wave = 1 + k;
-      const auto pieces = static_cast<int>(1 + rng() % 3);
-      for (int p = 0; p < pieces; ++p) {
-        const auto len = static_cast<std::int64_t>(64 + rng() % 256);
-        row.pieces.push_back({static_cast<std::int64_t>(r.doc_lengths.size()), 0, len});
-        r.doc_lengths.push_back(len);
-      }
-      t.schedule.slots.push_back(row);
-    }
-  }
-  for (ScheduleSlot& slot : t.schedule.slots) {
-    const Result<double> len = hybrid::plan_slot_compact(r, slot);
-    EXPECT_TRUE(len.is_ok());
-    t.length.push_back(len.is_ok() ? *len : 0.0);
-  }
+  add_one_rank_rows(rng, t, {0, 1, 3, 64, 256});
+  plan_every_slot(t);
   return t;
 }
 
@@ -347,26 +371,8 @@ Tail rows_tail(std::mt19937_64& rng) {
   r.profile.intra_node_bytes_per_second = 1e10;
   r.profile.inter_node_bytes_per_second = 1e9;
   r.profile.ranks_per_node = 8;
-  for (std::int32_t a = 0; a < r.world_size; ++a) {
-    const auto rows = static_cast<int>(1 + rng() % 3);
-    for (int k = 0; k < rows; ++k) {
-      ScheduleSlot row;
-      row.ranks = {a};
-      row.wave = k;
-      const auto pieces = static_cast<int>(1 + rng() % 4);
-      for (int p = 0; p < pieces; ++p) {
-        const auto len = static_cast<std::int64_t>(32 + rng() % 224);
-        row.pieces.push_back({static_cast<std::int64_t>(r.doc_lengths.size()), 0, len});
-        r.doc_lengths.push_back(len);
-      }
-      t.schedule.slots.push_back(row);
-    }
-  }
-  for (ScheduleSlot& slot : t.schedule.slots) {
-    const Result<double> len = hybrid::plan_slot_compact(r, slot);
-    EXPECT_TRUE(len.is_ok());
-    t.length.push_back(len.is_ok() ? *len : 0.0);
-  }
+  add_one_rank_rows(rng, t, {1, 0, 4, 32, 224});
+  plan_every_slot(t);
   return t;
 }
 

@@ -63,10 +63,14 @@ Status check_permissions(const std::string& given_path, const std::string& plugi
   if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) return refuse(plugin_path, "the file", st.st_mode);
 
   std::vector<fs::path> directories;
-  for (fs::path dir = fs::path(plugin_path).parent_path();; dir = dir.parent_path()) {
-    directories.push_back(dir);
-    if (dir == dir.parent_path()) break;
-  }
+  // `from` and every directory above it, to be checked.
+  const auto with_ancestors = [&directories](fs::path from) {
+    for (;; from = from.parent_path()) {
+      directories.push_back(from);
+      if (from == from.parent_path()) break;
+    }
+  };
+  with_ancestors(fs::path(plugin_path).parent_path());
   // A link's owner may repoint it even in a sticky directory: every link
   // followed to resolve the path, those inside links' targets included.
   // Whoever may write the directory holding a link may replace it too, so
@@ -77,12 +81,7 @@ Status check_permissions(const std::string& given_path, const std::string& plugi
       return refuse_owner(link.name.string(), "the symbolic link on its path", link.owner);
     }
   }
-  for (const PathLink& link : links) {
-    for (fs::path dir = link.name.parent_path();; dir = dir.parent_path()) {
-      directories.push_back(dir);
-      if (dir == dir.parent_path()) break;
-    }
-  }
+  for (const PathLink& link : links) with_ancestors(link.name.parent_path());
   // The directories holding each component of the path as given, resolved:
   // a link in any of them could be pointed elsewhere by whoever may write it.
   std::error_code ec;
@@ -91,12 +90,7 @@ Status check_permissions(const std::string& given_path, const std::string& plugi
   for (const fs::path& part : absolute) {
     prefix /= part;
     const fs::path holder = fs::canonical(prefix.parent_path(), ec);
-    if (!ec) {
-      for (fs::path dir = holder;; dir = dir.parent_path()) {
-        directories.push_back(dir);
-        if (dir == dir.parent_path()) break;
-      }
-    }
+    if (!ec) with_ancestors(holder);
   }
   std::sort(directories.begin(), directories.end());
   directories.erase(std::unique(directories.begin(), directories.end()), directories.end());

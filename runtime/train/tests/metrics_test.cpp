@@ -2,6 +2,7 @@
 // progress line and summary, from hand-made step figures; the metrics file.
 #include "train/metrics.h"
 
+#include "tests/test_support.h"
 #include "train/fit_records.h"
 
 #include <gtest/gtest.h>
@@ -69,10 +70,8 @@ std::string read_all(const std::string& path) {
 // user's (they would choose the file overwritten), whose target is left as
 // it was.
 TEST(MetricsFileTest, WritesLinesOneRunAtATimeAndFollowsOnlyTrustedLinks) {
-  std::string pattern =
-      (std::filesystem::temp_directory_path() / "fulcrum-metrics-XXXXXX").string();
-  ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-  const std::filesystem::path dir = pattern;
+  const test::TempDir scratch("fulcrum-metrics");
+  const std::filesystem::path& dir = scratch.path();
   const std::string path = (dir / "m.jsonl").string();
   std::ofstream(path) << "old contents\n";
   {
@@ -124,7 +123,6 @@ TEST(MetricsFileTest, WritesLinesOneRunAtATimeAndFollowsOnlyTrustedLinks) {
     EXPECT_EQ(file.status().message().find('\n'), std::string::npos);
     EXPECT_EQ(read_all(victim), "keep\n");
   }
-  std::filesystem::remove_all(dir);
 }
 
 // A FIFO at the metrics path that no process reads (one put there after
@@ -132,10 +130,8 @@ TEST(MetricsFileTest, WritesLinesOneRunAtATimeAndFollowsOnlyTrustedLinks) {
 // at once, not waited on; one that is read is written to, neither locked
 // nor emptied.
 TEST(MetricsFileTest, AFifoNoProcessReadsIsRefusedAtOnce) {
-  std::string pattern =
-      (std::filesystem::temp_directory_path() / "fulcrum-metrics-XXXXXX").string();
-  ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-  const std::filesystem::path dir = pattern;
+  const test::TempDir scratch("fulcrum-metrics");
+  const std::filesystem::path& dir = scratch.path();
   const std::string fifo = (dir / "m.fifo").string();
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   Result<std::unique_ptr<MetricsFile>> refused = MetricsFile::open(fifo);
@@ -156,17 +152,14 @@ TEST(MetricsFileTest, AFifoNoProcessReadsIsRefusedAtOnce) {
   EXPECT_EQ(::read(reader, got, sizeof got), 11);
   EXPECT_EQ(std::string(got), "{\"step\":1}\n");
   ::close(reader);
-  std::filesystem::remove_all(dir);
 }
 
 // A metrics file another user owns, or one with other names (hard links),
 // is refused and left as it was: the records would be theirs, or emptying
 // it would empty the other names too.
 TEST(MetricsFileTest, AnotherUsersFileOrOneWithOtherNamesIsLeftAlone) {
-  std::string pattern =
-      (std::filesystem::temp_directory_path() / "fulcrum-metrics-XXXXXX").string();
-  ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-  const std::filesystem::path dir = pattern;
+  const test::TempDir scratch("fulcrum-metrics");
+  const std::filesystem::path& dir = scratch.path();
   const std::string path = (dir / "m.jsonl").string();
   std::ofstream(path) << "keep\n";
   const std::string other_name = (dir / "other").string();
@@ -190,7 +183,6 @@ TEST(MetricsFileTest, AnotherUsersFileOrOneWithOtherNamesIsLeftAlone) {
   }
   EXPECT_TRUE(MetricsFile::open(path));  // the file alone, this user's: written
   EXPECT_EQ(read_all(path), "");
-  std::filesystem::remove_all(dir);
 }
 
 TEST(CompareMetrics, ReplayWaitsForEveryMemberAndTakesTheSlowest) {

@@ -2,12 +2,14 @@
 // units dealt in rounds, then refined by swaps (cp_balanced.cpp says why).
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <memory>
 #include <numeric>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -20,12 +22,15 @@ namespace fulcrum::cp::detail {
 
 namespace {
 
-// Indices 0..n-1 ordered by key descending, ties by index ascending: one
-// counting-sort pass over the keys quantised to 10 bits. Keys within 1/1024
-// of the largest fall in one bucket and keep their index order, which only
-// reorders units within a deal round, where the deal itself decides. A
-// comparison sort of a row's thousand blocks costs several times more.
-std::vector<std::int32_t> order_by_key_desc(const std::vector<double>& key) {
+// Indices 0..n-1 ordered by key descending, ties by index ascending, with
+// the keys quantised to 10 bits. Keys within 1/1024 of the largest fall in
+// one bucket and keep their index order, which only reorders units within
+// a deal round, where the deal itself decides. The buckets are sorted in
+// two stable counting passes of 5 bits each (low, then high): the order of
+// one pass over 1,024 counters, in O(n + 64) (a row's units are a few
+// dozen to a few thousand), and a comparison sort of them costs several
+// times more.
+std::vector<std::int32_t> order_by_key_desc(std::span<const double> key) {
   const std::size_t n = key.size();
   std::vector<std::int32_t> order(n);
   const double top = n == 0 ? 0.0 : *std::max_element(key.begin(), key.end());
@@ -34,16 +39,27 @@ std::vector<std::int32_t> order_by_key_desc(const std::vector<double>& key) {
     return order;
   }
   constexpr std::uint32_t kTop = (1u << 10) - 1;
+  constexpr std::uint32_t kDigit = 5;
+  constexpr std::uint32_t kLow = (1u << kDigit) - 1;
   const double scale = kTop / top;
   std::vector<std::uint32_t> bucket(n);
-  std::vector<std::uint32_t> start(kTop + 2, 0u);
+  std::array<std::uint32_t, kLow + 2> low_start{};
+  std::array<std::uint32_t, kLow + 2> high_start{};
   for (std::size_t i = 0; i < n; ++i) {
     // Descending keys = ascending complements.
     bucket[i] = kTop - static_cast<std::uint32_t>(std::min(key[i] * scale, double{kTop}));
-    ++start[bucket[i] + 1];
+    ++low_start[(bucket[i] & kLow) + 1];
+    ++high_start[(bucket[i] >> kDigit) + 1];
   }
-  for (std::uint32_t b = 1; b <= kTop + 1; ++b) start[b] += start[b - 1];
-  for (std::size_t i = 0; i < n; ++i) order[start[bucket[i]]++] = static_cast<std::int32_t>(i);
+  for (std::uint32_t b = 1; b <= kLow + 1; ++b) {
+    low_start[b] += low_start[b - 1];
+    high_start[b] += high_start[b - 1];
+  }
+  std::vector<std::int32_t> by_low(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    by_low[low_start[bucket[i] & kLow]++] = static_cast<std::int32_t>(i);
+  }
+  for (const std::int32_t i : by_low) order[high_start[bucket[i] >> kDigit]++] = i;
   return order;
 }
 
@@ -55,31 +71,25 @@ class UnitRefiner {
   UnitRefiner(const Units& units, const std::vector<std::int32_t>& full, std::int32_t ranks,
               double wp, double wt, std::vector<double> base_p, std::vector<double> base_t)
       : ranks_(ranks),
+        units_(static_cast<std::int64_t>(full.size())),
         per_rank_(static_cast<std::int64_t>(full.size()) / ranks),
         extra_(static_cast<std::int64_t>(full.size()) % ranks),
         stride_(per_rank_ + (extra_ > 0 ? 1 : 0)),
         lp_(std::move(base_p)),
         lt_(std::move(base_t)) {
     const std::size_t f = full.size();
-    // Sized, then written in place: a push_back's capacity test per unit
-    // costs more than the zeroing.
-    xp_.resize(f);
-    xt_.resize(f);
-    c_.resize(f);
+    // Allocated, then written in place: neither a push_back's capacity test
+    // per unit nor a zeroing first.
+    xp_ = std::make_unique_for_overwrite<double[]>(f);
+    xt_ = std::make_unique_for_overwrite<double[]>(f);
+    c_ = std::make_unique_for_overwrite<double[]>(f);
     for (std::size_t i = 0; i < f; ++i) {
       xp_[i] = units.pairs[static_cast<std::size_t>(full[i])] * wp;
       xt_[i] = units.tiles[static_cast<std::size_t>(full[i])] * wt;
       c_[i] = xp_[i] + xt_[i];
     }
-    owner_.assign(f, 0);
-    // Each rank's slots are written before they are read (place, insert):
-    // left unset, not zeroed.
-    const auto slots = static_cast<std::size_t>(ranks_ * stride_);
-    slot_ = std::make_unique_for_overwrite<std::int32_t[]>(slots);
-    slot_c_ = std::make_unique_for_overwrite<double[]>(slots);
-    slot_p_ = std::make_unique_for_overwrite<double[]>(slots);
-    slot_t_ = std::make_unique_for_overwrite<double[]>(slots);
-    count_.assign(static_cast<std::size_t>(ranks_), 0);
+    // Every full unit is placed by the deal: its owner is written there.
+    owner_ = std::make_unique_for_overwrite<std::int32_t[]>(f);
   }
 
   // Deals the full units in rounds of P, largest combined cost first, one to
@@ -96,8 +106,9 @@ class UnitRefiner {
   // as scanning every free rank.
   void deal() {
     constexpr std::int32_t kDealWindow = 4;
-    const std::int64_t f = static_cast<std::int64_t>(c_.size());
-    const std::vector<std::int32_t> order = order_by_key_desc(c_);
+    const std::int64_t f = units_;
+    order_ = order_by_key_desc({c_.get(), static_cast<std::size_t>(units_)});
+    const std::vector<std::int32_t>& order = order_;
     std::vector<std::int32_t> free(static_cast<std::size_t>(ranks_));
     std::vector<std::uint64_t> sorted(static_cast<std::size_t>(ranks_));
     // Last round's order, fed to the insertion sort from its heaviest
@@ -110,30 +121,39 @@ class UnitRefiner {
     for (std::int64_t start = 0; start < f; start += ranks_) {
       const std::int64_t stop = std::min<std::int64_t>(f, start + ranks_);
       std::int32_t open = stop - start == ranks_ ? ranks_ : static_cast<std::int32_t>(extra_);
-      double sp = 0.0;
-      double st = 0.0;
-      for (std::int64_t i = start; i < stop; ++i) {
-        sp += xp_[order[static_cast<std::size_t>(i)]];
-        st += xt_[order[static_cast<std::size_t>(i)]];
+      if (open <= kDealWindow) {
+        // The window holds every free rank: each pick is the least dot
+        // product over all of them (ties: the lower rank) in any order, so
+        // they are not put in order (a row of at most kDealWindow ranks
+        // never reads `previous`; a longer row's short last round, none after
+        // it).
+        std::iota(free.begin(), free.begin() + open, 0);
+      } else {
+        double sp = 0.0;
+        double st = 0.0;
+        for (std::int64_t i = start; i < stop; ++i) {
+          sp += xp_[order[static_cast<std::size_t>(i)]];
+          st += xt_[order[static_cast<std::size_t>(i)]];
+        }
+        // Sort the ranks by key with the key's float bits packed above the
+        // rank index: plain integer compares, ties to the lower rank. Keys
+        // are non-negative, so their bits order like their values.
+        std::int32_t m = 0;
+        for (auto it = previous.rbegin(); it != previous.rend(); ++it) {
+          const std::int32_t r = *it;
+          if (r >= open) continue;  // the last, short round serves 0..extra-1
+          const float key = static_cast<float>(lp_[r] * sp + lt_[r] * st);
+          std::uint64_t packed = (std::uint64_t{std::bit_cast<std::uint32_t>(key)} << 32) |
+                                 static_cast<std::uint32_t>(r);
+          std::int32_t j = m++;
+          for (; j > 0 && sorted[j - 1] > packed; --j) sorted[j] = sorted[j - 1];
+          sorted[j] = packed;
+        }
+        for (std::int32_t j = 0; j < open; ++j) {
+          free[j] = static_cast<std::int32_t>(sorted[j] & 0xffffffffu);
+        }
+        if (open == ranks_) std::copy(free.begin(), free.end(), previous.begin());
       }
-      // Sort the ranks by key with the key's float bits packed above the
-      // rank index: plain integer compares, ties to the lower rank. Keys
-      // are non-negative, so their bits order like their values.
-      std::int32_t m = 0;
-      for (auto it = previous.rbegin(); it != previous.rend(); ++it) {
-        const std::int32_t r = *it;
-        if (r >= open) continue;  // the last, short round serves 0..extra-1
-        const float key = static_cast<float>(lp_[r] * sp + lt_[r] * st);
-        std::uint64_t packed = (std::uint64_t{std::bit_cast<std::uint32_t>(key)} << 32) |
-                               static_cast<std::uint32_t>(r);
-        std::int32_t j = m++;
-        for (; j > 0 && sorted[j - 1] > packed; --j) sorted[j] = sorted[j - 1];
-        sorted[j] = packed;
-      }
-      for (std::int32_t j = 0; j < open; ++j) {
-        free[j] = static_cast<std::int32_t>(sorted[j] & 0xffffffffu);
-      }
-      if (open == ranks_) std::copy(free.begin(), free.end(), previous.begin());
       // The free ranks in order are free[head .. head + open): a pick,
       // always among the first few, is taken out by moving those before it
       // up one place, not those after it down.
@@ -162,17 +182,31 @@ class UnitRefiner {
     }
   }
 
-  // Appends unit k to rank r; units arrive in descending cost, so appending
-  // keeps the rank's slots sorted.
+  // Gives unit k to rank r.
   void place(std::int32_t k, std::int32_t r) {
-    const std::int64_t at = r * stride_ + count_[r]++;
-    slot_[at] = k;
-    slot_c_[at] = c_[k];
-    slot_p_[at] = xp_[k];
-    slot_t_[at] = xt_[k];
     owner_[k] = r;
     lp_[r] += xp_[k];
     lt_[r] += xt_[k];
+  }
+
+  // Each rank's slots: its units in the order dealt (in descending cost).
+  // Written when the first swap is sought: most rows end the refinement
+  // before one (the deal is within the tolerance), and never read them.
+  void fill_slots() {
+    const auto slots = static_cast<std::size_t>(ranks_ * stride_);
+    slot_ = std::make_unique_for_overwrite<std::int32_t[]>(slots);
+    slot_c_ = std::make_unique_for_overwrite<double[]>(slots);
+    slot_p_ = std::make_unique_for_overwrite<double[]>(slots);
+    slot_t_ = std::make_unique_for_overwrite<double[]>(slots);
+    count_.assign(static_cast<std::size_t>(ranks_), 0);
+    for (const std::int32_t k : order_) {
+      const std::int32_t r = owner_[k];
+      const std::int64_t at = r * stride_ + count_[r]++;
+      slot_[at] = k;
+      slot_c_[at] = c_[k];
+      slot_p_[at] = xp_[k];
+      slot_t_[at] = xt_[k];
+    }
   }
 
   // Moves work off the rank that attains the maximum until the score is
@@ -199,6 +233,7 @@ class UnitRefiner {
       }
       const double top = level[heavy];
       if (top <= floor + tolerance) break;
+      if (!slot_) fill_slots();
       // Partners lightest first in the model where the heavy rank binds: a
       // rank heavy only in the other model is the one that can take this
       // model's work and give back that model's.
@@ -234,7 +269,9 @@ class UnitRefiner {
     return round;
   }
 
-  const std::vector<std::int32_t>& owner() const { return owner_; }
+  std::span<const std::int32_t> owner() const {
+    return {owner_.get(), static_cast<std::size_t>(units_)};
+  }
 
  private:
   double pair_max(std::int32_t h, std::int32_t l, double dp, double dt) const {
@@ -353,17 +390,19 @@ class UnitRefiner {
   }
 
   std::int32_t ranks_;
-  std::int64_t per_rank_;                 // floor(full units / ranks)
-  std::int64_t extra_;                    // ranks 0..extra-1 hold one full unit more
-  std::int64_t stride_;                   // slots per rank
-  std::vector<double> lp_, lt_;           // per rank: normalised pairs and tiles
-  std::vector<double> xp_, xt_, c_;       // per full unit: normalised pairs, tiles, sum
-  std::vector<std::int32_t> owner_;       // per full unit: its rank
-  std::unique_ptr<std::int32_t[]> slot_;  // per rank, stride_ slots: its full units
-  std::unique_ptr<double[]> slot_c_;      // their combined costs
-  std::unique_ptr<double[]> slot_p_;      // their normalised pairs
-  std::unique_ptr<double[]> slot_t_;      // and tiles
-  std::vector<std::int64_t> count_;       // per rank: full units held
+  std::int64_t units_;                     // full units
+  std::int64_t per_rank_;                  // floor(full units / ranks)
+  std::int64_t extra_;                     // ranks 0..extra-1 hold one full unit more
+  std::int64_t stride_;                    // slots per rank
+  std::vector<double> lp_, lt_;            // per rank: normalised pairs and tiles
+  std::unique_ptr<double[]> xp_, xt_, c_;  // per full unit: normalised pairs, tiles, sum
+  std::unique_ptr<std::int32_t[]> owner_;  // per full unit: its rank
+  std::vector<std::int32_t> order_;        // the full units in the deal's order
+  std::unique_ptr<std::int32_t[]> slot_;   // per rank, stride_ slots: its full units
+  std::unique_ptr<double[]> slot_c_;       // their combined costs
+  std::unique_ptr<double[]> slot_p_;       // their normalised pairs
+  std::unique_ptr<double[]> slot_t_;       // and tiles
+  std::vector<std::int64_t> count_;        // per rank: full units held
 };
 
 // Appends [begin, begin + length) to the runs, merging with the previous run
@@ -475,7 +514,7 @@ std::vector<RankWork> piece_tail_work(const CpWorkload& workload, const RowLayou
 // The runs: each rank's full units ascending (a counting sort by owner,
 // `full` being ascending), then its piece tail; `out.work` their sums.
 void assemble_runs(const Units& units, const std::vector<std::int32_t>& full,
-                   const std::vector<std::int32_t>& owner, const RunPlan& tail,
+                   std::span<const std::int32_t> owner, const RunPlan& tail,
                    const std::vector<RankWork>& tail_work, Balanced& out) {
   const std::int32_t p = tail.ranks;
   RunPlan& plan = out.runs;

@@ -186,10 +186,14 @@ void walk_member(const RowLayout& layout, std::int64_t block, const RunShardPlan
   }
 }
 
-// Calls visit(k, m, n) for the n > 0 real tokens member m's runs hold in
-// key block k, members ascending, each member's runs in order.
-template <typename Visit>
-void for_each_block_overlap(const RunShardPlan& plan, std::int64_t block, Visit&& visit) {
+// Calls edge(k, m, n) for the n > 0 real tokens member m's runs hold in
+// key block k, for the first and last blocks each run overlaps, and
+// inner(first, last, m) for the blocks strictly between (first + 1 ..
+// last - 1): whole blocks of that one run, so m is their only holder (a
+// position is in one run). Members ascending, each member's runs in order.
+template <typename Edge, typename Inner>
+void for_each_block_overlap(const RunShardPlan& plan, std::int64_t block, Edge&& edge,
+                            Inner&& inner) {
   for (std::int32_t m = 0; m < plan.ranks; ++m) {
     for (std::int64_t i = plan.rank_offset[m]; i < plan.rank_offset[m + 1]; ++i) {
       const PositionRun& run = plan.runs[static_cast<std::size_t>(i)];
@@ -199,44 +203,61 @@ void for_each_block_overlap(const RunShardPlan& plan, std::int64_t block, Visit&
       const std::int64_t first = run.begin / block;
       const std::int64_t last = (run.begin + run.length - 1) / block;
       if (first == last) {
-        visit(first, m, run.length);
+        edge(first, m, run.length);
         continue;
       }
-      visit(first, m, block - run.begin % block);
-      for (std::int64_t k = first + 1; k < last; ++k) visit(k, m, block);
-      visit(last, m, run.begin + run.length - last * block);
+      edge(first, m, block - run.begin % block);
+      if (last - first > 1) inner(first, last, m);
+      edge(last, m, run.begin + run.length - last * block);
     }
   }
 }
 
 // A counting sort of (block, member, tokens) by block, written straight
 // into the entries: members come in ascending order, so a member's pieces
-// of one block come one after another, counted as one entry and joined.
+// of one block come one after another, counted as one entry and joined. A
+// block inside one run has that one entry, written without the tests.
 Holders holders_of_runs(const RunShardPlan& plan, std::int64_t tokens, std::int64_t block) {
   const auto blocks = static_cast<std::size_t>(ceil_div(tokens, block));
   Holders h;
   std::vector<std::int64_t>& start = h.offset;
   start.assign(blocks + 1, 0);
+  // First, block b's count of holders in the high half of start[b + 1] and
+  // its last member counted plus one in the low half (0: none yet): one
+  // table to zero, not a second one of last members.
+  constexpr std::int64_t kOne = std::int64_t{1} << 32;
+  for_each_block_overlap(
+      plan, block,
+      [&](std::int64_t k, std::int32_t m, std::int64_t) {
+        std::int64_t& count = start[static_cast<std::size_t>(k) + 1];
+        const std::int64_t last = count & (kOne - 1);
+        if (last != std::int64_t{m} + 1) count += kOne + (std::int64_t{m} + 1 - last);
+      },
+      [&](std::int64_t first, std::int64_t last, std::int32_t) {
+        for (std::int64_t k = first + 1; k < last; ++k)
+          start[static_cast<std::size_t>(k) + 1] = kOne;
+      });
+  for (std::size_t k = 1; k <= blocks; ++k) start[k] = (start[k] >> 32) + start[k - 1];
   std::vector<std::int64_t>& fill = scratch().fill;
-  fill.assign(blocks, -1);  // first the last member counted in each block
-  for_each_block_overlap(plan, block, [&](std::int64_t k, std::int32_t m, std::int64_t) {
-    const auto b = static_cast<std::size_t>(k);
-    if (fill[b] != m) ++start[b + 1];
-    fill[b] = m;
-  });
-  for (std::size_t k = 1; k <= blocks; ++k) start[k] += start[k - 1];
   h.entries.resize(static_cast<std::size_t>(start[blocks]));
   fill.assign(start.begin(), start.end() - 1);
-  for_each_block_overlap(plan, block, [&](std::int64_t k, std::int32_t m, std::int64_t n) {
-    const auto b = static_cast<std::size_t>(k);
-    const auto at = static_cast<std::size_t>(fill[b]);
-    if (fill[b] > start[b] && h.entries[at - 1].first == m) {
-      h.entries[at - 1].second += n;
-    } else {
-      h.entries[at] = {m, n};
-      ++fill[b];
-    }
-  });
+  for_each_block_overlap(
+      plan, block,
+      [&](std::int64_t k, std::int32_t m, std::int64_t n) {
+        const auto b = static_cast<std::size_t>(k);
+        const auto at = static_cast<std::size_t>(fill[b]);
+        if (fill[b] > start[b] && h.entries[at - 1].first == m) {
+          h.entries[at - 1].second += n;
+        } else {
+          h.entries[at] = {m, n};
+          ++fill[b];
+        }
+      },
+      [&](std::int64_t first, std::int64_t last, std::int32_t m) {
+        for (std::int64_t k = first + 1; k < last; ++k) {
+          h.entries[static_cast<std::size_t>(start[static_cast<std::size_t>(k)])] = {m, block};
+        }
+      });
   return h;
 }
 
@@ -556,16 +577,27 @@ struct Floors {
 Floors floor_counted(const ScheduleRequest& request, const ScheduleSlot& slot,
                      const SlotRunsCounts& c, const RunShardPlan& runs, bool with_exchange,
                      double stop = std::numeric_limits<double>::infinity()) {
-  const SlotCost compute = price_slot_counts(request.profile, slot.ranks, slot_counts_of(c.work));
   const CostProfile& p = request.profile;
-  Floors f{compute.end_seconds, compute.end_seconds};
+  Scratch& x = scratch();
+  // The members' compute and the slot's end with no exchange counted, as
+  // price_slot_counts forms them (each member's compute with the row's
+  // real tokens; the end the longest of 0 and those), in a kept buffer.
+  std::vector<double>& compute = x.compute;
+  compute.resize(c.work.size());
+  std::int64_t row = 0;
+  for (const RankWork& w : c.work) row += w.tokens;
+  double compute_end = 0;
+  for (std::size_t r = 0; r < c.work.size(); ++r) {
+    compute[r] = member_compute_seconds(p, c.work[r].tokens, c.work[r].tiles, row);
+    compute_end = std::max(compute_end, compute[r]);
+  }
+  Floors f{compute_end, compute_end};
   if (c.work.size() <= 1 || (!with_exchange && !(p.latency_seconds > 0)) || f.peers >= stop) {
     return f;
   }
   // Every other member holding tokens of a key block a member touches sends
   // it some: a peer. A block's holders are its entries (one per member).
   holders_of(c, runs);
-  Scratch& x = scratch();
   if (x.levels.empty()) x.levels.emplace_back();
   std::vector<std::int32_t>& per_block = x.levels[0];
   per_block.resize(c.holders.offset.size() - 1);
@@ -600,7 +632,7 @@ Floors floor_counted(const ScheduleRequest& request, const ScheduleSlot& slot,
   for (std::size_t r = 0; r < c.work.size(); ++r) {
     if (c.work[r].tokens == 0) continue;
     for (const auto& [lo, hi] : c.touched_by(r)) most[r] = std::max(most[r], most_held(lo, hi));
-    const double compute_seconds = compute.members[r].compute_seconds;
+    const double compute_seconds = compute[r];
     if (most[r] > 1 && p.latency_seconds > 0) {
       const double comm = p.latency_seconds * (most[r] - 1);
       f.peers = std::max(
@@ -632,7 +664,7 @@ Floors floor_counted(const ScheduleRequest& request, const ScheduleSlot& slot,
   const double far_token = p.kv_bytes_per_token / p.inter_node_bytes_per_second * (1 - 1e-9);
   for (std::size_t r = 0; r < c.work.size(); ++r) {
     if (c.work[r].tokens == 0) continue;  // holds nothing: exchanges nothing
-    const double compute_seconds = compute.members[r].compute_seconds;
+    const double compute_seconds = compute[r];
     double comm = static_cast<double>(t.near[r]) * near_token +
                   static_cast<double>(t.far[r]) * far_token +
                   p.latency_seconds * std::max(most[r] - 1, t.peers[r]);

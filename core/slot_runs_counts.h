@@ -69,6 +69,7 @@ struct Scratch {
   std::vector<std::int32_t> node;
   std::vector<std::int32_t> seen;
   std::vector<std::int32_t> most;  // floor_counted's peers per member
+  std::vector<double> compute;     // and compute per member
   std::vector<std::vector<std::int32_t>> levels;
 };
 

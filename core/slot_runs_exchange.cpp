@@ -75,22 +75,30 @@ ExchangeTotals exchange_totals(const SlotRunsCounts& c, const std::vector<std::i
                    std::vector<std::int32_t>(g, 0)};
   // The holder entries before the next event's block, read under the
   // touches as they stand (past the last stop no member touches a block:
-  // those entries add nothing).
+  // those entries add nothing). Through plain pointers: the compiler need
+  // not reload the tables' addresses after each store.
+  std::int64_t* const near_of = t.near.data();
+  std::int64_t* const far_of = t.far.data();
+  std::int32_t* const peers_of = t.peers.data();
+  std::int64_t* const held_on = node_held.data();
+  const std::int32_t* const node_of = node.data();
+  const std::int32_t* const touching = inside.data();
+  const std::int32_t* const touching_on = node_touchers.data();
+  const std::pair<std::int32_t, std::int64_t>* const entries = c.holders.entries.data();
   std::int64_t i = 0;
   for (const TouchEvent& ev : x.events) {
     for (const std::int64_t stop = c.holders.offset[static_cast<std::size_t>(ev.block)]; i < stop;
          ++i) {
-      const auto& [j, n] = c.holders.entries[static_cast<std::size_t>(i)];
-      const auto m = static_cast<std::size_t>(j);
-      const auto own = static_cast<std::size_t>(node[m]);
-      const std::int32_t self = inside[m];
-      const std::int32_t near = node_touchers[own] - self;
-      t.near[m] += n * near;
-      t.far[m] += n * (touchers - self - near);
-      t.peers[m] = std::max(t.peers[m], touchers - self);
-      if (self != 0) t.near[m] -= n;  // its own tokens are not received
+      const auto& [j, n] = entries[i];
+      const auto own = static_cast<std::size_t>(node_of[j]);
+      const std::int32_t self = touching[j];  // 0 or 1: a member's intervals are disjoint
+      const std::int32_t near = touching_on[own] - self;
+      // Its own tokens are not received: less n where it touches the block.
+      near_of[j] += n * (near - self);
+      far_of[j] += n * (touchers - self - near);
+      peers_of[j] = std::max(peers_of[j], touchers - self);
       held += n;
-      node_held[own] += n;
+      held_on[own] += n;
     }
     const auto r = static_cast<std::size_t>(ev.member);
     const auto own = static_cast<std::size_t>(node[r]);

@@ -30,19 +30,20 @@ namespace {
 // one pass over 1,024 counters, in O(n + 64) (a row's units are a few
 // dozen to a few thousand), and a comparison sort of them costs several
 // times more.
-std::vector<std::int32_t> order_by_key_desc(std::span<const double> key) {
+// Every array is written before it is read: none is zeroed first.
+std::unique_ptr<std::int32_t[]> order_by_key_desc(std::span<const double> key) {
   const std::size_t n = key.size();
-  std::vector<std::int32_t> order(n);
+  auto order = std::make_unique_for_overwrite<std::int32_t[]>(n);
   const double top = n == 0 ? 0.0 : *std::max_element(key.begin(), key.end());
   if (!(top > 0.0)) {
-    std::iota(order.begin(), order.end(), 0);
+    std::iota(order.get(), order.get() + n, 0);
     return order;
   }
   constexpr std::uint32_t kTop = (1u << 10) - 1;
   constexpr std::uint32_t kDigit = 5;
   constexpr std::uint32_t kLow = (1u << kDigit) - 1;
   const double scale = kTop / top;
-  std::vector<std::uint32_t> bucket(n);
+  auto bucket = std::make_unique_for_overwrite<std::uint32_t[]>(n);
   std::array<std::uint32_t, kLow + 2> low_start{};
   std::array<std::uint32_t, kLow + 2> high_start{};
   for (std::size_t i = 0; i < n; ++i) {
@@ -55,11 +56,14 @@ std::vector<std::int32_t> order_by_key_desc(std::span<const double> key) {
     low_start[b] += low_start[b - 1];
     high_start[b] += high_start[b - 1];
   }
-  std::vector<std::int32_t> by_low(n);
+  auto by_low = std::make_unique_for_overwrite<std::int32_t[]>(n);
   for (std::size_t i = 0; i < n; ++i) {
     by_low[low_start[bucket[i] & kLow]++] = static_cast<std::int32_t>(i);
   }
-  for (const std::int32_t i : by_low) order[high_start[bucket[i] >> kDigit]++] = i;
+  for (std::size_t x = 0; x < n; ++x) {
+    const std::int32_t i = by_low[x];
+    order[high_start[bucket[i] >> kDigit]++] = i;
+  }
   return order;
 }
 
@@ -108,7 +112,7 @@ class UnitRefiner {
     constexpr std::int32_t kDealWindow = 4;
     const std::int64_t f = units_;
     order_ = order_by_key_desc({c_.get(), static_cast<std::size_t>(units_)});
-    const std::vector<std::int32_t>& order = order_;
+    const std::int32_t* const order = order_.get();
     std::vector<std::int32_t> free(static_cast<std::size_t>(ranks_));
     std::vector<std::uint64_t> sorted(static_cast<std::size_t>(ranks_));
     // Last round's order, fed to the insertion sort from its heaviest
@@ -199,7 +203,8 @@ class UnitRefiner {
     slot_p_ = std::make_unique_for_overwrite<double[]>(slots);
     slot_t_ = std::make_unique_for_overwrite<double[]>(slots);
     count_.assign(static_cast<std::size_t>(ranks_), 0);
-    for (const std::int32_t k : order_) {
+    for (std::int64_t i = 0; i < units_; ++i) {
+      const std::int32_t k = order_[i];
       const std::int32_t r = owner_[k];
       const std::int64_t at = r * stride_ + count_[r]++;
       slot_[at] = k;
@@ -397,7 +402,7 @@ class UnitRefiner {
   std::vector<double> lp_, lt_;            // per rank: normalised pairs and tiles
   std::unique_ptr<double[]> xp_, xt_, c_;  // per full unit: normalised pairs, tiles, sum
   std::unique_ptr<std::int32_t[]> owner_;  // per full unit: its rank
-  std::vector<std::int32_t> order_;        // the full units in the deal's order
+  std::unique_ptr<std::int32_t[]> order_;  // the full units in the deal's order
   std::unique_ptr<std::int32_t[]> slot_;   // per rank, stride_ slots: its full units
   std::unique_ptr<double[]> slot_c_;       // their combined costs
   std::unique_ptr<double[]> slot_p_;       // their normalised pairs

@@ -39,8 +39,12 @@ void fill_costs(const CpWorkload& workload, const RowLayout& layout, Units& unit
   const BlockOf block_of(workload.block_size);
   const std::vector<std::int64_t>& starts = layout.starts();
   const std::size_t count = units.cut.size() - 1;
-  units.pairs.resize(count);
-  units.tiles.resize(count);
+  // Appended, not sized first: zeroing them would cost more than the
+  // capacity tests.
+  units.pairs.clear();
+  units.tiles.clear();
+  units.pairs.reserve(count);
+  units.tiles.reserve(count);
   const bool causal = workload.mask.kind == MaskKind::kCausal;
   std::size_t doc = 0;  // document holding the current unit's first query
   for (std::size_t k = 0; k < count; ++k) {
@@ -51,8 +55,8 @@ void fill_costs(const CpWorkload& workload, const RowLayout& layout, Units& unit
       // Inside one causal document (most units): query q sees [db, q], so
       // the pairs are segment's trapezoid and the keys [db, end - 1].
       const std::int64_t db = starts[doc];
-      units.pairs[k] = (begin - db + 1 + end - db) * (end - begin) / 2;
-      units.tiles[k] = block_of(end - 1) - block_of(db) + 1;
+      units.pairs.push_back((begin - db + 1 + end - db) * (end - begin) / 2);
+      units.tiles.push_back(block_of(end - 1) - block_of(db) + 1);
       continue;
     }
     std::int64_t pairs = 0;
@@ -76,8 +80,8 @@ void fill_costs(const CpWorkload& workload, const RowLayout& layout, Units& unit
       x = e;
       if (x == de) ++d;
     }
-    units.pairs[k] = pairs;
-    units.tiles[k] = tiles;
+    units.pairs.push_back(pairs);
+    units.tiles.push_back(tiles);
   }
 }
 

@@ -166,19 +166,39 @@ class UnitRefiner {
         const std::int32_t k = order[static_cast<std::size_t>(i)];
         const double xp = xp_[k];
         const double xt = xt_[k];
-        const std::int32_t* const live = free.data() + head;
-        const std::int32_t look = std::min(kDealWindow, open);
+        std::int32_t* const live = free.data() + head;
         std::int32_t pick = 0;
         double least = lp_[live[0]] * xp + lt_[live[0]] * xt;
-        for (std::int32_t j = 1; j < look; ++j) {
+        const auto consider = [&](std::int32_t j) {
           const double kj = lp_[live[j]] * xp + lt_[live[j]] * xt;
           if (kj < least || (kj == least && live[j] < live[pick])) {
             least = kj;
             pick = j;
           }
+        };
+        // A whole window (most picks) by a loop of fixed length, unrolled.
+        if (open >= kDealWindow) {
+          for (std::int32_t j = 1; j < kDealWindow; ++j) consider(j);
+        } else {
+          for (std::int32_t j = 1; j < open; ++j) consider(j);
         }
         const std::int32_t best = live[pick];
-        for (std::int32_t j = head + pick; j > head; --j) free[j] = free[j - 1];
+        // Those before the pick move up one place, written out: as a loop
+        // it became a call to memmove for at most three entries.
+        static_assert(kDealWindow == 4);
+        switch (pick) {
+          case 3:
+            live[3] = live[2];
+            [[fallthrough]];
+          case 2:
+            live[2] = live[1];
+            [[fallthrough]];
+          case 1:
+            live[1] = live[0];
+            break;
+          default:
+            break;
+        }
         ++head;
         --open;
         place(k, best);

@@ -118,6 +118,10 @@ RandomSlot random_slot(std::mt19937_64& rng, bool long_row) {
   // The overlap term (0 to 1 of the exchange hidden under compute) too.
   r.profile.exchange_overlap =
       below(rng, 3) == 0 ? 0.0 : static_cast<double>(below(rng, 101)) / 100;
+  // And the row term (each member's compute grows with the slot's tokens),
+  // which the builtin profiles leave at 0.
+  r.profile.row_token_seconds =
+      below(rng, 3) == 0 ? 0.0 : 1e-10 * static_cast<double>(1 + below(rng, 100));
   const std::int64_t n = long_row ? log_uniform(rng, 1 << 16, 1 << 19) : log_uniform(rng, 1, 20000);
   const auto docs = 1 + below(rng, below(rng, 2) == 0 ? 4 : 64);
   std::int64_t left = n;

@@ -29,8 +29,7 @@ namespace {
 // two stable counting passes of 5 bits each (low, then high): the order of
 // one pass over 1,024 counters, in O(n + 64) (a row's units are a few
 // dozen to a few thousand), and a comparison sort of them costs several
-// times more.
-// Every array is written before it is read: none is zeroed first.
+// times more. Each array is written before it is read: none is zeroed.
 std::unique_ptr<std::int32_t[]> order_by_key_desc(std::span<const double> key) {
   const std::size_t n = key.size();
   auto order = std::make_unique_for_overwrite<std::int32_t[]>(n);

@@ -228,12 +228,18 @@ class Drafter {
     if (every_rank) hold_through(world_ - 1);
   }
 
-  Draft run(double beat) {
+  Draft run(double beat, std::span<const Draft> drawn) {
     for (const std::size_t i : batch_.order) {
       if (batch_.grouped[i]) {
         place_group(i, group_size(i));
         ++grouped_;
       }
+    }
+    // A group's end is its start and its members' slot time (a function of
+    // the piece, the members and their nodes), so groups alike leave the
+    // same timeline and waits.
+    for (const Draft& other : drawn) {
+      if (other.makespan != kNoEnd && same_groups(other.long_slots, d_.long_slots)) return other;
     }
     fill_gaps();
     if (finish_lower_bound() * (1 - 1e-9) >= beat) {
@@ -245,6 +251,13 @@ class Drafter {
   }
 
  private:
+  static bool same_groups(const std::vector<LongSlot>& x, const std::vector<LongSlot>& y) {
+    return std::equal(x.begin(), x.end(), y.begin(), y.end(),
+                      [](const LongSlot& a, const LongSlot& b) {
+                        return a.piece == b.piece && a.start == b.start && a.ranks == b.ranks;
+                      });
+  }
+
   bool earlier(std::int32_t a, std::int32_t b) const {
     return free_at_[a] < free_at_[b] || (free_at_[a] == free_at_[b] && a < b);
   }
@@ -617,9 +630,9 @@ class Drafter {
 
 }  // namespace
 
-Draft draft(const Batch& batch, const Estimator& est, GroupRule rule, double beat,
-            bool every_rank) {
-  return Drafter(batch, est, rule, every_rank).run(beat);
+Draft draft(const Batch& batch, const Estimator& est, GroupRule rule, double beat, bool every_rank,
+            std::span<const Draft> drawn) {
+  return Drafter(batch, est, rule, every_rank).run(beat, drawn);
 }
 
 }  // namespace fulcrum::hybrid

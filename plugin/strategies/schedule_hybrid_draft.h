@@ -333,8 +333,16 @@ inline constexpr double kNoEnd = std::numeric_limits<double>::infinity();
 // the last that runs one (every rank past them runs none). It holds per-rank
 // structures only for the nodes its groups and rows reach; `every_rank`
 // holds all W from the start (the same draft; for tests).
+//
+// `drawn`: drafts of the same batch and estimate under other rules. Rules
+// often place every group alike (at W = 1024 with 4,000 documents two of
+// the four do), and then the rest follows alike too (the waits and rows
+// depend on the groups' members and starts only), so a draft whose groups
+// are those of one of `drawn` with its rows packed is a copy of it. Where
+// `beat` would have left this one unpacked the copy is packed, with the
+// same makespan, which is no sooner than `beat` either.
 Draft draft(const Batch& batch, const Estimator& est, GroupRule rule, double beat = kNoEnd,
-            bool every_rank = false);
+            bool every_rank = false, std::span<const Draft> drawn = {});
 
 // The candidate plans of rule 5 for the rows planned in one answer, each
 // built and counted once (count_runs): a row's plans and their counts

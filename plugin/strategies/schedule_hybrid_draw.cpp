@@ -339,7 +339,8 @@ DraftSet::DraftSet(const ScheduleRequest& request, bool every)
            {GroupRule::kTimelineMeanLoad, GroupRule::kSoonestEnd, GroupRule::kBalancedEnd}) {
         // Only the soonest is used without `every`: a draft that cannot
         // finish before it is not packed (its makespan then kNoEnd).
-        Draft other = draft(batch, est_, rule, every ? kNoEnd : drafts_[first].makespan);
+        Draft other = draft(batch, est_, rule, every ? kNoEnd : drafts_[first].makespan, false,
+                            std::span(drafts_).subspan(first));
         if (other.makespan < drafts_[first].makespan) std::swap(other, drafts_[first]);
         drafts_.push_back(std::move(other));
       }

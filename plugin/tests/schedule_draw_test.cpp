@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -411,6 +412,66 @@ TEST(HybridDraw, DraftHoldingTheRanksItReachesIsTheDraftOverEveryRank) {
   }
   // Most drafts leave ranks unheld.
   EXPECT_GT(unheld, 400);
+}
+
+// A draft whose groups are placed as those of a draft drawn before under
+// another rule is a copy of that one (draft's `drawn`): the same draft as
+// drawn afresh, whatever rules placed the groups alike, with and without a
+// beat (the copy is packed where a beat would not pack it, and then no
+// sooner than the beat). The drafts before may be unpacked (never copied).
+TEST(HybridDraw, DraftCopiedFromOneWithTheSameGroupsIsTheDraftDrawnAfresh) {
+  SplitMix64 rng(3310);
+  int copied = 0;
+  constexpr std::array kRules = {hybrid::GroupRule::kMeanLoad, hybrid::GroupRule::kTimelineMeanLoad,
+                                 hybrid::GroupRule::kSoonestEnd, hybrid::GroupRule::kBalancedEnd};
+  for (int c = 0; c < 300; ++c) {
+    ScheduleRequest r = random_request(rng);
+    if (c % 2 == 0) {
+      r.doc_lengths.clear();
+      const std::int64_t docs = rng.uniform(1, 40);
+      for (std::int64_t i = 0; i < docs; ++i) {
+        const std::int64_t most = rng.uniform(0, 3) == 0 ? 16 : 2;
+        r.doc_lengths.push_back(rng.uniform(1, most * r.max_tokens_per_rank));
+      }
+    }
+    const hybrid::Estimator est(r);
+    const hybrid::PreparedBatch prep = hybrid::prepare_batch(r, est);
+    for (const bool heavy : {true, false}) {
+      const hybrid::Batch batch = hybrid::grouped_batch(r, prep, heavy);
+      std::vector<hybrid::Draft> before;
+      for (const hybrid::GroupRule rule : kRules) {
+        const std::string where = "case " + std::to_string(c) + " rule " +
+                                  std::to_string(static_cast<int>(rule)) + (heavy ? " heavy" : "");
+        const hybrid::Draft fresh = hybrid::draft(batch, est, rule);
+        for (const hybrid::Draft& other : before) {
+          const bool alike = std::equal(
+              other.long_slots.begin(), other.long_slots.end(), fresh.long_slots.begin(),
+              fresh.long_slots.end(), [](const hybrid::LongSlot& x, const hybrid::LongSlot& y) {
+                return x.piece == y.piece && x.start == y.start && x.ranks == y.ranks;
+              });
+          if (alike && other.makespan != hybrid::kNoEnd) {
+            ++copied;
+            break;
+          }
+        }
+        expect_same_draft(hybrid::draft(batch, est, rule, hybrid::kNoEnd, false, before), fresh,
+                          where);
+        const double beat = fresh.makespan * (rng.uniform(0, 1) == 0 ? 0.99 : 1.01);
+        const hybrid::Draft beaten = hybrid::draft(batch, est, rule, beat, false, before);
+        const hybrid::Draft alone = hybrid::draft(batch, est, rule, beat);
+        if (alone.makespan != hybrid::kNoEnd || beaten.makespan == hybrid::kNoEnd) {
+          expect_same_draft(beaten, alone, where + " beat");
+        } else {
+          expect_same_draft(beaten, fresh, where + " beat, copied");
+          EXPECT_GE(beaten.makespan, beat) << where;
+        }
+        if (::testing::Test::HasFailure()) return;
+        // Unpacked ones too, as the drafts of a pass drawn under a beat are.
+        before.push_back(rng.uniform(0, 3) == 0 ? hybrid::draft(batch, est, rule, 0.0) : fresh);
+      }
+    }
+  }
+  EXPECT_GT(copied, 200);
 }
 
 // rebalance over the first ranks' rows and loads (every rank past them

@@ -37,9 +37,9 @@ double random_finish(SplitMix64& rng) { return 0.25 * static_cast<double>(rng.un
 
 // Checks every answer of `order` against a scan of `finish`; the n of
 // firsts and the pair left out by latest_without drawn from `rng`.
-void expect_finish_order_is_the_scan(const hybrid::FinishOrder& order,
-                                     const std::vector<double>& finish, std::size_t most_firsts,
-                                     SplitMix64& rng, const std::string& where) {
+void expect_finish_order_is_the_scan(hybrid::FinishOrder& order, const std::vector<double>& finish,
+                                     std::size_t most_firsts, SplitMix64& rng,
+                                     const std::string& where) {
   const std::size_t world = finish.size();
   const auto last =
       static_cast<std::int32_t>(std::max_element(finish.begin(), finish.end()) - finish.begin());
@@ -83,21 +83,22 @@ TEST(HybridDraw, FinishOrderIsAFullRecount) {
       const auto a = static_cast<std::int32_t>(rng.uniform(0, world - 1));
       const auto b = static_cast<std::int32_t>(rng.uniform(0, world - 1));
       const double fa = random_finish(rng);
-      order.set(a, finish[a], fa);
+      order.set(a, fa);
       finish[a] = fa;
       if (b != a) {
         const double fb = random_finish(rng);
-        order.set(b, finish[b], fb);
+        order.set(b, fb);
         finish[b] = fb;
       }
     }
   }
 }
 
-// A small batch at large W: most ranks idle (finish 0, kept as bits rather
-// than in the ordered set), a few busy, moves that make idle ranks busy and
-// busy ones idle again; worlds across several 64-rank words, finishes
-// below 0 and -0 included so that the idle ranks sit inside the order.
+// A small batch at large W: most ranks idle (finish 0), a few busy, moves
+// that make idle ranks busy and busy ones idle again; worlds of up to 700
+// ranks (most not a power of two, so that the trees' leaves sit at two
+// depths), finishes below 0 and -0 included so that the idle ranks sit
+// inside the order.
 double sparse_finish(SplitMix64& rng) {
   switch (rng.uniform(0, 9)) {
     case 0:
@@ -129,7 +130,7 @@ TEST(HybridDraw, FinishOrderWithManyIdleRanksIsAFullRecount) {
       if (testing::Test::HasFatalFailure()) return;
       const auto a = static_cast<std::int32_t>(rng.uniform(0, world - 1));
       const double fa = sparse_finish(rng);
-      order.set(a, finish[a], fa);
+      order.set(a, fa);
       finish[a] = fa;
     }
   }

@@ -40,6 +40,7 @@ namespace fulcrum::hybrid {
 
 void FinishOrder::reset(const std::vector<double>& finish) {
   world_ = finish.size();
+  taken_.clear();
   finish_.assign(finish.begin(), finish.end());
   finish_.push_back(std::numeric_limits<double>::infinity());
   const std::size_t nodes = std::max<std::size_t>(2 * world_, 2);
@@ -66,22 +67,33 @@ void FinishOrder::set(std::int32_t a, double after) {
   update_from(world_ + static_cast<std::size_t>(a));
 }
 
+void FinishOrder::put_low(std::int32_t a, std::int32_t leaf) {
+  std::size_t v = world_ + static_cast<std::size_t>(a);
+  low_[v] = leaf;
+  for (v >>= 1; v >= 1; v >>= 1) low_[v] = earlier(low_[2 * v], low_[2 * v + 1]);
+}
+
+std::int32_t FinishOrder::take_first() {
+  // Its leaf set to +infinity (the rank world_): the root then holds the
+  // next first. Only the tree of first ranks changes, so last() and
+  // latest_without still answer over every rank.
+  const std::int32_t a = low_[1];
+  taken_.push_back(a);
+  put_low(a, static_cast<std::int32_t>(world_));
+  return a;
+}
+
+void FinishOrder::put_back() {
+  // Each taken leaf's path recounted: a node whose subtree held a taken
+  // leaf is on that leaf's path, so every node is as a rebuild makes it.
+  for (const std::int32_t a : taken_) put_low(a, a);
+  taken_.clear();
+}
+
 void FinishOrder::firsts(std::size_t n, std::vector<std::int32_t>& out) {
-  // The first rank taken, its leaf set to +infinity (the rank world_), and
-  // the next first read off the root; every leaf put back after. Only the
-  // tree of first ranks changes.
   out.clear();
-  const auto none = static_cast<std::int32_t>(world_);
-  const auto put = [&](std::int32_t a, std::int32_t leaf) {
-    std::size_t v = world_ + static_cast<std::size_t>(a);
-    low_[v] = leaf;
-    for (v >>= 1; v >= 1; v >>= 1) low_[v] = earlier(low_[2 * v], low_[2 * v + 1]);
-  };
-  for (std::size_t k = 0; k < n; ++k) {
-    out.push_back(low_[1]);
-    put(out.back(), none);
-  }
-  for (const std::int32_t a : out) put(a, a);
+  for (std::size_t k = 0; k < n; ++k) out.push_back(take_first());
+  put_back();
 }
 
 double FinishOrder::latest_without(std::int32_t a, std::int32_t b) const {
@@ -572,7 +584,6 @@ Status move_pieces(const ScheduleRequest& r, Schedule& s, std::vector<double>& l
   now.replays_left = replays;
   now.local_left = kLocalPerReplay * replays;
   const std::size_t most = 2 * s.slots.size() + 16;
-  std::vector<std::int32_t> by_finish;  // the kDestinations ranks that end first
   // Each rank's slots in slot order, kept as pieces move.
   std::vector<std::vector<std::size_t>> on(now.finish.size());
   for (std::size_t k = 0; k < s.slots.size(); ++k) {
@@ -581,10 +592,11 @@ Status move_pieces(const ScheduleRequest& r, Schedule& s, std::vector<double>& l
   for (std::size_t round = 0; round < most; ++round) {
     const std::int32_t last = now.order.last();
     const std::size_t n = std::min(kDestinations, now.finish.size());
-    now.order.firsts(n, by_finish);
+    // The ranks that end first, taken one at a time as far as the moves
+    // go (most rounds move to the first), and put back after.
     bool moved = false;
     for (std::size_t d = 0; d < n && !moved && (now.replays_left > 0 || now.local_left > 0); ++d) {
-      const std::int32_t first = by_finish[d];
+      const std::int32_t first = now.order.take_first();
       if (first == last) continue;
       const std::size_t slots = s.slots.size();
       Status st =
@@ -594,6 +606,7 @@ Status move_pieces(const ScheduleRequest& r, Schedule& s, std::vector<double>& l
       // A piece moved as a row of its own: the first rank runs one more slot.
       if (s.slots.size() > slots) on[static_cast<std::size_t>(first)].push_back(slots);
     }
+    now.order.put_back();
     if (!moved) return Status::ok();
   }
   return Status::ok();

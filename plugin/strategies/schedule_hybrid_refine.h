@@ -36,6 +36,12 @@ class FinishOrder {
   std::int32_t first() const { return low_[1]; }
   // The n ranks that end first, in that order; n <= W.
   void firsts(std::size_t n, std::vector<std::int32_t>& out);
+  // firsts one at a time: the rank that ends first of those not taken, each
+  // taken until put_back (at most W). set may be called while ranks are
+  // taken (a taken rank's finish included); first() and take_first then
+  // answer over the ranks not taken, last() and latest_without over all.
+  std::int32_t take_first();
+  void put_back();
   // The latest finish of any rank but a and b (-infinity when there is none).
   double latest_without(std::int32_t a, std::int32_t b) const;
 
@@ -53,14 +59,18 @@ class FinishOrder {
   }
   // Node v's two answers again from its children's, from leaf v's parent up.
   void update_from(std::size_t v);
+  // Leaf a's rank of least finish set to `leaf` (a, or world_ where taken),
+  // and its path's again.
+  void put_low(std::int32_t a, std::int32_t leaf);
 
   // Leaves at world_ + a (node v's children: 2v and 2v + 1, the root 1),
   // each node's answers over the ranks below it. A rank's finish at
   // finish_[a]; finish_[world_] is +infinity, a leaf that firsts puts in
   // place of each rank it has taken, for the tree to find the next.
   std::vector<double> finish_;
-  std::vector<std::int32_t> low_;   // per node: the rank that ends first
-  std::vector<std::int32_t> high_;  // per node: the rank that ends last
+  std::vector<std::int32_t> low_;    // per node: the rank that ends first
+  std::vector<std::int32_t> high_;   // per node: the rank that ends last
+  std::vector<std::int32_t> taken_;  // take_first's ranks, until put_back
   std::size_t world_ = 0;
 };
 

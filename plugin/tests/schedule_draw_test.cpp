@@ -136,6 +136,57 @@ TEST(HybridDraw, FinishOrderWithManyIdleRanksIsAFullRecount) {
   }
 }
 
+// take_first one rank at a time, with moves between the takes as rule 10
+// makes them (a taken rank's finish changed too): each take is the first by
+// (finish, rank) of the ranks not taken, by a scan; last and
+// latest_without still answer over every rank; after put_back, every
+// answer is the scan's again.
+TEST(HybridDraw, FinishOrderTakenFirstsAreTheScanOfTheRest) {
+  SplitMix64 rng(3307);
+  for (int c = 0; c < 300; ++c) {
+    const auto world = static_cast<std::size_t>(rng.uniform(1, 80));
+    std::vector<double> finish(world);
+    for (double& f : finish) f = sparse_finish(rng);
+    hybrid::FinishOrder order;
+    order.reset(finish);
+    for (int round = 0; round < 20; ++round) {
+      const std::string where = "case " + std::to_string(c) + " round " + std::to_string(round);
+      std::vector<bool> taken(world, false);
+      const auto takes =
+          static_cast<std::size_t>(rng.uniform(0, std::min<std::uint64_t>(world, 9)));
+      for (std::size_t t = 0; t < takes; ++t) {
+        std::int32_t want = -1;
+        for (std::size_t x = 0; x < world; ++x) {
+          if (!taken[x] && (want < 0 || finish[x] < finish[static_cast<std::size_t>(want)])) {
+            want = static_cast<std::int32_t>(x);
+          }
+        }
+        ASSERT_EQ(order.first(), want) << where;
+        ASSERT_EQ(order.take_first(), want) << where << " take " << t;
+        taken[static_cast<std::size_t>(want)] = true;
+        if (rng.uniform(0, 1) == 0) {
+          // A move between takes, of any rank (taken or not).
+          const auto a = static_cast<std::int32_t>(rng.uniform(0, world - 1));
+          const double fa = sparse_finish(rng);
+          order.set(a, fa);
+          finish[static_cast<std::size_t>(a)] = fa;
+          const auto last = static_cast<std::int32_t>(
+              std::max_element(finish.begin(), finish.end()) - finish.begin());
+          ASSERT_EQ(order.last(), last) << where;
+          double latest = -std::numeric_limits<double>::infinity();
+          for (std::size_t x = 0; x < world; ++x) {
+            if (static_cast<std::int32_t>(x) != a) latest = std::max(latest, finish[x]);
+          }
+          ASSERT_EQ(order.latest_without(a, a), latest) << where;
+        }
+      }
+      order.put_back();
+      expect_finish_order_is_the_scan(order, finish, 8, rng, where);
+      if (testing::Test::HasFatalFailure()) return;
+    }
+  }
+}
+
 // ranks_by_finish is the stable sort of every rank by finish, on worlds of
 // up to 700 ranks, most idle or most busy, finishes below 0 and -0 among
 // them.

@@ -2,9 +2,10 @@
 // rank sets on few nodes (NodePool) against counting and sorting every pool
 // afresh for every call, as the search did before the pools were kept; the
 // merges' partial replays (SlotChains) and the timeline without its last
-// slot (TimelineReplay) against replaying every slot; the wave order (wave_order) against a stable
-// sort by wave; and the ranks by finish put in order as far as asked (RanksByFinish) against
-// ranks_by_finish, which sorts every rank.
+// slot (TimelineReplay) against replaying every slot; the wave order
+// (wave_order) against a stable sort by wave; and the ranks by finish put
+// in order as far as asked (RanksByFinish) against ranks_by_finish, which
+// sorts every rank.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -165,6 +165,30 @@ void wave_order(const Schedule& schedule, std::vector<std::size_t>& order,
   }
 }
 
+void RankSlots::build(const Schedule& schedule, std::int32_t world) {
+  const auto ranks = static_cast<std::size_t>(world);
+  start_.assign(ranks + 1, 0);
+  for (const ScheduleSlot& slot : schedule.slots) {
+    for (const std::int32_t a : slot.ranks) ++start_[static_cast<std::size_t>(a) + 1];
+  }
+  std::partial_sum(start_.begin(), start_.end(), start_.begin());
+  slots_.resize(start_.back());
+  std::vector<std::size_t> next(start_.begin(), start_.end() - 1);
+  for (std::size_t k = 0; k < schedule.slots.size(); ++k) {
+    for (const std::int32_t a : schedule.slots[k].ranks) {
+      slots_[next[static_cast<std::size_t>(a)]++] = k;
+    }
+  }
+  added_.assign(ranks, {});
+}
+
+void RankSlots::of(std::int32_t a, std::vector<std::size_t>& out) const {
+  const auto rank = static_cast<std::size_t>(a);
+  out.assign(slots_.begin() + static_cast<std::ptrdiff_t>(start_[rank]),
+             slots_.begin() + static_cast<std::ptrdiff_t>(start_[rank + 1]));
+  out.insert(out.end(), added_[rank].begin(), added_[rank].end());
+}
+
 TimelineReplay::Ends TimelineReplay::run(const Schedule& schedule,
                                          const std::vector<std::size_t>& order,
                                          const std::vector<double>& length, std::int32_t world) {

@@ -84,6 +84,26 @@ class RanksByFinish {
 void wave_order(const Schedule& schedule, std::vector<std::size_t>& order,
                 std::vector<std::size_t>& counts);
 
+// Each rank's slots in slot order, for rule 10's moves: those of the
+// schedule as built flat by rank (a counting pass, no list per rank), and
+// the slots added since (higher indices, so after them) in a list of their
+// rank's, which stays empty for most ranks.
+class RankSlots {
+ public:
+  void build(const Schedule& schedule, std::int32_t world);
+  // Slot k, above every slot so far, now runs on `rank`.
+  void add(std::int32_t rank, std::size_t k) {
+    added_[static_cast<std::size_t>(rank)].push_back(k);
+  }
+  // Rank a's slots, in slot order.
+  void of(std::int32_t a, std::vector<std::size_t>& out) const;
+
+ private:
+  std::vector<std::size_t> start_;  // per rank: where its slots begin in slots_
+  std::vector<std::size_t> slots_;
+  std::vector<std::vector<std::size_t>> added_;  // per rank
+};
+
 // A schedule's timeline (slots in wave order, each starting when its last
 // member is free and lasting its length) replayed once, each rank's finish,
 // next wave (one above its slots' waves) and last slot kept, and each

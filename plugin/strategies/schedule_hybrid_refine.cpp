@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "fulcrum/core/schedule.h"
+#include "strategies/schedule_hybrid_nodes.h"
 
 namespace fulcrum::hybrid {
 
@@ -585,10 +586,10 @@ Status move_pieces(const ScheduleRequest& r, Schedule& s, std::vector<double>& l
   now.local_left = kLocalPerReplay * replays;
   const std::size_t most = 2 * s.slots.size() + 16;
   // Each rank's slots in slot order, kept as pieces move.
-  std::vector<std::vector<std::size_t>> on(now.finish.size());
-  for (std::size_t k = 0; k < s.slots.size(); ++k) {
-    for (const std::int32_t a : s.slots[k].ranks) on[static_cast<std::size_t>(a)].push_back(k);
-  }
+  RankSlots on;
+  on.build(s, static_cast<std::int32_t>(now.finish.size()));
+  std::vector<std::size_t> on_first;
+  std::vector<std::size_t> on_last;
   for (std::size_t round = 0; round < most; ++round) {
     const std::int32_t last = now.order.last();
     const std::size_t n = std::min(kDestinations, now.finish.size());
@@ -599,12 +600,12 @@ Status move_pieces(const ScheduleRequest& r, Schedule& s, std::vector<double>& l
       const std::int32_t first = now.order.take_first();
       if (first == last) continue;
       const std::size_t slots = s.slots.size();
-      Status st =
-          piece_to(r, s, length, plan, budget, now, first, last,
-                   on[static_cast<std::size_t>(first)], on[static_cast<std::size_t>(last)], moved);
+      on.of(first, on_first);
+      on.of(last, on_last);
+      Status st = piece_to(r, s, length, plan, budget, now, first, last, on_first, on_last, moved);
       if (!st) return st;
       // A piece moved as a row of its own: the first rank runs one more slot.
-      if (s.slots.size() > slots) on[static_cast<std::size_t>(first)].push_back(slots);
+      if (s.slots.size() > slots) on.add(first, slots);
     }
     now.order.put_back();
     if (!moved) return Status::ok();

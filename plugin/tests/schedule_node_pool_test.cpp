@@ -3,9 +3,10 @@
 // afresh for every call, as the search did before the pools were kept; the
 // merges' partial replays (SlotChains) and the timeline without its last
 // slot (TimelineReplay) against replaying every slot; the wave order
-// (wave_order) against a stable sort by wave; and the ranks by finish put
-// in order as far as asked (RanksByFinish) against ranks_by_finish, which
-// sorts every rank.
+// (wave_order) against a stable sort by wave; the ranks by finish put in
+// order as far as asked (RanksByFinish) against ranks_by_finish, which
+// sorts every rank; and each rank's slots (RankSlots) against a list per
+// rank.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -305,6 +306,46 @@ TEST(TimelineReplay, WithoutEqualsAReplayOfEveryOtherSlot) {
   }
   EXPECT_GT(read, 3000);
   EXPECT_GT(declined, 1000);
+}
+
+// RankSlots against a list per rank (each slot pushed onto its ranks' in
+// slot order, as rule 10 kept them): random schedules, ranks left idle,
+// rows added on random ranks between asks.
+TEST(RankSlots, EqualsAListPerRank) {
+  std::mt19937_64 rng(20261129);
+  std::int64_t asked = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const auto world = static_cast<std::int32_t>(1 + rng() % 20);
+    Schedule s;
+    const std::size_t slots = rng() % 30;
+    for (std::size_t k = 0; k < slots; ++k) {
+      ScheduleSlot slot;
+      for (std::int32_t a = 0; a < world; ++a) {
+        if (rng() % 3 == 0) slot.ranks.push_back(a);
+      }
+      s.slots.push_back(std::move(slot));
+    }
+    std::vector<std::vector<std::size_t>> want(static_cast<std::size_t>(world));
+    for (std::size_t k = 0; k < s.slots.size(); ++k) {
+      for (const std::int32_t a : s.slots[k].ranks) want[static_cast<std::size_t>(a)].push_back(k);
+    }
+    hybrid::RankSlots on;
+    on.build(s, world);
+    std::size_t next = s.slots.size();
+    std::vector<std::size_t> got;
+    for (int ask = 0; ask < 40; ++ask) {
+      const auto a = static_cast<std::int32_t>(rng() % static_cast<std::uint64_t>(world));
+      if (rng() % 3 == 0) {
+        on.add(a, next);
+        want[static_cast<std::size_t>(a)].push_back(next++);
+      }
+      const auto b = static_cast<std::int32_t>(rng() % static_cast<std::uint64_t>(world));
+      on.of(b, got);
+      ASSERT_EQ(got, want[static_cast<std::size_t>(b)]) << "trial " << trial << ", rank " << b;
+      ++asked;
+    }
+  }
+  EXPECT_EQ(asked, 300 * 40);
 }
 
 // wave_order against a stable sort by wave: random waves, dense (the

@@ -42,8 +42,15 @@ namespace fulcrum::hybrid {
 void FinishOrder::reset(const std::vector<double>& finish) {
   world_ = finish.size();
   taken_.clear();
+  finish_.reserve(world_ + 1);
   finish_.assign(finish.begin(), finish.end());
   finish_.push_back(std::numeric_limits<double>::infinity());
+  built_ = false;
+}
+
+void FinishOrder::build() {
+  if (built_) return;
+  built_ = true;
   const std::size_t nodes = std::max<std::size_t>(2 * world_, 2);
   low_.resize(nodes);
   high_.resize(nodes);
@@ -65,7 +72,7 @@ void FinishOrder::update_from(std::size_t v) {
 
 void FinishOrder::set(std::int32_t a, double after) {
   finish_[static_cast<std::size_t>(a)] = after;
-  update_from(world_ + static_cast<std::size_t>(a));
+  if (built_) update_from(world_ + static_cast<std::size_t>(a));
 }
 
 void FinishOrder::put_low(std::int32_t a, std::int32_t leaf) {
@@ -75,6 +82,7 @@ void FinishOrder::put_low(std::int32_t a, std::int32_t leaf) {
 }
 
 std::int32_t FinishOrder::take_first() {
+  build();
   // Its leaf set to +infinity (the rank world_): the root then holds the
   // next first. Only the tree of first ranks changes, so last() and
   // latest_without still answer over every rank.
@@ -97,7 +105,8 @@ void FinishOrder::firsts(std::size_t n, std::vector<std::int32_t>& out) {
   put_back();
 }
 
-double FinishOrder::latest_without(std::int32_t a, std::int32_t b) const {
+double FinishOrder::latest_without(std::int32_t a, std::int32_t b) {
+  build();
   // The ranks but a and b are the subtrees beside the paths from their
   // leaves to the root, less those that hold the other's leaf.
   const std::size_t leaf_a = world_ + static_cast<std::size_t>(a);

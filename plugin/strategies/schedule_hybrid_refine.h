@@ -22,18 +22,25 @@ namespace fulcrum::hybrid {
 // the same finishes.
 //
 // Two tournament trees over the ranks (a node holds the rank of least and
-// of greatest finish below it), built in O(W) and updated along one path:
-// a reset and a move allocate nothing once the tables have grown, where an
-// ordered set took a node per rank.
+// of greatest finish below it), built in O(W) at the first question after
+// a reset and updated along one path a move: a reset and a move allocate
+// nothing once the tables have grown, where an ordered set took a node per
+// rank.
 class FinishOrder {
  public:
   void reset(const std::vector<double>& finish);
   // Rank a's finish is now `after`.
   void set(std::int32_t a, double after);
   // The rank that ends last (ties: the lower rank).
-  std::int32_t last() const { return high_[1]; }
+  std::int32_t last() {
+    build();
+    return high_[1];
+  }
   // The rank that ends first (ties: the lower rank).
-  std::int32_t first() const { return low_[1]; }
+  std::int32_t first() {
+    build();
+    return low_[1];
+  }
   // The n ranks that end first, in that order; n <= W.
   void firsts(std::size_t n, std::vector<std::int32_t>& out);
   // firsts one at a time: the rank that ends first of those not taken, each
@@ -43,7 +50,7 @@ class FinishOrder {
   std::int32_t take_first();
   void put_back();
   // The latest finish of any rank but a and b (-infinity when there is none).
-  double latest_without(std::int32_t a, std::int32_t b) const;
+  double latest_without(std::int32_t a, std::int32_t b);
 
  private:
   // The rank of the two that ends first, or last (ties: the lower rank).
@@ -57,6 +64,10 @@ class FinishOrder {
     const double fy = finish_[static_cast<std::size_t>(y)];
     return fx > fy || (fx == fy && x < y) ? x : y;
   }
+  // The trees from finish_, where reset left them to build: the timelines
+  // rule 10 replays to price a move are mostly dropped unread, so a reset
+  // costs a copy of the finishes, and the O(W) build waits for a question.
+  void build();
   // Node v's two answers again from its children's, from leaf v's parent up.
   void update_from(std::size_t v);
   // Leaf a's rank of least finish set to `leaf` (a, or world_ where taken),
@@ -71,6 +82,7 @@ class FinishOrder {
   std::vector<std::int32_t> low_;    // per node: the rank that ends first
   std::vector<std::int32_t> high_;   // per node: the rank that ends last
   std::vector<std::int32_t> taken_;  // take_first's ranks, until put_back
+  bool built_ = false;               // low_ and high_ answer for finish_
   std::size_t world_ = 0;
 };
 

@@ -75,6 +75,10 @@ TEST(HybridDraw, FinishOrderIsAFullRecount) {
     for (double& f : finish) f = random_finish(rng);
     hybrid::FinishOrder order;
     order.reset(finish);
+    // A move before any question: the trees are built after it.
+    const auto first_moved = static_cast<std::int32_t>(rng.uniform(0, world - 1));
+    finish[first_moved] = random_finish(rng);
+    order.set(first_moved, finish[first_moved]);
     for (int move = 0; move < 60; ++move) {
       const std::string where = "case " + std::to_string(c) + " move " + std::to_string(move);
       expect_finish_order_is_the_scan(order, finish, 8, rng, where);

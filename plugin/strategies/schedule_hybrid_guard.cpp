@@ -19,6 +19,7 @@
 #include "fulcrum/core/workload.h"
 #include "strategies/cp_balanced_detail.h"
 #include "strategies/schedule_hybrid_draft.h"
+#include "strategies/schedule_hybrid_nodes.h"
 #include "strategies/schedule_strategies.h"
 
 namespace fulcrum {
@@ -307,11 +308,10 @@ double slot_length_lower_bound(const ScheduleRequest& request, const ScheduleSlo
 // cost model uses (wave order, a slot starting when its last member is
 // free), which only grows with the slots' lengths.
 double decided_step_lower_bound(const ScheduleRequest& request, const Schedule& schedule) {
-  std::vector<std::size_t> order(schedule.slots.size());
-  std::iota(order.begin(), order.end(), std::size_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
-    return schedule.slots[x].wave < schedule.slots[y].wave;
-  });
+  // In wave order (a stable sort by wave, as a counting sort).
+  std::vector<std::size_t> order;
+  std::vector<std::size_t> counts;
+  hybrid::wave_order(schedule, order, counts);
   StepFloor floor(request);
   for (const std::size_t s : order) floor.add(schedule.slots[s]);
   return floor.step();

@@ -165,6 +165,91 @@ void wave_order(const Schedule& schedule, std::vector<std::size_t>& order,
   }
 }
 
+void RankSlots::build(const Schedule& schedule, std::int32_t world) {
+  const auto ranks = static_cast<std::size_t>(world);
+  start_.assign(ranks + 1, 0);
+  for (const ScheduleSlot& slot : schedule.slots) {
+    for (const std::int32_t a : slot.ranks) ++start_[static_cast<std::size_t>(a) + 1];
+  }
+  std::partial_sum(start_.begin(), start_.end(), start_.begin());
+  slots_.resize(start_.back());
+  std::vector<std::size_t> next(start_.begin(), start_.end() - 1);
+  for (std::size_t k = 0; k < schedule.slots.size(); ++k) {
+    for (const std::int32_t a : schedule.slots[k].ranks) {
+      slots_[next[static_cast<std::size_t>(a)]++] = k;
+    }
+  }
+  added_.assign(ranks, {});
+}
+
+void RankSlots::of(std::int32_t a, std::vector<std::size_t>& out) const {
+  const auto rank = static_cast<std::size_t>(a);
+  out.assign(slots_.begin() + static_cast<std::ptrdiff_t>(start_[rank]),
+             slots_.begin() + static_cast<std::ptrdiff_t>(start_[rank + 1]));
+  out.insert(out.end(), added_[rank].begin(), added_[rank].end());
+}
+
+TimelineReplay::Ends TimelineReplay::run(const Schedule& schedule,
+                                         const std::vector<std::size_t>& order,
+                                         const std::vector<double>& length, std::int32_t world) {
+  const auto ranks = static_cast<std::size_t>(world);
+  rank_end_.assign(ranks, 0.0);
+  rank_wave_.assign(ranks, 0);
+  end_before_.resize(ranks);
+  wave_before_.resize(ranks);
+  last_on_.assign(ranks, schedule.slots.size());
+  slot_end_.resize(schedule.slots.size());
+  Ends out;
+  for (const std::size_t k : order) {
+    const ScheduleSlot& slot = schedule.slots[k];
+    double start = 0;
+    for (const std::int32_t a : slot.ranks) start = std::max(start, rank_end_[a]);
+    const double end = start + length[k];
+    for (const std::int32_t a : slot.ranks) {
+      end_before_[a] = rank_end_[a];
+      wave_before_[a] = rank_wave_[a];
+      rank_end_[a] = end;
+      rank_wave_[a] = std::max(rank_wave_[a], slot.wave + 1);
+      last_on_[a] = k;
+    }
+    slot_end_[k] = end;
+    out.busy += static_cast<double>(slot.ranks.size()) * length[k];
+    if (end >= out.step) {
+      out.step = end;
+      out.last = k;
+    }
+  }
+  return out;
+}
+
+bool TimelineReplay::without(const Schedule& schedule, const std::vector<std::size_t>& order,
+                             const std::vector<double>& length, std::size_t c, Ends& ends,
+                             std::vector<double>& finish, std::vector<std::int32_t>& next_wave) {
+  const std::vector<std::int32_t>& ranks = schedule.slots[c].ranks;
+  for (const std::int32_t a : ranks) {
+    if (last_on_[a] != c) return false;
+  }
+  // c's ranks as they were before c, every other rank as it is.
+  finish = rank_end_;
+  next_wave = rank_wave_;
+  for (const std::int32_t a : ranks) {
+    finish[a] = end_before_[a];
+    next_wave[a] = wave_before_[a];
+  }
+  // The other slots' ends as they were, summed and compared in the order
+  // a replay takes them.
+  ends = Ends{};
+  for (const std::size_t k : order) {
+    if (k == c) continue;
+    ends.busy += static_cast<double>(schedule.slots[k].ranks.size()) * length[k];
+    if (slot_end_[k] >= ends.step) {
+      ends.step = slot_end_[k];
+      ends.last = k;
+    }
+  }
+  return true;
+}
+
 void SlotChains::build(const Schedule& schedule, const std::vector<std::size_t>& order,
                        const std::vector<double>& length, std::int32_t world) {
   const std::size_t n = schedule.slots.size();

@@ -84,6 +84,63 @@ class RanksByFinish {
 void wave_order(const Schedule& schedule, std::vector<std::size_t>& order,
                 std::vector<std::size_t>& counts);
 
+// Each rank's slots in slot order, for rule 10's moves: those of the
+// schedule as built flat by rank (a counting pass, no list per rank), and
+// the slots added since (higher indices, so after them) in a list of their
+// rank's, which stays empty for most ranks.
+class RankSlots {
+ public:
+  void build(const Schedule& schedule, std::int32_t world);
+  // Slot k, above every slot so far, now runs on `rank`.
+  void add(std::int32_t rank, std::size_t k) {
+    added_[static_cast<std::size_t>(rank)].push_back(k);
+  }
+  // Rank a's slots, in slot order.
+  void of(std::int32_t a, std::vector<std::size_t>& out) const;
+
+ private:
+  std::vector<std::size_t> start_;  // per rank: where its slots begin in slots_
+  std::vector<std::size_t> slots_;
+  std::vector<std::vector<std::size_t>> added_;  // per rank
+};
+
+// A schedule's timeline (slots in wave order, each starting when its last
+// member is free and lasting its length) replayed once, each rank's finish,
+// next wave (one above its slots' waves) and last slot kept, and each
+// slot's end; then the timeline without one slot c read off them, bit for
+// bit a replay of every other slot, where no slot after c runs on c's
+// ranks: as for the slot that ends last (one after it on its ranks would
+// end no sooner and come later in the order, so it would be the last).
+// Every other slot then ends as it did, and c's ranks finish as they did
+// before c (each rank's finish and next wave before its last slot are
+// kept too), so that the search's re-placed slot costs no second replay.
+class TimelineReplay {
+ public:
+  struct Ends {
+    double step = 0;
+    double busy = 0;       // sum of g x length, in wave order
+    std::size_t last = 0;  // the slot ending last (ties: the later in the order)
+  };
+
+  // `order`: every slot once, in wave order; `length` per slot.
+  Ends run(const Schedule& schedule, const std::vector<std::size_t>& order,
+           const std::vector<double>& length, std::int32_t world);
+  // The timeline without slot c, and per rank its finish and next wave, on
+  // the schedule, order and lengths of the last run (unchanged since);
+  // false, and nothing written, where a slot after c runs on c's ranks.
+  bool without(const Schedule& schedule, const std::vector<std::size_t>& order,
+               const std::vector<double>& length, std::size_t c, Ends& ends,
+               std::vector<double>& finish, std::vector<std::int32_t>& next_wave);
+
+ private:
+  std::vector<double> rank_end_;           // per rank: its finish
+  std::vector<std::int32_t> rank_wave_;    // per rank: its next wave
+  std::vector<double> end_before_;         // per rank: its finish before its last slot
+  std::vector<std::int32_t> wave_before_;  // and its next wave
+  std::vector<std::size_t> last_on_;       // per rank: its last slot (none: the slot count)
+  std::vector<double> slot_end_;           // per slot
+};
+
 // A schedule's timeline (slots in wave order, each starting when its last
 // member is free and lasting its length) with each member's slots before
 // and after it on its rank. without(x, y, l) is the timeline's step and

@@ -26,6 +26,7 @@
 #include "strategies/cp_balanced_detail.h"
 #include "strategies/cp_strategies.h"
 #include "strategies/schedule_hybrid_draft.h"
+#include "strategies/schedule_hybrid_nodes.h"
 
 namespace fulcrum::hybrid {
 namespace {
@@ -468,12 +469,11 @@ Status expand_slot_plan(const ScheduleRequest& request, ScheduleSlot& slot) {
 
 double step_of_lengths(const ScheduleRequest& request, const Schedule& schedule,
                        const std::vector<double>& length) {
-  // price_timeline's arithmetic on the slots' lengths alone: the same step.
-  std::vector<std::size_t> order(schedule.slots.size());
-  for (std::size_t s = 0; s < order.size(); ++s) order[s] = s;
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
-    return schedule.slots[x].wave < schedule.slots[y].wave;
-  });
+  // price_timeline's arithmetic on the slots' lengths alone: the same step,
+  // the slots in the same order (a stable sort by wave, as a counting sort).
+  std::vector<std::size_t> order;
+  std::vector<std::size_t> counts;
+  wave_order(schedule, order, counts);
   std::vector<double> free_at(static_cast<std::size_t>(request.world_size), 0.0);
   for (const std::size_t s : order) {
     double start = 0;

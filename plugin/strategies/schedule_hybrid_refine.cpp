@@ -35,100 +35,96 @@
 #include <vector>
 
 #include "fulcrum/core/schedule.h"
+#include "strategies/schedule_hybrid_nodes.h"
 
 namespace fulcrum::hybrid {
 
 void FinishOrder::reset(const std::vector<double>& finish) {
-  busy_.clear();
-  world_ = static_cast<std::int32_t>(finish.size());
-  idle_.assign((finish.size() + 63) / 64, 0);
-  idle_count_ = 0;
-  // A word of idle bits at a time; the busy ranks into the set.
-  for (std::size_t word = 0; word < idle_.size(); ++word) {
-    std::uint64_t bits = 0;
-    const std::size_t end = std::min(finish.size(), 64 * word + 64);
-    for (std::size_t a = 64 * word; a < end; ++a) {
-      bits |= static_cast<std::uint64_t>(finish[a] == 0) << (a & 63);
-    }
-    idle_[word] = bits;
-    idle_count_ += std::popcount(bits);
-    const std::size_t ranks = end - 64 * word;  // 1 to 64
-    const std::uint64_t held = ranks == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << ranks) - 1;
-    for (std::uint64_t busy = ~bits & held; busy != 0; busy &= busy - 1) {
-      const auto a = static_cast<std::int32_t>(64 * word) + std::countr_zero(busy);
-      busy_.emplace(finish[static_cast<std::size_t>(a)], a);
-    }
+  world_ = finish.size();
+  taken_.clear();
+  finish_.reserve(world_ + 1);
+  finish_.assign(finish.begin(), finish.end());
+  finish_.push_back(std::numeric_limits<double>::infinity());
+  built_ = false;
+}
+
+void FinishOrder::build() {
+  if (built_) return;
+  built_ = true;
+  const std::size_t nodes = std::max<std::size_t>(2 * world_, 2);
+  low_.resize(nodes);
+  high_.resize(nodes);
+  for (std::size_t a = 0; a < world_; ++a) {
+    low_[world_ + a] = high_[world_ + a] = static_cast<std::int32_t>(a);
+  }
+  for (std::size_t v = world_; v-- > 1;) {
+    low_[v] = earlier(low_[2 * v], low_[2 * v + 1]);
+    high_[v] = later(high_[2 * v], high_[2 * v + 1]);
   }
 }
 
-void FinishOrder::mark_idle(std::int32_t a, bool on) {
-  const std::uint64_t bit = std::uint64_t{1} << (a & 63);
-  if (on) {
-    idle_[static_cast<std::size_t>(a >> 6)] |= bit;
-  } else {
-    idle_[static_cast<std::size_t>(a >> 6)] &= ~bit;
-  }
-  idle_count_ += on ? 1 : -1;
-}
-
-std::int32_t FinishOrder::next_idle(std::int32_t a) const {
-  if (a >= world_) return world_;
-  auto word = static_cast<std::size_t>(a >> 6);
-  std::uint64_t bits = idle_[word] & (~std::uint64_t{0} << (a & 63));
-  while (bits == 0) {
-    if (++word == idle_.size()) return world_;
-    bits = idle_[word];
-  }
-  return static_cast<std::int32_t>(word * 64) + std::countr_zero(bits);
-}
-
-void FinishOrder::set(std::int32_t a, double before, double after) {
-  if (before == 0) {
-    mark_idle(a, false);
-  } else {
-    busy_.erase({before, a});
-  }
-  if (after == 0) {
-    mark_idle(a, true);
-  } else {
-    busy_.emplace(after, a);
+void FinishOrder::update_from(std::size_t v) {
+  for (v >>= 1; v >= 1; v >>= 1) {
+    low_[v] = earlier(low_[2 * v], low_[2 * v + 1]);
+    high_[v] = later(high_[2 * v], high_[2 * v + 1]);
   }
 }
 
-std::int32_t FinishOrder::last() const {
-  const bool above = !busy_.empty() && busy_.rbegin()->first > 0;
-  if (!above && idle_count_ > 0) return next_idle(0);
-  const double top = busy_.rbegin()->first;
-  return busy_.lower_bound({top, std::numeric_limits<std::int32_t>::min()})->second;
+void FinishOrder::set(std::int32_t a, double after) {
+  finish_[static_cast<std::size_t>(a)] = after;
+  if (built_) update_from(world_ + static_cast<std::size_t>(a));
 }
 
-std::int32_t FinishOrder::first() const {
-  const bool below = !busy_.empty() && busy_.begin()->first < 0;
-  if (!below && idle_count_ > 0) return next_idle(0);
-  return busy_.begin()->second;
+void FinishOrder::put_low(std::int32_t a, std::int32_t leaf) {
+  std::size_t v = world_ + static_cast<std::size_t>(a);
+  low_[v] = leaf;
+  for (v >>= 1; v >= 1; v >>= 1) low_[v] = earlier(low_[2 * v], low_[2 * v + 1]);
 }
 
-void FinishOrder::firsts(std::size_t n, std::vector<std::int32_t>& out) const {
+std::int32_t FinishOrder::take_first() {
+  build();
+  // Its leaf set to +infinity (the rank world_): the root then holds the
+  // next first. Only the tree of first ranks changes, so last() and
+  // latest_without still answer over every rank.
+  const std::int32_t a = low_[1];
+  taken_.push_back(a);
+  put_low(a, static_cast<std::int32_t>(world_));
+  return a;
+}
+
+void FinishOrder::put_back() {
+  // Each taken leaf's path recounted: a node whose subtree held a taken
+  // leaf is on that leaf's path, so every node is as a rebuild makes it.
+  for (const std::int32_t a : taken_) put_low(a, a);
+  taken_.clear();
+}
+
+void FinishOrder::firsts(std::size_t n, std::vector<std::int32_t>& out) {
   out.clear();
-  auto it = busy_.begin();
-  for (; out.size() < n && it != busy_.end() && it->first < 0; ++it) out.push_back(it->second);
-  for (std::int32_t a = next_idle(0); out.size() < n && a < world_; a = next_idle(a + 1)) {
-    out.push_back(a);
-  }
-  for (; out.size() < n && it != busy_.end(); ++it) out.push_back(it->second);
+  for (std::size_t k = 0; k < n; ++k) out.push_back(take_first());
+  put_back();
 }
 
-double FinishOrder::latest_without(std::int32_t a, std::int32_t b) const {
-  auto it = busy_.rbegin();
-  for (; it != busy_.rend() && it->first > 0; ++it) {
-    if (it->second != a && it->second != b) return it->first;
+double FinishOrder::latest_without(std::int32_t a, std::int32_t b) {
+  build();
+  // The ranks but a and b are the subtrees beside the paths from their
+  // leaves to the root, less those that hold the other's leaf.
+  const std::size_t leaf_a = world_ + static_cast<std::size_t>(a);
+  const std::size_t leaf_b = world_ + static_cast<std::size_t>(b);
+  const auto holds = [](std::size_t v, std::size_t leaf) {
+    const int up = std::bit_width(leaf) - std::bit_width(v);
+    return up >= 0 && (leaf >> up) == v;
+  };
+  double latest = -std::numeric_limits<double>::infinity();
+  for (const auto& [from, other] : {std::pair{leaf_a, leaf_b}, std::pair{leaf_b, leaf_a}}) {
+    for (std::size_t v = from; v > 1; v >>= 1) {
+      if (!holds(v ^ 1, other)) {
+        latest = std::max(latest, finish_[static_cast<std::size_t>(high_[v ^ 1])]);
+      }
+    }
   }
-  const std::int32_t excluded = (idle(a) ? 1 : 0) + (b != a && idle(b) ? 1 : 0);
-  if (idle_count_ > excluded) return 0;
-  for (; it != busy_.rend(); ++it) {
-    if (it->second != a && it->second != b) return it->first;
-  }
-  return -std::numeric_limits<double>::infinity();
+  // An idle rank's finish, as 0 or -0, reads as 0.
+  return latest == 0 ? 0.0 : latest;
 }
 
 std::vector<std::int32_t> ranks_by_finish(const std::vector<double>& finish) {
@@ -272,9 +268,9 @@ void keep(Line& now, Moved&& t) {
     now = std::move(t.full);
     return;
   }
-  now.order.set(t.a, now.finish[t.a], t.finish_a);
+  now.order.set(t.a, t.finish_a);
   now.finish[t.a] = t.finish_a;
-  if (t.b != t.a) now.order.set(t.b, now.finish[t.b], t.finish_b);
+  if (t.b != t.a) now.order.set(t.b, t.finish_b);
   now.finish[t.b] = t.finish_b;
   now.next_wave[t.b] = std::max(now.next_wave[t.b], t.wave_b + 1);
   now.busy = t.busy;
@@ -598,28 +594,29 @@ Status move_pieces(const ScheduleRequest& r, Schedule& s, std::vector<double>& l
   now.replays_left = replays;
   now.local_left = kLocalPerReplay * replays;
   const std::size_t most = 2 * s.slots.size() + 16;
-  std::vector<std::int32_t> by_finish;  // the kDestinations ranks that end first
   // Each rank's slots in slot order, kept as pieces move.
-  std::vector<std::vector<std::size_t>> on(now.finish.size());
-  for (std::size_t k = 0; k < s.slots.size(); ++k) {
-    for (const std::int32_t a : s.slots[k].ranks) on[static_cast<std::size_t>(a)].push_back(k);
-  }
+  RankSlots on;
+  on.build(s, static_cast<std::int32_t>(now.finish.size()));
+  std::vector<std::size_t> on_first;
+  std::vector<std::size_t> on_last;
   for (std::size_t round = 0; round < most; ++round) {
     const std::int32_t last = now.order.last();
     const std::size_t n = std::min(kDestinations, now.finish.size());
-    now.order.firsts(n, by_finish);
+    // The ranks that end first, taken one at a time as far as the moves
+    // go (most rounds move to the first), and put back after.
     bool moved = false;
     for (std::size_t d = 0; d < n && !moved && (now.replays_left > 0 || now.local_left > 0); ++d) {
-      const std::int32_t first = by_finish[d];
+      const std::int32_t first = now.order.take_first();
       if (first == last) continue;
       const std::size_t slots = s.slots.size();
-      Status st =
-          piece_to(r, s, length, plan, budget, now, first, last,
-                   on[static_cast<std::size_t>(first)], on[static_cast<std::size_t>(last)], moved);
+      on.of(first, on_first);
+      on.of(last, on_last);
+      Status st = piece_to(r, s, length, plan, budget, now, first, last, on_first, on_last, moved);
       if (!st) return st;
       // A piece moved as a row of its own: the first rank runs one more slot.
-      if (s.slots.size() > slots) on[static_cast<std::size_t>(first)].push_back(slots);
+      if (s.slots.size() > slots) on.add(first, slots);
     }
+    now.order.put_back();
     if (!moved) return Status::ok();
   }
   return Status::ok();

@@ -5,7 +5,6 @@
 
 #include <cstdint>
 #include <functional>
-#include <set>
 #include <utility>
 #include <vector>
 
@@ -22,35 +21,69 @@ namespace fulcrum::hybrid {
 // rank), std::min_element (the first) and a sort by (finish, rank) over
 // the same finishes.
 //
-// A small batch at large W leaves most ranks idle (finish 0), so only the
-// ranks whose finish is not 0 are kept in the ordered set; the idle ones
-// are a bit per rank, read in rank order where the order reaches 0 (after
-// every negative finish, before every positive one). A reset costs a
-// tree node per busy rank and W / 64 words, not a node per rank.
+// Two tournament trees over the ranks (a node holds the rank of least and
+// of greatest finish below it), built in O(W) at the first question after
+// a reset and updated along one path a move: a reset and a move allocate
+// nothing once the tables have grown, where an ordered set took a node per
+// rank.
 class FinishOrder {
  public:
   void reset(const std::vector<double>& finish);
-  // Rank a's finish changed from `before` (as given to reset or set) to `after`.
-  void set(std::int32_t a, double before, double after);
+  // Rank a's finish is now `after`.
+  void set(std::int32_t a, double after);
   // The rank that ends last (ties: the lower rank).
-  std::int32_t last() const;
+  std::int32_t last() {
+    build();
+    return high_[1];
+  }
   // The rank that ends first (ties: the lower rank).
-  std::int32_t first() const;
+  std::int32_t first() {
+    build();
+    return low_[1];
+  }
   // The n ranks that end first, in that order; n <= W.
-  void firsts(std::size_t n, std::vector<std::int32_t>& out) const;
+  void firsts(std::size_t n, std::vector<std::int32_t>& out);
+  // firsts one at a time: the rank that ends first of those not taken, each
+  // taken until put_back (at most W). set may be called while ranks are
+  // taken (a taken rank's finish included); first() and take_first then
+  // answer over the ranks not taken, last() and latest_without over all.
+  std::int32_t take_first();
+  void put_back();
   // The latest finish of any rank but a and b (-infinity when there is none).
-  double latest_without(std::int32_t a, std::int32_t b) const;
+  double latest_without(std::int32_t a, std::int32_t b);
 
  private:
-  bool idle(std::int32_t a) const { return (idle_[a >> 6] >> (a & 63)) & 1U; }
-  void mark_idle(std::int32_t a, bool on);
-  // The lowest idle rank from a on, or W where there is none.
-  std::int32_t next_idle(std::int32_t a) const;
+  // The rank of the two that ends first, or last (ties: the lower rank).
+  std::int32_t earlier(std::int32_t x, std::int32_t y) const {
+    const double fx = finish_[static_cast<std::size_t>(x)];
+    const double fy = finish_[static_cast<std::size_t>(y)];
+    return fx < fy || (fx == fy && x < y) ? x : y;
+  }
+  std::int32_t later(std::int32_t x, std::int32_t y) const {
+    const double fx = finish_[static_cast<std::size_t>(x)];
+    const double fy = finish_[static_cast<std::size_t>(y)];
+    return fx > fy || (fx == fy && x < y) ? x : y;
+  }
+  // The trees from finish_, where reset left them to build: the timelines
+  // rule 10 replays to price a move are mostly dropped unread, so a reset
+  // costs a copy of the finishes, and the O(W) build waits for a question.
+  void build();
+  // Node v's two answers again from its children's, from leaf v's parent up.
+  void update_from(std::size_t v);
+  // Leaf a's rank of least finish set to `leaf` (a, or world_ where taken),
+  // and its path's again.
+  void put_low(std::int32_t a, std::int32_t leaf);
 
-  std::set<std::pair<double, std::int32_t>> busy_;  // the ranks whose finish is not 0
-  std::vector<std::uint64_t> idle_;                 // bit a: rank a's finish is 0
-  std::int32_t world_ = 0;
-  std::int32_t idle_count_ = 0;
+  // Leaves at world_ + a (node v's children: 2v and 2v + 1, the root 1),
+  // each node's answers over the ranks below it. A rank's finish at
+  // finish_[a]; finish_[world_] is +infinity, a leaf that firsts puts in
+  // place of each rank it has taken, for the tree to find the next.
+  std::vector<double> finish_;
+  std::vector<std::int32_t> low_;    // per node: the rank that ends first
+  std::vector<std::int32_t> high_;   // per node: the rank that ends last
+  std::vector<std::int32_t> taken_;  // take_first's ranks, until put_back
+  bool built_ = false;               // low_ and high_ answer for finish_
+  std::size_t world_ = 0;
 };
 
 // Every rank by finish, ties by rank (a stable sort of 0..W-1 by finish),

@@ -165,7 +165,28 @@ class Search {
     e.busy = t.busy;
     return e;
   }
-  Timeline replay_all() { return replay_sparse(s_.slots.size()); }
+  // The whole timeline (replay(size) without its per-rank tables), kept
+  // for without_last.
+  Timeline replay_all() {
+    const TimelineReplay::Ends e = whole_.run(s_, order_, length_, r_.world_size);
+    Timeline t;
+    t.step = e.step;
+    t.busy = e.busy;
+    t.last = e.last;
+    return t;
+  }
+
+  // replay(c) for the slot c that ends last, read off replay_all's
+  // timeline (TimelineReplay::without); replayed where it cannot be.
+  Timeline without_last(std::size_t c) {
+    Timeline t;
+    TimelineReplay::Ends e;
+    if (!whole_.without(s_, order_, length_, c, e, t.finish, t.next_wave)) return replay(c);
+    t.step = e.step;
+    t.busy = e.busy;
+    t.last = e.last;
+    return t;
+  }
   bool better(const Ends& a, const Timeline& b) const { return better(a.step, a.busy, b); }
 
   // The least length above `step`: a slot that long or longer ends the
@@ -205,7 +226,7 @@ class Search {
   Status try_replace(Timeline& now, std::int64_t& tries, bool& moved) {
     const std::size_t c = now.last;
     const ScheduleSlot& original = s_.slots[c];
-    Replace best{replay(c), now, {}, 0};
+    Replace best{without_last(c), now, {}, 0};
     // In order only as far as the tries below read it.
     RanksByFinish by_finish(best.without.finish);
     // The pools of ranks on few nodes, counted once for every g below.
@@ -479,6 +500,7 @@ class Search {
   std::int64_t tokens_left_;          // rows the tries may still plan, in tokens
   std::int64_t node_tries_ = 0;       // fewer_node_sets' tries left
   std::vector<double> free_at_;       // replay_ends' free times, all 0 between calls
+  TimelineReplay whole_;              // replay_all's timeline, for without_last
   SlotChains chains_;                 // try_pair's partial replays, built before a try
 };
 

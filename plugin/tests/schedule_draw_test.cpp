@@ -38,9 +38,9 @@ double random_finish(SplitMix64& rng) { return 0.25 * static_cast<double>(rng.un
 
 // Checks every answer of `order` against a scan of `finish`; the n of
 // firsts and the pair left out by latest_without drawn from `rng`.
-void expect_finish_order_is_the_scan(const hybrid::FinishOrder& order,
-                                     const std::vector<double>& finish, std::size_t most_firsts,
-                                     SplitMix64& rng, const std::string& where) {
+void expect_finish_order_is_the_scan(hybrid::FinishOrder& order, const std::vector<double>& finish,
+                                     std::size_t most_firsts, SplitMix64& rng,
+                                     const std::string& where) {
   const std::size_t world = finish.size();
   const auto last =
       static_cast<std::int32_t>(std::max_element(finish.begin(), finish.end()) - finish.begin());
@@ -76,6 +76,10 @@ TEST(HybridDraw, FinishOrderIsAFullRecount) {
     for (double& f : finish) f = random_finish(rng);
     hybrid::FinishOrder order;
     order.reset(finish);
+    // A move before any question: the trees are built after it.
+    const auto first_moved = static_cast<std::int32_t>(rng.uniform(0, world - 1));
+    finish[first_moved] = random_finish(rng);
+    order.set(first_moved, finish[first_moved]);
     for (int move = 0; move < 60; ++move) {
       const std::string where = "case " + std::to_string(c) + " move " + std::to_string(move);
       expect_finish_order_is_the_scan(order, finish, 8, rng, where);
@@ -84,21 +88,22 @@ TEST(HybridDraw, FinishOrderIsAFullRecount) {
       const auto a = static_cast<std::int32_t>(rng.uniform(0, world - 1));
       const auto b = static_cast<std::int32_t>(rng.uniform(0, world - 1));
       const double fa = random_finish(rng);
-      order.set(a, finish[a], fa);
+      order.set(a, fa);
       finish[a] = fa;
       if (b != a) {
         const double fb = random_finish(rng);
-        order.set(b, finish[b], fb);
+        order.set(b, fb);
         finish[b] = fb;
       }
     }
   }
 }
 
-// A small batch at large W: most ranks idle (finish 0, kept as bits rather
-// than in the ordered set), a few busy, moves that make idle ranks busy and
-// busy ones idle again; worlds across several 64-rank words, finishes
-// below 0 and -0 included so that the idle ranks sit inside the order.
+// A small batch at large W: most ranks idle (finish 0), a few busy, moves
+// that make idle ranks busy and busy ones idle again; worlds of up to 700
+// ranks (most not a power of two, so that the trees' leaves sit at two
+// depths), finishes below 0 and -0 included so that the idle ranks sit
+// inside the order.
 double sparse_finish(SplitMix64& rng) {
   switch (rng.uniform(0, 9)) {
     case 0:
@@ -130,8 +135,59 @@ TEST(HybridDraw, FinishOrderWithManyIdleRanksIsAFullRecount) {
       if (testing::Test::HasFatalFailure()) return;
       const auto a = static_cast<std::int32_t>(rng.uniform(0, world - 1));
       const double fa = sparse_finish(rng);
-      order.set(a, finish[a], fa);
+      order.set(a, fa);
       finish[a] = fa;
+    }
+  }
+}
+
+// take_first one rank at a time, with moves between the takes as rule 10
+// makes them (a taken rank's finish changed too): each take is the first by
+// (finish, rank) of the ranks not taken, by a scan; last and
+// latest_without still answer over every rank; after put_back, every
+// answer is the scan's again.
+TEST(HybridDraw, FinishOrderTakenFirstsAreTheScanOfTheRest) {
+  SplitMix64 rng(3307);
+  for (int c = 0; c < 300; ++c) {
+    const auto world = static_cast<std::size_t>(rng.uniform(1, 80));
+    std::vector<double> finish(world);
+    for (double& f : finish) f = sparse_finish(rng);
+    hybrid::FinishOrder order;
+    order.reset(finish);
+    for (int round = 0; round < 20; ++round) {
+      const std::string where = "case " + std::to_string(c) + " round " + std::to_string(round);
+      std::vector<bool> taken(world, false);
+      const auto takes =
+          static_cast<std::size_t>(rng.uniform(0, std::min<std::uint64_t>(world, 9)));
+      for (std::size_t t = 0; t < takes; ++t) {
+        std::int32_t want = -1;
+        for (std::size_t x = 0; x < world; ++x) {
+          if (!taken[x] && (want < 0 || finish[x] < finish[static_cast<std::size_t>(want)])) {
+            want = static_cast<std::int32_t>(x);
+          }
+        }
+        ASSERT_EQ(order.first(), want) << where;
+        ASSERT_EQ(order.take_first(), want) << where << " take " << t;
+        taken[static_cast<std::size_t>(want)] = true;
+        if (rng.uniform(0, 1) == 0) {
+          // A move between takes, of any rank (taken or not).
+          const auto a = static_cast<std::int32_t>(rng.uniform(0, world - 1));
+          const double fa = sparse_finish(rng);
+          order.set(a, fa);
+          finish[static_cast<std::size_t>(a)] = fa;
+          const auto last = static_cast<std::int32_t>(
+              std::max_element(finish.begin(), finish.end()) - finish.begin());
+          ASSERT_EQ(order.last(), last) << where;
+          double latest = -std::numeric_limits<double>::infinity();
+          for (std::size_t x = 0; x < world; ++x) {
+            if (static_cast<std::int32_t>(x) != a) latest = std::max(latest, finish[x]);
+          }
+          ASSERT_EQ(order.latest_without(a, a), latest) << where;
+        }
+      }
+      order.put_back();
+      expect_finish_order_is_the_scan(order, finish, 8, rng, where);
+      if (testing::Test::HasFatalFailure()) return;
     }
   }
 }

@@ -1,10 +1,12 @@
 // The search's structures of schedule_hybrid_nodes.h against recounts: the
 // rank sets on few nodes (NodePool) against counting and sorting every pool
 // afresh for every call, as the search did before the pools were kept; the
-// merges' partial replays (SlotChains) against replaying every slot; the
-// wave order (wave_order) against a stable sort by wave; and the ranks by
-// finish put in order as far as asked (RanksByFinish) against
-// ranks_by_finish, which sorts every rank.
+// merges' partial replays (SlotChains) and the timeline without its last
+// slot (TimelineReplay) against replaying every slot; the wave order
+// (wave_order) against a stable sort by wave; the ranks by finish put in
+// order as far as asked (RanksByFinish) against ranks_by_finish, which
+// sorts every rank; and each rank's slots (RankSlots) against a list per
+// rank.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -195,6 +197,155 @@ TEST(SlotChains, WithoutEqualsAReplayOfEverySlot) {
   EXPECT_GT(moved_step, 2000);
   EXPECT_GT(held, 2000);
   EXPECT_LT(held, checked - 2000);
+}
+
+// Every slot but `skip` replayed in wave order (the search's replay): the
+// step, rank-seconds and slot ending last, and per rank its finish and next
+// wave.
+struct Replayed {
+  hybrid::TimelineReplay::Ends ends;
+  std::vector<double> finish;
+  std::vector<std::int32_t> next_wave;
+};
+Replayed replay_without(const Schedule& s, const std::vector<std::size_t>& order,
+                        const std::vector<double>& length, std::int32_t world, std::size_t skip) {
+  Replayed t;
+  t.finish.assign(static_cast<std::size_t>(world), 0.0);
+  t.next_wave.assign(static_cast<std::size_t>(world), 0);
+  for (const std::size_t k : order) {
+    if (k == skip) continue;
+    double start = 0;
+    for (const std::int32_t a : s.slots[k].ranks) start = std::max(start, t.finish[a]);
+    for (const std::int32_t a : s.slots[k].ranks) {
+      t.finish[a] = start + length[k];
+      t.next_wave[a] = std::max(t.next_wave[a], s.slots[k].wave + 1);
+    }
+    t.ends.busy += static_cast<double>(s.slots[k].ranks.size()) * length[k];
+    if (start + length[k] >= t.ends.step) {
+      t.ends.step = start + length[k];
+      t.ends.last = k;
+    }
+  }
+  return t;
+}
+
+// Random schedules (slots of 1 to all ranks over a few waves, some ranks
+// idle, lengths on a coarse grid with 0 among them so that ends tie), one
+// run and then every slot asked: where no later slot in the order runs on
+// its ranks (found by a scan), the timeline without it equals a replay of
+// every other slot to the bit, its per-rank tables too; else `without`
+// declines. The slot that ends last never declines.
+TEST(TimelineReplay, WithoutEqualsAReplayOfEveryOtherSlot) {
+  std::mt19937_64 rng(20261128);
+  std::int64_t read = 0;
+  std::int64_t declined = 0;
+  for (int trial = 0; trial < 1500; ++trial) {
+    const auto world = static_cast<std::int32_t>(1 + rng() % 12);
+    Schedule s;
+    const int waves = 1 + static_cast<int>(rng() % 5);
+    for (int wave = 0; wave < waves; ++wave) {
+      std::vector<std::int32_t> free(static_cast<std::size_t>(world));
+      std::iota(free.begin(), free.end(), 0);
+      std::shuffle(free.begin(), free.end(), rng);
+      while (!free.empty()) {
+        const std::size_t g =
+            1 + rng() % (trial % 4 == 0 ? free.size() : std::min<std::size_t>(3, free.size()));
+        ScheduleSlot slot;
+        slot.ranks.assign(free.end() - static_cast<std::ptrdiff_t>(g), free.end());
+        std::sort(slot.ranks.begin(), slot.ranks.end());
+        free.resize(free.size() - g);
+        slot.wave = wave;
+        if (rng() % 4 != 0) s.slots.push_back(std::move(slot));
+      }
+    }
+    if (s.slots.empty()) continue;
+    std::shuffle(s.slots.begin(), s.slots.end(), rng);  // slot order is not wave order
+    std::vector<std::size_t> order(s.slots.size());
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      return s.slots[a].wave < s.slots[b].wave;
+    });
+    std::vector<double> length(s.slots.size());
+    for (double& l : length) l = 0.25 * static_cast<double>(rng() % 8);
+    hybrid::TimelineReplay whole;
+    const hybrid::TimelineReplay::Ends all = whole.run(s, order, length, world);
+    const Replayed want_all = replay_without(s, order, length, world, s.slots.size());
+    ASSERT_EQ(all.step, want_all.ends.step) << "trial " << trial;
+    ASSERT_EQ(all.busy, want_all.ends.busy) << "trial " << trial;
+    ASSERT_EQ(all.last, want_all.ends.last) << "trial " << trial;
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      const std::size_t c = order[i];
+      bool later = false;  // a slot after c in the order on one of its ranks
+      for (std::size_t j = i + 1; j < order.size(); ++j) {
+        for (const std::int32_t a : s.slots[order[j]].ranks) {
+          const std::vector<std::int32_t>& r = s.slots[c].ranks;
+          later = later || std::find(r.begin(), r.end(), a) != r.end();
+        }
+      }
+      SCOPED_TRACE("trial " + std::to_string(trial) + ", slot " + std::to_string(c));
+      hybrid::TimelineReplay::Ends got;
+      std::vector<double> finish;
+      std::vector<std::int32_t> next_wave;
+      const bool read_off = whole.without(s, order, length, c, got, finish, next_wave);
+      ASSERT_EQ(read_off, !later);
+      if (c == all.last) {
+        ASSERT_TRUE(read_off);
+      }
+      if (!read_off) {
+        ++declined;
+        continue;
+      }
+      const Replayed want = replay_without(s, order, length, world, c);
+      ASSERT_EQ(got.step, want.ends.step);
+      ASSERT_EQ(got.busy, want.ends.busy);
+      ASSERT_EQ(got.last, want.ends.last);
+      ASSERT_EQ(finish, want.finish);
+      ASSERT_EQ(next_wave, want.next_wave);
+      ++read;
+    }
+  }
+  EXPECT_GT(read, 3000);
+  EXPECT_GT(declined, 1000);
+}
+
+// RankSlots against a list per rank (each slot pushed onto its ranks' in
+// slot order, as rule 10 kept them): random schedules, ranks left idle,
+// rows added on random ranks between asks.
+TEST(RankSlots, EqualsAListPerRank) {
+  std::mt19937_64 rng(20261129);
+  std::int64_t asked = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const auto world = static_cast<std::int32_t>(1 + rng() % 20);
+    Schedule s;
+    const std::size_t slots = rng() % 30;
+    for (std::size_t k = 0; k < slots; ++k) {
+      ScheduleSlot slot;
+      for (std::int32_t a = 0; a < world; ++a) {
+        if (rng() % 3 == 0) slot.ranks.push_back(a);
+      }
+      s.slots.push_back(std::move(slot));
+    }
+    std::vector<std::vector<std::size_t>> want(static_cast<std::size_t>(world));
+    for (std::size_t k = 0; k < s.slots.size(); ++k) {
+      for (const std::int32_t a : s.slots[k].ranks) want[static_cast<std::size_t>(a)].push_back(k);
+    }
+    hybrid::RankSlots on;
+    on.build(s, world);
+    std::size_t next = s.slots.size();
+    std::vector<std::size_t> got;
+    for (int ask = 0; ask < 40; ++ask) {
+      const auto a = static_cast<std::int32_t>(rng() % static_cast<std::uint64_t>(world));
+      if (rng() % 3 == 0) {
+        on.add(a, next);
+        want[static_cast<std::size_t>(a)].push_back(next++);
+      }
+      const auto b = static_cast<std::int32_t>(rng() % static_cast<std::uint64_t>(world));
+      on.of(b, got);
+      ASSERT_EQ(got, want[static_cast<std::size_t>(b)]) << "trial " << trial << ", rank " << b;
+      ++asked;
+    }
+  }
+  EXPECT_EQ(asked, 300 * 40);
 }
 
 // wave_order against a stable sort by wave: random waves, dense (the

@@ -427,6 +427,22 @@ void expect_same_draft(const hybrid::Draft& got, const hybrid::Draft& want,
   EXPECT_EQ(got.makespan, want.makespan) << where;
 }
 
+constexpr std::array kGroupRules = {
+    hybrid::GroupRule::kMeanLoad, hybrid::GroupRule::kTimelineMeanLoad,
+    hybrid::GroupRule::kSoonestEnd, hybrid::GroupRule::kBalancedEnd};
+
+// 1 to 40 documents: one in `one_in` up to `most` x T tokens, the others up
+// to 2 x T (a few groups, many pieces within T).
+void draw_few_documents(SplitMix64& rng, ScheduleRequest& r, std::int64_t one_in,
+                        std::int64_t most) {
+  r.doc_lengths.clear();
+  const std::int64_t docs = rng.uniform(1, 40);
+  for (std::int64_t i = 0; i < docs; ++i) {
+    const std::int64_t longest = rng.uniform(0, one_in - 1) == 0 ? most : 2;
+    r.doc_lengths.push_back(rng.uniform(1, longest * r.max_tokens_per_rank));
+  }
+}
+
 // A draft holds per-rank structures only for the nodes its groups and rows
 // reach (the others are free at 0, read in place): the same draft as with
 // every rank held from the start, on few pieces over up to 3,000 ranks
@@ -439,19 +455,12 @@ TEST(HybridDraw, DraftHoldingTheRanksItReachesIsTheDraftOverEveryRank) {
     ScheduleRequest r = random_request(rng);
     r.world_size = static_cast<std::int32_t>(rng.uniform(1, rng.uniform(0, 1) == 0 ? 64 : 3000));
     r.profile.ranks_per_node = static_cast<std::int32_t>(rng.uniform(1, 16));
-    r.doc_lengths.clear();
-    const std::int64_t docs = rng.uniform(1, 40);
-    for (std::int64_t i = 0; i < docs; ++i) {
-      const std::int64_t most = rng.uniform(0, 5) == 0 ? 64 : 2;
-      r.doc_lengths.push_back(rng.uniform(1, most * r.max_tokens_per_rank));
-    }
+    draw_few_documents(rng, r, 6, 64);
     const hybrid::Estimator est(r);
     const hybrid::PreparedBatch prep = hybrid::prepare_batch(r, est);
     for (const bool heavy : {true, false}) {
       const hybrid::Batch batch = hybrid::grouped_batch(r, prep, heavy);
-      for (const hybrid::GroupRule rule :
-           {hybrid::GroupRule::kMeanLoad, hybrid::GroupRule::kTimelineMeanLoad,
-            hybrid::GroupRule::kSoonestEnd, hybrid::GroupRule::kBalancedEnd}) {
+      for (const hybrid::GroupRule rule : kGroupRules) {
         const std::string where = "case " + std::to_string(c) + " W " +
                                   std::to_string(r.world_size) + " rule " +
                                   std::to_string(static_cast<int>(rule)) + (heavy ? " heavy" : "");
@@ -478,24 +487,15 @@ TEST(HybridDraw, DraftHoldingTheRanksItReachesIsTheDraftOverEveryRank) {
 TEST(HybridDraw, DraftCopiedFromOneWithTheSameGroupsIsTheDraftDrawnAfresh) {
   SplitMix64 rng(3310);
   int copied = 0;
-  constexpr std::array kRules = {hybrid::GroupRule::kMeanLoad, hybrid::GroupRule::kTimelineMeanLoad,
-                                 hybrid::GroupRule::kSoonestEnd, hybrid::GroupRule::kBalancedEnd};
   for (int c = 0; c < 300; ++c) {
     ScheduleRequest r = random_request(rng);
-    if (c % 2 == 0) {
-      r.doc_lengths.clear();
-      const std::int64_t docs = rng.uniform(1, 40);
-      for (std::int64_t i = 0; i < docs; ++i) {
-        const std::int64_t most = rng.uniform(0, 3) == 0 ? 16 : 2;
-        r.doc_lengths.push_back(rng.uniform(1, most * r.max_tokens_per_rank));
-      }
-    }
+    if (c % 2 == 0) draw_few_documents(rng, r, 4, 16);
     const hybrid::Estimator est(r);
     const hybrid::PreparedBatch prep = hybrid::prepare_batch(r, est);
     for (const bool heavy : {true, false}) {
       const hybrid::Batch batch = hybrid::grouped_batch(r, prep, heavy);
       std::vector<hybrid::Draft> before;
-      for (const hybrid::GroupRule rule : kRules) {
+      for (const hybrid::GroupRule rule : kGroupRules) {
         const std::string where = "case " + std::to_string(c) + " rule " +
                                   std::to_string(static_cast<int>(rule)) + (heavy ? " heavy" : "");
         const hybrid::Draft fresh = hybrid::draft(batch, est, rule);

@@ -123,6 +123,33 @@ hybrid::SlotChains::Ends replay(const Schedule& s, const std::vector<std::size_t
   return e;
 }
 
+// Slots over `world` ranks in 1 to 5 waves, each wave's ranks dealt at
+// random into slots of 1 to 3 ranks (any size with `wide`), one slot in
+// `drop_one_in` left out (a rank idle that wave); `waves`, where given,
+// gets how many.
+Schedule random_waves(std::mt19937_64& rng, std::int32_t world, bool wide, int drop_one_in,
+                      int* waves_out = nullptr) {
+  Schedule s;
+  const int waves = 1 + static_cast<int>(rng() % 5);
+  if (waves_out != nullptr) *waves_out = waves;
+  for (int wave = 0; wave < waves; ++wave) {
+    std::vector<std::int32_t> free(static_cast<std::size_t>(world));
+    std::iota(free.begin(), free.end(), 0);
+    std::shuffle(free.begin(), free.end(), rng);
+    while (!free.empty()) {
+      const std::size_t g =
+          1 + rng() % (wide ? free.size() : std::min<std::size_t>(3, free.size()));
+      ScheduleSlot slot;
+      slot.ranks.assign(free.end() - static_cast<std::ptrdiff_t>(g), free.end());
+      std::sort(slot.ranks.begin(), slot.ranks.end());
+      free.resize(free.size() - g);
+      slot.wave = wave;
+      if (rng() % static_cast<std::uint64_t>(drop_one_in) != 0) s.slots.push_back(std::move(slot));
+    }
+  }
+  return s;
+}
+
 // Random schedules (slots of 1 to all ranks over a few waves, lengths on a
 // coarse grid so that ends tie, as equal rows' do), and many (x, y, length)
 // asked of one build: y longer, shorter or as long as it was, x before or
@@ -136,23 +163,8 @@ TEST(SlotChains, WithoutEqualsAReplayOfEverySlot) {
   std::int64_t held = 0;        // asks of holds_wave answered true
   for (int trial = 0; trial < 400; ++trial) {
     const auto world = static_cast<std::int32_t>(1 + rng() % 12);
-    Schedule s;
-    const int waves = 1 + static_cast<int>(rng() % 5);
-    for (int wave = 0; wave < waves; ++wave) {
-      std::vector<std::int32_t> free(static_cast<std::size_t>(world));
-      std::iota(free.begin(), free.end(), 0);
-      std::shuffle(free.begin(), free.end(), rng);
-      while (!free.empty()) {
-        const std::size_t g =
-            1 + rng() % (trial % 4 == 0 ? free.size() : std::min<std::size_t>(3, free.size()));
-        ScheduleSlot slot;
-        slot.ranks.assign(free.end() - static_cast<std::ptrdiff_t>(g), free.end());
-        std::sort(slot.ranks.begin(), slot.ranks.end());
-        free.resize(free.size() - g);
-        slot.wave = wave;
-        if (rng() % 5 != 0) s.slots.push_back(std::move(slot));
-      }
-    }
+    int waves = 0;
+    Schedule s = random_waves(rng, world, trial % 4 == 0, 5, &waves);
     if (s.slots.size() < 2) continue;
     std::shuffle(s.slots.begin(), s.slots.end(), rng);  // slot order is not wave order
     std::vector<std::size_t> order(s.slots.size());
@@ -241,23 +253,7 @@ TEST(TimelineReplay, WithoutEqualsAReplayOfEveryOtherSlot) {
   std::int64_t declined = 0;
   for (int trial = 0; trial < 1500; ++trial) {
     const auto world = static_cast<std::int32_t>(1 + rng() % 12);
-    Schedule s;
-    const int waves = 1 + static_cast<int>(rng() % 5);
-    for (int wave = 0; wave < waves; ++wave) {
-      std::vector<std::int32_t> free(static_cast<std::size_t>(world));
-      std::iota(free.begin(), free.end(), 0);
-      std::shuffle(free.begin(), free.end(), rng);
-      while (!free.empty()) {
-        const std::size_t g =
-            1 + rng() % (trial % 4 == 0 ? free.size() : std::min<std::size_t>(3, free.size()));
-        ScheduleSlot slot;
-        slot.ranks.assign(free.end() - static_cast<std::ptrdiff_t>(g), free.end());
-        std::sort(slot.ranks.begin(), slot.ranks.end());
-        free.resize(free.size() - g);
-        slot.wave = wave;
-        if (rng() % 4 != 0) s.slots.push_back(std::move(slot));
-      }
-    }
+    Schedule s = random_waves(rng, world, trial % 4 == 0, 4);
     if (s.slots.empty()) continue;
     std::shuffle(s.slots.begin(), s.slots.end(), rng);  // slot order is not wave order
     std::vector<std::size_t> order(s.slots.size());

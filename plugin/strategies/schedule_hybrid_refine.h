@@ -23,9 +23,9 @@ namespace fulcrum::hybrid {
 //
 // Two tournament trees over the ranks (a node holds the rank of least and
 // of greatest finish below it), built in O(W) at the first question after
-// a reset and updated along one path a move: a reset and a move allocate
-// nothing once the tables have grown, where an ordered set took a node per
-// rank.
+// a reset and updated along one path a move: an order reset and moved
+// allocates nothing once its tables have grown (each replay's order grows
+// them once), where an ordered set took a node per rank.
 class FinishOrder {
  public:
   void reset(const std::vector<double>& finish);

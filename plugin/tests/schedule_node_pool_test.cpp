@@ -150,6 +150,17 @@ Schedule random_waves(std::mt19937_64& rng, std::int32_t world, bool wide, int d
   return s;
 }
 
+// `s`'s slots shuffled (slot order is not wave order), and their order by
+// wave (a stable sort).
+std::vector<std::size_t> shuffled_wave_order(std::mt19937_64& rng, Schedule& s) {
+  std::shuffle(s.slots.begin(), s.slots.end(), rng);
+  std::vector<std::size_t> order(s.slots.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return s.slots[a].wave < s.slots[b].wave; });
+  return order;
+}
+
 // Random schedules (slots of 1 to all ranks over a few waves, lengths on a
 // coarse grid so that ends tie, as equal rows' do), and many (x, y, length)
 // asked of one build: y longer, shorter or as long as it was, x before or
@@ -166,12 +177,7 @@ TEST(SlotChains, WithoutEqualsAReplayOfEverySlot) {
     int waves = 0;
     Schedule s = random_waves(rng, world, trial % 4 == 0, 5, &waves);
     if (s.slots.size() < 2) continue;
-    std::shuffle(s.slots.begin(), s.slots.end(), rng);  // slot order is not wave order
-    std::vector<std::size_t> order(s.slots.size());
-    std::iota(order.begin(), order.end(), std::size_t{0});
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-      return s.slots[a].wave < s.slots[b].wave;
-    });
+    const std::vector<std::size_t> order = shuffled_wave_order(rng, s);
     std::vector<double> length(s.slots.size());
     for (double& l : length) l = 0.25 * static_cast<double>(1 + rng() % 16);
     hybrid::SlotChains chains;
@@ -255,12 +261,7 @@ TEST(TimelineReplay, WithoutEqualsAReplayOfEveryOtherSlot) {
     const auto world = static_cast<std::int32_t>(1 + rng() % 12);
     Schedule s = random_waves(rng, world, trial % 4 == 0, 4);
     if (s.slots.empty()) continue;
-    std::shuffle(s.slots.begin(), s.slots.end(), rng);  // slot order is not wave order
-    std::vector<std::size_t> order(s.slots.size());
-    std::iota(order.begin(), order.end(), std::size_t{0});
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-      return s.slots[a].wave < s.slots[b].wave;
-    });
+    const std::vector<std::size_t> order = shuffled_wave_order(rng, s);
     std::vector<double> length(s.slots.size());
     for (double& l : length) l = 0.25 * static_cast<double>(rng() % 8);
     hybrid::TimelineReplay whole;

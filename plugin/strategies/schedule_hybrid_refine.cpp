@@ -57,17 +57,11 @@ void FinishOrder::build() {
   for (std::size_t a = 0; a < world_; ++a) {
     low_[world_ + a] = high_[world_ + a] = static_cast<std::int32_t>(a);
   }
-  for (std::size_t v = world_; v-- > 1;) {
-    low_[v] = earlier(low_[2 * v], low_[2 * v + 1]);
-    high_[v] = later(high_[2 * v], high_[2 * v + 1]);
-  }
+  for (std::size_t v = world_; v-- > 1;) pull(v);
 }
 
 void FinishOrder::update_from(std::size_t v) {
-  for (v >>= 1; v >= 1; v >>= 1) {
-    low_[v] = earlier(low_[2 * v], low_[2 * v + 1]);
-    high_[v] = later(high_[2 * v], high_[2 * v + 1]);
-  }
+  for (v >>= 1; v >= 1; v >>= 1) pull(v);
 }
 
 void FinishOrder::set(std::int32_t a, double after) {

@@ -68,6 +68,11 @@ class FinishOrder {
   // rule 10 replays to price a move are mostly dropped unread, so a reset
   // costs a copy of the finishes, and the O(W) build waits for a question.
   void build();
+  // Node v's two answers from its children's.
+  void pull(std::size_t v) {
+    low_[v] = earlier(low_[2 * v], low_[2 * v + 1]);
+    high_[v] = later(high_[2 * v], high_[2 * v + 1]);
+  }
   // Node v's two answers again from its children's, from leaf v's parent up.
   void update_from(std::size_t v);
   // Leaf a's rank of least finish set to `leaf` (a, or world_ where taken),
@@ -76,7 +81,7 @@ class FinishOrder {
 
   // Leaves at world_ + a (node v's children: 2v and 2v + 1, the root 1),
   // each node's answers over the ranks below it. A rank's finish at
-  // finish_[a]; finish_[world_] is +infinity, a leaf that firsts puts in
+  // finish_[a]; finish_[world_] is +infinity, a leaf that take_first puts in
   // place of each rank it has taken, for the tree to find the next.
   std::vector<double> finish_;
   std::vector<std::int32_t> low_;    // per node: the rank that ends first

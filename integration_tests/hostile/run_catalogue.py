@@ -23,6 +23,7 @@ when any case fails.
 """
 import argparse
 import collections
+import concurrent.futures
 import csv
 import os
 import re
@@ -150,7 +151,12 @@ def main():
     parser.add_argument("--one-per-pair", action="store_true",
                         help="only the first case of each surface and class")
     parser.add_argument("--table", action="store_true", help="print counts by surface and class")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="cases run at once (each in its own scratch directory); keep 1 "
+                        "where cases start workers, whose stalls and timeouts are timed")
     args = parser.parse_args()
+    if args.jobs < 1:
+        parser.error(f"--jobs {args.jobs}: must be at least 1")
 
     fulcrum = os.path.abspath(args.fulcrum)
     bin_dir = os.path.dirname(fulcrum)
@@ -186,27 +192,30 @@ def main():
     by_surface = collections.Counter()
     by_class = collections.Counter()
     outcomes = collections.Counter()
-    for case in cases:
-        name = f"{case['surface']} / {case['class']} / {case['case']}"
-        problem, elapsed, err, rc = run_case(case, env, args.deadline)
-        by_surface[case["surface"]] += 1
-        by_class[case["class"]] += 1
-        outcomes[case["expect"].split(":")[0]] += 1
-        if elapsed > slowest[0]:
-            slowest = (elapsed, name)
-        if case["expect"] == "error" and elapsed > slowest_refusal[0]:
-            slowest_refusal = (elapsed, name)
-        if case["expect"] == "xfail":
+    # Cases are independent (each its own scratch directory); the report
+    # follows the catalogue's order whatever order they finish in.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        results = pool.map(lambda c: run_case(c, env, args.deadline), cases)
+        for case, (problem, elapsed, err, rc) in zip(cases, results):
+            name = f"{case['surface']} / {case['class']} / {case['case']}"
+            by_surface[case["surface"]] += 1
+            by_class[case["class"]] += 1
+            outcomes[case["expect"].split(":")[0]] += 1
+            if elapsed > slowest[0]:
+                slowest = (elapsed, name)
+            if case["expect"] == "error" and elapsed > slowest_refusal[0]:
+                slowest_refusal = (elapsed, name)
+            if case["expect"] == "xfail":
+                if problem:
+                    known += 1
+                    print(f"KNOWN {name}: {problem}", flush=True)
+                    continue
+                problem = "holds now: remove its xfail mark"
             if problem:
-                known += 1
-                print(f"KNOWN {name}: {problem}", flush=True)
-                continue
-            problem = "holds now: remove its xfail mark"
-        if problem:
-            failures += 1
-            first = err.strip().splitlines()[:3]
-            print(f"FAIL {name}: {problem} ({elapsed:.2f} s)\n  command: {case['command']}\n"
-                  + "".join(f"  stderr: {l}\n" for l in first), end="", flush=True)
+                failures += 1
+                first = err.strip().splitlines()[:3]
+                print(f"FAIL {name}: {problem} ({elapsed:.2f} s)\n  command: {case['command']}\n"
+                      + "".join(f"  stderr: {l}\n" for l in first), end="", flush=True)
     if args.table:
         print("by surface:")
         for k, v in sorted(by_surface.items()):

@@ -3,6 +3,7 @@
 // with moves and swaps.
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -228,7 +229,8 @@ class Drafter {
     if (every_rank) hold_through(world_ - 1);
   }
 
-  Draft run(double beat, std::span<const Draft> drawn) {
+  Draft run(double beat, std::span<const Draft> drawn,
+            const std::function<bool(const Draft&)>& pack_anyway) {
     for (const std::size_t i : batch_.order) {
       if (batch_.grouped[i]) {
         place_group(i, group_size(i));
@@ -242,7 +244,7 @@ class Drafter {
       if (other.makespan != kNoEnd && same_groups(other.long_slots, d_.long_slots)) return other;
     }
     fill_gaps();
-    if (finish_lower_bound() * (1 - 1e-9) >= beat) {
+    if (finish_lower_bound() * (1 - 1e-9) >= beat && !(pack_anyway && pack_anyway(d_))) {
       d_.makespan = kNoEnd;  // rows not packed: it cannot finish before `beat`
       return std::move(d_);
     }
@@ -631,8 +633,8 @@ class Drafter {
 }  // namespace
 
 Draft draft(const Batch& batch, const Estimator& est, GroupRule rule, double beat, bool every_rank,
-            std::span<const Draft> drawn) {
-  return Drafter(batch, est, rule, every_rank).run(beat, drawn);
+            std::span<const Draft> drawn, const std::function<bool(const Draft&)>& pack_anyway) {
+  return Drafter(batch, est, rule, every_rank).run(beat, drawn, pack_anyway);
 }
 
 }  // namespace fulcrum::hybrid

@@ -393,6 +393,55 @@ TEST(HybridDraw, EveryDraftCostsWhatItsSlotsCostAndCoversTheBatch) {
   EXPECT_GT(drafts, 400);
 }
 
+// The same slots: ranks, wave and pieces, slot for slot.
+bool same_slots(const Schedule& a, const Schedule& b) {
+  if (a.slots.size() != b.slots.size()) return false;
+  for (std::size_t k = 0; k < a.slots.size(); ++k) {
+    const ScheduleSlot& x = a.slots[k];
+    const ScheduleSlot& y = b.slots[k];
+    if (x.ranks != y.ranks || x.wave != y.wave || x.pieces.size() != y.pieces.size()) return false;
+    for (std::size_t i = 0; i < x.pieces.size(); ++i) {
+      if (x.pieces[i].doc != y.pieces[i].doc || x.pieces[i].offset != y.pieces[i].offset ||
+          x.pieces[i].length != y.pieces[i].length) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+// A DraftSet given the planning room left (its group rules' drafts that
+// cost more packed only where they may finish first, else when asked
+// for) holds the drafts every draft packed holds: the same order, costs
+// and schedules. And a draft it says is the first's has the first's slots.
+TEST(HybridDraw, DraftsBeyondTheRoomAreTheSameWhenAskedFor) {
+  SplitMix64 rng(3304);
+  int beyond = 0;  // drafts that cost more than the room
+  int first = 0;   // drafts said to be the first's
+  for (int c = 0; c < 300; ++c) {
+    const ScheduleRequest r = random_request(rng);
+    const std::int64_t tokens =
+        std::accumulate(r.doc_lengths.begin(), r.doc_lengths.end(), std::int64_t{0});
+    hybrid::DraftSet every(r, true);
+    for (const std::int64_t room : {std::int64_t{0}, tokens, rng.uniform(0, 3 * tokens)}) {
+      hybrid::DraftSet cut(r, true, room);
+      const std::string where = "case " + std::to_string(c) + " room " + std::to_string(room);
+      ASSERT_EQ(cut.size(), every.size()) << where;
+      for (std::size_t k = 0; k < every.size(); ++k) {
+        ASSERT_EQ(cut.cost(k), every.cost(k)) << where << " draft " << k;
+        beyond += cut.cost(k) > room ? 1 : 0;
+        if (cut.same_as_first(k)) {
+          EXPECT_TRUE(same_slots(every.at(k), every.at(0))) << where << " draft " << k;
+          ++first;
+        }
+        EXPECT_TRUE(same_slots(cut.at(k), every.at(k))) << where << " draft " << k;
+      }
+    }
+  }
+  EXPECT_GT(beyond, 1000);
+  EXPECT_GT(first, 100);
+}
+
 // Two drafts are the same: groups, waits with their rows, and trailing rows
 // (a rank past either's rows runs none), the same estimated finish.
 void expect_same_draft(const hybrid::Draft& got, const hybrid::Draft& want,

@@ -320,13 +320,15 @@ class Drafter {
         widest_useful_group(len, batch_.request.block_size), g_min, world_));
     const std::size_t zero = free_by_zero();
     for (std::int32_t c = g_min; c <= most; ++c) {
-      // No slot of c or more ranks ends before its fixed cost and latency;
-      // once that alone reaches the best, no larger c can win (nor, for the
-      // mean-load rules, fit, since the best then exceeds the mean load).
-      if (prof_.slot_seconds + prof_.latency_seconds * (c - 1) >= best) break;
       const double start = rule_ == GroupRule::kMeanLoad
                                ? 0.0
                                : free_of(free_rank(static_cast<std::size_t>(c - 1), zero));
+      // No slot of c or more ranks ends before its fixed cost and latency
+      // after its start, and a larger c starts no sooner (its c-th rank
+      // frees up no sooner); once that reaches the best, no larger c can
+      // win (nor, for the mean-load rules, fit, since the best then exceeds
+      // the mean load).
+      if (start + (prof_.slot_seconds + prof_.latency_seconds * (c - 1)) >= best) break;
       const double length = est_.slot_time(work, len, c, std::min(c, node_));
       const double end = start + length;
       if (rule_ == GroupRule::kBalancedEnd) {

@@ -528,6 +528,84 @@ TEST(HybridDraw, DraftHoldingTheRanksItReachesIsTheDraftOverEveryRank) {
   EXPECT_GT(unheld, 400);
 }
 
+// Rule 2's group size of a draft's groups, chosen again by a scan of every
+// size from the least to the widest useful one (none skipped), on the
+// ranks' timeline replayed from the draft's groups before it (each group
+// starts where the draft says and lasts its estimated slot time).
+TEST(HybridDraw, EveryGroupHasTheSizeAScanOfEverySizeGives) {
+  SplitMix64 rng(3311);
+  int groups = 0;
+  for (int c = 0; c < 300; ++c) {
+    ScheduleRequest r = random_request(rng);
+    if (c % 2 == 0) r.world_size = static_cast<std::int32_t>(rng.uniform(1, 24));
+    const hybrid::Estimator est(r);
+    const hybrid::PreparedBatch prep = hybrid::prepare_batch(r, est);
+    const std::int32_t world = r.world_size;
+    const std::int32_t node = r.profile.ranks_per_node;
+    for (const bool heavy : {true, false}) {
+      const hybrid::Batch batch = hybrid::grouped_batch(r, prep, heavy);
+      for (const hybrid::GroupRule rule : kGroupRules) {
+        const hybrid::Draft d = hybrid::draft(batch, est, rule);
+        std::vector<double> free(static_cast<std::size_t>(world), 0.0);
+        double overhead = 0;
+        for (const hybrid::LongSlot& slot : d.long_slots) {
+          const std::int64_t len = batch.pieces[slot.piece].length;
+          const double work = batch.work[slot.piece];
+          const std::int64_t budget = r.max_tokens_per_rank;
+          auto g_min = static_cast<std::int32_t>((len + budget - 1) / budget);
+          if (budget > r.block_size) {
+            const std::int64_t roomy = (len + budget - r.block_size - 1) / (budget - r.block_size);
+            if (roomy <= world) g_min = static_cast<std::int32_t>(roomy);
+          }
+          const auto most = static_cast<std::int32_t>(std::clamp<std::int64_t>(
+              hybrid::widest_useful_group(len, r.block_size), g_min, world));
+          std::vector<std::int32_t> by_free(static_cast<std::size_t>(world));
+          std::iota(by_free.begin(), by_free.end(), 0);
+          std::sort(by_free.begin(), by_free.end(), [&](std::int32_t a, std::int32_t b) {
+            return free[a] < free[b] || (free[a] == free[b] && a < b);
+          });
+          std::int32_t want = g_min;
+          double best = std::numeric_limits<double>::infinity();
+          for (std::int32_t g = g_min; g <= most; ++g) {
+            const double start = rule == hybrid::GroupRule::kMeanLoad ? 0.0 : free[by_free[g - 1]];
+            const double length = est.slot_time(work, len, g, std::min(g, node));
+            const double end = start + length;
+            if (rule == hybrid::GroupRule::kBalancedEnd) {
+              const double finish =
+                  std::max(end, batch.mean_load + (overhead + g * length - work) / world);
+              if (finish < best) {
+                best = finish;
+                want = g;
+              }
+              continue;
+            }
+            if (end < best) {
+              best = end;
+              want = g;
+            }
+            if (rule != hybrid::GroupRule::kSoonestEnd && end <= batch.mean_load) {
+              want = g;
+              break;
+            }
+          }
+          const auto g = static_cast<std::int32_t>(slot.ranks.size());
+          ASSERT_EQ(g, want) << "case " << c << " rule " << static_cast<int>(rule)
+                             << (heavy ? " heavy" : "") << " piece " << slot.piece;
+          std::map<std::int32_t, std::int32_t> on_node;
+          for (const std::int32_t a : slot.ranks) ++on_node[a / node];
+          std::int32_t together = g;
+          for (const auto& [n, count] : on_node) together = std::min(together, count);
+          const double end = slot.start + est.slot_time(work, len, g, together);
+          overhead += g * (end - slot.start) - work;
+          for (const std::int32_t a : slot.ranks) free[static_cast<std::size_t>(a)] = end;
+          ++groups;
+        }
+      }
+    }
+  }
+  EXPECT_GT(groups, 5000);
+}
+
 // A draft whose groups are placed as those of a draft drawn before under
 // another rule is a copy of that one (draft's `drawn`): the same draft as
 // drawn afresh, whatever rules placed the groups alike, with and without a

@@ -304,9 +304,10 @@ namespace {
 // misjudges small batches most, where this costs least. Then rule 7's
 // search. Every slot stays compact (no positions); `step` gets the exact
 // step of the schedule kept. `drawn`: every draft of the batch
-// (DraftSet(request, true)), the decided one first, when the caller drew
-// them already (run_hybrid); nullptr: drawn here when needed. A draft is
-// made a schedule only once its planning cost fits the budget.
+// (DraftSet(request, true, room)), the decided one first and `schedule`
+// made from it, when the caller drew them already (run_hybrid); nullptr:
+// drawn here when needed. A draft is made a schedule only once its
+// planning cost fits the budget.
 Status plan_compact(const ScheduleRequest& request, Schedule& schedule, double& step,
                     DraftSet* drawn) {
   std::vector<double> length;
@@ -318,9 +319,13 @@ Status plan_compact(const ScheduleRequest& request, Schedule& schedule, double& 
   for (const std::int64_t len : request.doc_lengths) tokens += len;
   if (2 * tokens > kDraftTokenBudget) return Status::ok();
   std::int64_t planned = tokens;
+  // While `schedule` is the caller's draws' first draft, a draft known to
+  // be that one (DraftSet::same_as_first) is the same as it slot for slot
+  // (same_slots) without being made.
+  bool first_kept = drawn != nullptr;
   std::optional<DraftSet> own_draw;
   if (drawn == nullptr) {
-    own_draw.emplace(request, true);
+    own_draw.emplace(request, true, kDraftTokenBudget - tokens);
     drawn = &*own_draw;
   }
   for (std::size_t k = 0; k < drawn->size(); ++k) {
@@ -328,6 +333,7 @@ Status plan_compact(const ScheduleRequest& request, Schedule& schedule, double& 
     if (k == 0) continue;
     const std::int64_t cost = drawn->cost(k);
     if (planned + cost > kDraftTokenBudget) continue;
+    if (first_kept && drawn->same_as_first(k)) continue;
     Schedule& other = drawn->at(k);
     if (same_slots(other, schedule)) continue;
     if (decided_step_lower_bound(request, other) * (1 - 1e-9) >= best) continue;
@@ -344,6 +350,7 @@ Status plan_compact(const ScheduleRequest& request, Schedule& schedule, double& 
       best = other_step;
       schedule = std::move(other);
       length = std::move(other_length);
+      first_kept = false;
     }
   }
   // The search replays the same timeline; a schedule it made slower (it
@@ -397,7 +404,9 @@ Result<Schedule> run_hybrid(const ScheduleRequest& request) {
   std::int64_t tokens = 0;
   for (const std::int64_t len : request.doc_lengths) tokens += len;
   std::optional<DraftSet> drawn;
-  drawn.emplace(request, 2 * tokens <= kDraftTokenBudget);
+  // The first draft's tokens are planned first: the others have the rest
+  // of the budget (plan_compact).
+  drawn.emplace(request, 2 * tokens <= kDraftTokenBudget, kDraftTokenBudget - tokens);
   Schedule schedule = std::move(drawn->at(0));
   double step = 0;
   if (Status status = plan_compact(request, schedule, step, &*drawn); !status) return status;

@@ -3,6 +3,7 @@
 // with moves and swaps.
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -228,7 +229,8 @@ class Drafter {
     if (every_rank) hold_through(world_ - 1);
   }
 
-  Draft run(double beat, std::span<const Draft> drawn) {
+  Draft run(double beat, std::span<const Draft> drawn,
+            const std::function<bool(const Draft&)>& pack_anyway) {
     for (const std::size_t i : batch_.order) {
       if (batch_.grouped[i]) {
         place_group(i, group_size(i));
@@ -242,7 +244,7 @@ class Drafter {
       if (other.makespan != kNoEnd && same_groups(other.long_slots, d_.long_slots)) return other;
     }
     fill_gaps();
-    if (finish_lower_bound() * (1 - 1e-9) >= beat) {
+    if (finish_lower_bound() * (1 - 1e-9) >= beat && !(pack_anyway && pack_anyway(d_))) {
       d_.makespan = kNoEnd;  // rows not packed: it cannot finish before `beat`
       return std::move(d_);
     }
@@ -318,13 +320,15 @@ class Drafter {
         widest_useful_group(len, batch_.request.block_size), g_min, world_));
     const std::size_t zero = free_by_zero();
     for (std::int32_t c = g_min; c <= most; ++c) {
-      // No slot of c or more ranks ends before its fixed cost and latency;
-      // once that alone reaches the best, no larger c can win (nor, for the
-      // mean-load rules, fit, since the best then exceeds the mean load).
-      if (prof_.slot_seconds + prof_.latency_seconds * (c - 1) >= best) break;
       const double start = rule_ == GroupRule::kMeanLoad
                                ? 0.0
                                : free_of(free_rank(static_cast<std::size_t>(c - 1), zero));
+      // No slot of c or more ranks ends before its fixed cost and latency
+      // after its start, and a larger c starts no sooner (its c-th rank
+      // frees up no sooner); once that reaches the best, no larger c can
+      // win (nor, for the mean-load rules, fit, since the best then exceeds
+      // the mean load).
+      if (start + (prof_.slot_seconds + prof_.latency_seconds * (c - 1)) >= best) break;
       const double length = est_.slot_time(work, len, c, std::min(c, node_));
       const double end = start + length;
       if (rule_ == GroupRule::kBalancedEnd) {
@@ -631,8 +635,8 @@ class Drafter {
 }  // namespace
 
 Draft draft(const Batch& batch, const Estimator& est, GroupRule rule, double beat, bool every_rank,
-            std::span<const Draft> drawn) {
-  return Drafter(batch, est, rule, every_rank).run(beat, drawn);
+            std::span<const Draft> drawn, const std::function<bool(const Draft&)>& pack_anyway) {
+  return Drafter(batch, est, rule, every_rank).run(beat, drawn, pack_anyway);
 }
 
 }  // namespace fulcrum::hybrid

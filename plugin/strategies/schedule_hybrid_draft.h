@@ -341,8 +341,14 @@ inline constexpr double kNoEnd = std::numeric_limits<double>::infinity();
 // are those of one of `drawn` with its rows packed is a copy of it. Where
 // `beat` would have left this one unpacked the copy is packed, with the
 // same makespan, which is no sooner than `beat` either.
+//
+// `pack_anyway`, where given, is asked of the draft with its groups and
+// waits placed (no rows yet): where it answers true the rows are packed
+// whatever `beat` (for a caller that may use the draft however late it
+// finishes).
 Draft draft(const Batch& batch, const Estimator& est, GroupRule rule, double beat = kNoEnd,
-            bool every_rank = false, std::span<const Draft> drawn = {});
+            bool every_rank = false, std::span<const Draft> drawn = {},
+            const std::function<bool(const Draft&)>& pack_anyway = {});
 
 // The candidate plans of rule 5 for the rows planned in one answer, each
 // built and counted once (count_runs): a row's plans and their counts

@@ -74,17 +74,37 @@ Schedule to_schedule(const Draft& best, const std::vector<DocPiece>& pieces, std
 }
 
 // The planning cost of to_schedule(d), slot_planning_cost over its slots:
-// every piece once, a group's piece by its width.
-std::int64_t draft_cost(const Draft& d, const std::vector<DocPiece>& pieces) {
-  std::int64_t cost = 0;
+// a group's piece by its width, every other piece of the batch (`tokens`
+// in all) once, in a wait's row or a trailing row; so the same before its
+// rows are packed.
+std::int64_t draft_cost(const Draft& d, const std::vector<DocPiece>& pieces, std::int64_t tokens) {
+  std::int64_t cost = tokens;
   for (const LongSlot& slot : d.long_slots) {
-    cost += slot_planning_cost(pieces[slot.piece].length, slot.ranks.size());
+    const std::int64_t len = pieces[slot.piece].length;
+    cost += slot_planning_cost(len, slot.ranks.size()) - len;
   }
-  for (const Gap& gap : d.gaps) {
-    for (const std::size_t i : gap.pieces) cost += pieces[i].length;
-  }
-  for (const std::size_t i : d.row_pieces) cost += pieces[i].length;
   return cost;
+}
+
+// Whether to_schedule makes the same slots of a and b: both packed, and
+// alike in all it reads (groups, waits' rows, trailing rows).
+bool same_draft(const Draft& a, const Draft& b) {
+  if (a.makespan == kNoEnd || b.makespan == kNoEnd) return false;
+  const auto same_group = [](const LongSlot& x, const LongSlot& y) {
+    return x.piece == y.piece && x.start == y.start && x.ranks == y.ranks;
+  };
+  const auto same_gap = [](const Gap& x, const Gap& y) {
+    return x.rank == y.rank && x.begin == y.begin && x.pieces == y.pieces;
+  };
+  const auto same_row = [](const RowSpan& x, const RowSpan& y) {
+    return x.first == y.first && x.size == y.size;
+  };
+  return std::equal(a.long_slots.begin(), a.long_slots.end(), b.long_slots.begin(),
+                    b.long_slots.end(), same_group) &&
+         std::equal(a.gaps.begin(), a.gaps.end(), b.gaps.begin(), b.gaps.end(), same_gap) &&
+         a.rank_first == b.rank_first &&
+         std::equal(a.rows.begin(), a.rows.end(), b.rows.begin(), b.rows.end(), same_row) &&
+         a.row_pieces == b.row_pieces;
 }
 
 }  // namespace
@@ -262,11 +282,9 @@ double DraftSet::packed(std::int32_t g, Schedule* out, std::int64_t& cost, bool&
 // (ties: the smaller g), so that the planning budget goes to the likeliest
 // of them: the first right after the estimate's choice, the others last.
 void DraftSet::add_packed() {
-  std::int64_t tokens = 0;
-  for (const DocPiece& piece : prep_.pieces) tokens += piece.length;
   // A group wider than the batch has key blocks is wider than any row it
   // runs (kBlocksPerMember), and pricing it costs g^2.
-  const std::int64_t widest = widest_useful_group(tokens, request_.block_size);
+  const std::int64_t widest = widest_useful_group(tokens_, request_.block_size);
   const std::int32_t world = request_.world_size;
   std::vector<std::pair<double, Entry>> packed_drafts;
   for (std::int32_t g = 1; g <= world; g = (g == world ? world + 1 : std::min(world, 2 * g))) {
@@ -319,8 +337,13 @@ Batch grouped_batch(const ScheduleRequest& request, const PreparedBatch& prep, b
   return batch;
 }
 
-DraftSet::DraftSet(const ScheduleRequest& request, bool every)
+DraftSet::DraftSet(const ScheduleRequest& request, bool every, std::int64_t room)
     : request_(request), est_(request), prep_(prepare_batch(request, est_)) {
+  for (const DocPiece& piece : prep_.pieces) tokens_ += piece.length;
+  // With `every`, a draft within `room` may be planned whatever its finish.
+  const auto plannable = [&](const Draft& d) {
+    return every && draft_cost(d, prep_.pieces, tokens_) <= room;
+  };
   for (const bool group_heavy : {true, false}) {
     const Batch batch = grouped_batch(request, prep_, group_heavy);
     bool any_long = false;
@@ -334,15 +357,21 @@ DraftSet::DraftSet(const ScheduleRequest& request, bool every)
     if (!group_heavy && !any_heavy) break;  // the same batch again
     const std::size_t first = drafts_.size();
     drafts_.push_back(draft(batch, est_, GroupRule::kMeanLoad));
+    drawn_.push_back({group_heavy, GroupRule::kMeanLoad});
     if (any_long) {
       for (const GroupRule rule :
            {GroupRule::kTimelineMeanLoad, GroupRule::kSoonestEnd, GroupRule::kBalancedEnd}) {
-        // Only the soonest is used without `every`: a draft that cannot
-        // finish before it is not packed (its makespan then kNoEnd).
-        Draft other = draft(batch, est_, rule, every ? kNoEnd : drafts_[first].makespan, false,
-                            std::span(drafts_).subspan(first));
-        if (other.makespan < drafts_[first].makespan) std::swap(other, drafts_[first]);
+        // A draft that cannot finish before the soonest so far is not
+        // packed (its makespan then kNoEnd) unless it may be planned.
+        Draft other = draft(batch, est_, rule, drafts_[first].makespan, false,
+                            std::span(drafts_).subspan(first), plannable);
+        Drawn how{group_heavy, rule};
+        if (other.makespan < drafts_[first].makespan) {
+          std::swap(other, drafts_[first]);
+          std::swap(how, drawn_[first]);
+        }
         drafts_.push_back(std::move(other));
+        drawn_.push_back(how);
       }
     }
     if (!every) break;
@@ -351,7 +380,7 @@ DraftSet::DraftSet(const ScheduleRequest& request, bool every)
   for (std::size_t k = 0; k < (every ? drafts_.size() : 1); ++k) {
     Entry entry;
     entry.index = k;
-    entry.cost = draft_cost(drafts_[k], prep_.pieces);
+    entry.cost = draft_cost(drafts_[k], prep_.pieces, tokens_);
     entries_.push_back(std::move(entry));
   }
   if (every) {
@@ -376,10 +405,22 @@ Schedule& DraftSet::at(std::size_t k) {
       packed(static_cast<std::int32_t>(entry.index), &s, cost, fits);
       entry.made = std::move(s);
     } else {
-      entry.made = to_schedule(drafts_[entry.index], prep_.pieces, request_.world_size);
+      Draft& d = drafts_[entry.index];
+      if (d.makespan == kNoEnd) {
+        // Left unpacked (beyond `room`): drawn again, rows packed, as
+        // `every` without `room` draws it.
+        const Drawn& how = drawn_[entry.index];
+        d = draft(grouped_batch(request_, prep_, how.group_heavy), est_, how.rule);
+      }
+      entry.made = to_schedule(d, prep_.pieces, request_.world_size);
     }
   }
   return *entry.made;
+}
+
+bool DraftSet::same_as_first(std::size_t k) const {
+  const Entry& entry = entries_[k];
+  return k > 0 && !entry.packed && same_draft(drafts_[entry.index], drafts_[0]);
 }
 
 }  // namespace fulcrum::hybrid

@@ -303,7 +303,7 @@ void SlotChains::build(const Schedule& schedule, const std::vector<std::size_t>&
   valid_ = true;
 }
 
-SlotChains::Ends SlotChains::without(std::size_t x, std::size_t y, double length) {
+double SlotChains::step_without(std::size_t x, std::size_t y, double length) {
   ++epoch_;
   heap_.clear();
   const auto push = [&](std::size_t k) {
@@ -320,7 +320,7 @@ SlotChains::Ends SlotChains::without(std::size_t x, std::size_t y, double length
   push_after(x);
   // In wave order: a slot's members' slots before it are final when it is
   // replayed (they come earlier, and only later slots are pushed).
-  Ends out;
+  double step = 0;
   while (!heap_.empty()) {
     std::pop_heap(heap_.begin(), heap_.end(), std::greater<>());
     const std::size_t k = order_[heap_.back()];
@@ -336,7 +336,7 @@ SlotChains::Ends SlotChains::without(std::size_t x, std::size_t y, double length
     if (end == end_[k]) continue;  // nothing after it moves through it
     seen_[k] = epoch_;
     moved_end_[k] = end;
-    out.step = std::max(out.step, end);
+    step = std::max(step, end);
     push_after(k);
   }
   // The latest end that did not move (x's left out): among the few kept,
@@ -344,22 +344,26 @@ SlotChains::Ends SlotChains::without(std::size_t x, std::size_t y, double length
   const auto kept = [&](std::size_t k) { return k != x && seen_[k] != epoch_; };
   const auto it = std::find_if(latest_.begin(), latest_.end(), kept);
   if (it != latest_.end()) {
-    out.step = std::max(out.step, end_[*it]);
+    step = std::max(step, end_[*it]);
   } else {
     for (std::size_t k = 0; k < end_.size(); ++k) {
-      if (kept(k)) out.step = std::max(out.step, end_[k]);
+      if (kept(k)) step = std::max(step, end_[k]);
     }
   }
-  // The rank-seconds, summed in wave order as a replay sums them: up to
-  // the first of x and y the sum is the one kept at build.
+  return step;
+}
+
+double SlotChains::busy_without(std::size_t x, std::size_t y, double length) const {
+  // Summed in wave order as a replay sums them: up to the first of x and y
+  // the sum is the one kept at build.
   const std::size_t from = std::min(pos_[x], pos_[y]);
-  out.busy = busy_before_[from];
+  double busy = busy_before_[from];
   for (std::size_t i = from; i < order_.size(); ++i) {
     const std::size_t k = order_[i];
     if (k == x) continue;
-    out.busy += k == y ? static_cast<double>(at_[k + 1] - at_[k]) * length : weighted_[i];
+    busy += k == y ? static_cast<double>(at_[k + 1] - at_[k]) * length : weighted_[i];
   }
-  return out;
+  return busy;
 }
 
 bool SlotChains::holds_wave(std::int32_t rank, std::int32_t wave, std::size_t x,

@@ -143,26 +143,25 @@ class TimelineReplay {
 
 // A schedule's timeline (slots in wave order, each starting when its last
 // member is free and lasting its length) with each member's slots before
-// and after it on its rank. without(x, y, l) is the timeline's step and
-// rank-seconds (sum of g x length, in wave order) with slot x left out and
-// slot y lasting l, bit for bit as a replay of every slot: it replays only
-// the slots whose start can move (those after x or y on one of their ranks,
-// and after those, as far as an end changes). Built from the slots as they
-// stand; slot y must keep its ranks and place in the order. holds_wave: a
-// walk along one rank's chain in place of a pass over every slot.
+// and after it on its rank. step_without(x, y, l) and busy_without(x, y, l)
+// are the timeline's step and rank-seconds (sum of g x length, in wave
+// order) with slot x left out and slot y lasting l, bit for bit as a replay
+// of every slot: the step replays only the slots whose start can move (those
+// after x or y on one of their ranks, and after those, as far as an end
+// changes). The rank-seconds are a sum over every slot after x and y, asked
+// for apart: a caller comparing timelines reads them only where the steps
+// tie. Built from the slots as they stand; slot y must keep its ranks and
+// place in the order. holds_wave: a walk along one rank's chain in place of
+// a pass over every slot.
 class SlotChains {
  public:
-  struct Ends {
-    double step = 0;
-    double busy = 0;
-  };
-
   // `order`: every slot once, in wave order; `length` per slot.
   void build(const Schedule& schedule, const std::vector<std::size_t>& order,
              const std::vector<double>& length, std::int32_t world);
   bool valid() const { return valid_; }
   void invalidate() { valid_ = false; }
-  Ends without(std::size_t x, std::size_t y, double length);
+  double step_without(std::size_t x, std::size_t y, double length);
+  double busy_without(std::size_t x, std::size_t y, double length) const;
   // Whether `rank` runs a slot of wave `wave` other than slots x and y.
   bool holds_wave(std::int32_t rank, std::int32_t wave, std::size_t x, std::size_t y) const;
 

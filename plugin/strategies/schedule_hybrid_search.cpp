@@ -157,14 +157,6 @@ class Search {
     }
     return t;
   }
-  using Ends = SlotChains::Ends;
-  Ends replay_ends(std::size_t skip) {
-    const Timeline t = replay_sparse(skip);
-    Ends e;
-    e.step = t.step;
-    e.busy = t.busy;
-    return e;
-  }
   // The whole timeline (replay(size) without its per-rank tables), kept
   // for without_last.
   Timeline replay_all() {
@@ -187,7 +179,6 @@ class Search {
     t.last = e.last;
     return t;
   }
-  bool better(const Ends& a, const Timeline& b) const { return better(a.step, a.busy, b); }
 
   // The least length above `step`: a slot that long or longer ends the
   // timeline later than `step`.
@@ -196,10 +187,18 @@ class Search {
   }
 
   static bool better(double step, double busy, const Timeline& b) {
-    const double eps = 1e-12 * std::max(1.0, b.step);
-    return step < b.step - eps || (step <= b.step && busy < b.busy - eps);
+    return better(
+        step, [busy] { return busy; }, b);
   }
   static bool better(const Timeline& a, const Timeline& b) { return better(a.step, a.busy, b); }
+  // The same test with the rank-seconds asked of `busy()` only where the
+  // steps leave them to decide.
+  template <class Busy>
+  static bool better(double step, const Busy& busy, const Timeline& b) {
+    const double eps = 1e-12 * std::max(1.0, b.step);
+    if (step < b.step - eps) return true;
+    return step <= b.step && busy() < b.busy - eps;
+  }
 
   // The least length at which `improves` is false, where it is false from
   // some length up (improves(+infinity) must be false): positive doubles'
@@ -404,8 +403,16 @@ class Search {
     length_[y] = least;
     // Unless widened, slot y keeps its ranks and wave: its chains still
     // hold, and only the slots after x and y are replayed.
-    const auto ends = [&] { return widen ? replay_ends(x) : chains_.without(x, y, length_[y]); };
-    if (better(ends(), now)) {
+    // Whether the timeline with slot x left out and slot y as long as
+    // length_[y] is better than now (the chains' rank-seconds, a sum over
+    // every slot after x and y, summed only where the steps tie).
+    const auto improves = [&] {
+      if (widen) return better(replay_sparse(x), now);
+      return better(
+          chains_.step_without(x, y, length_[y]),
+          [&] { return chains_.busy_without(x, y, length_[y]); }, now);
+    };
+    if (improves()) {
       // Planned under the step, and under the length at which the pair's
       // rank-seconds reach theirs before the move (slot x's and slot y's),
       // where the timeline with the merged slot that long is not better:
@@ -417,7 +424,7 @@ class Search {
       const double even = pair / static_cast<double>(s_.slots[y].ranks.size()) * (1 + 1e-9);
       if (even > least && even < ceiling) {
         length_[y] = even;
-        if (!better(ends(), now)) ceiling = even;
+        if (!improves()) ceiling = even;
       }
       const Result<double> planned = plan_(r_, s_.slots[y], ceiling);
       if (!planned) {
@@ -427,7 +434,7 @@ class Search {
         return planned.status();
       }
       length_[y] = *planned;
-      if (better(ends(), now)) {
+      if (improves()) {
         s_.slots.erase(s_.slots.begin() + static_cast<std::ptrdiff_t>(x));
         length_.erase(length_.begin() + static_cast<std::ptrdiff_t>(x));
         chains_.invalidate();
@@ -499,7 +506,7 @@ class Search {
   std::vector<std::size_t> wave_at_;  // sort_by_wave's counts, kept to spare allocations
   std::int64_t tokens_left_;          // rows the tries may still plan, in tokens
   std::int64_t node_tries_ = 0;       // fewer_node_sets' tries left
-  std::vector<double> free_at_;       // replay_ends' free times, all 0 between calls
+  std::vector<double> free_at_;       // replay_sparse's free times, all 0 between calls
   TimelineReplay whole_;              // replay_all's timeline, for without_last
   SlotChains chains_;                 // try_pair's partial replays, built before a try
 };

@@ -393,6 +393,55 @@ TEST(HybridDraw, EveryDraftCostsWhatItsSlotsCostAndCoversTheBatch) {
   EXPECT_GT(drafts, 400);
 }
 
+// The same slots: ranks, wave and pieces, slot for slot.
+bool same_slots(const Schedule& a, const Schedule& b) {
+  if (a.slots.size() != b.slots.size()) return false;
+  for (std::size_t k = 0; k < a.slots.size(); ++k) {
+    const ScheduleSlot& x = a.slots[k];
+    const ScheduleSlot& y = b.slots[k];
+    if (x.ranks != y.ranks || x.wave != y.wave || x.pieces.size() != y.pieces.size()) return false;
+    for (std::size_t i = 0; i < x.pieces.size(); ++i) {
+      if (x.pieces[i].doc != y.pieces[i].doc || x.pieces[i].offset != y.pieces[i].offset ||
+          x.pieces[i].length != y.pieces[i].length) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+// A DraftSet given the planning room left (its group rules' drafts that
+// cost more packed only where they may finish first, else when asked
+// for) holds the drafts every draft packed holds: the same order, costs
+// and schedules. And a draft it says is the first's has the first's slots.
+TEST(HybridDraw, DraftsBeyondTheRoomAreTheSameWhenAskedFor) {
+  SplitMix64 rng(3304);
+  int beyond = 0;  // drafts that cost more than the room
+  int first = 0;   // drafts said to be the first's
+  for (int c = 0; c < 300; ++c) {
+    const ScheduleRequest r = random_request(rng);
+    const std::int64_t tokens =
+        std::accumulate(r.doc_lengths.begin(), r.doc_lengths.end(), std::int64_t{0});
+    hybrid::DraftSet every(r, true);
+    for (const std::int64_t room : {std::int64_t{0}, tokens, rng.uniform(0, 3 * tokens)}) {
+      hybrid::DraftSet cut(r, true, room);
+      const std::string where = "case " + std::to_string(c) + " room " + std::to_string(room);
+      ASSERT_EQ(cut.size(), every.size()) << where;
+      for (std::size_t k = 0; k < every.size(); ++k) {
+        ASSERT_EQ(cut.cost(k), every.cost(k)) << where << " draft " << k;
+        beyond += cut.cost(k) > room ? 1 : 0;
+        if (cut.same_as_first(k)) {
+          EXPECT_TRUE(same_slots(every.at(k), every.at(0))) << where << " draft " << k;
+          ++first;
+        }
+        EXPECT_TRUE(same_slots(cut.at(k), every.at(k))) << where << " draft " << k;
+      }
+    }
+  }
+  EXPECT_GT(beyond, 1000);
+  EXPECT_GT(first, 100);
+}
+
 // Two drafts are the same: groups, waits with their rows, and trailing rows
 // (a rank past either's rows runs none), the same estimated finish.
 void expect_same_draft(const hybrid::Draft& got, const hybrid::Draft& want,
@@ -477,6 +526,84 @@ TEST(HybridDraw, DraftHoldingTheRanksItReachesIsTheDraftOverEveryRank) {
   }
   // Most drafts leave ranks unheld.
   EXPECT_GT(unheld, 400);
+}
+
+// Rule 2's group size of a draft's groups, chosen again by a scan of every
+// size from the least to the widest useful one (none skipped), on the
+// ranks' timeline replayed from the draft's groups before it (each group
+// starts where the draft says and lasts its estimated slot time).
+TEST(HybridDraw, EveryGroupHasTheSizeAScanOfEverySizeGives) {
+  SplitMix64 rng(3311);
+  int groups = 0;
+  for (int c = 0; c < 300; ++c) {
+    ScheduleRequest r = random_request(rng);
+    if (c % 2 == 0) r.world_size = static_cast<std::int32_t>(rng.uniform(1, 24));
+    const hybrid::Estimator est(r);
+    const hybrid::PreparedBatch prep = hybrid::prepare_batch(r, est);
+    const std::int32_t world = r.world_size;
+    const std::int32_t node = r.profile.ranks_per_node;
+    for (const bool heavy : {true, false}) {
+      const hybrid::Batch batch = hybrid::grouped_batch(r, prep, heavy);
+      for (const hybrid::GroupRule rule : kGroupRules) {
+        const hybrid::Draft d = hybrid::draft(batch, est, rule);
+        std::vector<double> free(static_cast<std::size_t>(world), 0.0);
+        double overhead = 0;
+        for (const hybrid::LongSlot& slot : d.long_slots) {
+          const std::int64_t len = batch.pieces[slot.piece].length;
+          const double work = batch.work[slot.piece];
+          const std::int64_t budget = r.max_tokens_per_rank;
+          auto g_min = static_cast<std::int32_t>((len + budget - 1) / budget);
+          if (budget > r.block_size) {
+            const std::int64_t roomy = (len + budget - r.block_size - 1) / (budget - r.block_size);
+            if (roomy <= world) g_min = static_cast<std::int32_t>(roomy);
+          }
+          const auto most = static_cast<std::int32_t>(std::clamp<std::int64_t>(
+              hybrid::widest_useful_group(len, r.block_size), g_min, world));
+          std::vector<std::int32_t> by_free(static_cast<std::size_t>(world));
+          std::iota(by_free.begin(), by_free.end(), 0);
+          std::sort(by_free.begin(), by_free.end(), [&](std::int32_t a, std::int32_t b) {
+            return free[a] < free[b] || (free[a] == free[b] && a < b);
+          });
+          std::int32_t want = g_min;
+          double best = std::numeric_limits<double>::infinity();
+          for (std::int32_t g = g_min; g <= most; ++g) {
+            const double start = rule == hybrid::GroupRule::kMeanLoad ? 0.0 : free[by_free[g - 1]];
+            const double length = est.slot_time(work, len, g, std::min(g, node));
+            const double end = start + length;
+            if (rule == hybrid::GroupRule::kBalancedEnd) {
+              const double finish =
+                  std::max(end, batch.mean_load + (overhead + g * length - work) / world);
+              if (finish < best) {
+                best = finish;
+                want = g;
+              }
+              continue;
+            }
+            if (end < best) {
+              best = end;
+              want = g;
+            }
+            if (rule != hybrid::GroupRule::kSoonestEnd && end <= batch.mean_load) {
+              want = g;
+              break;
+            }
+          }
+          const auto g = static_cast<std::int32_t>(slot.ranks.size());
+          ASSERT_EQ(g, want) << "case " << c << " rule " << static_cast<int>(rule)
+                             << (heavy ? " heavy" : "") << " piece " << slot.piece;
+          std::map<std::int32_t, std::int32_t> on_node;
+          for (const std::int32_t a : slot.ranks) ++on_node[a / node];
+          std::int32_t together = g;
+          for (const auto& [n, count] : on_node) together = std::min(together, count);
+          const double end = slot.start + est.slot_time(work, len, g, together);
+          overhead += g * (end - slot.start) - work;
+          for (const std::int32_t a : slot.ranks) free[static_cast<std::size_t>(a)] = end;
+          ++groups;
+        }
+      }
+    }
+  }
+  EXPECT_GT(groups, 5000);
 }
 
 // A draft whose groups are placed as those of a draft drawn before under

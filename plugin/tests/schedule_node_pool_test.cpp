@@ -103,14 +103,20 @@ TEST(NodePool, PackedEqualsARecountOfEveryPool) {
   EXPECT_GT(split, 5000);
 }
 
-// Every slot replayed in wave order (the search's replay_ends): slot x left
-// out, slot y lasting `length`; its step and its rank-seconds, summed in
-// wave order.
-hybrid::SlotChains::Ends replay(const Schedule& s, const std::vector<std::size_t>& order,
-                                const std::vector<double>& length, std::int32_t world,
-                                std::size_t x, std::size_t y, double y_length) {
+// A timeline's step and rank-seconds.
+struct StepBusy {
+  double step = 0;
+  double busy = 0;
+};
+
+// Every slot replayed in wave order (the search's replay_sparse): slot x
+// left out, slot y lasting `length`; its step and its rank-seconds, summed
+// in wave order.
+StepBusy replay(const Schedule& s, const std::vector<std::size_t>& order,
+                const std::vector<double>& length, std::int32_t world, std::size_t x, std::size_t y,
+                double y_length) {
   std::vector<double> free_at(static_cast<std::size_t>(world), 0.0);
-  hybrid::SlotChains::Ends e;
+  StepBusy e;
   for (const std::size_t k : order) {
     if (k == x) continue;
     const double len = k == y ? y_length : length[k];
@@ -191,8 +197,8 @@ TEST(SlotChains, WithoutEqualsAReplayOfEverySlot) {
       const double choices[] = {length[y], 0.0, length[y] * 0.5, length[y] + 0.25,
                                 0.25 * static_cast<double>(rng() % 40)};
       const double l = choices[rng() % 5];
-      const hybrid::SlotChains::Ends want = replay(s, order, length, world, x, y, l);
-      const hybrid::SlotChains::Ends got = chains.without(x, y, l);
+      const StepBusy want = replay(s, order, length, world, x, y, l);
+      const StepBusy got{chains.step_without(x, y, l), chains.busy_without(x, y, l)};
       SCOPED_TRACE("trial " + std::to_string(trial) + ", x " + std::to_string(x) + ", y " +
                    std::to_string(y) + ", length " + std::to_string(l));
       ASSERT_EQ(got.step, want.step);

@@ -84,7 +84,7 @@ ExchangeTotals exchange_totals(const SlotRunsCounts& c, const std::vector<std::i
   const std::int32_t* const node_of = node.data();
   const std::int32_t* const touching = inside.data();
   const std::int32_t* const touching_on = node_touchers.data();
-  const std::pair<std::int32_t, std::int64_t>* const entries = c.holders.entries.data();
+  const HolderEntry* const entries = c.holders.entries.data();
   std::int64_t i = 0;
   for (const TouchEvent& ev : x.events) {
     for (const std::int64_t stop = c.holders.offset[static_cast<std::size_t>(ev.block)]; i < stop;

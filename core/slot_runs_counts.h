@@ -78,6 +78,8 @@ struct Scratch {
   std::vector<std::int64_t> member_held;
   std::vector<std::int32_t> node_touchers;
   std::vector<std::int32_t> inside;
+  std::vector<std::int64_t> held_since;  // exchange_totals' per member between events
+  std::vector<std::int32_t> holding;     // and the members holding some there
   std::vector<std::int32_t> node;
   std::vector<std::int32_t> seen;
   std::vector<std::int32_t> chunk_most;  // floor_counted's maxima per chunk of blocks

@@ -438,6 +438,7 @@ struct UnitSplit {
 
 UnitSplit split_units(const Units& units) {
   UnitSplit split;
+  split.full.reserve(static_cast<std::size_t>(units.count()));  // most units are full
   for (std::int64_t k = 0; k < units.count(); ++k) {
     (units.length(k) == units.size ? split.full : split.pieces)
         .push_back(static_cast<std::int32_t>(k));

@@ -213,13 +213,14 @@ void for_each_block_overlap(const RunShardPlan& plan, std::int64_t block, Edge&&
   }
 }
 
-// A counting sort of (block, member, tokens) by block, written straight
-// into the entries: members come in ascending order, so a member's pieces
-// of one block come one after another, counted as one entry and joined. A
-// block inside one run has that one entry, written without the tests.
-Holders holders_of_runs(const RunShardPlan& plan, std::int64_t tokens, std::int64_t block) {
+// A counting sort of (block, member, tokens) by block, in two passes over
+// the runs: holder_offsets counts each block's holders (the offsets),
+// holder_entries writes the entries straight into place. Members come in
+// ascending order, so a member's pieces of one block come one after
+// another, counted as one entry and joined. A block inside one run has that
+// one entry, written without the tests.
+void holder_offsets(const RunShardPlan& plan, std::int64_t tokens, std::int64_t block, Holders& h) {
   const auto blocks = static_cast<std::size_t>(ceil_div(tokens, block));
-  Holders h;
   std::vector<std::int64_t>& start = h.offset;
   start.assign(blocks + 1, 0);
   // First, block b's count of holders in the high half of start[b + 1] and
@@ -238,16 +239,21 @@ Holders holders_of_runs(const RunShardPlan& plan, std::int64_t tokens, std::int6
           start[static_cast<std::size_t>(k) + 1] = kOne;
       });
   for (std::size_t k = 1; k <= blocks; ++k) start[k] = (start[k] >> 32) + start[k - 1];
+}
+
+// The entries of the holders whose offsets holder_offsets counted.
+void holder_entries(const RunShardPlan& plan, std::int64_t block, Holders& h) {
+  const std::vector<std::int64_t>& start = h.offset;
   std::vector<std::int64_t>& fill = scratch().fill;
-  h.entries.resize(static_cast<std::size_t>(start[blocks]));
+  h.entries.resize(static_cast<std::size_t>(start.back()));
   fill.assign(start.begin(), start.end() - 1);
   for_each_block_overlap(
       plan, block,
       [&](std::int64_t k, std::int32_t m, std::int64_t n) {
         const auto b = static_cast<std::size_t>(k);
         const auto at = static_cast<std::size_t>(fill[b]);
-        if (fill[b] > start[b] && h.entries[at - 1].first == m) {
-          h.entries[at - 1].second += n;
+        if (fill[b] > start[b] && h.entries[at - 1].member == m) {
+          h.entries[at - 1].tokens += n;
         } else {
           h.entries[at] = {m, n};
           ++fill[b];
@@ -258,14 +264,25 @@ Holders holders_of_runs(const RunShardPlan& plan, std::int64_t tokens, std::int6
           h.entries[static_cast<std::size_t>(start[static_cast<std::size_t>(k)])] = {m, block};
         }
       });
-  return h;
 }
 
-// The key blocks' holders of a counted plan, counted on first need.
+// How many hold each key block of a counted plan (the holders' offsets),
+// counted on first need.
+const Holders& holder_counts(const SlotRunsCounts& c, const RunShardPlan& runs) {
+  if (!c.offsets_counted) {
+    holder_offsets(runs, c.tokens, c.block, c.holders);
+    c.offsets_counted = true;
+  }
+  return c.holders;
+}
+
+// The key blocks' holders of a counted plan, offsets and entries, counted
+// on first need.
 const Holders& holders_of(const SlotRunsCounts& c, const RunShardPlan& runs) {
-  if (!c.holders_counted) {
-    c.holders = holders_of_runs(runs, c.tokens, c.block);
-    c.holders_counted = true;
+  holder_counts(c, runs);
+  if (!c.entries_counted) {
+    holder_entries(runs, c.block, c.holders);
+    c.entries_counted = true;
   }
   return c.holders;
 }
@@ -294,6 +311,60 @@ class SparseMax {
 
  private:
   std::vector<std::vector<std::int32_t>>& levels_;  // level k: max of 2^k from i
+};
+
+// How many hold key block k: the entries its holders' offsets span.
+inline std::int32_t held_by(const std::vector<std::int64_t>& offset, std::int64_t k) {
+  return static_cast<std::int32_t>(offset[static_cast<std::size_t>(k) + 1] -
+                                   offset[static_cast<std::size_t>(k)]);
+}
+
+// The most-held key block of [lo, hi] from the maxima of aligned chunks of
+// kChunk blocks (one pass over the blocks; the maxima are the caller's
+// buffer): an interval reads its partial end chunks block by block and the
+// chunks between them by their maxima, so long intervals over a row that
+// several members touch read a thirty-second of their blocks.
+class ChunkMax {
+ public:
+  static constexpr std::int64_t kChunk = 32;
+
+  ChunkMax(const std::vector<std::int64_t>& offset, std::vector<std::int32_t>& chunk_most)
+      : offset_(offset), most_(chunk_most) {
+    const auto blocks = static_cast<std::int64_t>(offset.size()) - 1;
+    most_.resize(static_cast<std::size_t>(ceil_div(blocks, kChunk)));
+    for (std::int64_t j = 0; j * kChunk < blocks; ++j) {
+      std::int32_t m = 0;
+      for (std::int64_t k = j * kChunk; k < std::min(blocks, (j + 1) * kChunk); ++k) {
+        m = std::max(m, held_by(offset_, k));
+      }
+      most_[static_cast<std::size_t>(j)] = m;
+    }
+  }
+
+  // Blocks read for [lo, hi] at most: two partial chunks and the maxima.
+  static std::int64_t reads(std::int64_t lo, std::int64_t hi) {
+    return std::min(hi - lo + 1, 2 * kChunk + (hi - lo + 1) / kChunk);
+  }
+
+  std::int32_t max(std::int64_t lo, std::int64_t hi) const {
+    std::int32_t m = 0;
+    const std::int64_t first = lo / kChunk + 1;  // the chunks wholly inside
+    const std::int64_t last = (hi + 1) / kChunk;
+    if (first >= last) return blocks_max(lo, hi);
+    m = blocks_max(lo, first * kChunk - 1);
+    for (std::int64_t j = first; j < last; ++j) m = std::max(m, most_[static_cast<std::size_t>(j)]);
+    return std::max(m, blocks_max(last * kChunk, hi));
+  }
+
+ private:
+  std::int32_t blocks_max(std::int64_t lo, std::int64_t hi) const {
+    std::int32_t m = 0;
+    for (std::int64_t k = lo; k <= hi; ++k) m = std::max(m, held_by(offset_, k));
+    return m;
+  }
+
+  const std::vector<std::int64_t>& offset_;
+  std::vector<std::int32_t>& most_;  // per chunk: its most-held block's holders
 };
 
 }  // namespace
@@ -596,32 +667,45 @@ Floors floor_counted(const ScheduleRequest& request, const ScheduleSlot& slot,
     return f;
   }
   // Every other member holding tokens of a key block a member touches sends
-  // it some: a peer. A block's holders are its entries (one per member).
-  holders_of(c, runs);
-  if (x.levels.empty()) x.levels.emplace_back();
-  std::vector<std::int32_t>& per_block = x.levels[0];
-  per_block.resize(c.holders.offset.size() - 1);
-  for (std::size_t k = 0; k < per_block.size(); ++k) {
-    per_block[k] = static_cast<std::int32_t>(c.holders.offset[k + 1] - c.holders.offset[k]);
-  }
+  // it some: a peer. A block's holders are its entries (one per member), as
+  // many as its offsets span: who they are is not needed here.
+  const std::vector<std::int64_t>& offset = holder_counts(c, runs).offset;
   // The most-held block of each interval a member touches: read block by
-  // block where the intervals cover fewer blocks than the table of maxima
-  // would write (few members, on most slots), else from the table.
+  // block where the intervals cover fewer blocks than a table of maxima
+  // would cost, else from the cheaper of the chunks' maxima (one pass over
+  // the blocks) and the table of every power-of-two span's (O(1) a read).
   std::int64_t span = 0;
+  std::int64_t chunked = static_cast<std::int64_t>(offset.size()) - 1;
   for (std::size_t r = 0; r < c.work.size(); ++r) {
     if (c.work[r].tokens == 0) continue;
-    for (const auto& [lo, hi] : c.touched_by(r)) span += hi - lo + 1;
+    for (const auto& [lo, hi] : c.touched_by(r)) {
+      span += hi - lo + 1;
+      chunked += ChunkMax::reads(lo, hi);
+    }
   }
-  const auto blocks = static_cast<std::int64_t>(per_block.size());
+  const auto blocks = static_cast<std::int64_t>(offset.size()) - 1;
+  const std::int64_t sparse =
+      blocks * static_cast<std::int64_t>(std::bit_width(static_cast<std::uint64_t>(blocks)));
   std::optional<SparseMax> table;
-  if (span >
-      blocks * static_cast<std::int64_t>(std::bit_width(static_cast<std::uint64_t>(blocks)))) {
-    table.emplace(x.levels);
+  std::optional<ChunkMax> chunks;
+  if (span > std::min(chunked, sparse)) {
+    if (chunked <= sparse) {
+      chunks.emplace(offset, x.chunk_most);
+    } else {
+      if (x.levels.empty()) x.levels.emplace_back();
+      std::vector<std::int32_t>& per_block = x.levels[0];
+      per_block.resize(static_cast<std::size_t>(blocks));
+      for (std::int64_t k = 0; k < blocks; ++k) {
+        per_block[static_cast<std::size_t>(k)] = held_by(offset, k);
+      }
+      table.emplace(x.levels);
+    }
   }
   const auto most_held = [&](std::int64_t lo, std::int64_t hi) {
     if (table) return table->max(lo, hi);
+    if (chunks) return chunks->max(lo, hi);
     std::int32_t m = 0;
-    for (std::int64_t k = lo; k <= hi; ++k) m = std::max(m, per_block[static_cast<std::size_t>(k)]);
+    for (std::int64_t k = lo; k <= hi; ++k) m = std::max(m, held_by(offset, k));
     return m;
   };
   // Each member's peers at least: the other holders of the most-held key
@@ -657,6 +741,7 @@ Floors floor_counted(const ScheduleRequest& request, const ScheduleSlot& slot,
       if (it == seen.end()) seen.push_back(n);
     }
   }
+  holders_of(c, runs);
   const ExchangeTotals t = exchange_totals(c, node);
   // Each link's bytes priced at once, a hair under so that one product per
   // link cannot round above the table's sum of one product per peer.

@@ -16,11 +16,20 @@ namespace fulcrum::detail {
 
 using Interval = std::pair<std::int64_t, std::int64_t>;
 
+// One holder of a key block: a member and its real tokens there. Made
+// unset: the counting writes every entry before any is read.
+struct HolderEntry {
+  HolderEntry() {}  // NOLINT(modernize-use-equals-default): leaves the fields unset
+  HolderEntry(std::int32_t m, std::int64_t n) : member(m), tokens(n) {}
+  std::int32_t member;
+  std::int64_t tokens;
+};
+
 // Who holds the real tokens of every key block: block k's holders are
 // entries [offset[k], offset[k + 1]) of (member, tokens), members ascending.
 struct Holders {
   std::vector<std::int64_t> offset;
-  std::vector<std::pair<std::int32_t, std::int64_t>> entries;
+  std::vector<HolderEntry> entries;
 };
 
 // What the floor and the exact price of one run plan share: the members'
@@ -29,11 +38,14 @@ struct Holders {
 struct SlotRunsCounts {
   std::vector<RankWork> work;
   // The holders are counted from the plan's runs on first need
-  // (slot_runs.cpp's holders_of): many plans a planner counts (rule 5 at
-  // W = 1024 / 4,000 documents: 40%) are ruled out by their compute alone,
-  // which needs none. A plan's counts are counted and priced on one thread.
+  // (slot_runs.cpp's holder_counts and holders_of): many plans a planner
+  // counts (rule 5 at W = 1024 / 4,000 documents: 40%) are ruled out by
+  // their compute alone, which needs none, and more by the peers floor,
+  // which needs only how many hold each block (the offsets), not who. A
+  // plan's counts are counted and priced on one thread.
   mutable Holders holders;
-  mutable bool holders_counted = false;
+  mutable bool offsets_counted = false;
+  mutable bool entries_counted = false;
   std::int64_t tokens = 0;  // the row's real tokens, and the block size: what
   std::int64_t block = 1;   // the holders are counted over
   // Member r's merged touched intervals are touched[touched_at[r] ..
@@ -66,10 +78,13 @@ struct Scratch {
   std::vector<std::int64_t> member_held;
   std::vector<std::int32_t> node_touchers;
   std::vector<std::int32_t> inside;
+  std::vector<std::int64_t> held_since;  // exchange_totals' per member between events
+  std::vector<std::int32_t> holding;     // and the members holding some there
   std::vector<std::int32_t> node;
   std::vector<std::int32_t> seen;
-  std::vector<std::int32_t> most;  // floor_counted's peers per member
-  std::vector<double> compute;     // and compute per member
+  std::vector<std::int32_t> chunk_most;  // floor_counted's maxima per chunk of blocks
+  std::vector<std::int32_t> most;        // its peers per member
+  std::vector<double> compute;           // and compute per member
   std::vector<std::vector<std::int32_t>> levels;
 };
 

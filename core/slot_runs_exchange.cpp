@@ -52,8 +52,10 @@ inline std::int64_t at_event(const TouchEvent& e, std::int64_t held_before) {
 // start (per node: in from its node; the rest from the others), less its
 // own tokens in the blocks it touches; its K/V out is, per held entry, its
 // tokens times the other members touching the block (on its node, and
-// not). The same integer sums as the table's, in O(entries + intervals log
-// intervals) with no table per node or block.
+// not). Between two events the touches stand still: where the entries are
+// many to the events, each holder's tokens there are summed first and
+// priced once. The same integer sums as the table's, in O(entries +
+// intervals log intervals) with no table per node or block.
 ExchangeTotals exchange_totals(const SlotRunsCounts& c, const std::vector<std::int32_t>& node) {
   const std::size_t g = c.work.size();
   const std::size_t nodes =
@@ -73,10 +75,8 @@ ExchangeTotals exchange_totals(const SlotRunsCounts& c, const std::vector<std::i
   inside.assign(g, 0);
   ExchangeTotals t{std::vector<std::int64_t>(g, 0), std::vector<std::int64_t>(g, 0),
                    std::vector<std::int32_t>(g, 0)};
-  // The holder entries before the next event's block, read under the
-  // touches as they stand (past the last stop no member touches a block:
-  // those entries add nothing). Through plain pointers: the compiler need
-  // not reload the tables' addresses after each store.
+  // Through plain pointers: the compiler need not reload the tables'
+  // addresses after each store.
   std::int64_t* const near_of = t.near.data();
   std::int64_t* const far_of = t.far.data();
   std::int32_t* const peers_of = t.peers.data();
@@ -84,21 +84,51 @@ ExchangeTotals exchange_totals(const SlotRunsCounts& c, const std::vector<std::i
   const std::int32_t* const node_of = node.data();
   const std::int32_t* const touching = inside.data();
   const std::int32_t* const touching_on = node_touchers.data();
-  const std::pair<std::int32_t, std::int64_t>* const entries = c.holders.entries.data();
+  const HolderEntry* const entries = c.holders.entries.data();
+  // Member j's n tokens in blocks the touches as they stand cover.
+  const auto credit = [&](std::int32_t j, std::int64_t n) {
+    const auto own = static_cast<std::size_t>(node_of[j]);
+    const std::int32_t self = touching[j];  // 0 or 1: a member's intervals are disjoint
+    const std::int32_t near = touching_on[own] - self;
+    // Its own tokens are not received: less n where it touches the block.
+    near_of[j] += n * (near - self);
+    far_of[j] += n * (touchers - self - near);
+    peers_of[j] = std::max(peers_of[j], touchers - self);
+    held += n;
+    held_on[own] += n;
+  };
+  // Summed per holder between events: each member's tokens since the last
+  // event (0 where it holds none there; every entry holds some) and the
+  // members with some, in order of first entry.
+  const bool summed = c.holders.entries.size() >= 4 * x.events.size();
+  std::vector<std::int64_t>& since = x.held_since;
+  std::vector<std::int32_t>& holding = x.holding;
+  if (summed) {
+    since.assign(g, 0);
+    holding.resize(g);
+  }
+  std::int64_t* const held_since = since.data();
+  std::int32_t* const holders = holding.data();
   std::int64_t i = 0;
   for (const TouchEvent& ev : x.events) {
-    for (const std::int64_t stop = c.holders.offset[static_cast<std::size_t>(ev.block)]; i < stop;
-         ++i) {
-      const auto& [j, n] = entries[i];
-      const auto own = static_cast<std::size_t>(node_of[j]);
-      const std::int32_t self = touching[j];  // 0 or 1: a member's intervals are disjoint
-      const std::int32_t near = touching_on[own] - self;
-      // Its own tokens are not received: less n where it touches the block.
-      near_of[j] += n * (near - self);
-      far_of[j] += n * (touchers - self - near);
-      peers_of[j] = std::max(peers_of[j], touchers - self);
-      held += n;
-      held_on[own] += n;
+    // The holder entries before the event's block, read under the touches
+    // as they stand (past the last stop no member touches a block: those
+    // entries add nothing).
+    const std::int64_t stop = c.holders.offset[static_cast<std::size_t>(ev.block)];
+    if (summed) {
+      std::size_t count = 0;
+      for (; i < stop; ++i) {
+        const auto& [j, n] = entries[i];
+        if (held_since[j] == 0) holders[count++] = j;
+        held_since[j] += n;
+      }
+      for (std::size_t h = 0; h < count; ++h) {
+        const std::int32_t j = holders[h];
+        credit(j, held_since[j]);
+        held_since[j] = 0;
+      }
+    } else {
+      for (; i < stop; ++i) credit(entries[i].member, entries[i].tokens);
     }
     const auto r = static_cast<std::size_t>(ev.member);
     const auto own = static_cast<std::size_t>(node[r]);

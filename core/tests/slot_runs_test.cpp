@@ -301,6 +301,112 @@ TEST(SlotRuns, EndBelowIsTheFloorOrTheExactEnd) {
   EXPECT_GT(priced, 3000);
 }
 
+// A row of many small key blocks over g members, each holding one stretch
+// of it, with a few "hot" blocks cut position by position among random
+// members: under a causal or full mask the members touch long intervals,
+// and a peer latency far above the compute makes the peers floor read the
+// most-held block of each. Against the reference, bit for bit, with the
+// exchange floor and without.
+RandomSlot hot_block_slot(std::mt19937_64& rng) {
+  RandomSlot out;
+  ScheduleRequest& r = out.request;
+  const auto g = static_cast<std::int32_t>(2 + below(rng, 15));
+  r.world_size = g;
+  r.block_size = 2 + below(rng, 7);
+  r.profile = *builtin_cost_profile("h100_7b");
+  r.profile.ranks_per_node = static_cast<std::int32_t>(1 + below(rng, 8));
+  r.profile.latency_seconds = 1.0;
+  const std::int64_t n = log_uniform(rng, 500, 20000);
+  const std::int64_t docs = 1 + below(rng, 3);
+  std::int64_t left = n;
+  for (std::int64_t d = 0; d < docs; ++d) {
+    const std::int64_t len = d + 1 == docs ? left : 1 + below(rng, left - (docs - 1 - d));
+    r.doc_lengths.push_back(len);
+    out.slot.pieces.push_back({d, 0, len});
+    left -= len;
+  }
+  r.mask.kind = below(rng, 2) == 0 ? MaskKind::kCausal : MaskKind::kFull;
+  r.max_tokens_per_rank = n;
+  std::vector<std::int32_t> owner(static_cast<std::size_t>(n));
+  for (std::int64_t x = 0; x < n; ++x)
+    owner[static_cast<std::size_t>(x)] = static_cast<std::int32_t>(x * g / n);
+  const std::int64_t blocks = ceil_div(n, r.block_size);
+  for (std::int64_t hot = 1 + below(rng, 4); hot > 0; --hot) {
+    const std::int64_t k = below(rng, blocks);
+    for (std::int64_t x = k * r.block_size; x < std::min(n, (k + 1) * r.block_size); ++x) {
+      owner[static_cast<std::size_t>(x)] = static_cast<std::int32_t>(below(rng, g));
+    }
+  }
+  RunShardPlan& plan = out.runs;
+  plan.ranks = g;
+  plan.rank_offset.push_back(0);
+  for (std::int32_t m = 0; m < g; ++m) {
+    std::int64_t len = 0;
+    for (std::int64_t x = 0; x < n; ++x) {
+      if (owner[static_cast<std::size_t>(x)] != m) continue;
+      if (len > 0 && plan.runs.back().begin + plan.runs.back().length == x) {
+        ++plan.runs.back().length;
+      } else {
+        plan.runs.push_back({x, 1});
+      }
+      ++len;
+    }
+    plan.shard_len = std::max(plan.shard_len, len);
+    plan.rank_offset.push_back(static_cast<std::int64_t>(plan.runs.size()));
+  }
+  out.slot.ranks.resize(static_cast<std::size_t>(g));
+  std::iota(out.slot.ranks.begin(), out.slot.ranks.end(), 0);
+  out.slot.plan = materialize_runs(plan);
+  return out;
+}
+
+TEST(SlotRuns, PeersFloorFindsTheMostHeldBlockOfLongIntervals) {
+  std::mt19937_64 rng(20261130);
+  const auto same = [](double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; };
+  for (int i = 0; i < 600; ++i) {
+    const RandomSlot s = hot_block_slot(rng);
+    SCOPED_TRACE("slot " + std::to_string(i) + ", g = " + std::to_string(s.runs.ranks));
+    for (const bool exchange : {false, true}) {
+      EXPECT_TRUE(same(reference::slot_end_floor_runs(s.request, s.slot, s.runs, exchange),
+                       slot_end_floor_runs(s.request, s.slot, s.runs, exchange)))
+          << "exchange floor " << exchange;
+    }
+    if (HasFailure()) return;
+  }
+}
+
+// One plan's counts floored and then priced, as rule 5 does: the holders'
+// offsets counted for the peers floor, their entries only when the exchange
+// floor or the price needs them. In every order of those needs, the same
+// floors and the same exact price as the reference's, bit for bit.
+TEST(SlotRuns, CountsFlooredThenPricedAsTheReference) {
+  std::mt19937_64 rng(20261131);
+  const auto same = [](double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; };
+  std::int64_t at_peers = 0;
+  for (int i = 0; i < 1500; ++i) {
+    const RandomSlot s = i % 2 == 0 ? random_slot(rng, i % 100 == 98) : hot_block_slot(rng);
+    SCOPED_TRACE("slot " + std::to_string(i) + ", g = " + std::to_string(s.runs.ranks));
+    const double peers = reference::slot_end_floor_runs(s.request, s.slot, s.runs, false);
+    const double floor = reference::slot_end_floor_runs(s.request, s.slot, s.runs, true);
+    const SlotCost exact = reference::evaluate_slot_runs(s.request, s.slot, s.runs);
+    const CountedRuns counted = count_runs(s.request, s.slot, s.runs);
+    // The peers floor alone, at an end to beat it reaches: no entries.
+    const SlotEnd a = slot_end_counted_below(s.request, s.slot, counted, peers, false);
+    EXPECT_FALSE(a.exact);
+    EXPECT_TRUE(same(a.end, peers));
+    at_peers += a.exact ? 0 : 1;
+    // Then the exchange floor, then the price, on the same counts.
+    const SlotEnd b = slot_end_counted_below(s.request, s.slot, counted, floor, true);
+    EXPECT_TRUE(same(b.end, floor) || b.exact);
+    const SlotEnd c = slot_end_counted_below(s.request, s.slot, counted,
+                                             std::numeric_limits<double>::infinity(), true);
+    ASSERT_TRUE(c.exact);
+    expect_same(exact, c.cost);
+    if (HasFailure()) return;
+  }
+  EXPECT_GT(at_peers, 1000);
+}
+
 // A one-rank slot priced from its pieces (one_rank_row_work,
 // one_rank_slot_end) against the generic walk of its one plan, the run
 // [0, N) on one member, and against the positions: on random rows of 1 to

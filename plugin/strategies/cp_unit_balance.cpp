@@ -429,20 +429,6 @@ class UnitRefiner {
   std::vector<std::int64_t> count_;        // per rank: full units held
 };
 
-// Appends [begin, begin + length) to the runs, merging with the previous run
-// when it continues it.
-void append_run(std::vector<Run>& runs, std::int64_t first_of_rank, std::int64_t begin,
-                std::int64_t length) {
-  if (static_cast<std::int64_t>(runs.size()) > first_of_rank) {
-    Run& last = runs.back();
-    if (last.begin + last.length == begin) {
-      last.length += length;
-      return;
-    }
-  }
-  runs.push_back(Run{begin, length});
-}
-
 // The units of B tokens ("full", dealt and refined) and the shorter ones
 // ("pieces", dealt first), each ascending.
 struct UnitSplit {
@@ -452,6 +438,7 @@ struct UnitSplit {
 
 UnitSplit split_units(const Units& units) {
   UnitSplit split;
+  split.full.reserve(static_cast<std::size_t>(units.count()));  // most units are full
   for (std::int64_t k = 0; k < units.count(); ++k) {
     (units.length(k) == units.size ? split.full : split.pieces)
         .push_back(static_cast<std::int32_t>(k));
@@ -535,41 +522,64 @@ std::vector<RankWork> piece_tail_work(const CpWorkload& workload, const RowLayou
   return tail_work;
 }
 
-// The runs: each rank's full units ascending (a counting sort by owner,
-// `full` being ascending), then its piece tail; `out.work` their sums.
+// The runs: each rank's full units ascending, then its piece tail, a run
+// merged with the rank's previous one where it continues it; `out.work`
+// their sums. Two passes over the units in ascending order (`full` is): the
+// first counts each rank's runs (a unit starts one unless it continues the
+// rank's last) and sums its work, the second writes each run in its place.
 void assemble_runs(const Units& units, const std::vector<std::int32_t>& full,
                    std::span<const std::int32_t> owner, const RunPlan& tail,
                    const std::vector<RankWork>& tail_work, Balanced& out) {
-  const std::int32_t p = tail.ranks;
+  const auto p = static_cast<std::size_t>(tail.ranks);
+  const std::int64_t size = units.size;
   RunPlan& plan = out.runs;
-  plan.rank_offset.assign(static_cast<std::size_t>(p) + 1, 0);
-  std::vector<std::int64_t> first_full(static_cast<std::size_t>(p) + 1, 0);
-  for (const std::int32_t r : owner) ++first_full[r + 1];
-  for (std::int32_t r = 0; r < p; ++r) first_full[r + 1] += first_full[r];
-  std::vector<std::int32_t> by_rank(full.size());
-  {
-    std::vector<std::int64_t> next(first_full.begin(), first_full.end() - 1);
-    for (std::size_t i = 0; i < full.size(); ++i) by_rank[next[owner[i]]++] = full[i];
-  }
-  plan.runs.reserve(full.size() + tail.runs.size());
-  out.work.assign(static_cast<std::size_t>(p), RankWork{});
-  for (std::int32_t r = 0; r < p; ++r) {
-    const std::int64_t first = static_cast<std::int64_t>(plan.runs.size());
+  std::vector<std::int64_t>& start = plan.rank_offset;  // runs of rank r in start[r + 1] first
+  start.assign(p + 1, 0);
+  std::vector<std::int64_t> end(p, -1);  // each rank's last run's end (-1: none yet)
+  out.work.assign(p, RankWork{});
+  for (std::size_t i = 0; i < full.size(); ++i) {
+    const auto k = static_cast<std::size_t>(full[i]);
+    const auto r = static_cast<std::size_t>(owner[i]);
+    if (units.cut[k] != end[r]) ++start[r + 1];
+    end[r] = units.cut[k] + size;
     RankWork& w = out.work[r];
-    for (std::int64_t i = first_full[r]; i < first_full[r + 1]; ++i) {
-      const std::int32_t k = by_rank[i];
-      append_run(plan.runs, first, units.cut[k], units.size);
-      w.pairs += units.pairs[k];
-      w.tiles += units.tiles[k];
-      w.tokens += units.size;
-    }
+    w.pairs += units.pairs[k];
+    w.tiles += units.tiles[k];
+    w.tokens += size;
+  }
+  for (std::size_t r = 0; r < p; ++r) {
     for (std::int64_t i = tail.rank_offset[r]; i < tail.rank_offset[r + 1]; ++i) {
-      append_run(plan.runs, first, tail.runs[i].begin, tail.runs[i].length);
+      const Run& piece = tail.runs[static_cast<std::size_t>(i)];
+      if (piece.begin != end[r]) ++start[r + 1];
+      end[r] = piece.begin + piece.length;
     }
-    w.pairs += tail_work[r].pairs;
-    w.tiles += tail_work[r].tiles;
-    w.tokens += tail_work[r].tokens;
-    plan.rank_offset[r + 1] = static_cast<std::int64_t>(plan.runs.size());
+    out.work[r].pairs += tail_work[r].pairs;
+    out.work[r].tiles += tail_work[r].tiles;
+    out.work[r].tokens += tail_work[r].tokens;
+    start[r + 1] += start[r];
+  }
+  plan.runs.resize(static_cast<std::size_t>(start[p]));
+  // Each rank's last run written so far (start[r] - 1: none yet).
+  std::vector<std::int64_t> last(start.begin(), start.end() - 1);
+  const auto add = [&](std::size_t r, std::int64_t begin, std::int64_t length) {
+    if (last[r] >= start[r]) {
+      Run& run = plan.runs[static_cast<std::size_t>(last[r])];
+      if (run.begin + run.length == begin) {
+        run.length += length;
+        return;
+      }
+    }
+    plan.runs[static_cast<std::size_t>(++last[r])] = Run{begin, length};
+  };
+  for (std::size_t r = 0; r < p; ++r) --last[r];
+  for (std::size_t i = 0; i < full.size(); ++i) {
+    add(static_cast<std::size_t>(owner[i]), units.cut[static_cast<std::size_t>(full[i])], size);
+  }
+  for (std::size_t r = 0; r < p; ++r) {
+    for (std::int64_t i = tail.rank_offset[r]; i < tail.rank_offset[r + 1]; ++i) {
+      add(r, tail.runs[static_cast<std::size_t>(i)].begin,
+          tail.runs[static_cast<std::size_t>(i)].length);
+    }
   }
 }
 

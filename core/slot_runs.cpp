@@ -347,11 +347,10 @@ class ChunkMax {
   }
 
   std::int32_t max(std::int64_t lo, std::int64_t hi) const {
-    std::int32_t m = 0;
     const std::int64_t first = lo / kChunk + 1;  // the chunks wholly inside
     const std::int64_t last = (hi + 1) / kChunk;
     if (first >= last) return blocks_max(lo, hi);
-    m = blocks_max(lo, first * kChunk - 1);
+    std::int32_t m = blocks_max(lo, first * kChunk - 1);
     for (std::int64_t j = first; j < last; ++j) m = std::max(m, most_[static_cast<std::size_t>(j)]);
     return std::max(m, blocks_max(last * kChunk, hi));
   }
@@ -741,7 +740,7 @@ Floors floor_counted(const ScheduleRequest& request, const ScheduleSlot& slot,
       if (it == seen.end()) seen.push_back(n);
     }
   }
-  holders_of(c, runs);
+  holders_of(c, runs);  // exchange_totals reads the entries, not only the offsets
   const ExchangeTotals t = exchange_totals(c, node);
   // Each link's bytes priced at once, a hair under so that one product per
   // link cannot round above the table's sum of one product per peer.

@@ -560,7 +560,8 @@ void assemble_runs(const Units& units, const std::vector<std::int32_t>& full,
   }
   plan.runs.resize(static_cast<std::size_t>(start[p]));
   // Each rank's last run written so far (start[r] - 1: none yet).
-  std::vector<std::int64_t> last(start.begin(), start.end() - 1);
+  std::vector<std::int64_t> last(p);
+  for (std::size_t r = 0; r < p; ++r) last[r] = start[r] - 1;
   const auto add = [&](std::size_t r, std::int64_t begin, std::int64_t length) {
     if (last[r] >= start[r]) {
       Run& run = plan.runs[static_cast<std::size_t>(last[r])];
@@ -571,7 +572,6 @@ void assemble_runs(const Units& units, const std::vector<std::int32_t>& full,
     }
     plan.runs[static_cast<std::size_t>(++last[r])] = Run{begin, length};
   };
-  for (std::size_t r = 0; r < p; ++r) --last[r];
   for (std::size_t i = 0; i < full.size(); ++i) {
     add(static_cast<std::size_t>(owner[i]), units.cut[static_cast<std::size_t>(full[i])], size);
   }

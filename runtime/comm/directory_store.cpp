@@ -190,6 +190,14 @@ Result<c10::intrusive_ptr<DirectoryStore>> DirectoryStore::open(const std::strin
 DirectoryStore::DirectoryStore(int dir_fd, std::string path, std::chrono::milliseconds timeout)
     : c10d::Store(timeout), path_(std::move(path)), dir_fd_(dir_fd) {}
 
+c10::intrusive_ptr<c10d::Store> DirectoryStore::clone() {
+  // A descriptor of its own, reopened through this one: the directory
+  // checked at open(), never a path looked up again.
+  const int fd = ::openat(dir_fd_, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error("cannot reopen the store: " + errno_text(errno));
+  return c10::make_intrusive<DirectoryStore>(fd, path_, timeout_);
+}
+
 DirectoryStore::~DirectoryStore() {
   if (dir_fd_ >= 0) ::close(dir_fd_);
 }

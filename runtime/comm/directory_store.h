@@ -53,6 +53,11 @@ class DirectoryStore : public c10d::Store {
   void wait(const std::vector<std::string>& keys,
             const std::chrono::milliseconds& timeout) override;
 
+  // Another store on the same directory, for another thread: LibTorch 2.x
+  // makes Store::clone pure virtual, 1.13 has none, so it is declared
+  // without `override` and builds against both.
+  c10::intrusive_ptr<c10d::Store> clone();
+
   const std::string& path() const { return path_; }
 
  private:

@@ -122,7 +122,7 @@ void join_store(c10d::Store& store, const GlooOptions& o, const std::string& whe
   const auto deadline = Clock::now() + o.rendezvous_timeout;
   std::int64_t joined = 0;
   try {
-    store.set(mark(o.rank), {1});
+    store.set(mark(o.rank), std::vector<std::uint8_t>{1});
     joined = store.add(key, 1);
     while (joined < o.world_size) {
       if (Clock::now() >= deadline) break;

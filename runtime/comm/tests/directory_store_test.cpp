@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
@@ -70,6 +71,36 @@ TEST(DirectoryStore, SetGetCheckDeleteAndCount) {
   EXPECT_FALSE(store->check({"a"}));
   EXPECT_EQ(store->getNumKeys(), static_cast<std::int64_t>(keys.size()) - 1);
   EXPECT_THROW(store->set(std::string(200, '/'), bytes("x")), std::invalid_argument);
+}
+
+// clone (LibTorch 2.x's Store asks for it): the same keys and counters,
+// through a descriptor of its own that outlives the store it came from, even
+// when the directory's path now names another directory.
+TEST(DirectoryStore, CloneSharesTheKeysAndOutlivesTheOriginal) {
+  PrivateDir dir;
+  auto store = open_store(dir.path);
+  ASSERT_TRUE(store);
+  store->set("before", bytes("1"));
+  c10::intrusive_ptr<c10d::Store> copy = store->clone();
+  ASSERT_TRUE(copy);
+  EXPECT_EQ(copy->get("before"), bytes("1"));
+  EXPECT_EQ(copy->add("counter", 2), 2);
+  EXPECT_EQ(store->add("counter", 3), 5);
+  EXPECT_EQ(copy->getTimeout(), store->getTimeout());
+  store.reset();
+  const fs::path moved = dir.path.string() + "_moved";
+  fs::rename(dir.path, moved);
+  ASSERT_TRUE(fs::create_directory(dir.path));
+  auto entries = [](const fs::path& p) {
+    return std::distance(fs::directory_iterator(p), fs::directory_iterator());
+  };
+  const auto held = entries(moved);
+  copy->set("after", bytes("2"));
+  EXPECT_EQ(entries(moved), held + 1);
+  EXPECT_EQ(copy->get("after"), bytes("2"));
+  EXPECT_TRUE(fs::is_empty(dir.path));
+  std::error_code ec;
+  fs::remove_all(moved, ec);
 }
 
 TEST(DirectoryStore, GetWaitsForTheKeyAndTimesOutNamingIt) {

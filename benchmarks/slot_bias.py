@@ -31,11 +31,21 @@ fit of the two before it) or one step at a time (`loo`), and it prints:
 - the held-out log ratio measured / predicted of a member, per scheduler,
   split by what the member or its slot is (g; member 0 of a per-document
   head-tail plan, or not; tiles, tokens and K/V bytes by tercile; padding;
-  the rank's slot count; the slot's position in the rank's timeline);
+  the slot's plan rule and its number of documents; the rank's slot count;
+  the slot's position in the rank's timeline);
 - per step and scheduler, member 0 against member 1 of every two-member slot;
 - candidate fits held out: today's terms; received and sent K/V priced
-  apart; a factor on member 0 of per-document plans; with the per-rank error
-  and the error of the predicted speed-ups.
+  apart; a factor on member 0 of per-document plans; full and partial tiles
+  priced apart, and a price per document piece; with the per-rank error and
+  the error of the predicted speed-ups.
+
+A member's tiles are split into full ones (every query of the block may
+attend every key of the key block) and partial ones (a causal diagonal, a
+document edge, a query block that spans runs of the plan, or a short block)
+from its positions, which `fulcrum plan --positions` gives for the slot's
+documents, plan rule and size; the two must add up to the member's recorded
+tiles. Its pieces are its maximal runs of consecutive positions of one
+document.
 
     python3 benchmarks/slot_bias.py build/hbq2_w4 build/hbq2_w6 build/hbq2_w8
 """
@@ -66,6 +76,10 @@ rf = re_.rf
 SCHEDULERS = rf.SCHEDULERS
 ROW = rf.MODELS["row"]
 SPLIT_EXCHANGE = ["tiles", "tokens", "one", "row", "received", "sent", "peers"]
+SPLIT_TILES = ["full", "partial"] + [t for t in ROW if t != "tiles"]
+# The coefficients a candidate's report names, with their units.
+FITTED = [("received", "token"), ("sent", "token"), ("full", "tile"), ("partial", "tile"),
+          ("pieces", "piece")]
 M64 = (1 << 64) - 1
 
 
@@ -219,6 +233,87 @@ def ceil_div(a, b):
     return -(-a // b)
 
 
+def causal_tile_split(rows, docs, block):
+    """(full, partial, pieces) of a member whose local rows are `rows` (global
+    positions of the row of documents `docs`, in plan order; anything
+    outside [0, N) a pad row) under the causal document mask, its query
+    blocks `block` consecutive local rows against key blocks of `block`
+    global positions. Each query's allowed keys are one interval (its
+    document's start to itself), so a query block touches the key blocks of
+    the union of its rows' intervals, and a key block is full only when the
+    query block has `block` real rows and every row's interval covers it
+    (which a short last key block never is)."""
+    starts, doc_of = [], []
+    for i, n in enumerate(docs):
+        starts.append(len(doc_of))
+        doc_of += [i] * n
+    n_tokens = len(doc_of)
+    real = [p for p in rows if 0 <= p < n_tokens]
+    pieces = sum(1 for i, p in enumerate(real)
+                 if i == 0 or p != real[i - 1] + 1 or doc_of[p] != doc_of[real[i - 1]])
+    full = partial = 0
+    for first in range(0, len(rows), block):
+        spans = sorted((starts[doc_of[p]], p) for p in rows[first:first + block]
+                       if 0 <= p < n_tokens)
+        if not spans:
+            continue
+        touched = set()
+        lo, hi = spans[0]
+        for a, b in spans[1:] + [(n_tokens + block, 0)]:
+            if a > hi + 1:
+                touched.update(range(lo // block, hi // block + 1))
+                lo, hi = a, b
+            else:
+                hi = max(hi, b)
+        whole = set()
+        if len(spans) == block:
+            lowest_end = min(b for _, b in spans)
+            latest_start = max(a for a, _ in spans)
+            whole = {k for k in touched
+                     if k * block >= latest_start and (k + 1) * block - 1 <= lowest_end}
+        full += len(whole)
+        partial += len(touched) - len(whole)
+    return full, partial, pieces
+
+
+def plan_positions(cli, rule, g, docs, block, mask):
+    """Each member's positions for one slot's plan (`fulcrum plan
+    --positions`), or None where the CLI cannot give them (a weighted plan
+    takes its weights from the schedule)."""
+    key = (rule, g, tuple(docs), block, mask)
+    if key not in _POSITIONS:
+        _POSITIONS[key] = None
+        if rule != "per_document_weighted":
+            run = subprocess.run([cli, "plan", "--cp", str(g), "--strategy", rule, "--lengths",
+                                  ",".join(map(str, docs)), "--block-size", str(block),
+                                  "--mask", mask, "--positions", "--format", "json"],
+                                 capture_output=True, text=True)
+            answer = json.loads(run.stdout) if run.returncode == 0 else None
+            if answer and answer["used"] == rule:
+                _POSITIONS[key] = [r["positions"] for r in answer["ranks"]]
+    return _POSITIONS[key]
+
+
+_POSITIONS = {}
+
+
+def split_tiles(m, slot, cli, block, mask, where):
+    """The member's full and partial tiles and pieces (causal masks); where
+    the positions cannot be had, every tile partial and a piece per
+    document, so that the member still counts in every fit."""
+    docs = [d["length"] for d in slot["documents"]]
+    rows = plan_positions(cli, slot["plan"], len(slot["group"]), docs, block, mask)
+    if rows is None or mask != "causal":
+        m["full"], m["partial"], m["pieces"] = 0.0, float(m["tiles"]), float(len(docs))
+        return False
+    full, partial, pieces = causal_tile_split(rows[m["member"]], docs, block)
+    if full + partial != m["tiles"]:
+        sys.exit(f"{where}: rank {m['rank']} of slot {m['slot']} has {m['tiles']} tiles in the "
+                 f"records but {full} full and {partial} partial from its plan's positions")
+    m["full"], m["partial"], m["pieces"] = float(full), float(partial), float(pieces)
+    return True
+
+
 def describe_member(m, slot, kv_bytes_per_token):
     """The member's slot facts that the records leave out."""
     index = slot["group"].index(m["rank"])
@@ -258,7 +353,10 @@ def attach(folder, cli, first_step):
                 answer = cli_schedule(cli, config, documents[step - 1], n, profile, scratch)
                 check_schedule(answer, sched, records, step, n, folder)
                 for m in sched["members"]:
-                    describe_member(m, answer["slots"][m["slot"]], config["kv_bytes_per_token"])
+                    slot = answer["slots"][m["slot"]]
+                    describe_member(m, slot, config["kv_bytes_per_token"])
+                    split_tiles(m, slot, cli, config["block"], config["mask"],
+                                f"{folder} step {step} {n}")
     return steps
 
 
@@ -347,6 +445,8 @@ def member_bins(sched, edges):
             "tokens": bin_of(m["tokens"], edges["tokens"]),
             "kv": bin_of(m["kv"], edges["kv"]),
             "padding": "some" if m["padding"] > 0 else "none",
+            "plan": m["plan"],
+            "documents in slot": str(m["docs"]) if m["docs"] < 6 else "6+",
             "slots per rank": bin_of(len(mine), edges["slots"]),
             "position": "first third" if position < 1 / 3 else
                         "middle third" if position < 2 / 3 else "last third"}
@@ -448,7 +548,7 @@ def candidate(steps, mode, terms, member_zero, wait=None):
         j = fit_waits(train, price, wait == "plan") if wait else {}
         fitted.append(f"member-0 factor {delta:+.3f}" if member_zero else
                       ", ".join(f"j {k} {v:.2f}" for k, v in sorted(j.items())) if wait else
-                      ", ".join(f"{t} {coef.get(t, 0.0):.2e} s/token" for t in ("received", "sent")
+                      ", ".join(f"{t} {coef.get(t, 0.0):.2e} s/{unit}" for t, unit in FITTED
                                 if t in terms))
         for n, sched in steps[test_key].items():
             measured, predicted, rm, rp = {}, {}, {}, {}
@@ -470,7 +570,9 @@ CANDIDATES = {"today (row model)": (ROW, False, None),
               "received and sent apart": (SPLIT_EXCHANGE, False, None),
               "today + member-0 factor": (ROW, True, None),
               "today + slot-end wait, one j": (ROW, False, "one"),
-              "today + slot-end wait, j per plan kind": (ROW, False, "plan")}
+              "today + slot-end wait, j per plan kind": (ROW, False, "plan"),
+              "full and partial tiles apart": (SPLIT_TILES, False, None),
+              "full and partial tiles apart + pieces": (SPLIT_TILES + ["pieces"], False, None)}
 
 
 def gains(crit):
@@ -493,8 +595,8 @@ def report(name, steps, modes):
               "slots): " + "; ".join(f"{n} g={g} {a:.3f} vs {b:.3f} ({c})"
                                      for (n, g), (a, b, c) in sorted(spread.items())))
         table = splits(steps, mode)
-        for feature in ("role", "g", "tiles", "tokens", "kv", "padding", "slots per rank",
-                        "position"):
+        for feature in ("role", "g", "tiles", "tokens", "kv", "padding", "plan",
+                        "documents in slot", "slots per rank", "position"):
             cells = [f"{value} {n} {100 * statistics.fmean(v):+.1f}% ({len(v)})"
                      for (f, value, n), v in sorted(table.items()) if f == feature]
             print(f"  {mode} mean log(measured / predicted) by {feature}: " + "; ".join(cells))

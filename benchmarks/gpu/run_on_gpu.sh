@@ -9,6 +9,18 @@
 #                                                    # float64 layout equivalence on cuda
 #   bash benchmarks/gpu/run_on_gpu.sh torch   [OUT]  # fulcrum.torch against PyTorch's own CP
 #                                                    # classes and FlexAttention (pytest)
+#   bash benchmarks/gpu/run_on_gpu.sh cores   [OUT]  # the runtime build, then issue 21's
+#                                                    # scheduler comparison at W = 8, 6, 4 on
+#                                                    # the machine's dedicated CPU cores
+#
+# The runtime's build needs what a PyTorch installation leaves out
+# (docs/RESULTS_GPU.md, section 2): DEPS_DEBS, a folder of .deb files unpacked
+# into a prefix of their own (Boost.Program_options and its headers when the
+# machine has none: apt-get download libboost1.74-dev
+# libboost-program-options1.74-dev libboost-program-options1.74.0), and
+# GLOO_INCLUDE, a folder holding gloo/ with its config.h, for the Gloo
+# revision that LibTorch was built with (pip wheels ship c10d's
+# ProcessGroupGloo.hpp but not the gloo headers it includes).
 #
 # The machine has no ../shared and no network: prepare the rows here first
 # (python3 benchmarks/gpu/prepare.py) and carry benchmarks/gpu/.data with the
@@ -16,9 +28,9 @@
 # the CLI or the plugin cannot be built there. BENCH_ARGS adds options to
 # run.py (e.g. BENCH_ARGS="--rows single_causal_65536 --cp 8").
 set -euo pipefail
-stage=${1:?usage: run_on_gpu.sh bench|runtime|torch [OUT]}
-if [[ $stage != bench && $stage != runtime && $stage != torch ]]; then
-  echo "run_on_gpu.sh: unknown stage '$stage'; use bench, runtime or torch" >&2
+stage=${1:?usage: run_on_gpu.sh bench|runtime|torch|cores [OUT]}
+if [[ $stage != bench && $stage != runtime && $stage != torch && $stage != cores ]]; then
+  echo "run_on_gpu.sh: unknown stage '$stage'; use bench, runtime, torch or cores" >&2
   exit 2
 fi
 out=${2:-${OUT:?give OUT as the second argument or in the environment}}
@@ -49,18 +61,47 @@ case "$stage" in
       python/tests/test_torch_adapters.py python/tests/test_pytorch_parity.py \
       python/tests/test_block_mask.py 2>&1 | tee "$out/torch_tests.txt"
     ;;
-  runtime)
+  runtime | cores)
     prefix=$("$py" -c 'import torch; print(torch.utils.cmake_prefix_path)')
+    export PATH=/usr/local/cuda/bin:$PATH
+    extra=(-DCMAKE_PREFIX_PATH="$prefix")
+    if [ -n "${DEPS_DEBS:-}" ]; then
+      deps=$(mktemp -d)
+      for deb in "$DEPS_DEBS"/*.deb; do dpkg -x "$deb" "$deps"; done
+      extra=(-DCMAKE_PREFIX_PATH="$prefix;$deps/usr")
+      boost=$(ls -d "$deps"/usr/lib/*/cmake/Boost-* 2>/dev/null | head -1)
+      if [ -n "$boost" ]; then extra+=(-DBoost_DIR="$boost"); fi
+    fi
+    flags=""
+    if [ -n "${GLOO_INCLUDE:-}" ]; then flags="-isystem $GLOO_INCLUDE"; fi
     generator=()
     if command -v ninja >/dev/null; then generator=(-G Ninja); fi
-    # Tests and benchmarks stay off: GoogleTest and Google Benchmark may be
-    # missing there, and the CPU tests run in CI.
-    cmake -S . -B build/cuda "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
-      -DCMAKE_PREFIX_PATH="$prefix" -DFULCRUM_BUILD_TESTS=OFF -DFULCRUM_BUILD_BENCHMARKS=OFF \
+    # CMAKE_POLICY_VERSION_MINIMUM: CMake 4 refuses the old policy versions
+    # some installed package files still declare. The CUDA libraries that
+    # libtorch_cuda.so needs are other pip packages, found at run time
+    # through its RPATH: the linker is not asked to resolve them.
+    cmake -S . -B build/cuda "${generator[@]}" -DCMAKE_BUILD_TYPE=Release "${extra[@]}" \
+      -DFULCRUM_BUILD_TESTS=OFF -DFULCRUM_BUILD_BENCHMARKS=OFF -DCMAKE_POLICY_VERSION_MINIMUM=3.5 \
+      -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS=-Wl,--allow-shlib-undefined \
+      -DCMAKE_SHARED_LINKER_FLAGS=-Wl,--allow-shlib-undefined \
       > "$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
     grep "fulcrum:" "$out/configure.log" || true
-    cmake --build build/cuda -j"$(nproc)" --target fulcrum fulcrum-worker fulcrum-calibrate \
-      > "$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
+    started=$(date +%s)
+    cmake --build build/cuda -j"$(nproc)" \
+      --target fulcrum fulcrum-worker fulcrum-calibrate fulcrum_balancer \
+      > "$out/build.log" 2>&1 || { grep -E -A3 "error|FAILED" "$out/build.log" | head -60; exit 1; }
+    echo "built in $(( $(date +%s) - started )) s"
+    if [ "$stage" = cores ]; then
+      # Issue 21's measures where a step's speed holds still: each worker on
+      # a core of its own (W <= nproc), nothing else running.
+      for w in ${WORLDS:-8 6 4}; do
+        PYTHONUNBUFFERED=1 "$py" benchmarks/hybrid_train.py --fulcrum build/cuda/bin/fulcrum \
+          --worlds "$w" --first-step 3 --steps 4 --repetitions 5 --profile auto \
+          --profile-start "$PWD/configs/profiles/cpu_calibrated.yaml" --refit-every 1 \
+          --out "$out/cores_w$w" | tee "$out/cores_w$w.txt"
+      done
+      exit 0
+    fi
     bin=build/cuda/bin
     # The quickstart on the GPU: DP 2 x CP 2 sharing one GPU over Gloo.
     "$bin/fulcrum" train --config configs/synthetic.yaml --set train.device=cuda \

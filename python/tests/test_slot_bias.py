@@ -2,9 +2,11 @@
 standard's mt19937_64 value, and a job trained here rebuilt member for
 member), a job whose batches are not the rebuilt ones refused, and the
 analysis on synthetic records (test_reprice_fit.py's generator): exact
-without noise, a planted member-0 penalty measured exactly, and a planted
+without noise, a planted member-0 penalty measured exactly, a planted
 receive-only exchange cost recovered only by the fit that prices received
-and sent K/V apart."""
+and sent K/V apart, and a planted partial-tile premium only by the fit that
+prices full and partial tiles apart; the full/partial split of a member's
+tiles against a pair-by-pair recount of the mask."""
 
 import json
 import math
@@ -104,11 +106,13 @@ def test_a_job_of_other_batches_is_refused(trained, cli_path, tmp_path):
     assert "rebuilt" in str(stop.value) or "slot_ranks" in str(stop.value)
 
 
-def synthetic_steps(tmp_path, seed, world=4, count=4, penalty=1.0, receive_cost=0.0):
+def synthetic_steps(tmp_path, seed, world=4, count=4, penalty=1.0, receive_cost=0.0,
+                    partial_cost=0.0):
     """test_reprice_fit's job with each member described: its index, member 0
     of every two-member slot flagged as a per-document head-tail holder, its
-    K/V tokens split at random into received and sent; member 0's time times
-    `penalty`, and `receive_cost` seconds per received token added."""
+    K/V tokens split at random into received and sent, its tiles into full
+    and partial; member 0's time times `penalty`, `receive_cost` seconds per
+    received token and `partial_cost` per partial tile added."""
     path = tmp_path / f"w{world}.jsonl"
     jobs.write_job(path, random.Random(seed), world, count)
     steps = slot_bias.rf.load([str(path)], 2)
@@ -124,9 +128,11 @@ def synthetic_steps(tmp_path, seed, world=4, count=4, penalty=1.0, receive_cost=
                     m["received"] = share * m["kv"] / 1024
                     m["sent"] = (1 - share) * m["kv"] / 1024 if len(ms) > 1 else 0.0
                     m["padding"], m["docs"], m["plan"] = 0, 1, "balanced"
+                    m["partial"] = float(rng.randint(0, int(m["tiles"])))
+                    m["full"], m["pieces"] = m["tiles"] - m["partial"], 1.0
                     if m["head_tail_first"]:
                         m["seconds"] *= penalty
-                    m["seconds"] += receive_cost * m["received"]
+                    m["seconds"] += receive_cost * m["received"] + partial_cost * m["partial"]
     return steps
 
 
@@ -169,3 +175,55 @@ def test_one_slot_end_wait_is_rank_errors(tmp_path):
     mine = slot_bias.fit_waits(train, lambda m: slot_bias.re_.price(m, coef), False)
     assert mine["all"] > 0
     assert abs(mine["all"] - slot_bias.re_.fit_wait(train, coef)) < 1e-12
+
+
+def test_full_and_partial_apart_recover_a_partial_tile_premium(tmp_path):
+    steps = synthetic_steps(tmp_path, 26, count=5, partial_cost=3e-4)
+    apart = slot_bias.candidate(steps, "loo", slot_bias.SPLIT_TILES, False)
+    today = slot_bias.candidate(steps, "loo", slot_bias.ROW, False)
+    assert max(apart["rank"].values()) < 1e-6
+    assert max(today["rank"].values()) > 1e-3
+    for base, measured, predicted in slot_bias.gains(apart["critical"]):
+        assert abs(measured - predicted) < 1e-6, base
+
+
+def pair_by_pair(rows, docs, block):
+    """The split recounted from the dense mask: every (query, key) pair of
+    every (query block, key block), no intervals."""
+    doc_of = [i for i, n in enumerate(docs) for _ in range(n)]
+    n_tokens = len(doc_of)
+    full = partial = 0
+    for first in range(0, len(rows), block):
+        queries = rows[first:first + block]
+        for k0 in range(0, n_tokens, block):
+            keys = range(k0, min(n_tokens, k0 + block))
+            allowed = sum(1 for q in queries if 0 <= q < n_tokens for k in keys
+                          if doc_of[k] == doc_of[q] and k <= q)
+            if allowed == block * block:
+                full += 1
+            elif allowed:
+                partial += 1
+    real = [q for q in rows if 0 <= q < n_tokens]
+    pieces = sum(1 for i, q in enumerate(real)
+                 if i == 0 or q != real[i - 1] + 1 or doc_of[q] != doc_of[real[i - 1]])
+    return full, partial, pieces
+
+
+def test_the_tile_split_is_the_pair_by_pair_recount():
+    rng = random.Random(27)
+    for _ in range(400):
+        docs = [rng.randint(1, 40) for _ in range(rng.randint(1, 5))]
+        n_tokens = sum(docs)
+        block = rng.choice([1, 2, 3, 4, 8])
+        rows = list(range(n_tokens))
+        kind = rng.random()
+        if kind < 0.4:
+            rng.shuffle(rows)
+        elif kind < 0.7:
+            cut = rng.randint(0, n_tokens)
+            rows = rows[cut:] + rows[:cut]
+        rows = rows[:rng.randint(1, n_tokens)]
+        for _ in range(rng.randint(0, 3)):  # pad rows anywhere
+            rows.insert(rng.randint(0, len(rows)), rng.choice([-1, n_tokens + 5]))
+        assert slot_bias.causal_tile_split(rows, docs, block) == pair_by_pair(rows, docs, block), \
+            (rows, docs, block)

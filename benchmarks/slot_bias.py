@@ -302,16 +302,16 @@ def split_tiles(m, slot, cli, block, mask, where):
     the positions cannot be had, every tile partial and a piece per
     document, so that the member still counts in every fit."""
     docs = [d["length"] for d in slot["documents"]]
-    rows = plan_positions(cli, slot["plan"], len(slot["group"]), docs, block, mask)
-    if rows is None or mask != "causal":
+    rows = (plan_positions(cli, slot["plan"], len(slot["group"]), docs, block, mask)
+            if mask == "causal" else None)
+    if rows is None:
         m["full"], m["partial"], m["pieces"] = 0.0, float(m["tiles"]), float(len(docs))
-        return False
+        return
     full, partial, pieces = causal_tile_split(rows[m["member"]], docs, block)
     if full + partial != m["tiles"]:
         sys.exit(f"{where}: rank {m['rank']} of slot {m['slot']} has {m['tiles']} tiles in the "
                  f"records but {full} full and {partial} partial from its plan's positions")
     m["full"], m["partial"], m["pieces"] = float(full), float(partial), float(pieces)
-    return True
 
 
 def describe_member(m, slot, kv_bytes_per_token):

@@ -76,6 +76,8 @@ case "$stage" in
     if [ -n "${GLOO_INCLUDE:-}" ]; then flags="-isystem $GLOO_INCLUDE"; fi
     generator=()
     if command -v ninja >/dev/null; then generator=(-G Ninja); fi
+    # Tests and benchmarks stay off: GoogleTest and Google Benchmark may be
+    # missing there, and the CPU tests run in CI.
     # CMAKE_POLICY_VERSION_MINIMUM: CMake 4 refuses the old policy versions
     # some installed package files still declare. The CUDA libraries that
     # libtorch_cuda.so needs are other pip packages, found at run time

@@ -8,6 +8,7 @@ and sent K/V apart, and a planted partial-tile premium only by the fit that
 prices full and partial tiles apart; the full/partial split of a member's
 tiles against a pair-by-pair recount of the mask."""
 
+import itertools
 import json
 import math
 import pathlib
@@ -203,9 +204,10 @@ def pair_by_pair(rows, docs, block):
                 full += 1
             elif allowed:
                 partial += 1
+    # A piece: consecutive positions of one document share (document,
+    # position - index).
     real = [q for q in rows if 0 <= q < n_tokens]
-    pieces = sum(1 for i, q in enumerate(real)
-                 if i == 0 or q != real[i - 1] + 1 or doc_of[q] != doc_of[real[i - 1]])
+    pieces = len(list(itertools.groupby(doc_of[q] * (1 << 32) + q - i for i, q in enumerate(real))))
     return full, partial, pieces
 
 

@@ -29,12 +29,14 @@
 //   build/bench-rt/bin/fulcrum_bench_attention_memory [--tokens N] [--heads H]
 #include <ATen/ATen.h>
 #include <c10/core/CPUAllocator.h>
+#include <c10/core/GradMode.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <set>
 #include <string>
@@ -64,11 +66,27 @@ constexpr int kRank = 0;
 // Wraps LibTorch's default CPU allocator and counts live and peak bytes.
 // Each allocation carries its size in the DataPtr's context, so frees are
 // counted exactly, whenever and wherever the tensor dies.
+//
+// LibTorch 1.13's Allocator::allocate is const and it has no copy_data;
+// 2.x's allocate is not const and its copy_data is pure virtual. Both
+// allocates and copy_data are defined, none marked `override`, so that the
+// one each version declares is overridden and the rest are plain members.
 class CountingAllocator final : public c10::Allocator {
  public:
   explicit CountingAllocator(c10::Allocator* base) : base_(base) {}
 
-  c10::DataPtr allocate(size_t bytes) const override {
+  c10::DataPtr allocate(size_t bytes) { return counted(bytes); }
+  c10::DataPtr allocate(size_t bytes) const { return counted(bytes); }
+  void copy_data(void* dest, const void* src, std::size_t count) const {
+    if (count > 0) std::memcpy(dest, src, count);
+  }
+
+  std::int64_t live() const { return live_.load(); }
+  std::int64_t peak() const { return peak_.load(); }
+  void reset_peak() { peak_.store(live_.load()); }
+
+ private:
+  c10::DataPtr counted(size_t bytes) const {
     c10::DataPtr inner = base_->allocate(bytes);
     void* data = inner.get();
     const c10::Device device = inner.device();
@@ -80,11 +98,6 @@ class CountingAllocator final : public c10::Allocator {
     return {data, block, &release, device};
   }
 
-  std::int64_t live() const { return live_.load(); }
-  std::int64_t peak() const { return peak_.load(); }
-  void reset_peak() { peak_.store(live_.load()); }
-
- private:
   struct Block {
     c10::DataPtr inner;
     size_t bytes;
@@ -221,7 +234,7 @@ Row measure(CountingAllocator& counter, std::int64_t tokens, std::int64_t heads,
   // What the forward hands to backward, by the non-autograd entry point
   // that the autograd function wraps.
   {
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     const fulcrum::attention::CpForward f = attention->forward(q, k, v);
     row.forward_saved = storage_bytes({f.out, f.lse, f.k_global, f.v_global});
     row.gathered_kv = storage_bytes({f.k_global, f.v_global});

@@ -77,9 +77,11 @@ SCHEDULERS = rf.SCHEDULERS
 ROW = rf.MODELS["row"]
 SPLIT_EXCHANGE = ["tiles", "tokens", "one", "row", "received", "sent", "peers"]
 SPLIT_TILES = ["full", "partial"] + [t for t in ROW if t != "tiles"]
+# The kernel's key chunk (KernelOptions::chunk_keys).
+CHUNK_KEYS = 512
 # The coefficients a candidate's report names, with their units.
 FITTED = [("received", "token"), ("sent", "token"), ("full", "tile"), ("partial", "tile"),
-          ("pieces", "piece")]
+          ("pieces", "piece"), ("chunks", "chunk"), ("masked", "masked chunk")]
 M64 = (1 << 64) - 1
 
 
@@ -233,16 +235,22 @@ def ceil_div(a, b):
     return -(-a // b)
 
 
-def causal_tile_split(rows, docs, block):
-    """(full, partial, pieces) of a member whose local rows are `rows` (global
-    positions of the row of documents `docs`, in plan order; anything
-    outside [0, N) a pad row) under the causal document mask, its query
-    blocks `block` consecutive local rows against key blocks of `block`
-    global positions. Each query's allowed keys are one interval (its
-    document's start to itself), so a query block touches the key blocks of
-    the union of its rows' intervals, and a key block is full only when the
-    query block has `block` real rows and every row's interval covers it
-    (which a short last key block never is)."""
+def causal_tile_split(rows, docs, block, chunk_keys=CHUNK_KEYS):
+    """(full, partial, pieces, chunks, masked) of a member whose local rows
+    are `rows` (global positions of the row of documents `docs`, in plan
+    order; anything outside [0, N) a pad row) under the causal document
+    mask, its query blocks `block` consecutive local rows against key blocks
+    of `block` global positions. Each query's allowed keys are one interval
+    (its document's start to itself), so a query block touches the key
+    blocks of the union of its rows' intervals, and a key block is full only
+    when the query block has `block` real rows and every row's interval
+    covers it (which a short last key block never is). The kernel
+    (runtime/attention/blocked_attention.cpp) takes each query block's
+    touched key blocks as runs of adjacent blocks cut into chunks of at most
+    `chunk_keys` keys, one matrix product each, and masks a whole chunk
+    unless every row of the query block (a pad row never) may attend all its
+    keys."""
+    chunk_blocks = max(1, chunk_keys // block)
     starts, doc_of = [], []
     for i, n in enumerate(docs):
         starts.append(len(doc_of))
@@ -251,10 +259,10 @@ def causal_tile_split(rows, docs, block):
     real = [p for p in rows if 0 <= p < n_tokens]
     pieces = sum(1 for i, p in enumerate(real)
                  if i == 0 or p != real[i - 1] + 1 or doc_of[p] != doc_of[real[i - 1]])
-    full = partial = 0
+    full = partial = chunks = masked = 0
     for first in range(0, len(rows), block):
-        spans = sorted((starts[doc_of[p]], p) for p in rows[first:first + block]
-                       if 0 <= p < n_tokens)
+        here = rows[first:first + block]
+        spans = sorted((starts[doc_of[p]], p) for p in here if 0 <= p < n_tokens)
         if not spans:
             continue
         touched = set()
@@ -265,15 +273,26 @@ def causal_tile_split(rows, docs, block):
                 lo, hi = a, b
             else:
                 hi = max(hi, b)
+        latest_start = max(a for a, _ in spans)
+        lowest_end = min(b for _, b in spans)
         whole = set()
         if len(spans) == block:
-            lowest_end = min(b for _, b in spans)
-            latest_start = max(a for a, _ in spans)
             whole = {k for k in touched
                      if k * block >= latest_start and (k + 1) * block - 1 <= lowest_end}
         full += len(whole)
         partial += len(touched) - len(whole)
-    return full, partial, pieces
+        blocks = sorted(touched)
+        run_starts = [k for i, k in enumerate(blocks) if i == 0 or k != blocks[i - 1] + 1]
+        run_ends = [k for i, k in enumerate(blocks)
+                    if i + 1 == len(blocks) or blocks[i + 1] != k + 1]
+        for first_block, last_block in zip(run_starts, run_ends):
+            for k in range(first_block, last_block + 1, chunk_blocks):
+                k0 = k * block
+                k1 = min(min(last_block + 1, k + chunk_blocks) * block, n_tokens)
+                chunks += 1
+                if len(spans) < len(here) or latest_start > k0 or lowest_end < k1 - 1:
+                    masked += 1
+    return full, partial, pieces, chunks, masked
 
 
 def plan_positions(cli, rule, g, docs, block, mask):
@@ -288,8 +307,11 @@ def plan_positions(cli, rule, g, docs, block, mask):
                                   ",".join(map(str, docs)), "--block-size", str(block),
                                   "--mask", mask, "--positions", "--format", "json"],
                                  capture_output=True, text=True)
-            answer = json.loads(run.stdout) if run.returncode == 0 else None
-            if answer and answer["used"] == rule:
+            try:
+                answer = json.loads(run.stdout) if run.returncode == 0 else None
+            except ValueError:
+                answer = None
+            if answer and answer.get("used") == rule:
                 _POSITIONS[key] = [r["positions"] for r in answer["ranks"]]
     return _POSITIONS[key]
 
@@ -298,20 +320,26 @@ _POSITIONS = {}
 
 
 def split_tiles(m, slot, cli, block, mask, where):
-    """The member's full and partial tiles and pieces (causal masks); where
-    the positions cannot be had, every tile partial and a piece per
-    document, so that the member still counts in every fit."""
+    """The member's full and partial tiles, pieces, kernel chunks and masked
+    chunks (causal masks), from its plan's positions; True when they could
+    be had. Where not (a weighted plan, another mask), every tile partial, a
+    piece per document and one masked chunk per CHUNK_KEYS / block tiles, so
+    that the member still counts in every fit; the report says how many."""
     docs = [d["length"] for d in slot["documents"]]
     rows = (plan_positions(cli, slot["plan"], len(slot["group"]), docs, block, mask)
             if mask == "causal" else None)
     if rows is None:
+        guess = float(ceil_div(int(m["tiles"]), max(1, CHUNK_KEYS // block)))
         m["full"], m["partial"], m["pieces"] = 0.0, float(m["tiles"]), float(len(docs))
-        return
-    full, partial, pieces = causal_tile_split(rows[m["member"]], docs, block)
+        m["chunks"] = m["masked"] = guess
+        return False
+    full, partial, pieces, chunks, masked = causal_tile_split(rows[m["member"]], docs, block)
     if full + partial != m["tiles"]:
         sys.exit(f"{where}: rank {m['rank']} of slot {m['slot']} has {m['tiles']} tiles in the "
                  f"records but {full} full and {partial} partial from its plan's positions")
     m["full"], m["partial"], m["pieces"] = float(full), float(partial), float(pieces)
+    m["chunks"], m["masked"] = float(chunks), float(masked)
+    return True
 
 
 def describe_member(m, slot, kv_bytes_per_token):
@@ -355,8 +383,8 @@ def attach(folder, cli, first_step):
                 for m in sched["members"]:
                     slot = answer["slots"][m["slot"]]
                     describe_member(m, slot, config["kv_bytes_per_token"])
-                    split_tiles(m, slot, cli, config["block"], config["mask"],
-                                f"{folder} step {step} {n}")
+                    m["split"] = split_tiles(m, slot, cli, config["block"], config["mask"],
+                                             f"{folder} step {step} {n}")
     return steps
 
 
@@ -572,7 +600,8 @@ CANDIDATES = {"today (row model)": (ROW, False, None),
               "today + slot-end wait, one j": (ROW, False, "one"),
               "today + slot-end wait, j per plan kind": (ROW, False, "plan"),
               "full and partial tiles apart": (SPLIT_TILES, False, None),
-              "full and partial tiles apart + pieces": (SPLIT_TILES + ["pieces"], False, None)}
+              "full and partial tiles apart + pieces": (SPLIT_TILES + ["pieces"], False, None),
+              "kernel chunks and masked chunks": (ROW + ["chunks", "masked"], False, None)}
 
 
 def gains(crit):
@@ -586,6 +615,11 @@ def gains(crit):
 
 def report(name, steps, modes):
     print(f"\n== {name}: {len(steps)} measured steps")
+    members = re_.members_of(steps.values())
+    unsplit = sum(1 for m in members if not m.get("split", True))
+    print(f"  tiles split from the plans' positions for {len(members) - unsplit} of "
+          f"{len(members)} member records; {unsplit} (weighted plans, other masks) counted "
+          "as all partial, one masked chunk per chunk of tiles")
     for mode in modes:
         cells = [f"{n} members {v['members']:.3f}, slots {v['slots']:.3f}, critical path "
                  f"{v['critical']:.3f}" for n, v in layers(steps, mode).items()]

@@ -80,19 +80,25 @@ def rewrite(argv, include, gloo, defines, depfile):
     return out + [f"-D{d}" for d in defines] + ["-fsyntax-only", "-MD", "-MF", depfile]
 
 
-def check(unit, include, gloo, defines, scratch):
+def check(index, unit, include, gloo, defines, scratch):
+    """(path, ok, lines to show) of one unit: its compiler errors when it
+    does not compile, the Debian headers it reached when it does."""
     path, argv, directory = unit
-    depfile = os.path.join(scratch, re.sub(r"[^A-Za-z0-9]", "_", path) + ".d")
+    depfile = os.path.join(scratch, f"{index}.d")
     run = subprocess.run(rewrite(argv, include, gloo, defines, depfile), cwd=directory,
                          capture_output=True, text=True)
-    errors = [line for line in run.stderr.splitlines() if "error" in line]
-    if run.returncode == 0 and os.path.exists(depfile):
-        with open(depfile) as f:
-            deps = f.read().replace("\\\n", " ").split()
-        stray = sorted({d for d in deps if DEBIAN_TORCH.match(d)})
-        if stray:
-            errors = [f"used Debian's {d}, which {include} lacks" for d in stray[:5]]
-    return path, not errors and run.returncode == 0, errors or run.stderr.splitlines()[-3:]
+    if run.returncode != 0:
+        errors = [line for line in run.stderr.splitlines() if "error" in line]
+        return path, False, errors or run.stderr.splitlines()[-3:]
+    if not os.path.exists(depfile):
+        return path, False, ["the compiler wrote no dependency file, so the headers it used "
+                             "cannot be checked"]
+    with open(depfile) as f:
+        deps = f.read().replace("\\\n", " ").split()
+    stray = sorted({d for d in deps if DEBIAN_TORCH.match(d)})
+    return path, not stray, [
+        f"used Debian's {d}, which " + (f"{include} lacks" if "/gloo/" not in d or gloo
+                                        else "no --gloo folder gives") for d in stray[:5]]
 
 
 def main():
@@ -125,7 +131,7 @@ def main():
     failed = 0
     with tempfile.TemporaryDirectory() as scratch, ThreadPoolExecutor(args.jobs) as pool:
         for path, ok, errors in pool.map(
-                lambda u: check(u, include, gloo, args.define, scratch), todo):
+                lambda iu: check(*iu, include, gloo, args.define, scratch), enumerate(todo)):
             print(("OK   " if ok else "FAIL ") + path, flush=True)
             if not ok:
                 failed += 1

@@ -10,8 +10,9 @@
 #   bash benchmarks/gpu/run_on_gpu.sh torch   [OUT]  # fulcrum.torch against PyTorch's own CP
 #                                                    # classes and FlexAttention (pytest)
 #   bash benchmarks/gpu/run_on_gpu.sh cores   [OUT]  # the runtime build, then issue 21's
-#                                                    # scheduler comparison at W = 8, 6, 4 on
-#                                                    # the machine's dedicated CPU cores
+#                                                    # scheduler comparison at W = 8, 6, 4
+#                                                    # (WORLDS="8 6 4") on the machine's CPU
+#                                                    # cores, ../shared/workloads copied there
 #
 # The runtime's build needs what a PyTorch installation leaves out
 # (docs/RESULTS_GPU.md, section 2): DEPS_DEBS, a folder of .deb files unpacked
@@ -62,18 +63,38 @@ case "$stage" in
       python/tests/test_block_mask.py 2>&1 | tee "$out/torch_tests.txt"
     ;;
   runtime | cores)
+    # The cores stage measures on the shared long-tailed mix; without it
+    # hybrid_train.py would quietly take a synthetic one.
+    if [ "$stage" = cores ] && [ ! -f ../shared/workloads/dist_wlbllm.json ]; then
+      echo "run_on_gpu.sh: ../shared/workloads/dist_wlbllm.json is missing; copy the" \
+        "workloads beside the checkout first" >&2
+      exit 2
+    fi
     prefix=$("$py" -c 'import torch; print(torch.utils.cmake_prefix_path)')
     export PATH=/usr/local/cuda/bin:$PATH
     extra=(-DCMAKE_PREFIX_PATH="$prefix")
     if [ -n "${DEPS_DEBS:-}" ]; then
+      debs=("$DEPS_DEBS"/*.deb)
+      if [ ! -f "${debs[0]}" ]; then
+        echo "run_on_gpu.sh: DEPS_DEBS=$DEPS_DEBS holds no .deb file; apt-get download the" \
+          "packages the header names into it" >&2
+        exit 2
+      fi
       deps=$(mktemp -d)
-      for deb in "$DEPS_DEBS"/*.deb; do dpkg -x "$deb" "$deps"; done
+      for deb in "${debs[@]}"; do dpkg -x "$deb" "$deps"; done
       extra=(-DCMAKE_PREFIX_PATH="$prefix;$deps/usr")
-      boost=$(ls -d "$deps"/usr/lib/*/cmake/Boost-* 2>/dev/null | head -1)
-      if [ -n "$boost" ]; then extra+=(-DBoost_DIR="$boost"); fi
+      boost=("$deps"/usr/lib/*/cmake/Boost-*)
+      if [ -d "${boost[0]}" ]; then extra+=(-DBoost_DIR="${boost[0]}"); fi
     fi
-    flags=""
-    if [ -n "${GLOO_INCLUDE:-}" ]; then flags="-isystem $GLOO_INCLUDE"; fi
+    flags=${CXXFLAGS:-}
+    if [ -n "${GLOO_INCLUDE:-}" ]; then
+      if [ ! -f "$GLOO_INCLUDE/gloo/config.h" ]; then
+        echo "run_on_gpu.sh: GLOO_INCLUDE=$GLOO_INCLUDE holds no gloo/config.h; give a folder" \
+          "with gloo's headers and a config.h written from its config.h.in" >&2
+        exit 2
+      fi
+      flags="$flags -isystem '$GLOO_INCLUDE'"
+    fi
     generator=()
     if command -v ninja >/dev/null; then generator=(-G Ninja); fi
     # Tests and benchmarks stay off: GoogleTest and Google Benchmark may be
@@ -94,8 +115,8 @@ case "$stage" in
       > "$out/build.log" 2>&1 || { grep -E -A3 "error|FAILED" "$out/build.log" | head -60; exit 1; }
     echo "built in $(( $(date +%s) - started )) s"
     if [ "$stage" = cores ]; then
-      # Issue 21's measures where a step's speed holds still: each worker on
-      # a core of its own (W <= nproc), nothing else running.
+      # Issue 21's measures where a step's speed holds still: more cores than
+      # workers (W <= nproc), nothing else running.
       for w in ${WORLDS:-8 6 4}; do
         PYTHONUNBUFFERED=1 "$py" benchmarks/hybrid_train.py --fulcrum build/cuda/bin/fulcrum \
           --worlds "$w" --first-step 3 --steps 4 --repetitions 5 --profile auto \

@@ -6,7 +6,7 @@ without noise, a planted member-0 penalty measured exactly, a planted
 receive-only exchange cost recovered only by the fit that prices received
 and sent K/V apart, and a planted partial-tile premium only by the fit that
 prices full and partial tiles apart; the full/partial split of a member's
-tiles against a pair-by-pair recount of the mask."""
+tiles and the kernel's chunks against a pair-by-pair recount of the mask."""
 
 import itertools
 import json
@@ -189,27 +189,49 @@ def test_full_and_partial_apart_recover_a_partial_tile_premium(tmp_path):
     assert_only_terms_recover(steps, slot_bias.SPLIT_TILES)
 
 
-def pair_by_pair(rows, docs, block):
+def pair_by_pair(rows, docs, block, chunk_keys):
     """The split recounted from the dense mask: every (query, key) pair of
-    every (query block, key block), no intervals."""
+    every (query block, key block), no intervals; the kernel's chunks as
+    runs of touched key blocks cut every chunk_keys // block blocks, masked
+    when one pair of the query block's rows (pads included) and the chunk's
+    keys is not allowed."""
     doc_of = [i for i, n in enumerate(docs) for _ in range(n)]
     n_tokens = len(doc_of)
-    full = partial = 0
+
+    def allowed(q, k):
+        return 0 <= q < n_tokens and doc_of[k] == doc_of[q] and k <= q
+
+    full = partial = chunks = masked = 0
+    step = max(1, chunk_keys // block)
     for first in range(0, len(rows), block):
         queries = rows[first:first + block]
+        touched = []
         for k0 in range(0, n_tokens, block):
             keys = range(k0, min(n_tokens, k0 + block))
-            allowed = sum(1 for q in queries if 0 <= q < n_tokens for k in keys
-                          if doc_of[k] == doc_of[q] and k <= q)
-            if allowed == block * block:
+            count = sum(1 for q in queries for k in keys if allowed(q, k))
+            if count == block * block:
                 full += 1
-            elif allowed:
+            elif count:
                 partial += 1
+            if count:
+                touched.append(k0 // block)
+        runs = []
+        for kb in touched:
+            if runs and kb == runs[-1][-1] + 1:
+                runs[-1].append(kb)
+            else:
+                runs.append([kb])
+        for run in runs:
+            for i in range(0, len(run), step):
+                keys = range(run[i] * block, min(n_tokens, (run[min(i + step, len(run)) - 1] + 1)
+                                                 * block))
+                chunks += 1
+                masked += any(not allowed(q, k) for q in queries for k in keys)
     # A piece: consecutive positions of one document share (document,
     # position - index).
     real = [q for q in rows if 0 <= q < n_tokens]
     pieces = len(list(itertools.groupby(doc_of[q] * (1 << 32) + q - i for i, q in enumerate(real))))
-    return full, partial, pieces
+    return full, partial, pieces, chunks, masked
 
 
 def test_the_tile_split_is_the_pair_by_pair_recount():
@@ -228,5 +250,6 @@ def test_the_tile_split_is_the_pair_by_pair_recount():
         rows = rows[:rng.randint(1, n_tokens)]
         for _ in range(rng.randint(0, 3)):  # pad rows anywhere
             rows.insert(rng.randint(0, len(rows)), rng.choice([-1, n_tokens + 5]))
-        assert slot_bias.causal_tile_split(rows, docs, block) == pair_by_pair(rows, docs, block), \
-            (rows, docs, block)
+        chunk_keys = rng.choice([1, 4, 8, 16, 512])
+        assert (slot_bias.causal_tile_split(rows, docs, block, chunk_keys)
+                == pair_by_pair(rows, docs, block, chunk_keys)), (rows, docs, block, chunk_keys)

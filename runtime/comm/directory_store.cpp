@@ -195,7 +195,12 @@ c10::intrusive_ptr<c10d::Store> DirectoryStore::clone() {
   // checked at open(), never a path looked up again.
   const int fd = ::openat(dir_fd_, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) throw std::runtime_error("cannot reopen the store: " + errno_text(errno));
-  return c10::make_intrusive<DirectoryStore>(fd, path_, timeout_);
+  try {
+    return c10::make_intrusive<DirectoryStore>(fd, path_, timeout_);
+  } catch (...) {
+    ::close(fd);  // the store that would have owned it was never made
+    throw;
+  }
 }
 
 DirectoryStore::~DirectoryStore() {

@@ -319,6 +319,14 @@ inline std::int32_t held_by(const std::vector<std::int64_t>& offset, std::int64_
                                    offset[static_cast<std::size_t>(k)]);
 }
 
+// The most holders of any key block of [lo, hi], block by block.
+inline std::int32_t most_held_in(const std::vector<std::int64_t>& offset, std::int64_t lo,
+                                 std::int64_t hi) {
+  std::int32_t m = 0;
+  for (std::int64_t k = lo; k <= hi; ++k) m = std::max(m, held_by(offset, k));
+  return m;
+}
+
 // The most-held key block of [lo, hi] from the maxima of aligned chunks of
 // kChunk blocks (one pass over the blocks; the maxima are the caller's
 // buffer): an interval reads its partial end chunks block by block and the
@@ -349,19 +357,13 @@ class ChunkMax {
   std::int32_t max(std::int64_t lo, std::int64_t hi) const {
     const std::int64_t first = lo / kChunk + 1;  // the chunks wholly inside
     const std::int64_t last = (hi + 1) / kChunk;
-    if (first >= last) return blocks_max(lo, hi);
-    std::int32_t m = blocks_max(lo, first * kChunk - 1);
+    if (first >= last) return most_held_in(offset_, lo, hi);
+    std::int32_t m = most_held_in(offset_, lo, first * kChunk - 1);
     for (std::int64_t j = first; j < last; ++j) m = std::max(m, most_[static_cast<std::size_t>(j)]);
-    return std::max(m, blocks_max(last * kChunk, hi));
+    return std::max(m, most_held_in(offset_, last * kChunk, hi));
   }
 
  private:
-  std::int32_t blocks_max(std::int64_t lo, std::int64_t hi) const {
-    std::int32_t m = 0;
-    for (std::int64_t k = lo; k <= hi; ++k) m = std::max(m, held_by(offset_, k));
-    return m;
-  }
-
   const std::vector<std::int64_t>& offset_;
   std::vector<std::int32_t>& most_;  // per chunk: its most-held block's holders
 };
@@ -703,9 +705,7 @@ Floors floor_counted(const ScheduleRequest& request, const ScheduleSlot& slot,
   const auto most_held = [&](std::int64_t lo, std::int64_t hi) {
     if (table) return table->max(lo, hi);
     if (chunks) return chunks->max(lo, hi);
-    std::int32_t m = 0;
-    for (std::int64_t k = lo; k <= hi; ++k) m = std::max(m, held_by(offset, k));
-    return m;
+    return most_held_in(offset, lo, hi);
   };
   // Each member's peers at least: the other holders of the most-held key
   // block it touches (0 for a member that holds nothing and exchanges

@@ -27,6 +27,9 @@
 namespace fulcrum {
 namespace {
 
+// The same double, bit for bit.
+bool same(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
 std::int64_t below(std::mt19937_64& rng, std::int64_t bound) {
   return static_cast<std::int64_t>(draw_below(rng, static_cast<std::uint64_t>(bound)));
 }
@@ -105,6 +108,16 @@ struct RandomSlot {
   ScheduleSlot slot;
   RunShardPlan runs;
 };
+
+// Both floors (peers alone, and with the exchange) as the reference's, bit
+// for bit.
+void expect_floors_as_reference(const RandomSlot& s) {
+  for (const bool exchange : {false, true}) {
+    EXPECT_TRUE(same(reference::slot_end_floor_runs(s.request, s.slot, s.runs, exchange),
+                     slot_end_floor_runs(s.request, s.slot, s.runs, exchange)))
+        << "exchange floor " << exchange;
+  }
+}
 
 RandomSlot random_slot(std::mt19937_64& rng, bool long_row) {
   RandomSlot out;
@@ -204,7 +217,6 @@ TEST(SlotRuns, PricedFromRunsExactlyAsFromPositions) {
 // for bit (memcmp: 0.0 and -0.0 differ).
 TEST(SlotRuns, CountedAsTheReferenceBitForBit) {
   std::mt19937_64 rng(20261128);
-  const auto same = [](double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; };
   for (int i = 0; i < 2000; ++i) {
     const RandomSlot s = random_slot(rng, i % 100 == 99);
     SCOPED_TRACE("slot " + std::to_string(i) + ", g = " + std::to_string(s.runs.ranks));
@@ -221,11 +233,7 @@ TEST(SlotRuns, CountedAsTheReferenceBitForBit) {
     for (std::size_t m = 0; m < want.members.size(); ++m) {
       EXPECT_TRUE(same(want.members[m].comm_seconds, got.members[m].comm_seconds));
     }
-    for (const bool exchange : {false, true}) {
-      EXPECT_TRUE(same(reference::slot_end_floor_runs(s.request, s.slot, s.runs, exchange),
-                       slot_end_floor_runs(s.request, s.slot, s.runs, exchange)))
-          << "exchange floor " << exchange;
-    }
+    expect_floors_as_reference(s);
     if (HasFailure()) return;
   }
 }
@@ -236,7 +244,6 @@ TEST(SlotRuns, CountedAsTheReferenceBitForBit) {
 // prices bit for bit.
 TEST(SlotRuns, CountedWithGivenWorkAsByTheWalk) {
   std::mt19937_64 rng(20261129);
-  const auto same = [](double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; };
   std::int64_t touched = 0;
   for (int i = 0; i < 2000; ++i) {
     const RandomSlot s = random_slot(rng, i % 100 == 99);
@@ -362,15 +369,10 @@ RandomSlot hot_block_slot(std::mt19937_64& rng) {
 
 TEST(SlotRuns, PeersFloorFindsTheMostHeldBlockOfLongIntervals) {
   std::mt19937_64 rng(20261130);
-  const auto same = [](double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; };
   for (int i = 0; i < 600; ++i) {
     const RandomSlot s = hot_block_slot(rng);
     SCOPED_TRACE("slot " + std::to_string(i) + ", g = " + std::to_string(s.runs.ranks));
-    for (const bool exchange : {false, true}) {
-      EXPECT_TRUE(same(reference::slot_end_floor_runs(s.request, s.slot, s.runs, exchange),
-                       slot_end_floor_runs(s.request, s.slot, s.runs, exchange)))
-          << "exchange floor " << exchange;
-    }
+    expect_floors_as_reference(s);
     if (HasFailure()) return;
   }
 }
@@ -381,7 +383,6 @@ TEST(SlotRuns, PeersFloorFindsTheMostHeldBlockOfLongIntervals) {
 // floors and the same exact price as the reference's, bit for bit.
 TEST(SlotRuns, CountsFlooredThenPricedAsTheReference) {
   std::mt19937_64 rng(20261131);
-  const auto same = [](double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; };
   std::int64_t at_peers = 0;
   for (int i = 0; i < 1500; ++i) {
     const RandomSlot s = i % 2 == 0 ? random_slot(rng, i % 100 == 98) : hot_block_slot(rng);
@@ -416,7 +417,6 @@ TEST(SlotRuns, CountsFlooredThenPricedAsTheReference) {
 // same tokens and tiles and the same end, bit for bit.
 TEST(SlotRuns, OneRankRowPricedFromItsPiecesAsByTheGenericWalk) {
   std::mt19937_64 rng(20261129);
-  const auto same = [](double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; };
   std::int64_t shared_blocks = 0;  // rows with a block holding two documents or more
   std::int64_t whole_blocks = 0;   // rows with a document covering a whole block
   for (int i = 0; i < 3000; ++i) {

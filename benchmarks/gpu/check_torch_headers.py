@@ -39,6 +39,9 @@ def refuse(message):
 
 def units(compile_commands, match):
     """(file, argv, directory) of every unit built against Debian's LibTorch."""
+    if not os.path.isfile(compile_commands):  # a FIFO or a device would block or never end
+        refuse(f"cannot read {compile_commands} (not a regular file); configure a build first "
+               "(cmake --preset release)")
     try:
         with open(compile_commands) as f:
             entries = json.load(f)
@@ -52,8 +55,16 @@ def units(compile_commands, match):
         if not isinstance(entry, dict) or not all(
                 isinstance(entry.get(k), str) for k in ("file", "directory")):
             refuse(f"{compile_commands}: an entry without a file and a directory")
-        argv = shlex.split(entry["command"]) if "command" in entry else entry.get("arguments")
-        if not isinstance(argv, list) or DEBIAN_API not in argv:
+        argv = entry.get("arguments")
+        if "command" in entry:
+            try:
+                argv = shlex.split(entry["command"])
+            except (AttributeError, ValueError):
+                argv = None
+        if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+            refuse(f"{compile_commands}: {entry['file']} has no command that reads as a list "
+                   "of arguments")
+        if DEBIAN_API not in argv:
             continue
         if match and not re.search(match, entry["file"]):
             continue

@@ -81,7 +81,12 @@ case "$stage" in
         exit 2
       fi
       deps=$(mktemp -d)
-      for deb in "${debs[@]}"; do dpkg -x "$deb" "$deps"; done
+      for deb in "${debs[@]}"; do
+        if [ ! -f "$deb" ] || ! dpkg -x "$deb" "$deps" 2>/dev/null; then
+          echo "run_on_gpu.sh: $deb is not a .deb dpkg can unpack; download it again" >&2
+          exit 2
+        fi
+      done
       extra=(-DCMAKE_PREFIX_PATH="$prefix;$deps/usr")
       boost=("$deps"/usr/lib/*/cmake/Boost-*)
       if [ -d "${boost[0]}" ]; then extra+=(-DBoost_DIR="${boost[0]}"); fi

@@ -64,6 +64,7 @@ def test_a_header_the_copy_lacks_is_found_in_debians_folder_and_fails(commands, 
     (["--include", "/usr/include", "--jobs", "0"], "outside 1..64"),
     (["--include", "/usr/include", "--match", "("], "not a regular expression"),
     (["--include", "/usr/include", "--compile-commands", "/nonexistent.json"], "cannot read"),
+    (["--include", "/usr/include", "--compile-commands", "/dev/null"], "not a regular file"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, says):
     if not (DEBIAN / "torch/csrc/api/include/torch/torch.h").is_file() and \
@@ -71,4 +72,24 @@ def test_bad_input_is_one_line_and_exit_2(args, says):
         pytest.skip("Debian's LibTorch headers are absent")
     out = run(*args)
     assert out.returncode == 2
+    assert len(out.stderr.splitlines()) == 1 and says in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("text, says", [
+    ('[{"file": "a.cpp", "directory": "/", "command": "c++ -c a.cpp', "cannot read"),
+    ('{"file": "a.cpp"}', "is not a list of compile commands"),
+    ('[{"file": "a.cpp"}]', "an entry without a file and a directory"),
+    ('[{"file": "a.cpp", "directory": "/", "command": 7}]', "reads as a list of arguments"),
+    ('[{"file": "a.cpp", "directory": "/", "command": "c++ \\"unclosed"}]',
+     "reads as a list of arguments"),
+    ('[{"file": "a.cpp", "directory": "/", "arguments": ["c++", 3]}]',
+     "reads as a list of arguments"),
+])
+def test_a_broken_compile_commands_file_is_one_line_and_exit_2(tmp_path, text, says):
+    if not (DEBIAN / "torch/csrc/api/include/torch/torch.h").is_file():
+        pytest.skip("Debian's LibTorch headers are absent")
+    path = tmp_path / "compile_commands.json"
+    path.write_text(text)
+    out = run("--include", "/usr/include", "--compile-commands", path)
+    assert out.returncode == 2, out.stdout + out.stderr
     assert len(out.stderr.splitlines()) == 1 and says in out.stderr, out.stderr

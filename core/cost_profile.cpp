@@ -135,6 +135,7 @@ Status validate_cost_profile(const CostProfile& p) {
       {"latency_seconds", p.latency_seconds, 0, false, kHour},
       {"exchange_overlap", p.exchange_overlap, 0, false, 1},
       {"row_token_seconds", p.row_token_seconds, 0, false, kHour},
+      {"partial_tile_seconds", p.partial_tile_seconds, 0, false, kHour},
   };
   for (const Field& f : fields) {
     if (!std::isfinite(f.value)) return bad_field(p, f.name, f.value, "is not finite");

@@ -119,9 +119,10 @@ BlockHolders holders_of(const ShardPlan& plan, std::int64_t tokens, std::int64_t
 
 SlotCost cost_slot(const ScheduleRequest& request, const ScheduleSlot& slot) {
   const CpWorkload w = slot_workload(request, slot);
-  const std::vector<RankWork> work = compute_work(w, slot.plan);
+  std::vector<std::int64_t> full;
+  const std::vector<RankWork> work = compute_work(w, slot.plan, &full);
   const auto g = static_cast<std::size_t>(slot.plan.cp_size);
-  SlotCounts counts = slot_counts_of(work);
+  SlotCounts counts = slot_counts_of(work, &full);
   if (g > 1) {
     const RowLayout layout(w);
     const BlockHolders holders = holders_of(slot.plan, w.tokens, w.block_size);
@@ -425,13 +426,16 @@ Status validate_schedule(const ScheduleRequest& request, const Schedule& schedul
   return Status::ok();
 }
 
-SlotCounts slot_counts_of(const std::vector<RankWork>& work) {
+SlotCounts slot_counts_of(const std::vector<RankWork>& work,
+                          const std::vector<std::int64_t>* full_tiles) {
   SlotCounts counts;
   counts.tokens.reserve(work.size());
   counts.tiles.reserve(work.size());
-  for (const RankWork& w : work) {
-    counts.tokens.push_back(w.tokens);
-    counts.tiles.push_back(w.tiles);
+  counts.partial.reserve(work.size());
+  for (std::size_t m = 0; m < work.size(); ++m) {
+    counts.tokens.push_back(work[m].tokens);
+    counts.tiles.push_back(work[m].tiles);
+    counts.partial.push_back(full_tiles ? work[m].tiles - (*full_tiles)[m] : 0);
   }
   return counts;
 }
@@ -449,10 +453,11 @@ std::vector<std::int32_t> start_exchange(SlotCounts& counts) {
 }
 
 double member_compute_seconds(const CostProfile& p, std::int64_t tokens, std::int64_t tiles,
-                              std::int64_t row) {
+                              std::int64_t partial, std::int64_t row) {
   return p.tile_seconds * static_cast<double>(tiles) +
          p.token_seconds * static_cast<double>(tokens) + p.slot_seconds +
-         p.row_token_seconds * static_cast<double>(row);
+         p.row_token_seconds * static_cast<double>(row) +
+         p.partial_tile_seconds * static_cast<double>(partial);
 }
 
 SlotCost price_slot_counts(const CostProfile& p, const std::vector<std::int32_t>& ranks,
@@ -468,7 +473,8 @@ SlotCost price_slot_counts(const CostProfile& p, const std::vector<std::int32_t>
     mc.rank = ranks[m];
     mc.tokens = counts.tokens[m];
     mc.tiles = counts.tiles[m];
-    mc.compute_seconds = member_compute_seconds(p, mc.tokens, mc.tiles, row);
+    mc.partial_tiles = counts.partial[m];
+    mc.compute_seconds = member_compute_seconds(p, mc.tokens, mc.tiles, mc.partial_tiles, row);
   }
   const std::int32_t node_size = p.ranks_per_node;
   const std::size_t a = counts.received.empty() ? 0 : counts.active.size();

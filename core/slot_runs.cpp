@@ -134,6 +134,56 @@ std::int64_t whole_block_tiles(const MaskSpec& mask, std::int64_t b, std::int64_
   return highs - lows + n;
 }
 
+// The full tiles of those n whole local blocks (compute_work's): block i's
+// are the key blocks inside every one of its queries' keys, ceil(lo(q + B -
+// 1) / B) .. (hi(q) + 1) / B - 1 for q = from + iB. With hi(q) = max(q, K)
+// as above, (hi(q) + 1) / B = max(c + i, (K + 1) / B) for c = (from + 1) /
+// B; lo is db (its ceil L), so block i has max(c + i, (K + 1) / B, L) - L.
+// For a sliding window of W, K = db <= from, so the upper end is c + i, and
+// lo(q + B - 1) = max(db, q + B - W), whose ceil is max(L, s + i) for s =
+// ceil((from + B - W) / B): block i has clamp(c - L + i, 0, c - s).
+std::int64_t whole_block_full_tiles(const MaskSpec& mask, std::int64_t b, std::int64_t db,
+                                    std::int64_t de, std::int64_t from, std::int64_t n) {
+  if (mask.kind == MaskKind::kBlockSparse) return 0;
+  const std::int64_t low = ceil_div(db, b);
+  const std::int64_t c = (from + 1) / b;
+  if (mask.kind != MaskKind::kSliding) {
+    const std::int64_t top = (key_range(mask, db, de, db).hi + 1) / b;
+    return sum_of_max_rising(c, std::max(top, low), n) - n * low;
+  }
+  // Below low - n, s gives what low - n gives (no block has a full tile
+  // from the clamp's upper end), without the sums' products overflowing.
+  const std::int64_t s = std::max(ceil_div(from + b - mask.param, b), low - n);
+  if (c <= s) return 0;
+  // clamp(x, 0, d) = max(x, 0) - max(x - d, 0) for d >= 0.
+  return sum_of_max_rising(c - low, 0, n) - sum_of_max_rising(s - low, 0, n);
+}
+
+// A local block's full tiles from its real queries' count and the highest
+// lower and lowest upper ends of their keys (compute_work's).
+struct FullEnds {
+  std::int64_t rows = 0;
+  std::int64_t latest_lo = 0;
+  std::int64_t earliest_hi = std::numeric_limits<std::int64_t>::max();
+
+  // The queries of a piece: their count, the keys of its first (`first`)
+  // and of its last (`last`) query.
+  void add(std::int64_t queries, const KeyRange& first, const KeyRange& last) {
+    rows += queries;
+    latest_lo = std::max(latest_lo, last.lo);
+    earliest_hi = std::min(earliest_hi, first.hi);
+  }
+  // The block's full tiles (dense masks), and a fresh block.
+  std::int64_t take(std::int64_t block) {
+    const std::int64_t full =
+        rows != block
+            ? 0
+            : std::max<std::int64_t>(0, (earliest_hi + 1) / block - ceil_div(latest_lo, block));
+    *this = FullEnds();
+    return full;
+  }
+};
+
 // Walks one member's runs in local order, cut at local blocks of B entries
 // and at document ends: calls piece(a, b, doc, local_block) for the real
 // queries [a, b) of one document inside one local block, and whole(a, n,
@@ -424,23 +474,36 @@ RunShardPlan runs_of_plan(const ShardPlan& plan) {
 namespace {
 
 // Member r's tokens and tiles (per local block, the union of the key blocks
-// its queries there touch), and, with `all`, every key-block interval its
-// queries touch (unmerged). `spans` is scratch.
+// its queries there touch), with kFull its full tiles added to `full` (none
+// under a block-sparse mask), and, with `all`, every key-block interval its
+// queries touch (unmerged). `spans` is scratch. kFull is a template argument
+// so that the planner's counting, which most profiles do not need full
+// tiles from, pays nothing for them.
+template <bool kFull>
 void count_member(const CpWorkload& w, const RowLayout& layout, const RunShardPlan& runs,
-                  std::int32_t r, RankWork& rw, std::vector<Interval>& spans,
+                  std::int32_t r, RankWork& rw, std::int64_t* full, std::vector<Interval>& spans,
                   std::vector<Interval>* all) {
   const std::int64_t b = w.block_size;
-  std::int64_t current = -1;  // the local block `spans` belongs to
+  const bool count_full = kFull && w.mask.kind != MaskKind::kBlockSparse;
+  std::int64_t full_tiles = 0;
+  std::int64_t current = -1;  // the local block `spans` and `ends` belong to
+  FullEnds ends;
   walk_member(
       layout, b, runs, r,
       [&](std::int64_t from, std::int64_t to, std::int64_t doc, std::int64_t local_block) {
+        const std::int64_t db = layout.doc_begin(doc);
+        const std::int64_t de = layout.doc_end(doc);
         if (local_block != current) {
           rw.tiles += union_size(spans);
           spans.clear();
+          if (count_full) full_tiles += ends.take(b);
           current = local_block;
         }
-        const Interval keys =
-            piece_keys(w.mask, b, layout.doc_begin(doc), layout.doc_end(doc), from, to);
+        // piece_keys, with the ends FullEnds takes from the same two ranges.
+        const KeyRange first = key_range(w.mask, db, de, from);
+        const KeyRange last = key_range(w.mask, db, de, to - 1);
+        const Interval keys{first.lo / b, last.hi / b};
+        if (count_full) ends.add(to - from, first, last);
         if (!join_last(spans, keys)) spans.push_back(keys);
         if (all && !join_last(*all, keys)) all->push_back(keys);
         rw.tokens += to - from;
@@ -460,27 +523,39 @@ void count_member(const CpWorkload& w, const RowLayout& layout, const RunShardPl
         // plan's full units, most of its runs, are one block each).
         rw.tiles +=
             n == 1 ? keys.second - keys.first + 1 : whole_block_tiles(w.mask, b, db, de, from, n);
+        if (count_full) {
+          full_tiles += ends.take(b) + whole_block_full_tiles(w.mask, b, db, de, from, n);
+        }
         if (all && !join_last(*all, keys)) all->push_back(keys);
         rw.tokens += n * b;
       });
   rw.tiles += union_size(spans);
   spans.clear();
+  if (count_full) *full += full_tiles + ends.take(b);
 }
 
 }  // namespace
 
-std::vector<RankWork> run_tokens_and_tiles(const CpWorkload& w, const RunShardPlan& runs) {
+std::vector<RankWork> run_tokens_and_tiles(const CpWorkload& w, const RunShardPlan& runs,
+                                           std::vector<std::int64_t>* full_tiles) {
   const RowLayout layout(w);
   std::vector<RankWork> work(static_cast<std::size_t>(runs.ranks));
+  if (full_tiles) full_tiles->assign(work.size(), 0);
   std::vector<Interval>& spans = scratch().spans;
   spans.clear();
   for (std::int32_t r = 0; r < runs.ranks; ++r) {
-    count_member(w, layout, runs, r, work[static_cast<std::size_t>(r)], spans, nullptr);
+    const auto m = static_cast<std::size_t>(r);
+    if (full_tiles) {
+      count_member<true>(w, layout, runs, r, work[m], &(*full_tiles)[m], spans, nullptr);
+    } else {
+      count_member<false>(w, layout, runs, r, work[m], nullptr, spans, nullptr);
+    }
   }
   return work;
 }
 
-RankWork one_rank_row_work(const ScheduleRequest& request, const ScheduleSlot& slot) {
+RankWork one_rank_row_work(const ScheduleRequest& request, const ScheduleSlot& slot,
+                           std::int64_t* full_tiles) {
   const MaskSpec& mask = request.mask;
   const std::int64_t b = request.block_size;
   // count_member's walk over the one run [0, N): local block k is row block
@@ -490,6 +565,9 @@ RankWork one_rank_row_work(const ScheduleRequest& request, const ScheduleSlot& s
   // keys lie inside it): their union is counted as they come, each adding
   // the key blocks past the highest counted in the block so far.
   RankWork rw;
+  const bool count_full = full_tiles != nullptr && mask.kind != MaskKind::kBlockSparse;
+  std::int64_t full = 0;
+  FullEnds ends;              // count_member's, for the current local block
   std::int64_t current = -1;  // the local block counted so far
   std::int64_t covered = -1;  // the highest key block counted in it
   std::int64_t db = 0;
@@ -502,15 +580,20 @@ RankWork one_rank_row_work(const ScheduleRequest& request, const ScheduleSlot& s
         // or after it (count_member's `whole`).
         const std::int64_t n = (de - x) / b;
         rw.tiles += whole_block_tiles(mask, b, db, de, x, n);
+        if (count_full) full += whole_block_full_tiles(mask, b, db, de, x, n);
         x += n * b;
         continue;
       }
       const std::int64_t e = x + std::min(de - x, room);
-      const Interval keys = piece_keys(mask, b, db, de, x, e);
+      const KeyRange first = key_range(mask, db, de, x);
+      const KeyRange last = key_range(mask, db, de, e - 1);
+      const Interval keys{first.lo / b, last.hi / b};  // piece_keys
       if (x / b != current) {
+        if (count_full) full += ends.take(b);
         current = x / b;
         covered = -1;
       }
+      if (count_full) ends.add(e - x, first, last);
       const std::int64_t from = std::max(keys.first, covered + 1);
       if (keys.second >= from) {
         rw.tiles += keys.second - from + 1;
@@ -521,20 +604,29 @@ RankWork one_rank_row_work(const ScheduleRequest& request, const ScheduleSlot& s
     rw.tokens += piece.length;
     db = de;
   }
+  if (count_full) full += ends.take(b);
+  if (full_tiles) *full_tiles = full;
   return rw;
 }
 
 double one_rank_slot_end(const ScheduleRequest& request, const ScheduleSlot& slot) {
-  const RankWork rw = one_rank_row_work(request, slot);
+  // Full tiles are counted only where the profile prices partial ones
+  // (count_slot_runs's rule).
+  const bool partial = request.profile.partial_tile_seconds != 0;
+  std::int64_t full = 0;
+  const RankWork rw = one_rank_row_work(request, slot, partial ? &full : nullptr);
   // price_slot_counts's end for one member: the longer of 0 and its compute
   // (its exchange is none).
-  return std::max(0.0, member_compute_seconds(request.profile, rw.tokens, rw.tiles, rw.tokens));
+  return std::max(0.0, member_compute_seconds(request.profile, rw.tokens, rw.tiles,
+                                              partial ? rw.tiles - full : 0, rw.tokens));
 }
 
 namespace {
 
 // One walk per member gives its tokens, its tiles (count_member) and the
-// key blocks it touches in all (the union over its blocks).
+// key blocks it touches in all (the union over its blocks); and its full
+// tiles where the profile prices partial ones (elsewhere none are counted:
+// no tile partial, which prices the same at 0 and costs nothing).
 SlotRunsCounts count_slot_runs(const ScheduleRequest& request, const ScheduleSlot& slot,
                                const RunShardPlan& runs) {
   SlotRunsCounts c;
@@ -542,6 +634,8 @@ SlotRunsCounts count_slot_runs(const ScheduleRequest& request, const ScheduleSlo
   const RowLayout layout(w);
   const bool exchange = runs.ranks > 1;
   c.work.resize(static_cast<std::size_t>(runs.ranks));
+  const bool partial = request.profile.partial_tile_seconds != 0;
+  if (partial) c.full.assign(c.work.size(), 0);
   if (exchange) {
     c.touched_at.reserve(static_cast<std::size_t>(runs.ranks) + 1);
     c.touched_at.push_back(0);
@@ -551,8 +645,13 @@ SlotRunsCounts count_slot_runs(const ScheduleRequest& request, const ScheduleSlo
   spans.clear();
   all.clear();
   for (std::int32_t r = 0; r < runs.ranks; ++r) {
-    count_member(w, layout, runs, r, c.work[static_cast<std::size_t>(r)], spans,
-                 exchange ? &all : nullptr);
+    const auto m = static_cast<std::size_t>(r);
+    if (partial) {
+      count_member<true>(w, layout, runs, r, c.work[m], &c.full[m], spans,
+                         exchange ? &all : nullptr);
+    } else {
+      count_member<false>(w, layout, runs, r, c.work[m], nullptr, spans, exchange ? &all : nullptr);
+    }
     if (exchange) {
       merge_into(all, c.touched);
       c.touched_at.push_back(c.touched.size());
@@ -593,7 +692,9 @@ void touch_member(const CpWorkload& w, const RowLayout& layout, const RunShardPl
 }
 
 // count_slot_runs with the members' tokens and tiles given: only the
-// touched intervals walked.
+// touched intervals walked. Their full tiles are not counted (none
+// partial), as count_slot_runs does not count them under a profile without
+// partial_tile_seconds (count_runs takes this path only under one).
 SlotRunsCounts count_touched(const ScheduleRequest& request, const ScheduleSlot& slot,
                              const RunShardPlan& runs, const std::vector<RankWork>& work) {
   SlotRunsCounts c;
@@ -624,7 +725,7 @@ SlotRunsCounts count_touched(const ScheduleRequest& request, const ScheduleSlot&
 SlotCost price_counted(const ScheduleRequest& request, const ScheduleSlot& slot,
                        const SlotRunsCounts& c, const RunShardPlan& runs) {
   const std::size_t g = c.work.size();
-  SlotCounts counts = slot_counts_of(c.work);
+  SlotCounts counts = slot_counts_of(c.work, c.full.empty() ? nullptr : &c.full);
   if (g > 1) {
     holders_of(c, runs);
     const std::vector<std::int32_t> index = start_exchange(counts);
@@ -660,7 +761,8 @@ Floors floor_counted(const ScheduleRequest& request, const ScheduleSlot& slot,
   for (const RankWork& w : c.work) row += w.tokens;
   double compute_end = 0;
   for (std::size_t r = 0; r < c.work.size(); ++r) {
-    compute[r] = member_compute_seconds(p, c.work[r].tokens, c.work[r].tiles, row);
+    const std::int64_t partial = c.full.empty() ? 0 : c.work[r].tiles - c.full[r];
+    compute[r] = member_compute_seconds(p, c.work[r].tokens, c.work[r].tiles, partial, row);
     compute_end = std::max(compute_end, compute[r]);
   }
   Floors f{compute_end, compute_end};
@@ -781,7 +883,9 @@ CountedRuns count_runs(const ScheduleRequest& request, const ScheduleSlot& slot,
 
 CountedRuns count_runs(const ScheduleRequest& request, const ScheduleSlot& slot, RunShardPlan runs,
                        const std::vector<RankWork>& work) {
-  if (request.mask.kind == MaskKind::kBlockSparse)
+  // The planner's work has no full tiles: a profile that prices partial
+  // tiles has them counted.
+  if (request.mask.kind == MaskKind::kBlockSparse || request.profile.partial_tile_seconds != 0)
     return count_runs(request, slot, std::move(runs));
   auto counts = std::make_shared<const SlotRunsCounts>(count_touched(request, slot, runs, work));
   return {std::move(runs), std::move(counts)};

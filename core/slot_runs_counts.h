@@ -37,6 +37,11 @@ struct Holders {
 // member touches, each counted once.
 struct SlotRunsCounts {
   std::vector<RankWork> work;
+  // Per member, its full tiles (work_model.h); the rest of its tiles are
+  // partial. Counted only under a profile that prices partial tiles
+  // (partial_tile_seconds != 0); under one that does not, empty: none
+  // partial, the same price, at no cost to count.
+  std::vector<std::int64_t> full;
   // The holders are counted from the plan's runs on first need
   // (slot_runs.cpp's holder_counts and holders_of): many plans a planner
   // counts (rule 5 at W = 1024 / 4,000 documents: 40%) are ruled out by

@@ -112,8 +112,22 @@ class RunCounter {
   std::int64_t num_blocks() const { return num_blocks_; }
 
   // Starts a new local query block (tile row).
-  void start_block(std::int64_t id) { tiles_.start(id); }
+  void start_block(std::int64_t id) {
+    tiles_.start(id);
+    rows_ = 0;
+    latest_lo_ = 0;
+    earliest_hi_ = w_.tokens;
+  }
   std::int64_t block_tiles() { return tiles_.count(); }
+
+  // The full tiles of the block: key blocks inside every query's keys, when
+  // the block has B real queries (dense masks: every query's keys are one
+  // interval).
+  std::int64_t block_full_tiles() const {
+    const std::int64_t b = w_.block_size;
+    if (sparse_ || rows_ != b) return 0;
+    return std::max<std::int64_t>(0, (earliest_hi_ + 1) / b - ceil_div(latest_lo_, b));
+  }
 
   // Where the run starting at q must end (exclusive): the end of its document
   // and, for block-sparse masks, of its global query block.
@@ -127,9 +141,16 @@ class RunCounter {
   // Adds the queries [qa, qb] (inclusive; within run_limit(qa)); returns pairs.
   std::int64_t add_run(std::int64_t qa, std::int64_t qb) {
     const std::int64_t b = w_.block_size;
+    rows_ += qb - qa + 1;
     if (!sparse_) {
-      tiles_.add_interval(key_range(w_.mask, doc_begin_, doc_end_, qa).lo / b,
-                          key_range(w_.mask, doc_begin_, doc_end_, qb).hi / b);
+      // Neither end of a query's keys falls as the query moves on within
+      // its document: the run's first query has the lowest upper end, its
+      // last the highest lower end.
+      const KeyRange first = key_range(w_.mask, doc_begin_, doc_end_, qa);
+      const KeyRange last = key_range(w_.mask, doc_begin_, doc_end_, qb);
+      tiles_.add_interval(first.lo / b, last.hi / b);
+      latest_lo_ = std::max(latest_lo_, last.lo);
+      earliest_hi_ = std::min(earliest_hi_, first.hi);
       return run_pairs(w_.mask, doc_end_ - doc_begin_, qa - doc_begin_, qb - doc_begin_);
     }
     const auto& bs = w_.mask.block_sparse;
@@ -160,14 +181,19 @@ class RunCounter {
   std::int64_t num_blocks_;
   bool sparse_;
   TileUnion tiles_;
+  std::int64_t rows_ = 0;         // real queries of the current block
+  std::int64_t latest_lo_ = 0;    // the highest lower end of their keys
+  std::int64_t earliest_hi_ = 0;  // the lowest upper end
   std::int64_t doc_begin_ = 0;
   std::int64_t doc_end_ = 0;
 };
 
 }  // namespace
 
-std::vector<RankWork> compute_work(const CpWorkload& w, const ShardPlan& plan) {
+std::vector<RankWork> compute_work(const CpWorkload& w, const ShardPlan& plan,
+                                   std::vector<std::int64_t>* full_tiles) {
   std::vector<RankWork> work(static_cast<std::size_t>(plan.cp_size));
+  if (full_tiles) full_tiles->assign(work.size(), 0);
   RunCounter counter(w);
   const std::int64_t b = w.block_size;
   std::int64_t tile_row = 0;
@@ -194,6 +220,7 @@ std::vector<RankWork> compute_work(const CpWorkload& w, const ShardPlan& plan) {
         i = j;
       }
       if (any) rw.tiles += counter.block_tiles();
+      if (full_tiles) (*full_tiles)[static_cast<std::size_t>(r)] += counter.block_full_tiles();
     }
   }
   return work;

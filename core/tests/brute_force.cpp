@@ -99,12 +99,14 @@ bool brute_allowed(const CpWorkload& workload, std::int64_t q, std::int64_t k) {
   return BruteMask(workload).allowed(q, k);
 }
 
-std::vector<RankWork> brute_work(const CpWorkload& workload, const ShardPlan& plan) {
+std::vector<RankWork> brute_work(const CpWorkload& workload, const ShardPlan& plan,
+                                 std::vector<std::int64_t>* full_tiles) {
   const BruteMask mask(workload);
   const std::int64_t n = workload.tokens;
   const std::int64_t b = workload.block_size;
   const std::int64_t shard = plan.shard_len;
   std::vector<RankWork> work(static_cast<std::size_t>(plan.cp_size));
+  if (full_tiles) full_tiles->assign(work.size(), 0);
   for (std::int32_t r = 0; r < plan.cp_size; ++r) {
     const std::int64_t* rows = plan.positions.data() + r * shard;
     RankWork& w = work[static_cast<std::size_t>(r)];
@@ -119,19 +121,27 @@ std::vector<RankWork> brute_work(const CpWorkload& workload, const ShardPlan& pl
       for (std::int64_t key0 = 0; key0 < n; key0 += b) {
         const std::int64_t key1 = std::min(key0 + b, n);
         bool any = false;
-        for (std::int64_t t = row0; t < row1 && !any; ++t) {
+        bool every = row1 - row0 == b && key1 - key0 == b;
+        for (std::int64_t t = row0; t < row1; ++t) {
           const std::int64_t q = rows[t];
+          every = every && q >= 0;
           if (q < 0) continue;
-          for (std::int64_t k = key0; k < key1 && !any; ++k) any = mask.allowed(q, k);
+          for (std::int64_t k = key0; k < key1; ++k) {
+            const bool allowed = mask.allowed(q, k);
+            any = any || allowed;
+            every = every && allowed;
+          }
         }
         w.tiles += any ? 1 : 0;
+        if (full_tiles) (*full_tiles)[static_cast<std::size_t>(r)] += every ? 1 : 0;
       }
     }
   }
   return work;
 }
 
-std::vector<RankWork> interval_work(const CpWorkload& workload, const ShardPlan& plan) {
+std::vector<RankWork> interval_work(const CpWorkload& workload, const ShardPlan& plan,
+                                    std::vector<std::int64_t>* full_tiles) {
   const std::int64_t n = workload.tokens;
   const std::int64_t b = workload.block_size;
   const std::int64_t shard = plan.shard_len;
@@ -143,6 +153,7 @@ std::vector<RankWork> interval_work(const CpWorkload& workload, const ShardPlan&
       sparse ? listed_blocks(workload) : std::vector<std::vector<std::int64_t>>{};
 
   std::vector<RankWork> work(static_cast<std::size_t>(plan.cp_size));
+  if (full_tiles) full_tiles->assign(work.size(), 0);
   std::vector<std::pair<std::int64_t, std::int64_t>> spans;  // key-block ranges of a local block
   std::vector<std::int64_t> hit;                             // key blocks of a local block
   for (std::int32_t r = 0; r < plan.cp_size; ++r) {
@@ -152,9 +163,16 @@ std::vector<RankWork> interval_work(const CpWorkload& workload, const ShardPlan&
       const std::int64_t row1 = std::min(row0 + b, shard);
       spans.clear();
       hit.clear();
+      // Key positions every row of the block may attend: the intersection
+      // of their intervals, [common_lo, common_hi]; a full tile is a key
+      // block inside it, for a block of B real rows.
+      std::int64_t common_lo = 0;
+      std::int64_t common_hi = n - 1;
+      std::int64_t real = 0;
       for (std::int64_t t = row0; t < row1; ++t) {
         const std::int64_t q = rows[t];
         if (q < 0) continue;
+        ++real;
         ++w.tokens;
         const std::int64_t doc = doc_of[static_cast<std::size_t>(q)];
         const std::int64_t ds = starts[static_cast<std::size_t>(doc)];
@@ -192,6 +210,14 @@ std::vector<RankWork> interval_work(const CpWorkload& workload, const ShardPlan&
         }
         w.pairs += hi - lo + 1;
         spans.emplace_back(lo / b, hi / b);
+        common_lo = std::max(common_lo, lo);
+        common_hi = std::min(common_hi, hi);
+      }
+      if (full_tiles && !sparse && real == b) {
+        for (std::int64_t k = 0; (k + 1) * b <= n; ++k) {
+          const bool inside = k * b >= common_lo && (k + 1) * b - 1 <= common_hi;
+          (*full_tiles)[static_cast<std::size_t>(r)] += inside ? 1 : 0;
+        }
       }
       if (sparse) {
         std::sort(hit.begin(), hit.end());

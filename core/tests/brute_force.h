@@ -38,14 +38,20 @@ class BruteMask {
 bool brute_allowed(const CpWorkload& workload, std::int64_t q, std::int64_t k);
 
 // Per-rank work by testing every (query, key) pair for pairs and every
-// (local query block, key block) tile pair by pair for tiles. O(N^2).
-std::vector<RankWork> brute_work(const CpWorkload& workload, const ShardPlan& plan);
+// (local query block, key block) tile pair by pair for tiles. O(N^2). With
+// `full_tiles`, each rank's tiles of B real queries and B keys whose every
+// pair is allowed.
+std::vector<RankWork> brute_work(const CpWorkload& workload, const ShardPlan& plan,
+                                 std::vector<std::int64_t>* full_tiles = nullptr);
 
 // Per-rank work from key intervals derived here (for the interval masks) or
 // from the block lists (block-sparse): the tiles of a local query block are
 // the union of its rows' key blocks. O(N log B), for rows too long for
 // brute_work; tests check it against brute_work on short rows first.
-std::vector<RankWork> interval_work(const CpWorkload& workload, const ShardPlan& plan);
+// `full_tiles` as brute_work's, from the intersection of the rows'
+// intervals (dense masks; block-sparse: none counted).
+std::vector<RankWork> interval_work(const CpWorkload& workload, const ShardPlan& plan,
+                                    std::vector<std::int64_t>* full_tiles = nullptr);
 
 // Plan validity checked from scratch: cp_size shards of shard_len entries,
 // every entry -1 or in [0, N), every position of [0, N) exactly once, and

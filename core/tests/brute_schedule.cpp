@@ -132,8 +132,10 @@ BruteScheduleCost brute_schedule_cost(const ScheduleRequest& request, const Sche
   for (std::size_t s = 0; s < schedule.slots.size(); ++s) {
     const ScheduleSlot& slot = schedule.slots[s];
     const CpWorkload w = row_of(request, slot);
-    const std::vector<RankWork> work =
-        w.tokens <= pairwise_limit ? brute_work(w, slot.plan) : interval_work(w, slot.plan);
+    std::vector<std::int64_t> full;
+    const std::vector<RankWork> work = w.tokens <= pairwise_limit
+                                           ? brute_work(w, slot.plan, &full)
+                                           : interval_work(w, slot.plan, &full);
     const std::size_t g = slot.ranks.size();
     std::vector<std::vector<std::int64_t>> held(g);
     for (std::size_t m = 0; m < g; ++m) {
@@ -165,11 +167,14 @@ BruteScheduleCost brute_schedule_cost(const ScheduleRequest& request, const Sche
       bm.rank = slot.ranks[m];
       bm.tokens = static_cast<std::int64_t>(held[m].size());
       bm.tiles = work[m].tiles;
+      bm.partial_tiles = work[m].tiles - full[m];
       // The row term: every member pays it on the row's length, taken from
-      // the slot's pieces (w), not from the members' shares.
+      // the slot's pieces (w), not from the members' shares; partial tiles
+      // pay their term on top of a tile's.
       bm.compute = p.tile_seconds * static_cast<double>(bm.tiles) +
                    p.token_seconds * static_cast<double>(bm.tokens) + p.slot_seconds +
-                   p.row_token_seconds * static_cast<double>(w.tokens);
+                   p.row_token_seconds * static_cast<double>(w.tokens) +
+                   p.partial_tile_seconds * static_cast<double>(bm.partial_tiles);
       for (std::size_t j = 0; j < g; ++j) {
         if (j == m || (from[m][j] == 0 && from[j][m] == 0)) continue;
         bm.kv_tokens_in += from[m][j];

@@ -20,6 +20,7 @@ struct BruteMember {
   std::int32_t rank = 0;
   std::int64_t tokens = 0;
   std::int64_t tiles = 0;
+  std::int64_t partial_tiles = 0;  // of those, the ones not full
   std::int64_t kv_tokens_in = 0;   // K/V tokens it receives
   std::int64_t kv_tokens_out = 0;  // K/V tokens its peers receive from it
   std::int32_t peers = 0;

@@ -228,6 +228,8 @@ TEST(QuoteText, EscapesControlCharactersAndCutsLongText) {
 
 TEST(WorkModel, MatchesBruteForceOnRandomPlans) {
   std::mt19937_64 rng(20261121);
+  std::int64_t full = 0;
+  std::int64_t partial = 0;
   for (int iter = 0; iter < 300; ++iter) {
     const std::int64_t n = 1 + static_cast<std::int64_t>(rng() % 300);
     const std::int64_t b = std::int64_t{1} << (rng() % 6);
@@ -237,24 +239,43 @@ TEST(WorkModel, MatchesBruteForceOnRandomPlans) {
     ASSERT_TRUE(validate_workload(w).is_ok()) << validate_workload(w).message();
     const ShardPlan plan = random_plan(n, p, rng);
     ASSERT_TRUE(validate_plan(w, plan).is_ok());
-    const auto fast = compute_work(w, plan);
-    const auto slow = cp::brute_work(w, plan);
+    std::vector<std::int64_t> fast_full;
+    std::vector<std::int64_t> slow_full;
+    const auto fast = compute_work(w, plan, &fast_full);
+    const auto slow = cp::brute_work(w, plan, &slow_full);
     ASSERT_EQ(fast.size(), slow.size());
     for (std::size_t r = 0; r < fast.size(); ++r) {
       EXPECT_EQ(fast[r].tokens, slow[r].tokens) << "iter " << iter << " rank " << r;
       EXPECT_EQ(fast[r].pairs, slow[r].pairs) << "iter " << iter << " rank " << r;
       EXPECT_EQ(fast[r].tiles, slow[r].tiles) << "iter " << iter << " rank " << r;
+      // Block-sparse masks count every tile partial; dense ones as the
+      // pair-by-pair recount.
+      const bool sparse = w.mask.kind == MaskKind::kBlockSparse;
+      EXPECT_EQ(fast_full[r], sparse ? 0 : slow_full[r]) << "iter " << iter << " rank " << r;
+      full += sparse ? 0 : slow_full[r];
+      partial += sparse ? 0 : slow[r].tiles - slow_full[r];
     }
   }
+  EXPECT_GT(full, 1000);
+  EXPECT_GT(partial, 1000);
 }
 
 TEST(WorkModel, BlockCostsSumToTheUnshardedRow) {
   std::mt19937_64 rng(7);
+  std::int64_t row_full = 0;
   for (int iter = 0; iter < 200; ++iter) {
     const std::int64_t n = 1 + static_cast<std::int64_t>(rng() % 500);
     const std::int64_t b = 1 + static_cast<std::int64_t>(rng() % 64);
     auto w = row(n, random_docs(n, rng), random_mask(rng, n, b), b, 1);
-    const auto whole = cp::brute_work(w, identity_plan(n));
+    std::vector<std::int64_t> brute_full;
+    std::vector<std::int64_t> full;
+    const auto whole = cp::brute_work(w, identity_plan(n), &brute_full);
+    compute_work(w, identity_plan(n), &full);
+    // In row order most of a document's tiles are full: the full-tile count
+    // against the pair-by-pair recount where there are many.
+    const bool sparse = w.mask.kind == MaskKind::kBlockSparse;
+    EXPECT_EQ(full[0], sparse ? 0 : brute_full[0]) << "iter " << iter;
+    row_full += sparse ? 0 : brute_full[0];
     const BlockCosts costs = block_costs(w);
     EXPECT_EQ(std::accumulate(costs.pairs.begin(), costs.pairs.end(), std::int64_t{0}),
               whole[0].pairs);
@@ -263,6 +284,7 @@ TEST(WorkModel, BlockCostsSumToTheUnshardedRow) {
     EXPECT_EQ(total_pairs(w), whole[0].pairs);
     EXPECT_EQ(unsharded_tiles(w), whole[0].tiles);
   }
+  EXPECT_GT(row_full, 10000);
 }
 
 TEST(WorkModel, CausalClosedForms) {

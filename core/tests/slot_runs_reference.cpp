@@ -5,6 +5,7 @@
 #include "slot_runs_reference.h"
 
 #include "fulcrum/core/slot_runs.h"
+#include "fulcrum/core/work_model.h"
 
 #include <algorithm>
 #include <bit>
@@ -37,6 +38,9 @@ struct SlotRunsCounts {
   CpWorkload w;
   std::vector<RankWork> work;
   Holders holders;
+  // Full tiles per member, from the positions' work model (the run counting
+  // of them is held to that and to a pair-by-pair recount elsewhere).
+  std::vector<std::int64_t> full;
   // Member r's merged touched intervals are touched[touched_at[r] ..
   // touched_at[r + 1]); both empty for g = 1.
   std::vector<Interval> touched;
@@ -291,7 +295,7 @@ namespace {
 // key blocks it touches in all (the union over its blocks).
 SlotRunsCounts count_slot_runs(const ScheduleRequest& request, const ScheduleSlot& slot,
                                const RunShardPlan& runs) {
-  SlotRunsCounts c{slot_workload(request, slot), {}, {}, {}, {}};
+  SlotRunsCounts c{slot_workload(request, slot), {}, {}, {}, {}, {}};
   const CpWorkload& w = c.w;
   const RowLayout layout(w);
   const bool exchange = runs.ranks > 1;
@@ -309,13 +313,14 @@ SlotRunsCounts count_slot_runs(const ScheduleRequest& request, const ScheduleSlo
     }
   }
   if (exchange) c.holders = holders_of_runs(runs, w.tokens, w.block_size);
+  compute_work(w, materialize_runs(runs), &c.full);
   return c;
 }
 
 SlotCost price_counted(const ScheduleRequest& request, const ScheduleSlot& slot,
                        const SlotRunsCounts& c) {
   const std::size_t g = c.work.size();
-  SlotCounts counts = slot_counts_of(c.work);
+  SlotCounts counts = slot_counts_of(c.work, &c.full);
   if (g > 1) {
     // Range sums pay off only where blocks have many holders (a row cut
     // into chunks far shorter than a block, over many members).
@@ -430,11 +435,7 @@ struct Floors {
 
 Floors floor_counted(const ScheduleRequest& request, const ScheduleSlot& slot,
                      const SlotRunsCounts& c, bool with_exchange) {
-  SlotCounts counts;
-  for (const RankWork& rw : c.work) {
-    counts.tokens.push_back(rw.tokens);
-    counts.tiles.push_back(rw.tiles);
-  }
+  const SlotCounts counts = slot_counts_of(c.work, &c.full);
   const SlotCost compute = price_slot_counts(request.profile, slot.ranks, counts);
   const CostProfile& p = request.profile;
   Floors f{compute.end_seconds, compute.end_seconds};

@@ -156,10 +156,17 @@ RandomSlot random_slot(std::mt19937_64& rng, bool long_row) {
   out.slot.ranks.assign(ranks.begin(), ranks.begin() + g);
   out.runs = random_runs(rng, n, g, r.block_size);
   out.slot.plan = materialize_runs(out.runs);
+  // And the partial-tile term (0 to twice a tile's price on top of it),
+  // which the builtin profiles leave at 0.
+  r.profile.partial_tile_seconds =
+      below(rng, 3) == 0 ? 0.0
+                         : r.profile.tile_seconds * static_cast<double>(below(rng, 201)) / 100;
   return out;
 }
 
-void expect_same(const SlotCost& want, const SlotCost& got) {
+// `partial`: whether both counted partial tiles (the run pricing does only
+// under a profile that prices them).
+void expect_same(const SlotCost& want, const SlotCost& got, bool partial = true) {
   ASSERT_EQ(want.members.size(), got.members.size());
   EXPECT_EQ(want.start_seconds, got.start_seconds);
   EXPECT_EQ(want.end_seconds, got.end_seconds);
@@ -169,6 +176,9 @@ void expect_same(const SlotCost& want, const SlotCost& got) {
     EXPECT_EQ(a.rank, b.rank) << "member " << m;
     EXPECT_EQ(a.tokens, b.tokens) << "member " << m;
     EXPECT_EQ(a.tiles, b.tiles) << "member " << m;
+    if (partial) {
+      EXPECT_EQ(a.partial_tiles, b.partial_tiles) << "member " << m;
+    }
     EXPECT_EQ(a.bytes_received, b.bytes_received) << "member " << m;
     EXPECT_EQ(a.bytes_sent, b.bytes_sent) << "member " << m;
     EXPECT_EQ(a.peers, b.peers) << "member " << m;
@@ -181,6 +191,8 @@ TEST(SlotRuns, PricedFromRunsExactlyAsFromPositions) {
   std::mt19937_64 rng(20261126);
   std::int64_t multi = 0;
   std::int64_t lifted = 0;
+  std::int64_t full_tiles = 0;
+  std::int64_t partial_tiles = 0;
   for (int i = 0; i < 3000; ++i) {
     const RandomSlot s = random_slot(rng, i % 100 == 99);
     const SlotCost want = evaluate_slot(s.request, s.slot);
@@ -189,7 +201,7 @@ TEST(SlotRuns, PricedFromRunsExactlyAsFromPositions) {
     const SlotCost got = evaluate_slot_runs(s.request, no_plan, s.runs);
     SCOPED_TRACE("slot " + std::to_string(i) + ", g = " + std::to_string(s.runs.ranks) + ", B = " +
                  std::to_string(s.request.block_size) + ", mask " + mask_to_string(s.request.mask));
-    expect_same(want, got);
+    expect_same(want, got, s.request.profile.partial_tile_seconds != 0);
     // The floor never passes the price, and its peers' latency lifts it
     // above the compute alone on most slots that exchange.
     const double floor = slot_end_floor_runs(s.request, no_plan, s.runs);
@@ -197,18 +209,27 @@ TEST(SlotRuns, PricedFromRunsExactlyAsFromPositions) {
     double compute = 0;
     for (const SlotMemberCost& m : got.members) compute = std::max(compute, m.compute_seconds);
     lifted += floor > compute ? 1 : 0;
-    const std::vector<RankWork> work = compute_work(slot_workload(s.request, s.slot), s.slot.plan);
+    std::vector<std::int64_t> full;
+    std::vector<std::int64_t> counted_full;
+    const std::vector<RankWork> work =
+        compute_work(slot_workload(s.request, s.slot), s.slot.plan, &full);
     const std::vector<RankWork> counted =
-        run_tokens_and_tiles(slot_workload(s.request, s.slot), s.runs);
+        run_tokens_and_tiles(slot_workload(s.request, s.slot), s.runs, &counted_full);
     for (std::size_t m = 0; m < work.size(); ++m) {
       EXPECT_EQ(work[m].tokens, counted[m].tokens);
       EXPECT_EQ(work[m].tiles, counted[m].tiles);
+      EXPECT_EQ(full[m], counted_full[m]) << "member " << m;
+      full_tiles += full[m];
+      partial_tiles += work[m].tiles - full[m];
     }
     multi += s.runs.ranks > 1 && want.end_seconds > 0 ? 1 : 0;
     if (HasFailure()) return;
   }
   EXPECT_GT(multi, 2000);  // most slots exchange K/V: the comparison covers communication
   EXPECT_GT(lifted, 1000);
+  // Both kinds of tile are common: the comparison covers each.
+  EXPECT_GT(full_tiles, 100000);
+  EXPECT_GT(partial_tiles, 100000);
 }
 
 // The counting against the one it replaced (slot_runs_reference.h) on
@@ -229,7 +250,7 @@ TEST(SlotRuns, CountedAsTheReferenceBitForBit) {
     }
     const SlotCost want = reference::evaluate_slot_runs(s.request, s.slot, s.runs);
     const SlotCost got = evaluate_slot_runs(s.request, s.slot, s.runs);
-    expect_same(want, got);
+    expect_same(want, got, s.request.profile.partial_tile_seconds != 0);
     for (std::size_t m = 0; m < want.members.size(); ++m) {
       EXPECT_TRUE(same(want.members[m].comm_seconds, got.members[m].comm_seconds));
     }
@@ -245,8 +266,14 @@ TEST(SlotRuns, CountedAsTheReferenceBitForBit) {
 TEST(SlotRuns, CountedWithGivenWorkAsByTheWalk) {
   std::mt19937_64 rng(20261129);
   std::int64_t touched = 0;
+  std::int64_t given = 0;
   for (int i = 0; i < 2000; ++i) {
-    const RandomSlot s = random_slot(rng, i % 100 == 99);
+    RandomSlot s = random_slot(rng, i % 100 == 99);
+    // Half the slots under a profile without the partial-tile term, where
+    // the given work is used; under one with it, count_runs walks the runs
+    // for the full tiles the given work lacks.
+    if (i % 2 == 0) s.request.profile.partial_tile_seconds = 0;
+    given += s.request.profile.partial_tile_seconds == 0 ? 1 : 0;
     SCOPED_TRACE("slot " + std::to_string(i) + ", g = " + std::to_string(s.runs.ranks));
     const CpWorkload w = slot_workload(s.request, s.slot);
     const CountedRuns want = count_runs(s.request, s.slot, s.runs);
@@ -258,6 +285,9 @@ TEST(SlotRuns, CountedWithGivenWorkAsByTheWalk) {
       EXPECT_EQ(a.work[m].tokens, b.work[m].tokens) << "member " << m;
       EXPECT_EQ(a.work[m].tiles, b.work[m].tiles) << "member " << m;
       EXPECT_EQ(a.work[m].pairs, b.work[m].pairs) << "member " << m;
+    }
+    if (s.request.profile.partial_tile_seconds != 0) {
+      EXPECT_EQ(a.full, b.full);
     }
     EXPECT_EQ(a.touched, b.touched);
     EXPECT_EQ(a.touched_at, b.touched_at);
@@ -275,6 +305,7 @@ TEST(SlotRuns, CountedWithGivenWorkAsByTheWalk) {
     if (HasFailure()) return;
   }
   EXPECT_GT(touched, 20000);  // many members touch several intervals
+  EXPECT_GT(given, 1000);
 }
 
 // The shared-count path against the two functions it stands for: the same
@@ -402,7 +433,7 @@ TEST(SlotRuns, CountsFlooredThenPricedAsTheReference) {
     const SlotEnd c = slot_end_counted_below(s.request, s.slot, counted,
                                              std::numeric_limits<double>::infinity(), true);
     ASSERT_TRUE(c.exact);
-    expect_same(exact, c.cost);
+    expect_same(exact, c.cost, s.request.profile.partial_tile_seconds != 0);
     if (HasFailure()) return;
   }
   EXPECT_GT(at_peers, 1000);
@@ -426,6 +457,8 @@ TEST(SlotRuns, OneRankRowPricedFromItsPiecesAsByTheGenericWalk) {
     request.block_size = b;
     request.profile = *builtin_cost_profile(below(rng, 2) == 0 ? "h100_7b" : "cpu_gloo");
     request.profile.row_token_seconds = below(rng, 2) == 0 ? 0.0 : 1e-9 * (1 + below(rng, 100));
+    request.profile.partial_tile_seconds =
+        below(rng, 2) == 0 ? 0.0 : request.profile.tile_seconds * (1 + below(rng, 100)) / 50;
     request.profile.slot_seconds *= static_cast<double>(below(rng, 4));
     ScheduleSlot slot;
     slot.ranks = {static_cast<std::int32_t>(below(rng, request.world_size))};
@@ -450,13 +483,18 @@ TEST(SlotRuns, OneRankRowPricedFromItsPiecesAsByTheGenericWalk) {
     SCOPED_TRACE("row " + std::to_string(i) + ", B = " + std::to_string(b) +
                  ", N = " + std::to_string(n) + ", mask " + mask_to_string(request.mask));
     const CpWorkload w = slot_workload(request, slot);
-    const RankWork got = one_rank_row_work(request, slot);
-    const RankWork walked = run_tokens_and_tiles(w, one)[0];
-    const RankWork positions = compute_work(w, slot.plan)[0];
+    std::int64_t got_full = -1;
+    std::vector<std::int64_t> walked_full;
+    std::vector<std::int64_t> positions_full;
+    const RankWork got = one_rank_row_work(request, slot, &got_full);
+    const RankWork walked = run_tokens_and_tiles(w, one, &walked_full)[0];
+    const RankWork positions = compute_work(w, slot.plan, &positions_full)[0];
     EXPECT_EQ(got.tokens, n);
     EXPECT_EQ(got.tokens, walked.tokens);
     EXPECT_EQ(got.tiles, walked.tiles);
     EXPECT_EQ(got.tiles, positions.tiles);
+    EXPECT_EQ(got_full, walked_full[0]);
+    EXPECT_EQ(got_full, positions_full[0]);
     const double end = one_rank_slot_end(request, slot);
     EXPECT_TRUE(same(end, evaluate_slot_runs(request, slot, one).end_seconds)) << end;
     EXPECT_TRUE(same(end, evaluate_slot(request, slot).end_seconds)) << end;
@@ -522,7 +560,10 @@ TEST(SlotRuns, ScheduleTimelineEqualsEvaluateSchedule) {
     EXPECT_EQ(want.allgather_bytes, got.allgather_bytes);
     EXPECT_EQ(want.busy_seconds, got.busy_seconds);
     ASSERT_EQ(want.slots.size(), got.slots.size());
-    for (std::size_t s = 0; s < want.slots.size(); ++s) expect_same(want.slots[s], got.slots[s]);
+    const bool partial = request.profile.partial_tile_seconds != 0;
+    for (std::size_t s = 0; s < want.slots.size(); ++s) {
+      expect_same(want.slots[s], got.slots[s], partial);
+    }
   }
 }
 

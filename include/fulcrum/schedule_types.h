@@ -38,6 +38,14 @@ struct CostProfile {
   // buffer of N rows, its heads-first copies, the dK/dV accumulator;
   // docs/HYBRID.md section 2). 0 = none, the model without it.
   double row_token_seconds = 0;
+  // Per partial tile, on top of tile_seconds: a tile is partial when some
+  // (query, key) pair of it is masked out or a row of its query block is
+  // padding (a causal diagonal, a document edge, a query block that spans
+  // runs of the plan); a full tile has B real queries each attending all B
+  // keys of the key block. Kernels mask partial tiles element by element;
+  // full ones they do not (docs/HYBRID.md section 2). 0 = none, the model
+  // without it.
+  double partial_tile_seconds = 0;
 };
 
 // Which groups a schedule may use, for hosts whose runtime has only some

@@ -228,11 +228,19 @@ TEST(CpPropertyTest, IntervalRecountAgreesWithBruteForceOnArbitraryPlans) {
                 plan.positions[static_cast<std::size_t>(rng.uniform(0, k - 1))]);
     }
     plan.padding = plan.cp_size * plan.shard_len - w.tokens;
-    const auto brute = brute_work(w, plan);
-    ASSERT_TRUE(same_work(interval_work(w, plan), brute)) << describe(w);
+    std::vector<std::int64_t> brute_full;
+    std::vector<std::int64_t> interval_full;
+    std::vector<std::int64_t> core_full;
+    const auto brute = brute_work(w, plan, &brute_full);
+    ASSERT_TRUE(same_work(interval_work(w, plan, &interval_full), brute)) << describe(w);
     // The core's work model must agree on such plans too, not only on the
     // shapes the strategies happen to produce.
-    ASSERT_TRUE(same_work(compute_work(w, plan), brute)) << "compute_work, " << describe(w);
+    ASSERT_TRUE(same_work(compute_work(w, plan, &core_full), brute))
+        << "compute_work, " << describe(w);
+    // Full tiles (dense masks; block-sparse counts none full) alike.
+    if (w.mask.kind == MaskKind::kBlockSparse) brute_full.assign(brute_full.size(), 0);
+    ASSERT_EQ(interval_full, brute_full) << describe(w);
+    ASSERT_EQ(core_full, brute_full) << describe(w);
   }
 }
 

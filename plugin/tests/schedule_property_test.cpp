@@ -59,6 +59,8 @@ CostProfile random_profile(Rng& rng) {
   p.exchange_overlap = static_cast<double>(p.ranks_per_node % 3) / 2.0;
   // The row term on odd node sizes, about a 1/64 tile per token of the row.
   p.row_token_seconds = p.ranks_per_node % 2 ? p.tile_seconds / 64 : 0.0;
+  // The partial-tile term on node sizes 3 and 8, at a tile's price.
+  p.partial_tile_seconds = p.ranks_per_node % 5 == 3 ? p.tile_seconds : 0.0;
   return p;
 }
 
@@ -130,6 +132,7 @@ void expect_cost_matches_recount(const ScheduleRequest& r, const Schedule& s,
       EXPECT_EQ(cm.rank, bm.rank) << who;
       EXPECT_EQ(cm.tokens, bm.tokens) << who;
       EXPECT_EQ(cm.tiles, bm.tiles) << who;
+      EXPECT_EQ(cm.partial_tiles, bm.partial_tiles) << who;
       EXPECT_EQ(cm.bytes_received, std::llround(static_cast<double>(bm.kv_tokens_in) * kv)) << who;
       EXPECT_EQ(cm.bytes_sent, std::llround(static_cast<double>(bm.kv_tokens_out) * kv)) << who;
       EXPECT_EQ(cm.peers, bm.peers) << who;

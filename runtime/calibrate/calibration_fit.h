@@ -74,6 +74,10 @@ struct SlotSample {
   // what the row-length work of each member scales with (docs/HYBRID.md
   // section 2, row_token_seconds). 0: not recorded (an older record).
   std::int64_t row_tokens = 0;
+  // Of the member's tiles, the partial ones (core/work_model.h), what
+  // partial_tile_seconds scales with. -1: not recorded (an older record),
+  // priced as if every tile were partial.
+  std::int64_t partial_tiles = -1;
 };
 
 struct SlotFit {
@@ -83,22 +87,30 @@ struct SlotFit {
   double max_abs_error = 0;
   bool exchange_fitted = false;  // false: the samples had no exchange, start's terms kept
   bool row_fitted = false;       // false: no member of a bigger slot, start's row term kept (or 0)
+  // false: some sample without partial tiles, or no sample with a full and
+  // one with a partial tile: the start's term kept (or 0).
+  bool partial_fitted = false;
 };
 
 // Fits a member's slot time = a tiles + b tokens + c + r row_tokens +
-// d kv_bytes + e peers (fit_nonnegative on plain, not relative, errors: a
-// rank's time is the sum of its slots', and with noisy times a relative fit
-// under-predicts the long slots that dominate the sum) and returns `start`
-// with a, b, c, r as tile, token, slot and row-token seconds and, when some
-// sample exchanged K/V, kv_bytes_per_token set to `kv_bytes_per_token` (the
-// model's), both bandwidths to 1 / d (the largest a profile allows when d is
-// 0) and latency to e. r is fitted only when some sample is a member of a
-// slot of two or more and every sample has its row's length; otherwise the
-// start's r is kept and the rest fitted to the time it leaves (r = 0 where
-// it would leave a sample none). A term the
-// samples cannot separate from the others (peers, then bytes, the row, then
-// tokens) is held at 0 and the others absorb it. Deterministic: the same
-// samples in the same order give bit-identical profiles on every rank.
+// d kv_bytes + e peers + f partial_tiles (fit_nonnegative on plain, not
+// relative, errors: a rank's time is the sum of its slots', and with noisy
+// times a relative fit under-predicts the long slots that dominate the sum)
+// and returns `start` with a, b, c, r, f as tile, token, slot, row-token and
+// partial-tile seconds and, when some sample exchanged K/V,
+// kv_bytes_per_token set to `kv_bytes_per_token` (the model's), both
+// bandwidths to 1 / d (the largest a profile allows when d is 0) and latency
+// to e. r is fitted only when some sample is a member of a slot of two or
+// more and every sample has its row's length; otherwise the start's r is
+// kept and the rest fitted to the time it leaves (r = 0 where it would leave
+// a sample none). f likewise: fitted only when every sample has its partial
+// tiles and some have full and some partial ones, else the start's kept (a
+// sample without its partial tiles priced as if all its tiles were; 0 where
+// it would leave a sample none). A term
+// the samples cannot separate from the others (peers, then bytes, partial
+// tiles, the row, then tokens) is held at 0 and the others absorb it.
+// Deterministic: the same samples in the same order give bit-identical
+// profiles on every rank.
 Result<SlotFit> fit_slots(const std::vector<SlotSample>& samples, const CostProfile& start,
                           double kv_bytes_per_token);
 

@@ -42,12 +42,16 @@ SlotCounts sample_slot(const calibrate::SlotSample& s, double kv_bytes_per_token
   SlotCounts counts;
   counts.tokens.push_back(s.tokens);
   counts.tiles.push_back(s.tiles);
+  // An older record without its partial tiles: priced as if all were
+  // partial, what fit_slots assumes of it.
+  counts.partial.push_back(s.partial_tiles >= 0 ? s.partial_tiles : s.tiles);
   // Each peer holds at least one token; the rest of the row is shared among
   // them.
   const std::int64_t rest = std::max(s.row_tokens - s.tokens, peers);
   for (std::int64_t j = 0; j < peers; ++j) {
     counts.tokens.push_back(rest / peers + (j < rest % peers ? 1 : 0));
     counts.tiles.push_back(0);
+    counts.partial.push_back(0);
   }
   if (peers == 0) return counts;
   start_exchange(counts);
@@ -97,7 +101,7 @@ std::uint64_t profile_fingerprint(const CostProfile& p) {
   f.add(p.name);
   for (double v : {p.tile_seconds, p.token_seconds, p.slot_seconds, p.kv_bytes_per_token,
                    p.intra_node_bytes_per_second, p.inter_node_bytes_per_second, p.latency_seconds,
-                   p.exchange_overlap, p.row_token_seconds}) {
+                   p.exchange_overlap, p.row_token_seconds, p.partial_tile_seconds}) {
     f.add(bits(v));
   }
   f.add(static_cast<std::int64_t>(p.ranks_per_node));

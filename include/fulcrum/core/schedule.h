@@ -60,8 +60,12 @@ Status validate_plan_shape(const CpWorkload& workload, const ShardPlan& plan);
 
 struct SlotMemberCost {
   std::int32_t rank = 0;
-  std::int64_t tokens = 0;          // real tokens the member holds
-  std::int64_t tiles = 0;           // its tiles under the work model
+  std::int64_t tokens = 0;  // real tokens the member holds
+  std::int64_t tiles = 0;   // its tiles under the work model
+  // Of those, the partial ones (not every pair allowed): evaluate_slot's
+  // always; the run pricing (slot_runs.h) counts them only under a profile
+  // that prices them, 0 elsewhere.
+  std::int64_t partial_tiles = 0;
   std::int64_t bytes_received = 0;  // K/V of key blocks its tiles touch that it does not hold
   std::int64_t bytes_sent = 0;      // what its peers receive from it (dK/dV come back alike)
   std::int32_t peers = 0;           // members it exchanges K/V or dK/dV with
@@ -84,7 +88,8 @@ struct ScheduleCost {
   std::int64_t allgather_bytes = 0;  // the same rows with a full K/V all-gather
 };
 
-// What a slot's members do, counted: per member its real tokens and tiles;
+// What a slot's members do, counted: per member its real tokens, tiles and
+// partial tiles (those of its tiles that are not full: work_model.h);
 // `active`, the members holding real tokens (ascending: only they have
 // queries and keys, so only they exchange), and received[x * a + y], the
 // K/V tokens member active[x] receives from member active[y] (a = active
@@ -94,24 +99,28 @@ struct ScheduleCost {
 struct SlotCounts {
   std::vector<std::int64_t> tokens;
   std::vector<std::int64_t> tiles;
+  std::vector<std::int64_t> partial;
   std::vector<std::int32_t> active;
   std::vector<std::int64_t> received;
 };
 
-// Counts of a slot's members from their work (tokens and tiles; no
-// exchange counted yet).
-SlotCounts slot_counts_of(const std::vector<RankWork>& work);
+// Counts of a slot's members from their work and full tiles (one per
+// member: tokens, tiles and partial tiles; no exchange counted yet).
+// `full_tiles` null: none counted, every member's partial tiles 0.
+SlotCounts slot_counts_of(const std::vector<RankWork>& work,
+                          const std::vector<std::int64_t>* full_tiles);
 
 // Fills counts.active from counts.tokens, sizes counts.received (a x a,
 // zero) and returns each member's index among the active ones (-1: none).
 std::vector<std::int32_t> start_exchange(SlotCounts& counts);
 
-// A member's compute under the cost model: its tiles and tokens, the fixed
-// cost of a slot and the row term (`row`: the slot's real tokens, every
-// member's share together). price_slot_counts forms each member's with
-// this; a one-member slot, which exchanges nothing, ends when it does.
+// A member's compute under the cost model: its tiles (`partial` of them
+// partial) and tokens, the fixed cost of a slot and the row term (`row`:
+// the slot's real tokens, every member's share together).
+// price_slot_counts forms each member's with this; a one-member slot, which
+// exchanges nothing, ends when it does.
 double member_compute_seconds(const CostProfile& profile, std::int64_t tokens, std::int64_t tiles,
-                              std::int64_t row);
+                              std::int64_t partial, std::int64_t row);
 
 // Counts to seconds: the one place the cost model forms a slot's times
 // (compute, communication, bytes, peers; start 0, end = its slowest member).

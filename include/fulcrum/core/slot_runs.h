@@ -45,14 +45,18 @@ ShardPlan materialize_runs(const RunShardPlan& runs);
 RunShardPlan runs_of_plan(const ShardPlan& plan);
 
 // Per member of `runs`: real tokens and tiles under the work model, equal to
-// compute_work on the materialised plan. Requires a dense mask.
-std::vector<RankWork> run_tokens_and_tiles(const CpWorkload& workload, const RunShardPlan& runs);
+// compute_work on the materialised plan, and with `full_tiles` its full
+// tiles, equal to compute_work's. Requires a dense mask.
+std::vector<RankWork> run_tokens_and_tiles(const CpWorkload& workload, const RunShardPlan& runs,
+                                           std::vector<std::int64_t>* full_tiles = nullptr);
 
 // A one-rank slot's row on its member in row order, without padding (the
 // contiguous plan of one member, the run [0, N)), counted straight from the
-// slot's pieces: its real tokens and tiles, equal to run_tokens_and_tiles on
-// that plan, in O(pieces) without allocating. Requires a dense mask.
-RankWork one_rank_row_work(const ScheduleRequest& request, const ScheduleSlot& slot);
+// slot's pieces: its real tokens and tiles (and with `full_tiles` its full
+// tiles), equal to run_tokens_and_tiles on that plan, in O(pieces) without
+// allocating. Requires a dense mask.
+RankWork one_rank_row_work(const ScheduleRequest& request, const ScheduleSlot& slot,
+                           std::int64_t* full_tiles = nullptr);
 
 // evaluate_slot_runs(...).end_seconds of a one-rank slot under that plan,
 // exactly: its member's compute (member_compute_seconds), no exchange. Most
@@ -61,7 +65,9 @@ RankWork one_rank_row_work(const ScheduleRequest& request, const ScheduleSlot& s
 double one_rank_slot_end(const ScheduleRequest& request, const ScheduleSlot& slot);
 
 // evaluate_slot of the slot whose plan materialize_runs(runs) would be: the
-// same members' tokens, tiles, bytes, peers and times, exactly. The slot's
+// same members' tokens, tiles, bytes, peers and times, exactly, and their
+// partial tiles where the profile prices them (0 elsewhere: counting them
+// costs the planner a twentieth of its time and moves no price). The slot's
 // own `plan` is not read. Requires runs that form a valid plan of the slot's
 // row (as validate_schedule checks for a plan).
 SlotCost evaluate_slot_runs(const ScheduleRequest& request, const ScheduleSlot& slot,
@@ -120,7 +126,8 @@ CountedRuns count_runs(const ScheduleRequest& request, const ScheduleSlot& slot,
 // runs): the balanced planner's exact work is). The same counts, with the
 // runs walked only for the key blocks each member touches: one interval per
 // run and document, not one per local block. Dense masks (block-sparse
-// counts as count_runs does).
+// counts as count_runs does). `work` has no full tiles: under a profile
+// with partial_tile_seconds, this is count_runs without it.
 CountedRuns count_runs(const ScheduleRequest& request, const ScheduleSlot& slot, RunShardPlan runs,
                        const std::vector<RankWork>& work);
 

@@ -13,7 +13,14 @@ namespace fulcrum {
 
 // Work of every rank of a plan. Pad positions contribute no pairs and no
 // tiles but occupy rows of local query blocks. O(N log B).
-std::vector<RankWork> compute_work(const CpWorkload& workload, const ShardPlan& plan);
+//
+// With `full_tiles`, also each rank's full tiles: those whose local query
+// block holds B real queries that may each attend every key of the key
+// block (a short last key block never is). The others are partial: a causal
+// diagonal, a document edge, a padded row, a query block spanning runs
+// that see different keys. Block-sparse masks count every tile partial.
+std::vector<RankWork> compute_work(const CpWorkload& workload, const ShardPlan& plan,
+                                   std::vector<std::int64_t>* full_tiles = nullptr);
 
 // Total allowed pairs of the row, and the tiles of the unsharded row (one rank,
 // queries in global order).

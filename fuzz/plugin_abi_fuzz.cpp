@@ -450,6 +450,15 @@ void fuzz_schedule(FuzzInput& in, void* instance) {
     *fields[in.u8() % 7] = coefficient(in);
     req.ranks_per_node = static_cast<std::int32_t>(in.nasty_int64(1, 16));
   }
+  // The terms later minor versions append (1.3, 1.4, 1.6), read only where
+  // struct_size covers them: valid or nonsense, under a request of that
+  // size or one cut or grown around it.
+  if (in.u8() >= 0xc0) {
+    req.struct_size = struct_size(in, FULCRUM_SCHEDULE_REQUEST_V1_6_SIZE);
+    req.exchange_overlap = in.flag() ? 0.5 : coefficient(in);
+    req.row_token_seconds = in.flag() ? 0.0 : coefficient(in);
+    req.partial_tile_seconds = in.flag() ? base.tile_seconds : coefficient(in);
+  }
 
   std::unique_ptr<std::int64_t[]> docs;
   const std::uint8_t shape = in.u8();

@@ -47,7 +47,7 @@ extern "C" {
 #endif
 
 #define FULCRUM_ABI_MAJOR 1
-#define FULCRUM_ABI_MINOR 5
+#define FULCRUM_ABI_MINOR 6
 
 /* Bytes of `type` up to the end of `field`: a shipped version's size when
  * `field` is that version's last field. A constant expression in C and C++. */
@@ -211,6 +211,10 @@ typedef struct fulcrum_schedule_request {
    * slot's whole row that every member of the slot pays; a 1.3 host does not
    * send it and it reads as 0 (no such term: the cost model of ABI 1.3). */
   double row_token_seconds;
+  /* ABI 1.6: CostProfile::partial_tile_seconds, >= 0: seconds per partial
+   * tile on top of tile_seconds; a 1.5 host does not send it and it reads
+   * as 0 (no such term: the cost model of ABI 1.5). */
+  double partial_tile_seconds;
 } fulcrum_schedule_request;
 
 /* ABI 1.4 answer_flags bits (request and schedule). */
@@ -335,6 +339,8 @@ typedef const fulcrum_plugin_v1* (*fulcrum_get_plugin_fn)(void);
 #define FULCRUM_SCHEDULE_V1_4_SIZE FULCRUM_STRUCT_SIZE(fulcrum_schedule, reserved_v1_4)
 #define FULCRUM_CP_REQUEST_V1_5_SIZE FULCRUM_STRUCT_SIZE(fulcrum_cp_request, member_weights)
 #define FULCRUM_SCHEDULE_V1_5_SIZE FULCRUM_STRUCT_SIZE(fulcrum_schedule, slot_weights)
+#define FULCRUM_SCHEDULE_REQUEST_V1_6_SIZE \
+  FULCRUM_STRUCT_SIZE(fulcrum_schedule_request, partial_tile_seconds)
 
 /* The layout is defined for LP64 targets; these pin every shipped size and
  * the offsets readers rely on. A failure here is an ABI break. */
@@ -415,6 +421,10 @@ FULCRUM_STATIC_ASSERT(FULCRUM_CP_REQUEST_V1_5_SIZE == 88, "fulcrum_cp_request v1
 FULCRUM_STATIC_ASSERT(offsetof(fulcrum_cp_request, member_weights) == 80,
                       "fulcrum_cp_request v1.5 moved");
 FULCRUM_STATIC_ASSERT(FULCRUM_SCHEDULE_V1_5_SIZE == 144, "fulcrum_schedule v1.5 moved");
+FULCRUM_STATIC_ASSERT(FULCRUM_SCHEDULE_REQUEST_V1_6_SIZE == 184,
+                      "fulcrum_schedule_request v1.6 moved");
+FULCRUM_STATIC_ASSERT(offsetof(fulcrum_schedule_request, partial_tile_seconds) == 176,
+                      "fulcrum_schedule_request v1.6 moved");
 FULCRUM_STATIC_ASSERT(offsetof(fulcrum_schedule, slot_weight_offsets) == 128,
                       "fulcrum_schedule v1.5 moved");
 FULCRUM_STATIC_ASSERT(offsetof(fulcrum_schedule, slot_weights) == 136,

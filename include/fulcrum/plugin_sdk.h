@@ -176,6 +176,10 @@ inline Result<ScheduleRequest> schedule_request_from_c(const fulcrum_schedule_re
   if (FULCRUM_HAS_FIELD(fulcrum_schedule_request, row_token_seconds, req.struct_size)) {
     p.row_token_seconds = req.row_token_seconds;
   }
+  // ABI 1.6: a 1.5 host sends no partial-tile term; it reads as 0.
+  if (FULCRUM_HAS_FIELD(fulcrum_schedule_request, partial_tile_seconds, req.struct_size)) {
+    p.partial_tile_seconds = req.partial_tile_seconds;
+  }
   return r;
 }
 

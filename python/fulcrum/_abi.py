@@ -11,7 +11,7 @@ package and a newer plugin's extra functions simply go unused.
 import ctypes
 
 ABI_MAJOR = 1
-ABI_MINOR = 5
+ABI_MINOR = 6
 PLUGIN_ENTRY = "fulcrum_get_plugin"
 
 # fulcrum_status
@@ -121,7 +121,8 @@ class DpResult(ctypes.Structure):
 
 class ScheduleRequest(ctypes.Structure):
     """fulcrum_schedule_request (ABI 1.1; group_* and wave_multiple ABI 1.2;
-    exchange_overlap ABI 1.3; answer_flags and row_token_seconds ABI 1.4)."""
+    exchange_overlap ABI 1.3; answer_flags and row_token_seconds ABI 1.4;
+    partial_tile_seconds ABI 1.6)."""
 
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
@@ -151,6 +152,7 @@ class ScheduleRequest(ctypes.Structure):
         ("answer_flags", ctypes.c_uint32),
         ("reserved_v1_4", ctypes.c_int32),
         ("row_token_seconds", ctypes.c_double),
+        ("partial_tile_seconds", ctypes.c_double),
     ]
 
 

@@ -43,10 +43,11 @@ _BOUNDS = {
     "latency_seconds": (0.0, False, _HOUR),
     "exchange_overlap": (0.0, False, 1.0),
     "row_token_seconds": (0.0, False, _HOUR),
+    "partial_tile_seconds": (0.0, False, _HOUR),
 }
 # Fields a profile may leave out (0): later terms, so older files keep their
 # meaning.
-_OPTIONAL = ("exchange_overlap", "row_token_seconds")
+_OPTIONAL = ("exchange_overlap", "row_token_seconds", "partial_tile_seconds")
 _FIX = "fix it in the profile (docs/HYBRID.md lists every field)"
 # A YAML number as yaml-cpp reads one, and its special values.
 _NUMBER = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
@@ -82,6 +83,9 @@ class CostProfile:
     # Seconds per token of a slot's whole row that every member pays
     # (docs/HYBRID.md section 2); ABI 1.4.
     row_token_seconds: float = 0.0
+    # Seconds per partial tile on top of tile_seconds (docs/HYBRID.md
+    # section 2); ABI 1.6.
+    partial_tile_seconds: float = 0.0
 
     def __post_init__(self):
         try:

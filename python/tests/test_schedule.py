@@ -4,6 +4,7 @@ kind of damage), every release made once, profiles read with the C++ loader's
 rules."""
 
 import ctypes
+import math
 import dataclasses
 import os
 import random
@@ -271,7 +272,7 @@ def test_the_v1_3_exchange_overlap_layout_is_pinned():
 
 def test_the_v1_4_compact_answer_layout_is_pinned():
     assert _abi.ScheduleRequest.answer_flags.offset == 160
-    assert ctypes.sizeof(_abi.ScheduleRequest) == 176
+    assert _abi.field_end(_abi.ScheduleRequest, "row_token_seconds") == 176
     assert _abi.ScheduleAnswer.answer_flags.offset == 120
     assert _abi.field_end(_abi.ScheduleAnswer, "reserved_v1_4") == 128
 
@@ -285,9 +286,14 @@ def test_the_v1_5_member_weights_layout_is_pinned():
 
 
 def test_the_v1_4_row_token_seconds_layout_is_pinned():
-    assert ctypes.sizeof(_abi.ScheduleRequest) == 176
     assert _abi.ScheduleRequest.row_token_seconds.offset == 168
     assert _abi.field_end(_abi.ScheduleRequest, "row_token_seconds") == 176
+
+
+def test_the_v1_6_partial_tile_seconds_layout_is_pinned():
+    assert ctypes.sizeof(_abi.ScheduleRequest) == 184
+    assert _abi.ScheduleRequest.partial_tile_seconds.offset == 176
+    assert _abi.field_end(_abi.ScheduleRequest, "partial_tile_seconds") == 184
 
 
 def test_a_v1_0_table_plans_but_has_no_scheduler(plugin_path):
@@ -392,6 +398,40 @@ def test_row_token_seconds_is_optional_and_priced_when_set(balancer, tmp_path):
     schedule = balancer.schedule("hybrid", world=2, max_tokens_per_rank=128,
                                  doc_lengths=[200, 20], profile=with_row)
     assert schedule.slots
+
+
+def test_partial_tile_seconds_is_optional_checked_and_sent(balancer, tmp_path):
+    # ABI 1.6's term: absent it is 0 and the mapping is the one before it;
+    # set, it is checked like every coefficient and the request carries it.
+    from fulcrum import schedule_call
+
+    assert fulcrum.CostProfile.from_mapping(PROFILE).partial_tile_seconds == 0.0
+    with_partial = fulcrum.CostProfile.from_mapping(dict(PROFILE, partial_tile_seconds=2e-4))
+    assert with_partial.to_mapping() == dict(PROFILE, partial_tile_seconds=2e-4)
+    path = tmp_path / "partial.yaml"
+    path.write_text("".join(f"{k}: {v}\n" for k, v in PROFILE.items())
+                    + "partial_tile_seconds: 2e-4\n")
+    assert fulcrum.CostProfile.load(str(path)) == with_partial
+    for bad, says in ((-1.0, "partial_tile_seconds = -1 must be >= 0"),
+                      (math.nan, "partial_tile_seconds"), (1e9, "partial_tile_seconds")):
+        refused(lambda bad=bad: fulcrum.CostProfile.from_mapping(
+            dict(PROFILE, partial_tile_seconds=bad)), "invalid_argument", says)
+    sent = []
+    original = schedule_call._schedule_request
+
+    def spy(*args, **kwargs):
+        request = original(*args, **kwargs)
+        sent.append((request.struct_size, request.partial_tile_seconds))
+        return request
+
+    schedule_call._schedule_request = spy
+    try:
+        schedule = balancer.schedule("hybrid", world=2, max_tokens_per_rank=128,
+                                     doc_lengths=[200, 20], profile=with_partial)
+    finally:
+        schedule_call._schedule_request = original
+    assert schedule.slots
+    assert sent == [(184, 2e-4)]
 
 
 def test_a_profile_file_reads_like_its_mapping(balancer, tmp_path):

@@ -42,7 +42,7 @@ Result<Schedule> PluginBalancer::schedule(std::string_view strategy,
 
   LentMemory lent;
   fulcrum_schedule_request c_request{};
-  c_request.struct_size = FULCRUM_SCHEDULE_REQUEST_V1_4_SIZE;
+  c_request.struct_size = FULCRUM_SCHEDULE_REQUEST_V1_6_SIZE;
   c_request.world_size = request.world_size;
   c_request.max_tokens_per_rank = request.max_tokens_per_rank;
   c_request.doc_lengths = lent.lend("doc_lengths", request.doc_lengths);
@@ -66,6 +66,8 @@ Result<Schedule> PluginBalancer::schedule(std::string_view strategy,
   // ABI 1.4; a 1.3 plugin reads no further and plans without the row term
   // (the host still prices and validates what it returns with it).
   c_request.row_token_seconds = profile.row_token_seconds;
+  // ABI 1.6; likewise a 1.5 plugin plans without the partial-tile term.
+  c_request.partial_tile_seconds = profile.partial_tile_seconds;
   // ABI 1.2. A 1.1 plugin does not see the shapes; the schedule it returns
   // is validated against them below all the same.
   const GroupShapes& shapes = request.group_shapes;

@@ -316,7 +316,7 @@ TEST(AbiCompatTest, TodaysSchedulerAnswersA13HostInFullAndA14HostCompactly) {
   RawPlugin plugin;
   ASSERT_NE(plugin.table(), nullptr) << dlerror();
   const fulcrum_plugin_v1& t = *plugin.table();
-  EXPECT_EQ(t.abi_minor, 5);
+  EXPECT_EQ(t.abi_minor, 6);
   void* instance = plugin.create(nullptr);
   ASSERT_NE(instance, nullptr);
   const CostProfile profile = builtin_cost_profile("h100_7b").value();

@@ -121,12 +121,16 @@ def place(by_name, rows, path, step):
                 if i >= len(rows):
                     sys.exit(f"{path} step {step}: fewer fit_samples than slot members")
                 g, tokens, tiles, peers, kv, seconds, row = (rows[i] + [0])[:7]
+                # The eighth entry, the member's partial tiles (-1 or absent:
+                # a record from before they were written).
+                recorded = rows[i][7] if len(rows[i]) > 7 else -1
                 if g != len(slots[s][0]):
                     sys.exit(f"{path} step {step}: sample {i} has g {g}, its slot {s} has "
                              f"{len(slots[s][0])} members; the records do not line up")
                 out[n]["members"].append({
                     "slot": s, "rank": rank, "g": g, "tokens": tokens, "tiles": tiles,
-                    "peers": peers, "kv": kv, "seconds": seconds, "row": row, "one": 1})
+                    "peers": peers, "kv": kv, "seconds": seconds, "row": row, "one": 1,
+                    "partial_recorded": recorded})
                 i += 1
     if i != len(rows):
         sys.exit(f"{path} step {step}: {len(rows) - i} fit_samples left over")

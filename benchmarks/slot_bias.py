@@ -195,7 +195,9 @@ def profile_text(refit, start_file, name):
              ("kv_bytes_per_token", refit["kv_bytes_per_token"]),
              ("intra_node_bytes_per_second", bw), ("inter_node_bytes_per_second", bw),
              ("latency_seconds", refit["latency_seconds"]),
-             ("row_token_seconds", refit["row_token_seconds"])]
+             ("row_token_seconds", refit["row_token_seconds"]),
+             # Records from before the partial-tile term have none: 0.
+             ("partial_tile_seconds", refit.get("partial_tile_seconds", 0.0))]
     return (f"name: {name}\n" + "".join(f"{k}: {v!r}\n" for k, v in terms)
             + "".join(f"{k}: {v}\n" for k, v in keep.items()))
 
@@ -328,15 +330,21 @@ def split_tiles(m, slot, cli, block, mask, where):
     docs = [d["length"] for d in slot["documents"]]
     rows = (plan_positions(cli, slot["plan"], len(slot["group"]), docs, block, mask)
             if mask == "causal" else None)
+    recorded = m.get("partial_recorded", -1)
     if rows is None:
         guess = float(ceil_div(int(m["tiles"]), max(1, CHUNK_KEYS // block)))
-        m["full"], m["partial"], m["pieces"] = 0.0, float(m["tiles"]), float(len(docs))
+        # The runtime's own count where the record has it, else all partial.
+        partial = float(recorded if recorded >= 0 else m["tiles"])
+        m["full"], m["partial"], m["pieces"] = m["tiles"] - partial, partial, float(len(docs))
         m["chunks"] = m["masked"] = guess
         return False
     full, partial, pieces, chunks, masked = causal_tile_split(rows[m["member"]], docs, block)
     if full + partial != m["tiles"]:
         sys.exit(f"{where}: rank {m['rank']} of slot {m['slot']} has {m['tiles']} tiles in the "
                  f"records but {full} full and {partial} partial from its plan's positions")
+    if recorded >= 0 and recorded != partial:
+        sys.exit(f"{where}: rank {m['rank']} of slot {m['slot']} has {recorded} partial tiles in "
+                 f"the records but {partial} from its plan's positions")
     m["full"], m["partial"], m["pieces"] = float(full), float(partial), float(pieces)
     m["chunks"], m["masked"] = float(chunks), float(masked)
     return True

@@ -105,7 +105,11 @@ auto_checkpoint() {
 # (another model's K/V bytes per token), steps (2^62 steps in the window),
 # nan (the last sample's seconds NaN), tail (a byte after its end), drop
 # (no entry: an older checkpoint), peers (the last sample's peers 2^20),
-# group (the last sample's group 2^20 + 1, past what a schedule places).
+# group (the last sample's group 2^20 + 1, past what a schedule places),
+# partial (the last sample's partial tiles 2^40, past its tiles). The
+# offsets are the entry's version 2 (runtime/train/checkpoint_profile.h):
+# ten profile doubles, and 60 bytes a sample ending in its row tokens and
+# partial tiles.
 ckpt_entry() {
   python3 - "$1" "$2" <<'PY'
 import struct, sys, zlib
@@ -123,14 +127,15 @@ for _ in range(count):
 entry = next(b for b in blobs if b[0] == b"schedule/profile_refit")
 e = entry[1]
 (name_length,) = struct.unpack_from("<Q", e, 20)
-steps_at = 104 + name_length
+steps_at = 112 + name_length
 if mode == "truncate": entry[1] = e[:-5]
 elif mode == "version": struct.pack_into("<I", e, 0, 99)
 elif mode == "foreign": struct.pack_into("<d", e, 4, 1.0)
 elif mode == "steps": struct.pack_into("<Q", e, steps_at, 1 << 62)
-elif mode == "nan": struct.pack_into("<d", e, len(e) - 16, float("nan"))
-elif mode == "peers": struct.pack_into("<q", e, len(e) - 32, 1 << 20)
-elif mode == "group": struct.pack_into("<i", e, len(e) - 52, (1 << 20) + 1)
+elif mode == "nan": struct.pack_into("<d", e, len(e) - 24, float("nan"))
+elif mode == "peers": struct.pack_into("<q", e, len(e) - 40, 1 << 20)
+elif mode == "group": struct.pack_into("<i", e, len(e) - 60, (1 << 20) + 1)
+elif mode == "partial": struct.pack_into("<q", e, len(e) - 8, 1 << 40)
 elif mode == "tail": e.append(0)
 elif mode == "drop": blobs.remove(entry)
 else: sys.exit("ckpt_entry: unknown mode " + mode)

@@ -102,13 +102,18 @@ def run_case(case, env, deadline):
                 return f"{len(lines)} lines on stderr, expected 1", elapsed, err, rc
             if "; " not in lines[0]:
                 return "the line does not say what to do ('; ...')", elapsed, err, rc
-        elif expect == "worker-error":
+        elif expect == "worker-error" or expect.startswith("worker-error:"):
             # What only a worker can see (the checkpoints --resume auto finds):
-            # exit 2, the rank's line saying what to do, the launcher's line.
+            # exit 2, the rank's line saying what to do, the launcher's line;
+            # "worker-error:TEXT": the rank's line says TEXT (the cause the
+            # case plants, not another one it trips over first).
             if rc != 2:
                 return f"exit status {rc}, expected 2", elapsed, err, rc
             if len(lines) != 2 or not lines[0].startswith("[rank ") or "; " not in lines[0]:
                 return "expected the rank's line and the launcher's", elapsed, err, rc
+            wanted = expect[len("worker-error:"):]
+            if wanted and wanted not in lines[0]:
+                return f"the rank's line does not say '{wanted}'", elapsed, err, rc
         elif expect == "write-error":
             # A write that failed while workers ran: the rank's line naming
             # the file and the cause, then the launcher's line naming the rank.

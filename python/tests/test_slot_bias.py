@@ -89,12 +89,20 @@ def test_a_trained_job_is_rebuilt_member_for_member(trained, cli_path):
     members = slot_bias.re_.members_of(steps.values())
     assert len(members) > 20
     plans = set()
+    partial = full = 0
     for m in members:
         # attach stops on any mismatch; what it adds is consistent.
         assert abs(m["received"] + m["sent"] - m["kv"] / kv) < 1e-6
         assert m["padding"] >= 0 and m["docs"] >= 1 and 0 <= m["member"] < m["g"]
+        # The runtime records each member's partial tiles; attach checks
+        # them against the recount from the plan's positions.
+        assert 0 <= m["partial_recorded"] <= m["tiles"]
+        assert m["partial"] == m["partial_recorded"]
+        partial += m["partial"]
+        full += m["full"]
         plans.add(m["plan"])
     assert "per_document_padded" in plans  # megatron_dcp's slots
+    assert partial > 0 and full > 0
 
 
 def test_a_job_of_other_batches_is_refused(trained, cli_path, tmp_path):

@@ -149,15 +149,25 @@ Result<TransferFit> fit_transfer(const std::vector<TransferSample>& samples) {
 namespace {
 
 // The whole-slot fit's columns, in this order in every fit.
-enum SlotColumn : std::size_t { kTiles, kTokens, kSlot, kRow, kBytes, kPeers, kSlotColumns };
+enum SlotColumn : std::size_t {
+  kTiles,
+  kTokens,
+  kSlot,
+  kRow,
+  kBytes,
+  kPeers,
+  kPartial,
+  kSlotColumns
+};
 
 // The fitted terms of fit_slots into `p` (x indexed by SlotColumn).
-void set_slot_terms(const std::vector<double>& x, bool exchange, bool row,
+void set_slot_terms(const std::vector<double>& x, bool exchange, bool row, bool partial,
                     double kv_bytes_per_token, CostProfile& p) {
   p.tile_seconds = x[kTiles];
   p.token_seconds = x[kTokens];
   p.slot_seconds = x[kSlot];
   if (row) p.row_token_seconds = x[kRow];
+  if (partial) p.partial_tile_seconds = x[kPartial];
   if (!exchange) return;
   constexpr double kFastest = 1e15;  // validate_cost_profile's largest bandwidth
   const double bandwidth = x[kBytes] > 1.0 / kFastest ? 1.0 / x[kBytes] : kFastest;
@@ -170,7 +180,7 @@ void set_slot_terms(const std::vector<double>& x, bool exchange, bool row,
 // Non-negative least squares on the columns `kept`; the terms it cannot
 // separate from the others are dropped, held at 0 (the others absorb them),
 // in this order: latency (every slot of two members has one peer, so peers
-// repeats the constant), then the bytes, the row, tokens.
+// repeats the constant), then the bytes, partial tiles, the row, tokens.
 Result<LinearFit> fit_kept(const std::vector<std::vector<double>>& columns,
                            std::vector<std::size_t> kept, const std::vector<double>& y) {
   const auto fit_of = [&] {
@@ -179,7 +189,7 @@ Result<LinearFit> fit_kept(const std::vector<std::vector<double>>& columns,
     return fit_nonnegative(chosen, y, false);
   };
   Result<LinearFit> fit = fit_of();
-  for (std::size_t drop : {kPeers, kBytes, kRow, kTokens}) {
+  for (std::size_t drop : {kPeers, kBytes, kPartial, kRow, kTokens}) {
     const auto at = std::find(kept.begin(), kept.end(), drop);
     if (fit || at == kept.end()) continue;
     kept.erase(at);
@@ -197,11 +207,21 @@ Result<LinearFit> fit_kept(const std::vector<std::vector<double>>& columns,
 Result<SlotFit> fit_slots(const std::vector<SlotSample>& samples, const CostProfile& start,
                           double kv_bytes_per_token) {
   bool exchange = false, multi = false, recorded = true;
+  bool partial_recorded = true, some_partial = false, some_full = false;
   for (const SlotSample& s : samples) {
     exchange = exchange || s.kv_bytes > 0 || s.peers > 0;
     multi = multi || s.group > 1;
     recorded = recorded && s.row_tokens > 0;
+    partial_recorded = partial_recorded && s.partial_tiles >= 0;
+    some_partial = some_partial || s.partial_tiles > 0;
+    some_full = some_full || s.partial_tiles < s.tiles;
   }
+  // Partial tiles are told from tiles only where some sample has each kind:
+  // where none is partial (no term to see) or every tile is (a sliding
+  // window under 2B - 1 keys has no full tile, and the column repeats the
+  // tiles'), the fit could not separate them, and would drop the exchange
+  // terms first trying to; the start's term is kept instead.
+  const bool partial = partial_recorded && some_partial && some_full;
   // The row term is told from tokens only by members of bigger slots (in a
   // slot of one the row is the member's tokens); without them, or with rows
   // from records that lack the row's length, the start's row term is kept
@@ -215,6 +235,15 @@ Result<SlotFit> fit_slots(const std::vector<SlotSample>& samples, const CostProf
   for (const SlotSample& s : samples) {
     if (!(s.seconds - kept_row * row_of(s) > 0)) kept_row = 0.0;
   }
+  // Partial tiles likewise: without them on every sample (older records)
+  // the start's term is kept, priced on the tiles a sample has at most.
+  const auto partial_of = [](const SlotSample& s) {
+    return static_cast<double>(s.partial_tiles >= 0 ? s.partial_tiles : s.tiles);
+  };
+  double kept_partial = partial ? 0.0 : start.partial_tile_seconds;
+  for (const SlotSample& s : samples) {
+    if (!(s.seconds - kept_row * row_of(s) - kept_partial * partial_of(s) > 0)) kept_partial = 0.0;
+  }
   std::vector<std::vector<double>> columns(kSlotColumns);
   std::vector<double> y;
   for (const SlotSample& s : samples) {
@@ -225,11 +254,13 @@ Result<SlotFit> fit_slots(const std::vector<SlotSample>& samples, const CostProf
     columns[kRow].push_back(n);
     columns[kBytes].push_back(static_cast<double>(s.kv_bytes));
     columns[kPeers].push_back(static_cast<double>(s.peers));
-    y.push_back(s.seconds - kept_row * n);
+    columns[kPartial].push_back(partial_of(s));
+    y.push_back(s.seconds - kept_row * n - kept_partial * partial_of(s));
   }
   std::vector<std::size_t> kept = {kTiles, kTokens, kSlot};
   if (row) kept.push_back(kRow);
   if (exchange) kept.insert(kept.end(), {kBytes, kPeers});
+  if (partial) kept.push_back(kPartial);
   if (y.size() < kept.size()) {
     return invalid_argument("the whole-slot fit has " + std::to_string(y.size()) + " rows for " +
                             std::to_string(kept.size()) +
@@ -241,11 +272,13 @@ Result<SlotFit> fit_slots(const std::vector<SlotSample>& samples, const CostProf
   out.profile = start;
   out.exchange_fitted = exchange;
   out.row_fitted = row;
-  set_slot_terms(fit->coefficients, exchange, row, kv_bytes_per_token, out.profile);
+  out.partial_fitted = partial;
+  set_slot_terms(fit->coefficients, exchange, row, partial, kv_bytes_per_token, out.profile);
   if (!row) out.profile.row_token_seconds = kept_row;
+  if (!partial) out.profile.partial_tile_seconds = kept_partial;
   std::vector<double> magnitudes;
   for (std::size_t s = 0; s < y.size(); ++s) {
-    double predicted = kept_row * columns[kRow][s];
+    double predicted = kept_row * columns[kRow][s] + kept_partial * columns[kPartial][s];
     for (std::size_t i = 0; i < columns.size(); ++i) {
       predicted += fit->coefficients[i] * columns[i][s];
     }
@@ -276,6 +309,9 @@ std::string profile_yaml(const CostProfile& p, const std::vector<std::string>& p
   // without them reads as it did before they existed.
   if (p.exchange_overlap != 0) out << "exchange_overlap: " << number(p.exchange_overlap) << "\n";
   if (p.row_token_seconds != 0) out << "row_token_seconds: " << number(p.row_token_seconds) << "\n";
+  if (p.partial_tile_seconds != 0) {
+    out << "partial_tile_seconds: " << number(p.partial_tile_seconds) << "\n";
+  }
   return out.str();
 }
 

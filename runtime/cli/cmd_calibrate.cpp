@@ -542,12 +542,15 @@ std::vector<std::string> job_provenance(const CalibrateFlags& f, const train::Tr
           std::to_string(repetitions) +
           " runs; time = " + (job.device == train::Device::kCpu ? "thread CPU" : "wall") +
           " time of the slot's forward and backward of the whole model.",
-      "Fit: a tiles + b tokens + c + r row tokens + K/V bytes / bandwidth + latency x peers per "
-      "member,",
+      "Fit: a tiles + b tokens + c + r row tokens + f partial tiles + K/V bytes / bandwidth + "
+      "latency x peers per member,",
       "  non-negative least squares on plain errors: a = " + sci(p.tile_seconds) + " s/tile, b = " +
           sci(p.token_seconds) + " s/token, c = " + sci(p.slot_seconds) + " s/slot,",
       "  r = " + sci(p.row_token_seconds) + " s per token of the slot's row" +
           (fit.row_fitted ? "" : " (no slot of two or more: the job's profile's, not fitted)") +
+          ", f = " + sci(p.partial_tile_seconds) + " s per partial tile" +
+          (fit.partial_fitted ? ""
+                              : " (rows without partial tiles: the job's profile's, not fitted)") +
           ",",
       "  bandwidth = " + sci(p.intra_node_bytes_per_second) +
           " B/s, latency = " + sci(p.latency_seconds) + " s/peer" +

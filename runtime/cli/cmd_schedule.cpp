@@ -204,6 +204,7 @@ Json schedule_json(const Scheduled& s, const ScheduleRequest& request) {
       members.push_back({{"rank", m.rank},
                          {"tokens", m.tokens},
                          {"tiles", m.tiles},
+                         {"partial_tiles", m.partial_tiles},
                          {"bytes_received", m.bytes_received},
                          {"bytes_sent", m.bytes_sent},
                          {"peers", m.peers},

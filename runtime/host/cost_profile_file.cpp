@@ -53,12 +53,16 @@ const Field kDoubleFields[] = {
      "seconds per token of a slot's whole row that every member of the slot pays; a number >= 0; "
      "optional, 0 when absent",
      false},
+    {"partial_tile_seconds", &CostProfile::partial_tile_seconds,
+     "seconds per partial tile (some pair masked or a row padded) on top of tile_seconds; a number "
+     ">= 0; optional, 0 when absent",
+     false},
 };
 
 // Keys a profile may leave out (default 0): later terms, so that older files
 // keep their meaning.
 bool optional_key(const std::string& key) {
-  return key == "exchange_overlap" || key == "row_token_seconds";
+  return key == "exchange_overlap" || key == "row_token_seconds" || key == "partial_tile_seconds";
 }
 
 const ConfigSchema& profile_schema() {

@@ -439,7 +439,9 @@ json_check "per-rank times and the bound" '
   0 < j["lower_bound_seconds"] <= j["step_seconds"] and
   abs(j["step_over_bound"] - j["step_seconds"] / j["lower_bound_seconds"]) < 1e-12 and
   j["bytes_moved"] == sum(m["bytes_received"] for s in j["slots"] for m in s["members"]) and
-  j["bytes_moved"] <= j["allgather_bytes"] and j["plan_time_us"] > 0'
+  j["bytes_moved"] <= j["allgather_bytes"] and j["plan_time_us"] > 0 and
+  all(0 <= m["partial_tiles"] <= m["tiles"] for s in j["slots"] for m in s["members"]) and
+  any(m["partial_tiles"] > 0 for s in j["slots"] for m in s["members"])'
 pass
 
 expect_ok "schedule cuts a document longer than W x T" schedule --world 2 \

@@ -18,8 +18,10 @@ namespace fulcrum::train {
 namespace {
 
 constexpr std::size_t kMaxNameBytes = 255;
-// i32 group, four i64 counts, f64 seconds, i64 row tokens.
-constexpr std::size_t kSampleBytes = 4 + 4 * 8 + 8 + 8;
+// i32 group, four i64 counts, f64 seconds, i64 row tokens; and (version 2)
+// i64 partial tiles.
+constexpr std::size_t kSampleBytesV1 = 4 + 4 * 8 + 8 + 8;
+constexpr std::size_t kSampleBytes = kSampleBytesV1 + 8;
 
 std::string number(double value) {
   char text[32];
@@ -27,20 +29,23 @@ std::string number(double value) {
   return text;
 }
 
-// The profile's fields after its name, in the entry's order.
-std::vector<double*> profile_doubles(CostProfile& p) {
-  return {&p.tile_seconds,
-          &p.token_seconds,
-          &p.slot_seconds,
-          &p.kv_bytes_per_token,
-          &p.intra_node_bytes_per_second,
-          &p.inter_node_bytes_per_second,
-          &p.latency_seconds,
-          &p.exchange_overlap,
-          &p.row_token_seconds};
+// The profile's fields after its name, in the entry's order (version 1:
+// without the last).
+std::vector<double*> profile_doubles(CostProfile& p, std::uint32_t version) {
+  std::vector<double*> fields = {&p.tile_seconds,
+                                 &p.token_seconds,
+                                 &p.slot_seconds,
+                                 &p.kv_bytes_per_token,
+                                 &p.intra_node_bytes_per_second,
+                                 &p.inter_node_bytes_per_second,
+                                 &p.latency_seconds,
+                                 &p.exchange_overlap,
+                                 &p.row_token_seconds};
+  if (version >= 2) fields.push_back(&p.partial_tile_seconds);
+  return fields;
 }
 
-Status read_profile(ByteReader& in, CostProfile& p) {
+Status read_profile(ByteReader& in, CostProfile& p, std::uint32_t version) {
   const std::uint64_t length = in.u64();
   if (!in.ok() || length > kMaxNameBytes) {
     return invalid_argument("its profile name is " + std::to_string(length) +
@@ -55,7 +60,7 @@ Status read_profile(ByteReader& in, CostProfile& p) {
     }
   }
   p.name = std::string(name);
-  for (double* field : profile_doubles(p)) in.get(*field);
+  for (double* field : profile_doubles(p, version)) in.get(*field);
   in.get(p.ranks_per_node);
   if (!in.ok()) return invalid_argument("it ends inside the profile");
   if (Status valid = validate_cost_profile(p); !valid) {
@@ -64,7 +69,7 @@ Status read_profile(ByteReader& in, CostProfile& p) {
   return Status::ok();
 }
 
-Status read_sample(ByteReader& in, calibrate::SlotSample& s) {
+Status read_sample(ByteReader& in, calibrate::SlotSample& s, std::uint32_t version) {
   in.get(s.group);
   in.get(s.tokens);
   in.get(s.tiles);
@@ -72,14 +77,17 @@ Status read_sample(ByteReader& in, calibrate::SlotSample& s) {
   in.get(s.kv_bytes);
   in.get(s.seconds);
   in.get(s.row_tokens);
+  s.partial_tiles = -1;
+  if (version >= 2) in.get(s.partial_tiles);
   if (!in.ok()) return invalid_argument("it ends inside a sample");
   if (s.group < 1 || s.tokens < 0 || s.tiles < 0 || s.peers < 0 || s.kv_bytes < 0 ||
-      s.row_tokens < 0) {
+      s.row_tokens < 0 || s.partial_tiles < -1 || s.partial_tiles > s.tiles) {
     return invalid_argument(
         "a sample has group " + std::to_string(s.group) + ", tokens " + std::to_string(s.tokens) +
         ", tiles " + std::to_string(s.tiles) + ", peers " + std::to_string(s.peers) +
         ", kv_bytes " + std::to_string(s.kv_bytes) + ", row tokens " +
-        std::to_string(s.row_tokens) + " (a group >= 1 and counts >= 0 expected)");
+        std::to_string(s.row_tokens) + ", partial tiles " + std::to_string(s.partial_tiles) +
+        " (a group >= 1, counts >= 0 and partial tiles -1 or at most the tiles expected)");
   }
   // A member exchanges with its slot's other members at most.
   if (s.group > kMaxGroupSize || s.peers >= s.group) {
@@ -112,14 +120,14 @@ std::string encode_refit_state(const ProfileRefit::State& state, double kv_bytes
   ByteWriter<std::string> out;
   out.put(kProfileRefitVersion).put(kv_bytes_per_token).i64(state.refits).str(state.profile.name);
   CostProfile p = state.profile;
-  for (double* field : profile_doubles(p)) out.put(*field);
+  for (double* field : profile_doubles(p, kProfileRefitVersion)) out.put(*field);
   out.put(p.ranks_per_node);
   out.u64(state.window.size());
   for (const std::vector<calibrate::SlotSample>& step : state.window) {
     out.u64(step.size());
     for (const calibrate::SlotSample& s : step) {
       out.put(s.group).i64(s.tokens).i64(s.tiles).i64(s.peers).i64(s.kv_bytes).put(s.seconds);
-      out.i64(s.row_tokens);
+      out.i64(s.row_tokens).i64(s.partial_tiles);
     }
   }
   return out.take();
@@ -131,9 +139,9 @@ Result<ProfileRefit::State> decode_refit_state(std::string_view bytes, double kv
   double kv = 0;
   in.get(version);
   if (!in.ok()) return invalid_argument("it is " + std::to_string(bytes.size()) + " bytes long");
-  if (version != kProfileRefitVersion) {
-    return invalid_argument("it is version " + std::to_string(version) + ", this fulcrum reads " +
-                            std::to_string(kProfileRefitVersion));
+  if (version < 1 || version > kProfileRefitVersion) {
+    return invalid_argument("it is version " + std::to_string(version) +
+                            ", this fulcrum reads 1 to " + std::to_string(kProfileRefitVersion));
   }
   in.get(kv);
   ProfileRefit::State state;
@@ -147,15 +155,16 @@ Result<ProfileRefit::State> decode_refit_state(std::string_view bytes, double kv
   if (state.refits < 0) {
     return invalid_argument("it counts " + std::to_string(state.refits) + " refits");
   }
-  if (Status s = read_profile(in, state.profile); !s) return s;
+  if (Status s = read_profile(in, state.profile, version); !s) return s;
   Result<std::uint64_t> steps = read_count(in, 8, "steps");
   if (!steps) return steps.status();
   for (std::uint64_t i = 0; i < *steps; ++i) {
-    Result<std::uint64_t> samples = read_count(in, kSampleBytes, "samples");
+    Result<std::uint64_t> samples =
+        read_count(in, version >= 2 ? kSampleBytes : kSampleBytesV1, "samples");
     if (!samples) return samples.status();
     std::vector<calibrate::SlotSample>& step = state.window.emplace_back();
     for (std::uint64_t j = 0; j < *samples; ++j) {
-      if (Status s = read_sample(in, step.emplace_back()); !s) return s;
+      if (Status s = read_sample(in, step.emplace_back(), version); !s) return s;
     }
   }
   if (!in.done()) {

@@ -14,13 +14,19 @@
 //        the samples' bytes are counted in them
 //   i64  refits so far
 //   u64  name length, then the name's bytes (at most 255, no control byte)
-//   f64  x 9: tile_seconds, token_seconds, slot_seconds, kv_bytes_per_token,
+//   f64  x 10: tile_seconds, token_seconds, slot_seconds, kv_bytes_per_token,
 //        intra_node_bytes_per_second, inter_node_bytes_per_second,
-//        latency_seconds, exchange_overlap, row_token_seconds
+//        latency_seconds, exchange_overlap, row_token_seconds,
+//        partial_tile_seconds
 //   i32  ranks_per_node
 //   u64  steps in the window, oldest first; per step a u64 sample count,
 //        then per sample: i32 group, i64 tokens, i64 tiles, i64 peers,
-//        i64 kv_bytes, f64 seconds, i64 row tokens
+//        i64 kv_bytes, f64 seconds, i64 row tokens, i64 partial tiles (-1:
+//        not recorded)
+//
+// Version 1 (before partial tiles) has no partial_tile_seconds (read as 0)
+// and no partial tiles per sample (read as -1); it is read, and written back
+// as version 2.
 //
 // The entry must end where its last sample ends. A checkpoint written
 // without it (by an older fulcrum, or by a job with a fixed profile) resumes
@@ -38,7 +44,7 @@
 namespace fulcrum::train {
 
 inline constexpr char kProfileRefitEntry[] = "schedule/profile_refit";
-inline constexpr std::uint32_t kProfileRefitVersion = 1;
+inline constexpr std::uint32_t kProfileRefitVersion = 2;
 
 std::string encode_refit_state(const ProfileRefit::State& state, double kv_bytes_per_token);
 

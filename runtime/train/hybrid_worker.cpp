@@ -274,6 +274,7 @@ calibrate::SlotSample HybridWorker::sample_of(const SlotCost& cost, const SlotCo
   const auto m = static_cast<std::size_t>(f.member);
   s.tokens = cost.members[m].tokens;
   s.tiles = cost.members[m].tiles;
+  s.partial_tiles = cost.members[m].partial_tiles;
   s.peers = cost.members[m].peers;
   s.kv_bytes = bytes.members[m].bytes_sent + bytes.members[m].bytes_received;
   s.seconds = (options_.device == Device::kCpu ? f.cpu_ms : f.busy_ms) / 1e3;

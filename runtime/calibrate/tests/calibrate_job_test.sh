@@ -33,11 +33,18 @@ run "calibrate --config writes a profile fitted to the job" \
   calibrate --config "$job" --output "$profile" --steps 2 --repetitions 1
 [[ $RC -eq 0 ]] || fail "expected exit 0"
 keys=$(grep -v '^#' "$profile" | cut -d: -f1 | tr '\n' ' ')
-# row_token_seconds, optional, is written when the fit gives it a value.
+# row_token_seconds and partial_tile_seconds, optional, are written (in that
+# order) when the fit gives them a value.
 base_keys="name tile_seconds token_seconds slot_seconds kv_bytes_per_token intra_node_bytes_per_second inter_node_bytes_per_second latency_seconds ranks_per_node "
-[[ $keys == "$base_keys" || $keys == "${base_keys}row_token_seconds " ]] ||
+[[ $keys == "$base_keys" || $keys == "${base_keys}row_token_seconds " ||
+  $keys == "${base_keys}partial_tile_seconds " ||
+  $keys == "${base_keys}row_token_seconds partial_tile_seconds " ]] ||
   fail "keys are '$keys'"
 grep -q '^#   r = [0-9.e+-]* s per token of the slot.s row' "$profile" || fail "no row term line"
+# The job's rows record their partial tiles (a causal mask at B = 16 has
+# both kinds), so the term is fitted, not kept.
+grep -q '^#   r = .*, f = [0-9.e+-]* s per partial tile,$' "$profile" ||
+  fail "no fitted partial-tile term in the fit line"
 grep -q '^name: job_calibrated$' "$profile" || fail "no 'name: job_calibrated'"
 # The model's K and V of one token: 2 x hidden 16 x 1 layer x 4 bytes.
 grep -q '^kv_bytes_per_token: 1.280000e+02$' "$profile" || fail "kv_bytes_per_token is not 128"

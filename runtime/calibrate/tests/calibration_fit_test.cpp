@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
+#include <cstdint>
 #include <cstring>
 #include <random>
 #include <sstream>
@@ -168,46 +170,128 @@ TEST(CalibrationFit, SlotFitFoldsATermItCannotSeparate) {
   EXPECT_LT(fit->max_abs_error, 1e-8);
 }
 
-// A planted row term: every member pays r per token of its slot's whole row.
-// The fit recovers it from members of slots of 1, 2 and 4 (the row is what
-// tells it from the member's own tokens), with every other term.
-TEST(CalibrationFit, SlotFitRecoversAPlantedRowTerm) {
-  constexpr double kKv = 512.0;
-  constexpr double a = 3e-5, b = 1e-6, c = 2e-3, r = 4e-6, latency = 3e-4, bandwidth = 1e9;
+// Planted slot times: each member's time exactly a x tiles + b x tokens + c
+// + r x row tokens + e x partial tiles + its K/V bytes / bandwidth +
+// latency x peers.
+struct Planted {
+  double a, b, c, r, e, latency, bandwidth, kv;
+};
+
+// 80 members of slots of 1, 2 and 4 under `t`, every term in play: with
+// partial tiles (0 up to the tiles) when t.e is set, else not recorded.
+std::vector<SlotSample> planted_samples(const Planted& t, std::uint64_t seed) {
   std::vector<SlotSample> samples;
-  std::mt19937_64 rng(11);
+  std::mt19937_64 rng(seed);
   for (int i = 0; i < 80; ++i) {
     SlotSample s;
     s.group = std::array<std::int32_t, 3>{1, 2, 4}[rng() % 3];
     s.tokens = 32 + static_cast<std::int64_t>(rng() % 600);
     s.row_tokens = s.tokens + (s.group - 1) * (16 + static_cast<std::int64_t>(rng() % 600));
     s.tiles = 1 + static_cast<std::int64_t>(rng() % 300);
+    if (t.e > 0) {
+      s.partial_tiles = static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(s.tiles + 1));
+    }
     s.peers = s.group == 1 ? 0 : 1 + static_cast<std::int64_t>(rng() % (s.group - 1));
     const std::int64_t kv_tokens = s.peers * (1 + static_cast<std::int64_t>(rng() % 400));
-    s.kv_bytes = static_cast<std::int64_t>(kKv) * kv_tokens;
-    s.seconds = a * s.tiles + b * s.tokens + c + r * s.row_tokens + kv_tokens * kKv / bandwidth +
-                latency * s.peers;
+    s.kv_bytes = static_cast<std::int64_t>(t.kv) * kv_tokens;
+    s.seconds = t.a * s.tiles + t.b * s.tokens + t.c + t.r * s.row_tokens +
+                t.e * static_cast<double>(std::max<std::int64_t>(s.partial_tiles, 0)) +
+                kv_tokens * t.kv / t.bandwidth + t.latency * s.peers;
     samples.push_back(s);
   }
-  auto fit = fit_slots(samples, CostProfile{}, kKv);
+  return samples;
+}
+
+// A planted row term: every member pays r per token of its slot's whole row.
+// The fit recovers it from members of slots of 1, 2 and 4 (the row is what
+// tells it from the member's own tokens), with every other term.
+TEST(CalibrationFit, SlotFitRecoversAPlantedRowTerm) {
+  const Planted t{3e-5, 1e-6, 2e-3, 4e-6, 0.0, 3e-4, 1e9, 512.0};
+  std::vector<SlotSample> samples = planted_samples(t, 11);
+  auto fit = fit_slots(samples, CostProfile{}, t.kv);
   ASSERT_TRUE(fit) << fit.status().message();
   EXPECT_TRUE(fit->row_fitted);
-  EXPECT_NEAR(fit->profile.row_token_seconds / r, 1.0, 1e-6);
-  EXPECT_NEAR(fit->profile.token_seconds / b, 1.0, 1e-6);
-  EXPECT_NEAR(fit->profile.tile_seconds / a, 1.0, 1e-6);
-  EXPECT_NEAR(fit->profile.slot_seconds / c, 1.0, 1e-6);
-  EXPECT_NEAR(fit->profile.latency_seconds / latency, 1.0, 1e-6);
-  EXPECT_NEAR(fit->profile.intra_node_bytes_per_second / bandwidth, 1.0, 1e-6);
+  EXPECT_FALSE(fit->partial_fitted);  // the samples do not record partial tiles
+  EXPECT_NEAR(fit->profile.row_token_seconds / t.r, 1.0, 1e-6);
+  EXPECT_NEAR(fit->profile.token_seconds / t.b, 1.0, 1e-6);
+  EXPECT_NEAR(fit->profile.tile_seconds / t.a, 1.0, 1e-6);
+  EXPECT_NEAR(fit->profile.slot_seconds / t.c, 1.0, 1e-6);
+  EXPECT_NEAR(fit->profile.latency_seconds / t.latency, 1.0, 1e-6);
+  EXPECT_NEAR(fit->profile.intra_node_bytes_per_second / t.bandwidth, 1.0, 1e-6);
   EXPECT_LT(fit->max_abs_error, 1e-8);
   // Without the row's length (records from before it) the term cannot be
   // fitted: the start's is kept and the rest fitted to what it leaves.
   CostProfile start;
-  start.row_token_seconds = r;
+  start.row_token_seconds = t.r;
   for (SlotSample& s : samples) s.row_tokens = 0;
-  auto kept = fit_slots(samples, start, kKv);
+  auto kept = fit_slots(samples, start, t.kv);
   ASSERT_TRUE(kept) << kept.status().message();
   EXPECT_FALSE(kept->row_fitted);
-  EXPECT_EQ(kept->profile.row_token_seconds, r);
+  EXPECT_EQ(kept->profile.row_token_seconds, t.r);
+}
+
+// Partial tiles priced on top of every tile: recovered with the other terms
+// where every sample has them; where one lacks them (a record from before
+// them) the start's term is kept, priced on all of that sample's tiles, or
+// dropped where it alone would leave a sample no time.
+TEST(CalibrationFit, SlotFitRecoversAPlantedPartialTileTerm) {
+  const Planted t{2e-5, 1e-6, 1e-3, 3e-6, 2.5e-5, 2e-4, 2e9, 256.0};
+  const std::vector<SlotSample> samples = planted_samples(t, 13);
+  auto fit = fit_slots(samples, CostProfile{}, t.kv);
+  ASSERT_TRUE(fit) << fit.status().message();
+  EXPECT_TRUE(fit->partial_fitted);
+  EXPECT_NEAR(fit->profile.partial_tile_seconds / t.e, 1.0, 1e-6);
+  EXPECT_NEAR(fit->profile.tile_seconds / t.a, 1.0, 1e-6);
+  EXPECT_NEAR(fit->profile.token_seconds / t.b, 1.0, 1e-6);
+  EXPECT_NEAR(fit->profile.row_token_seconds / t.r, 1.0, 1e-6);
+  EXPECT_NEAR(fit->profile.latency_seconds / t.latency, 1.0, 1e-6);
+  EXPECT_LT(fit->max_abs_error, 1e-8);
+  // Without the term the same samples fit worse: it is what the fit found.
+  std::vector<SlotSample> unrecorded = samples;
+  for (SlotSample& s : unrecorded) s.partial_tiles = -1;
+  auto without = fit_slots(unrecorded, CostProfile{}, t.kv);
+  ASSERT_TRUE(without) << without.status().message();
+  EXPECT_GT(without->max_abs_error, 1e-3);
+  // One sample from an older record: the start's term is kept, and the
+  // rest fitted to what it leaves.
+  std::vector<SlotSample> older = samples;
+  CostProfile start;
+  start.partial_tile_seconds = t.e;
+  older[5].seconds += t.e * static_cast<double>(older[5].tiles - older[5].partial_tiles);
+  older[5].partial_tiles = -1;
+  auto kept = fit_slots(older, start, t.kv);
+  ASSERT_TRUE(kept) << kept.status().message();
+  EXPECT_FALSE(kept->partial_fitted);
+  EXPECT_EQ(kept->profile.partial_tile_seconds, t.e);
+  EXPECT_NEAR(kept->profile.tile_seconds / t.a, 1.0, 1e-6);
+  EXPECT_LT(kept->max_abs_error, 1e-8);
+  // A start whose term alone exceeds a sample's time: dropped.
+  start.partial_tile_seconds = 1.0;
+  auto dropped = fit_slots(older, start, t.kv);
+  ASSERT_TRUE(dropped) << dropped.status().message();
+  EXPECT_EQ(dropped->profile.partial_tile_seconds, 0.0);
+  // Columns that cannot tell partial tiles from tiles: none partial (a full
+  // mask on whole blocks), or every tile partial (a sliding window under
+  // 2B - 1 keys). Not fitted, the start's term kept, and the exchange terms
+  // still recovered (trying to fit the term would drop them first).
+  for (const bool every : {false, true}) {
+    std::vector<SlotSample> alike = samples;
+    for (SlotSample& s : alike) {
+      s.seconds -= t.e * s.partial_tiles;
+      s.partial_tiles = every ? s.tiles : 0;
+      s.seconds += (every ? t.e : 0.0) * s.tiles;
+    }
+    CostProfile keep;
+    keep.partial_tile_seconds = t.e;
+    auto fitted = fit_slots(alike, keep, t.kv);
+    ASSERT_TRUE(fitted) << fitted.status().message();
+    EXPECT_FALSE(fitted->partial_fitted) << every;
+    EXPECT_EQ(fitted->profile.partial_tile_seconds, t.e) << every;
+    EXPECT_NEAR(fitted->profile.latency_seconds / t.latency, 1.0, 1e-6) << every;
+    EXPECT_NEAR(fitted->profile.intra_node_bytes_per_second / t.bandwidth, 1.0, 1e-6) << every;
+    // Every tile partial: the kept term prices them, a takes the rest.
+    EXPECT_NEAR(fitted->profile.tile_seconds / t.a, 1.0, 1e-6) << every;
+  }
 }
 
 // Members of one-rank slots only: the row is the member's tokens, so the
@@ -266,6 +350,11 @@ TEST(CalibrationFit, ProfileYamlHasExactlyTheCostProfileKeys) {
   const std::string last = "row_token_seconds: 2.500000e-06\n";
   ASSERT_GT(with_row.size(), last.size());
   EXPECT_EQ(with_row.substr(with_row.size() - last.size()), last);
+  p.partial_tile_seconds = 4e-5;
+  const std::string with_partial = profile_yaml(p, {});
+  const std::string partial = "partial_tile_seconds: 4.000000e-05\n";
+  ASSERT_GT(with_partial.size(), partial.size());
+  EXPECT_EQ(with_partial.substr(with_partial.size() - partial.size()), partial);
 }
 
 }  // namespace

@@ -49,6 +49,7 @@ ProfileRefit::State random_state(std::mt19937_64& rng) {
   state.profile.inter_node_bytes_per_second = state.profile.intra_node_bytes_per_second;
   state.profile.exchange_overlap = unit(rng);
   state.profile.row_token_seconds = unit(rng) * 1e-5;
+  state.profile.partial_tile_seconds = unit(rng) * 1e-4;
   state.profile.name = "auto" + std::to_string(rng() % 1000);
   state.refits = static_cast<std::int64_t>(rng() % 50);
   const std::size_t steps = rng() % 6;
@@ -57,8 +58,12 @@ ProfileRefit::State random_state(std::mt19937_64& rng) {
     const std::size_t n = rng() % 8;
     for (std::size_t j = 0; j < n; ++j) {
       const auto group = static_cast<std::int32_t>(1 + rng() % kGroups);
-      step.push_back({group, count(rng), count(rng), static_cast<std::int64_t>(rng() % group),
-                      count(rng), unit(rng), count(rng)});
+      const std::int64_t tiles = count(rng);
+      // -1 (not recorded) up to the tiles.
+      const std::int64_t partial =
+          static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(tiles + 2)) - 1;
+      step.push_back({group, count(rng), tiles, static_cast<std::int64_t>(rng() % group),
+                      count(rng), unit(rng), count(rng), partial});
     }
   }
   return state;
@@ -75,6 +80,7 @@ void expect_same_state(const ProfileRefit::State& a, const ProfileRefit::State& 
   EXPECT_EQ(a.profile.name, b.profile.name);
   EXPECT_EQ(bits(a.profile.exchange_overlap), bits(b.profile.exchange_overlap));
   EXPECT_EQ(bits(a.profile.row_token_seconds), bits(b.profile.row_token_seconds));
+  EXPECT_EQ(bits(a.profile.partial_tile_seconds), bits(b.profile.partial_tile_seconds));
   EXPECT_EQ(a.refits, b.refits);
   ASSERT_EQ(a.window.size(), b.window.size());
   for (std::size_t i = 0; i < a.window.size(); ++i) {
@@ -89,6 +95,7 @@ void expect_same_state(const ProfileRefit::State& a, const ProfileRefit::State& 
       EXPECT_EQ(x.kv_bytes, y.kv_bytes);
       EXPECT_EQ(bits(x.seconds), bits(y.seconds));
       EXPECT_EQ(x.row_tokens, y.row_tokens);
+      EXPECT_EQ(x.partial_tiles, y.partial_tiles);
     }
   }
 }
@@ -125,7 +132,7 @@ struct Layout {
   std::size_t seconds = 0;
 };
 Layout layout_of(const ProfileRefit::State& state) {
-  const std::size_t head = 4 + 8 + 8 + 8 + state.profile.name.size() + 9 * 8 + 4;
+  const std::size_t head = 4 + 8 + 8 + 8 + state.profile.name.size() + 10 * 8 + 4;
   return {head, head + 8 + 8 + 4 + 4 * 8};
 }
 
@@ -141,7 +148,7 @@ TEST(CheckpointProfile, DamagedOrForeignEntriesAreRefusedSayingWhy) {
   ProfileRefit::State state;
   state.profile = start_profile();
   state.refits = 3;
-  state.window = {{{2, 100, 40, 1, 4096, 0.25}}};
+  state.window = {{{2, 100, 40, 1, 4096, 0.25, 150, 12}}};
   const std::string good = encode_refit_state(state, kKvBytes);
   ASSERT_TRUE(decode_refit_state(good, kKvBytes).is_ok());
   const Layout at = layout_of(state);
@@ -154,7 +161,12 @@ TEST(CheckpointProfile, DamagedOrForeignEntriesAreRefusedSayingWhy) {
     double kv_bytes;
     std::string says;
   } cases[] = {
-      {"another version", with<std::uint32_t>(good, 0, 2), kKvBytes, "version 2"},
+      {"a newer version", with<std::uint32_t>(good, 0, 3), kKvBytes, "version 3"},
+      {"version 0", with<std::uint32_t>(good, 0, 0), kKvBytes, "version 0"},
+      {"partial tiles past the tiles", with<std::int64_t>(good, at.seconds + 16, 41), kKvBytes,
+       "partial tiles 41"},
+      {"partial tiles below -1", with<std::int64_t>(good, at.seconds + 16, -2), kKvBytes,
+       "partial tiles -2"},
       {"another model", good, kKvBytes * 2, "K/V bytes per token"},
       {"the model's figure changed", with(good, kv_at, 1.0), kKvBytes, "K/V bytes per token"},
       {"negative refits", with<std::int64_t>(good, 12, -1), kKvBytes, "-1 refits"},
@@ -247,12 +259,52 @@ TEST(CheckpointProfile, ALongerWindowKeepsItsNewestSteps) {
   EXPECT_EQ(kept.window[1][0].tokens, 14);
 }
 
+// A version-1 entry (before partial tiles), as that fulcrum wrote it: read
+// with the term 0 and every sample's partial tiles not recorded (-1), and
+// written back as the current version.
+TEST(CheckpointProfile, AVersionOneEntryIsReadWithoutPartialTiles) {
+  const CostProfile p = start_profile();
+  std::string bytes;
+  ByteWriter<std::string> out(bytes);
+  out.put(std::uint32_t{1}).put(kKvBytes).i64(4).str(p.name);
+  for (double v : {p.tile_seconds, p.token_seconds, p.slot_seconds, p.kv_bytes_per_token,
+                   p.intra_node_bytes_per_second, p.inter_node_bytes_per_second, p.latency_seconds,
+                   0.25, 3e-6}) {
+    out.put(v);
+  }
+  out.put(p.ranks_per_node).u64(1).u64(2);
+  out.put(std::int32_t{2}).i64(100).i64(40).i64(1).i64(4096).put(0.5).i64(180);
+  out.put(std::int32_t{1}).i64(50).i64(9).i64(0).i64(0).put(0.125).i64(50);
+  Result<ProfileRefit::State> v1 = decode_refit_state(bytes, kKvBytes);
+  ASSERT_TRUE(v1.is_ok()) << v1.status().message();
+  EXPECT_EQ(v1->refits, 4);
+  EXPECT_EQ(v1->profile.exchange_overlap, 0.25);
+  EXPECT_EQ(v1->profile.row_token_seconds, 3e-6);
+  EXPECT_EQ(v1->profile.partial_tile_seconds, 0.0);
+  ASSERT_EQ(v1->window.size(), 1u);
+  ASSERT_EQ(v1->window[0].size(), 2u);
+  EXPECT_EQ(v1->window[0][0].tiles, 40);
+  EXPECT_EQ(v1->window[0][0].row_tokens, 180);
+  EXPECT_EQ(v1->window[0][1].seconds, 0.125);
+  EXPECT_EQ(v1->window[0][0].partial_tiles, -1);
+  EXPECT_EQ(v1->window[0][1].partial_tiles, -1);
+  const std::string again = encode_refit_state(*v1, kKvBytes);
+  std::uint32_t version = 0;
+  std::memcpy(&version, again.data(), sizeof version);
+  EXPECT_EQ(version, kProfileRefitVersion);
+  Result<ProfileRefit::State> back = decode_refit_state(again, kKvBytes);
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  expect_same_state(*v1, *back);
+  // Cut inside its last sample: refused, as any cut entry.
+  EXPECT_FALSE(decode_refit_state(bytes.substr(0, bytes.size() - 1), kKvBytes).is_ok());
+}
+
 // The entry lists CostProfile's fields one by one: a field added to the
 // struct must be added to the entry (and its version raised), or a resumed
 // job would lose it. This size is the struct's on LP64 libstdc++.
 TEST(CheckpointProfile, EveryCostProfileFieldIsSaved) {
 #if defined(__GLIBCXX__) && __SIZEOF_POINTER__ == 8
-  EXPECT_EQ(sizeof(CostProfile), 112u)
+  EXPECT_EQ(sizeof(CostProfile), 120u)
       << "CostProfile changed: save the new field in checkpoint_profile.cpp";
 #else
   GTEST_SKIP() << "the size is pinned for LP64 libstdc++ only";

@@ -302,7 +302,7 @@ TEST(CompareMetrics, RunsSurviveTheGatherToRankZero) {
   const TwoSchedulers t = two_schedulers();
   RankStepFigures sent = t.ranks[1];
   sent.compare_ms = 12.5;
-  sent.fit_samples = {{2, 300, 40, 1, 4096, 0.0125, 700}, {1, 90, 3, 0, 0, 1e-3, 90}};
+  sent.fit_samples = {{2, 300, 40, 1, 4096, 0.0125, 700, 17}, {1, 90, 3, 0, 0, 1e-3, 90}};
   const Result<RankStepFigures> got = decode_figures(encode_figures(sent));
   ASSERT_TRUE(got) << got.status().message();
   ASSERT_EQ(got->compare.size(), sent.compare.size());
@@ -318,6 +318,8 @@ TEST(CompareMetrics, RunsSurviveTheGatherToRankZero) {
   EXPECT_EQ(got->fit_samples[0].row_tokens, 700);
   EXPECT_EQ(got->fit_samples[0].seconds, 0.0125);
   EXPECT_EQ(got->fit_samples[1].row_tokens, 90);
+  EXPECT_EQ(got->fit_samples[0].partial_tiles, 17);
+  EXPECT_EQ(got->fit_samples[1].partial_tiles, -1);
 }
 
 // A sample row of six entries is a record from before row_tokens: read, with
@@ -328,8 +330,30 @@ TEST(CompareMetrics, FitSamplesFromBeforeTheRowReadWithTheRowUnknown) {
   ASSERT_EQ(read.size(), 1u);
   EXPECT_EQ(read[0].tiles, 40);
   EXPECT_EQ(read[0].row_tokens, 0);
+  EXPECT_EQ(read[0].partial_tiles, -1);
   EXPECT_THROW(fit_samples_from_json(nlohmann::ordered_json::parse("[[2, 300, 40, 1, 4096]]")),
                std::runtime_error);
+}
+
+// Seven entries: a record from before partial_tiles, read as not recorded
+// (-1); eight: read; a count below -1 or past the tiles, or a ninth entry,
+// refused.
+TEST(CompareMetrics, FitSamplesCarryTheirPartialTiles) {
+  const auto rows = nlohmann::ordered_json::parse(
+      "[[2, 300, 40, 1, 4096, 0.0125, 700], [2, 300, 40, 1, 4096, 0.0125, 700, 12],"
+      " [1, 90, 3, 0, 0, 0.001, 90, 0], [1, 90, 3, 0, 0, 0.001, 90, 3]]");
+  const std::vector<calibrate::SlotSample> read = fit_samples_from_json(rows);
+  ASSERT_EQ(read.size(), 4u);
+  EXPECT_EQ(read[0].partial_tiles, -1);
+  EXPECT_EQ(read[1].partial_tiles, 12);
+  EXPECT_EQ(read[2].partial_tiles, 0);
+  EXPECT_EQ(read[3].partial_tiles, 3);
+  EXPECT_EQ(fit_samples_from_json(fit_samples_json(read)).size(), 4u);
+  for (const char* bad : {"[[1, 90, 3, 0, 0, 0.001, 90, 4]]", "[[1, 90, 3, 0, 0, 0.001, 90, -2]]",
+                          "[[1, 90, 3, 0, 0, 0.001, 90, 1, 5]]"}) {
+    EXPECT_THROW(fit_samples_from_json(nlohmann::ordered_json::parse(bad)), std::runtime_error)
+        << bad;
+  }
 }
 
 TEST(HybridProgress, LineSaysWhichSchedulerRanItsGroupsAndBothTimes) {

@@ -167,7 +167,7 @@ TEST(ProfileRefit, TooFewSamplesKeepTheProfile) {
 TEST(ProfileRefit, FingerprintSeesEveryField) {
   const CostProfile p = truth();
   const std::uint64_t base = profile_fingerprint(p);
-  for (int field = 0; field < 11; ++field) {
+  for (int field = 0; field < 12; ++field) {
     CostProfile q = p;
     double* d[] = {&q.tile_seconds,
                    &q.token_seconds,
@@ -181,6 +181,7 @@ TEST(ProfileRefit, FingerprintSeesEveryField) {
     if (field == 8) q.name = "auto2";
     if (field == 9) q.exchange_overlap = 0.5;
     if (field == 10) q.row_token_seconds = 1e-9;
+    if (field == 11) q.partial_tile_seconds = 1e-9;
     EXPECT_NE(profile_fingerprint(q), base) << field;
   }
 }

@@ -177,28 +177,33 @@ void set_slot_terms(const std::vector<double>& x, bool exchange, bool row, bool 
   p.latency_seconds = x[kPeers];
 }
 
-// Non-negative least squares on the columns `kept`; the terms it cannot
-// separate from the others are dropped, held at 0 (the others absorb them),
-// in this order: latency (every slot of two members has one peer, so peers
-// repeats the constant), then the bytes, partial tiles, the row, tokens.
-Result<LinearFit> fit_kept(const std::vector<std::vector<double>>& columns,
-                           std::vector<std::size_t> kept, const std::vector<double>& y) {
-  const auto fit_of = [&] {
-    std::vector<std::vector<double>> chosen;
-    for (std::size_t i : kept) chosen.push_back(columns[i]);
-    return fit_nonnegative(chosen, y, false);
-  };
-  Result<LinearFit> fit = fit_of();
-  for (std::size_t drop : {kPeers, kBytes, kPartial, kRow, kTokens}) {
-    const auto at = std::find(kept.begin(), kept.end(), drop);
-    if (fit || at == kept.end()) continue;
-    kept.erase(at);
-    fit = fit_of();
-  }
+// Non-negative least squares of y on the columns `kept`, without dropping
+// any: the coefficients indexed by SlotColumn (0 for the others).
+Result<LinearFit> fit_columns(const std::vector<std::vector<double>>& columns,
+                              const std::vector<std::size_t>& kept, const std::vector<double>& y) {
+  std::vector<std::vector<double>> chosen;
+  for (std::size_t i : kept) chosen.push_back(columns[i]);
+  Result<LinearFit> fit = fit_nonnegative(chosen, y, false);
   if (!fit) return fit;
   std::vector<double> x(kSlotColumns, 0.0);
   for (std::size_t i = 0; i < kept.size(); ++i) x[kept[i]] = fit->coefficients[i];
   fit->coefficients = x;
+  return fit;
+}
+
+// fit_columns on `kept`, where the terms it cannot separate from the others
+// are dropped from `kept`, held at 0 (the others absorb them), in this
+// order: latency (every slot of two members has one peer, so peers repeats
+// the constant), then the bytes, the row, tokens.
+Result<LinearFit> fit_kept(const std::vector<std::vector<double>>& columns,
+                           std::vector<std::size_t>& kept, const std::vector<double>& y) {
+  Result<LinearFit> fit = fit_columns(columns, kept, y);
+  for (std::size_t drop : {kPeers, kBytes, kRow, kTokens}) {
+    const auto at = std::find(kept.begin(), kept.end(), drop);
+    if (fit || at == kept.end()) continue;
+    kept.erase(at);
+    fit = fit_columns(columns, kept, y);
+  }
   return fit;
 }
 
@@ -219,8 +224,7 @@ Result<SlotFit> fit_slots(const std::vector<SlotSample>& samples, const CostProf
   // Partial tiles are told from tiles only where some sample has each kind:
   // where none is partial (no term to see) or every tile is (a sliding
   // window under 2B - 1 keys has no full tile, and the column repeats the
-  // tiles'), the fit could not separate them, and would drop the exchange
-  // terms first trying to; the start's term is kept instead.
+  // tiles'), the start's term is kept.
   const bool partial = partial_recorded && some_partial && some_full;
   // The row term is told from tokens only by members of bigger slots (in a
   // slot of one the row is the member's tokens); without them, or with rows
@@ -240,12 +244,15 @@ Result<SlotFit> fit_slots(const std::vector<SlotSample>& samples, const CostProf
   const auto partial_of = [](const SlotSample& s) {
     return static_cast<double>(s.partial_tiles >= 0 ? s.partial_tiles : s.tiles);
   };
-  double kept_partial = partial ? 0.0 : start.partial_tile_seconds;
+  double start_partial = start.partial_tile_seconds;
   for (const SlotSample& s : samples) {
-    if (!(s.seconds - kept_row * row_of(s) - kept_partial * partial_of(s) > 0)) kept_partial = 0.0;
+    if (!(s.seconds - kept_row * row_of(s) - start_partial * partial_of(s) > 0)) {
+      start_partial = 0.0;
+    }
   }
   std::vector<std::vector<double>> columns(kSlotColumns);
-  std::vector<double> y;
+  std::vector<double> y;          // the time the fit explains, kept terms taken out
+  std::vector<double> y_partial;  // the same, the start's partial-tile term taken out too
   for (const SlotSample& s : samples) {
     const double n = row_of(s);
     columns[kTiles].push_back(static_cast<double>(s.tiles));
@@ -255,27 +262,45 @@ Result<SlotFit> fit_slots(const std::vector<SlotSample>& samples, const CostProf
     columns[kBytes].push_back(static_cast<double>(s.kv_bytes));
     columns[kPeers].push_back(static_cast<double>(s.peers));
     columns[kPartial].push_back(partial_of(s));
-    y.push_back(s.seconds - kept_row * n - kept_partial * partial_of(s));
+    y.push_back(s.seconds - kept_row * n);
+    y_partial.push_back(y.back() - start_partial * partial_of(s));
   }
   std::vector<std::size_t> kept = {kTiles, kTokens, kSlot};
   if (row) kept.push_back(kRow);
   if (exchange) kept.insert(kept.end(), {kBytes, kPeers});
-  if (partial) kept.push_back(kPartial);
   if (y.size() < kept.size()) {
     return invalid_argument("the whole-slot fit has " + std::to_string(y.size()) + " rows for " +
                             std::to_string(kept.size()) +
                             " terms; time more slots (more steps, or a bigger batch)");
   }
-  Result<LinearFit> fit = fit_kept(columns, kept, y);
+  // First without partial tiles (the start's term kept); then, where the
+  // rows have both kinds, the same terms and partial tiles beside them,
+  // dropping none: partial tiles are fitted only where they separate from
+  // the terms the rows fit without them (a column proportional to another,
+  // e.g. whole blocks of fixed-length sequences, where partial tiles are
+  // tokens / B, would otherwise cost the fit its exchange terms).
+  Result<LinearFit> fit = fit_kept(columns, kept, y_partial);
   if (!fit) return fit.status();
+  double kept_partial = start_partial;
+  bool partial_fitted = false;
+  if (partial) {
+    std::vector<std::size_t> with = kept;
+    with.push_back(kPartial);
+    Result<LinearFit> separated = fit_columns(columns, with, y);
+    if (separated) {
+      fit = std::move(separated);
+      kept_partial = 0.0;
+      partial_fitted = true;
+    }
+  }
   SlotFit out;
   out.profile = start;
   out.exchange_fitted = exchange;
   out.row_fitted = row;
-  out.partial_fitted = partial;
-  set_slot_terms(fit->coefficients, exchange, row, partial, kv_bytes_per_token, out.profile);
+  out.partial_fitted = partial_fitted;
+  set_slot_terms(fit->coefficients, exchange, row, partial_fitted, kv_bytes_per_token, out.profile);
   if (!row) out.profile.row_token_seconds = kept_row;
-  if (!partial) out.profile.partial_tile_seconds = kept_partial;
+  if (!partial_fitted) out.profile.partial_tile_seconds = kept_partial;
   std::vector<double> magnitudes;
   for (std::size_t s = 0; s < y.size(); ++s) {
     double predicted = kept_row * columns[kRow][s] + kept_partial * columns[kPartial][s];

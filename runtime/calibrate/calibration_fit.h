@@ -87,8 +87,9 @@ struct SlotFit {
   double max_abs_error = 0;
   bool exchange_fitted = false;  // false: the samples had no exchange, start's terms kept
   bool row_fitted = false;       // false: no member of a bigger slot, start's row term kept (or 0)
-  // false: some sample without partial tiles, or no sample with a full and
-  // one with a partial tile: the start's term kept (or 0).
+  // false: some sample without partial tiles, no sample with a full and one
+  // with a partial tile, or partial tiles that do not separate from the
+  // other terms (e.g. tokens / B): the start's term kept (or 0).
   bool partial_fitted = false;
 };
 
@@ -103,12 +104,13 @@ struct SlotFit {
 // to e. r is fitted only when some sample is a member of a slot of two or
 // more and every sample has its row's length; otherwise the start's r is
 // kept and the rest fitted to the time it leaves (r = 0 where it would leave
-// a sample none). f likewise: fitted only when every sample has its partial
-// tiles and some have full and some partial ones, else the start's kept (a
-// sample without its partial tiles priced as if all its tiles were; 0 where
-// it would leave a sample none). A term
-// the samples cannot separate from the others (peers, then bytes, partial
-// tiles, the row, then tokens) is held at 0 and the others absorb it.
+// a sample none). A term the samples cannot separate from the others
+// (peers, then bytes, the row, then tokens) is held at 0 and the others
+// absorb it. f is fitted last, beside the terms kept without it, and only
+// when every sample has its partial tiles, some have full and some partial
+// ones, and the column separates from those terms; else the start's f is
+// kept (a sample without its partial tiles priced as if all its tiles were;
+// 0 where it would leave a sample none).
 // Deterministic: the same samples in the same order give bit-identical
 // profiles on every rank.
 Result<SlotFit> fit_slots(const std::vector<SlotSample>& samples, const CostProfile& start,

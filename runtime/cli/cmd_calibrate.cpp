@@ -550,7 +550,8 @@ std::vector<std::string> job_provenance(const CalibrateFlags& f, const train::Tr
           (fit.row_fitted ? "" : " (no slot of two or more: the job's profile's, not fitted)") +
           ", f = " + sci(p.partial_tile_seconds) + " s per partial tile" +
           (fit.partial_fitted ? ""
-                              : " (rows without partial tiles: the job's profile's, not fitted)") +
+                              : " (the rows do not tell partial tiles from the other terms: "
+                                "the job's profile's, not fitted)") +
           ",",
       "  bandwidth = " + sci(p.intra_node_bytes_per_second) +
           " B/s, latency = " + sci(p.latency_seconds) + " s/peer" +

@@ -292,6 +292,28 @@ TEST(CalibrationFit, SlotFitRecoversAPlantedPartialTileTerm) {
     // Every tile partial: the kept term prices them, a takes the rest.
     EXPECT_NEAR(fitted->profile.tile_seconds / t.a, 1.0, 1e-6) << every;
   }
+  // Partial tiles proportional to another term (whole blocks of one
+  // length: tokens / B): not told apart, so not fitted, the start's kept,
+  // and every other term still recovered, exchange included.
+  std::vector<SlotSample> proportional = samples;
+  for (SlotSample& s : proportional) {
+    s.seconds -= t.e * s.partial_tiles;
+    s.tokens = 16 * (1 + s.tokens / 16);
+    s.tiles = std::max(s.tiles, s.tokens / 16 + 1);  // some full tiles in every row
+    s.partial_tiles = s.tokens / 16;
+    s.seconds = t.a * s.tiles + t.b * s.tokens + t.c + t.r * s.row_tokens +
+                t.e * s.partial_tiles + static_cast<double>(s.kv_bytes) / t.bandwidth +
+                t.latency * s.peers;
+  }
+  CostProfile keep;
+  keep.partial_tile_seconds = t.e;
+  auto separated = fit_slots(proportional, keep, t.kv);
+  ASSERT_TRUE(separated) << separated.status().message();
+  EXPECT_NEAR(separated->profile.latency_seconds / t.latency, 1.0, 1e-6);
+  EXPECT_NEAR(separated->profile.intra_node_bytes_per_second / t.bandwidth, 1.0, 1e-6);
+  EXPECT_LT(separated->max_abs_error, 1e-8);
+  EXPECT_FALSE(separated->partial_fitted);
+  EXPECT_EQ(separated->profile.partial_tile_seconds, t.e);
 }
 
 // Members of one-rank slots only: the row is the member's tokens, so the

@@ -301,9 +301,8 @@ TEST(CalibrationFit, SlotFitRecoversAPlantedPartialTileTerm) {
     s.tokens = 16 * (1 + s.tokens / 16);
     s.tiles = std::max(s.tiles, s.tokens / 16 + 1);  // some full tiles in every row
     s.partial_tiles = s.tokens / 16;
-    s.seconds = t.a * s.tiles + t.b * s.tokens + t.c + t.r * s.row_tokens +
-                t.e * s.partial_tiles + static_cast<double>(s.kv_bytes) / t.bandwidth +
-                t.latency * s.peers;
+    s.seconds = t.a * s.tiles + t.b * s.tokens + t.c + t.r * s.row_tokens + t.e * s.partial_tiles +
+                static_cast<double>(s.kv_bytes) / t.bandwidth + t.latency * s.peers;
   }
   CostProfile keep;
   keep.partial_tile_seconds = t.e;

@@ -159,31 +159,6 @@ std::int64_t whole_block_full_tiles(const MaskSpec& mask, std::int64_t b, std::i
   return sum_of_max_rising(c - low, 0, n) - sum_of_max_rising(s - low, 0, n);
 }
 
-// A local block's full tiles from its real queries' count and the highest
-// lower and lowest upper ends of their keys (compute_work's).
-struct FullEnds {
-  std::int64_t rows = 0;
-  std::int64_t latest_lo = 0;
-  std::int64_t earliest_hi = std::numeric_limits<std::int64_t>::max();
-
-  // The queries of a piece: their count, the keys of its first (`first`)
-  // and of its last (`last`) query.
-  void add(std::int64_t queries, const KeyRange& first, const KeyRange& last) {
-    rows += queries;
-    latest_lo = std::max(latest_lo, last.lo);
-    earliest_hi = std::min(earliest_hi, first.hi);
-  }
-  // The block's full tiles (dense masks), and a fresh block.
-  std::int64_t take(std::int64_t block) {
-    const std::int64_t full =
-        rows != block
-            ? 0
-            : std::max<std::int64_t>(0, (earliest_hi + 1) / block - ceil_div(latest_lo, block));
-    *this = FullEnds();
-    return full;
-  }
-};
-
 // Walks one member's runs in local order, cut at local blocks of B entries
 // and at document ends: calls piece(a, b, doc, local_block) for the real
 // queries [a, b) of one document inside one local block, and whole(a, n,
@@ -487,7 +462,7 @@ void count_member(const CpWorkload& w, const RowLayout& layout, const RunShardPl
   const bool count_full = kFull && w.mask.kind != MaskKind::kBlockSparse;
   std::int64_t full_tiles = 0;
   std::int64_t current = -1;  // the local block `spans` and `ends` belong to
-  FullEnds ends;
+  FullTileEnds ends;
   walk_member(
       layout, b, runs, r,
       [&](std::int64_t from, std::int64_t to, std::int64_t doc, std::int64_t local_block) {
@@ -499,7 +474,7 @@ void count_member(const CpWorkload& w, const RowLayout& layout, const RunShardPl
           if (count_full) full_tiles += ends.take(b);
           current = local_block;
         }
-        // piece_keys, with the ends FullEnds takes from the same two ranges.
+        // piece_keys, with the ends FullTileEnds takes from the same two ranges.
         const KeyRange first = key_range(w.mask, db, de, from);
         const KeyRange last = key_range(w.mask, db, de, to - 1);
         const Interval keys{first.lo / b, last.hi / b};
@@ -567,7 +542,7 @@ RankWork one_rank_row_work(const ScheduleRequest& request, const ScheduleSlot& s
   RankWork rw;
   const bool count_full = full_tiles != nullptr && mask.kind != MaskKind::kBlockSparse;
   std::int64_t full = 0;
-  FullEnds ends;              // count_member's, for the current local block
+  FullTileEnds ends;          // count_member's, for the current local block
   std::int64_t current = -1;  // the local block counted so far
   std::int64_t covered = -1;  // the highest key block counted in it
   std::int64_t db = 0;

@@ -114,20 +114,11 @@ class RunCounter {
   // Starts a new local query block (tile row).
   void start_block(std::int64_t id) {
     tiles_.start(id);
-    rows_ = 0;
-    latest_lo_ = 0;
-    earliest_hi_ = w_.tokens;
+    full_ = FullTileEnds();
   }
   std::int64_t block_tiles() { return tiles_.count(); }
-
-  // The full tiles of the block: key blocks inside every query's keys, when
-  // the block has B real queries (dense masks: every query's keys are one
-  // interval).
-  std::int64_t block_full_tiles() const {
-    const std::int64_t b = w_.block_size;
-    if (sparse_ || rows_ != b) return 0;
-    return std::max<std::int64_t>(0, (earliest_hi_ + 1) / b - ceil_div(latest_lo_, b));
-  }
+  // Its full tiles (none for block-sparse masks).
+  std::int64_t block_full_tiles() { return full_.take(w_.block_size); }
 
   // Where the run starting at q must end (exclusive): the end of its document
   // and, for block-sparse masks, of its global query block.
@@ -141,16 +132,11 @@ class RunCounter {
   // Adds the queries [qa, qb] (inclusive; within run_limit(qa)); returns pairs.
   std::int64_t add_run(std::int64_t qa, std::int64_t qb) {
     const std::int64_t b = w_.block_size;
-    rows_ += qb - qa + 1;
     if (!sparse_) {
-      // Neither end of a query's keys falls as the query moves on within
-      // its document: the run's first query has the lowest upper end, its
-      // last the highest lower end.
       const KeyRange first = key_range(w_.mask, doc_begin_, doc_end_, qa);
       const KeyRange last = key_range(w_.mask, doc_begin_, doc_end_, qb);
       tiles_.add_interval(first.lo / b, last.hi / b);
-      latest_lo_ = std::max(latest_lo_, last.lo);
-      earliest_hi_ = std::min(earliest_hi_, first.hi);
+      full_.add(qb - qa + 1, first, last);
       return run_pairs(w_.mask, doc_end_ - doc_begin_, qa - doc_begin_, qb - doc_begin_);
     }
     const auto& bs = w_.mask.block_sparse;
@@ -181,9 +167,7 @@ class RunCounter {
   std::int64_t num_blocks_;
   bool sparse_;
   TileUnion tiles_;
-  std::int64_t rows_ = 0;         // real queries of the current block
-  std::int64_t latest_lo_ = 0;    // the highest lower end of their keys
-  std::int64_t earliest_hi_ = 0;  // the lowest upper end
+  FullTileEnds full_;  // the current block's, dense masks only
   std::int64_t doc_begin_ = 0;
   std::int64_t doc_end_ = 0;
 };

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -91,5 +92,34 @@ inline KeyRange key_range(const MaskSpec& mask, std::int64_t doc_begin, std::int
 // ceil(a / b) for b >= 1. Not (a + b - 1) / b: that overflows for a B or N
 // near int64's end, which validate_workload accepts (found by fuzz/).
 inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return a / b + (a % b > 0 ? 1 : 0); }
+
+// One local query block's full tiles (work_model.h), gathered piece by
+// piece: the key blocks inside every one of its queries' keys, when it holds
+// B real queries. Dense masks only: a query's keys are one interval whose
+// ends never fall as the query moves on within its document, so a piece of
+// consecutive queries of one document gives its first query's upper end and
+// its last query's lower end. compute_work and the run counting
+// (slot_runs.cpp) count with this one rule.
+struct FullTileEnds {
+  std::int64_t rows = 0;
+  std::int64_t latest_lo = 0;
+  std::int64_t earliest_hi = std::numeric_limits<std::int64_t>::max();
+
+  // A piece of `queries` queries: the keys of its first and of its last.
+  void add(std::int64_t queries, const KeyRange& first, const KeyRange& last) {
+    rows += queries;
+    latest_lo = std::max(latest_lo, last.lo);
+    earliest_hi = std::min(earliest_hi, first.hi);
+  }
+  // The block's full tiles (block = B), and a fresh block.
+  std::int64_t take(std::int64_t block) {
+    const std::int64_t full =
+        rows != block
+            ? 0
+            : std::max<std::int64_t>(0, (earliest_hi + 1) / block - ceil_div(latest_lo, block));
+    *this = FullTileEnds();
+    return full;
+  }
+};
 
 }  // namespace fulcrum

@@ -192,7 +192,8 @@ TEST(PartialTerm, EachPartialTilePaysItOnTopOfATile) {
   Schedule padded;
   padded.slots.push_back(contiguous_slot({0, 1}, {0, 0, 6}));
   ASSERT_TRUE(validate_schedule(short_rows, padded));
-  for (const SlotMemberCost& m : evaluate_schedule(short_rows, padded).slots[0].members) {
+  const ScheduleCost padded_cost = evaluate_schedule(short_rows, padded);
+  for (const SlotMemberCost& m : padded_cost.slots[0].members) {
     EXPECT_EQ(m.partial_tiles, m.tiles);
   }
   // Negative is refused in one line naming the field.

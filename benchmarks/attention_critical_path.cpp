@@ -34,6 +34,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "attention/blocked_attention.h"
@@ -49,6 +50,7 @@ namespace {
 
 using fulcrum::CpWorkload;
 using fulcrum::ShardPlan;
+using fulcrum::attention::KeyBlockRun;
 using fulcrum::attention::TileSchedule;
 using fulcrum::bench::BenchClock;
 using fulcrum::bench::median;
@@ -114,9 +116,10 @@ struct PlanUnderTest {
 };
 
 // What the kernel does per rank besides tiles: one matmul group per chunk
-// of up to KernelOptions::chunk_keys keys of a run, and a mask built for
-// every chunk that a row of the block does not see whole (the same rule as
-// blocked_attention.cpp). Explains where time departs from the tile model.
+// of up to KernelOptions::chunk_keys keys of a run's full or partial
+// stretch, and a mask built for every partial chunk that a row of the block
+// does not see whole (the rule of blocked_attention.cpp under its default
+// Masking, kFullApart). Explains where time departs from the tile model.
 struct KernelCalls {
   std::int64_t chunks = 0;
   std::int64_t masked = 0;
@@ -130,16 +133,23 @@ KernelCalls kernel_calls(const TileSchedule& s) {
     const std::int64_t r0 = qb * s.block_size;
     const std::int64_t r1 = std::min(r0 + s.block_size, s.shard_len);
     for (std::int64_t i = s.run_offsets[qb]; i < s.run_offsets[qb + 1]; ++i) {
-      for (std::int64_t kb = s.runs[i].first; kb <= s.runs[i].last; kb += chunk_blocks) {
-        const std::int64_t k0 = kb * s.block_size;
-        const std::int64_t k1 =
-            std::min(std::min(s.runs[i].last + 1, kb + chunk_blocks) * s.block_size, s.tokens);
-        ++c.chunks;
-        bool whole = !s.sparse();
-        for (std::int64_t row = r0; row < r1 && whole; ++row) {
-          whole = s.lo[row] <= k0 && s.hi[row] >= k1 - 1;
+      const KeyBlockRun& run = s.runs[i];
+      const std::int64_t a = std::clamp(s.full[qb].first, run.first, run.last + 1);
+      const std::int64_t b = std::clamp(s.full[qb].last + 1, a, run.last + 1);
+      for (const auto& [first, end, full] :
+           {std::tuple{run.first, a, false}, std::tuple{a, b, true},
+            std::tuple{b, run.last + 1, false}}) {
+        for (std::int64_t kb = first; kb < end; kb += chunk_blocks) {
+          const std::int64_t k0 = kb * s.block_size;
+          const std::int64_t k1 =
+              std::min(std::min(end, kb + chunk_blocks) * s.block_size, s.tokens);
+          ++c.chunks;
+          bool masked = !full && s.sparse();
+          for (std::int64_t row = r0; row < r1 && !full && !masked; ++row) {
+            masked = s.lo[row] > k0 || s.hi[row] < k1 - 1;
+          }
+          c.masked += masked ? 1 : 0;
         }
-        c.masked += whole ? 0 : 1;
       }
     }
   }
@@ -424,31 +434,6 @@ void print_goal(const char* what, const std::vector<RowResult>& results, bool us
       cpu_figure, kGoal, cpu_figure >= kGoal ? "MET" : "MISSED", min_figure, wall_figure);
 }
 
-// Solves the normal equations of least squares y ~ X b (X rows of size 3).
-std::vector<double> least_squares(const std::vector<std::array<double, 3>>& x,
-                                  const std::vector<double>& y) {
-  double a[3][4] = {};
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    for (int r = 0; r < 3; ++r) {
-      for (int c = 0; c < 3; ++c) a[r][c] += x[i][r] * x[i][c];
-      a[r][3] += x[i][r] * y[i];
-    }
-  }
-  for (int i = 0; i < 3; ++i) {
-    for (int j = i + 1; j < 3; ++j) {
-      const double f = a[j][i] / a[i][i];
-      for (int c = i; c < 4; ++c) a[j][c] -= f * a[i][c];
-    }
-  }
-  std::vector<double> b(3, 0.0);
-  for (int i = 2; i >= 0; --i) {
-    double v = a[i][3];
-    for (int c = i + 1; c < 3; ++c) v -= a[i][c] * b[static_cast<std::size_t>(c)];
-    b[static_cast<std::size_t>(i)] = v / a[i][i];
-  }
-  return b;
-}
-
 // Where the tile model and the clock part, on rows of one shape (same N and
 // H, so one fixed cost): time = a * tiles + m * masked chunks + F, fitted
 // over every (row, plan, rank). Masked chunks (a causal diagonal or a
@@ -475,7 +460,7 @@ void print_cost_model(const std::vector<RowResult>& results) {
       }
     }
   }
-  const std::vector<double> b = least_squares(x, y);
+  const std::vector<double> b = fulcrum::bench::least_squares(x, y);
   auto cost = [&](const RankPoint& p) {
     return b[0] * static_cast<double>(p.tiles) + b[1] * static_cast<double>(p.calls.masked) + b[2];
   };

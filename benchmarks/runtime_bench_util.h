@@ -7,6 +7,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -80,6 +81,32 @@ inline std::string machine_line() {
   }
   return model + ", " + std::to_string(std::thread::hardware_concurrency()) +
          " hardware threads, load average " + load_average();
+}
+
+// Solves the normal equations of least squares y ~ X b (X rows of size N).
+template <std::size_t N>
+std::vector<double> least_squares(const std::vector<std::array<double, N>>& x,
+                                  const std::vector<double>& y) {
+  double a[N][N + 1] = {};
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    for (std::size_t r = 0; r < N; ++r) {
+      for (std::size_t c = 0; c < N; ++c) a[r][c] += x[i][r] * x[i][c];
+      a[r][N] += x[i][r] * y[i];
+    }
+  }
+  for (std::size_t i = 0; i < N; ++i) {
+    for (std::size_t j = i + 1; j < N; ++j) {
+      const double f = a[j][i] / a[i][i];
+      for (std::size_t c = i; c <= N; ++c) a[j][c] -= f * a[i][c];
+    }
+  }
+  std::vector<double> b(N, 0.0);
+  for (std::size_t i = N; i-- > 0;) {
+    double v = a[i][N];
+    for (std::size_t c = i + 1; c < N; ++c) v -= a[i][c] * b[c];
+    b[i] = v / a[i][i];
+  }
+  return b;
 }
 
 }  // namespace fulcrum::bench

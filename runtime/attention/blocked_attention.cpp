@@ -68,21 +68,42 @@ at::Tensor tile_mask(const TileSchedule& s, std::int64_t r0, std::int64_t r1, st
   return device.is_cpu() ? mask : mask.to(device);
 }
 
-// Calls fn(k0, k1, blocks) for the key chunks of query block qblk: each run
-// of key blocks cut into pieces of at most chunk_blocks blocks.
+// One matmul's keys [k0, k1): `blocks` key blocks, all full or all partial
+// unless the kernel masks whole chunks.
+struct Chunk {
+  std::int64_t k0 = 0, k1 = 0, blocks = 0;
+  bool full = false;
+};
+
+// Calls fn(chunk) for the key chunks of query block qblk
+// (see Masking): each run of key blocks split where its full tiles begin and
+// end (at most three stretches: partial, full, partial), each stretch cut
+// into pieces of at most chunk_keys keys, a partial one into single tiles
+// under kPerTile. A full chunk needs no mask, so a partial tile costs its
+// masking and a full one does not, as a flash kernel's do. In whole chunks
+// a run is one stretch.
 template <typename Fn>
-void for_each_chunk(const TileSchedule& s, std::int64_t qblk, std::int64_t chunk_blocks, Fn&& fn) {
+void for_each_chunk(const TileSchedule& s, std::int64_t qblk, const KernelOptions& options,
+                    Fn&& fn) {
+  const std::int64_t chunk_blocks = std::max<std::int64_t>(1, options.chunk_keys / s.block_size);
+  const KeyBlockRun whole =
+      options.masking == Masking::kWholeChunks ? KeyBlockRun{0, -1} : s.full[qblk];
+  const std::int64_t partial_blocks = options.masking == Masking::kPerTile ? 1 : chunk_blocks;
+  const auto cut = [&](std::int64_t first, std::int64_t end, bool full) {
+    const std::int64_t step = full ? chunk_blocks : partial_blocks;
+    for (std::int64_t kb = first; kb < end; kb += step) {
+      const std::int64_t kb_end = std::min(end, kb + step);
+      fn(Chunk{kb * s.block_size, std::min(kb_end * s.block_size, s.tokens), kb_end - kb, full});
+    }
+  };
   for (std::int64_t i = s.run_offsets[qblk]; i < s.run_offsets[qblk + 1]; ++i) {
     const KeyBlockRun& run = s.runs[i];
-    for (std::int64_t kb = run.first; kb <= run.last; kb += chunk_blocks) {
-      const std::int64_t kb_end = std::min(run.last + 1, kb + chunk_blocks);
-      fn(kb * s.block_size, std::min(kb_end * s.block_size, s.tokens), kb_end - kb);
-    }
+    const std::int64_t a = std::clamp(whole.first, run.first, run.last + 1);
+    const std::int64_t b = std::clamp(whole.last + 1, a, run.last + 1);
+    cut(run.first, a, false);
+    cut(a, b, true);
+    cut(b, run.last + 1, false);
   }
-}
-
-std::int64_t chunk_blocks_of(const TileSchedule& s, const KernelOptions& o) {
-  return std::max<std::int64_t>(1, o.chunk_keys / s.block_size);
 }
 
 // [L, H, D] -> [H, L, D] contiguous, the layout bmm wants.
@@ -101,7 +122,6 @@ LocalForward local_attention_forward(const TileSchedule& s, const at::Tensor& q,
   const at::Tensor vh = heads_first(v);
   at::Tensor out = at::zeros({heads, s.shard_len, dim}, q.options());
   at::Tensor lse = at::full({heads, s.shard_len}, -kInf, q.options());
-  const std::int64_t chunk_blocks = chunk_blocks_of(s, options);
   LocalForward result;
 
   for (std::int64_t qblk = 0; qblk < s.num_query_blocks; ++qblk) {
@@ -113,13 +133,16 @@ LocalForward local_attention_forward(const TileSchedule& s, const at::Tensor& q,
     at::Tensor m_safe;
     at::Tensor l = at::zeros({heads, r1 - r0}, q.options());
     at::Tensor acc = at::zeros({heads, r1 - r0, dim}, q.options());
-    for_each_chunk(s, qblk, chunk_blocks, [&](std::int64_t k0, std::int64_t k1, std::int64_t n) {
-      result.tiles += n;
-      const at::Tensor kc = kh.narrow(1, k0, k1 - k0);
-      const at::Tensor vc = vh.narrow(1, k0, k1 - k0);
+    for_each_chunk(s, qblk, options, [&](const Chunk& c) {
+      result.tiles += c.blocks;
+      result.full_tiles += c.full ? c.blocks : 0;
+      const at::Tensor kc = kh.narrow(1, c.k0, c.k1 - c.k0);
+      const at::Tensor vc = vh.narrow(1, c.k0, c.k1 - c.k0);
       at::Tensor scores = at::bmm(qb, kc.transpose(1, 2));  // [H, R, C]
-      const at::Tensor mask = tile_mask(s, r0, r1, k0, k1, q.device());
-      if (mask.defined()) scores.masked_fill_(mask, -kInf);
+      if (!c.full) {
+        const at::Tensor mask = tile_mask(s, r0, r1, c.k0, c.k1, q.device());
+        if (mask.defined()) scores.masked_fill_(mask, -kInf);
+      }
       const at::Tensor m_new = at::maximum(m, scores.amax(-1));
       // A row with no allowed key so far keeps m = -inf; subtracting 0
       // instead keeps exp() at 0 rather than NaN.
@@ -172,7 +195,6 @@ LocalGrads local_attention_backward(const TileSchedule& s, const at::Tensor& q, 
   at::Tensor dq = at::zeros({heads, s.shard_len, dim}, q.options());
   at::Tensor dk = at::zeros({heads, s.tokens, dim}, q.options());
   at::Tensor dv = at::zeros({heads, s.tokens, dim}, q.options());
-  const std::int64_t chunk_blocks = chunk_blocks_of(s, options);
   LocalGrads grads;
 
   for (std::int64_t qblk = 0; qblk < s.num_query_blocks; ++qblk) {
@@ -184,18 +206,21 @@ LocalGrads local_attention_backward(const TileSchedule& s, const at::Tensor& q, 
     const at::Tensor lb = lh.narrow(1, r0, rows).unsqueeze(-1);
     const at::Tensor db = delta.narrow(1, r0, rows).unsqueeze(-1);
     at::Tensor dqb = dq.narrow(1, r0, rows);
-    for_each_chunk(s, qblk, chunk_blocks, [&](std::int64_t k0, std::int64_t k1, std::int64_t n) {
-      grads.tiles += n;
-      const at::Tensor kc = kh.narrow(1, k0, k1 - k0);
-      const at::Tensor vc = vh.narrow(1, k0, k1 - k0);
+    for_each_chunk(s, qblk, options, [&](const Chunk& c) {
+      grads.tiles += c.blocks;
+      grads.full_tiles += c.full ? c.blocks : 0;
+      const at::Tensor kc = kh.narrow(1, c.k0, c.k1 - c.k0);
+      const at::Tensor vc = vh.narrow(1, c.k0, c.k1 - c.k0);
       at::Tensor scores = at::bmm(qb, kc.transpose(1, 2));
-      const at::Tensor mask = tile_mask(s, r0, r0 + rows, k0, k1, q.device());
-      if (mask.defined()) scores.masked_fill_(mask, -kInf);
+      if (!c.full) {
+        const at::Tensor mask = tile_mask(s, r0, r0 + rows, c.k0, c.k1, q.device());
+        if (mask.defined()) scores.masked_fill_(mask, -kInf);
+      }
       const at::Tensor p = scores.sub_(lb).exp_();
-      dv.narrow(1, k0, k1 - k0).baddbmm_(p.transpose(1, 2), dob);
+      dv.narrow(1, c.k0, c.k1 - c.k0).baddbmm_(p.transpose(1, 2), dob);
       at::Tensor ds = at::bmm(dob, vc.transpose(1, 2)).sub_(db).mul_(p);
       dqb.baddbmm_(ds, kc);
-      dk.narrow(1, k0, k1 - k0).baddbmm_(ds.transpose(1, 2), qb);  // qb carries the scale
+      dk.narrow(1, c.k0, c.k1 - c.k0).baddbmm_(ds.transpose(1, 2), qb);  // qb carries the scale
     });
     dqb.mul_(scale);
   }

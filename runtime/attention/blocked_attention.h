@@ -23,17 +23,35 @@
 
 namespace fulcrum::attention {
 
+// How a query block's touched key blocks are grouped into matmuls and which
+// of those are masked. The tiles computed, and the numbers, are the same.
+enum class Masking {
+  // A run of key blocks cut every chunk_keys keys, full and partial tiles
+  // together; a chunk holding one partial tile masks all of its tiles.
+  kWholeChunks,
+  // A run split where its full tiles (TileSchedule::full) begin and end;
+  // full stretches cut every chunk_keys keys and computed without a mask,
+  // partial ones cut the same way and masked.
+  kFullApart,
+  // As kFullApart, with each partial tile a masked matmul of its own: the
+  // masking is paid per partial tile, the cost model's partial_tile_seconds
+  // (docs/HYBRID.md, section 2).
+  kPerTile,
+};
+
 struct KernelOptions {
   // Keys one matmul covers: consecutive key blocks of one run are computed
   // together, up to this many keys (at least one block). Wider chunks
   // amortise per-call overhead on CPU; the tiles computed are the same.
   std::int64_t chunk_keys = 512;
+  Masking masking = Masking::kFullApart;
 };
 
 struct LocalForward {
   at::Tensor out;          // [S, H, D]; zero on pad rows and on rows that see no key
   at::Tensor lse;          // [S, H]; log-sum-exp of the scaled scores, -inf where a row sees no key
   std::int64_t tiles = 0;  // (query block, key block) tiles computed, each for every head
+  std::int64_t full_tiles = 0;  // of those, full ones computed apart, unmasked (0 in whole chunks)
 };
 
 struct LocalGrads {
@@ -41,6 +59,7 @@ struct LocalGrads {
   at::Tensor dk;  // [N, H, D], global order: this rank's queries' share of every key's gradient
   at::Tensor dv;  // [N, H, D]
   std::int64_t tiles = 0;
+  std::int64_t full_tiles = 0;
 };
 
 // Throw std::invalid_argument (one line: the tensor, its shape, what is

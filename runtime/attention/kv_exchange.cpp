@@ -71,7 +71,9 @@ TileSchedule restrict_schedule(const TileSchedule& schedule, const std::vector<b
   s.runs.clear();
   s.run_offsets.assign(1, 0);
   s.tiles = 0;
+  s.full_tiles = 0;  // `full` stays: the kernel clips it to the runs kept
   for (std::int64_t qb = 0; qb < schedule.num_query_blocks; ++qb) {
+    const KeyBlockRun& whole = schedule.full[qb];
     for (std::int64_t i = schedule.run_offsets[qb]; i < schedule.run_offsets[qb + 1]; ++i) {
       const KeyBlockRun& run = schedule.runs[i];
       for (std::int64_t kb = run.first; kb <= run.last; ++kb) {
@@ -83,6 +85,7 @@ TileSchedule restrict_schedule(const TileSchedule& schedule, const std::vector<b
           s.runs.push_back({kb, kb});
         }
         ++s.tiles;
+        s.full_tiles += kb >= whole.first && kb <= whole.last ? 1 : 0;
       }
     }
     s.run_offsets.push_back(static_cast<std::int64_t>(s.runs.size()));

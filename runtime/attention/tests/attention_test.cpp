@@ -7,12 +7,14 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "attention/blocked_attention.h"
 #include "attention/cp_attention.h"
+#include "attention/kv_exchange.h"
 #include "attention/sharding.h"
 #include "attention/tile_schedule.h"
 #include "comm/local_communicator.h"
@@ -63,6 +65,27 @@ std::int64_t brute_tiles(const CpWorkload& w, const ShardPlan& plan, std::int32_
   return tiles;
 }
 
+// Whether the tile (local query block starting at row0, key block kb) is
+// full, from the brute-force mask: B real rows, each allowed every one of
+// the block's B keys. Block-sparse tiles are partial by rule.
+bool brute_full(const CpWorkload& w, const ShardPlan& plan, std::int32_t r,
+                const at::Tensor& allowed, std::int64_t row0, std::int64_t kb) {
+  auto a = allowed.accessor<bool, 2>();
+  const std::int64_t b = w.block_size;
+  if (w.mask.kind == MaskKind::kBlockSparse || row0 + b > plan.shard_len ||
+      (kb + 1) * b > w.tokens) {
+    return false;
+  }
+  for (std::int64_t row = row0; row < row0 + b; ++row) {
+    const std::int64_t q = plan.rank_begin(r)[row];
+    if (q == kPadPosition) return false;
+    for (std::int64_t k = kb * b; k < (kb + 1) * b; ++k) {
+      if (!a[q][k]) return false;
+    }
+  }
+  return true;
+}
+
 TEST(TileSchedule, TilesAndPairsEqualTheWorkModelAndTheMaskIsExact) {
   int cases = 0;
   for (std::int64_t n : {1, 7, 40, 97}) {
@@ -79,11 +102,25 @@ TEST(TileSchedule, TilesAndPairsEqualTheWorkModelAndTheMaskIsExact) {
               SCOPED_TRACE("n=" + std::to_string(n) + " B=" + std::to_string(b) +
                            " P=" + std::to_string(p) + " docs=" + std::to_string(docs.size()) +
                            " mask=" + mask_name + " plan=" + plan.strategy_used);
-              const std::vector<RankWork> work = compute_work(w, plan);
+              std::vector<std::int64_t> full;
+              const std::vector<RankWork> work = compute_work(w, plan, &full);
               for (std::int32_t r = 0; r < p; ++r) {
                 const Result<TileSchedule> s = make_tile_schedule(w, plan, r);
                 ASSERT_TRUE(s.is_ok()) << s.status().message();
                 EXPECT_EQ(s->tiles, work[r].tiles) << "rank " << r;
+                // The kernel's full tiles: the work model's, and each one
+                // full by the brute-force mask, as many as it holds.
+                EXPECT_EQ(s->full_tiles, full[r]) << "rank " << r;
+                std::int64_t brute_full_tiles = 0;
+                for (std::int64_t qb = 0; qb < s->num_query_blocks; ++qb) {
+                  for (std::int64_t kb = 0; kb < s->num_key_blocks; ++kb) {
+                    const bool whole = kb >= s->full[qb].first && kb <= s->full[qb].last;
+                    EXPECT_EQ(whole, brute_full(w, plan, r, allowed, qb * b, kb))
+                        << "rank " << r << " query block " << qb << " key block " << kb;
+                    brute_full_tiles += brute_full(w, plan, r, allowed, qb * b, kb) ? 1 : 0;
+                  }
+                }
+                EXPECT_EQ(brute_full_tiles, s->full_tiles) << "rank " << r;
                 EXPECT_EQ(s->pairs, work[r].pairs) << "rank " << r;
                 EXPECT_EQ(s->tiles, brute_tiles(w, plan, r, allowed)) << "rank " << r;
                 for (std::int64_t row = 0; row < plan.shard_len; ++row) {
@@ -317,6 +354,71 @@ TEST(CpAttention, ChunkWidthChangesNeitherResultNorTiles) {
     options.kernel.chunk_keys = chunk;
     expect_cp_equals_dense(w, random_plan(150, 2, 1, 2), 2, 8, at::kDouble, 1e-10, options);
   }
+}
+
+// The kernel computes a schedule's full tiles without a mask and counts
+// them, on whole schedules and on the key blocks an overlap keeps, for
+// every chunk width; what it computes is the dense reference's
+// (EqualsDenseAttentionForEveryMaskAndPlan).
+TEST(LocalAttention, ComputesTheFullTilesUnmaskedAndCountsThem) {
+  at::manual_seed(8);
+  std::mt19937_64 rng(8);
+  int with_full = 0;
+  for (const auto& [mask_name, mask] : all_masks(120, 8)) {
+    const CpWorkload w = make_workload(120, {50, 3, 40, 27}, mask, 8, 3);
+    for (const ShardPlan& plan : all_plans(120, 3, 8)) {
+      SCOPED_TRACE("mask=" + mask_name + " plan=" + plan.strategy_used);
+      const at::Tensor k = at::randn({w.tokens, 2, 4}, at::kDouble);
+      const at::Tensor v = at::randn({w.tokens, 2, 4}, at::kDouble);
+      for (std::int32_t r = 0; r < plan.cp_size; ++r) {
+        const TileSchedule whole = make_tile_schedule(w, plan, r).value();
+        std::vector<bool> keep(static_cast<std::size_t>(whole.num_key_blocks));
+        for (std::size_t kb = 0; kb < keep.size(); ++kb) keep[kb] = rng() % 3 != 0;
+        const at::Tensor q = at::randn({plan.shard_len, 2, 4}, at::kDouble);
+        const at::Tensor dout = at::randn({plan.shard_len, 2, 4}, at::kDouble);
+        for (const TileSchedule& s : {whole, restrict_schedule(whole, keep)}) {
+          for (std::int64_t chunk : {8, 24, 512}) {
+            const KernelOptions whole_chunks{chunk, Masking::kWholeChunks};
+            const LocalForward wf = local_attention_forward(s, q, k, v, whole_chunks);
+            const LocalGrads wg =
+                local_attention_backward(s, q, k, v, wf.out, wf.lse, dout, whole_chunks);
+            EXPECT_EQ(wf.tiles, s.tiles);
+            EXPECT_EQ(wg.tiles, s.tiles);
+            EXPECT_EQ(wf.full_tiles, 0);
+            EXPECT_EQ(wg.full_tiles, 0);
+            // Apart, the same tiles, the full ones unmasked, the same numbers.
+            for (const Masking apart : {Masking::kFullApart, Masking::kPerTile}) {
+              const KernelOptions options{chunk, apart};
+              const LocalForward f = local_attention_forward(s, q, k, v, options);
+              const LocalGrads g =
+                  local_attention_backward(s, q, k, v, f.out, f.lse, dout, options);
+              EXPECT_EQ(f.tiles, s.tiles);
+              EXPECT_EQ(f.full_tiles, s.full_tiles);
+              EXPECT_EQ(g.tiles, s.tiles);
+              EXPECT_EQ(g.full_tiles, s.full_tiles);
+              const auto finite = [](const at::Tensor& lse) {
+                return lse.masked_fill(lse.isinf(), 0.0);
+              };
+              EXPECT_LT(max_diff(f.out, wf.out), 1e-12);
+              EXPECT_LT(max_diff(finite(f.lse), finite(wf.lse)), 1e-12);
+              EXPECT_TRUE(f.lse.isinf().equal(wf.lse.isinf()));
+              EXPECT_LT(max_diff(g.dq, wg.dq), 1e-12);
+              EXPECT_LT(max_diff(g.dk, wg.dk), 1e-12);
+              EXPECT_LT(max_diff(g.dv, wg.dv), 1e-12);
+            }
+          }
+          with_full += s.full_tiles > 0 ? 1 : 0;
+        }
+        // The overlap's schedules hold the whole one's full tiles between them.
+        std::vector<bool> rest(keep.size());
+        for (std::size_t kb = 0; kb < keep.size(); ++kb) rest[kb] = !keep[kb];
+        EXPECT_EQ(
+            restrict_schedule(whole, keep).full_tiles + restrict_schedule(whole, rest).full_tiles,
+            whole.full_tiles);
+      }
+    }
+  }
+  EXPECT_GT(with_full, 20);
 }
 
 TEST(CpAttention, PlainForwardAndBackwardMatchTheAutogradPath) {

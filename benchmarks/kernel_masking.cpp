@@ -1,0 +1,247 @@
+// Kernel masking: what each way of grouping and masking a query block's
+// tiles (attention::Masking) costs on this CPU, and how well the cost
+// model's two tile prices (tile_seconds for every tile, partial_tile_seconds
+// more for a partial one) explain each.
+//
+// For each shape (block B, heads, head_dim) and each member, every rank of
+// the plans below on rows of documents, the rank's local forward + backward
+// runs under each Masking (whole chunks, full tiles apart, each partial tile
+// apart), on the same inputs, one after the other in an order that rotates
+// each repetition, in the thread's CPU time, ATen and OpenBLAS on one
+// thread. Per shape and kernel:
+//   - the members' summed median time, and its ratio to whole chunks with
+//     the same ratio's min..max by repetition;
+//   - a least-squares fit of a member's median time on its tiles, its
+//     partial tiles, its local rows and a constant (the cost model's compute
+//     terms), and the fit's median |error|: the partial / full price ratio,
+//     and how well two tile prices explain the time.
+// Rows: documents of ../shared/workloads/dist_wlbllm.json, lengths / 8 as
+// benchmarks/hybrid_train.py takes them (the synthetic mix when the folder is
+// missing), packed into rows of kRowTokens; and one single causal document.
+// Plans: contiguous at P = 1 (a one-rank slot), head_tail at P = 2,
+// per_document_padded and balanced at P = 4.
+//
+//   build/release/bin/fulcrum_bench_kernel_masking [--reps N] [--rows N] [--quick]
+// Run from the project root so that ../shared/workloads is found.
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "attention/blocked_attention.h"
+#include "attention/sharding.h"
+#include "attention/tile_schedule.h"
+#include "fulcrum/cp_types.h"
+#include "runtime_bench_util.h"
+#include "strategies/cp_strategies.h"
+#include "workloads.h"
+
+namespace {
+
+using fulcrum::CpWorkload;
+using fulcrum::ShardPlan;
+using fulcrum::attention::KernelOptions;
+using fulcrum::attention::Masking;
+using fulcrum::attention::TileSchedule;
+using fulcrum::bench::median;
+using fulcrum::bench::thread_cpu_ms;
+
+constexpr std::int64_t kRowTokens = 4096;
+
+struct Shape {
+  std::int64_t block, heads, head_dim;
+  const char* what;
+};
+
+struct Member {
+  std::string label;  // row, plan, rank
+  TileSchedule schedule;
+  at::Tensor q, dout;
+  const at::Tensor* k = nullptr;
+  const at::Tensor* v = nullptr;
+  std::vector<double> ms[3];  // per Masking, per repetition
+};
+
+constexpr Masking kKernels[3] = {Masking::kWholeChunks, Masking::kFullApart, Masking::kPerTile};
+constexpr const char* kKernelNames[3] = {"whole chunks", "full apart", "per partial tile"};
+
+[[noreturn]] void die(const std::string& message) {
+  std::fprintf(stderr, "fulcrum_bench_kernel_masking: %s\n", message.c_str());
+  std::exit(2);
+}
+
+double run_once(const Member& m, Masking masking) {
+  KernelOptions options;
+  options.masking = masking;
+  const double start = thread_cpu_ms();
+  const auto f = fulcrum::attention::local_attention_forward(m.schedule, m.q, *m.k, *m.v, options);
+  const auto g = fulcrum::attention::local_attention_backward(m.schedule, m.q, *m.k, *m.v, f.out,
+                                                              f.lse, m.dout, options);
+  const double ms = thread_cpu_ms() - start;
+  if (f.tiles != m.schedule.tiles || g.tiles != m.schedule.tiles) {
+    die(m.label + ": the kernel computed " + std::to_string(f.tiles) + " tiles, the schedule lists " +
+        std::to_string(m.schedule.tiles));
+  }
+  return ms;
+}
+
+struct Fit {
+  double tile = 0, partial = 0, token = 0, fixed = 0, median_error = 0;
+};
+
+// ms ~ tile x tiles + partial x partial tiles + token x local rows + fixed,
+// over the members' medians: the cost model's compute terms (every member
+// holds the same row, so its K/V work is in the constant).
+Fit fit_prices(const std::vector<Member>& members, int kernel) {
+  std::vector<std::array<double, 4>> x;
+  std::vector<double> y;
+  for (const Member& m : members) {
+    const auto tiles = static_cast<double>(m.schedule.tiles);
+    x.push_back({tiles, tiles - static_cast<double>(m.schedule.full_tiles),
+                 static_cast<double>(m.schedule.shard_len), 1.0});
+    y.push_back(median(m.ms[kernel]));
+  }
+  const std::vector<double> b = fulcrum::bench::least_squares(x, y);
+  Fit fit{b[0], b[1], b[2], b[3], 0.0};
+  std::vector<double> errors;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    double predicted = 0.0;
+    for (std::size_t c = 0; c < 4; ++c) predicted += b[c] * x[i][c];
+    errors.push_back(std::abs(predicted - y[i]) / y[i]);
+  }
+  fit.median_error = median(errors);
+  return fit;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int reps = 5;
+  int rows = 2;
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const auto count = [&](const char* name) {
+      if (i + 1 >= argc) die(std::string(name) + " needs a value");
+      const int n = std::atoi(argv[++i]);
+      if (n < 1 || n > 1000) die(std::string(name) + " " + argv[i] + ": give 1 to 1000");
+      return n;
+    };
+    if (a == "--reps") {
+      reps = count("--reps");
+    } else if (a == "--rows") {
+      rows = count("--rows");
+    } else if (a == "--quick") {
+      quick = true;
+    } else {
+      die("unknown argument " + a + "; usage: [--reps N] [--rows N] [--quick]");
+    }
+  }
+  if (quick) reps = std::min(reps, 2), rows = 1;
+
+  std::printf("# fulcrum_bench_kernel_masking: three ways to mask a query block's tiles\n\n");
+  std::printf("machine: %s\n", fulcrum::bench::machine_line().c_str());
+  std::printf("%s\n", fulcrum::bench::use_one_core().c_str());
+  std::string source;
+  const std::vector<fulcrum::bench::LengthSet> mixes = fulcrum::bench::document_mixes(source);
+  const fulcrum::bench::LengthSet* mix = &mixes.front();
+  for (const auto& m : mixes) {
+    if (m.name == "dist_wlbllm") mix = &m;
+  }
+  std::vector<std::int64_t> lengths;
+  for (std::int64_t n : mix->lengths) lengths.push_back(std::max<std::int64_t>(1, n / 8));
+  std::printf("%s\nrows: %d of %lld tokens packed from %s, lengths / 8 (seed 7), and one causal "
+              "document of %lld tokens; float32; %d repetitions, interleaved\n\n",
+              source.c_str(), rows, static_cast<long long>(kRowTokens), mix->name.c_str(),
+              static_cast<long long>(kRowTokens), reps);
+
+  std::vector<std::pair<std::string, std::vector<std::int64_t>>> docs_of_rows = {
+      {"causal", {}}};
+  const auto packed = fulcrum::bench::packed_rows(lengths, kRowTokens, rows, 7);
+  for (std::size_t i = 0; i < packed.size(); ++i) {
+    docs_of_rows.push_back({mix->name + " row " + std::to_string(i), packed[i]});
+  }
+  const std::vector<std::pair<const char*, std::int32_t>> plans = {
+      {"contiguous", 1}, {"head_tail", 2}, {"per_document_padded", 4}, {"balanced", 4}};
+  std::vector<Shape> shapes = {{64, 4, 16, "benchmarks/hybrid_train.py's model"},
+                               {128, 8, 64, "a wider head"}};
+  if (quick) shapes.resize(1);
+
+  std::printf(
+      "| B, heads x head_dim | members | tiles (partial) | kernel | ms | / whole chunks (by "
+      "repetition) | ms per tile, + per partial tile (ratio) | fit's median |e| |\n"
+      "| --- | ---: | ---: | --- | ---: | ---: | --- | ---: |\n");
+  for (const Shape& shape : shapes) {
+    at::manual_seed(1234);
+    std::vector<at::Tensor> keys, values;
+    keys.reserve(docs_of_rows.size());
+    values.reserve(docs_of_rows.size());
+    std::vector<Member> members;
+    std::int64_t tiles = 0, partial = 0;
+    for (const auto& [row_label, docs] : docs_of_rows) {
+      keys.push_back(at::randn({kRowTokens, shape.heads, shape.head_dim}, at::kFloat));
+      values.push_back(at::randn({kRowTokens, shape.heads, shape.head_dim}, at::kFloat));
+      const at::Tensor q = at::randn({kRowTokens, shape.heads, shape.head_dim}, at::kFloat);
+      const at::Tensor dout = at::randn({kRowTokens, shape.heads, shape.head_dim}, at::kFloat);
+      for (const auto& [name, p] : plans) {
+        CpWorkload w;
+        w.tokens = kRowTokens;
+        w.doc_lengths = docs;
+        w.block_size = shape.block;
+        w.cp_size = p;
+        fulcrum::Result<ShardPlan> plan = fulcrum::cp::plan(name, w);
+        if (!plan) die(row_label + ", " + name + ": " + plan.status().message());
+        for (std::int32_t r = 0; r < p; ++r) {
+          Member m;
+          m.label = row_label + ", " + name + " rank " + std::to_string(r);
+          m.schedule = fulcrum::attention::make_tile_schedule(w, *plan, r).value();
+          m.q = fulcrum::attention::shard(q, *plan, r).contiguous();
+          m.dout = fulcrum::attention::shard(dout, *plan, r).contiguous();
+          m.k = &keys.back();
+          m.v = &values.back();
+          tiles += m.schedule.tiles;
+          partial += m.schedule.tiles - m.schedule.full_tiles;
+          members.push_back(std::move(m));
+        }
+      }
+    }
+    for (Member& m : members) run_once(m, Masking::kFullApart);  // warm-up
+    std::vector<double> ratio[3];
+    for (int rep = 0; rep < reps; ++rep) {
+      double sum[3] = {0, 0, 0};
+      for (Member& m : members) {
+        for (int i = 0; i < 3; ++i) {
+          const int kernel = (rep + i) % 3;
+          const double ms = run_once(m, kKernels[kernel]);
+          m.ms[kernel].push_back(ms);
+          sum[kernel] += ms;
+        }
+      }
+      for (int k = 0; k < 3; ++k) ratio[k].push_back(sum[k] / sum[0]);
+    }
+    double total[3] = {0, 0, 0};
+    for (const Member& m : members) {
+      for (int k = 0; k < 3; ++k) total[k] += median(m.ms[k]);
+    }
+    for (int k = 0; k < 3; ++k) {
+      const Fit f = fit_prices(members, k);
+      std::printf(
+          "| %lld, %lld x %lld (%s) | %zu | %lld (%lld) | %s | %.0f | %.3f (%.3f..%.3f) | %.4f, + "
+          "%.4f (%.2fx) | %.1f%% |\n",
+          static_cast<long long>(shape.block), static_cast<long long>(shape.heads),
+          static_cast<long long>(shape.head_dim), shape.what, members.size(),
+          static_cast<long long>(tiles), static_cast<long long>(partial), kKernelNames[k], total[k],
+          total[k] / total[0], *std::min_element(ratio[k].begin(), ratio[k].end()),
+          *std::max_element(ratio[k].begin(), ratio[k].end()), f.tile, f.partial,
+          (f.tile + f.partial) / f.tile, 100.0 * f.median_error);
+    }
+    std::fflush(stdout);
+  }
+  std::printf("\nload average at the end: %s\n", fulcrum::bench::load_average().c_str());
+  return 0;
+}

@@ -237,7 +237,7 @@ def ceil_div(a, b):
     return -(-a // b)
 
 
-def causal_tile_split(rows, docs, block, chunk_keys=CHUNK_KEYS):
+def causal_tile_split(rows, docs, block, chunk_keys=CHUNK_KEYS, split=True):
     """(full, partial, pieces, chunks, masked) of a member whose local rows
     are `rows` (global positions of the row of documents `docs`, in plan
     order; anything outside [0, N) a pad row) under the causal document
@@ -251,7 +251,10 @@ def causal_tile_split(rows, docs, block, chunk_keys=CHUNK_KEYS):
     touched key blocks as runs of adjacent blocks cut into chunks of at most
     `chunk_keys` keys, one matrix product each, and masks a whole chunk
     unless every row of the query block (a pad row never) may attend all its
-    keys."""
+    keys. `split` (attention::Masking::kFullApart, the runtime's kernel
+    since the jobs of 2026-11-27 14:37 UTC) cuts each run first where its
+    full tiles begin and end, so that full tiles are chunked apart, never
+    masked; without it, kWholeChunks, the kernel the earlier records ran."""
     chunk_blocks = max(1, chunk_keys // block)
     starts, doc_of = [], []
     for i, n in enumerate(docs):
@@ -288,12 +291,19 @@ def causal_tile_split(rows, docs, block, chunk_keys=CHUNK_KEYS):
         run_ends = [k for i, k in enumerate(blocks)
                     if i + 1 == len(blocks) or blocks[i + 1] != k + 1]
         for first_block, last_block in zip(run_starts, run_ends):
-            for k in range(first_block, last_block + 1, chunk_blocks):
-                k0 = k * block
-                k1 = min(min(last_block + 1, k + chunk_blocks) * block, n_tokens)
-                chunks += 1
-                if len(spans) < len(here) or latest_start > k0 or lowest_end < k1 - 1:
-                    masked += 1
+            stretches = [(first_block, last_block + 1, False)]
+            if split and whole:
+                a = min(max(min(whole), first_block), last_block + 1)
+                b = min(max(max(whole) + 1, a), last_block + 1)
+                stretches = [(first_block, a, False), (a, b, True), (b, last_block + 1, False)]
+            for begin, end, is_full in stretches:
+                for k in range(begin, end, chunk_blocks):
+                    k0 = k * block
+                    k1 = min(min(end, k + chunk_blocks) * block, n_tokens)
+                    chunks += 1
+                    if not is_full and (len(spans) < len(here) or latest_start > k0
+                                        or lowest_end < k1 - 1):
+                        masked += 1
     return full, partial, pieces, chunks, masked
 
 
@@ -321,7 +331,7 @@ def plan_positions(cli, rule, g, docs, block, mask):
 _POSITIONS = {}
 
 
-def split_tiles(m, slot, cli, block, mask, where):
+def split_tiles(m, slot, cli, block, mask, where, split_kernel=True):
     """The member's full and partial tiles, pieces, kernel chunks and masked
     chunks (causal masks), from its plan's positions; True when they could
     be had. Where not (a weighted plan, another mask), every tile partial, a
@@ -338,7 +348,8 @@ def split_tiles(m, slot, cli, block, mask, where):
         m["full"], m["partial"], m["pieces"] = m["tiles"] - partial, partial, float(len(docs))
         m["chunks"] = m["masked"] = guess
         return False
-    full, partial, pieces, chunks, masked = causal_tile_split(rows[m["member"]], docs, block)
+    full, partial, pieces, chunks, masked = causal_tile_split(rows[m["member"]], docs, block,
+                                                              split=split_kernel)
     if full + partial != m["tiles"]:
         sys.exit(f"{where}: rank {m['rank']} of slot {m['slot']} has {m['tiles']} tiles in the "
                  f"records but {full} full and {partial} partial from its plan's positions")
@@ -369,7 +380,7 @@ def describe_member(m, slot, kv_bytes_per_token):
     m["head_tail_first"] = float(g > 1 and index == 0 and slot["plan"].startswith("per_document"))
 
 
-def attach(folder, cli, first_step):
+def attach(folder, cli, first_step, split_kernel=True):
     """The job's measured steps (reprice_fit.load) with every member described
     from the rebuilt schedules; stops when a schedule does not match."""
     config = job_config(folder)
@@ -392,7 +403,7 @@ def attach(folder, cli, first_step):
                     slot = answer["slots"][m["slot"]]
                     describe_member(m, slot, config["kv_bytes_per_token"])
                     m["split"] = split_tiles(m, slot, cli, config["block"], config["mask"],
-                                             f"{folder} step {step} {n}")
+                                             f"{folder} step {step} {n}", split_kernel)
     return steps
 
 
@@ -662,11 +673,15 @@ def main():
     parser.add_argument("--fulcrum", default="build/release/bin/fulcrum")
     parser.add_argument("--first-step", type=int, default=2)
     parser.add_argument("--modes", default="fwd2,loo")
+    parser.add_argument("--kernel", choices=["full-apart", "whole-chunks"], default="full-apart",
+                        help="the kernel's masking the jobs ran, for its chunk counts: full-apart "
+                        "(the runtime's since 2026-11-27 14:37 UTC) or whole-chunks (before)")
     args = parser.parse_args()
     if not os.path.isfile(args.fulcrum):
         sys.exit(f"no fulcrum CLI at {args.fulcrum}; build it or pass --fulcrum PATH")
     for folder in args.folders:
-        report(folder, attach(folder, args.fulcrum, args.first_step), args.modes.split(","))
+        report(folder, attach(folder, args.fulcrum, args.first_step, args.kernel == "full-apart"),
+               args.modes.split(","))
 
 
 if __name__ == "__main__":

@@ -197,12 +197,13 @@ def test_full_and_partial_apart_recover_a_partial_tile_premium(tmp_path):
     assert_only_terms_recover(steps, slot_bias.SPLIT_TILES)
 
 
-def pair_by_pair(rows, docs, block, chunk_keys):
+def pair_by_pair(rows, docs, block, chunk_keys, split):
     """The split recounted from the dense mask: every (query, key) pair of
     every (query block, key block), no intervals; the kernel's chunks as
-    runs of touched key blocks cut every chunk_keys // block blocks, masked
-    when one pair of the query block's rows (pads included) and the chunk's
-    keys is not allowed."""
+    runs of touched key blocks (split: each cut into its stretches of full
+    and of partial blocks) cut every chunk_keys // block blocks, masked when
+    one pair of the query block's rows (pads included) and the chunk's keys
+    is not allowed."""
     doc_of = [i for i, n in enumerate(docs) for _ in range(n)]
     n_tokens = len(doc_of)
 
@@ -213,19 +214,22 @@ def pair_by_pair(rows, docs, block, chunk_keys):
     step = max(1, chunk_keys // block)
     for first in range(0, len(rows), block):
         queries = rows[first:first + block]
-        touched = []
+        touched, whole = [], set()
         for k0 in range(0, n_tokens, block):
             keys = range(k0, min(n_tokens, k0 + block))
             count = sum(1 for q in queries for k in keys if allowed(q, k))
             if count == block * block:
                 full += 1
+                whole.add(k0 // block)
             elif count:
                 partial += 1
             if count:
                 touched.append(k0 // block)
         runs = []
         for kb in touched:
-            if runs and kb == runs[-1][-1] + 1:
+            joins = (bool(runs) and kb == runs[-1][-1] + 1
+                     and (not split or (kb in whole) == (runs[-1][-1] in whole)))
+            if joins:
                 runs[-1].append(kb)
             else:
                 runs.append([kb])
@@ -259,5 +263,7 @@ def test_the_tile_split_is_the_pair_by_pair_recount():
         for _ in range(rng.randint(0, 3)):  # pad rows anywhere
             rows.insert(rng.randint(0, len(rows)), rng.choice([-1, n_tokens + 5]))
         chunk_keys = rng.choice([1, 4, 8, 16, 512])
-        assert (slot_bias.causal_tile_split(rows, docs, block, chunk_keys)
-                == pair_by_pair(rows, docs, block, chunk_keys)), (rows, docs, block, chunk_keys)
+        for split in (True, False):
+            assert (slot_bias.causal_tile_split(rows, docs, block, chunk_keys, split)
+                    == pair_by_pair(rows, docs, block, chunk_keys, split)), \
+                (rows, docs, block, chunk_keys, split)

@@ -34,7 +34,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "attention/blocked_attention.h"
@@ -50,7 +49,6 @@ namespace {
 
 using fulcrum::CpWorkload;
 using fulcrum::ShardPlan;
-using fulcrum::attention::KeyBlockRun;
 using fulcrum::attention::TileSchedule;
 using fulcrum::bench::BenchClock;
 using fulcrum::bench::median;
@@ -116,42 +114,25 @@ struct PlanUnderTest {
 };
 
 // What the kernel does per rank besides tiles: one matmul group per chunk
-// of up to KernelOptions::chunk_keys keys of a run's full or partial
-// stretch, and a mask built for every partial chunk that a row of the block
-// does not see whole (the rule of blocked_attention.cpp under its default
-// Masking, kFullApart). Explains where time departs from the tile model.
+// (attention::for_each_chunk, the kernel's own, under its default Masking),
+// and a mask built for every partial chunk that needs one. Explains where
+// time departs from the tile model.
 struct KernelCalls {
   std::int64_t chunks = 0;
   std::int64_t masked = 0;
 };
 
 KernelCalls kernel_calls(const TileSchedule& s) {
-  const std::int64_t chunk_blocks =
-      std::max<std::int64_t>(1, fulcrum::attention::KernelOptions{}.chunk_keys / s.block_size);
   KernelCalls c;
   for (std::int64_t qb = 0; qb < s.num_query_blocks; ++qb) {
     const std::int64_t r0 = qb * s.block_size;
     const std::int64_t r1 = std::min(r0 + s.block_size, s.shard_len);
-    for (std::int64_t i = s.run_offsets[qb]; i < s.run_offsets[qb + 1]; ++i) {
-      const KeyBlockRun& run = s.runs[i];
-      const std::int64_t a = std::clamp(s.full[qb].first, run.first, run.last + 1);
-      const std::int64_t b = std::clamp(s.full[qb].last + 1, a, run.last + 1);
-      for (const auto& [first, end, full] :
-           {std::tuple{run.first, a, false}, std::tuple{a, b, true},
-            std::tuple{b, run.last + 1, false}}) {
-        for (std::int64_t kb = first; kb < end; kb += chunk_blocks) {
-          const std::int64_t k0 = kb * s.block_size;
-          const std::int64_t k1 =
-              std::min(std::min(end, kb + chunk_blocks) * s.block_size, s.tokens);
-          ++c.chunks;
-          bool masked = !full && s.sparse();
-          for (std::int64_t row = r0; row < r1 && !full && !masked; ++row) {
-            masked = s.lo[row] > k0 || s.hi[row] < k1 - 1;
-          }
-          c.masked += masked ? 1 : 0;
-        }
-      }
-    }
+    fulcrum::attention::for_each_chunk(s, qb, {}, [&](const fulcrum::attention::Chunk& chunk) {
+      ++c.chunks;
+      const bool masked =
+          !chunk.full && fulcrum::attention::chunk_needs_mask(s, r0, r1, chunk.k0, chunk.k1);
+      c.masked += masked ? 1 : 0;
+    });
   }
   return c;
 }
@@ -461,6 +442,7 @@ void print_cost_model(const std::vector<RowResult>& results) {
     }
   }
   const std::vector<double> b = fulcrum::bench::least_squares(x, y);
+  if (b.empty()) return;  // the points do not separate the three terms
   auto cost = [&](const RankPoint& p) {
     return b[0] * static_cast<double>(p.tiles) + b[1] * static_cast<double>(p.calls.masked) + b[2];
   };

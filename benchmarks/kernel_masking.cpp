@@ -27,6 +27,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -84,8 +85,8 @@ double run_once(const Member& m, Masking masking) {
                                                               f.lse, m.dout, options);
   const double ms = thread_cpu_ms() - start;
   if (f.tiles != m.schedule.tiles || g.tiles != m.schedule.tiles) {
-    die(m.label + ": the kernel computed " + std::to_string(f.tiles) + " tiles, the schedule lists " +
-        std::to_string(m.schedule.tiles));
+    die(m.label + ": the kernel computed " + std::to_string(f.tiles) +
+        " tiles, the schedule lists " + std::to_string(m.schedule.tiles));
   }
   return ms;
 }
@@ -107,6 +108,7 @@ Fit fit_prices(const std::vector<Member>& members, int kernel) {
     y.push_back(median(m.ms[kernel]));
   }
   const std::vector<double> b = fulcrum::bench::least_squares(x, y);
+  if (b.empty()) die("the members do not separate the fit's four terms; add rows (--rows)");
   Fit fit{b[0], b[1], b[2], b[3], 0.0};
   std::vector<double> errors;
   for (std::size_t i = 0; i < x.size(); ++i) {
@@ -155,13 +157,13 @@ int main(int argc, char** argv) {
   }
   std::vector<std::int64_t> lengths;
   for (std::int64_t n : mix->lengths) lengths.push_back(std::max<std::int64_t>(1, n / 8));
-  std::printf("%s\nrows: %d of %lld tokens packed from %s, lengths / 8 (seed 7), and one causal "
-              "document of %lld tokens; float32; %d repetitions, interleaved\n\n",
-              source.c_str(), rows, static_cast<long long>(kRowTokens), mix->name.c_str(),
-              static_cast<long long>(kRowTokens), reps);
+  std::printf(
+      "%s\nrows: %d of %lld tokens packed from %s, lengths / 8 (seed 7), and one causal "
+      "document of %lld tokens; float32; %d repetitions, interleaved\n\n",
+      source.c_str(), rows, static_cast<long long>(kRowTokens), mix->name.c_str(),
+      static_cast<long long>(kRowTokens), reps);
 
-  std::vector<std::pair<std::string, std::vector<std::int64_t>>> docs_of_rows = {
-      {"causal", {}}};
+  std::vector<std::pair<std::string, std::vector<std::int64_t>>> docs_of_rows = {{"causal", {}}};
   const auto packed = fulcrum::bench::packed_rows(lengths, kRowTokens, rows, 7);
   for (std::size_t i = 0; i < packed.size(); ++i) {
     docs_of_rows.push_back({mix->name + " row " + std::to_string(i), packed[i]});
@@ -210,7 +212,9 @@ int main(int argc, char** argv) {
         }
       }
     }
-    for (Member& m : members) run_once(m, Masking::kFullApart);  // warm-up
+    for (Member& m : members) {  // warm-up
+      for (const Masking masking : kKernels) run_once(m, masking);
+    }
     std::vector<double> ratio[3];
     for (int rep = 0; rep < reps; ++rep) {
       double sum[3] = {0, 0, 0};

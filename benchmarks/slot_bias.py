@@ -47,7 +47,10 @@ documents, plan rule and size; the two must add up to the member's recorded
 tiles. Its pieces are its maximal runs of consecutive positions of one
 document.
 
-    python3 benchmarks/slot_bias.py build/hbq2_w4 build/hbq2_w6 build/hbq2_w8
+    python3 benchmarks/slot_bias.py --kernel whole-chunks build/hbq2_w4 build/hbq2_w6 build/hbq2_w8
+
+(`--kernel` names the masking the jobs' kernel used, for the chunk counts:
+whole-chunks for jobs before 2026-11-27 14:37 UTC.)
 """
 
 import argparse
@@ -254,7 +257,11 @@ def causal_tile_split(rows, docs, block, chunk_keys=CHUNK_KEYS, split=True):
     keys. `split` (attention::Masking::kFullApart, the runtime's kernel
     since the jobs of 2026-11-27 14:37 UTC) cuts each run first where its
     full tiles begin and end, so that full tiles are chunked apart, never
-    masked; without it, kWholeChunks, the kernel the earlier records ran."""
+    masked; without it, kWholeChunks, the kernel the earlier records ran.
+    The chunks are those of one kernel call over the member's whole
+    schedule; with the exchange overlapped, a member of a slot of two or
+    more runs the kernel once per group of peers' key blocks, which cuts
+    its runs further, so its chunks are a lower bound."""
     chunk_blocks = max(1, chunk_keys // block)
     starts, doc_of = [], []
     for i, n in enumerate(docs):

@@ -49,13 +49,7 @@ std::int64_t check_qkv(const TileSchedule& s, const at::Tensor& q, const at::Ten
 // ops. Written on the CPU from the schedule, then moved.
 at::Tensor tile_mask(const TileSchedule& s, std::int64_t r0, std::int64_t r1, std::int64_t k0,
                      std::int64_t k1, const at::Device& device) {
-  if (!s.sparse()) {
-    bool all = true;
-    for (std::int64_t row = r0; row < r1 && all; ++row) {
-      all = s.lo[row] <= k0 && s.hi[row] >= k1 - 1;
-    }
-    if (all) return {};
-  }
+  if (!chunk_needs_mask(s, r0, r1, k0, k1)) return {};
   const std::int64_t width = k1 - k0;
   at::Tensor mask = at::ones({r1 - r0, width}, at::kBool);
   bool* data = mask.data_ptr<bool>();
@@ -68,48 +62,19 @@ at::Tensor tile_mask(const TileSchedule& s, std::int64_t r0, std::int64_t r1, st
   return device.is_cpu() ? mask : mask.to(device);
 }
 
-// One matmul's keys [k0, k1): `blocks` key blocks, all full or all partial
-// unless the kernel masks whole chunks.
-struct Chunk {
-  std::int64_t k0 = 0, k1 = 0, blocks = 0;
-  bool full = false;
-};
-
-// Calls fn(chunk) for the key chunks of query block qblk
-// (see Masking): each run of key blocks split where its full tiles begin and
-// end (at most three stretches: partial, full, partial), each stretch cut
-// into pieces of at most chunk_keys keys, a partial one into single tiles
-// under kPerTile. A full chunk needs no mask, so a partial tile costs its
-// masking and a full one does not, as a flash kernel's do. In whole chunks
-// a run is one stretch.
-template <typename Fn>
-void for_each_chunk(const TileSchedule& s, std::int64_t qblk, const KernelOptions& options,
-                    Fn&& fn) {
-  const std::int64_t chunk_blocks = std::max<std::int64_t>(1, options.chunk_keys / s.block_size);
-  const KeyBlockRun whole =
-      options.masking == Masking::kWholeChunks ? KeyBlockRun{0, -1} : s.full[qblk];
-  const std::int64_t partial_blocks = options.masking == Masking::kPerTile ? 1 : chunk_blocks;
-  const auto cut = [&](std::int64_t first, std::int64_t end, bool full) {
-    const std::int64_t step = full ? chunk_blocks : partial_blocks;
-    for (std::int64_t kb = first; kb < end; kb += step) {
-      const std::int64_t kb_end = std::min(end, kb + step);
-      fn(Chunk{kb * s.block_size, std::min(kb_end * s.block_size, s.tokens), kb_end - kb, full});
-    }
-  };
-  for (std::int64_t i = s.run_offsets[qblk]; i < s.run_offsets[qblk + 1]; ++i) {
-    const KeyBlockRun& run = s.runs[i];
-    const std::int64_t a = std::clamp(whole.first, run.first, run.last + 1);
-    const std::int64_t b = std::clamp(whole.last + 1, a, run.last + 1);
-    cut(run.first, a, false);
-    cut(a, b, true);
-    cut(b, run.last + 1, false);
-  }
-}
-
 // [L, H, D] -> [H, L, D] contiguous, the layout bmm wants.
 at::Tensor heads_first(const at::Tensor& t) { return t.transpose(0, 1).contiguous(); }
 
 }  // namespace
+
+bool chunk_needs_mask(const TileSchedule& s, std::int64_t r0, std::int64_t r1, std::int64_t k0,
+                      std::int64_t k1) {
+  if (s.sparse()) return true;
+  for (std::int64_t row = r0; row < r1; ++row) {
+    if (s.lo[row] > k0 || s.hi[row] < k1 - 1) return true;
+  }
+  return false;
+}
 
 LocalForward local_attention_forward(const TileSchedule& s, const at::Tensor& q,
                                      const at::Tensor& k, const at::Tensor& v,
@@ -142,6 +107,7 @@ LocalForward local_attention_forward(const TileSchedule& s, const at::Tensor& q,
       if (!c.full) {
         const at::Tensor mask = tile_mask(s, r0, r1, c.k0, c.k1, q.device());
         if (mask.defined()) scores.masked_fill_(mask, -kInf);
+        result.masked_chunks += mask.defined() ? 1 : 0;
       }
       const at::Tensor m_new = at::maximum(m, scores.amax(-1));
       // A row with no allowed key so far keeps m = -inf; subtracting 0
@@ -215,6 +181,7 @@ LocalGrads local_attention_backward(const TileSchedule& s, const at::Tensor& q, 
       if (!c.full) {
         const at::Tensor mask = tile_mask(s, r0, r0 + rows, c.k0, c.k1, q.device());
         if (mask.defined()) scores.masked_fill_(mask, -kInf);
+        grads.masked_chunks += mask.defined() ? 1 : 0;
       }
       const at::Tensor p = scores.sub_(lb).exp_();
       dv.narrow(1, c.k0, c.k1 - c.k0).baddbmm_(p.transpose(1, 2), dob);

@@ -17,6 +17,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "attention/tile_schedule.h"
@@ -47,11 +48,55 @@ struct KernelOptions {
   Masking masking = Masking::kFullApart;
 };
 
+// One matmul's keys [k0, k1): `blocks` key blocks, all full or all partial
+// unless the kernel masks whole chunks.
+struct Chunk {
+  std::int64_t k0 = 0, k1 = 0, blocks = 0;
+  bool full = false;
+};
+
+// Calls fn(chunk) for the key chunks of local query block qblk, in key
+// order, as the kernel computes them (see Masking): each run of key blocks split where its full
+// tiles begin and end (at most three stretches: partial, full, partial), each stretch cut into
+// pieces of at most chunk_keys keys, a partial one into single tiles under kPerTile. A full chunk
+// needs no mask, so a partial tile costs its masking and a full one does not, as a flash kernel's
+// do. In whole chunks a run is one stretch.
+template <typename Fn>
+void for_each_chunk(const TileSchedule& s, std::int64_t qblk, const KernelOptions& options,
+                    Fn&& fn) {
+  const std::int64_t chunk_blocks = std::max<std::int64_t>(1, options.chunk_keys / s.block_size);
+  const KeyBlockRun whole =
+      options.masking == Masking::kWholeChunks ? KeyBlockRun{0, -1} : s.full[qblk];
+  const std::int64_t partial_blocks = options.masking == Masking::kPerTile ? 1 : chunk_blocks;
+  const auto cut = [&](std::int64_t first, std::int64_t end, bool full) {
+    const std::int64_t step = full ? chunk_blocks : partial_blocks;
+    for (std::int64_t kb = first; kb < end; kb += step) {
+      const std::int64_t kb_end = std::min(end, kb + step);
+      fn(Chunk{kb * s.block_size, std::min(kb_end * s.block_size, s.tokens), kb_end - kb, full});
+    }
+  };
+  for (std::int64_t i = s.run_offsets[qblk]; i < s.run_offsets[qblk + 1]; ++i) {
+    const KeyBlockRun& run = s.runs[i];
+    const std::int64_t a = std::clamp(whole.first, run.first, run.last + 1);
+    const std::int64_t b = std::clamp(whole.last + 1, a, run.last + 1);
+    cut(run.first, a, false);
+    cut(a, b, true);
+    cut(b, run.last + 1, false);
+  }
+}
+
+// Whether the chunk of rows [r0, r1) and keys [k0, k1) holds a pair the
+// mask forbids or a pad row (a block-sparse chunk always counts as masked):
+// the kernel builds a mask for it unless the chunk is full.
+bool chunk_needs_mask(const TileSchedule& s, std::int64_t r0, std::int64_t r1, std::int64_t k0,
+                      std::int64_t k1);
+
 struct LocalForward {
   at::Tensor out;          // [S, H, D]; zero on pad rows and on rows that see no key
   at::Tensor lse;          // [S, H]; log-sum-exp of the scaled scores, -inf where a row sees no key
   std::int64_t tiles = 0;  // (query block, key block) tiles computed, each for every head
   std::int64_t full_tiles = 0;  // of those, full ones computed apart, unmasked (0 in whole chunks)
+  std::int64_t masked_chunks = 0;  // matmuls a mask was applied to
 };
 
 struct LocalGrads {
@@ -60,6 +105,7 @@ struct LocalGrads {
   at::Tensor dv;  // [N, H, D]
   std::int64_t tiles = 0;
   std::int64_t full_tiles = 0;
+  std::int64_t masked_chunks = 0;
 };
 
 // Throw std::invalid_argument (one line: the tensor, its shape, what is

@@ -76,25 +76,18 @@ Result<TileSchedule> make_tile_schedule(const CpWorkload& w, const ShardPlan& pl
         touched.push_back({ka / b, ka / b});
       });
     }
-    // Full key blocks: B real rows, each seeing the block's every key (the
-    // rule of fulcrum::FullTileEnds, on the rows' own key ranges).
-    KeyBlockRun whole{0, -1};
-    if (!s.sparse() && row_end - qblk * b == b) {
-      std::int64_t latest_lo = 0;
-      std::int64_t earliest_hi = s.tokens;
-      for (std::int64_t row = qblk * b; row < row_end; ++row) {
-        latest_lo = std::max(latest_lo, s.lo[row]);
-        earliest_hi = std::min(earliest_hi, s.hi[row]);
-      }
-      // A pad row (lo > hi) leaves latest_lo > earliest_hi: none full.
-      if (latest_lo <= earliest_hi) whole = {ceil_div(latest_lo, b), (earliest_hi + 1) / b - 1};
+    // Full key blocks: B real rows, each seeing the block's every key, by
+    // compute_work's rule on the rows' own key ranges (a pad row or a short
+    // block holds fewer than B real ones: none).
+    FullTileEnds ends;
+    for (std::int64_t row = qblk * b; row < row_end && !s.sparse(); ++row) {
+      if (s.lo[row] > s.hi[row]) continue;
+      const KeyRange keys{s.lo[row], s.hi[row]};
+      ends.add(1, keys, keys);
     }
-    if (whole.blocks() > 0) {
-      s.full.push_back(whole);
-      s.full_tiles += whole.blocks();
-    } else {
-      s.full.push_back({0, -1});
-    }
+    const auto [first, end] = ends.key_blocks(b);
+    s.full.push_back(end > first ? KeyBlockRun{first, end - 1} : KeyBlockRun{0, -1});
+    s.full_tiles += s.full.back().blocks();
     std::sort(touched.begin(), touched.end(), [](const KeyBlockRun& x, const KeyBlockRun& y) {
       return x.first < y.first || (x.first == y.first && x.last < y.last);
     });

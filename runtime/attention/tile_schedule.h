@@ -57,13 +57,15 @@ struct TileSchedule {
 
   // Per local query block, its full key blocks: those every one of its B
   // rows may see whole (no pad row, no short block; never under a
-  // block-sparse mask), one run inside its touched runs, empty (last <
-  // first) when there is none. The kernel computes them without a mask; the
-  // other touched tiles are partial (docs/HYBRID.md, section 2).
+  // block-sparse mask), one run, empty (last < first) when there is none.
+  // The kernel computes them without a mask; the other touched tiles are
+  // partial (docs/HYBRID.md, section 2). In make_tile_schedule's schedule
+  // it lies inside the block's touched runs; a restricted one
+  // (restrict_schedule) keeps it whole, so intersect it with the runs.
   std::vector<KeyBlockRun> full;
 
   std::int64_t tiles = 0;       // sum of the runs' blocks over all query blocks
-  std::int64_t full_tiles = 0;  // sum of the full runs' blocks: compute_work's full tiles
+  std::int64_t full_tiles = 0;  // full tiles among the runs: compute_work's full tiles
   std::int64_t pairs = 0;       // allowed (q, k) pairs of the rank's queries
 
   bool sparse() const { return mask.kind == MaskKind::kBlockSparse; }

@@ -7,6 +7,7 @@
 #include <limits>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "fulcrum/cp_types.h"
@@ -111,14 +112,17 @@ struct FullTileEnds {
     latest_lo = std::max(latest_lo, last.lo);
     earliest_hi = std::min(earliest_hi, first.hi);
   }
-  // The block's full tiles (block = B), and a fresh block.
+  // The block's full key blocks [first, end) (block = B; end <= first when
+  // there is none): those inside every query's keys, when it holds B.
+  std::pair<std::int64_t, std::int64_t> key_blocks(std::int64_t block) const {
+    if (rows != block) return {0, 0};
+    return {ceil_div(latest_lo, block), (earliest_hi + 1) / block};
+  }
+  // The block's full tiles, and a fresh block.
   std::int64_t take(std::int64_t block) {
-    const std::int64_t full =
-        rows != block
-            ? 0
-            : std::max<std::int64_t>(0, (earliest_hi + 1) / block - ceil_div(latest_lo, block));
+    const auto [first, end] = key_blocks(block);
     *this = FullTileEnds();
-    return full;
+    return std::max<std::int64_t>(0, end - first);
   }
 };
 

@@ -356,22 +356,55 @@ TEST(CpAttention, ChunkWidthChangesNeitherResultNorTiles) {
   }
 }
 
+// Tiles of one rank that hold a pair the mask forbids or a pad row (the
+// ones a kernel must mask), recounted from the brute-force mask; every
+// touched tile under a block-sparse mask.
+std::int64_t brute_tiles_needing_a_mask(const CpWorkload& w, const ShardPlan& plan, std::int32_t r,
+                                        const at::Tensor& allowed) {
+  auto a = allowed.accessor<bool, 2>();
+  const std::int64_t b = w.block_size;
+  std::int64_t count = 0;
+  for (std::int64_t row0 = 0; row0 < plan.shard_len; row0 += b) {
+    for (std::int64_t kb = 0; kb * b < w.tokens; ++kb) {
+      bool any = false, all = true;
+      for (std::int64_t row = row0; row < std::min(row0 + b, plan.shard_len); ++row) {
+        const std::int64_t q = plan.rank_begin(r)[row];
+        for (std::int64_t k = kb * b; k < std::min((kb + 1) * b, w.tokens); ++k) {
+          const bool ok = q != kPadPosition && a[q][k];
+          any = any || ok;
+          all = all && ok;
+        }
+      }
+      count += any && (!all || w.mask.kind == MaskKind::kBlockSparse) ? 1 : 0;
+    }
+  }
+  return count;
+}
+
 // The kernel computes a schedule's full tiles without a mask and counts
 // them, on whole schedules and on the key blocks an overlap keeps, for
 // every chunk width; what it computes is the dense reference's
-// (EqualsDenseAttentionForEveryMaskAndPlan).
+// (EqualsDenseAttentionForEveryMaskAndPlan). Masking each partial tile
+// apart, it masks exactly the tiles the brute-force mask says need one.
 TEST(LocalAttention, ComputesTheFullTilesUnmaskedAndCountsThem) {
   at::manual_seed(8);
   std::mt19937_64 rng(8);
   int with_full = 0;
-  for (const auto& [mask_name, mask] : all_masks(120, 8)) {
-    const CpWorkload w = make_workload(120, {50, 3, 40, 27}, mask, 8, 3);
-    for (const ShardPlan& plan : all_plans(120, 3, 8)) {
+  for (const auto& [mask_name, mask] : all_masks(126, 8)) {
+    const CpWorkload w = make_workload(126, {50, 3, 40, 33}, mask, 8, 3);
+    const at::Tensor allowed = brute_mask(w);
+    for (const ShardPlan& plan : all_plans(126, 3, 8)) {
       SCOPED_TRACE("mask=" + mask_name + " plan=" + plan.strategy_used);
       const at::Tensor k = at::randn({w.tokens, 2, 4}, at::kDouble);
       const at::Tensor v = at::randn({w.tokens, 2, 4}, at::kDouble);
       for (std::int32_t r = 0; r < plan.cp_size; ++r) {
         const TileSchedule whole = make_tile_schedule(w, plan, r).value();
+        {
+          const at::Tensor q = at::randn({plan.shard_len, 2, 4}, at::kDouble);
+          const LocalForward f =
+              local_attention_forward(whole, q, k, v, KernelOptions{512, Masking::kPerTile});
+          EXPECT_EQ(f.masked_chunks, brute_tiles_needing_a_mask(w, plan, r, allowed));
+        }
         std::vector<bool> keep(static_cast<std::size_t>(whole.num_key_blocks));
         for (std::size_t kb = 0; kb < keep.size(); ++kb) keep[kb] = rng() % 3 != 0;
         const at::Tensor q = at::randn({plan.shard_len, 2, 4}, at::kDouble);

@@ -56,11 +56,12 @@ struct Chunk {
 };
 
 // Calls fn(chunk) for the key chunks of local query block qblk, in key
-// order, as the kernel computes them (see Masking): each run of key blocks split where its full
-// tiles begin and end (at most three stretches: partial, full, partial), each stretch cut into
-// pieces of at most chunk_keys keys, a partial one into single tiles under kPerTile. A full chunk
-// needs no mask, so a partial tile costs its masking and a full one does not, as a flash kernel's
-// do. In whole chunks a run is one stretch.
+// order, as the kernel computes them (see Masking): each run of key blocks
+// split where its full tiles begin and end (at most three stretches:
+// partial, full, partial), each stretch cut into pieces of at most
+// chunk_keys keys, a partial one into single tiles under kPerTile. A full
+// chunk needs no mask, so a partial tile costs its masking and a full one
+// does not, as a flash kernel's do. In whole chunks a run is one stretch.
 template <typename Fn>
 void for_each_chunk(const TileSchedule& s, std::int64_t qblk, const KernelOptions& options,
                     Fn&& fn) {

@@ -43,26 +43,36 @@ std::vector<ShardPlan> all_plans(std::int64_t n, std::int32_t p, std::int64_t b)
 
 // ---------------------------------------------------------------- schedule
 
-// Tiles of one rank recounted from the brute-force mask, tile by tile.
-std::int64_t brute_tiles(const CpWorkload& w, const ShardPlan& plan, std::int32_t r,
-                         const at::Tensor& allowed) {
+// Tiles of one rank recounted from the brute-force mask, tile by tile: those
+// with an allowed pair, and of them those that also hold a forbidden pair
+// or a pad row (the ones a kernel must mask; every one under a block-sparse
+// mask).
+struct BruteTiles {
+  std::int64_t touched = 0;
+  std::int64_t needing_a_mask = 0;
+};
+
+BruteTiles brute_tiles(const CpWorkload& w, const ShardPlan& plan, std::int32_t r,
+                       const at::Tensor& allowed) {
   auto a = allowed.accessor<bool, 2>();
   const std::int64_t b = w.block_size;
-  std::int64_t tiles = 0;
+  BruteTiles out;
   for (std::int64_t row0 = 0; row0 < plan.shard_len; row0 += b) {
     for (std::int64_t kb = 0; kb * b < w.tokens; ++kb) {
-      bool any = false;
-      for (std::int64_t row = row0; row < std::min(row0 + b, plan.shard_len) && !any; ++row) {
+      bool any = false, all = true;
+      for (std::int64_t row = row0; row < std::min(row0 + b, plan.shard_len); ++row) {
         const std::int64_t q = plan.rank_begin(r)[row];
-        if (q == kPadPosition) continue;
-        for (std::int64_t k = kb * b; k < std::min((kb + 1) * b, w.tokens) && !any; ++k) {
-          any = a[q][k];
+        for (std::int64_t k = kb * b; k < std::min((kb + 1) * b, w.tokens); ++k) {
+          const bool ok = q != kPadPosition && a[q][k];
+          any = any || ok;
+          all = all && ok;
         }
       }
-      tiles += any ? 1 : 0;
+      out.touched += any ? 1 : 0;
+      out.needing_a_mask += any && (!all || w.mask.kind == MaskKind::kBlockSparse) ? 1 : 0;
     }
   }
-  return tiles;
+  return out;
 }
 
 // Whether the tile (local query block starting at row0, key block kb) is
@@ -122,7 +132,7 @@ TEST(TileSchedule, TilesAndPairsEqualTheWorkModelAndTheMaskIsExact) {
                 }
                 EXPECT_EQ(brute_full_tiles, s->full_tiles) << "rank " << r;
                 EXPECT_EQ(s->pairs, work[r].pairs) << "rank " << r;
-                EXPECT_EQ(s->tiles, brute_tiles(w, plan, r, allowed)) << "rank " << r;
+                EXPECT_EQ(s->tiles, brute_tiles(w, plan, r, allowed).touched) << "rank " << r;
                 for (std::int64_t row = 0; row < plan.shard_len; ++row) {
                   const std::int64_t q = plan.rank_begin(r)[row];
                   for (std::int64_t k = 0; k < n; ++k) {
@@ -356,31 +366,6 @@ TEST(CpAttention, ChunkWidthChangesNeitherResultNorTiles) {
   }
 }
 
-// Tiles of one rank that hold a pair the mask forbids or a pad row (the
-// ones a kernel must mask), recounted from the brute-force mask; every
-// touched tile under a block-sparse mask.
-std::int64_t brute_tiles_needing_a_mask(const CpWorkload& w, const ShardPlan& plan, std::int32_t r,
-                                        const at::Tensor& allowed) {
-  auto a = allowed.accessor<bool, 2>();
-  const std::int64_t b = w.block_size;
-  std::int64_t count = 0;
-  for (std::int64_t row0 = 0; row0 < plan.shard_len; row0 += b) {
-    for (std::int64_t kb = 0; kb * b < w.tokens; ++kb) {
-      bool any = false, all = true;
-      for (std::int64_t row = row0; row < std::min(row0 + b, plan.shard_len); ++row) {
-        const std::int64_t q = plan.rank_begin(r)[row];
-        for (std::int64_t k = kb * b; k < std::min((kb + 1) * b, w.tokens); ++k) {
-          const bool ok = q != kPadPosition && a[q][k];
-          any = any || ok;
-          all = all && ok;
-        }
-      }
-      count += any && (!all || w.mask.kind == MaskKind::kBlockSparse) ? 1 : 0;
-    }
-  }
-  return count;
-}
-
 // The kernel computes a schedule's full tiles without a mask and counts
 // them, on whole schedules and on the key blocks an overlap keeps, for
 // every chunk width; what it computes is the dense reference's
@@ -403,7 +388,7 @@ TEST(LocalAttention, ComputesTheFullTilesUnmaskedAndCountsThem) {
           const at::Tensor q = at::randn({plan.shard_len, 2, 4}, at::kDouble);
           const LocalForward f =
               local_attention_forward(whole, q, k, v, KernelOptions{512, Masking::kPerTile});
-          EXPECT_EQ(f.masked_chunks, brute_tiles_needing_a_mask(w, plan, r, allowed));
+          EXPECT_EQ(f.masked_chunks, brute_tiles(w, plan, r, allowed).needing_a_mask);
         }
         std::vector<bool> keep(static_cast<std::size_t>(whole.num_key_blocks));
         for (std::size_t kb = 0; kb < keep.size(); ++kb) keep[kb] = rng() % 3 != 0;

@@ -442,7 +442,11 @@ void print_cost_model(const std::vector<RowResult>& results) {
     }
   }
   const std::vector<double> b = fulcrum::bench::least_squares(x, y);
-  if (b.empty()) return;  // the points do not separate the three terms
+  if (b.empty()) {
+    std::printf("\nno fit over all rows: the points do not separate tiles, masked chunks and "
+                "a fixed cost\n");
+    return;
+  }
   auto cost = [&](const RankPoint& p) {
     return b[0] * static_cast<double>(p.tiles) + b[1] * static_cast<double>(p.calls.masked) + b[2];
   };

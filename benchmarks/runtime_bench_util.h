@@ -87,25 +87,25 @@ inline std::string machine_line() {
 
 // Solves the normal equations of least squares y ~ X b (X rows of size N),
 // with partial pivoting; empty when the columns do not separate (a pivot
-// vanishes against the matrix's scale).
+// vanishes against its column's own size, so columns in any units fit).
 template <std::size_t N>
 std::vector<double> least_squares(const std::vector<std::array<double, N>>& x,
                                   const std::vector<double>& y) {
   double a[N][N + 1] = {};
-  double scale = 0.0;
+  double size[N] = {};  // each column's X^T X diagonal, before elimination
   for (std::size_t i = 0; i < x.size(); ++i) {
     for (std::size_t r = 0; r < N; ++r) {
       for (std::size_t c = 0; c < N; ++c) a[r][c] += x[i][r] * x[i][c];
       a[r][N] += x[i][r] * y[i];
     }
   }
-  for (std::size_t r = 0; r < N; ++r) scale = std::max(scale, std::abs(a[r][r]));
+  for (std::size_t r = 0; r < N; ++r) size[r] = a[r][r];
   for (std::size_t i = 0; i < N; ++i) {
     std::size_t pivot = i;
     for (std::size_t j = i + 1; j < N; ++j) {
       if (std::abs(a[j][i]) > std::abs(a[pivot][i])) pivot = j;
     }
-    if (!(std::abs(a[pivot][i]) > 1e-12 * scale)) return {};
+    if (!(std::abs(a[pivot][i]) > 1e-12 * size[i])) return {};
     for (std::size_t c = 0; c <= N; ++c) std::swap(a[i][c], a[pivot][c]);
     for (std::size_t j = i + 1; j < N; ++j) {
       const double f = a[j][i] / a[i][i];

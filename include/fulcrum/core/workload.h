@@ -112,8 +112,8 @@ struct FullTileEnds {
     latest_lo = std::max(latest_lo, last.lo);
     earliest_hi = std::min(earliest_hi, first.hi);
   }
-  // The block's full key blocks [first, end) (block = B; end <= first when
-  // there is none): those inside every query's keys, when it holds B.
+  // The block's full key blocks [first, end) (block = B >= 1; end <= first
+  // when there is none): those inside every query's keys, when it holds B.
   std::pair<std::int64_t, std::int64_t> key_blocks(std::int64_t block) const {
     if (rows != block) return {0, 0};
     return {ceil_div(latest_lo, block), (earliest_hi + 1) / block};

@@ -443,8 +443,9 @@ void print_cost_model(const std::vector<RowResult>& results) {
   }
   const std::vector<double> b = fulcrum::bench::least_squares(x, y);
   if (b.empty()) {
-    std::printf("\nno fit over all rows: the points do not separate tiles, masked chunks and "
-                "a fixed cost\n");
+    std::printf(
+        "\nno fit over all rows: the points do not separate tiles, masked chunks and "
+        "a fixed cost\n");
     return;
   }
   auto cost = [&](const RankPoint& p) {

@@ -389,7 +389,8 @@ TEST(LocalAttention, ComputesTheFullTilesUnmaskedAndCountsThem) {
           const at::Tensor dout = at::randn({plan.shard_len, 2, 4}, at::kDouble);
           const KernelOptions per_tile{512, Masking::kPerTile};
           const LocalForward f = local_attention_forward(whole, q, k, v, per_tile);
-          const LocalGrads g = local_attention_backward(whole, q, k, v, f.out, f.lse, dout, per_tile);
+          const LocalGrads g =
+              local_attention_backward(whole, q, k, v, f.out, f.lse, dout, per_tile);
           const std::int64_t needing = brute_tiles(w, plan, r, allowed).needing_a_mask;
           EXPECT_EQ(f.masked_chunks, needing);
           EXPECT_EQ(g.masked_chunks, needing);

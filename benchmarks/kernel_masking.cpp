@@ -37,6 +37,7 @@
 #include "attention/blocked_attention.h"
 #include "attention/sharding.h"
 #include "attention/tile_schedule.h"
+#include "bench_args.h"
 #include "fulcrum/cp_types.h"
 #include "runtime_bench_util.h"
 #include "strategies/cp_strategies.h"
@@ -130,8 +131,10 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     const auto count = [&](const char* name) {
       if (i + 1 >= argc) die(std::string(name) + " needs a value");
-      const int n = std::atoi(argv[++i]);
-      if (n < 1 || n > 1000) die(std::string(name) + " " + argv[i] + ": give 1 to 1000");
+      int n = 0;
+      if (!fulcrum::bench::parse_int(argv[++i], 1, 1000, n)) {
+        die(std::string(name) + " " + argv[i] + ": give a whole number from 1 to 1000");
+      }
       return n;
     };
     if (a == "--reps") {

@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_args.h"
 #include "fulcrum/core/cost_profile.h"
 #include "fulcrum/core/schedule.h"
 #include "fulcrum/host/cost_profile_file.h"
@@ -53,16 +54,6 @@ bool split_ints(const char* text, std::vector<std::int64_t>& out) {
     out.push_back(v);
   }
   return !out.empty();
-}
-
-// A whole integer in [lo, hi], or false.
-bool parse_int(const char* text, int lo, int hi, int& out) {
-  char* end = nullptr;
-  errno = 0;
-  const long v = std::strtol(text, &end, 10);
-  if (*text == '\0' || *end != '\0' || errno == ERANGE || v < lo || v > hi) return false;
-  out = static_cast<int>(v);
-  return true;
 }
 
 double median(std::vector<double> v) {
@@ -130,11 +121,11 @@ int main(int argc, char** argv) {
     } else if (arg == "--profile" && has_value) {
       profile_arg = argv[++i];
     } else if (arg == "--batches" && has_value) {
-      good = parse_int(argv[++i], 1, 100000, batches);
+      good = fulcrum::bench::parse_int(argv[++i], 1, 100000, batches);
     } else if (arg == "--mb" && has_value) {
-      good = parse_int(argv[++i], 1, 1024, mb);
+      good = fulcrum::bench::parse_int(argv[++i], 1, 1024, mb);
     } else if (arg == "--vpp" && has_value) {
-      good = parse_int(argv[++i], 1, 1024, vpp);
+      good = fulcrum::bench::parse_int(argv[++i], 1, 1024, vpp);
     } else {
       good = false;
     }

@@ -220,6 +220,21 @@ def hybrid_profile(config, records, step, scratch):
     return path
 
 
+def refit_prices(folder):
+    """(step, (a + e) / a) of every refit the job recorded: what a partial
+    tile cost against a full one in the profile fitted after that step."""
+    with open(job_config(folder)["metrics"]) as f:
+        records = [json.loads(line) for line in f if line.strip()]
+    out = []
+    for r in records:
+        fit = r.get("profile_fit")
+        if fit and fit.get("refitted"):
+            a = fit["profile"].get("tile_seconds", 0.0)
+            e = fit["profile"].get("partial_tile_seconds", 0.0)
+            out.append((r["step"], (a + e) / a if a > 0 else math.nan))
+    return out
+
+
 def cli_schedule(cli, config, docs, strategy, profile, scratch):
     path = os.path.join(scratch, "documents.json")
     with open(path, "w") as f:
@@ -689,6 +704,10 @@ def main():
     for folder in args.folders:
         report(folder, attach(folder, args.fulcrum, args.first_step, args.kernel == "full-apart"),
                args.modes.split(","))
+        prices = refit_prices(folder)
+        if prices:
+            print("  refitted partial tile / full tile, (a + e) / a, after step: " +
+                  ", ".join(f"{step} {ratio:.2f}" for step, ratio in prices))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,17 @@
 //     partial tiles, its local rows and a constant (the cost model's compute
 //     terms), and the fit's median |error|: the partial / full price ratio,
 //     and how well two tile prices explain the time.
+// Then, at the jobs' member size (P = 8: 512 rows of a 4,096-token row, as at
+// W = 8 in benchmarks/hybrid_train.py), each member of head_tail,
+// per_document_padded and balanced under the default kernel, run two ways,
+// interleaved: in one call, as a rank of a fixed CP group runs it after the
+// all-gather, and in the calls of the overlapped exchange (make_overlap_plan:
+// one call per group of key blocks, the member's own and then each peer's,
+// forward merged by log-sum-exp and backward's dK/dV joined per group, as
+// ShardedAttention runs them). Per shape: the two summed times and their
+// ratio (min..max by repetition), the query-block visits of each (a call
+// visits each query block it has tiles of), and each way's fit on the model's
+// compute terms, with the price per visit when the visits join the fit.
 // Rows: documents of ../shared/workloads/dist_wlbllm.json, lengths / 8 as
 // benchmarks/hybrid_train.py takes them (the synthetic mix when the folder is
 // missing), packed into rows of kRowTokens; and one single causal document.
@@ -35,6 +46,8 @@
 #include <vector>
 
 #include "attention/blocked_attention.h"
+#include "attention/kv_exchange.h"
+#include "attention/sharded_attention.h"
 #include "attention/sharding.h"
 #include "attention/tile_schedule.h"
 #include "bench_args.h"
@@ -121,6 +134,61 @@ Fit fit_prices(const std::vector<Member>& members, int kernel) {
   return fit;
 }
 
+// A member of a P = 8 plan, in one call and in the overlap's group calls.
+struct GroupedMember {
+  Member m;
+  fulcrum::attention::OverlapPlan overlap;
+  std::vector<double> one, grouped;  // per repetition
+};
+
+// Local query blocks with tiles, over the calls of a schedule list.
+std::int64_t visits(const std::vector<TileSchedule>& calls) {
+  std::int64_t n = 0;
+  for (const TileSchedule& s : calls) {
+    for (std::int64_t qb = 0; qb < s.num_query_blocks; ++qb) {
+      n += s.run_offsets[qb] < s.run_offsets[qb + 1] ? 1 : 0;
+    }
+  }
+  return n;
+}
+
+double run_grouped(const GroupedMember& g) {
+  const Member& m = g.m;
+  const double start = thread_cpu_ms();
+  at::Tensor out, lse, dq;
+  for (const TileSchedule& s : g.overlap.forward) {
+    if (s.tiles == 0) continue;
+    fulcrum::attention::merge_partial(
+        out, lse, fulcrum::attention::local_attention_forward(s, m.q, *m.k, *m.v));
+  }
+  for (const TileSchedule& s : g.overlap.backward) {
+    if (s.tiles == 0) continue;
+    auto part = fulcrum::attention::local_attention_backward(s, m.q, *m.k, *m.v, out, lse, m.dout);
+    dq = dq.defined() ? dq.add_(part.dq) : part.dq;
+    const at::Tensor dkv = at::cat({part.dk, part.dv}, -1);  // what leaves for the peer
+  }
+  return thread_cpu_ms() - start;
+}
+
+// ms ~ tile x tiles + partial x partial tiles + token x local rows + fixed
+// [+ visit x visits]; (a + e) / a, the price per visit (0 without), median |e|.
+struct GroupFit {
+  double ratio = 0, visit = 0, median_error = 0;
+};
+
+template <std::size_t N>
+GroupFit fit_members(const std::vector<std::array<double, N>>& x, const std::vector<double>& y) {
+  const std::vector<double> b = fulcrum::bench::least_squares(x, y);
+  if (b.empty()) die("the P = 8 members do not separate the fit's terms; add rows (--rows)");
+  std::vector<double> errors;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    double predicted = 0.0;
+    for (std::size_t c = 0; c < N; ++c) predicted += b[c] * x[i][c];
+    errors.push_back(std::abs(predicted - y[i]) / y[i]);
+  }
+  return {(b[0] + b[1]) / b[0], N > 4 ? b[N - 1] : 0.0, median(errors)};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -177,6 +245,7 @@ int main(int argc, char** argv) {
                                {128, 8, 64, "a wider head"}};
   if (quick) shapes.resize(1);
 
+  std::vector<std::string> group_rows;
   std::printf(
       "| B, heads x head_dim | members | tiles (partial) | kernel | ms | / whole chunks (by "
       "repetition) | ms per tile, + per partial tile (ratio) | fit's median |e| |\n"
@@ -215,6 +284,34 @@ int main(int argc, char** argv) {
         }
       }
     }
+    std::vector<GroupedMember> grouped;
+    for (std::size_t row = 0; row < docs_of_rows.size(); ++row) {
+      CpWorkload w;
+      w.tokens = kRowTokens;
+      w.doc_lengths = docs_of_rows[row].second;
+      w.block_size = shape.block;
+      w.cp_size = 8;
+      const at::Tensor q = at::randn({kRowTokens, shape.heads, shape.head_dim}, at::kFloat);
+      const at::Tensor dout = at::randn({kRowTokens, shape.heads, shape.head_dim}, at::kFloat);
+      for (const char* name : {"head_tail", "per_document_padded", "balanced"}) {
+        fulcrum::Result<ShardPlan> plan = fulcrum::cp::plan(name, w);
+        if (!plan) die(docs_of_rows[row].first + ", " + name + ": " + plan.status().message());
+        const auto exchange = fulcrum::attention::make_kv_exchange_plan(w, *plan);
+        if (!exchange)
+          die(docs_of_rows[row].first + ", " + name + ": " + exchange.status().message());
+        for (std::int32_t r = 0; r < 8; ++r) {
+          GroupedMember g;
+          g.m.label = docs_of_rows[row].first + ", " + name + " rank " + std::to_string(r);
+          g.m.schedule = fulcrum::attention::make_tile_schedule(w, *plan, r).value();
+          g.m.q = fulcrum::attention::shard(q, *plan, r).contiguous();
+          g.m.dout = fulcrum::attention::shard(dout, *plan, r).contiguous();
+          g.m.k = &keys[row];
+          g.m.v = &values[row];
+          g.overlap = fulcrum::attention::make_overlap_plan(g.m.schedule, *plan, *exchange, r);
+          grouped.push_back(std::move(g));
+        }
+      }
+    }
     for (Member& m : members) {  // warm-up
       for (const Masking masking : kKernels) run_once(m, masking);
     }
@@ -248,7 +345,74 @@ int main(int argc, char** argv) {
           (f.tile + f.partial) / f.tile, 100.0 * f.median_error);
     }
     std::fflush(stdout);
+
+    for (GroupedMember& g : grouped) run_grouped(g);  // warm-up
+    std::vector<double> by_rep;
+    for (int rep = 0; rep < reps; ++rep) {
+      double one = 0, in_groups = 0;
+      for (GroupedMember& g : grouped) {
+        for (int i = 0; i < 2; ++i) {
+          if ((rep + i) % 2 == 0) {
+            g.one.push_back(run_once(g.m, Masking::kFullApart));
+            one += g.one.back();
+          } else {
+            g.grouped.push_back(run_grouped(g));
+            in_groups += g.grouped.back();
+          }
+        }
+      }
+      by_rep.push_back(in_groups / one);
+    }
+    double one = 0, in_groups = 0;
+    std::int64_t one_visits = 0, group_visits = 0, calls = 0;
+    std::vector<std::array<double, 4>> x_one, x_grouped;
+    std::vector<std::array<double, 5>> x_visits;
+    std::vector<double> y_one, y_grouped;
+    for (const GroupedMember& g : grouped) {
+      const TileSchedule& s = g.m.schedule;
+      const auto all = static_cast<double>(s.tiles);
+      const double part = all - static_cast<double>(s.full_tiles);
+      const auto local = static_cast<double>(s.shard_len);
+      const std::int64_t own = 2 * visits({s});
+      const std::int64_t in = visits(g.overlap.forward) + visits(g.overlap.backward);
+      for (const auto* list : {&g.overlap.forward, &g.overlap.backward}) {
+        for (const TileSchedule& c : *list) calls += c.tiles > 0 ? 1 : 0;
+      }
+      one_visits += own;
+      group_visits += in;
+      x_one.push_back({all, part, local, 1.0});
+      x_grouped.push_back({all, part, local, 1.0});
+      x_visits.push_back({all, part, local, 1.0, static_cast<double>(in)});
+      y_one.push_back(median(g.one));
+      y_grouped.push_back(median(g.grouped));
+      one += y_one.back();
+      in_groups += y_grouped.back();
+    }
+    const GroupFit f_one = fit_members(x_one, y_one);
+    const GroupFit f_grouped = fit_members(x_grouped, y_grouped);
+    const GroupFit f_visits = fit_members(x_visits, y_grouped);
+    char line[1024];
+    std::snprintf(
+        line, sizeof line,
+        "| %lld, %lld x %lld | %zu | %.0f | %.0f | %.2f (%.2f..%.2f) | %lld | %lld (%lld calls) | "
+        "%.2fx, %.1f%% | %.2fx, %.1f%% | %.3f ms a visit: %.2fx, %.1f%% |",
+        static_cast<long long>(shape.block), static_cast<long long>(shape.heads),
+        static_cast<long long>(shape.head_dim), grouped.size(), one, in_groups, in_groups / one,
+        *std::min_element(by_rep.begin(), by_rep.end()),
+        *std::max_element(by_rep.begin(), by_rep.end()), static_cast<long long>(one_visits),
+        static_cast<long long>(group_visits), static_cast<long long>(calls), f_one.ratio,
+        100.0 * f_one.median_error, f_grouped.ratio, 100.0 * f_grouped.median_error, f_visits.visit,
+        f_visits.ratio, 100.0 * f_visits.median_error);
+    group_rows.push_back(line);
   }
+  std::printf(
+      "\nThe jobs' member size, P = 8 (head_tail, per_document_padded, balanced), the default "
+      "kernel: one call against the overlapped exchange's calls\n\n"
+      "| B, heads x head_dim | members | one call ms | group calls ms | groups / one (by "
+      "repetition) | visits, one call | visits, group calls | one call: (a + e) / a, fit's "
+      "median |e| | group calls: (a + e) / a, median |e| | group calls with visits fitted |\n"
+      "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- |\n");
+  for (const std::string& row : group_rows) std::printf("%s\n", row.c_str());
   std::printf("\nload average at the end: %s\n", fulcrum::bench::load_average().c_str());
   return 0;
 }

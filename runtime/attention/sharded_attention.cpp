@@ -35,26 +35,6 @@ void accumulate(AttentionStats& total, const AttentionStats& one) {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// Merges the attention of the same queries over a further, disjoint set of
-// keys into (out, lse): both are softmax-weighted means, so the merged one
-// weighs each by its share exp(L_i - L) of the total, L = log(e^L1 + e^L2).
-// A row that sees no key in either keeps out = 0 and L = -inf.
-void merge_partial(at::Tensor& out, at::Tensor& lse, LocalForward part) {
-  if (!out.defined()) {
-    out = std::move(part.out);
-    lse = std::move(part.lse);
-    return;
-  }
-  const at::Tensor m = at::maximum(lse, part.lse);
-  const at::Tensor m_safe = m.masked_fill(m.isinf(), 0.0);  // both -inf: exp() gives 0, not NaN
-  const at::Tensor a = (lse - m_safe).exp_();
-  const at::Tensor b = (part.lse - m_safe).exp_();
-  const at::Tensor sum = a + b;
-  const at::Tensor sum_safe = sum.masked_fill(sum.eq(0), 1.0);
-  out = out * (a / sum_safe).unsqueeze(-1) + part.out * (b / sum_safe).unsqueeze(-1);
-  lse = m_safe + sum.log();  // log(0) = -inf: no key
-}
-
 // Carries the attention through the autograd graph: saved_data holds
 // IValues only, and a capsule is the IValue for an arbitrary C++ object.
 struct AttentionHolder : torch::CustomClassHolder {
@@ -101,6 +81,24 @@ void check_local(const std::string& who, const at::Tensor& t, const char* name, 
 }
 
 }  // namespace
+
+// Both are softmax-weighted means, so the merged one weighs each by its
+// share exp(L_i - L) of the total, L = log(e^L1 + e^L2).
+void merge_partial(at::Tensor& out, at::Tensor& lse, LocalForward part) {
+  if (!out.defined()) {
+    out = std::move(part.out);
+    lse = std::move(part.lse);
+    return;
+  }
+  const at::Tensor m = at::maximum(lse, part.lse);
+  const at::Tensor m_safe = m.masked_fill(m.isinf(), 0.0);  // both -inf: exp() gives 0, not NaN
+  const at::Tensor a = (lse - m_safe).exp_();
+  const at::Tensor b = (part.lse - m_safe).exp_();
+  const at::Tensor sum = a + b;
+  const at::Tensor sum_safe = sum.masked_fill(sum.eq(0), 1.0);
+  out = out * (a / sum_safe).unsqueeze(-1) + part.out * (b / sum_safe).unsqueeze(-1);
+  lse = m_safe + sum.log();  // log(0) = -inf: no key
+}
 
 ShardedAttention::ShardedAttention(std::string name, ShardPlan plan, TileSchedule schedule,
                                    KernelOptions kernel, std::unique_ptr<KvExchange> exchange)

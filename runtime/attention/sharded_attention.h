@@ -30,6 +30,11 @@
 
 namespace fulcrum::attention {
 
+// Merges the attention of the same queries over a further, disjoint set of
+// keys (`part`) into (out, lse); undefined out and lse take part as it is. A
+// row that sees no key in either keeps out = 0 and L = -inf.
+void merge_partial(at::Tensor& out, at::Tensor& lse, LocalForward part);
+
 // What a forward or backward pass did on this rank (or slot member).
 struct AttentionStats {
   std::int64_t tiles = 0;  // tiles computed, each for all heads: equals compute_work's tiles

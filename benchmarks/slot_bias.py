@@ -36,8 +36,11 @@ fit of the two before it) or one step at a time (`loo`), and it prints:
 - per step and scheduler, member 0 against member 1 of every two-member slot;
 - candidate fits held out: today's terms; received and sent K/V priced
   apart; a factor on member 0 of per-document plans; full and partial tiles
-  priced apart, and a price per document piece; with the per-rank error and
-  the error of the predicted speed-ups.
+  priced apart, and a price per document piece; a price per kernel chunk
+  and per masked chunk; a price per query-block visit (each kernel call's
+  query blocks: one call, or one per group of the overlapped exchange),
+  alone and with the tiles apart; with the per-rank error and the error of
+  the predicted speed-ups.
 
 A member's tiles are split into full ones (every query of the block may
 attend every key of the key block) and partial ones (a causal diagonal, a
@@ -84,7 +87,8 @@ SPLIT_TILES = ["full", "partial"] + [t for t in ROW if t != "tiles"]
 CHUNK_KEYS = 512
 # The coefficients a candidate's report names, with their units.
 FITTED = [("received", "token"), ("sent", "token"), ("full", "tile"), ("partial", "tile"),
-          ("pieces", "piece"), ("chunks", "chunk"), ("masked", "masked chunk")]
+          ("pieces", "piece"), ("chunks", "chunk"), ("masked", "masked chunk"),
+          ("visits", "visit")]
 M64 = (1 << 64) - 1
 
 
@@ -255,8 +259,8 @@ def ceil_div(a, b):
     return -(-a // b)
 
 
-def causal_tile_split(rows, docs, block, chunk_keys=CHUNK_KEYS, split=True):
-    """(full, partial, pieces, chunks, masked) of a member whose local rows
+def causal_tile_split(rows, docs, block, chunk_keys=CHUNK_KEYS, split=True, holder=None):
+    """(full, partial, pieces, chunks, masked, visits) of a member whose local rows
     are `rows` (global positions of the row of documents `docs`, in plan
     order; anything outside [0, N) a pad row) under the causal document
     mask, its query blocks `block` consecutive local rows against key blocks
@@ -276,7 +280,17 @@ def causal_tile_split(rows, docs, block, chunk_keys=CHUNK_KEYS, split=True):
     The chunks are those of one kernel call over the member's whole
     schedule; with the exchange overlapped, a member of a slot of two or
     more runs the kernel once per group of peers' key blocks, which cuts
-    its runs further, so its chunks are a lower bound."""
+    its runs further, so its chunks are a lower bound.
+
+    `visits` counts the query blocks each kernel call computes, forward and
+    backward: one call over the whole schedule visits each query block with
+    tiles once; the overlapped exchange (attention::make_overlap_plan) calls
+    the kernel once per group of key blocks, forward by the last peer a key
+    block needs (its own keys a group of their own), backward by the first,
+    peers in rank order, so a query block is visited once per group among
+    its key blocks. `holder` (global position -> member, this member's None)
+    gives each key block's peers; without it (a one-member slot) one call.
+    A key block's peers are taken as every member holding a token of it."""
     chunk_blocks = max(1, chunk_keys // block)
     starts, doc_of = [], []
     for i, n in enumerate(docs):
@@ -286,7 +300,7 @@ def causal_tile_split(rows, docs, block, chunk_keys=CHUNK_KEYS, split=True):
     real = [p for p in rows if 0 <= p < n_tokens]
     pieces = sum(1 for i, p in enumerate(real)
                  if i == 0 or p != real[i - 1] + 1 or doc_of[p] != doc_of[real[i - 1]])
-    full = partial = chunks = masked = 0
+    full = partial = chunks = masked = visits = 0
     for first in range(0, len(rows), block):
         here = rows[first:first + block]
         spans = sorted((starts[doc_of[p]], p) for p in here if 0 <= p < n_tokens)
@@ -308,6 +322,16 @@ def causal_tile_split(rows, docs, block, chunk_keys=CHUNK_KEYS, split=True):
                      if k * block >= latest_start and (k + 1) * block - 1 <= lowest_end}
         full += len(whole)
         partial += len(touched) - len(whole)
+        if holder is None:
+            visits += 2
+        else:
+            forward, backward = set(), set()
+            for k in touched:
+                peers = {holder.get(p) for p in range(k * block, min((k + 1) * block, n_tokens))}
+                peers.discard(None)
+                forward.add(max(peers) if peers else "own")
+                backward.add(min(peers) if peers else "own")
+            visits += len(forward) + len(backward)
         blocks = sorted(touched)
         run_starts = [k for i, k in enumerate(blocks) if i == 0 or k != blocks[i - 1] + 1]
         run_ends = [k for i, k in enumerate(blocks)
@@ -326,7 +350,7 @@ def causal_tile_split(rows, docs, block, chunk_keys=CHUNK_KEYS, split=True):
                     if not is_full and (len(spans) < len(here) or latest_start > k0
                                         or lowest_end < k1 - 1):
                         masked += 1
-    return full, partial, pieces, chunks, masked
+    return full, partial, pieces, chunks, masked, visits
 
 
 def plan_positions(cli, rule, g, docs, block, mask):
@@ -369,9 +393,17 @@ def split_tiles(m, slot, cli, block, mask, where, split_kernel=True):
         partial = float(recorded if recorded >= 0 else m["tiles"])
         m["full"], m["partial"], m["pieces"] = m["tiles"] - partial, partial, float(len(docs))
         m["chunks"] = m["masked"] = guess
+        # Every query block once per member of the slot, both passes.
+        m["visits"] = 2.0 * len(slot["group"]) * ceil_div(int(m["tokens"]), block)
         return False
-    full, partial, pieces, chunks, masked = causal_tile_split(rows[m["member"]], docs, block,
-                                                              split=split_kernel)
+    holder = None
+    if len(rows) > 1:
+        holder = {}
+        for member, positions in enumerate(rows):
+            for p in positions:
+                holder[p] = None if member == m["member"] else member
+    full, partial, pieces, chunks, masked, visits = causal_tile_split(
+        rows[m["member"]], docs, block, split=split_kernel, holder=holder)
     if full + partial != m["tiles"]:
         sys.exit(f"{where}: rank {m['rank']} of slot {m['slot']} has {m['tiles']} tiles in the "
                  f"records but {full} full and {partial} partial from its plan's positions")
@@ -379,7 +411,7 @@ def split_tiles(m, slot, cli, block, mask, where, split_kernel=True):
         sys.exit(f"{where}: rank {m['rank']} of slot {m['slot']} has {recorded} partial tiles in "
                  f"the records but {partial} from its plan's positions")
     m["full"], m["partial"], m["pieces"] = float(full), float(partial), float(pieces)
-    m["chunks"], m["masked"] = float(chunks), float(masked)
+    m["chunks"], m["masked"], m["visits"] = float(chunks), float(masked), float(visits)
     return True
 
 
@@ -642,7 +674,9 @@ CANDIDATES = {"today (row model)": (ROW, False, None),
               "today + slot-end wait, j per plan kind": (ROW, False, "plan"),
               "full and partial tiles apart": (SPLIT_TILES, False, None),
               "full and partial tiles apart + pieces": (SPLIT_TILES + ["pieces"], False, None),
-              "kernel chunks and masked chunks": (ROW + ["chunks", "masked"], False, None)}
+              "kernel chunks and masked chunks": (ROW + ["chunks", "masked"], False, None),
+              "query-block visits": (ROW + ["visits"], False, None),
+              "full and partial tiles apart + visits": (SPLIT_TILES + ["visits"], False, None)}
 
 
 def gains(crit):

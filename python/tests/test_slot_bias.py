@@ -6,7 +6,9 @@ without noise, a planted member-0 penalty measured exactly, a planted
 receive-only exchange cost recovered only by the fit that prices received
 and sent K/V apart, and a planted partial-tile premium only by the fit that
 prices full and partial tiles apart; the full/partial split of a member's
-tiles and the kernel's chunks against a pair-by-pair recount of the mask."""
+tiles, the kernel's chunks and its query-block visits (one call, or the
+overlapped exchange's calls per group of key blocks) against a pair-by-pair
+recount of the mask."""
 
 import itertools
 import json
@@ -197,20 +199,37 @@ def test_full_and_partial_apart_recover_a_partial_tile_premium(tmp_path):
     assert_only_terms_recover(steps, slot_bias.SPLIT_TILES)
 
 
-def pair_by_pair(rows, docs, block, chunk_keys, split):
+def pair_by_pair(rows, docs, block, chunk_keys, split, members=None, me=0):
     """The split recounted from the dense mask: every (query, key) pair of
     every (query block, key block), no intervals; the kernel's chunks as
     runs of touched key blocks (split: each cut into its stretches of full
     and of partial blocks) cut every chunk_keys // block blocks, masked when
     one pair of the query block's rows (pads included) and the chunk's keys
-    is not allowed."""
+    is not allowed. Visits: without `members`, two per query block with a
+    touched key block; with them (every member's rows, this one `me`), as
+    attention::make_overlap_plan groups the blocks: the peers of the slot
+    are the other members holding a token of a touched key block, in rank
+    order; forward a block goes to the group after its last peer (its own
+    keys alone: group 0), backward to its first peer's (alone: the last
+    group); a query block is visited once per group holding one of its
+    touched key blocks, in each pass."""
     doc_of = [i for i, n in enumerate(docs) for _ in range(n)]
     n_tokens = len(doc_of)
 
     def allowed(q, k):
         return 0 <= q < n_tokens and doc_of[k] == doc_of[q] and k <= q
 
-    full = partial = chunks = masked = 0
+    owner = {}
+    for member, held in enumerate(members or []):
+        for q in held:
+            if 0 <= q < n_tokens:
+                owner[q] = member
+
+    def peers_of(kb):
+        return sorted({owner[k] for k in range(kb * block, min(n_tokens, (kb + 1) * block))
+                       if owner.get(k, me) != me})
+
+    full = partial = chunks = masked = visits = 0
     step = max(1, chunk_keys // block)
     for first in range(0, len(rows), block):
         queries = rows[first:first + block]
@@ -225,6 +244,19 @@ def pair_by_pair(rows, docs, block, chunk_keys, split):
                 partial += 1
             if count:
                 touched.append(k0 // block)
+        if members is None:
+            visits += 2 if touched else 0
+        else:
+            slot_peers = sorted({p for kb in range(ceil(n_tokens, block)) for p in peers_of(kb)
+                                 if any(allowed(q, k) for q in rows
+                                        for k in range(kb * block,
+                                                       min(n_tokens, (kb + 1) * block)))})
+            groups = len(slot_peers) + 1
+            forward = {slot_peers.index(peers_of(kb)[-1]) + 1 if peers_of(kb) else 0
+                       for kb in touched}
+            backward = {slot_peers.index(peers_of(kb)[0]) if peers_of(kb) else groups - 1
+                        for kb in touched}
+            visits += len(forward) + len(backward)
         runs = []
         for kb in touched:
             joins = (bool(runs) and kb == runs[-1][-1] + 1
@@ -243,7 +275,11 @@ def pair_by_pair(rows, docs, block, chunk_keys, split):
     # position - index).
     real = [q for q in rows if 0 <= q < n_tokens]
     pieces = len(list(itertools.groupby(doc_of[q] * (1 << 32) + q - i for i, q in enumerate(real))))
-    return full, partial, pieces, chunks, masked
+    return full, partial, pieces, chunks, masked, visits
+
+
+def ceil(a, b):
+    return -(-a // b)
 
 
 def test_the_tile_split_is_the_pair_by_pair_recount():
@@ -267,3 +303,26 @@ def test_the_tile_split_is_the_pair_by_pair_recount():
             assert (slot_bias.causal_tile_split(rows, docs, block, chunk_keys, split)
                     == pair_by_pair(rows, docs, block, chunk_keys, split)), \
                 (rows, docs, block, chunk_keys, split)
+
+
+def test_the_overlaps_visits_are_the_pair_by_pair_recount():
+    rng = random.Random(28)
+    many = 0
+    for _ in range(150):
+        docs = [rng.randint(1, 30) for _ in range(rng.randint(1, 4))]
+        n_tokens = sum(docs)
+        block = rng.choice([1, 2, 4, 8])
+        g = rng.randint(2, 5)
+        order = list(range(n_tokens))
+        if rng.random() < 0.5:
+            rng.shuffle(order)
+        cuts = sorted(rng.randint(0, n_tokens) for _ in range(g - 1))
+        members = [order[a:b] for a, b in zip([0] + cuts, cuts + [n_tokens])]
+        for me, rows in enumerate(members):
+            holder = {p: (None if m == me else m)
+                      for m, held in enumerate(members) for p in held}
+            got = slot_bias.causal_tile_split(rows, docs, block, 512, True, holder=holder)
+            want = pair_by_pair(rows, docs, block, 512, True, members, me)
+            assert got == want, (members, me, docs, block)
+            many += got[5] > 2 * ceil(len(rows), block)
+    assert many > 50  # most members visit some query block more than once

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <ATen/Parallel.h>
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <array>
@@ -17,6 +16,8 @@
 #include <thread>
 #include <utility>
 #include <vector>
+
+#include "attention/compute_threads.h"
 
 namespace fulcrum::bench {
 
@@ -35,25 +36,9 @@ inline double thread_cpu_ms() {
   return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_nsec) * 1e-6;
 }
 
-// One core, as the tile model assumes for a rank. at::set_num_threads covers
-// OpenMP (and MKL), but the system OpenBLAS (pthreads build) keeps its own
-// pool, sized at load time from OPENBLAS_NUM_THREADS or the core count, which
-// this LibTorch's set_num_threads does not reach. Looked up dynamically so a
-// build against another BLAS still runs. Returns a line saying what was set.
-inline std::string use_one_core() {
-  at::set_num_threads(1);
-  std::string blas = "openblas_set_num_threads not found (BLAS is not OpenBLAS?)";
-  using SetThreads = void (*)(int);
-  if (auto* set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) {
-    set(1);
-    blas = "OpenBLAS threads 1";
-    using GetConfig = char* (*)();
-    if (auto* config = reinterpret_cast<GetConfig>(dlsym(RTLD_DEFAULT, "openblas_get_config"))) {
-      blas += std::string(" (") + config() + ")";
-    }
-  }
-  return "threads: ATen " + std::to_string(at::get_num_threads()) + ", " + blas;
-}
+// One core, as the tile model assumes for a rank (attention/compute_threads.h:
+// ATen's threads and OpenBLAS's pool). Returns a line saying what was set.
+inline std::string use_one_core() { return fulcrum::attention::set_compute_threads(1); }
 
 inline double median(std::vector<double> v) {
   if (v.empty()) return 0.0;

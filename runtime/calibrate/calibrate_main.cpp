@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "attention/blocked_attention.h"
+#include "attention/compute_threads.h"
 #include "attention/tile_schedule.h"
 #include "comm/directory_store.h"
 #include "fulcrum/core/workload.h"
@@ -242,7 +243,7 @@ int run(int argc, char** argv) {
   }
   // One thread: the figures are per rank, and ranks on one host share its
   // cores.
-  at::set_num_threads(1);
+  fulcrum::attention::set_compute_threads(1);
   const std::string mode = argv[1];
   if (mode == "compute") return run_compute(static_cast<int>(repetitions));
   if (mode == "comm") return run_comm(static_cast<int>(repetitions));

@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "attention/compute_threads.h"
 #include "train/run_settings.h"
 #include "train/worker_base.h"
 
@@ -37,7 +38,7 @@ Status configure_compute(TrainOptions& options, const launch::WorkerIdentity& id
     }
     options.cuda_device = id.local_rank % gpus;
   }
-  at::set_num_threads(options.threads > 0 ? options.threads : default_threads(id));
+  attention::set_compute_threads(options.threads > 0 ? options.threads : default_threads(id));
   return Status::ok();
 }
 

@@ -5,6 +5,7 @@
 // all-gather / reduce-scatter plumbing runs as in a real job (the Gloo
 // version of the same check is gloo_attention_test.cpp).
 #include <ATen/ATen.h>
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <random>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "attention/blocked_attention.h"
+#include "attention/compute_threads.h"
 #include "attention/cp_attention.h"
 #include "attention/kv_exchange.h"
 #include "attention/sharding.h"
@@ -498,3 +500,21 @@ TEST(CpAttention, RejectsAGroupOfTheWrongSizeAndBadShapes) {
 
 }  // namespace
 }  // namespace fulcrum::attention
+
+// at::set_num_threads does not reach a system OpenBLAS's own pool, which
+// stays at the core count: a rank set to one thread multiplied on several,
+// and its thread clock missed the helpers' share. set_compute_threads sets
+// both.
+TEST(ComputeThreads, SetsATenAndOpenBlasAlike) {
+  using GetThreads = int (*)();
+  auto* blas = reinterpret_cast<GetThreads>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  for (const int n : {2, 1}) {
+    const std::string line = fulcrum::attention::set_compute_threads(n);
+    EXPECT_EQ(at::get_num_threads(), n);
+    if (blas != nullptr) {
+      EXPECT_EQ(blas(), n);
+      EXPECT_NE(line.find("OpenBLAS threads " + std::to_string(n)), std::string::npos) << line;
+    }
+  }
+  if (blas == nullptr) GTEST_SKIP() << "this BLAS is not OpenBLAS";
+}

@@ -21,11 +21,13 @@
 // interleaved: in one call, as a rank of a fixed CP group runs it after the
 // all-gather, and in the calls of the overlapped exchange (make_overlap_plan:
 // one call per group of key blocks, the member's own and then each peer's,
-// forward merged by log-sum-exp and backward's dK/dV joined per group, as
-// ShardedAttention runs them). Per shape: the two summed times and their
-// ratio (min..max by repetition), the query-block visits of each (a call
-// visits each query block it has tiles of), and each way's fit on the model's
-// compute terms, with the price per visit when the visits join the fit.
+// forward merged by log-sum-exp, backward's dK/dV joined and added to the
+// row's running dK/dV per group, as ShardedAttention and the peer exchange
+// run them; one call's dK/dV joined once). Per shape: the two summed times
+// and their ratio (min..max by repetition), the query-block visits of each
+// (a call visits each query block it has tiles of) and the calls, and each
+// way's fit on the model's compute terms, with the prices per visit and per
+// call when those join the fit.
 // Rows: documents of ../shared/workloads/dist_wlbllm.json, lengths / 8 as
 // benchmarks/hybrid_train.py takes them (the synthetic mix when the folder is
 // missing), packed into rows of kRowTokens; and one single causal document.
@@ -90,13 +92,16 @@ constexpr const char* kKernelNames[3] = {"whole chunks", "full apart", "per part
   std::exit(2);
 }
 
-double run_once(const Member& m, Masking masking) {
+// One call each way; with `joined`, the backward's dK and dV joined as the
+// runtime's exchange takes them (sharded_attention.cpp, backward).
+double run_once(const Member& m, Masking masking, bool joined = false) {
   KernelOptions options;
   options.masking = masking;
   const double start = thread_cpu_ms();
   const auto f = fulcrum::attention::local_attention_forward(m.schedule, m.q, *m.k, *m.v, options);
   const auto g = fulcrum::attention::local_attention_backward(m.schedule, m.q, *m.k, *m.v, f.out,
                                                               f.lse, m.dout, options);
+  if (joined) (void)at::cat({g.dk, g.dv}, -1);
   const double ms = thread_cpu_ms() - start;
   if (f.tiles != m.schedule.tiles || g.tiles != m.schedule.tiles) {
     die(m.label + ": the kernel computed " + std::to_string(f.tiles) +
@@ -152,41 +157,68 @@ std::int64_t visits(const std::vector<TileSchedule>& calls) {
   return n;
 }
 
-double run_grouped(const GroupedMember& g) {
+// The calls of the overlapped exchange, as ShardedAttention and the peer
+// exchange make them (forward_overlapped, backward_overlapped and
+// return_grads_overlapped): each group's forward merged in; each group's
+// backward dQ summed, its dK and dV joined and added to the row's running
+// dK/dV, from which each peer's rows leave. Empty groups are skipped.
+double run_grouped(const GroupedMember& g, Masking masking) {
+  KernelOptions options;
+  options.masking = masking;
   const Member& m = g.m;
+  std::int64_t tiles[2] = {0, 0};
   const double start = thread_cpu_ms();
-  at::Tensor out, lse, dq;
+  at::Tensor out, lse, dq, acc;
   for (const TileSchedule& s : g.overlap.forward) {
     if (s.tiles == 0) continue;
-    fulcrum::attention::merge_partial(
-        out, lse, fulcrum::attention::local_attention_forward(s, m.q, *m.k, *m.v));
+    auto part = fulcrum::attention::local_attention_forward(s, m.q, *m.k, *m.v, options);
+    tiles[0] += part.tiles;
+    fulcrum::attention::merge_partial(out, lse, std::move(part));
   }
   for (const TileSchedule& s : g.overlap.backward) {
     if (s.tiles == 0) continue;
-    auto part = fulcrum::attention::local_attention_backward(s, m.q, *m.k, *m.v, out, lse, m.dout);
+    auto part =
+        fulcrum::attention::local_attention_backward(s, m.q, *m.k, *m.v, out, lse, m.dout, options);
+    tiles[1] += part.tiles;
     dq = dq.defined() ? dq.add_(part.dq) : part.dq;
-    const at::Tensor dkv = at::cat({part.dk, part.dv}, -1);  // what leaves for the peer
+    const at::Tensor dkv = at::cat({part.dk, part.dv}, -1);
+    acc = acc.defined() ? acc.add_(dkv) : dkv;
   }
-  return thread_cpu_ms() - start;
+  const double ms = thread_cpu_ms() - start;
+  if (tiles[0] != m.schedule.tiles || tiles[1] != m.schedule.tiles) {
+    die(m.label + ": the overlap's calls computed " + std::to_string(tiles[0]) + " and " +
+        std::to_string(tiles[1]) + " tiles, the schedule lists " +
+        std::to_string(m.schedule.tiles));
+  }
+  return ms;
 }
 
 // ms ~ tile x tiles + partial x partial tiles + token x local rows + fixed
-// [+ visit x visits]; (a + e) / a, the price per visit (0 without), median |e|.
-struct GroupFit {
-  double ratio = 0, visit = 0, median_error = 0;
-};
-
+// [+ visit x visits + call x calls], by least squares; as printed: (a + e) / a
+// (n/a where the tile price is not positive), then the price per visit and
+// per call where fitted, and the fit's median |error|; "n/a" where the
+// members do not separate the terms.
 template <std::size_t N>
-GroupFit fit_members(const std::vector<std::array<double, N>>& x, const std::vector<double>& y) {
+std::string fit_members(const std::vector<std::array<double, N>>& x, const std::vector<double>& y) {
   const std::vector<double> b = fulcrum::bench::least_squares(x, y);
-  if (b.empty()) die("the P = 8 members do not separate the fit's terms; add rows (--rows)");
+  if (b.empty()) return "n/a (the terms do not separate)";
   std::vector<double> errors;
   for (std::size_t i = 0; i < x.size(); ++i) {
     double predicted = 0.0;
     for (std::size_t c = 0; c < N; ++c) predicted += b[c] * x[i][c];
     errors.push_back(std::abs(predicted - y[i]) / y[i]);
   }
-  return {(b[0] + b[1]) / b[0], N > 4 ? b[N - 1] : 0.0, median(errors)};
+  char text[160];
+  const std::string ratio =
+      b[0] > 1e-9 ? std::to_string((b[0] + b[1]) / b[0]).substr(0, 4) + "x"
+                  : std::string("n/a (tile price ") + std::to_string(b[0]).substr(0, 7) + " ms)";
+  if constexpr (N > 4) {
+    std::snprintf(text, sizeof text, "%s, %.3f ms a visit, %.3f ms a call, %.1f%%", ratio.c_str(),
+                  b[4], b[5], 100.0 * median(errors));
+  } else {
+    std::snprintf(text, sizeof text, "%s, %.1f%%", ratio.c_str(), 100.0 * median(errors));
+  }
+  return text;
 }
 
 }  // namespace
@@ -346,17 +378,20 @@ int main(int argc, char** argv) {
     }
     std::fflush(stdout);
 
-    for (GroupedMember& g : grouped) run_grouped(g);  // warm-up
+    for (GroupedMember& g : grouped) {  // warm-up, both ways
+      run_once(g.m, Masking::kFullApart, true);
+      run_grouped(g, Masking::kFullApart);
+    }
     std::vector<double> by_rep;
     for (int rep = 0; rep < reps; ++rep) {
       double one = 0, in_groups = 0;
       for (GroupedMember& g : grouped) {
         for (int i = 0; i < 2; ++i) {
           if ((rep + i) % 2 == 0) {
-            g.one.push_back(run_once(g.m, Masking::kFullApart));
+            g.one.push_back(run_once(g.m, Masking::kFullApart, true));
             one += g.one.back();
           } else {
-            g.grouped.push_back(run_grouped(g));
+            g.grouped.push_back(run_grouped(g, Masking::kFullApart));
             in_groups += g.grouped.back();
           }
         }
@@ -366,7 +401,7 @@ int main(int argc, char** argv) {
     double one = 0, in_groups = 0;
     std::int64_t one_visits = 0, group_visits = 0, calls = 0;
     std::vector<std::array<double, 4>> x_one, x_grouped;
-    std::vector<std::array<double, 5>> x_visits;
+    std::vector<std::array<double, 6>> x_visits;
     std::vector<double> y_one, y_grouped;
     for (const GroupedMember& g : grouped) {
       const TileSchedule& s = g.m.schedule;
@@ -375,34 +410,34 @@ int main(int argc, char** argv) {
       const auto local = static_cast<double>(s.shard_len);
       const std::int64_t own = 2 * visits({s});
       const std::int64_t in = visits(g.overlap.forward) + visits(g.overlap.backward);
+      std::int64_t member_calls = 0;
       for (const auto* list : {&g.overlap.forward, &g.overlap.backward}) {
-        for (const TileSchedule& c : *list) calls += c.tiles > 0 ? 1 : 0;
+        for (const TileSchedule& c : *list) member_calls += c.tiles > 0 ? 1 : 0;
       }
+      calls += member_calls;
       one_visits += own;
       group_visits += in;
       x_one.push_back({all, part, local, 1.0});
       x_grouped.push_back({all, part, local, 1.0});
-      x_visits.push_back({all, part, local, 1.0, static_cast<double>(in)});
+      x_visits.push_back(
+          {all, part, local, 1.0, static_cast<double>(in), static_cast<double>(member_calls)});
       y_one.push_back(median(g.one));
       y_grouped.push_back(median(g.grouped));
       one += y_one.back();
       in_groups += y_grouped.back();
     }
-    const GroupFit f_one = fit_members(x_one, y_one);
-    const GroupFit f_grouped = fit_members(x_grouped, y_grouped);
-    const GroupFit f_visits = fit_members(x_visits, y_grouped);
     char line[1024];
-    std::snprintf(
-        line, sizeof line,
-        "| %lld, %lld x %lld | %zu | %.0f | %.0f | %.2f (%.2f..%.2f) | %lld | %lld (%lld calls) | "
-        "%.2fx, %.1f%% | %.2fx, %.1f%% | %.3f ms a visit: %.2fx, %.1f%% |",
-        static_cast<long long>(shape.block), static_cast<long long>(shape.heads),
-        static_cast<long long>(shape.head_dim), grouped.size(), one, in_groups, in_groups / one,
-        *std::min_element(by_rep.begin(), by_rep.end()),
-        *std::max_element(by_rep.begin(), by_rep.end()), static_cast<long long>(one_visits),
-        static_cast<long long>(group_visits), static_cast<long long>(calls), f_one.ratio,
-        100.0 * f_one.median_error, f_grouped.ratio, 100.0 * f_grouped.median_error, f_visits.visit,
-        f_visits.ratio, 100.0 * f_visits.median_error);
+    std::snprintf(line, sizeof line,
+                  "| %lld, %lld x %lld | %zu | %.0f | %.0f | %.2f (%.2f..%.2f) | %lld | %lld "
+                  "(%lld calls) | %s | %s | %s |",
+                  static_cast<long long>(shape.block), static_cast<long long>(shape.heads),
+                  static_cast<long long>(shape.head_dim), grouped.size(), one, in_groups,
+                  in_groups / one, *std::min_element(by_rep.begin(), by_rep.end()),
+                  *std::max_element(by_rep.begin(), by_rep.end()),
+                  static_cast<long long>(one_visits), static_cast<long long>(group_visits),
+                  static_cast<long long>(calls), fit_members(x_one, y_one).c_str(),
+                  fit_members(x_grouped, y_grouped).c_str(),
+                  fit_members(x_visits, y_grouped).c_str());
     group_rows.push_back(line);
   }
   std::printf(
@@ -410,7 +445,8 @@ int main(int argc, char** argv) {
       "kernel: one call against the overlapped exchange's calls\n\n"
       "| B, heads x head_dim | members | one call ms | group calls ms | groups / one (by "
       "repetition) | visits, one call | visits, group calls | one call: (a + e) / a, fit's "
-      "median |e| | group calls: (a + e) / a, median |e| | group calls with visits fitted |\n"
+      "median |e| | group calls: (a + e) / a, median |e| | group calls, visits and calls "
+      "fitted too |\n"
       "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- |\n");
   for (const std::string& row : group_rows) std::printf("%s\n", row.c_str());
   std::printf("\nload average at the end: %s\n", fulcrum::bench::load_average().c_str());

@@ -179,6 +179,9 @@ def job_config(folder):
             "batch": int(config_value(text, "global_batch_size")),
             "seed": int(config_value(text, "seed")), "profile": config_value(text, "profile"),
             "profile_start": config_value(text, "profile_start"),
+            # parallel.hybrid.overlap (default on): off, every member makes
+            # one kernel call per pass.
+            "overlap": config_value(text, "overlap") != "false",
             # The model's K and V of one token over all layers (the trainer's
             # model_kv_bytes_per_token): what a record's kv bytes count.
             "kv_bytes_per_token": 2 * int(config_value(text, "hidden_size"))
@@ -377,7 +380,7 @@ def plan_positions(cli, rule, g, docs, block, mask):
 _POSITIONS = {}
 
 
-def split_tiles(m, slot, cli, block, mask, where, split_kernel=True):
+def split_tiles(m, slot, cli, block, mask, where, split_kernel=True, overlap=True):
     """The member's full and partial tiles, pieces, kernel chunks and masked
     chunks (causal masks), from its plan's positions; True when they could
     be had. Where not (a weighted plan, another mask), every tile partial, a
@@ -393,11 +396,12 @@ def split_tiles(m, slot, cli, block, mask, where, split_kernel=True):
         partial = float(recorded if recorded >= 0 else m["tiles"])
         m["full"], m["partial"], m["pieces"] = m["tiles"] - partial, partial, float(len(docs))
         m["chunks"] = m["masked"] = guess
-        # Every query block once per member of the slot, both passes.
-        m["visits"] = 2.0 * len(slot["group"]) * ceil_div(int(m["tokens"]), block)
+        # At most one visit per group (its peers and its own keys) per query
+        # block and pass: an upper bound.
+        m["visits"] = 2.0 * (m["peers"] + 1) * ceil_div(int(m["tokens"]), block)
         return False
     holder = None
-    if len(rows) > 1:
+    if len(rows) > 1 and overlap:
         holder = {}
         for member, positions in enumerate(rows):
             for p in positions:
@@ -457,7 +461,8 @@ def attach(folder, cli, first_step, split_kernel=True):
                     slot = answer["slots"][m["slot"]]
                     describe_member(m, slot, config["kv_bytes_per_token"])
                     m["split"] = split_tiles(m, slot, cli, config["block"], config["mask"],
-                                             f"{folder} step {step} {n}", split_kernel)
+                                             f"{folder} step {step} {n}", split_kernel,
+                                             config["overlap"])
     return steps
 
 

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/compute_threads.h"
 #include "attention/cp_attention.h"
 #include "attention/sharding.h"
 #include "comm/gloo_communicator.h"
@@ -181,7 +182,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s PLUGIN_PATH\n", argv[0]);
     return 2;
   }
-  at::set_num_threads(1);
+  attention::set_compute_threads(1);
   auto id = launch::detect_worker_identity();
   if (!id) {
     std::fprintf(stderr, "%s\n", id.status().message().c_str());

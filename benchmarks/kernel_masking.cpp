@@ -114,6 +114,19 @@ struct Fit {
   double tile = 0, partial = 0, token = 0, fixed = 0, median_error = 0;
 };
 
+// The median |predicted - measured| / measured of a least-squares fit `b`.
+template <std::size_t N>
+double median_error(const std::vector<std::array<double, N>>& x, const std::vector<double>& y,
+                    const std::vector<double>& b) {
+  std::vector<double> errors;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    double predicted = 0.0;
+    for (std::size_t c = 0; c < N; ++c) predicted += b[c] * x[i][c];
+    errors.push_back(std::abs(predicted - y[i]) / y[i]);
+  }
+  return median(errors);
+}
+
 // ms ~ tile x tiles + partial x partial tiles + token x local rows + fixed,
 // over the members' medians: the cost model's compute terms (every member
 // holds the same row, so its K/V work is in the constant).
@@ -128,15 +141,7 @@ Fit fit_prices(const std::vector<Member>& members, int kernel) {
   }
   const std::vector<double> b = fulcrum::bench::least_squares(x, y);
   if (b.empty()) die("the members do not separate the fit's four terms; add rows (--rows)");
-  Fit fit{b[0], b[1], b[2], b[3], 0.0};
-  std::vector<double> errors;
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    double predicted = 0.0;
-    for (std::size_t c = 0; c < 4; ++c) predicted += b[c] * x[i][c];
-    errors.push_back(std::abs(predicted - y[i]) / y[i]);
-  }
-  fit.median_error = median(errors);
-  return fit;
+  return {b[0], b[1], b[2], b[3], median_error(x, y, b)};
 }
 
 // A member of a P = 8 plan, in one call and in the overlap's group calls.
@@ -202,21 +207,16 @@ template <std::size_t N>
 std::string fit_members(const std::vector<std::array<double, N>>& x, const std::vector<double>& y) {
   const std::vector<double> b = fulcrum::bench::least_squares(x, y);
   if (b.empty()) return "n/a (the terms do not separate)";
-  std::vector<double> errors;
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    double predicted = 0.0;
-    for (std::size_t c = 0; c < N; ++c) predicted += b[c] * x[i][c];
-    errors.push_back(std::abs(predicted - y[i]) / y[i]);
-  }
+  const double error = median_error(x, y, b);
   char text[160];
   const std::string ratio =
       b[0] > 1e-9 ? std::to_string((b[0] + b[1]) / b[0]).substr(0, 4) + "x"
                   : std::string("n/a (tile price ") + std::to_string(b[0]).substr(0, 7) + " ms)";
   if constexpr (N > 4) {
     std::snprintf(text, sizeof text, "%s, %.3f ms a visit, %.3f ms a call, %.1f%%", ratio.c_str(),
-                  b[4], b[5], 100.0 * median(errors));
+                  b[4], b[5], 100.0 * error);
   } else {
-    std::snprintf(text, sizeof text, "%s, %.1f%%", ratio.c_str(), 100.0 * median(errors));
+    std::snprintf(text, sizeof text, "%s, %.1f%%", ratio.c_str(), 100.0 * error);
   }
   return text;
 }

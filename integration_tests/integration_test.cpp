@@ -146,6 +146,17 @@ TEST(Hybrid, EverySchedulerAtFourAndSixRanksMatchesOneProcessAndFixedMode) {
       EXPECT_GE(*groups.rbegin(), 4) << what << ": no slot of four ranks or more";
     }
   }
+  // The runs above call the kernel two times a pass under overlap (the
+  // default); a call per peer, and no overlap, train to the same losses.
+  for (const char* calls :
+       {"parallel.hybrid.overlap_calls=per_peer", "parallel.hybrid.overlap=false"}) {
+    expect_same(single,
+                train_layout(dir, config, 1, 1,
+                             {"parallel.mode=hybrid", "parallel.world_size=6",
+                              "parallel.max_tokens_per_rank=16",
+                              "balancer.schedule.strategy=hybrid", calls}),
+                std::string("hybrid W=6 ") + calls);
+  }
 }
 
 // Every CP strategy, served and fallen back: at seq_length 64 and CP 2 every

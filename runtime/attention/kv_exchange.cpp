@@ -94,7 +94,8 @@ TileSchedule restrict_schedule(const TileSchedule& schedule, const std::vector<b
 }
 
 OverlapPlan make_overlap_plan(const TileSchedule& schedule, const ShardPlan& plan,
-                              const KvExchangePlan& exchange, std::int32_t member) {
+                              const KvExchangePlan& exchange, std::int32_t member,
+                              OverlapCalls calls) {
   OverlapPlan o;
   for (const KvTransfer& t : exchange.transfers) {
     if (t.to == member) o.peers.push_back(t.from);
@@ -109,9 +110,10 @@ OverlapPlan make_overlap_plan(const TileSchedule& schedule, const ShardPlan& pla
   const std::vector<std::vector<std::int32_t>> needs = block_peers(schedule, plan, member);
   const std::size_t groups = o.peers.size() + 1;
   std::vector<std::size_t> first(needs.size()), last(needs.size());
+  const bool two = calls == OverlapCalls::kOwnThenRemote;
   for (std::size_t kb = 0; kb < needs.size(); ++kb) {
-    first[kb] = needs[kb].empty() ? groups - 1 : index_of(needs[kb].front());
-    last[kb] = needs[kb].empty() ? 0 : index_of(needs[kb].back()) + 1;
+    first[kb] = needs[kb].empty() ? groups - 1 : two ? 0 : index_of(needs[kb].front());
+    last[kb] = needs[kb].empty() ? 0 : two ? groups - 1 : index_of(needs[kb].back()) + 1;
   }
   o.forward = split_schedule(schedule, groups, last);
   o.backward = split_schedule(schedule, groups, first);

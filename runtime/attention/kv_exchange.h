@@ -76,9 +76,25 @@ struct OverlapPlan {
   std::vector<TileSchedule> backward;  // peers.size() + 1 groups
 };
 
+// How many kernel calls a pass's tiles take under overlap. Each call
+// pays work sized by the whole row and visits every query block with tiles
+// in its group, so on a CPU many small groups cost more than the exchange
+// they hide (docs/HYBRID_RUNTIME.md section 10, "Two calls a pass").
+enum class OverlapCalls {
+  // The groups above: a call per peer, each as early as its keys allow.
+  kPerPeer,
+  // Two calls a pass, the same exchange: forward, the own-key blocks while
+  // every peer's keys travel, then every other block in group peers.size()
+  // once all are placed; backward, every other block in group 0, after
+  // which every peer's dK/dV may leave, then the own-key blocks while they
+  // travel. The groups between are empty.
+  kOwnThenRemote,
+};
+
 // `schedule` is member's; `exchange` the slot's plan over the same row.
 OverlapPlan make_overlap_plan(const TileSchedule& schedule, const ShardPlan& plan,
-                              const KvExchangePlan& exchange, std::int32_t member);
+                              const KvExchangePlan& exchange, std::int32_t member,
+                              OverlapCalls calls);
 
 // The schedule with only the key blocks `keep` marks (indexed by key block):
 // the same rows and masks, fewer runs and tiles.

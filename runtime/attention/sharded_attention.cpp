@@ -158,7 +158,8 @@ void ShardedAttention::finish_backward(const AttentionStats& stats) {
   accumulate(total_backward_, stats);
 }
 
-// Group by group as the keys arrive, each group's partial (O, L) merged in.
+// Group by group as the keys arrive (OverlapPlan::forward; empty groups
+// skipped), each group's partial (O, L) merged in.
 ShardedForward ShardedAttention::forward_overlapped(const at::Tensor& q, const at::Tensor& kv,
                                                     const OverlapPlan& overlap,
                                                     AttentionStats& stats) {
@@ -185,8 +186,9 @@ ShardedForward ShardedAttention::forward_overlapped(const at::Tensor& q, const a
   return f;
 }
 
-// Peer by peer: the tiles of a peer's keys, then its dK/dV leave while the
-// next group computes; the own-key tiles last.
+// Group by group (OverlapPlan::backward; empty groups skipped): the tiles of
+// a peer's keys, then its dK/dV leave while the next group computes; the
+// own-key tiles last.
 ShardedGrads ShardedAttention::backward_overlapped(const at::Tensor& q, const ShardedForward& f,
                                                    const at::Tensor& dout,
                                                    const OverlapPlan& overlap,

@@ -118,7 +118,9 @@ class PeerKvExchange final : public KvExchange {
   }
 
   // The forward exchange one peer at a time on a background thread; the
-  // own-key tiles compute meanwhile, each peer's group once its rows are in.
+  // own-key tiles compute meanwhile, group i + 1 once peer i's rows are in
+  // (under two calls a pass, every group between is empty and the last holds
+  // the rest).
   at::Tensor gather_overlapped(
       const at::Tensor& kv, AttentionStats& stats,
       const std::function<void(std::size_t, const at::Tensor&)>& compute) override {
@@ -143,10 +145,12 @@ class PeerKvExchange final : public KvExchange {
     compute(0, kv_global);
     for (std::size_t i = 0; i < received.size(); ++i) {
       thread.wait(i);
-      if (!received[i].defined()) continue;  // a peer that only receives from this one
-      kv_global.index_copy_(0, find(incoming_, overlap_->peers[i])->positions.to(device),
-                            received[i]);
-      compute(i + 1, kv_global);
+      if (received[i].defined()) {  // else a peer that only receives from this one
+        kv_global.index_copy_(0, find(incoming_, overlap_->peers[i])->positions.to(device),
+                              received[i]);
+      }
+      compute(i + 1,
+              kv_global);  // two calls a pass: the rest after the last peer, whatever it sent
     }
     thread.finish();
     stats.exchange_ms += thread.exchange_ms();
@@ -155,7 +159,9 @@ class PeerKvExchange final : public KvExchange {
   }
 
   // The mirror: group i's tiles, then peer i's dK/dV leave on the background
-  // thread while group i + 1 computes; the own-key tiles last.
+  // thread while group i + 1 computes; the own-key tiles last (under two
+  // calls a pass, group 0 holds every peer's tiles, so all their dK/dV leave
+  // while the own-key tiles compute).
   at::Tensor return_grads_overlapped(
       const at::Tensor& like, AttentionStats& stats,
       const std::function<at::Tensor(std::size_t)>& compute) override {
@@ -286,7 +292,7 @@ Result<std::shared_ptr<SlotAttention>> SlotAttention::create(
 
   std::optional<OverlapPlan> overlap;
   if (options.overlap && plan.cp_size > 1) {
-    overlap = make_overlap_plan(*schedule, plan, *exchange, *member);
+    overlap = make_overlap_plan(*schedule, plan, *exchange, *member, options.overlap_calls);
   }
   auto peers = std::make_unique<PeerKvExchange>(ranks, *member, plan, *exchange, std::move(world),
                                                 options.label, std::move(overlap));

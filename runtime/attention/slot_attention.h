@@ -11,13 +11,15 @@
 //             lists. Key blocks no tile touches are never filled and never
 //             read. With overlap (the default) the exchange runs one peer at
 //             a time on a background thread while the tiles of the member's
-//             own keys compute, each peer's tiles once its rows are placed,
-//             the partial results merged by log-sum-exp; without it, one
-//             exchange before the first tile.
+//             own keys compute, then the other tiles once the rows are
+//             placed (all of them in one kernel call, or each peer's as its
+//             rows arrive: OverlapCalls), the partial results merged by
+//             log-sum-exp; without it, one exchange before the first tile.
 //   backward: recompute tiles from (O, L); dK/dV of the received keys go back
-//             to their owners (with overlap, each peer's once the tiles of
-//             its keys are done, while the next peer's compute), and each
-//             owner adds them to the gradient of its own keys.
+//             to their owners (with overlap, once the tiles of their keys
+//             are done, while the own keys' tiles compute; per peer, each
+//             peer's while the next peer's compute), and each owner adds
+//             them to the gradient of its own keys.
 //
 // Both sides derive what travels from the replicated row and plan, so no
 // sizes or positions go over the wire. A slot of one member communicates
@@ -58,6 +60,8 @@ struct SlotAttentionOptions {
   // peer at a time on a background thread, the tiles whose keys are here
   // first. Off: every row travels before the first tile, in one exchange.
   bool overlap = true;
+  // Under overlap, two kernel calls a pass or one per peer (OverlapCalls).
+  OverlapCalls overlap_calls = OverlapCalls::kOwnThenRemote;
 };
 
 // The names hybrid mode's callers know the shared types by.

@@ -200,6 +200,8 @@ std::shared_ptr<attention::SlotAttention> HybridWorker::slot_attention(const CpW
   slot_options.label =
       "slot " + std::to_string(index) + " (wave " + std::to_string(slot.wave) + ")";
   slot_options.overlap = options_.overlap;
+  slot_options.overlap_calls = options_.overlap_two_calls ? attention::OverlapCalls::kOwnThenRemote
+                                                          : attention::OverlapCalls::kPerPeer;
   Result<std::shared_ptr<attention::SlotAttention>> a =
       attention::SlotAttention::create(w, slot.plan, slot.ranks, groups_.world, slot_options);
   if (!a) throw std::runtime_error(slot_options.label + ": " + a.status().message());

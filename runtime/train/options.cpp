@@ -128,6 +128,19 @@ Status read_parallel_mode(const host::Config& config, TrainOptions& o) {
 Status check_hybrid(const host::Config& config, TrainOptions& o) {
   o.free_single_slots = config.get_bool("parallel.hybrid.free_single_slots");
   o.overlap = config.get_bool("parallel.hybrid.overlap");
+  const std::string calls = config.get_string("parallel.hybrid.overlap_calls");
+  o.overlap_two_calls = calls == "two_a_pass";
+  // per_peer, the one value that is not the default, does nothing where no
+  // slot's exchange is overlapped: said, not ignored.
+  if (!o.overlap_two_calls && (o.mode != ParallelMode::kHybrid || !o.overlap)) {
+    return invalid_argument(
+        where(config, "parallel.hybrid.overlap_calls", calls) +
+        (o.mode != ParallelMode::kHybrid
+             ? " needs parallel.mode: hybrid (fixed mode has no slots); set parallel.mode: "
+               "hybrid or drop the key"
+             : " needs parallel.hybrid.overlap: true (without overlap every member calls the "
+               "kernel once a pass); drop one of the two keys"));
+  }
   if (o.mode != ParallelMode::kHybrid) {
     if (!o.free_single_slots) return Status::ok();
     return invalid_argument(where(config, "parallel.hybrid.free_single_slots", "true") +

@@ -47,6 +47,9 @@ struct TrainOptions {
   // hybrid: parallel.hybrid.free_single_slots (hybrid_worker.cpp, free slots)
   bool free_single_slots = false;
   bool overlap = true;  // hybrid: parallel.hybrid.overlap (SlotAttentionOptions::overlap)
+  // hybrid: parallel.hybrid.overlap_calls is two_a_pass
+  // (SlotAttentionOptions::overlap_calls, attention::OverlapCalls)
+  bool overlap_two_calls = true;
   std::string schedule_strategy = "hybrid";
   std::string schedule_profile = "cpu_gloo";  // a bundled name or an absolute path
   CostProfile profile;                        // hybrid: schedule_profile, read and checked

@@ -71,6 +71,8 @@ void check_slot(std::size_t s, const ScheduleSlot& slot, const ScheduleRequest& 
 
   SlotAttentionOptions slot_options;
   slot_options.label = "slot " + std::to_string(s) + " (wave " + std::to_string(slot.wave) + ")";
+  // Both ways of calling the kernel under overlap, slot by slot.
+  slot_options.overlap_calls = s % 2 == 0 ? OverlapCalls::kOwnThenRemote : OverlapCalls::kPerPeer;
   auto attention = SlotAttention::create(row, slot.plan, slot.ranks, world, slot_options);
   check(attention.is_ok(), attention.status().message());
   const std::int32_t m = (*attention)->member();

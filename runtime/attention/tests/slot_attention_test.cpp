@@ -486,46 +486,55 @@ std::set<std::pair<std::int64_t, std::int64_t>> tiles_of(const TileSchedule& s) 
   return t;
 }
 
+// Both ways of calling: a call per peer, or two a pass (the own keys' group
+// and the rest in one, the groups between empty).
 TEST(Overlap, GroupsSplitEveryTileOnceByThePeersItsKeyBlockNeeds) {
   const std::int64_t b = 8;
   for (std::int32_t g : {2, 3, 5}) {
     for (const auto& [mask_name, mask] : masks(90, b)) {
       for (const ShardPlan& plan : plans(90, g, b)) {
-        SCOPED_TRACE("g=" + std::to_string(g) + " mask=" + mask_name +
-                     " plan=" + plan.strategy_used);
         const CpWorkload row = make_row({31, 7, 40, 2, 10}, mask, b, g);
         const KvExchangePlan x = make_kv_exchange_plan(row, plan).value();
-        for (std::int32_t m = 0; m < g; ++m) {
-          const TileSchedule s = make_tile_schedule(row, plan, m).value();
-          const OverlapPlan o = make_overlap_plan(s, plan, x, m);
-          ASSERT_EQ(o.forward.size(), o.peers.size() + 1);
-          ASSERT_EQ(o.backward.size(), o.peers.size() + 1);
-          const std::size_t last = o.peers.size();
-          for (const auto* groups : {&o.forward, &o.backward}) {
-            std::set<std::pair<std::int64_t, std::int64_t>> seen;
-            std::int64_t count = 0;
-            for (std::size_t i = 0; i < groups->size(); ++i) {
-              const auto t = tiles_of((*groups)[i]);
-              EXPECT_EQ(static_cast<std::int64_t>(t.size()), (*groups)[i].tiles);
-              count += (*groups)[i].tiles;
-              for (const auto& [qb, kb] : t) {
-                ASSERT_TRUE(seen.insert({qb, kb}).second) << "tile in two groups";
-                const std::set<std::int32_t> h = holders(plan, kb, b, m);
-                // Forward: group 0 own keys only, group i + 1 ends at peers[i].
-                // Backward: group i starts at peers[i], the last own keys only.
-                const bool fwd = groups == &o.forward;
-                const std::size_t local = fwd ? 0 : last;
-                if (h.empty()) {
-                  EXPECT_EQ(i, local);
-                } else {
-                  ASSERT_NE(i, local);
-                  const std::size_t peer = fwd ? i - 1 : i;
-                  EXPECT_EQ(fwd ? *h.rbegin() : *h.begin(), o.peers[peer]);
+        for (const OverlapCalls calls : {OverlapCalls::kPerPeer, OverlapCalls::kOwnThenRemote}) {
+          const bool two = calls == OverlapCalls::kOwnThenRemote;
+          SCOPED_TRACE("g=" + std::to_string(g) + " mask=" + mask_name +
+                       " plan=" + plan.strategy_used + (two ? " two a pass" : " per peer"));
+          for (std::int32_t m = 0; m < g; ++m) {
+            const TileSchedule s = make_tile_schedule(row, plan, m).value();
+            const OverlapPlan o = make_overlap_plan(s, plan, x, m, calls);
+            ASSERT_EQ(o.forward.size(), o.peers.size() + 1);
+            ASSERT_EQ(o.backward.size(), o.peers.size() + 1);
+            const std::size_t last = o.peers.size();
+            for (const auto* groups : {&o.forward, &o.backward}) {
+              std::set<std::pair<std::int64_t, std::int64_t>> seen;
+              std::int64_t count = 0;
+              for (std::size_t i = 0; i < groups->size(); ++i) {
+                const auto t = tiles_of((*groups)[i]);
+                EXPECT_EQ(static_cast<std::int64_t>(t.size()), (*groups)[i].tiles);
+                count += (*groups)[i].tiles;
+                for (const auto& [qb, kb] : t) {
+                  ASSERT_TRUE(seen.insert({qb, kb}).second) << "tile in two groups";
+                  const std::set<std::int32_t> h = holders(plan, kb, b, m);
+                  // Forward: group 0 own keys only, group i + 1 ends at peers[i].
+                  // Backward: group i starts at peers[i], the last own keys only.
+                  // Two a pass: the rest in the forward's last group, the
+                  // backward's first.
+                  const bool fwd = groups == &o.forward;
+                  const std::size_t local = fwd ? 0 : last;
+                  if (h.empty()) {
+                    EXPECT_EQ(i, local);
+                  } else if (two) {
+                    EXPECT_EQ(i, fwd ? last : 0);
+                  } else {
+                    ASSERT_NE(i, local);
+                    const std::size_t peer = fwd ? i - 1 : i;
+                    EXPECT_EQ(fwd ? *h.rbegin() : *h.begin(), o.peers[peer]);
+                  }
                 }
               }
+              EXPECT_EQ(seen, tiles_of(s));
+              EXPECT_EQ(count, s.tiles);
             }
-            EXPECT_EQ(seen, tiles_of(s));
-            EXPECT_EQ(count, s.tiles);
           }
         }
       }
@@ -534,30 +543,61 @@ TEST(Overlap, GroupsSplitEveryTileOnceByThePeersItsKeyBlockNeeds) {
 }
 
 TEST(Overlap, TheOverlappedPassesAreTakenAndEqualTheWholeExchange) {
-  // The same slot run twice, overlapped and not: the results agree to
-  // rounding (the partial results merge by log-sum-exp, the dK/dV shares
-  // add in another order), the overlapped pass computed tiles in several
-  // groups, and the whole one in one.
+  // The same slot run three times, overlapped with a call per peer, with two
+  // calls a pass, and not overlapped: the results agree to rounding (the
+  // partial results merge by log-sum-exp, the dK/dV shares add in another
+  // order), the overlapped passes computed tiles in several groups (at most
+  // two a pass when asked), and the whole one in one.
   const std::int64_t b = 8;
   const auto world = comm::make_thread_group(5, "world", 20s);
+  std::int32_t fewer = 0;        // members that called the kernel less often two a pass
+  std::int32_t silent_last = 0;  // members whose last peer sends them nothing, tiles to compute
   for (const auto& [mask_name, mask] : masks(90, b)) {
     for (const ShardPlan& plan : plans(90, 4, b)) {
       SCOPED_TRACE("mask=" + mask_name + " plan=" + plan.strategy_used);
       const CpWorkload row = make_row({31, 7, 40, 2, 10}, mask, b, 4);
-      std::vector<SlotRun> runs(2, SlotRun{row, plan, {4, 0, 2, 1}});
+      std::vector<SlotRun> runs(3, SlotRun{row, plan, {4, 0, 2, 1}});
+      runs[0].options.overlap_calls = OverlapCalls::kPerPeer;
       runs[1].options.overlap = false;
+      runs[2].options.overlap_calls = OverlapCalls::kOwnThenRemote;
       for (SlotRun& run : runs) {
         at::manual_seed(7);
         run.prepare(2, 4);
         for (const auto& e : run_wave({&run}, world)) ASSERT_EQ(e, "");
         run.expect_equals_dense(1e-12);
       }
+      const KvExchangePlan x = make_kv_exchange_plan(row, plan).value();
       std::int32_t split = 0;
       for (std::int32_t m = 0; m < 4; ++m) {
-        EXPECT_LT(max_diff(runs[0].out[m], runs[1].out[m]), 1e-13) << m;
-        EXPECT_LT(max_diff(runs[0].dq[m], runs[1].dq[m]), 1e-13) << m;
-        EXPECT_LT(max_diff(runs[0].dk[m], runs[1].dk[m]), 1e-13) << m;
-        EXPECT_LT(max_diff(runs[0].dv[m], runs[1].dv[m]), 1e-13) << m;
+        // Each overlapped pass made one kernel call per group with tiles.
+        const TileSchedule s = make_tile_schedule(row, plan, m).value();
+        for (const std::size_t r : {std::size_t{0}, std::size_t{2}}) {
+          const OverlapPlan o = make_overlap_plan(s, plan, x, m, runs[r].options.overlap_calls);
+          const auto calls = [](const std::vector<TileSchedule>& groups) {
+            return std::count_if(groups.begin(), groups.end(),
+                                 [](const TileSchedule& g) { return g.tiles > 0; });
+          };
+          EXPECT_EQ(runs[r].forward[m].groups, calls(o.forward)) << m;
+          EXPECT_EQ(runs[r].backward[m].groups, calls(o.backward)) << m;
+          // Two a pass: the rest waits for the last peer even where that
+          // peer sent this member nothing.
+          const bool last_sends =
+              !o.peers.empty() &&
+              std::any_of(x.transfers.begin(), x.transfers.end(), [&](const KvTransfer& t) {
+                return t.from == o.peers.back() && t.to == m;
+              });
+          silent_last += r == 2 && !o.peers.empty() && !last_sends && o.forward.back().tiles > 0;
+        }
+        for (const SlotRun* other : {&runs[1], &runs[2]}) {
+          EXPECT_LT(max_diff(runs[0].out[m], other->out[m]), 1e-13) << m;
+          EXPECT_LT(max_diff(runs[0].dq[m], other->dq[m]), 1e-13) << m;
+          EXPECT_LT(max_diff(runs[0].dk[m], other->dk[m]), 1e-13) << m;
+          EXPECT_LT(max_diff(runs[0].dv[m], other->dv[m]), 1e-13) << m;
+        }
+        EXPECT_LE(runs[2].forward[m].groups, 2) << m;
+        EXPECT_LE(runs[2].backward[m].groups, 2) << m;
+        fewer += runs[2].forward[m].groups < runs[0].forward[m].groups &&
+                 runs[2].backward[m].groups < runs[0].backward[m].groups;
         EXPECT_EQ(runs[1].forward[m].groups, 1);
         EXPECT_EQ(runs[1].backward[m].groups, 1);
         EXPECT_EQ(runs[1].forward[m].exchange_ms, 0.0);
@@ -568,6 +608,8 @@ TEST(Overlap, TheOverlappedPassesAreTakenAndEqualTheWholeExchange) {
       EXPECT_GT(split, 0) << "no member computed its tiles in groups";
     }
   }
+  EXPECT_GT(fewer, 0) << "two calls a pass called the kernel as often as a call per peer";
+  EXPECT_GT(silent_last, 0) << "no member's last peer was one that sends it nothing";
 }
 
 TEST(SlotAttention, OneMemberSlotsNeedNoGroupAtAll) {

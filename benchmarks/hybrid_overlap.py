@@ -9,6 +9,8 @@ measured step times (`measured_step_ms`) after a warm-up step; per world size
 and side it prints the median over the repetitions with the min..max spread,
 the off/on ratio of each adjacent pair with its spread, and the exchange
 time compute hid ((exchange - wait) / exchange, summed over ranks and steps).
+"On" calls the kernel as --overlap-calls says (parallel.hybrid.overlap_calls,
+two_a_pass by default; the section's first tables ran a call per peer).
 
 Run from the repository root after a release build:
 
@@ -26,12 +28,13 @@ import sys
 import tempfile
 
 
-def run(fulcrum, world, steps, batch, overlap, metrics):
+def run(fulcrum, world, steps, batch, overlap, metrics, calls):
     tokens = -(-4096 // world)  # T: a 4096-token document fits the world
     argv = [fulcrum, "train", "--config", "configs/hybrid.yaml",
             "--set", f"train.steps={steps}", "--set", f"data.global_batch_size={batch}", "--set", f"parallel.world_size={world}",
             "--set", f"parallel.max_tokens_per_rank={tokens}", "--set", "train.threads=1",
             "--set", f"parallel.hybrid.overlap={'true' if overlap else 'false'}",
+            *(["--set", f"parallel.hybrid.overlap_calls={calls}"] if overlap else []),
             "--metrics", metrics]
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
     steps_ms, exchange, wait, prints = [], 0.0, 0.0, []
@@ -61,6 +64,8 @@ def main():
     parser.add_argument("--repetitions", type=int, default=3)
     parser.add_argument("--batch", type=int, default=16,
                         help="data.global_batch_size (configs/hybrid.yaml: 16)")
+    parser.add_argument("--overlap-calls", default="two_a_pass", choices=["two_a_pass", "per_peer"],
+                        help="parallel.hybrid.overlap_calls of the 'on' side")
     args = parser.parse_args()
     if not os.path.isfile(args.fulcrum):
         sys.exit(f"hybrid_overlap: {args.fulcrum} does not exist; build first "
@@ -79,7 +84,7 @@ def main():
                 for overlap in ((True, False) if rep % 2 == 0 else (False, True)):
                     metrics = os.path.join(tmp, f"w{world}_{rep}_{overlap}.jsonl")
                     ms, exchange, wait, fp = run(args.fulcrum, world, args.steps, args.batch,
-                                                 overlap, metrics)
+                                                 overlap, metrics, args.overlap_calls)
                     step[overlap].append(ms)
                     hidden[overlap][0] += exchange
                     hidden[overlap][1] += wait

@@ -88,7 +88,10 @@ def schedule_text(args, profile):
 
 
 def config_text(args, world, t, lengths_path, steps, profile):
-    return (f"parallel: {{mode: hybrid, world_size: {world}, max_tokens_per_rank: {t}}}\n"
+    # Written out whatever its value, so that benchmarks/slot_bias.py tells
+    # these records from those of before the key (a call per peer).
+    return (f"parallel: {{mode: hybrid, world_size: {world}, max_tokens_per_rank: {t}, "
+            f"hybrid: {{overlap_calls: {args.overlap_calls}}}}}\n"
             f"balancer:\n"
             f"  schedule: {schedule_text(args, profile)}\n"
             f"  cp: {{strategy: auto, block_size: 64, mask: causal}}\n"
@@ -319,6 +322,8 @@ def main():
     parser.add_argument("--calibrate-steps", type=int, default=3, help="with --profile calibrate")
     parser.add_argument("--first-step", type=int, default=2,
                         help="the first step measured; earlier ones are left out")
+    parser.add_argument("--overlap-calls", default="two_a_pass", choices=["two_a_pass", "per_peer"],
+                        help="parallel.hybrid.overlap_calls (docs/CONFIGS.md)")
     parser.add_argument("--out", default="build/hybrid_train")
     parser.add_argument("--reuse", action="store_true",
                         help="re-analyse the metrics of a previous run in --out without training")

@@ -17,17 +17,19 @@
 //     and how well two tile prices explain the time.
 // Then, at the jobs' member size (P = 8: 512 rows of a 4,096-token row, as at
 // W = 8 in benchmarks/hybrid_train.py), each member of head_tail,
-// per_document_padded and balanced under the default kernel, run two ways,
-// interleaved: in one call, as a rank of a fixed CP group runs it after the
-// all-gather, and in the calls of the overlapped exchange (make_overlap_plan:
-// one call per group of key blocks, the member's own and then each peer's,
-// forward merged by log-sum-exp, backward's dK/dV joined and added to the
-// row's running dK/dV per group, as ShardedAttention and the peer exchange
-// run them; one call's dK/dV joined once). Per shape: the two summed times
-// and their ratio (min..max by repetition), the query-block visits of each
-// (a call visits each query block it has tiles of) and the calls, and each
-// way's fit on the model's compute terms, with the prices per visit and per
-// call when those join the fit.
+// per_document_padded and balanced under the default kernel, run three ways,
+// in an order that rotates each repetition: in one call, as a rank of a fixed
+// CP group runs it after the all-gather, and in the calls of the overlapped
+// exchange (make_overlap_plan) with a call per peer (one call per group of
+// key blocks, the member's own and then each peer's) and with two calls a
+// pass (OverlapCalls::kOwnThenRemote): forward merged by log-sum-exp,
+// backward's dK/dV joined and added to the row's running dK/dV per group, as
+// ShardedAttention and the peer exchange run them; one call's dK/dV joined
+// once. Per shape: the summed times and their ratios to one call (min..max
+// by repetition), the query-block visits of each (a call visits each query
+// block it has tiles of) and the calls, and the first two ways' fits on the
+// model's compute terms, with the prices per visit and per call when those
+// join the fit.
 // Rows: documents of ../shared/workloads/dist_wlbllm.json, lengths / 8 as
 // benchmarks/hybrid_train.py takes them (the synthetic mix when the folder is
 // missing), packed into rows of kRowTokens; and one single causal document.
@@ -147,8 +149,9 @@ Fit fit_prices(const std::vector<Member>& members, int kernel) {
 // A member of a P = 8 plan, in one call and in the overlap's group calls.
 struct GroupedMember {
   Member m;
-  fulcrum::attention::OverlapPlan overlap;
-  std::vector<double> one, grouped;  // per repetition
+  fulcrum::attention::OverlapPlan overlap;   // a call per peer (OverlapCalls::kPerPeer)
+  fulcrum::attention::OverlapPlan two;       // two calls a pass (OverlapCalls::kOwnThenRemote)
+  std::vector<double> one, grouped, in_two;  // per repetition
 };
 
 // Local query blocks with tiles, over the calls of a schedule list.
@@ -162,25 +165,34 @@ std::int64_t visits(const std::vector<TileSchedule>& calls) {
   return n;
 }
 
+// Kernel calls of both passes: the groups with tiles.
+std::int64_t calls_of(const fulcrum::attention::OverlapPlan& overlap) {
+  std::int64_t n = 0;
+  for (const auto* list : {&overlap.forward, &overlap.backward}) {
+    for (const TileSchedule& c : *list) n += c.tiles > 0 ? 1 : 0;
+  }
+  return n;
+}
+
 // The calls of the overlapped exchange, as ShardedAttention and the peer
 // exchange make them (forward_overlapped, backward_overlapped and
 // return_grads_overlapped): each group's forward merged in; each group's
 // backward dQ summed, its dK and dV joined and added to the row's running
 // dK/dV, from which each peer's rows leave. Empty groups are skipped.
-double run_grouped(const GroupedMember& g, Masking masking) {
+double run_grouped(const Member& m, const fulcrum::attention::OverlapPlan& overlap,
+                   Masking masking) {
   KernelOptions options;
   options.masking = masking;
-  const Member& m = g.m;
   std::int64_t tiles[2] = {0, 0};
   const double start = thread_cpu_ms();
   at::Tensor out, lse, dq, acc;
-  for (const TileSchedule& s : g.overlap.forward) {
+  for (const TileSchedule& s : overlap.forward) {
     if (s.tiles == 0) continue;
     auto part = fulcrum::attention::local_attention_forward(s, m.q, *m.k, *m.v, options);
     tiles[0] += part.tiles;
     fulcrum::attention::merge_partial(out, lse, std::move(part));
   }
-  for (const TileSchedule& s : g.overlap.backward) {
+  for (const TileSchedule& s : overlap.backward) {
     if (s.tiles == 0) continue;
     auto part =
         fulcrum::attention::local_attention_backward(s, m.q, *m.k, *m.v, out, lse, m.dout, options);
@@ -339,7 +351,10 @@ int main(int argc, char** argv) {
           g.m.dout = fulcrum::attention::shard(dout, *plan, r).contiguous();
           g.m.k = &keys[row];
           g.m.v = &values[row];
-          g.overlap = fulcrum::attention::make_overlap_plan(g.m.schedule, *plan, *exchange, r);
+          g.overlap = fulcrum::attention::make_overlap_plan(
+              g.m.schedule, *plan, *exchange, r, fulcrum::attention::OverlapCalls::kPerPeer);
+          g.two = fulcrum::attention::make_overlap_plan(
+              g.m.schedule, *plan, *exchange, r, fulcrum::attention::OverlapCalls::kOwnThenRemote);
           grouped.push_back(std::move(g));
         }
       }
@@ -378,28 +393,34 @@ int main(int argc, char** argv) {
     }
     std::fflush(stdout);
 
-    for (GroupedMember& g : grouped) {  // warm-up, both ways
+    for (GroupedMember& g : grouped) {  // warm-up, every way
       run_once(g.m, Masking::kFullApart, true);
-      run_grouped(g, Masking::kFullApart);
+      run_grouped(g.m, g.overlap, Masking::kFullApart);
+      run_grouped(g.m, g.two, Masking::kFullApart);
     }
-    std::vector<double> by_rep;
+    std::vector<double> by_rep, two_by_rep;
     for (int rep = 0; rep < reps; ++rep) {
-      double one = 0, in_groups = 0;
+      double one = 0, in_groups = 0, in_two = 0;
       for (GroupedMember& g : grouped) {
-        for (int i = 0; i < 2; ++i) {
-          if ((rep + i) % 2 == 0) {
+        for (int i = 0; i < 3; ++i) {  // the ways in an order that rotates each repetition
+          const int way = (rep + i) % 3;
+          if (way == 0) {
             g.one.push_back(run_once(g.m, Masking::kFullApart, true));
             one += g.one.back();
-          } else {
-            g.grouped.push_back(run_grouped(g, Masking::kFullApart));
+          } else if (way == 1) {
+            g.grouped.push_back(run_grouped(g.m, g.overlap, Masking::kFullApart));
             in_groups += g.grouped.back();
+          } else {
+            g.in_two.push_back(run_grouped(g.m, g.two, Masking::kFullApart));
+            in_two += g.in_two.back();
           }
         }
       }
       by_rep.push_back(in_groups / one);
+      two_by_rep.push_back(in_two / one);
     }
-    double one = 0, in_groups = 0;
-    std::int64_t one_visits = 0, group_visits = 0, calls = 0;
+    double one = 0, in_groups = 0, in_two = 0;
+    std::int64_t one_visits = 0, group_visits = 0, calls = 0, two_visits = 0, two_calls = 0;
     std::vector<std::array<double, 4>> x_one, x_grouped;
     std::vector<std::array<double, 6>> x_visits;
     std::vector<double> y_one, y_grouped;
@@ -410,11 +431,11 @@ int main(int argc, char** argv) {
       const auto local = static_cast<double>(s.shard_len);
       const std::int64_t own = 2 * visits({s});
       const std::int64_t in = visits(g.overlap.forward) + visits(g.overlap.backward);
-      std::int64_t member_calls = 0;
-      for (const auto* list : {&g.overlap.forward, &g.overlap.backward}) {
-        for (const TileSchedule& c : *list) member_calls += c.tiles > 0 ? 1 : 0;
-      }
+      const std::int64_t member_calls = calls_of(g.overlap);
       calls += member_calls;
+      two_visits += visits(g.two.forward) + visits(g.two.backward);
+      two_calls += calls_of(g.two);
+      in_two += median(g.in_two);
       one_visits += own;
       group_visits += in;
       x_one.push_back({all, part, local, 1.0});
@@ -429,7 +450,7 @@ int main(int argc, char** argv) {
     char line[1024];
     std::snprintf(line, sizeof line,
                   "| %lld, %lld x %lld | %zu | %.0f | %.0f | %.2f (%.2f..%.2f) | %lld | %lld "
-                  "(%lld calls) | %s | %s | %s |",
+                  "(%lld calls) | %s | %s | %s | %.0f | %.2f (%.2f..%.2f) | %lld (%lld calls) |",
                   static_cast<long long>(shape.block), static_cast<long long>(shape.heads),
                   static_cast<long long>(shape.head_dim), grouped.size(), one, in_groups,
                   in_groups / one, *std::min_element(by_rep.begin(), by_rep.end()),
@@ -437,17 +458,22 @@ int main(int argc, char** argv) {
                   static_cast<long long>(one_visits), static_cast<long long>(group_visits),
                   static_cast<long long>(calls), fit_members(x_one, y_one).c_str(),
                   fit_members(x_grouped, y_grouped).c_str(),
-                  fit_members(x_visits, y_grouped).c_str());
+                  fit_members(x_visits, y_grouped).c_str(), in_two, in_two / one,
+                  *std::min_element(two_by_rep.begin(), two_by_rep.end()),
+                  *std::max_element(two_by_rep.begin(), two_by_rep.end()),
+                  static_cast<long long>(two_visits), static_cast<long long>(two_calls));
     group_rows.push_back(line);
   }
   std::printf(
       "\nThe jobs' member size, P = 8 (head_tail, per_document_padded, balanced), the default "
-      "kernel: one call against the overlapped exchange's calls\n\n"
+      "kernel: one call against the overlapped exchange's calls, a call per peer (group calls) "
+      "and two a pass\n\n"
       "| B, heads x head_dim | members | one call ms | group calls ms | groups / one (by "
       "repetition) | visits, one call | visits, group calls | one call: (a + e) / a, fit's "
       "median |e| | group calls: (a + e) / a, median |e| | group calls, visits and calls "
-      "fitted too |\n"
-      "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- |\n");
+      "fitted too | two a pass ms | two / one (by repetition) | visits, two a pass |\n"
+      "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- | ---: | ---: | ---: "
+      "|\n");
   for (const std::string& row : group_rows) std::printf("%s\n", row.c_str());
   std::printf("\nload average at the end: %s\n", fulcrum::bench::load_average().c_str());
   return 0;

@@ -182,6 +182,9 @@ def job_config(folder):
             # parallel.hybrid.overlap (default on): off, every member makes
             # one kernel call per pass.
             "overlap": config_value(text, "overlap") != "false",
+            # parallel.hybrid.overlap_calls, which hybrid_train.py writes
+            # since the key exists; records without it ran a call per peer.
+            "two_calls": config_value(text, "overlap_calls") == "two_a_pass",
             # The model's K and V of one token over all layers (the trainer's
             # model_kv_bytes_per_token): what a record's kv bytes count.
             "kv_bytes_per_token": 2 * int(config_value(text, "hidden_size"))
@@ -262,7 +265,8 @@ def ceil_div(a, b):
     return -(-a // b)
 
 
-def causal_tile_split(rows, docs, block, chunk_keys=CHUNK_KEYS, split=True, holder=None):
+def causal_tile_split(rows, docs, block, chunk_keys=CHUNK_KEYS, split=True, holder=None,
+                      two_calls=False):
     """(full, partial, pieces, chunks, masked, visits) of a member whose local rows
     are `rows` (global positions of the row of documents `docs`, in plan
     order; anything outside [0, N) a pad row) under the causal document
@@ -291,9 +295,11 @@ def causal_tile_split(rows, docs, block, chunk_keys=CHUNK_KEYS, split=True, hold
     the kernel once per group of key blocks, forward by the last peer a key
     block needs (its own keys a group of their own), backward by the first,
     peers in rank order, so a query block is visited once per group among
-    its key blocks. `holder` (global position -> member, this member's None)
-    gives each key block's peers; without it (a one-member slot) one call.
-    A key block's peers are taken as every member holding a token of it."""
+    its key blocks; with `two_calls` (parallel.hybrid.overlap_calls:
+    two_a_pass) the groups are two, the own keys' blocks and the rest.
+    `holder` (global position -> member, this member's None) gives each key
+    block's peers; without it (a one-member slot) one call. A key block's
+    peers are taken as every member holding a token of it."""
     chunk_blocks = max(1, chunk_keys // block)
     starts, doc_of = [], []
     for i, n in enumerate(docs):
@@ -332,8 +338,12 @@ def causal_tile_split(rows, docs, block, chunk_keys=CHUNK_KEYS, split=True, hold
             for k in touched:
                 peers = {holder.get(p) for p in range(k * block, min((k + 1) * block, n_tokens))}
                 peers.discard(None)
-                forward.add(max(peers) if peers else "own")
-                backward.add(min(peers) if peers else "own")
+                if two_calls:
+                    forward.add("peers" if peers else "own")
+                    backward.add("peers" if peers else "own")
+                else:
+                    forward.add(max(peers) if peers else "own")
+                    backward.add(min(peers) if peers else "own")
             visits += len(forward) + len(backward)
         blocks = sorted(touched)
         run_starts = [k for i, k in enumerate(blocks) if i == 0 or k != blocks[i - 1] + 1]
@@ -380,7 +390,8 @@ def plan_positions(cli, rule, g, docs, block, mask):
 _POSITIONS = {}
 
 
-def split_tiles(m, slot, cli, block, mask, where, split_kernel=True, overlap=True):
+def split_tiles(m, slot, cli, block, mask, where, split_kernel=True, overlap=True,
+                two_calls=False):
     """The member's full and partial tiles, pieces, kernel chunks and masked
     chunks (causal masks), from its plan's positions; True when they could
     be had. Where not (a weighted plan, another mask), every tile partial, a
@@ -396,9 +407,11 @@ def split_tiles(m, slot, cli, block, mask, where, split_kernel=True, overlap=Tru
         partial = float(recorded if recorded >= 0 else m["tiles"])
         m["full"], m["partial"], m["pieces"] = m["tiles"] - partial, partial, float(len(docs))
         m["chunks"] = m["masked"] = guess
-        # At most one visit per group (its peers and its own keys) per query
-        # block and pass: an upper bound.
-        m["visits"] = 2.0 * (m["peers"] + 1) * ceil_div(int(m["tokens"]), block)
+        # At most one visit per group (its peers and its own keys; two
+        # groups under two calls a pass) per query block and pass: an upper
+        # bound.
+        groups = min(m["peers"] + 1, 2) if two_calls else m["peers"] + 1
+        m["visits"] = 2.0 * groups * ceil_div(int(m["tokens"]), block)
         return False
     holder = None
     if len(rows) > 1 and overlap:
@@ -407,7 +420,7 @@ def split_tiles(m, slot, cli, block, mask, where, split_kernel=True, overlap=Tru
             for p in positions:
                 holder[p] = None if member == m["member"] else member
     full, partial, pieces, chunks, masked, visits = causal_tile_split(
-        rows[m["member"]], docs, block, split=split_kernel, holder=holder)
+        rows[m["member"]], docs, block, split=split_kernel, holder=holder, two_calls=two_calls)
     if full + partial != m["tiles"]:
         sys.exit(f"{where}: rank {m['rank']} of slot {m['slot']} has {m['tiles']} tiles in the "
                  f"records but {full} full and {partial} partial from its plan's positions")
@@ -462,7 +475,7 @@ def attach(folder, cli, first_step, split_kernel=True):
                     describe_member(m, slot, config["kv_bytes_per_token"])
                     m["split"] = split_tiles(m, slot, cli, config["block"], config["mask"],
                                              f"{folder} step {step} {n}", split_kernel,
-                                             config["overlap"])
+                                             config["overlap"], config["two_calls"])
     return steps
 
 

@@ -149,8 +149,9 @@ class PeerKvExchange final : public KvExchange {
         kv_global.index_copy_(0, find(incoming_, overlap_->peers[i])->positions.to(device),
                               received[i]);
       }
-      compute(i + 1,
-              kv_global);  // two calls a pass: the rest after the last peer, whatever it sent
+      // Whatever peer i sent: under two calls a pass the last group holds the
+      // rest, due once the last peer is done.
+      compute(i + 1, kv_global);
     }
     thread.finish();
     stats.exchange_ms += thread.exchange_ms();

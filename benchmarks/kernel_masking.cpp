@@ -165,6 +165,11 @@ std::int64_t visits(const std::vector<TileSchedule>& calls) {
   return n;
 }
 
+// Query-block visits of both passes.
+std::int64_t visits_of(const fulcrum::attention::OverlapPlan& overlap) {
+  return visits(overlap.forward) + visits(overlap.backward);
+}
+
 // Kernel calls of both passes: the groups with tiles.
 std::int64_t calls_of(const fulcrum::attention::OverlapPlan& overlap) {
   std::int64_t n = 0;
@@ -430,10 +435,10 @@ int main(int argc, char** argv) {
       const double part = all - static_cast<double>(s.full_tiles);
       const auto local = static_cast<double>(s.shard_len);
       const std::int64_t own = 2 * visits({s});
-      const std::int64_t in = visits(g.overlap.forward) + visits(g.overlap.backward);
+      const std::int64_t in = visits_of(g.overlap);
       const std::int64_t member_calls = calls_of(g.overlap);
       calls += member_calls;
-      two_visits += visits(g.two.forward) + visits(g.two.backward);
+      two_visits += visits_of(g.two);
       two_calls += calls_of(g.two);
       in_two += median(g.in_two);
       one_visits += own;

@@ -338,12 +338,14 @@ def causal_tile_split(rows, docs, block, chunk_keys=CHUNK_KEYS, split=True, hold
             for k in touched:
                 peers = {holder.get(p) for p in range(k * block, min((k + 1) * block, n_tokens))}
                 peers.discard(None)
-                if two_calls:
-                    forward.add("peers" if peers else "own")
-                    backward.add("peers" if peers else "own")
+                if not peers:
+                    first = last = "own"
+                elif two_calls:  # every block with a peer in one group
+                    first = last = "peers"
                 else:
-                    forward.add(max(peers) if peers else "own")
-                    backward.add(min(peers) if peers else "own")
+                    first, last = min(peers), max(peers)
+                forward.add(last)
+                backward.add(first)
             visits += len(forward) + len(backward)
         blocks = sorted(touched)
         run_starts = [k for i, k in enumerate(blocks) if i == 0 or k != blocks[i - 1] + 1]

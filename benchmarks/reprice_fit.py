@@ -65,8 +65,9 @@ MODELS = {
     "group": ["tiles", "tokens", "one", "g", "kv", "peers"],
 }
 # Dropped in this order when the normal equations are singular (as
-# calibration_fit.cpp's fit_kept does).
-DROP_ORDER = ["peers", "kv", "row", "g", "tokens"]
+# calibration_fit.cpp's fit_kept does); slot_bias.py's "multi" first (a step
+# whose members with peers all have one peer makes it the peers term).
+DROP_ORDER = ["multi", "peers", "kv", "row", "g", "tokens"]
 # e(g): the expected maximum of g independent standard normal variables,
 # E[max] = integral of x g phi(x) Phi(x)^(g - 1) dx, by quadrature (step
 # 1e-3 over [-12, 12]); beyond the table, Blom's approximation

@@ -39,8 +39,11 @@ fit of the two before it) or one step at a time (`loo`), and it prints:
   priced apart, and a price per document piece; a price per kernel chunk
   and per masked chunk; a price per query-block visit (each kernel call's
   query blocks: one call, or one per group of the overlapped exchange),
-  alone and with the tiles apart; with the per-rank error and the error of
-  the predicted speed-ups.
+  alone and with the tiles apart; a constant for every member of a slot
+  with peers ("multi": its second kernel call and the exchange's waits,
+  whatever the number of peers), with and without the tiles apart and the
+  visits; with the per-rank error and the error of the predicted
+  speed-ups.
 
 A member's tiles are split into full ones (every query of the block may
 attend every key of the key block) and partial ones (a causal diagonal, a
@@ -88,7 +91,7 @@ CHUNK_KEYS = 512
 # The coefficients a candidate's report names, with their units.
 FITTED = [("received", "token"), ("sent", "token"), ("full", "tile"), ("partial", "tile"),
           ("pieces", "piece"), ("chunks", "chunk"), ("masked", "masked chunk"),
-          ("visits", "visit")]
+          ("visits", "visit"), ("multi", "multi-rank member")]
 M64 = (1 << 64) - 1
 
 
@@ -192,6 +195,16 @@ def job_config(folder):
             * (8 if config_value(text, "dtype") == "float64" else 4)}
 
 
+def start_profile(path):
+    """The start profile's file: the path the job recorded, or, for records
+    made in another clone (an archive's), the file of that name in this
+    one's configs/profiles."""
+    if not path or os.path.isfile(path):
+        return path
+    here = os.path.join(_HERE, "..", "configs", "profiles", os.path.basename(path))
+    return here if os.path.isfile(here) else path
+
+
 def profile_text(refit, start_file, name):
     """A profile file of a refit's terms; ranks_per_node and exchange_overlap
     (not refitted) from the start profile's file."""
@@ -223,10 +236,10 @@ def hybrid_profile(config, records, step, scratch):
     refits = [r["profile_fit"]["profile"] for r in records
               if r.get("step") == step - 1 and "profile_fit" in r]
     if not refits:
-        return config["profile_start"] or "cpu_gloo"
+        return start_profile(config["profile_start"]) or "cpu_gloo"
     path = os.path.join(scratch, f"w{config['world']}_step{step}.yaml")
     with open(path, "w") as f:
-        f.write(profile_text(refits[0], config["profile_start"], f"refit_{step}"))
+        f.write(profile_text(refits[0], start_profile(config["profile_start"]), f"refit_{step}"))
     return path
 
 
@@ -451,6 +464,7 @@ def describe_member(m, slot, kv_bytes_per_token):
         shard = max(x["tokens"] for x in slot["members"])
     m["padding"] = shard - m["tokens"]
     m["head_tail_first"] = float(g > 1 and index == 0 and slot["plan"].startswith("per_document"))
+    m["multi"] = float(g > 1)  # a member of a slot with peers
 
 
 def attach(folder, cli, first_step, split_kernel=True):
@@ -696,7 +710,10 @@ CANDIDATES = {"today (row model)": (ROW, False, None),
               "full and partial tiles apart + pieces": (SPLIT_TILES + ["pieces"], False, None),
               "kernel chunks and masked chunks": (ROW + ["chunks", "masked"], False, None),
               "query-block visits": (ROW + ["visits"], False, None),
-              "full and partial tiles apart + visits": (SPLIT_TILES + ["visits"], False, None)}
+              "full and partial tiles apart + visits": (SPLIT_TILES + ["visits"], False, None),
+              "full and partial tiles apart + multi": (SPLIT_TILES + ["multi"], False, None),
+              "row + multi": (ROW + ["multi"], False, None),
+              "full and partial tiles apart + multi + visits": (SPLIT_TILES + ["multi", "visits"], False, None)}
 
 
 def gains(crit):

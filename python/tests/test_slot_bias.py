@@ -4,8 +4,10 @@ member), a job whose batches are not the rebuilt ones refused, and the
 analysis on synthetic records (test_reprice_fit.py's generator): exact
 without noise, a planted member-0 penalty measured exactly, a planted
 receive-only exchange cost recovered only by the fit that prices received
-and sent K/V apart, and a planted partial-tile premium only by the fit that
-prices full and partial tiles apart; the full/partial split of a member's
+and sent K/V apart, a planted partial-tile premium only by the fit that
+prices full and partial tiles apart, and a planted constant for members with
+peers only by the fit with "multi"; the start profile of records made in
+another clone found in this one; the full/partial split of a member's
 tiles, the kernel's chunks and its query-block visits (one call, or the
 overlapped exchange's calls per group of key blocks) against a pair-by-pair
 recount of the mask."""
@@ -118,12 +120,13 @@ def test_a_job_of_other_batches_is_refused(trained, cli_path, tmp_path):
 
 
 def synthetic_steps(tmp_path, seed, world=4, count=4, penalty=1.0, receive_cost=0.0,
-                    partial_cost=0.0):
+                    partial_cost=0.0, multi_cost=0.0):
     """test_reprice_fit's job with each member described: its index, member 0
     of every two-member slot flagged as a per-document head-tail holder, its
     K/V tokens split at random into received and sent, its tiles into full
     and partial; member 0's time times `penalty`, `receive_cost` seconds per
-    received token and `partial_cost` per partial tile added."""
+    received token, `partial_cost` per partial tile and `multi_cost` per
+    member of a slot with peers added."""
     path = tmp_path / f"w{world}.jsonl"
     jobs.write_job(path, random.Random(seed), world, count)
     steps = slot_bias.rf.load([str(path)], 2)
@@ -141,9 +144,11 @@ def synthetic_steps(tmp_path, seed, world=4, count=4, penalty=1.0, receive_cost=
                     m["padding"], m["docs"], m["plan"] = 0, 1, "balanced"
                     m["partial"] = float(rng.randint(0, int(m["tiles"])))
                     m["full"], m["pieces"] = m["tiles"] - m["partial"], 1.0
+                    m["multi"] = float(len(ms) > 1)
                     if m["head_tail_first"]:
                         m["seconds"] *= penalty
-                    m["seconds"] += receive_cost * m["received"] + partial_cost * m["partial"]
+                    m["seconds"] += (receive_cost * m["received"] + partial_cost * m["partial"]
+                                     + multi_cost * m["multi"])
     return steps
 
 
@@ -197,6 +202,24 @@ def test_one_slot_end_wait_is_rank_errors(tmp_path):
 def test_full_and_partial_apart_recover_a_partial_tile_premium(tmp_path):
     steps = synthetic_steps(tmp_path, 26, count=5, partial_cost=3e-4)
     assert_only_terms_recover(steps, slot_bias.SPLIT_TILES)
+
+
+def test_a_constant_for_members_with_peers_is_recovered_by_multi(tmp_path):
+    steps = synthetic_steps(tmp_path, 27, count=5, multi_cost=2e-3)
+    assert_only_terms_recover(steps, slot_bias.ROW + ["multi"])
+    # The candidate the script reports fits it too.
+    assert slot_bias.CANDIDATES["row + multi"][0] == slot_bias.ROW + ["multi"]
+
+
+def test_the_start_profile_is_found_in_this_clone_when_moved(tmp_path):
+    mine = tmp_path / "cpu_calibrated.yaml"
+    mine.write_text("name: mine\n")
+    assert slot_bias.start_profile(str(mine)) == str(mine)  # where the job left it
+    moved = slot_bias.start_profile("/elsewhere/configs/profiles/cpu_calibrated.yaml")
+    assert pathlib.Path(moved).resolve() == ROOT / "configs" / "profiles" / "cpu_calibrated.yaml"
+    # A name this clone has not: the recorded path, for the error to name.
+    assert slot_bias.start_profile("/elsewhere/none.yaml") == "/elsewhere/none.yaml"
+    assert slot_bias.start_profile(None) is None
 
 
 def pair_by_pair(rows, docs, block, chunk_keys, split, members=None, me=0, two_calls=False):

@@ -65,8 +65,9 @@ MODELS = {
     "group": ["tiles", "tokens", "one", "g", "kv", "peers"],
 }
 # Dropped in this order when the normal equations are singular (as
-# calibration_fit.cpp's fit_kept does); slot_bias.py's "multi" first (a step
-# whose members with peers all have one peer makes it the peers term).
+# calibration_fit.cpp's fit_kept does); slot_bias.py's "multi" first: it is
+# the constant where every member fitted has peers, and the peers term where
+# every member with peers has one.
 DROP_ORDER = ["multi", "peers", "kv", "row", "g", "tokens"]
 # e(g): the expected maximum of g independent standard normal variables,
 # E[max] = integral of x g phi(x) Phi(x)^(g - 1) dx, by quadrature (step

@@ -196,13 +196,21 @@ def job_config(folder):
 
 
 def start_profile(path):
-    """The start profile's file: the path the job recorded, or, for records
-    made in another clone (an archive's), the file of that name in this
-    one's configs/profiles."""
+    """A profile the job recorded (its profile, or profile_start under
+    auto): its file where the job left it, else, for records made in
+    another clone (an archive's), the file of that name in this clone's
+    configs/profiles; a bundled profile's name as it is. Stops, naming the
+    file, where it is in neither place."""
     if not path or os.path.isfile(path):
         return path
     here = os.path.join(_HERE, "..", "configs", "profiles", os.path.basename(path))
-    return here if os.path.isfile(here) else path
+    if os.path.isfile(here):
+        return here
+    if os.sep in path or path.endswith((".yaml", ".yml")):
+        sys.exit(f"{path}: the job's profile file is not there, and this clone's "
+                 f"configs/profiles has no {os.path.basename(path)}; give the records their "
+                 "profile file at that path")
+    return path
 
 
 def profile_text(refit, start_file, name):
@@ -232,7 +240,7 @@ def hybrid_profile(config, records, step, scratch):
     """The profile hybrid planned step `step` with: under profile auto the
     refit after the step before (its profile_fit), else the configured one."""
     if config["profile"] != "auto":
-        return config["profile"]
+        return start_profile(config["profile"])
     refits = [r["profile_fit"]["profile"] for r in records
               if r.get("step") == step - 1 and "profile_fit" in r]
     if not refits:

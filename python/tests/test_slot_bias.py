@@ -98,6 +98,7 @@ def test_a_trained_job_is_rebuilt_member_for_member(trained, cli_path):
         # attach stops on any mismatch; what it adds is consistent.
         assert abs(m["received"] + m["sent"] - m["kv"] / kv) < 1e-6
         assert m["padding"] >= 0 and m["docs"] >= 1 and 0 <= m["member"] < m["g"]
+        assert m["multi"] == float(m["g"] > 1)
         # The runtime records each member's partial tiles; attach checks
         # them against the recount from the plan's positions.
         assert 0 <= m["partial_recorded"] <= m["tiles"]
@@ -106,6 +107,7 @@ def test_a_trained_job_is_rebuilt_member_for_member(trained, cli_path):
         full += m["full"]
         plans.add(m["plan"])
     assert "per_document_padded" in plans  # megatron_dcp's slots
+    assert {m["multi"] for m in members} == {0.0, 1.0}
     assert partial > 0 and full > 0
 
 
@@ -211,15 +213,42 @@ def test_a_constant_for_members_with_peers_is_recovered_by_multi(tmp_path):
     assert slot_bias.CANDIDATES["row + multi"][0] == slot_bias.ROW + ["multi"]
 
 
+def test_multi_is_dropped_first_where_every_member_has_peers(tmp_path):
+    steps = synthetic_steps(tmp_path, 28, count=4)
+    wide = [m for m in slot_bias.re_.members_of(steps.values()) if m["multi"] == 1.0]
+    assert wide
+    # multi is then the constant: the fit is the one without it.
+    assert slot_bias.rf.fit(wide, slot_bias.ROW + ["multi"]) == slot_bias.rf.fit(wide, slot_bias.ROW)
+
+
 def test_the_start_profile_is_found_in_this_clone_when_moved(tmp_path):
     mine = tmp_path / "cpu_calibrated.yaml"
     mine.write_text("name: mine\n")
     assert slot_bias.start_profile(str(mine)) == str(mine)  # where the job left it
-    moved = slot_bias.start_profile("/elsewhere/configs/profiles/cpu_calibrated.yaml")
-    assert pathlib.Path(moved).resolve() == ROOT / "configs" / "profiles" / "cpu_calibrated.yaml"
-    # A name this clone has not: the recorded path, for the error to name.
-    assert slot_bias.start_profile("/elsewhere/none.yaml") == "/elsewhere/none.yaml"
+    here = ROOT / "configs" / "profiles" / "cpu_calibrated.yaml"
+    moved = "/elsewhere/configs/profiles/cpu_calibrated.yaml"
+    assert pathlib.Path(slot_bias.start_profile(moved)).resolve() == here
+    assert slot_bias.start_profile("h100_7b") == "h100_7b"  # a bundled profile's name
     assert slot_bias.start_profile(None) is None
+    # A file in neither place: stopped, naming it.
+    with pytest.raises(SystemExit) as stop:
+        slot_bias.start_profile("/elsewhere/none.yaml")
+    assert "/elsewhere/none.yaml" in str(stop.value)
+    # The profile each step planned with, from records made elsewhere: the
+    # refit's terms and this clone's start file's ranks_per_node.
+    config = {"profile": "auto", "profile_start": moved, "world": 4}
+    refit = {"tile_seconds": 1e-4, "token_seconds": 2e-6, "slot_seconds": 3e-3,
+             "kv_bytes_per_token": 512, "bytes_per_second": 1e9, "latency_seconds": 1e-3,
+             "row_token_seconds": 0.0}
+    records = [{"step": 3, "profile_fit": {"profile": refit}}]
+    assert pathlib.Path(slot_bias.hybrid_profile(config, records, 3, str(tmp_path))).resolve() == here
+    written = pathlib.Path(slot_bias.hybrid_profile(config, records, 4, str(tmp_path))).read_text()
+    start = {k.strip(): v.strip() for k, _, v in
+             (line.partition(":") for line in here.read_text().splitlines()) if k.strip()}
+    assert f"ranks_per_node: {start['ranks_per_node']}" in written
+    assert "tile_seconds: 0.0001" in written
+    fixed = dict(config, profile=moved)  # a job with a fixed profile file
+    assert pathlib.Path(slot_bias.hybrid_profile(fixed, records, 4, str(tmp_path))).resolve() == here
 
 
 def pair_by_pair(rows, docs, block, chunk_keys, split, members=None, me=0, two_calls=False):

@@ -721,7 +721,8 @@ CANDIDATES = {"today (row model)": (ROW, False, None),
               "full and partial tiles apart + visits": (SPLIT_TILES + ["visits"], False, None),
               "full and partial tiles apart + multi": (SPLIT_TILES + ["multi"], False, None),
               "row + multi": (ROW + ["multi"], False, None),
-              "full and partial tiles apart + multi + visits": (SPLIT_TILES + ["multi", "visits"], False, None)}
+              "full and partial tiles apart + multi + visits":
+                  (SPLIT_TILES + ["multi", "visits"], False, None)}
 
 
 def gains(crit):

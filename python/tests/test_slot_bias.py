@@ -218,7 +218,8 @@ def test_multi_is_dropped_first_where_every_member_has_peers(tmp_path):
     wide = [m for m in slot_bias.re_.members_of(steps.values()) if m["multi"] == 1.0]
     assert wide
     # multi is then the constant: the fit is the one without it.
-    assert slot_bias.rf.fit(wide, slot_bias.ROW + ["multi"]) == slot_bias.rf.fit(wide, slot_bias.ROW)
+    without = slot_bias.rf.fit(wide, slot_bias.ROW)
+    assert slot_bias.rf.fit(wide, slot_bias.ROW + ["multi"]) == without
 
 
 def test_the_start_profile_is_found_in_this_clone_when_moved(tmp_path):
@@ -241,14 +242,17 @@ def test_the_start_profile_is_found_in_this_clone_when_moved(tmp_path):
              "kv_bytes_per_token": 512, "bytes_per_second": 1e9, "latency_seconds": 1e-3,
              "row_token_seconds": 0.0}
     records = [{"step": 3, "profile_fit": {"profile": refit}}]
-    assert pathlib.Path(slot_bias.hybrid_profile(config, records, 3, str(tmp_path))).resolve() == here
-    written = pathlib.Path(slot_bias.hybrid_profile(config, records, 4, str(tmp_path))).read_text()
+    def planned_with(config, step):
+        return pathlib.Path(slot_bias.hybrid_profile(config, records, step, str(tmp_path)))
+
+    assert planned_with(config, 3).resolve() == here
+    written = planned_with(config, 4).read_text()
     start = {k.strip(): v.strip() for k, _, v in
              (line.partition(":") for line in here.read_text().splitlines()) if k.strip()}
     assert f"ranks_per_node: {start['ranks_per_node']}" in written
     assert "tile_seconds: 0.0001" in written
     fixed = dict(config, profile=moved)  # a job with a fixed profile file
-    assert pathlib.Path(slot_bias.hybrid_profile(fixed, records, 4, str(tmp_path))).resolve() == here
+    assert planned_with(fixed, 4).resolve() == here
 
 
 def pair_by_pair(rows, docs, block, chunk_keys, split, members=None, me=0, two_calls=False):

@@ -247,9 +247,8 @@ def test_the_start_profile_is_found_in_this_clone_when_moved(tmp_path):
 
     assert planned_with(config, 3).resolve() == here
     written = planned_with(config, 4).read_text()
-    start = {k.strip(): v.strip() for k, _, v in
-             (line.partition(":") for line in here.read_text().splitlines()) if k.strip()}
-    assert f"ranks_per_node: {start['ranks_per_node']}" in written
+    nodes = slot_bias.config_value(here.read_text(), "ranks_per_node")
+    assert nodes and f"ranks_per_node: {nodes}" in written
     assert "tile_seconds: 0.0001" in written
     fixed = dict(config, profile=moved)  # a job with a fixed profile file
     assert planned_with(fixed, 4).resolve() == here

@@ -510,8 +510,8 @@ int suite(const Options& opt) {
   const auto scheds = fulcrum::schedule_strategies();
   std::printf(
       "| profile | batches | own placement no slower than both | than fixed | than megatron_dcp | "
-      "worst own / best baseline | median own / bound |\n| --- | ---: | ---: | ---: | ---: | ---: "
-      "| ---: |\n");
+      "worst own / best baseline | median own / bound | own plan ms: median, 99th, most |\n"
+      "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   for (const std::string& profile_arg : opt.profiles) {
     const fulcrum::Result<CostProfile> profile = fulcrum::host::resolve_cost_profile(profile_arg);
     if (!profile) {
@@ -522,13 +522,16 @@ int suite(const Options& opt) {
     int wins = 0, vs_fixed = 0, vs_dcp = 0, n = 0;
     double worst = 0;
     std::vector<double> gap;
+    std::vector<double> plan_ms;  // own placement: decide and plan, thread CPU time
     for (int b = 0; b < opt.suite; ++b) {
       const ScheduleRequest r = suite_request(rng, *profile);
+      const double t0 = cpu_seconds();
       fulcrum::Result<Schedule> own = fulcrum::decide_hybrid(r);
       if (!own || !fulcrum::plan_hybrid_slots(r, *own)) {
         std::fprintf(stderr, "suite batch %d: hybrid failed\n", b);
         return 1;
       }
+      plan_ms.push_back(1e3 * (cpu_seconds() - t0));
       const double mine = fulcrum::evaluate_schedule(r, *own).step_seconds;
       double steps[2] = {std::numeric_limits<double>::infinity(),
                          std::numeric_limits<double>::infinity()};
@@ -572,9 +575,11 @@ int suite(const Options& opt) {
                      r.doc_lengths.size(), mine, steps[0], steps[1]);
       }
     }
-    std::printf("| %s | %d | %.1f%% (%d) | %.1f%% | %.1f%% | %.3f | %.3f |\n",
+    std::sort(plan_ms.begin(), plan_ms.end());
+    const double p99 = plan_ms[std::min(plan_ms.size() - 1, plan_ms.size() * 99 / 100)];
+    std::printf("| %s | %d | %.1f%% (%d) | %.1f%% | %.1f%% | %.3f | %.3f | %.1f, %.1f, %.1f |\n",
                 profile->name.c_str(), n, 100.0 * wins / n, wins, 100.0 * vs_fixed / n,
-                100.0 * vs_dcp / n, worst, median(gap));
+                100.0 * vs_dcp / n, worst, median(gap), median(plan_ms), p99, plan_ms.back());
     std::fflush(stdout);
   }
   return 0;

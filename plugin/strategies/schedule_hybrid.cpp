@@ -108,6 +108,10 @@ using hybrid::DraftSet;
 // again would.
 class SlotMemo {
  public:
+  // `lean`: every slot planned with balanced and contiguous only (rule 5's
+  // lean choice, plan_slot_compact), for a draft planned past the budget.
+  explicit SlotMemo(bool lean = false) : lean_(lean) {}
+
   Result<double> plan(const ScheduleRequest& request, ScheduleSlot& slot, double ceiling) {
     // A one-rank slot has one plan, priced from its pieces without
     // allocating (one_rank_slot_end): cheaper than its key and a lookup, so
@@ -139,7 +143,7 @@ class SlotMemo {
     if (none != none_below_.end() && ceiling <= none->second) return hybrid::kNoEnd;
     bool none_below = false;
     const Result<double> planned =
-        hybrid::plan_slot_compact(request, slot, ceiling, &none_below, &rows_);
+        hybrid::plan_slot_compact(request, slot, ceiling, &none_below, &rows_, lean_);
     if (planned && *planned < ceiling) {
       kept_.emplace(key, Kept{*planned, slot.plan, slot.member_weights});
     } else if (planned && none_below) {
@@ -161,6 +165,7 @@ class SlotMemo {
   hybrid::RowPlans rows_;                    // rule 5's candidate plans of each row, counted
   std::vector<std::int64_t> key_;            // plan's key, built here
   std::vector<std::int64_t> first_of_node_;  // per node: its first member in plan's slot, or -1
+  bool lean_ = false;
 };
 
 // Every slot planned compactly (rule 5, schedule_hybrid_plan.cpp): `length`
@@ -284,13 +289,15 @@ Result<Schedule> decide_hybrid(const ScheduleRequest& request) {
 // (schedule_hybrid_plan.cpp), and balances each multi-rank row: the other
 // drafts are planned while their planning costs (hybrid::slot_planning_cost:
 // tokens, rows over more than hybrid::kWideSlot members weighted by their
-// width), the
-// decided draft's tokens included, stay within this; a draft that does not
-// fit is skipped and the next tried. Beyond half of it neither they nor
-// the search run, and the estimate's draft is the answer. 32M and 8M win
-// 99% of the suite's batches on h100_7b before the guard (82% with the 4M
-// and 1M of position-based pricing); docs/HYBRID.md section 6, "Issue 25",
-// gives the plan time they cost.
+// width), the decided draft's tokens included, stay within this; a draft
+// that does not fit is skipped and the next tried, but for the soonest
+// equal-groups draft, planned lean past it where its estimate with its
+// rows' exchange still wins (DraftSet::worth_planning_past_budget). Beyond
+// half of it neither they nor the search run, and the estimate's draft is
+// the answer. 32M and 8M win 96% of the suite's 400 batches on h100_7b
+// before the guard (82% of 100 with the 4M and 1M of position-based
+// pricing); docs/HYBRID.md section 6, "Issue 25", gives the plan time they
+// cost.
 constexpr std::int64_t kDraftTokenBudget = std::int64_t{32} << 20;
 // The rows rule 7's search may re-plan, in tokens, whatever the batch.
 constexpr std::int64_t kSearchTokenBudget = std::int64_t{8} << 20;
@@ -312,6 +319,7 @@ Status plan_compact(const ScheduleRequest& request, Schedule& schedule, double& 
                     DraftSet* drawn) {
   std::vector<double> length;
   SlotMemo memo;
+  SlotMemo lean_memo(true);  // a draft planned past the budget
   if (Status status = plan_slots(request, memo, schedule, length); !status) return status;
   double best = hybrid::step_of_lengths(request, schedule, length);
   step = best;
@@ -332,18 +340,25 @@ Status plan_compact(const ScheduleRequest& request, Schedule& schedule, double& 
     // The first is the decided draft (drawn again, or the one drawn once).
     if (k == 0) continue;
     const std::int64_t cost = drawn->cost(k);
-    if (planned + cost > kDraftTokenBudget) continue;
+    // Past the budget, only the soonest equal-groups draft where its
+    // estimate with its rows' exchange still beats the decided draft's,
+    // and lean: its wide rows are what the budget weighs (g / kWideSlot
+    // times their tokens), and rule 5's other plans of them, per_document's
+    // above all (two runs per member per document), cost most.
+    const bool past_budget = planned + cost > kDraftTokenBudget;
+    if (past_budget && !drawn->worth_planning_past_budget(k)) continue;
     if (first_kept && drawn->same_as_first(k)) continue;
     Schedule& other = drawn->at(k);
     if (same_slots(other, schedule)) continue;
     if (decided_step_lower_bound(request, other) * (1 - 1e-9) >= best) continue;
     std::vector<double> other_length;
     bool complete = false;
-    if (Status status = plan_slots_below(request, memo, other, other_length, best, complete);
+    if (Status status = plan_slots_below(request, past_budget ? lean_memo : memo, other,
+                                         other_length, best, complete);
         !status) {
       return status;
     }
-    planned += cost;
+    if (!past_budget) planned += cost;
     if (!complete) continue;  // a slot alone reaches `best`
     const double other_step = hybrid::step_of_lengths(request, other, other_length);
     if (other_step < best) {

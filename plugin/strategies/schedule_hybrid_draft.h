@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -227,6 +228,18 @@ class Estimator {
     return t;
   }
 
+  // A row's time over g members with its exchange: slot_time's, except
+  // that under a sliding window a member's peers are only the members
+  // within its reach (the window over a member's share, on either side).
+  double row_time(double row_work, std::int64_t len, std::int32_t g, std::int32_t together) const {
+    const double t = slot_time(row_work, len, g, together);
+    if (g == 1 || r_.mask.kind != MaskKind::kSliding) return t;
+    const double share = static_cast<double>(len) / g;
+    const double reach = static_cast<double>(r_.mask.param + r_.block_size);
+    const double peers = std::min<double>(g - 1, 2 * std::ceil(reach / share));
+    return t - p_.latency_seconds * (g - 1 - peers);
+  }
+
  private:
   const ScheduleRequest& r_;
   const CostProfile& p_;
@@ -380,9 +393,12 @@ class RowPlans {
 // set when the answer is kNoEnd for every lower ceiling too (a caller may
 // then answer those without planning).
 // `rows`, when given, supplies the candidate plans (else they are built).
+// `lean`: balanced and contiguous only (contiguous alone where balanced
+// needs more than T per member), for a draft planned past the planning
+// budget (docs/HYBRID.md rule 7).
 Result<double> plan_slot_compact(const ScheduleRequest& request, ScheduleSlot& slot,
                                  double ceiling = kNoEnd, bool* none_below = nullptr,
-                                 RowPlans* rows = nullptr);
+                                 RowPlans* rows = nullptr, bool lean = false);
 
 // The runs of the plan rule `rule` (balanced, per_document,
 // per_document_padded, head_tail, contiguous) for a slot's row; nullopt for

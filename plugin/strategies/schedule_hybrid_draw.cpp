@@ -207,7 +207,8 @@ BestFitRows best_fit_rows(const std::vector<DocPiece>& pieces, const std::vector
 // pieces of similar size pack better into shared rows than one piece per
 // group. Returns the estimated finish; `out`, when given, gets the
 // schedule; `fits` is false where a piece needs more groups than there are.
-double DraftSet::packed(std::int32_t g, Schedule* out, std::int64_t& cost, bool& fits) const {
+double DraftSet::packed(std::int32_t g, Schedule* out, std::int64_t& cost, bool& fits,
+                        bool exchange) const {
   const ScheduleRequest& request = request_;
   const std::int64_t capacity = static_cast<std::int64_t>(g) * request.max_tokens_per_rank;
   const std::int32_t groups = request.world_size / g;
@@ -258,7 +259,9 @@ double DraftSet::packed(std::int32_t g, Schedule* out, std::int64_t& cost, bool&
   const std::vector<double>& row_work = rows.work;
   std::vector<double> time(room.size());
   for (std::size_t k = 0; k < room.size(); ++k) {
-    time[k] = row_work[k] / g + request.profile.slot_seconds;
+    time[k] = exchange && g > 1 ? est_.row_time(row_work[k], capacity - room[k], g,
+                                                std::min(g, request.profile.ranks_per_node))
+                                : row_work[k] / g + request.profile.slot_seconds;
     cost += slot_planning_cost(capacity - room[k], static_cast<std::size_t>(g));
   }
   std::vector<std::size_t> order(room.size());
@@ -416,6 +419,16 @@ Schedule& DraftSet::at(std::size_t k) {
     }
   }
   return *entry.made;
+}
+
+bool DraftSet::worth_planning_past_budget(std::size_t k) const {
+  // add_packed puts the soonest equal-groups draft right after the first.
+  if (k != 1 || !entries_[k].packed) return false;
+  std::int64_t cost = 0;
+  bool fits = true;
+  const double finish =
+      packed(static_cast<std::int32_t>(entries_[k].index), nullptr, cost, fits, true);
+  return fits && finish < drafts_[entries_[0].index].makespan;
 }
 
 bool DraftSet::same_as_first(std::size_t k) const {

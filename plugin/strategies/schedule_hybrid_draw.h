@@ -85,6 +85,12 @@ class DraftSet {
   // it: a group rule's draft that places every piece as the first does
   // (rules often agree: at W = 1024 with 4,000 documents two of four do).
   bool same_as_first(std::size_t k) const;
+  // Whether draft k is worth planning past the planning budget, lean
+  // (docs/HYBRID.md rule 7): it is the equal-groups draft of soonest
+  // estimated finish, and with its rows' exchange and latency estimated
+  // too (Estimator::row_time; the order of rule 8's drafts leaves them
+  // out) it still finishes before the estimate's choice.
+  bool worth_planning_past_budget(std::size_t k) const;
 
  private:
   struct Entry {
@@ -98,7 +104,10 @@ class DraftSet {
     bool group_heavy = false;
     GroupRule rule = GroupRule::kMeanLoad;
   };
-  double packed(std::int32_t g, Schedule* out, std::int64_t& cost, bool& fits) const;
+  // `exchange`: each row of g > 1 members estimated with its exchange and
+  // latency (Estimator::row_time), not its compute and fixed cost alone.
+  double packed(std::int32_t g, Schedule* out, std::int64_t& cost, bool& fits,
+                bool exchange = false) const;
   void add_packed();
 
   const ScheduleRequest& request_;

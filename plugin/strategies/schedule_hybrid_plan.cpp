@@ -405,7 +405,7 @@ class RuleChoice {
 // priced in full (which the ceiling may skip) and its members' mean time
 // ends 0.5% before the end to beat.
 Result<double> plan_slot_compact(const ScheduleRequest& request, ScheduleSlot& slot, double ceiling,
-                                 bool* none_below, RowPlans* rows) {
+                                 bool* none_below, RowPlans* rows, bool lean) {
   if (none_below) *none_below = false;
   const std::int64_t budget = request.max_tokens_per_rank;
   slot.member_weights.clear();  // a plan chosen before, on these or other ranks
@@ -428,21 +428,29 @@ Result<double> plan_slot_compact(const ScheduleRequest& request, ScheduleSlot& s
   if (balanced->runs.shard_len <= budget) {
     choice.first("balanced", *balanced, "");
   } else {
-    // per_document holds at most ceil(N / g) <= T tokens per member.
-    choice.first("per_document", *plans.plan("per_document", request, slot, w),
+    // per_document and contiguous hold at most ceil(N / g) <= T tokens per member.
+    const char* rule = lean ? "contiguous" : "per_document";
+    choice.first(rule, *plans.plan(rule, request, slot, w),
                  "balanced needs " + std::to_string(balanced->runs.shard_len) +
                      " tokens per rank, more than T = " + std::to_string(budget));
   }
-  // The same plan again cannot end strictly sooner.
-  if (std::string_view(choice.rule()) != "per_document") {
-    choice.consider("per_document", plans.plan("per_document", request, slot, w));
+  if (lean) {
+    // A draft planned past the budget: contiguous against balanced, no more.
+    if (std::string_view(choice.rule()) != "contiguous") {
+      choice.consider("contiguous", plans.plan("contiguous", request, slot, w));
+    }
+  } else {
+    // The same plan again cannot end strictly sooner.
+    if (std::string_view(choice.rule()) != "per_document") {
+      choice.consider("per_document", plans.plan("per_document", request, slot, w));
+    }
+    if (w.tokens <= kManyPlannersTokens) {
+      choice.consider("head_tail", plans.plan("head_tail", request, slot, w));
+      choice.consider("per_document_padded", plans.plan("per_document_padded", request, slot, w));
+    }
+    choice.consider_weighted();
+    choice.consider("contiguous", plans.plan("contiguous", request, slot, w));
   }
-  if (w.tokens <= kManyPlannersTokens) {
-    choice.consider("head_tail", plans.plan("head_tail", request, slot, w));
-    choice.consider("per_document_padded", plans.plan("per_document_padded", request, slot, w));
-  }
-  choice.consider_weighted();
-  choice.consider("contiguous", plans.plan("contiguous", request, slot, w));
   choice.record_on(slot);
   if (choice.best_end() < ceiling) return choice.best_end();
   // Every plan but a declined weighting ends at or past the ceiling, so a

@@ -393,6 +393,39 @@ TEST(HybridDraw, EveryDraftCostsWhatItsSlotsCostAndCoversTheBatch) {
   EXPECT_GT(drafts, 400);
 }
 
+// Past the planning budget only the soonest equal-groups draft (the one
+// right after the decided draft) may be planned, and only where its rows'
+// exchange and latency do not undo its estimate. Many short documents over
+// all of W = 1024 ranks (h100_7b, T = 16K): the equal-groups draft whose
+// rows' compute alone finishes soonest is the one over every rank, whose
+// members are each other's peers, and with that latency and K/V it is far
+// behind the decided draft (one rank a document).
+TEST(HybridDraw, OnlyTheSoonestEqualGroupsDraftIsWorthPlanningPastTheBudget) {
+  SplitMix64 rng(3310);
+  int soonest = 0;
+  for (int c = 0; c < 200; ++c) {
+    const ScheduleRequest r = random_request(rng);
+    hybrid::DraftSet every(r, true);
+    for (std::size_t k = 0; k < every.size(); ++k) {
+      if (k != 1) {
+        EXPECT_FALSE(every.worth_planning_past_budget(k)) << "case " << c << " draft " << k;
+      }
+    }
+    soonest += every.size() > 1 && every.worth_planning_past_budget(1);
+  }
+  EXPECT_GT(soonest, 0);
+  ScheduleRequest r;
+  r.world_size = 1024;
+  r.max_tokens_per_rank = 16384;
+  r.block_size = 128;
+  r.mask = MaskSpec::causal();
+  r.profile = *builtin_cost_profile("h100_7b");
+  for (int i = 0; i < 1000; ++i) r.doc_lengths.push_back(2048 + 37 * (i % 100));
+  hybrid::DraftSet every(r, true);
+  ASSERT_GT(every.size(), 1u);
+  EXPECT_FALSE(every.worth_planning_past_budget(1));
+}
+
 // The same slots: ranks, wave and pieces, slot for slot.
 bool same_slots(const Schedule& a, const Schedule& b) {
   if (a.slots.size() != b.slots.size()) return false;

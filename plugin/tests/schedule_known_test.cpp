@@ -620,6 +620,46 @@ TEST(Hybrid, ReachesTheBoundOnALoneDocument) {
   EXPECT_DOUBLE_EQ(step_time_lower_bound(r), step);
 }
 
+// The win-share suite's batch 81 under cpu_gloo (docs/HYBRID.md section 6,
+// "Issue 25"): 81 documents of 134 to 902K tokens at W = 1021 (a prime),
+// T = 1024, full mask. The planning budget weighs a row over g > 64 members
+// g / 64 times its tokens, so it reached no equal-groups draft (the one
+// over all 1,021 ranks weighs 16 times the batch), and hybrid's own
+// placement, a group per long document in 22 waves, was 18% slower than
+// fixed's nine shared rows. The soonest equal-groups draft is planned past
+// the budget, lean, where its estimate with its rows' exchange still beats
+// the decided draft's (rule 7): now no slower than fixed.
+TEST(Hybrid, PlansTheSoonestEqualGroupsDraftPastTheBudget) {
+  ScheduleRequest r;
+  r.doc_lengths = {902383, 139613, 2142,   1333,   809827, 216557, 16489, 2556,   735159,
+                   277066, 31959,  1239,   651896, 268902, 122022, 2462,  222,    581752,
+                   427009, 29879,  6816,   572706, 247160, 223503, 1971,  139,    194082,
+                   184752, 179608, 177732, 172453, 130637, 5887,   247,   170404, 150825,
+                   138889, 130620, 130488, 126930, 118243, 59156,  12872, 7014,   111179,
+                   109943, 94884,  93568,  47192,  38649,  28993,  28367, 26774,  26664,
+                   23632,  22845,  11361,  11202,  11162,  10070,  9994,  9217,   8560,
+                   8541,   6255,   5529,   5297,   5090,   4362,   3541,  1520,   1422,
+                   1116,   763,    706,    572,    500,    488,    354,   175,    134};
+  r.world_size = 1021;
+  r.max_tokens_per_rank = 1024;
+  r.block_size = 128;
+  r.mask = MaskSpec::full();
+  const Result<CostProfile> profile = builtin_cost_profile("cpu_gloo");
+  ASSERT_TRUE(profile);
+  r.profile = *profile;
+  Result<Schedule> own = decide_hybrid(r);
+  ASSERT_TRUE(own) << own.status().message();
+  const Status planned = plan_hybrid_slots(r, *own);
+  ASSERT_TRUE(planned) << planned.message();
+  const Status valid = validate_schedule(r, *own);
+  ASSERT_TRUE(valid) << valid.message();
+  const Result<Schedule> fixed = run_schedule_strategy("fixed", r);
+  ASSERT_TRUE(fixed) << fixed.status().message();
+  const double mine = evaluate_schedule(r, *own).step_seconds;
+  const double theirs = evaluate_schedule(r, *fixed).step_seconds;
+  EXPECT_LE(mine, theirs);  // 72.4 s against 61.3 s before
+}
+
 // The best step time over every placement of whole pieces on single ranks,
 // each rank's pieces in one row (T holds them all), by enumeration and the
 // independent recount.

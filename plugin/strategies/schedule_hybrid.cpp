@@ -306,15 +306,17 @@ namespace {
 
 // The decided draft is the estimate's bet; the other drafts (the other
 // group rules, heavy pieces within T kept on one rank, equal groups) are
-// planned and priced exactly too, within kDraftTokenBudget, and the soonest
-// is kept (ties: the decided one, then the drafts' order). The estimate
+// planned and priced exactly too, within kDraftTokenBudget (the soonest
+// equal-groups draft, lean, past it where worth_planning_past_budget says
+// so), and the soonest is kept (ties: the decided one, then the drafts'
+// order). The estimate
 // misjudges small batches most, where this costs least. Then rule 7's
 // search. Every slot stays compact (no positions); `step` gets the exact
 // step of the schedule kept. `drawn`: every draft of the batch
 // (DraftSet(request, true, room)), the decided one first and `schedule`
 // made from it, when the caller drew them already (run_hybrid); nullptr:
 // drawn here when needed. A draft is made a schedule only once its
-// planning cost fits the budget.
+// planning cost fits the budget, or it is to be planned past it.
 Status plan_compact(const ScheduleRequest& request, Schedule& schedule, double& step,
                     DraftSet* drawn) {
   std::vector<double> length;

@@ -623,8 +623,8 @@ TEST(Hybrid, ReachesTheBoundOnALoneDocument) {
 // The win-share suite's batch 81 under cpu_gloo (docs/HYBRID.md section 6,
 // "Issue 25"): 81 documents of 134 to 902K tokens at W = 1021 (a prime),
 // T = 1024, full mask. The planning budget weighs a row over g > 64 members
-// g / 64 times its tokens, so it reached no equal-groups draft (the one
-// over all 1,021 ranks weighs 16 times the batch), and hybrid's own
+// floor(g / 64) times its tokens, so it reached no equal-groups draft (the
+// one over all 1,021 ranks weighs 15 times the batch), and hybrid's own
 // placement, a group per long document in 22 waves, was 18% slower than
 // fixed's nine shared rows. The soonest equal-groups draft is planned past
 // the budget, lean, where its estimate with its rows' exchange still beats
@@ -649,13 +649,17 @@ TEST(Hybrid, PlansTheSoonestEqualGroupsDraftPastTheBudget) {
   r.profile = *profile;
   Result<Schedule> own = decide_hybrid(r);
   ASSERT_TRUE(own) << own.status().message();
-  const Status planned = plan_hybrid_slots(r, *own);
+  double step = 0;
+  const Status planned = plan_hybrid_compact(r, *own, step);
   ASSERT_TRUE(planned) << planned.message();
+  const Status expanded = expand_hybrid_plans(r, *own);
+  ASSERT_TRUE(expanded) << expanded.message();
   const Status valid = validate_schedule(r, *own);
   ASSERT_TRUE(valid) << valid.message();
   const Result<Schedule> fixed = run_schedule_strategy("fixed", r);
   ASSERT_TRUE(fixed) << fixed.status().message();
   const double mine = evaluate_schedule(r, *own).step_seconds;
+  EXPECT_EQ(mine, step);  // the compact answer's step is the positions' step
   const double theirs = evaluate_schedule(r, *fixed).step_seconds;
   EXPECT_LE(mine, theirs);  // 72.4 s against 61.3 s before
 }

@@ -172,6 +172,56 @@ TEST(HybridSlotCeiling, TheExchangeFloorChangesNoChoiceAndNoneBelowHolds) {
   EXPECT_GT(weighted, 5);      // weighting chosen on some slots
 }
 
+// Rule 5's lean choice (a draft planned past the budget, docs/HYBRID.md
+// rule 7) against its recount: balanced priced in full (contiguous where
+// balanced needs more than T per member), then contiguous, the sooner kept
+// (ties: balanced); under every ceiling the same length or kNoEnd, the
+// rule recorded, its length what the expanded plan prices at, never
+// sooner than rule 5's full choice, and none_below only where no lower
+// ceiling gives a length either.
+TEST(HybridSlotCeiling, LeanChoiceIsTheSoonerOfBalancedAndContiguous) {
+  SplitMix64 rng(20261129);
+  int contiguous = 0;
+  int capped = 0;
+  for (int i = 0; i < 300; ++i) {
+    const Case c = random_case(rng);
+    const ScheduleRequest& r = c.request;
+    const CpWorkload w = slot_workload(r, c.slot);
+    const RunShardPlan balanced = *hybrid::slot_rule_runs("balanced", w);
+    const RunShardPlan contig = cp::detail::contiguous_runs(w.tokens, w.cp_size);
+    Choice free{evaluate_slot_runs(r, c.slot, contig).end_seconds, "contiguous"};
+    if (balanced.shard_len <= r.max_tokens_per_rank) {
+      const double b = evaluate_slot_runs(r, c.slot, balanced).end_seconds;
+      if (!(free.length < b)) free = {b, "balanced"};
+    }
+    contiguous += free.rule == "contiguous" ? 1 : 0;
+    const Choice full = recount(r, c.slot, kInf);
+    EXPECT_GE(free.length, full.length) << "case " << i;
+    for (const double scale : {0.0, 0.9, 1.0, 1.1}) {
+      const double ceiling = scale == 0.0 ? kInf : free.length * scale;
+      SCOPED_TRACE("case " + std::to_string(i) + ", ceiling x " + std::to_string(scale));
+      ScheduleSlot slot = c.slot;
+      bool none = false;
+      const Result<double> got =
+          hybrid::plan_slot_compact(r, slot, ceiling, &none, nullptr, /*lean=*/true);
+      ASSERT_TRUE(got.is_ok()) << got.status().message();
+      if (!(free.length < ceiling)) {
+        EXPECT_EQ(*got, hybrid::kNoEnd);
+        ++capped;
+        continue;
+      }
+      EXPECT_EQ(*got, free.length);
+      EXPECT_EQ(slot.plan.strategy_used, free.rule);
+      EXPECT_FALSE(none);
+      ASSERT_TRUE(hybrid::expand_slot_plan(r, slot));
+      EXPECT_EQ(evaluate_slot(r, slot).end_seconds, free.length);
+    }
+    if (HasFailure()) return;
+  }
+  EXPECT_GT(contiguous, 10);  // contiguous chosen on some slots
+  EXPECT_GT(capped, 300);     // ceilings at or below the length
+}
+
 // A one-rank slot (priced from its pieces, one_rank_slot_end) against the
 // generic path it replaced: its one plan, contiguous, priced from runs
 // (evaluate_slot_runs). Under ceilings above, at and below its length: the

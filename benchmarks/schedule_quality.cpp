@@ -523,8 +523,22 @@ int suite(const Options& opt) {
     double worst = 0;
     std::vector<double> gap;
     std::vector<double> plan_ms;  // own placement: decide and plan, thread CPU time
+    // FULCRUM_SUITE_DUMP=b: batch b's request and schedules on stderr, the
+    // other batches drawn (the same sequence) but not planned.
+    const char* dump = std::getenv("FULCRUM_SUITE_DUMP");
     for (int b = 0; b < opt.suite; ++b) {
       const ScheduleRequest r = suite_request(rng, *profile);
+      if (dump != nullptr && std::atoi(dump) != b) continue;
+      if (dump != nullptr) {
+        std::fprintf(stderr, "batch %d: W %d, T %lld, mask %d (%lld), %zu documents:", b,
+                     r.world_size, static_cast<long long>(r.max_tokens_per_rank),
+                     static_cast<int>(r.mask.kind), static_cast<long long>(r.mask.param),
+                     r.doc_lengths.size());
+        for (const std::int64_t len : r.doc_lengths) {
+          std::fprintf(stderr, " %lld", static_cast<long long>(len));
+        }
+        std::fprintf(stderr, "\n");
+      }
       const double t0 = cpu_seconds();
       fulcrum::Result<Schedule> own = fulcrum::decide_hybrid(r);
       if (!own || !fulcrum::plan_hybrid_slots(r, *own)) {
@@ -539,7 +553,7 @@ int suite(const Options& opt) {
         fulcrum::Result<Schedule> other = fulcrum::run_schedule_strategy(scheds[s].name, r);
         if (other) steps[s] = fulcrum::evaluate_schedule(r, *other).step_seconds;
       }
-      if (const char* dump = std::getenv("FULCRUM_SUITE_DUMP"); dump && std::atoi(dump) == b) {
+      if (dump != nullptr) {
         std::vector<std::pair<std::string, Schedule>> all = {{"own", *own}};
         for (std::size_t s = 0; s < 2; ++s) {
           fulcrum::Result<Schedule> other = fulcrum::run_schedule_strategy(scheds[s].name, r);

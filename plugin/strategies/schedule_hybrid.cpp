@@ -293,8 +293,9 @@ Result<Schedule> decide_hybrid(const ScheduleRequest& request) {
 // that does not fit is skipped and the next tried, but for the soonest
 // equal-groups draft, planned lean past it where its estimate with its
 // rows' exchange still wins (DraftSet::worth_planning_past_budget). Beyond
-// half of it neither they nor the search run, and the estimate's draft is
-// the answer. 32M and 8M win 96% of the suite's 400 batches on h100_7b
+// half of it the search does not run and no other draft is planned but
+// that one (where the batch is within the budget). 32M and 8M win 96% of
+// the suite's 400 batches on h100_7b
 // before the guard (82% of 100 with the 4M and 1M of position-based
 // pricing); docs/HYBRID.md section 6, "Issue 25", gives the plan time they
 // cost.
@@ -304,6 +305,21 @@ constexpr std::int64_t kSearchTokenBudget = std::int64_t{8} << 20;
 
 namespace {
 
+// The drafts plan_compact may plan for a batch of `tokens`, the decided
+// one first: every draft within half the budget (the first draft's tokens
+// are planned first, the others have the rest of the budget); past half
+// of it the decided one, and within the budget the soonest equal-groups
+// draft after it, which may still be planned past the budget
+// (worth_planning_past_budget). Past the budget drawing even that one
+// would cost O(pieces log W) per group size with no draft planned: at
+// W = 8192 with 64,000 documents, 45 to 85 ms more for a gate that stays
+// shut (docs/HYBRID.md section 6).
+void draw_drafts(const ScheduleRequest& request, std::int64_t tokens,
+                 std::optional<DraftSet>& into) {
+  const bool every = 2 * tokens <= kDraftTokenBudget;
+  into.emplace(request, every, kDraftTokenBudget - tokens, !every && tokens <= kDraftTokenBudget);
+}
+
 // The decided draft is the estimate's bet; the other drafts (the other
 // group rules, heavy pieces within T kept on one rank, equal groups) are
 // planned and priced exactly too, within kDraftTokenBudget (the soonest
@@ -312,8 +328,8 @@ namespace {
 // order). The estimate
 // misjudges small batches most, where this costs least. Then rule 7's
 // search. Every slot stays compact (no positions); `step` gets the exact
-// step of the schedule kept. `drawn`: every draft of the batch
-// (DraftSet(request, true, room)), the decided one first and `schedule`
+// step of the schedule kept. `drawn`: the batch's drafts (draw_drafts),
+// the decided one first and `schedule`
 // made from it, when the caller drew them already (run_hybrid); nullptr:
 // drawn here when needed. A draft is made a schedule only once its
 // planning cost fits the budget, or it is to be planned past it.
@@ -327,7 +343,9 @@ Status plan_compact(const ScheduleRequest& request, Schedule& schedule, double& 
   step = best;
   std::int64_t tokens = 0;
   for (const std::int64_t len : request.doc_lengths) tokens += len;
-  if (2 * tokens > kDraftTokenBudget) return Status::ok();
+  // Past half the budget there is no search, and no other draft is drawn
+  // but the soonest equal-groups one within the budget (draw_drafts).
+  const bool over_half = 2 * tokens > kDraftTokenBudget;
   std::int64_t planned = tokens;
   // While `schedule` is the caller's draws' first draft, a draft known to
   // be that one (DraftSet::same_as_first) is the same as it slot for slot
@@ -335,7 +353,7 @@ Status plan_compact(const ScheduleRequest& request, Schedule& schedule, double& 
   bool first_kept = drawn != nullptr;
   std::optional<DraftSet> own_draw;
   if (drawn == nullptr) {
-    own_draw.emplace(request, true, kDraftTokenBudget - tokens);
+    draw_drafts(request, tokens, own_draw);
     drawn = &*own_draw;
   }
   for (std::size_t k = 0; k < drawn->size(); ++k) {
@@ -347,7 +365,7 @@ Status plan_compact(const ScheduleRequest& request, Schedule& schedule, double& 
     // and lean: its wide rows are what the budget weighs (g / kWideSlot
     // times their tokens), and rule 5's other plans of them, per_document's
     // above all (two runs per member per document), cost most.
-    const bool past_budget = planned + cost > kDraftTokenBudget;
+    const bool past_budget = over_half || planned + cost > kDraftTokenBudget;
     if (past_budget && !drawn->worth_planning_past_budget(k)) continue;
     if (first_kept && drawn->same_as_first(k)) continue;
     Schedule& other = drawn->at(k);
@@ -369,6 +387,10 @@ Status plan_compact(const ScheduleRequest& request, Schedule& schedule, double& 
       length = std::move(other_length);
       first_kept = false;
     }
+  }
+  if (over_half) {
+    step = best;
+    return Status::ok();
   }
   // The search replays the same timeline; a schedule it made slower (it
   // cannot: it keeps only moves that do not delay the step) is not kept.
@@ -421,9 +443,7 @@ Result<Schedule> run_hybrid(const ScheduleRequest& request) {
   std::int64_t tokens = 0;
   for (const std::int64_t len : request.doc_lengths) tokens += len;
   std::optional<DraftSet> drawn;
-  // The first draft's tokens are planned first: the others have the rest
-  // of the budget (plan_compact).
-  drawn.emplace(request, 2 * tokens <= kDraftTokenBudget, kDraftTokenBudget - tokens);
+  draw_drafts(request, tokens, drawn);
   Schedule schedule = std::move(drawn->at(0));
   double step = 0;
   if (Status status = plan_compact(request, schedule, step, &*drawn); !status) return status;

@@ -340,7 +340,8 @@ Batch grouped_batch(const ScheduleRequest& request, const PreparedBatch& prep, b
   return batch;
 }
 
-DraftSet::DraftSet(const ScheduleRequest& request, bool every, std::int64_t room)
+DraftSet::DraftSet(const ScheduleRequest& request, bool every, std::int64_t room,
+                   bool soonest_equal_groups)
     : request_(request), est_(request), prep_(prepare_batch(request, est_)) {
   for (const DocPiece& piece : prep_.pieces) tokens_ += piece.length;
   // With `every`, a draft within `room` may be planned whatever its finish.
@@ -386,7 +387,7 @@ DraftSet::DraftSet(const ScheduleRequest& request, bool every, std::int64_t room
     entry.cost = draft_cost(drafts_[k], prep_.pieces, tokens_);
     entries_.push_back(std::move(entry));
   }
-  if (every) {
+  if (every || soonest_equal_groups) {
     prep_.by_length.resize(prep_.pieces.size());
     std::iota(prep_.by_length.begin(), prep_.by_length.end(), std::size_t{0});
     std::stable_sort(prep_.by_length.begin(), prep_.by_length.end(),
@@ -394,6 +395,8 @@ DraftSet::DraftSet(const ScheduleRequest& request, bool every, std::int64_t room
                        return prep_.pieces[a].length > prep_.pieces[b].length;
                      });
     add_packed();
+    // add_packed puts the soonest right after the first.
+    if (!every) entries_.resize(std::min<std::size_t>(entries_.size(), 2));
   }
 }
 

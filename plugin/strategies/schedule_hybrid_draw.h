@@ -72,8 +72,14 @@ BestFitRows best_fit_rows(const std::vector<DocPiece>& pieces, const std::vector
 // as without `every`; at() packs it where it is asked for all the same.
 class DraftSet {
  public:
+  // `every`: every draft (the group rules' and the equal groups', rule 8),
+  // the estimate's choice first; else that one alone, and with
+  // `soonest_equal_groups` the equal-groups draft of soonest estimated
+  // finish after it (for a batch past the planning budget, where only
+  // that draft may still be planned: worth_planning_past_budget).
   DraftSet(const ScheduleRequest& request, bool every,
-           std::int64_t room = std::numeric_limits<std::int64_t>::max());
+           std::int64_t room = std::numeric_limits<std::int64_t>::max(),
+           bool soonest_equal_groups = false);
 
   std::size_t size() const { return entries_.size(); }
   // at(k)'s planning cost (slot_planning_cost over its slots), without

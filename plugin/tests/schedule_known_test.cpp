@@ -664,6 +664,57 @@ TEST(Hybrid, PlansTheSoonestEqualGroupsDraftPastTheBudget) {
   EXPECT_LE(mine, theirs);  // 72.4 s against 61.3 s before
 }
 
+// The win-share suite's batch 395 under cpu_gloo (docs/HYBRID.md section 6,
+// "Item 1 past half the budget"): 125 documents of 137 to 958K tokens, 17.0M
+// in all, at W = 509 (a prime), T = 4096, a prefix mask of 2 tokens. Past
+// half the planning budget (16.8M tokens) only the estimate's draft was
+// planned, and hybrid's own placement was 10.5% slower than fixed's nine
+// rows over every rank (130.3 s against 117.9 s). Within the budget the
+// soonest equal-groups draft is still drawn and planned, lean, where its
+// estimate with its rows' exchange beats the decided draft's (rule 7):
+// here it is fixed's rows, the last one contiguous (117.7 s).
+TEST(Hybrid, PlansTheSoonestEqualGroupsDraftPastHalfTheBudget) {
+  ScheduleRequest r;
+  r.doc_lengths = {730304, 8458,   204963, 1229,   16055,  643,    560339, 13949,  794,    250,
+                   53195,  2825,   799,    25383,  1910,   58473,  267434, 5320,   150,    626549,
+                   698,    421,    11347,  32729,  1595,   113045, 14536,  730398, 491724, 35570,
+                   461233, 5803,   3043,   149914, 287,    200,    667270, 323236, 19381,  25102,
+                   605,    1941,   34294,  21452,  430643, 2469,   316,    3415,   7968,   410,
+                   393282, 178106, 10871,  229,    26109,  58526,  755,    393618, 887969, 564697,
+                   6096,   422986, 2157,   305,    374095, 5939,   2340,   8458,   21713,  19543,
+                   241,    56074,  171,    3505,   1899,   404073, 586745, 289588, 10224,  38162,
+                   66385,  19149,  303095, 328731, 957857, 349,    936,    169,    19095,  7275,
+                   13007,  409092, 3326,   25991,  78181,  214,    1243,   500,    5691,   349211,
+                   4269,   471,    731,    34347,  60669,  188,    7317,   920546, 11167,  1319,
+                   183191, 266764, 427,    55705,  14600,  739,    137,    449,    467513, 1122,
+                   781,    1018,   511545, 8254,   780390};
+  r.world_size = 509;
+  r.max_tokens_per_rank = 4096;
+  r.block_size = 128;
+  r.mask = MaskSpec::prefix(2);
+  const Result<CostProfile> profile = builtin_cost_profile("cpu_gloo");
+  ASSERT_TRUE(profile);
+  r.profile = *profile;
+  std::int64_t tokens = 0;
+  for (const std::int64_t len : r.doc_lengths) tokens += len;
+  ASSERT_GT(2 * tokens, std::int64_t{32} << 20);  // past half the budget
+  ASSERT_LE(tokens, std::int64_t{32} << 20);      // within it
+  Result<Schedule> own = decide_hybrid(r);
+  ASSERT_TRUE(own) << own.status().message();
+  double step = 0;
+  const Status planned = plan_hybrid_compact(r, *own, step);
+  ASSERT_TRUE(planned) << planned.message();
+  const Status expanded = expand_hybrid_plans(r, *own);
+  ASSERT_TRUE(expanded) << expanded.message();
+  const Status valid = validate_schedule(r, *own);
+  ASSERT_TRUE(valid) << valid.message();
+  const Result<Schedule> fixed = run_schedule_strategy("fixed", r);
+  ASSERT_TRUE(fixed) << fixed.status().message();
+  const double mine = evaluate_schedule(r, *own).step_seconds;
+  EXPECT_EQ(mine, step);  // the compact answer's step is the positions' step
+  EXPECT_LE(mine, evaluate_schedule(r, *fixed).step_seconds);  // 130.3 s against 117.9 s before
+}
+
 // The best step time over every placement of whole pieces on single ranks,
 // each rank's pieces in one row (T holds them all), by enumeration and the
 // independent recount.

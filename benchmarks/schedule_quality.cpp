@@ -524,16 +524,25 @@ int suite(const Options& opt) {
     std::vector<double> gap;
     std::vector<double> plan_ms;  // own placement: decide and plan, thread CPU time
     // FULCRUM_SUITE_DUMP=b: batch b's request and schedules on stderr, the
-    // other batches drawn (the same sequence) but not planned.
+    // batches before it drawn (the same sequence) but not planned, and the
+    // table's line for batch b alone.
     const char* dump = std::getenv("FULCRUM_SUITE_DUMP");
+    const int dumped = dump != nullptr ? std::atoi(dump) : -1;
+    if (dump != nullptr && (dumped < 0 || dumped >= opt.suite)) {
+      std::fprintf(stderr,
+                   "fulcrum_bench_schedule: FULCRUM_SUITE_DUMP=%s names no batch of "
+                   "--suite %d; give 0 to %d\n",
+                   dump, opt.suite, opt.suite - 1);
+      return 2;
+    }
     for (int b = 0; b < opt.suite; ++b) {
       const ScheduleRequest r = suite_request(rng, *profile);
-      if (dump != nullptr && std::atoi(dump) != b) continue;
+      if (dump != nullptr && b != dumped) continue;
       if (dump != nullptr) {
-        std::fprintf(stderr, "batch %d: W %d, T %lld, mask %d (%lld), %zu documents:", b,
-                     r.world_size, static_cast<long long>(r.max_tokens_per_rank),
-                     static_cast<int>(r.mask.kind), static_cast<long long>(r.mask.param),
-                     r.doc_lengths.size());
+        std::fprintf(stderr, "%s batch %d: W %d, T %lld, mask %d (%lld), %zu documents:",
+                     profile->name.c_str(), b, r.world_size,
+                     static_cast<long long>(r.max_tokens_per_rank), static_cast<int>(r.mask.kind),
+                     static_cast<long long>(r.mask.param), r.doc_lengths.size());
         for (const std::int64_t len : r.doc_lengths) {
           std::fprintf(stderr, " %lld", static_cast<long long>(len));
         }
@@ -588,6 +597,7 @@ int suite(const Options& opt) {
                      static_cast<int>(r.mask.kind), static_cast<long long>(r.mask.param),
                      r.doc_lengths.size(), mine, steps[0], steps[1]);
       }
+      if (dump != nullptr) break;
     }
     std::sort(plan_ms.begin(), plan_ms.end());
     const double p99 = plan_ms[std::min(plan_ms.size() - 1, plan_ms.size() * 99 / 100)];

@@ -312,7 +312,7 @@ namespace {
 // draft after it, which may still be planned past the budget
 // (worth_planning_past_budget). Past the budget drawing even that one
 // would cost O(pieces log W) per group size with no draft planned: at
-// W = 8192 with 64,000 documents, 45 to 85 ms more for a gate that stays
+// W = 8192 with 64,000 documents, 45 to 86 ms more for a gate that stays
 // shut (docs/HYBRID.md section 6).
 void draw_drafts(const ScheduleRequest& request, std::int64_t tokens,
                  std::optional<DraftSet>& into) {
@@ -345,6 +345,7 @@ Status plan_compact(const ScheduleRequest& request, Schedule& schedule, double& 
   for (const std::int64_t len : request.doc_lengths) tokens += len;
   // Past half the budget there is no search, and no other draft is drawn
   // but the soonest equal-groups one within the budget (draw_drafts).
+  if (tokens > kDraftTokenBudget) return Status::ok();  // nothing else is planned
   const bool over_half = 2 * tokens > kDraftTokenBudget;
   std::int64_t planned = tokens;
   // While `schedule` is the caller's draws' first draft, a draft known to
@@ -360,7 +361,7 @@ Status plan_compact(const ScheduleRequest& request, Schedule& schedule, double& 
     // The first is the decided draft (drawn again, or the one drawn once).
     if (k == 0) continue;
     const std::int64_t cost = drawn->cost(k);
-    // Past the budget, only the soonest equal-groups draft where its
+    // Past the budget (or half of it), only the soonest equal-groups draft where its
     // estimate with its rows' exchange still beats the decided draft's,
     // and lean: its wide rows are what the budget weighs (g / kWideSlot
     // times their tokens), and rule 5's other plans of them, per_document's
@@ -437,9 +438,9 @@ Result<Schedule> run_hybrid(const ScheduleRequest& request) {
     return shaped;
   }
   if (Status status = validate_schedule_request(request); !status) return status;
-  // decide_hybrid's draft is the first of every draft (hybrid_drafts puts
-  // the estimate's choice first either way); the others are drawn only
-  // where plan_compact will plan them.
+  // decide_hybrid's draft is the first of every draft (DraftSet puts the
+  // estimate's choice first either way); the others are drawn only where
+  // plan_compact may plan them (draw_drafts).
   std::int64_t tokens = 0;
   for (const std::int64_t len : request.doc_lengths) tokens += len;
   std::optional<DraftSet> drawn;

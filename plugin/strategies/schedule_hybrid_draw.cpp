@@ -380,7 +380,8 @@ DraftSet::DraftSet(const ScheduleRequest& request, bool every, std::int64_t room
     }
     if (!every) break;
   }
-  // Without `every` only the estimate's choice is used: the others stay drafts.
+  // Without `every` only the estimate's choice of the group rules' drafts is
+  // used: the others stay drafts.
   for (std::size_t k = 0; k < (every ? drafts_.size() : 1); ++k) {
     Entry entry;
     entry.index = k;

@@ -62,8 +62,9 @@ BestFitRows best_fit_rows(const std::vector<DocPiece>& pieces, const std::vector
 // equal-groups draft (rule 8) of soonest estimated finish next, then the
 // other group rules' drafts (with and without rule 1's heavy pieces as
 // groups), then the other equal-groups drafts by estimated finish. Without
-// `every`, the estimate's choice alone, the others left unpacked where they
-// cannot finish before it.
+// `every`, the estimate's choice alone (the other group rules' drafts left
+// unpacked where they cannot finish before it), or with the soonest
+// equal-groups draft after it.
 //
 // `room`: the most planning cost a draft after the first can have and still
 // be planned (the planning budget the first leaves). A group rule's draft
@@ -75,8 +76,9 @@ class DraftSet {
   // `every`: every draft (the group rules' and the equal groups', rule 8),
   // the estimate's choice first; else that one alone, and with
   // `soonest_equal_groups` the equal-groups draft of soonest estimated
-  // finish after it (for a batch past the planning budget, where only
-  // that draft may still be planned: worth_planning_past_budget).
+  // finish after it (for a batch past half the planning budget but within
+  // it, where only that draft may still be planned, past the budget:
+  // worth_planning_past_budget).
   DraftSet(const ScheduleRequest& request, bool every,
            std::int64_t room = std::numeric_limits<std::int64_t>::max(),
            bool soonest_equal_groups = false);

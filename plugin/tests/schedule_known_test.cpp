@@ -672,7 +672,7 @@ TEST(Hybrid, PlansTheSoonestEqualGroupsDraftPastTheBudget) {
 }
 
 // The win-share suite's batch 395 under cpu_gloo (docs/HYBRID.md section 6,
-// "Item 1 past half the budget"): 125 documents of 137 to 958K tokens, 17.0M
+// "Item 1 past half the budget"): 125 documents of 137 to 958K tokens, 16.9M
 // in all, at W = 509 (a prime), T = 4096, a prefix mask of 2 tokens. Past
 // half the planning budget (16.8M tokens) only the estimate's draft was
 // planned, and hybrid's own placement was 10.5% slower than fixed's nine
@@ -708,6 +708,30 @@ TEST(Hybrid, PlansTheSoonestEqualGroupsDraftPastHalfTheBudget) {
   ASSERT_LE(tokens, std::int64_t{32} << 20);      // within it
   // Before: 130.3 s against fixed's 117.9 s.
   expect_own_placement_no_slower_than_fixed(r);
+  // In this band too, the answer in one call (the registry's, drafts drawn
+  // once) is decide then plan.
+  r.compact = true;
+  const Result<Schedule> once = run_schedule_strategy("hybrid", r);
+  ASSERT_TRUE(once) << once.status().message();
+  Result<Schedule> apart = decide_hybrid(r);
+  ASSERT_TRUE(apart) << apart.status().message();
+  const Status planned = plan_hybrid(r, *apart);
+  ASSERT_TRUE(planned) << planned.message();
+  ASSERT_EQ(once->slots.size(), apart->slots.size());
+  for (std::size_t k = 0; k < once->slots.size(); ++k) {
+    const ScheduleSlot& x = once->slots[k];
+    const ScheduleSlot& y = apart->slots[k];
+    EXPECT_EQ(x.ranks, y.ranks) << "slot " << k;
+    EXPECT_EQ(x.wave, y.wave) << "slot " << k;
+    ASSERT_EQ(x.pieces.size(), y.pieces.size()) << "slot " << k;
+    for (std::size_t i = 0; i < x.pieces.size(); ++i) {
+      EXPECT_EQ(x.pieces[i].doc, y.pieces[i].doc) << "slot " << k;
+      EXPECT_EQ(x.pieces[i].offset, y.pieces[i].offset) << "slot " << k;
+      EXPECT_EQ(x.pieces[i].length, y.pieces[i].length) << "slot " << k;
+    }
+    EXPECT_EQ(x.plan.strategy_used, y.plan.strategy_used) << "slot " << k;
+    EXPECT_EQ(x.plan.shard_len, y.plan.shard_len) << "slot " << k;
+  }
 }
 
 // The best step time over every placement of whole pieces on single ranks,

@@ -527,8 +527,9 @@ int suite(const Options& opt) {
     // batches before it drawn (the same sequence) but not planned, and the
     // table's line for batch b alone.
     const char* dump = std::getenv("FULCRUM_SUITE_DUMP");
-    const int dumped = dump != nullptr ? std::atoi(dump) : -1;
-    if (dump != nullptr && (dumped < 0 || dumped >= opt.suite)) {
+    char* end = nullptr;
+    const long dumped = dump != nullptr ? std::strtol(dump, &end, 10) : -1;
+    if (dump != nullptr && (end == dump || *end != '\0' || dumped < 0 || dumped >= opt.suite)) {
       std::fprintf(stderr,
                    "fulcrum_bench_schedule: FULCRUM_SUITE_DUMP=%s names no batch of "
                    "--suite %d; give 0 to %d\n",

@@ -20,6 +20,7 @@
 #include "fulcrum/core/random.h"
 #include "fulcrum/core/schedule.h"
 #include "fulcrum/schedule_types.h"
+#include "schedule_expect_same.h"
 #include "schedule_random_inputs.h"
 #include "strategies/cp_strategies.h"
 #include "strategies/schedule_hybrid_draft.h"
@@ -28,6 +29,8 @@
 
 namespace fulcrum {
 namespace {
+
+using schedule_tests::expect_same;
 
 ScheduleRequest random_request(SplitMix64& rng) {
   return schedule_tests::random_schedule_request(rng, {1, 2, 3, 4, 5, 7, 8, 12, 13, 16, 24, 31, 64},
@@ -44,38 +47,6 @@ std::string describe(const ScheduleRequest& r) {
     out += std::to_string(r.doc_lengths[i]);
   }
   return out + "]";
-}
-
-// Every field of both schedules, plans and positions included.
-void expect_same(const Schedule& a, const Schedule& b, const std::string& where) {
-  EXPECT_EQ(a.strategy_used, b.strategy_used) << where;
-  EXPECT_EQ(a.fallback_reason, b.fallback_reason) << where;
-  ASSERT_EQ(a.slots.size(), b.slots.size()) << where;
-  for (std::size_t s = 0; s < a.slots.size(); ++s) {
-    const ScheduleSlot& x = a.slots[s];
-    const ScheduleSlot& y = b.slots[s];
-    const std::string at = where + " slot " + std::to_string(s);
-    EXPECT_EQ(x.ranks, y.ranks) << at;
-    EXPECT_EQ(x.wave, y.wave) << at;
-    ASSERT_EQ(x.pieces.size(), y.pieces.size()) << at;
-    for (std::size_t k = 0; k < x.pieces.size(); ++k) {
-      EXPECT_EQ(x.pieces[k].doc, y.pieces[k].doc) << at;
-      EXPECT_EQ(x.pieces[k].offset, y.pieces[k].offset) << at;
-      EXPECT_EQ(x.pieces[k].length, y.pieces[k].length) << at;
-    }
-    EXPECT_EQ(x.plan.strategy_used, y.plan.strategy_used) << at;
-    EXPECT_EQ(x.plan.fallback_reason, y.plan.fallback_reason) << at;
-    EXPECT_EQ(x.plan.cp_size, y.plan.cp_size) << at;
-    EXPECT_EQ(x.plan.shard_len, y.plan.shard_len) << at;
-    EXPECT_EQ(x.plan.padding, y.plan.padding) << at;
-    EXPECT_EQ(x.plan.positions, y.plan.positions) << at;
-    ASSERT_EQ(x.plan.work.size(), y.plan.work.size()) << at;
-    for (std::size_t m = 0; m < x.plan.work.size(); ++m) {
-      EXPECT_EQ(x.plan.work[m].tokens, y.plan.work[m].tokens) << at;
-      EXPECT_EQ(x.plan.work[m].pairs, y.plan.work[m].pairs) << at;
-      EXPECT_EQ(x.plan.work[m].tiles, y.plan.work[m].tiles) << at;
-    }
-  }
 }
 
 TEST(ScheduleAnswer, HybridInOneCallIsDecideThenPlan) {

@@ -19,6 +19,7 @@
 #include "fulcrum/core/fixed_schedule.h"
 #include "fulcrum/core/random.h"
 #include "fulcrum/core/schedule.h"
+#include "schedule_expect_same.h"
 #include "strategies/schedule_strategies.h"
 
 namespace fulcrum {
@@ -708,30 +709,16 @@ TEST(Hybrid, PlansTheSoonestEqualGroupsDraftPastHalfTheBudget) {
   ASSERT_LE(tokens, std::int64_t{32} << 20);      // within it
   // Before: 130.3 s against fixed's 117.9 s.
   expect_own_placement_no_slower_than_fixed(r);
-  // In this band too, the answer in one call (the registry's, drafts drawn
+  // In this band too, the answer in one call (run_hybrid, drafts drawn
   // once) is decide then plan.
   r.compact = true;
-  const Result<Schedule> once = run_schedule_strategy("hybrid", r);
+  const Result<Schedule> once = run_hybrid(r);
   ASSERT_TRUE(once) << once.status().message();
   Result<Schedule> apart = decide_hybrid(r);
   ASSERT_TRUE(apart) << apart.status().message();
   const Status planned = plan_hybrid(r, *apart);
   ASSERT_TRUE(planned) << planned.message();
-  ASSERT_EQ(once->slots.size(), apart->slots.size());
-  for (std::size_t k = 0; k < once->slots.size(); ++k) {
-    const ScheduleSlot& x = once->slots[k];
-    const ScheduleSlot& y = apart->slots[k];
-    EXPECT_EQ(x.ranks, y.ranks) << "slot " << k;
-    EXPECT_EQ(x.wave, y.wave) << "slot " << k;
-    ASSERT_EQ(x.pieces.size(), y.pieces.size()) << "slot " << k;
-    for (std::size_t i = 0; i < x.pieces.size(); ++i) {
-      EXPECT_EQ(x.pieces[i].doc, y.pieces[i].doc) << "slot " << k;
-      EXPECT_EQ(x.pieces[i].offset, y.pieces[i].offset) << "slot " << k;
-      EXPECT_EQ(x.pieces[i].length, y.pieces[i].length) << "slot " << k;
-    }
-    EXPECT_EQ(x.plan.strategy_used, y.plan.strategy_used) << "slot " << k;
-    EXPECT_EQ(x.plan.shard_len, y.plan.shard_len) << "slot " << k;
-  }
+  schedule_tests::expect_same(*once, *apart, "batch 395");
 }
 
 // The best step time over every placement of whole pieces on single ranks,

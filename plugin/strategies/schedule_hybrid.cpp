@@ -312,8 +312,8 @@ namespace {
 // draft after it, which may still be planned past the budget
 // (worth_planning_past_budget). Past the budget drawing even that one
 // would cost O(pieces log W) per group size with no draft planned: at
-// W = 8192 with 64,000 documents, 45 to 86 ms more for a gate that stays
-// shut (docs/HYBRID.md section 6).
+// W = 8192 with 64,000 documents, about 40 ms more (108 against 67 ms)
+// for a gate that stays shut (docs/HYBRID.md section 6).
 void draw_drafts(const ScheduleRequest& request, std::int64_t tokens,
                  std::optional<DraftSet>& into) {
   const bool every = 2 * tokens <= kDraftTokenBudget;
